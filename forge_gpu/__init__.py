@@ -1,0 +1,33 @@
+"""forge_gpu: collect robot-learning data at scale on batched Newton worlds.
+
+The simulation side (``make``, ``VectorEnv``, policies, the transport) imports Warp and Newton on
+first use; the data side (recorder, reader) works with numpy alone. Nothing here imports torch.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "make": "forge_gpu._src.make",
+    "task_config": "forge_gpu._src.make",
+    "VectorEnv": "forge_gpu._src.env",
+    "default_device": "forge_gpu._src.env",
+    "StepResult": "forge_gpu._src.batch",
+    "TaskConfig": "forge_gpu._src.config",
+    "make_policy": "forge_gpu._src.policies",
+    "TASKS": "forge_gpu._src.tasks",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'forge_gpu' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

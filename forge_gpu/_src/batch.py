@@ -1,0 +1,55 @@
+"""The step result: a structure of arrays, one row per env. Pure Python; no Warp import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class StepResult:
+    """One step of ``N`` envs. On the device the arrays are Warp arrays that the next ``step``
+    overwrites; :meth:`numpy` takes a host copy and :meth:`to_torch` zero-copy torch views."""
+
+    observation: dict[str, Any]
+    """Observation fields, each ``[N, ...]``: ``env_id``, ``episode_id``, ``step_id`` int32 ``[N]``,
+    ``time`` float32 ``[N]`` [s since the episode's first frame], ``proprio`` float32 ``[N, P]``,
+    and task fields."""
+    reward: Any
+    """Reward of the transition, float32 ``[N]``; zero on reset rows."""
+    terminated: Any
+    """The transition ended the episode in a terminal state, bool ``[N]``."""
+    truncated: Any
+    """The transition ended the episode at ``max_steps``, bool ``[N]``."""
+    info: dict[str, Any]
+    """``active`` bool ``[N]`` (false on rows that are the first frame of an episode) and
+    ``executed_action`` float32 ``[N, A]`` (the action after clipping; zero on reset rows)."""
+
+    def arrays(self) -> dict[str, Any]:
+        """Every array of the result, flattened to ``obs/<field>``, ``reward``, ... ``info/<key>``."""
+        out = {f"obs/{k}": v for k, v in self.observation.items()}
+        out.update(reward=self.reward, terminated=self.terminated, truncated=self.truncated)
+        out.update({f"info/{k}": v for k, v in self.info.items()})
+        return out
+
+    def numpy(self) -> StepResult:
+        """A host copy (numpy arrays), safe to keep across steps."""
+        return self.map(lambda a: np.array(a.numpy() if hasattr(a, "numpy") else a, copy=True))
+
+    def to_torch(self) -> StepResult:
+        """Zero-copy torch views of the device arrays (imports torch)."""
+        import warp as wp
+
+        return self.map(wp.to_torch)
+
+    def map(self, fn) -> StepResult:
+        """A new result with ``fn`` applied to every array."""
+        return StepResult(
+            observation={k: fn(v) for k, v in self.observation.items()},
+            reward=fn(self.reward),
+            terminated=fn(self.terminated),
+            truncated=fn(self.truncated),
+            info={k: fn(v) for k, v in self.info.items()},
+        )

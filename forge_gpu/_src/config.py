@@ -1,0 +1,241 @@
+"""Task configuration: TOML files parsed into frozen, keyword-only dataclasses at the edge.
+
+Nothing below the loader sees a raw dict. Every value is checked against the field's type and the
+range or choices in its metadata; errors name the file, the key, the value and what is allowed.
+Python keyword overrides (``make(..., max_steps=100, **{"solver.name": "featherstone"})``) go
+through the same checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def config_dir() -> Path:
+    """The folder of the shipped task configs (``configs/``, installed as ``forge_gpu.configs``)."""
+    return Path(str(importlib.resources.files("forge_gpu.configs")))
+
+
+SOLVERS = ("mujoco", "featherstone", "semi_implicit", "xpbd")
+
+
+def bounded(lo: float | None = None, hi: float | None = None, *, choices: tuple | None = None) -> dict:
+    return {"min": lo, "max": hi, "choices": choices}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SolverConfig:
+    """Physics solver and its settings."""
+
+    name: str = field(default="mujoco", metadata=bounded(choices=SOLVERS))
+    """Solver: ``mujoco`` (MuJoCo-Warp), ``featherstone``, ``semi_implicit`` or ``xpbd``."""
+    iterations: int = field(default=20, metadata=bounded(1, 1000))
+    """Constraint-solver iterations (MuJoCo, XPBD)."""
+    ls_iterations: int = field(default=10, metadata=bounded(1, 1000))
+    """Line-search iterations (MuJoCo)."""
+    integrator: str = field(default="implicitfast", metadata=bounded(choices=("euler", "implicitfast")))
+    """MuJoCo integrator."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionConfig:
+    """Action bounds; actions are clipped to ``[low, high]`` and multiplied by ``scale``."""
+
+    low: tuple[float, ...] = field(default=(-1.0,))
+    """Lower bound per action dimension, shape (A,)."""
+    high: tuple[float, ...] = field(default=(1.0,))
+    """Upper bound per action dimension, shape (A,)."""
+    scale: tuple[float, ...] = field(default=(1.0,))
+    """Multiplier from the clipped action to the joint effort [N or N m] or target, shape (A,)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskConfig:
+    """A task's whole configuration. ``params`` is the task's own frozen dataclass."""
+
+    task: str
+    """Task id, e.g. ``cartpole``."""
+    instruction: str
+    """The task's language instruction."""
+    num_envs: int = field(default=64, metadata=bounded(1, 1 << 20))
+    """Number of environments (worlds of one model)."""
+    max_steps: int = field(default=500, metadata=bounded(1, 1 << 20))
+    """Episode length at which an episode is truncated [control steps]."""
+    seed: int = field(default=0, metadata=bounded(0, (1 << 31) - 1))
+    """Seed of every random draw (reset noise, randomization, the random policy)."""
+    device: str | None = None
+    """Warp device; ``None`` means ``cuda:0`` when Warp sees a CUDA device, else ``cpu``."""
+    control_dt: float = field(default=0.02, metadata=bounded(1e-5, 1.0))
+    """Control period [s]."""
+    substeps: int = field(default=4, metadata=bounded(1, 1000))
+    """Physics substeps per control step."""
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    action: ActionConfig = field(default_factory=ActionConfig)
+    params: Any = None
+    """The task's parameters (reset noise, limits, reward weights): a frozen dataclass per task."""
+
+    @property
+    def sim_dt(self) -> float:
+        """Physics time step [s]."""
+        return self.control_dt / self.substeps
+
+    def to_dict(self) -> dict:
+        """The configuration as a plain, JSON-serializable dict."""
+        return _to_plain(self)
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Return ``value`` checked against the annotation ``tp``; raise ``ValueError`` naming ``where``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where)
+    if origin is tuple:
+        (item,) = typing.get_args(tp)[:1]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, list | tuple) or not value:
+            raise ValueError(f"{where} = {value!r}: expected a non-empty list of {_type_name(item)}")
+        return tuple(_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where} = {value!r}: expected a number")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{where} = {value!r}: expected a finite number")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} = {value!r}: expected an integer")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} = {value!r}: expected true or false")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} = {value!r}: expected a string")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {where}")
+
+
+def _check_range(value: Any, meta: dict, where: str) -> None:
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ValueError(f"{where} = {value!r}: allowed values are {', '.join(map(repr, choices))}")
+    lo, hi = meta.get("min"), meta.get("max")
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if v is None:
+            continue
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise ValueError(f"{where} = {value!r}: allowed range is [{lo}, {hi}]")
+
+
+def build_dataclass(cls: type, table: dict, source: str, prefix: str = "") -> Any:
+    """Build the frozen dataclass ``cls`` from a TOML table, checking every key.
+
+    Args:
+        cls: The dataclass type.
+        table: Parsed TOML table.
+        source: The file name (or ``overrides``) for error messages.
+        prefix: The dotted path of ``table`` inside the file.
+    """
+    if not isinstance(table, dict):
+        raise ValueError(f"{source}: [{prefix.rstrip('.')}] must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown key {prefix}{unknown[0]!s}; allowed keys are {', '.join(sorted(fields))}"
+        )
+    kwargs = {}
+    for name, value in table.items():
+        where = f"{source}: {prefix}{name}"
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build_dataclass(tp, value, source, f"{prefix}{name}.")
+            continue
+        value = _coerce(value, tp, where)
+        _check_range(value, fields[name].metadata, where)
+        kwargs[name] = value
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{source}: missing key {prefix}{missing[0]}")
+    return cls(**kwargs)
+
+
+def _merge(base: dict, dotted: dict, source: str) -> dict:
+    """Return ``base`` with ``{"a.b": v}`` overrides written into its nested tables."""
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for key, value in dotted.items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                merged = _merge(merged, {f"{key}.{sub}": v}, source)
+            continue
+        *parents, leaf = key.split(".")
+        table = merged
+        for p in parents:
+            sub = table.get(p, {})
+            if not isinstance(sub, dict):
+                raise ValueError(f"{source}: {key}: {p} is not a table")
+            table[p] = table = dict(sub)
+        table[leaf] = value
+    return merged
+
+
+def load_config(task: str, params_type: type, overrides: dict | None = None, path: Path | None = None):
+    """Load ``configs/<task>.toml`` into a :class:`TaskConfig`, applying ``overrides``.
+
+    Args:
+        task: Task id; the file is ``configs/<task>.toml`` unless ``path`` is given.
+        params_type: The task's parameter dataclass, built from the file's ``[params]`` table.
+        overrides: Dotted keys (``"solver.name"``) or top-level keys, checked like file values.
+        path: An explicit config file.
+    """
+    path = Path(path) if path is not None else config_dir() / f"{task}.toml"
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML: {e}") from e
+    source = str(path)
+    if overrides:
+        table = _merge(table, overrides, f"{source} (overrides)")
+        source = f"{source} (with overrides)"
+    params = table.pop("params", {})
+    config = build_dataclass(TaskConfig, table, source)
+    if config.task != task:
+        raise ValueError(f"{source}: task = {config.task!r} does not match the file's task {task!r}")
+    dims = {len(config.action.low), len(config.action.high), len(config.action.scale)}
+    if len(dims) != 1:
+        raise ValueError(f"{source}: action.low, action.high and action.scale must have the same length")
+    if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
+        raise ValueError(f"{source}: action.low {config.action.low} must be below action.high")
+    return dataclasses.replace(config, params=build_dataclass(params_type, params, source, "params."))

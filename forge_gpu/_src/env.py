@@ -1,0 +1,298 @@
+"""VectorEnv: ``num_envs`` copies of a task as the worlds of one Newton model, stepped by kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from ..kernels import env as kernels
+from .batch import StepResult
+from .config import TaskConfig
+from .tasks import Task
+
+
+def default_device() -> str:
+    """``cuda:0`` when Warp sees a CUDA device, else ``cpu``."""
+    return "cuda:0" if wp.get_cuda_device_count() > 0 else "cpu"
+
+
+def _make_solver(model, config: TaskConfig, has_contacts: bool):
+    import newton
+
+    s = config.solver
+    if s.name == "mujoco":
+        return newton.solvers.SolverMuJoCo(
+            model,
+            iterations=s.iterations,
+            ls_iterations=s.ls_iterations,
+            integrator=s.integrator,
+            disable_contacts=not has_contacts,
+        )
+    if s.name == "featherstone":
+        return newton.solvers.SolverFeatherstone(model)
+    if s.name == "semi_implicit":
+        return newton.solvers.SolverSemiImplicit(model)
+    return newton.solvers.SolverXPBD(model, iterations=s.iterations)
+
+
+class VectorEnv:
+    """``N`` environments of one task, stepped together on one device.
+
+    ``step(action)`` follows next-step auto-reset: an env whose previous transition ended is reset
+    during the call and its row is the first frame of its next episode, with ``active`` false.
+    On CUDA the whole step is captured once as a CUDA graph and replayed.
+    """
+
+    def __init__(self, task: Task, config: TaskConfig):
+        import newton
+
+        self.task = task
+        self.config = config
+        self.num_envs = config.num_envs
+        self.seed = config.seed
+        self.device = wp.get_device(config.device)
+        self.spec = self._make_spec()
+        self.calibration: dict[str, Any] = {}
+        n, a = self.num_envs, task.spec.action_dim
+
+        with wp.ScopedDevice(self.device):
+            world = newton.ModelBuilder()
+            if config.solver.name == "mujoco":
+                newton.solvers.SolverMuJoCo.register_custom_attributes(world)
+            task.build_world(world)
+            scene = newton.ModelBuilder()
+            scene.replicate(world, n)
+            self.model = scene.finalize(device=self.device)
+            self.solver = _make_solver(self.model, config, task.spec.has_contacts)
+            self.state_0, self.state_1 = self.model.state(), self.model.state()
+            self.control = self.model.control()
+            self.contacts = None
+            self._maximal_coordinates = config.solver.name in ("semi_implicit", "xpbd")
+
+            # Per-world views of the joint arrays: [N, coords], [N, dofs], [N, dofs].
+            self.joint_q = self.state_0.joint_q.reshape((n, -1))
+            self.joint_qd = self.state_0.joint_qd.reshape((n, -1))
+            self.joint_f = self.control.joint_f.reshape((n, -1))
+
+            def zeros(shape, dtype=float):
+                return wp.zeros(shape, dtype=dtype, device=self.device)
+
+            self.action_low = wp.array(np.asarray(config.action.low, np.float32), device=self.device)
+            self.action_high = wp.array(np.asarray(config.action.high, np.float32), device=self.device)
+            self.action_scale = wp.array(np.asarray(config.action.scale, np.float32), device=self.device)
+            self.env_id = wp.array(np.arange(n, dtype=np.int32), device=self.device)
+            self.episode_id = wp.full(n, -1, dtype=wp.int32, device=self.device)
+            """Episode counter per env, int32 [N]; -1 before the first reset."""
+            self.step_id = zeros(n, wp.int32)
+            """Transitions since the episode's first frame, int32 [N]."""
+            self.time = zeros(n)
+            """Episode time [s], float32 [N]."""
+            self.ended = zeros(n, wp.bool)
+            """The env's last transition ended its episode, bool [N]."""
+            self.reset_mask = zeros(n + 1, wp.bool)
+            """Worlds reset during this call, bool [N + 1] (the last entry, global world -1, stays false)."""
+            self.articulation_mask = zeros(self.model.articulation_count, wp.bool)
+            self.proprio = zeros((n, task.spec.proprio_dim))
+            self.task_fields: dict[str, wp.array] = {}
+            self.task_reward = zeros(n)
+            self.task_terminated = zeros(n, wp.bool)
+            self.reward = zeros(n)
+            self.terminated = zeros(n, wp.bool)
+            self.truncated = zeros(n, wp.bool)
+            self.active = zeros(n, wp.bool)
+            self.executed_action = zeros((n, a))
+            """The action after clipping, float32 [N, A]; zero on reset rows."""
+            self._action_in = zeros((n, a))
+            self._nonfinite = zeros(1, wp.int32)
+            task.bind(self)
+
+        self.result = StepResult(
+            observation={
+                "env_id": self.env_id,
+                "episode_id": self.episode_id,
+                "step_id": self.step_id,
+                "time": self.time,
+                "proprio": self.proprio,
+                **self.task_fields,
+            },
+            reward=self.reward,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            info={"active": self.active, "executed_action": self.executed_action},
+        )
+        self._graph = None
+        self._use_graph = self.device.is_cuda
+        self._started = False
+
+    # -- description ---------------------------------------------------------------------------
+
+    def _make_spec(self) -> dict:
+        spec, cfg = self.task.spec, self.config
+        fields = {
+            "env_id": ((), "int32"),
+            "episode_id": ((), "int32"),
+            "step_id": ((), "int32"),
+            "time": ((), "float32"),
+            "proprio": ((spec.proprio_dim,), "float32"),
+            **spec.extra_fields,
+        }
+        return {
+            "task": spec.id,
+            "action_shape": [spec.action_dim],
+            "action_low": list(cfg.action.low),
+            "action_high": list(cfg.action.high),
+            "observation": {k: {"shape": list(s), "dtype": d} for k, (s, d) in fields.items()},
+            "instruction": cfg.instruction,
+            "control_dt": cfg.control_dt,
+            "max_steps": cfg.max_steps,
+            "has_success": spec.has_success,
+        }
+
+    @property
+    def observation(self) -> dict[str, wp.array]:
+        """The current observation (device arrays, overwritten by the next call)."""
+        return self.result.observation
+
+    # -- stepping ------------------------------------------------------------------------------
+
+    def reset(self) -> StepResult:
+        """Start a fresh episode in every env (episode ids advance by one) and return the first frames."""
+        wp.launch(
+            kernels.mark_all_kernel,
+            dim=self.executed_action.shape,
+            outputs=[self.reset_mask, self.executed_action],
+            device=self.device,
+        )
+        self._reset_selected()
+        self._observe()
+        self._started = True
+        return self.result
+
+    def step(self, action) -> StepResult:
+        """Advance every env by one control step with next-step auto-reset.
+
+        Args:
+            action: float32 ``[N, A]``: a Warp array or torch tensor on the env's device, or a numpy
+                array. Clipped to the action bounds. Bad input raises ``ValueError`` and changes nothing.
+        """
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        self._stage_action(action)
+        if self._use_graph:
+            if self._graph is None:
+                with wp.ScopedCapture(device=self.device) as capture:
+                    self._step_body()
+                self._graph = capture.graph
+            wp.capture_launch(self._graph)
+        else:
+            self._step_body()
+        return self.result
+
+    def _stage_action(self, action) -> None:
+        """Check ``action`` and copy it into the step's input buffer; raise before any state changes."""
+        shape = tuple(self._action_in.shape)
+        if isinstance(action, np.ndarray):
+            if action.dtype != np.float32 or action.shape != shape:
+                raise ValueError(
+                    f"action has dtype {action.dtype} and shape {action.shape}; expected float32 {shape}"
+                )
+            if not np.isfinite(action).all():
+                raise ValueError("action has non-finite values (NaN or inf); every value must be finite")
+            self._action_in.assign(action)
+            return
+        if not isinstance(action, wp.array):
+            if type(action).__module__.startswith("torch"):
+                if str(action.device) != str(wp.device_to_torch(self.device)):
+                    raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
+                action = wp.from_torch(action.detach().contiguous(), requires_grad=False)
+            else:
+                raise ValueError(
+                    f"action is a {type(action).__name__}; expected a Warp array, torch tensor or numpy array"
+                )
+        if action.device != self.device:
+            raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
+        if action.dtype != wp.float32 or tuple(action.shape) != shape:
+            raise ValueError(
+                f"action has dtype {wp.types.type_repr(action.dtype)} and shape {tuple(action.shape)}; "
+                f"expected float32 {shape}"
+            )
+        self._nonfinite.zero_()
+        wp.launch(
+            kernels.count_nonfinite_kernel,
+            dim=shape,
+            inputs=[action],
+            outputs=[self._nonfinite],
+            device=self.device,
+        )
+        bad = int(self._nonfinite.numpy()[0])
+        if bad:
+            raise ValueError(f"action has {bad} non-finite values (NaN or inf); every value must be finite")
+        wp.copy(self._action_in, action)
+
+    def _step_body(self) -> None:
+        wp.launch(
+            kernels.begin_step_kernel,
+            dim=self._action_in.shape,
+            inputs=[self.action_low, self.action_high, self._action_in, self.ended],
+            outputs=[self.executed_action, self.reset_mask],
+            device=self.device,
+        )
+        self.task.apply_action(self)
+        dt = self.config.sim_dt
+        a, b = self.state_0, self.state_1
+        for _ in range(self.config.substeps):
+            a.clear_forces()
+            self.solver.step(a, b, self.control, self.contacts, dt)
+            a, b = b, a
+        if a is not self.state_0:
+            self.state_0.assign(a)
+        if self._maximal_coordinates:
+            import newton
+
+            newton.eval_ik(self.model, self.state_0, self.state_0.joint_q, self.state_0.joint_qd)
+        self._reset_selected()
+        self._observe()
+
+    def _reset_selected(self) -> None:
+        """Reset the worlds in ``reset_mask`` to their randomized start state."""
+        import newton
+
+        self.solver.reset(self.state_0, world_mask=self.reset_mask)
+        self.task.reset_worlds(self)
+        wp.launch(
+            kernels.world_to_articulation_mask_kernel,
+            dim=self.model.articulation_count,
+            inputs=[self.model.articulation_world, self.reset_mask],
+            outputs=[self.articulation_mask],
+            device=self.device,
+        )
+        newton.eval_fk(
+            self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0, mask=self.articulation_mask
+        )
+
+    def _observe(self) -> None:
+        self.task.observe(self)
+        wp.launch(
+            kernels.finish_step_kernel,
+            dim=self.num_envs,
+            inputs=[
+                self.config.max_steps,
+                self.config.control_dt,
+                self.reset_mask,
+                self.task_reward,
+                self.task_terminated,
+            ],
+            outputs=[
+                self.episode_id,
+                self.step_id,
+                self.ended,
+                self.time,
+                self.reward,
+                self.terminated,
+                self.truncated,
+                self.active,
+            ],
+            device=self.device,
+        )

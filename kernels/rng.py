@@ -1,0 +1,20 @@
+"""Counter-based random streams keyed by ``(seed, env_id, episode_id, step_id, stream)``.
+
+A draw depends on that key alone, so env ``i``'s randomness does not depend on how many envs run
+beside it, nor on the order in which threads run.
+"""
+
+import warp as wp
+
+STREAM_RESET = wp.constant(1)
+"""Reset noise and per-episode randomization."""
+STREAM_POLICY = wp.constant(2)
+"""The built-in random policy."""
+
+
+@wp.func
+def env_rng(seed: int, env_id: int, episode_id: int, step_id: int, stream: int) -> wp.uint32:
+    """A Warp RNG state for one (seed, env, episode, step, stream) key."""
+    state = wp.rand_init(seed, env_id)
+    state = wp.rand_init(wp.randi(state), episode_id * 8 + stream)
+    return wp.rand_init(wp.randi(state), step_id)
