@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import newton
 import numpy as np
 import warp as wp
 
@@ -19,8 +20,6 @@ def default_device() -> str:
 
 
 def _make_solver(model, config: TaskConfig, has_contacts: bool):
-    import newton
-
     s = config.solver
     if s.name == "mujoco":
         return newton.solvers.SolverMuJoCo(
@@ -46,8 +45,6 @@ class VectorEnv:
     """
 
     def __init__(self, task: Task, config: TaskConfig):
-        import newton
-
         self.task = task
         self.config = config
         self.num_envs = config.num_envs
@@ -249,16 +246,12 @@ class VectorEnv:
         if a is not self.state_0:
             self.state_0.assign(a)
         if self._maximal_coordinates:
-            import newton
-
             newton.eval_ik(self.model, self.state_0, self.state_0.joint_q, self.state_0.joint_qd)
         self._reset_selected()
         self._observe()
 
     def _reset_selected(self) -> None:
         """Reset the worlds in ``reset_mask`` to their randomized start state."""
-        import newton
-
         self.solver.reset(self.state_0, world_mask=self.reset_mask)
         self.task.reset_worlds(self)
         wp.launch(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warp as wp
+
 from .config import load_config
 from .env import VectorEnv, default_device
 from .tasks import TASKS
@@ -25,8 +27,6 @@ def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, 
         overrides: Config values, e.g. ``max_steps=100`` or ``**{"solver.name": "featherstone"}``.
     """
     config = task_config(task, num_envs=num_envs, seed=seed, device=device or default_device(), **overrides)
-    import warp as wp
-
     try:
         wp.get_device(config.device)
     except (RuntimeError, ValueError) as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import newton
 import numpy as np
 import warp as wp
 
@@ -81,8 +82,6 @@ class CartpoleTask(Task):
         return CartpoleScene(cart_mass=p.cart_mass, pole_mass=p.pole_mass, pole_length=p.pole_length)
 
     def build_world(self, builder) -> None:
-        import newton
-
         p = self.params
         half = 0.5 * p.pole_length
         rod = p.pole_mass * p.pole_length**2 / 12.0

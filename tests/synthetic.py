@@ -1,0 +1,220 @@
+"""Test helpers: a fake env description and a numpy batch generator with the env's step semantics."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+
+import numpy as np
+
+from forge_gpu._src.episode_format import make_marker
+
+CONTROL_DT = 0.05
+INSTRUCTION = "push the red cube to the goal"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scene:
+    kind: str = "tabletop"
+    table_height: float = 0.4
+
+
+def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=False, seed=7):
+    """A fake env description with the attributes the recorder reads."""
+    observation = {
+        "env_id": {"shape": [], "dtype": "int32"},
+        "episode_id": {"shape": [], "dtype": "int32"},
+        "step_id": {"shape": [], "dtype": "int32"},
+        "time": {"shape": [], "dtype": "float32"},
+        "proprio": {"shape": [proprio_dim], "dtype": "float32"},
+    }
+    if images:
+        observation["rgb"] = {"shape": [4, 5, 3], "dtype": "uint8"}
+        observation["depth"] = {"shape": [4, 5], "dtype": "float32"}
+    config_dict = {"num_envs": num_envs, "max_steps": max_steps, "seed": seed, "device": "cpu"}
+    config = types.SimpleNamespace(**config_dict, to_dict=lambda: dict(config_dict))
+    spec = {
+        "action_shape": [action_dim],
+        "action_low": [-1.0] * action_dim,
+        "action_high": [1.0] * action_dim,
+        "observation": observation,
+        "instruction": INSTRUCTION,
+        "control_dt": CONTROL_DT,
+    }
+    task = types.SimpleNamespace(spec=types.SimpleNamespace(id="synthetic_push"), scene=Scene())
+    return types.SimpleNamespace(config=config, spec=spec, calibration={}, task=task, seed=seed)
+
+
+def slot_bytes(env):
+    """Bytes of one episode buffer, computed independently of the recorder."""
+    frame = 0
+    for entry in env.spec["observation"].values():
+        frame += int(np.prod(entry["shape"], dtype=np.int64)) * np.dtype(entry["dtype"]).itemsize
+    action_dim = env.spec["action_shape"][0]
+    steps = env.config.max_steps
+    return (steps + 1) * frame + steps * (4 * action_dim + 4 + 1 + 1)
+
+
+class SyntheticSim:
+    """Makes host batches like the env (next-step auto-reset) and remembers the episodes they form.
+
+    ``completed`` maps (env_id, episode_id) to the expected episode members; ``abandoned`` lists the
+    episodes given up by a `reset` with at least one transition.
+    """
+
+    def __init__(self, env, *, seed=0, end_prob=0.25):
+        self.env = env
+        self.n = env.config.num_envs
+        self.rng = np.random.default_rng(seed)
+        self.end_prob = end_prob
+        self.episode_id = np.zeros(self.n, np.int32)
+        self.step_id = np.zeros(self.n, np.int32)
+        self.ended = np.zeros(self.n, bool)
+        self.started = False
+        self.frames = [[] for _ in range(self.n)]
+        self.transitions = [[] for _ in range(self.n)]
+        self.completed = {}
+        self.abandoned = []
+
+    def _observe(self):
+        n, obs = self.n, {}
+        for field, entry in self.env.spec["observation"].items():
+            shape, dtype = (n, *entry["shape"]), np.dtype(entry["dtype"])
+            if dtype.kind == "f":
+                obs[field] = self.rng.normal(size=shape).astype(dtype)
+            else:
+                obs[field] = self.rng.integers(0, 256, size=shape).astype(dtype)
+        obs["env_id"] = np.arange(n, dtype=np.int32)
+        obs["episode_id"] = self.episode_id.copy()
+        obs["step_id"] = self.step_id.copy()
+        obs["time"] = (self.step_id * np.float32(CONTROL_DT)).astype(np.float32)
+        return obs
+
+    def _result(self, obs, active, action, reward, terminated, truncated):
+        info = {"active": active, "executed_action": action}
+        return types.SimpleNamespace(
+            observation=obs, reward=reward, terminated=terminated, truncated=truncated, info=info
+        )
+
+    def reset(self):
+        """The batch of ``env.reset()``: every env starts a new episode."""
+        if self.started:
+            for i in range(self.n):
+                if self.transitions[i] and not self.ended[i]:
+                    self.abandoned.append(
+                        {"env_id": i, "episode_id": int(self.episode_id[i]), "steps": len(self.transitions[i])}
+                    )
+            self.episode_id += 1
+        self.started = True
+        self.step_id[:] = 0
+        self.ended[:] = False
+        obs = self._observe()
+        for i in range(self.n):
+            self.frames[i] = [{f: a[i].copy() for f, a in obs.items()}]
+            self.transitions[i] = []
+        zeros = np.zeros(self.n, bool)
+        action = np.zeros((self.n, self.env.spec["action_shape"][0]), np.float32)
+        return obs, self._result(obs, zeros, action, np.zeros(self.n, np.float32), zeros, zeros.copy())
+
+    def step(self):
+        """The batch of ``env.step(a)``."""
+        active = ~self.ended
+        self.episode_id[self.ended] += 1
+        self.step_id[self.ended] = 0
+        self.step_id[active] += 1
+        terminated = active & (self.rng.random(self.n) < self.end_prob)
+        truncated = active & ~terminated & (self.step_id == self.env.config.max_steps)
+        action = self.rng.uniform(-1, 1, (self.n, self.env.spec["action_shape"][0])).astype(np.float32)
+        reward = np.where(active, self.rng.normal(size=self.n), 0).astype(np.float32)
+        obs = self._observe()
+        for i in range(self.n):
+            frame = {f: a[i].copy() for f, a in obs.items()}
+            if not active[i]:
+                self.frames[i] = [frame]
+                self.transitions[i] = []
+                continue
+            self.frames[i].append(frame)
+            self.transitions[i].append((action[i].copy(), reward[i], terminated[i], truncated[i]))
+            if terminated[i] or truncated[i]:
+                self.completed[(i, int(self.episode_id[i]))] = _episode_members(
+                    self.frames[i], self.transitions[i]
+                )
+        self.ended = terminated | truncated
+        return obs, self._result(obs, active, action, reward, terminated, truncated)
+
+    def in_progress(self):
+        """Episodes with at least one transition that have not ended."""
+        return [
+            {"env_id": i, "episode_id": int(self.episode_id[i]), "steps": len(self.transitions[i])}
+            for i in range(self.n)
+            if self.transitions[i] and not self.ended[i]
+        ]
+
+
+def _episode_members(frames, transitions):
+    members = {}
+    for field in frames[0]:
+        stacked = np.stack([frame[field] for frame in frames])
+        members[f"obs/{field}"] = stacked[:-1]
+        members[f"next/{field}"] = stacked[1:]
+    members["action"] = np.stack([t[0] for t in transitions])
+    members["reward"] = np.array([t[1] for t in transitions], np.float32)
+    members["terminated"] = np.array([t[2] for t in transitions], bool)
+    members["truncated"] = np.array([t[3] for t in transitions], bool)
+    return members
+
+
+def make_batches(sim, steps, *, resets_at=()):
+    """A reset batch, then ``steps`` step batches; `sim.reset()` again before each step index in resets_at."""
+    batches = [sim.reset()]
+    for k in range(steps):
+        batches.append(sim.reset() if k in resets_at else sim.step())
+    return batches
+
+
+def record(directory, env, batches, **kwargs):
+    """Record ``batches`` into a new run directory and close; return the recorder."""
+    from forge_gpu._src.recorder import EpisodeRecorder
+
+    recorder = EpisodeRecorder(directory, env, **kwargs)
+    for observation, result in batches:
+        recorder.append(observation, result)
+    recorder.close()
+    return recorder
+
+
+def load_run(directory):
+    """Every episode file (member -> array) and marker of a run directory, by file name."""
+    contents = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as archive:
+                contents[name] = {key: archive[key] for key in archive.files}
+        elif name.endswith(".json") and name != "run.json":
+            with open(path) as f:
+                contents[name] = json.load(f)
+    return contents
+
+
+def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2, seed=0):
+    """A valid episode (member -> array) and its marker."""
+    rng = np.random.default_rng(seed)
+    frames = {
+        "env_id": np.full(steps + 1, env_id, np.int32),
+        "episode_id": np.full(steps + 1, episode_id, np.int32),
+        "step_id": np.arange(steps + 1, dtype=np.int32),
+        "time": (np.arange(steps + 1) * CONTROL_DT).astype(np.float32),
+        "proprio": rng.normal(size=(steps + 1, proprio_dim)).astype(np.float32),
+    }
+    arrays = {}
+    for field, frame in frames.items():
+        arrays[f"obs/{field}"] = frame[:-1]
+        arrays[f"next/{field}"] = frame[1:]
+    arrays["action"] = rng.uniform(-1, 1, (steps, action_dim)).astype(np.float32)
+    arrays["reward"] = rng.normal(size=steps).astype(np.float32)
+    arrays["terminated"] = np.arange(steps) == steps - 1
+    arrays["truncated"] = np.zeros(steps, bool)
+    return arrays, make_marker(env_id, episode_id, steps)

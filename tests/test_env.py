@@ -1,0 +1,176 @@
+"""VectorEnv on the cartpole task: shapes, step semantics, determinism, policies, bad actions."""
+
+import numpy as np
+import pytest
+import warp as wp
+
+import forge_gpu
+
+DEVICES = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
+
+
+def rollout(env, policy, steps):
+    """Host copies of the reset result and of ``steps`` step results."""
+    out = [env.reset().numpy()]
+    for _ in range(steps):
+        out.append(env.step(policy(env.observation)).numpy())
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_shapes_and_dtypes(device):
+    """Every field of the result has the documented shape and dtype, and the spec describes it."""
+    env = forge_gpu.make("cartpole", num_envs=3, device=device)
+    policy = forge_gpu.make_policy("random", env)
+    first = env.reset().numpy()
+    result = env.step(policy(env.observation)).numpy()
+    for r in (first, result):
+        obs = r.observation
+        assert set(obs) == set(env.spec["observation"])
+        for name, desc in env.spec["observation"].items():
+            assert obs[name].shape == (3, *desc["shape"]) and obs[name].dtype == np.dtype(desc["dtype"])
+        np.testing.assert_array_equal(obs["env_id"], np.arange(3))
+        assert r.reward.shape == (3,) and r.reward.dtype == np.float32
+        assert r.terminated.dtype == r.truncated.dtype == r.info["active"].dtype == np.bool_
+        assert r.info["executed_action"].shape == (3, 1) and r.info["executed_action"].dtype == np.float32
+    assert not first.info["active"].any() and (first.observation["step_id"] == 0).all()
+    assert result.info["active"].all() and (result.observation["step_id"] == 1).all()
+    assert env.spec["action_shape"] == [1] and env.spec["instruction"] == "keep the pole upright"
+    assert env.calibration == {} and env.task.scene.kind == "cartpole" and env.task.spec.id == "cartpole"
+    assert env.config.to_dict()["num_envs"] == 3 and env.seed == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_auto_reset_keeps_true_terminal_state(device):
+    """After a terminal step the env's next row is a reset frame; the terminal row is the real state."""
+    env = forge_gpu.make("cartpole", num_envs=8, device=device)
+    frames = rollout(env, forge_gpu.make_policy("random", env), 60)
+    limit = env.config.params.pole_angle_limit
+    checked = 0
+    for before, after in zip(frames[1:], frames[2:], strict=False):
+        for i in np.flatnonzero(before.terminated):
+            proprio = before.observation["proprio"][i]
+            assert abs(proprio[2]) > limit or abs(proprio[0]) > env.config.params.cart_limit
+            assert not after.info["active"][i]
+            assert after.observation["step_id"][i] == 0
+            assert after.observation["episode_id"][i] == before.observation["episode_id"][i] + 1
+            assert after.reward[i] == 0 and not after.terminated[i] and not after.truncated[i]
+            assert after.observation["time"][i] == 0
+            assert abs(after.observation["proprio"][i, 2]) <= env.config.params.reset_pole_angle + 1e-6
+            np.testing.assert_array_equal(after.info["executed_action"][i], 0.0)
+            checked += 1
+    assert checked > 0, "the random policy should drop some poles within 60 steps"
+    # Rows that did not end stay active and count up.
+    for before, after in zip(frames[1:], frames[2:], strict=False):
+        going = ~(before.terminated | before.truncated)
+        assert after.info["active"][going].all()
+        np.testing.assert_array_equal(after.observation["step_id"][going], before.observation["step_id"][going] + 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_truncation_at_max_steps(device):
+    """An episode that survives is truncated exactly when step_id reaches max_steps, then reset."""
+    env = forge_gpu.make("cartpole", num_envs=4, device=device, max_steps=6)
+    frames = rollout(env, forge_gpu.make_policy("expert", env), 8)
+    for t in range(1, 6):
+        assert not frames[t].truncated.any()
+    assert frames[6].truncated.all() and not frames[6].terminated.any()
+    assert (frames[6].observation["step_id"] == 6).all()
+    np.testing.assert_allclose(frames[6].observation["time"], 6 * env.config.control_dt, rtol=1e-6)
+    assert not frames[7].info["active"].any() and (frames[7].observation["episode_id"] == 1).all()
+    assert frames[8].info["active"].all()
+
+
+def test_determinism_and_independence_from_env_count():
+    """The same seed gives identical rollouts; env i's episodes do not depend on num_envs."""
+    def run(n, seed):
+        env = forge_gpu.make("cartpole", num_envs=n, device="cpu", seed=seed, max_steps=20)
+        return rollout(env, forge_gpu.make_policy("random", env), 45)
+
+    a, b, wide, other = run(4, 3), run(4, 3), run(64, 3), run(4, 4)
+    for fa, fb, fw in zip(a, b, wide, strict=True):
+        for name, value in fa.observation.items():
+            np.testing.assert_array_equal(value, fb.observation[name])
+            np.testing.assert_array_equal(value, fw.observation[name][:4])
+        np.testing.assert_array_equal(fa.reward, fw.reward[:4])
+        np.testing.assert_array_equal(fa.info["executed_action"], fw.info["executed_action"][:4])
+    assert not np.array_equal(a[10].observation["proprio"], other[10].observation["proprio"])
+    assert (a[-1].observation["episode_id"] >= 1).all(), "the run should cover several episodes"
+
+
+def episode_lengths(env, policy, steps):
+    env.reset()
+    lengths, truncated = [], 0
+    for _ in range(steps):
+        r = env.step(policy(env.observation)).numpy()
+        ended = r.terminated | r.truncated
+        lengths += r.observation["step_id"][ended].tolist()
+        truncated += int(r.truncated.sum())
+    return np.array(lengths), truncated
+
+
+def test_expert_outlives_random_policy():
+    """The LQR expert keeps >= 95% of episodes alive to truncation; random ones fall within tens of steps."""
+    env = forge_gpu.make("cartpole", num_envs=40, device="cpu", max_steps=300)
+    lengths, truncated = episode_lengths(env, forge_gpu.make_policy("expert", env), 300)
+    assert len(lengths) == 40 and truncated / len(lengths) >= 0.95
+    random_lengths, _ = episode_lengths(env, forge_gpu.make_policy("random", env), 300)
+    assert random_lengths.mean() * 5 < lengths.mean()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_actions_raise_and_change_nothing(device):
+    """Wrong shape, dtype, device or non-finite actions raise ValueError and leave the env untouched."""
+    env = forge_gpu.make("cartpole", num_envs=4, device=device, seed=1)
+    twin = forge_gpu.make("cartpole", num_envs=4, device=device, seed=1)
+    env.reset(), twin.reset()
+    good = np.full((4, 1), 0.3, dtype=np.float32)
+    before = env.result.numpy()
+    nan = good.copy()
+    nan[2, 0] = np.nan
+    bad = [
+        np.zeros((4, 2), np.float32),
+        np.zeros((3, 1), np.float32),
+        good.astype(np.float64),
+        nan,
+        wp.array(nan, device=device),
+        wp.zeros((4, 1), dtype=wp.float64, device=device),
+        [[0.0]] * 4,
+    ]
+    for action in bad:
+        with pytest.raises(ValueError):
+            env.step(action)
+        after = env.result.numpy()
+        for name in before.observation:
+            np.testing.assert_array_equal(before.observation[name], after.observation[name])
+    a, b = env.step(good).numpy(), twin.step(good).numpy()
+    np.testing.assert_array_equal(a.observation["proprio"], b.observation["proprio"])
+
+
+def test_action_is_clipped_to_bounds():
+    """Actions outside the bounds are executed clipped, and the result reports the executed action."""
+    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env.reset()
+    r = env.step(np.array([[5.0], [-0.25]], dtype=np.float32)).numpy()
+    np.testing.assert_array_equal(r.info["executed_action"], [[1.0], [-0.25]])
+
+
+def test_torch_views_share_memory():
+    """to_torch() gives zero-copy views of the device buffers and torch actions are accepted."""
+    torch = pytest.importorskip("torch")
+    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env.reset()
+    views = env.result.to_torch()
+    r = env.step(torch.zeros((2, 1), dtype=torch.float32))
+    np.testing.assert_array_equal(views.observation["proprio"].numpy(), r.observation["proprio"].numpy())
+    with pytest.raises(ValueError):
+        env.step(torch.zeros((2, 1), dtype=torch.float64))
+
+
+def test_import_does_not_pull_torch():
+    """import forge_gpu (and the env) does not import torch."""
+    import subprocess
+    import sys
+
+    code = "import forge_gpu, sys; forge_gpu.make; forge_gpu.StepResult; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
