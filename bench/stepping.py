@@ -1,7 +1,7 @@
 """Env-steps per second against num_envs, per task, stepping only (no transport, no recording).
 
-    python bench/stepping.py                 # 64 .. 4096 envs on the CPU, up to 16384 on CUDA
-    python bench/stepping.py --smoke         # seconds-long check that every figure is produced
+python bench/stepping.py                 # 64 .. 4096 envs on the CPU, up to 16384 on CUDA
+python bench/stepping.py --smoke         # seconds-long check that every figure is produced
 """
 
 from __future__ import annotations
@@ -66,9 +66,7 @@ def main(argv=None) -> int:
     else:
         envs = [64, 256, 1024, 4096] + ([16384] if device.startswith("cuda") else [])
     rows = [measure(t, n, device, args.seconds, args.policy) for t in args.tasks for n in envs]
-    md = "## Stepping only\n\n" + table(
-        rows, ["task", "device", "num_envs", "median_step_ms", "env_steps_per_s"]
-    )
+    md = "## Stepping only\n\n" + table(rows, ["task", "device", "num_envs", "median_step_ms", "env_steps_per_s"])
     path = save("stepping", {"machine": machine(), "rows": rows}, md, args.out)
     print(md)
     print(f"\nwrote {path}")

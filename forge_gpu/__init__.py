@@ -15,6 +15,17 @@ _EXPORTS = {
     "TaskConfig": "forge_gpu._src.config",
     "make_policy": "forge_gpu._src.policies",
     "TASKS": "forge_gpu._src.tasks",
+    "HostSnapshotTransport": "forge_gpu._src.transport",
+    "collect": "forge_gpu._src.collector",
+    "CollectionSummary": "forge_gpu._src.collector",
+    "EpisodeRecorder": "forge_gpu._src.recorder",
+    "Episode": "forge_gpu._src.reader",
+    "read_episodes": "forge_gpu._src.reader",
+    "read_manifest": "forge_gpu._src.reader",
+    "action_windows": "forge_gpu._src.reader",
+    "WindowDataset": "forge_gpu._src.torch_data",
+    "validate_episode": "forge_gpu._src.episode_format",
+    "SCHEMA_VERSION": "forge_gpu._src.episode_format",
 }
 
 __all__ = sorted(_EXPORTS)

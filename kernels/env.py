@@ -38,9 +38,7 @@ def begin_step_kernel(
     if reset:
         executed_action_out[worldid, actid] = 0.0
     else:
-        executed_action_out[worldid, actid] = wp.clamp(
-            action_in[worldid, actid], action_low[actid], action_high[actid]
-        )
+        executed_action_out[worldid, actid] = wp.clamp(action_in[worldid, actid], action_low[actid], action_high[actid])
 
 
 @wp.kernel

@@ -138,9 +138,7 @@ class SyntheticSim:
             self.frames[i].append(frame)
             self.transitions[i].append((action[i].copy(), reward[i], terminated[i], truncated[i]))
             if terminated[i] or truncated[i]:
-                self.completed[(i, int(self.episode_id[i]))] = _episode_members(
-                    self.frames[i], self.transitions[i]
-                )
+                self.completed[(i, int(self.episode_id[i]))] = _episode_members(self.frames[i], self.transitions[i])
         self.ended = terminated | truncated
         return obs, self._result(obs, active, action, reward, terminated, truncated)
 

@@ -83,6 +83,7 @@ def test_truncation_at_max_steps(device):
 
 def test_determinism_and_independence_from_env_count():
     """The same seed gives identical rollouts; env i's episodes do not depend on num_envs."""
+
     def run(n, seed):
         env = forge_gpu.make("cartpole", num_envs=n, device="cpu", seed=seed, max_steps=20)
         return rollout(env, forge_gpu.make_policy("random", env), 45)

@@ -168,9 +168,7 @@ def build_dataclass(cls: type, table: dict, source: str, prefix: str = "") -> An
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        raise ValueError(
-            f"{source}: unknown key {prefix}{unknown[0]!s}; allowed keys are {', '.join(sorted(fields))}"
-        )
+        raise ValueError(f"{source}: unknown key {prefix}{unknown[0]!s}; allowed keys are {', '.join(sorted(fields))}")
     kwargs = {}
     for name, value in table.items():
         where = f"{source}: {prefix}{name}"

@@ -192,9 +192,7 @@ class VectorEnv:
         shape = tuple(self._action_in.shape)
         if isinstance(action, np.ndarray):
             if action.dtype != np.float32 or action.shape != shape:
-                raise ValueError(
-                    f"action has dtype {action.dtype} and shape {action.shape}; expected float32 {shape}"
-                )
+                raise ValueError(f"action has dtype {action.dtype} and shape {action.shape}; expected float32 {shape}")
             if not np.isfinite(action).all():
                 raise ValueError("action has non-finite values (NaN or inf); every value must be finite")
             self._action_in.assign(action)

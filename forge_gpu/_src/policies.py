@@ -47,3 +47,66 @@ def make_policy(name: str, env):
             raise ValueError(f"task {env.task.spec.id!r} has no expert policy; use 'random'")
         return policy
     raise ValueError(f"unknown policy {name!r}; built-in policies are {', '.join(BUILTIN_POLICIES)}")
+
+
+def check_policy_name(name: str) -> None:
+    """Refuse a policy name that is neither built in nor ``MODULE:FACTORY``."""
+    if name in BUILTIN_POLICIES:
+        return
+    module, sep, factory = name.partition(":")
+    if not sep or not module or not factory.isidentifier():
+        raise ValueError(
+            f"unknown policy {name!r}; use {', '.join(BUILTIN_POLICIES)} or MODULE:FACTORY (a torch policy)"
+        )
+
+
+def load_policy(name: str, env):
+    """A built-in policy, or the torch policy that ``MODULE:FACTORY(env.spec, device)`` returns."""
+    check_policy_name(name)
+    if name in BUILTIN_POLICIES:
+        return make_policy(name, env)
+    import importlib
+
+    module_name, _, factory_name = name.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"policy {name!r}: cannot load {factory_name} from {module_name}: {e}") from e
+    return TorchPolicy(env, factory)
+
+
+class TorchPolicy:
+    """Drives the env with a torch callable ``(dict[str, torch.Tensor]) -> torch.Tensor [N, A]``.
+
+    Observations reach it as zero-copy torch views of the env's device buffers, and the action it
+    returns is handed to the env without a copy (``wp.from_torch``).
+    """
+
+    def __init__(self, env, factory):
+        import torch
+
+        self.env = env
+        self.torch_device = wp.device_to_torch(env.device)
+        self.fn = factory(env.spec, self.torch_device)
+        if not callable(self.fn):
+            raise ValueError(f"policy factory {factory!r} returned {self.fn!r}, which is not callable")
+        self.observation = {k: wp.to_torch(v) for k, v in env.observation.items()}
+        self.shape = tuple(env._action_in.shape)
+        self._torch = torch
+
+    def __call__(self, observation: dict):
+        torch = self._torch
+        with torch.no_grad():
+            action = self.fn(self.observation)
+        if not isinstance(action, torch.Tensor):
+            raise ValueError(f"the torch policy returned a {type(action).__name__}; expected a torch.Tensor")
+        if tuple(action.shape) != self.shape or action.dtype != torch.float32:
+            raise ValueError(
+                f"the torch policy returned {action.dtype} of shape {tuple(action.shape)}; "
+                f"expected torch.float32 of shape {self.shape}"
+            )
+        if action.device != torch.device(self.torch_device):
+            raise ValueError(f"the torch policy returned a tensor on {action.device}; expected {self.torch_device}")
+        if not bool(torch.isfinite(action).all()):
+            raise ValueError("the torch policy returned non-finite actions (NaN or inf)")
+        return wp.from_torch(action.contiguous())

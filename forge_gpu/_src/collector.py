@@ -1,0 +1,187 @@
+"""collect: step a VectorEnv with a policy and record every episode through the host snapshot.
+
+Threads: the caller's thread steps the env and publishes each step into the transport; one
+recorder thread takes the host batches, appends them to the :class:`EpisodeRecorder` and releases
+the slots; the recorder's writer threads publish episodes. Backpressure chain: slow writers ->
+``append`` waits for a free episode buffer -> the recorder thread holds its slot -> ``publish``
+waits for a free slot -> stepping stops. Exceptions in any thread reach the caller.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .recorder import EpisodeRecorder
+from .transport import HostSnapshotTransport, TransportClosed
+
+
+@dataclass
+class CollectionSummary:
+    """What a collection did."""
+
+    directory: str
+    status: str
+    """``closed``, ``interrupted`` or ``failed``."""
+    episodes: int
+    """Episodes published."""
+    env_steps: int
+    """Env steps taken (num_envs per call, reset calls excluded)."""
+    seconds: float
+    stall_seconds: float
+    """Time the stepping loop waited on the transport (all slots held) [s]."""
+    bytes_written: int
+    incomplete_episodes: list = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def env_steps_per_second(self) -> float:
+        return self.env_steps / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def stall_fraction(self) -> float:
+        return self.stall_seconds / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Consumer(threading.Thread):
+    """The recorder thread: host batches -> recorder.append -> release."""
+
+    def __init__(self, transport: HostSnapshotTransport, recorder: EpisodeRecorder | None):
+        super().__init__(name="forge-recorder", daemon=True)
+        self.transport, self.recorder = transport, recorder
+        self.ended = 0
+        """Episodes that ended (terminated or truncated) in the batches seen so far."""
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while (batch := self.transport.get()) is not None:
+                result = batch.result
+                if self.recorder is not None:
+                    self.recorder.append(batch.observation, result)
+                self.ended += int(np.count_nonzero(result.terminated | result.truncated))
+                self.transport.release(batch)
+        except BaseException as exc:  # surfaces in the stepping thread at its next publish
+            self.error = exc
+            self.transport.fail(exc)
+
+
+def collect(
+    env,
+    policy: Callable,
+    directory: str | None,
+    *,
+    episodes: int | None = None,
+    steps: int | None = None,
+    slots: int = 4,
+    max_buffer_bytes: int = 1 << 30,
+    writers: int = 2,
+    compression: str = "none",
+    compression_level: int = 1,
+    stop: threading.Event | None = None,
+    progress: Callable[[dict], None] | None = None,
+    progress_interval: float = 0.5,
+) -> CollectionSummary:
+    """Run ``policy`` in ``env`` and record into the new run directory ``directory``.
+
+    Args:
+        env: A :class:`VectorEnv`.
+        policy: ``(observation) -> action`` on the env's device.
+        directory: New run directory; ``None`` steps and transports without recording.
+        episodes: Stop once at least this many episodes have ended (all of them are published).
+        steps: Or stop after this many ``step`` calls. Exactly one of the two is given.
+        slots: Transport slots K.
+        max_buffer_bytes, writers, compression, compression_level: see :class:`EpisodeRecorder`.
+        stop: Set it (e.g. from a signal handler) to stop stepping and close cleanly.
+        progress: Called about every ``progress_interval`` seconds with a dict of counters.
+    """
+    if (episodes is None) == (steps is None):
+        raise ValueError(f"give exactly one of episodes={episodes!r} and steps={steps!r}")
+    target = episodes if episodes is not None else steps
+    if not isinstance(target, int) or isinstance(target, bool) or target < 1:
+        raise ValueError(f"{'episodes' if episodes is not None else 'steps'}={target!r}: expected an integer >= 1")
+    transport = HostSnapshotTransport(env, slots=slots)
+    recorder = None
+    if directory is not None:
+        recorder = EpisodeRecorder(
+            directory,
+            env,
+            max_buffer_bytes=max_buffer_bytes,
+            writers=writers,
+            compression=compression,
+            compression_level=compression_level,
+        )
+    stop = stop or threading.Event()
+    consumer = _Consumer(transport, recorder)
+    consumer.start()
+    calls = 0
+    start = last_report = time.perf_counter()
+    status, error = "closed", None
+
+    def counters() -> dict:
+        elapsed = time.perf_counter() - start
+        return {
+            "episodes_ended": consumer.ended,
+            "episodes_published": recorder.completed_episodes if recorder else consumer.ended,
+            "target": target,
+            "unit": "episodes" if episodes is not None else "steps",
+            "steps": calls,
+            "env_steps": calls * env.num_envs,
+            "seconds": elapsed,
+            "env_steps_per_s": calls * env.num_envs / elapsed if elapsed > 0 else 0.0,
+            "stall_fraction": transport.stall_seconds / elapsed if elapsed > 0 else 0.0,
+            "backlog": recorder.backlog if recorder else 0,
+            "bytes_written": recorder.bytes_written if recorder else 0,
+        }
+
+    try:
+        transport.publish(env.reset())
+        while not stop.is_set():
+            if episodes is not None and consumer.ended >= episodes:
+                break
+            if steps is not None and calls >= steps:
+                break
+            transport.publish(env.step(policy(env.observation)))
+            calls += 1
+            if progress is not None and time.perf_counter() - last_report >= progress_interval:
+                last_report = time.perf_counter()
+                progress(counters())
+        if stop.is_set():
+            status = "interrupted"
+    except TransportClosed:
+        status = "failed"
+    except BaseException as exc:
+        status, error = "failed", exc
+    finally:
+        transport.close()
+        consumer.join()
+    error = error or consumer.error
+    seconds = time.perf_counter() - start
+    summary = CollectionSummary(
+        directory=str(directory) if directory is not None else "",
+        status=status,
+        episodes=consumer.ended,
+        env_steps=calls * env.num_envs,
+        seconds=seconds,
+        stall_seconds=transport.stall_seconds,
+        bytes_written=0,
+    )
+    if recorder is not None:
+        try:
+            recorder.close()
+        except BaseException as exc:
+            error = error or exc
+            summary.status = "failed"
+        summary.episodes = recorder.completed_episodes
+        summary.bytes_written = recorder.bytes_written
+        summary.incomplete_episodes = recorder.incomplete_episodes
+    if progress is not None:
+        progress(counters())
+    if error is not None:
+        summary.error = f"{type(error).__name__}: {error}"
+        raise error
+    return summary

@@ -1,0 +1,290 @@
+"""The on-disk episode store, schema version 1 (see FORMAT.md): names, checks and atomic writers.
+
+Pure numpy and the standard library; shared by the recorder (which writes) and the reader (which checks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import zipfile
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+RUN_MANIFEST = "run.json"
+EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
+EPISODE_SUFFIX = ".npz"
+MARKER_SUFFIX = ".json"
+EPISODE_STEM_RE = re.compile(r"^env(\d{5})-episode(\d{8})$")
+
+#: Observation fields every episode holds, in `obs/` and `next/`.
+REQUIRED_FIELDS = ("env_id", "episode_id", "step_id", "time", "proprio")
+#: Integer bookkeeping fields among them: shape [T], non-negative.
+ID_FIELDS = ("env_id", "episode_id", "step_id")
+#: Per-transition members of an episode file.
+TRANSITION_MEMBERS = ("action", "reward", "terminated", "truncated")
+#: Keys run.json must hold (`incomplete_episodes` is complete only after close).
+MANIFEST_KEYS = (
+    "schema_version",
+    "run_id",
+    "config",
+    "env_spec",
+    "calibration",
+    "python",
+    "packages",
+    "dependency_sources",
+    "status",
+    "completed_episodes",
+    "transport",
+    "scene",
+    "scene_spec",
+    "task",
+    "seed",
+    "max_buffer_bytes",
+    "incomplete_episodes",
+)
+MANIFEST_STATUSES = ("recording", "closed", "failed")
+COMPRESSIONS = ("none", "deflate")
+
+_NUMERIC_KINDS = "biuf"
+# Members larger than this are written with zip64 headers (the zip limit without them is 2 GiB).
+_ZIP64_THRESHOLD = 1 << 30
+
+
+def episode_stem(env_id: int, episode_id: int) -> str:
+    """File name of an episode without suffix, e.g. ``env00003-episode00000012``."""
+    return EPISODE_STEM.format(env_id=int(env_id), episode_id=int(episode_id))
+
+
+def parse_episode_stem(stem: str) -> tuple[int, int] | None:
+    """``(env_id, episode_id)`` of an episode file stem, or None if the name is not an episode's."""
+    match = EPISODE_STEM_RE.match(stem)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented UTF-8 JSON to a temporary file in the same directory, then rename it."""
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=directory or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def make_marker(env_id: int, episode_id: int, steps: int) -> dict:
+    """The completion marker of an episode."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "complete": True,
+        "steps": int(steps),
+        "env_id": int(env_id),
+        "episode_id": int(episode_id),
+    }
+
+
+def validate_marker(marker: Any, *, name: str, env_id: int | None = None, episode_id: int | None = None) -> int:
+    """Check a completion marker (and, if given, the ids its file name implies); return its ``steps``."""
+    if not isinstance(marker, dict):
+        raise ValueError(f"{name}: marker must be a JSON object, got {type(marker).__name__}")
+    expected = {"schema_version", "complete", "steps", "env_id", "episode_id"}
+    missing = expected - marker.keys()
+    if missing:
+        raise ValueError(f"{name}: marker lacks key(s) {sorted(missing)}")
+    if marker["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"{name}: marker schema_version is {marker['schema_version']!r}, expected 1")
+    if marker["complete"] is not True:
+        raise ValueError(f"{name}: marker 'complete' is {marker['complete']!r}, expected true")
+    for key in ("steps", "env_id", "episode_id"):
+        value = marker[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name}: marker {key!r} must be a non-negative integer, got {value!r}")
+    if marker["steps"] < 1:
+        raise ValueError(f"{name}: marker steps must be >= 1, got {marker['steps']}")
+    for key, value in (("env_id", env_id), ("episode_id", episode_id)):
+        if value is not None and marker[key] != value:
+            raise ValueError(f"{name}: marker {key} is {marker[key]}, but the file name says {value}")
+    return marker["steps"]
+
+
+def validate_episode(arrays: Mapping[str, np.ndarray], marker: Mapping[str, Any], *, name: str) -> None:
+    """Check one whole episode (member name -> array) against FORMAT.md; raise ValueError naming ``name``.
+
+    Every member must be present; use `validate_episode_schema` plus `validate_episode_values` to check
+    a projection (the schema of all members, the values of some).
+    """
+    validate_episode_schema({key: (a.shape, a.dtype) for key, a in arrays.items()}, marker, name=name)
+    validate_episode_values(arrays, marker, name=name)
+
+
+def observation_fields(members: Iterable[str]) -> list[str]:
+    """The observation field names among member names (those of ``obs/``), sorted."""
+    return sorted(m[4:] for m in members if m.startswith("obs/"))
+
+
+def validate_episode_schema(
+    headers: Mapping[str, tuple[tuple[int, ...], np.dtype]], marker: Mapping[str, Any], *, name: str
+) -> None:
+    """Check member names, shapes and dtypes (member -> (shape, dtype)), without looking at values."""
+    steps = validate_marker(marker, name=name)
+    obs = {m[4:] for m in headers if m.startswith("obs/")}
+    nxt = {m[5:] for m in headers if m.startswith("next/")}
+    unknown = sorted(m for m in headers if not m.startswith(("obs/", "next/")) and m not in TRANSITION_MEMBERS)
+    if unknown:
+        raise ValueError(f"{name}: unknown member(s) {unknown}")
+    fields = obs | nxt | set(REQUIRED_FIELDS)
+    required = [f"obs/{f}" for f in fields] + [f"next/{f}" for f in fields] + list(TRANSITION_MEMBERS)
+    missing = sorted(set(required) - headers.keys())
+    if missing:
+        raise ValueError(f"{name}: missing member(s) {missing}")
+    for member, (shape, dtype) in headers.items():
+        if len(shape) == 0 or shape[0] != steps:
+            raise ValueError(f"{name}: member {member} has shape {tuple(shape)}; its first dim must be T={steps}")
+        if dtype.kind not in _NUMERIC_KINDS:
+            raise ValueError(f"{name}: member {member} has non-numeric dtype {dtype}")
+    for field in obs:
+        if headers[f"obs/{field}"] != headers[f"next/{field}"]:
+            raise ValueError(
+                f"{name}: obs/{field} is {_describe(headers[f'obs/{field}'])} but "
+                f"next/{field} is {_describe(headers[f'next/{field}'])}; they must match"
+            )
+    for field in ID_FIELDS:
+        shape, dtype = headers[f"obs/{field}"]
+        if len(shape) != 1 or dtype.kind not in "iu":
+            raise ValueError(f"{name}: obs/{field} must be integers of shape [T], got {_describe((shape, dtype))}")
+    if len(headers["obs/time"][0]) != 1:
+        raise ValueError(f"{name}: obs/time must have shape [T], got {tuple(headers['obs/time'][0])}")
+    if len(headers["obs/proprio"][0]) != 2:
+        raise ValueError(f"{name}: obs/proprio must have shape [T, P], got {tuple(headers['obs/proprio'][0])}")
+    shape, dtype = headers["action"]
+    if len(shape) != 2 or dtype.kind != "f":
+        raise ValueError(f"{name}: action must be floating point of shape [T, A], got {_describe((shape, dtype))}")
+    shape, dtype = headers["reward"]
+    if len(shape) != 1 or dtype.kind not in "iuf":
+        raise ValueError(f"{name}: reward must be numbers of shape [T], got {_describe((shape, dtype))}")
+    for flag in ("terminated", "truncated"):
+        shape, dtype = headers[flag]
+        if len(shape) != 1 or dtype != np.bool_:
+            raise ValueError(f"{name}: {flag} must be bool of shape [T], got {_describe((shape, dtype))}")
+
+
+def validate_episode_values(arrays: Mapping[str, np.ndarray], marker: Mapping[str, Any], *, name: str) -> None:
+    """Check the values of the members present in ``arrays`` (whose schema is already checked).
+
+    The transition members and the ``env_id``, ``episode_id``, ``step_id`` and ``time`` fields must be
+    present; other observation fields are checked where present.
+    """
+    steps = marker["steps"]
+    for member, array in arrays.items():
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ValueError(f"{name}: member {member} holds non-finite values")
+    terminated, truncated = arrays["terminated"], arrays["truncated"]
+    if (terminated & truncated).any():
+        raise ValueError(
+            f"{name}: transition(s) {np.flatnonzero(terminated & truncated).tolist()} are both terminated and truncated"
+        )
+    done = terminated | truncated
+    if not done[-1] or done[:-1].any():
+        raise ValueError(
+            f"{name}: terminated|truncated must be true at the last transition only, "
+            f"but is true at {np.flatnonzero(done).tolist()} of T={steps}"
+        )
+    expected_steps = np.arange(steps + 1)
+    for prefix, expected in (("obs/", expected_steps[:-1]), ("next/", expected_steps[1:])):
+        if not np.array_equal(arrays[prefix + "step_id"], expected):
+            raise ValueError(
+                f"{name}: {prefix}step_id must be {expected[0]}..{expected[-1]}, "
+                f"got {arrays[prefix + 'step_id'].tolist()}"
+            )
+        for key in ("env_id", "episode_id"):
+            if (arrays[prefix + key] != marker[key]).any():
+                raise ValueError(f"{name}: {prefix}{key} must be {marker[key]} throughout (the marker's)")
+    later = arrays["next/time"] > arrays["obs/time"]
+    if not later.all():
+        raise ValueError(f"{name}: next/time must exceed obs/time; it does not at {np.flatnonzero(~later).tolist()}")
+    for member in arrays:
+        if member.startswith("obs/"):
+            field = member[4:]
+            if not np.array_equal(arrays[f"next/{field}"][:-1], arrays[member][1:]):
+                raise ValueError(f"{name}: continuity broken: next/{field}[t] != obs/{field}[t+1] for some t")
+
+
+def write_episode_file(
+    path: str | os.PathLike,
+    frames: Mapping[str, np.ndarray],
+    action: np.ndarray,
+    reward: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    *,
+    compression: str = "none",
+    compression_level: int = 1,
+) -> int:
+    """Publish one episode at ``path`` atomically; return the file's size in bytes.
+
+    ``frames[F]`` holds the episode's ``T + 1`` observation frames of field ``F`` (shape ``[T+1, ...]``); it
+    is laid out twice, as ``obs/F = frames[:T]`` and ``next/F = frames[1:]``, straight from the given
+    buffers (no stacked copies). The file is written to ``<path>.tmp`` and renamed over ``path``.
+    """
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+    path = os.fspath(path)
+    steps = len(action)
+    members: list[tuple[str, np.ndarray]] = [(f"obs/{f}", a[:steps]) for f, a in frames.items()]
+    members += [(f"next/{f}", a[1 : steps + 1]) for f, a in frames.items()]
+    members += [("action", action), ("reward", reward), ("terminated", terminated), ("truncated", truncated)]
+    tmp = path + ".tmp"
+    mode = zipfile.ZIP_STORED if compression == "none" else zipfile.ZIP_DEFLATED
+    level = None if compression == "none" else compression_level
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=mode, compresslevel=level) as archive:
+            for member, array in members:
+                force_zip64 = array.nbytes > _ZIP64_THRESHOLD
+                with archive.open(member + ".npy", "w", force_zip64=force_zip64) as f:
+                    np.lib.format.write_array(f, array, allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return os.path.getsize(path)
+
+
+def read_npy_header(archive: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of one ``.npy`` member of a zip, read from its header alone."""
+    with archive.open(member + ".npy") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"member {member} uses unsupported .npy format version {version}")
+    return tuple(shape), dtype
+
+
+def per_env_nbytes(shape: Iterable[int], dtype: Any) -> int:
+    """Bytes of one env's row of a field of per-env ``shape`` and ``dtype``."""
+    return math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
+
+
+def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:
+    shape, dtype = header
+    return f"{dtype}{list(shape)}"
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

@@ -1,0 +1,138 @@
+"""Summaries and drawings of a run directory, for ``forge-gpu inspect`` and ``forge-gpu render``.
+
+Data side: numpy, the reader, and matplotlib (imported when drawing).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .episode_format import EPISODE_SUFFIX
+from .reader import _marked_episodes, read_episodes, read_manifest
+
+
+def _stats(values: list[float]) -> dict:
+    if not values:
+        return {"mean": None, "min": None, "max": None}
+    a = np.asarray(values, dtype=np.float64)
+    return {"mean": float(a.mean()), "min": float(a.min()), "max": float(a.max())}
+
+
+def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
+    """Check a run and summarise it. ``quick`` checks the manifest and markers only.
+
+    Raises ``ValueError`` naming the offending file and the broken rule.
+    """
+    run_dir = os.fspath(run_dir)
+    manifest = read_manifest(run_dir)
+    marked = _marked_episodes(run_dir)
+    lengths = [int(marker["steps"]) for _, marker in marked]
+    returns: list[float] = []
+    successes = 0
+    if not quick:
+        for episode in read_episodes(run_dir):
+            returns.append(float(episode.reward.astype(np.float64).sum()))
+            successes += bool(episode.truncated[-1])
+    spec = manifest["env_spec"]
+    bytes_on_disk = sum(f.stat().st_size for f in Path(run_dir).iterdir() if f.is_file())
+    report = {
+        "run": run_dir,
+        "status": manifest["status"],
+        "task": manifest["task"],
+        "run_id": manifest["run_id"],
+        "checked": "markers" if quick else "all episodes",
+        "episodes": len(marked),
+        "transitions": int(sum(lengths)),
+        "episode_length": _stats(lengths),
+        "episode_return": None if quick else _stats(returns),
+        "success_rate": None,
+        "fields": spec.get("observation", {}),
+        "action_shape": spec["action_shape"],
+        "bytes_on_disk": bytes_on_disk,
+        "incomplete_episodes": manifest.get("incomplete_episodes", []),
+    }
+    if spec.get("has_success") and not quick and marked:
+        report["success_rate"] = successes / len(marked)
+    if manifest["status"] == "recording":
+        report["note"] = "the run was not closed: it is still being recorded or its process was killed"
+    return report
+
+
+def format_report(report: dict) -> str:
+    """A readable summary of :func:`inspect_run`'s report."""
+
+    def stat(s):
+        if not s or s["mean"] is None:
+            return "n/a"
+        return f"mean {s['mean']:.4g}  min {s['min']:.4g}  max {s['max']:.4g}"
+
+    rate = report["success_rate"]
+    success = "n/a" if rate is None else f"{rate:.1%}"
+    lines = [
+        f"run            {report['run']}",
+        f"task           {report['task']}   status {report['status']}   checked {report['checked']}",
+        f"episodes       {report['episodes']}   transitions {report['transitions']}",
+        f"length         {stat(report['episode_length'])}",
+        f"return         {stat(report['episode_return'])}",
+        f"success rate   {success}",
+        f"bytes on disk  {report['bytes_on_disk']:,}",
+        f"incomplete     {len(report['incomplete_episodes'])} episodes (never published)",
+        f"action         {report['action_shape']}",
+        "fields:",
+    ]
+    lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["fields"].items()]
+    if "note" in report:
+        lines.append(f"note: {report['note']}")
+    return "\n".join(lines)
+
+
+def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None) -> Path:
+    """Draw one episode: a GIF of its ``rgb`` frames, or a PNG plot of proprio, actions and reward.
+
+    Raises ``LookupError`` when the episode is not in the run.
+    """
+    run_dir = os.fspath(run_dir)
+    wanted = None
+    if episode is not None:
+        wanted = f"env{episode[0]:05d}-episode{episode[1]:08d}{EPISODE_SUFFIX}"
+    chosen = None
+    for k, (path, _) in enumerate(_marked_episodes(run_dir)):
+        if wanted is None or os.path.basename(path) == wanted:
+            chosen = k
+            break
+    if chosen is None:
+        what = f"episode {episode[0]}:{episode[1]}" if episode else "any episode"
+        raise LookupError(f"{run_dir} holds no published {what}")
+    ep = next(read_episodes(run_dir, shard=chosen, num_shards=chosen + 1))
+    stem = f"env{ep.env_id:05d}-episode{ep.episode_id:08d}"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    if "rgb" in ep.obs:
+        from PIL import Image
+
+        out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.gif")
+        frames = np.concatenate([ep.obs["rgb"], ep.next["rgb"][-1:]])
+        images = [Image.fromarray(f) for f in frames]
+        images[0].save(out, save_all=True, append_images=images[1:], duration=40, loop=0)
+        return out
+    out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.png")
+    t = ep.obs["time"]
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    axes[0].plot(t, ep.obs["proprio"])
+    axes[0].set_ylabel("proprio")
+    axes[1].plot(t, ep.action)
+    axes[1].set_ylabel("action")
+    axes[2].plot(t, ep.reward)
+    axes[2].set_ylabel("reward")
+    axes[2].set_xlabel("time [s]")
+    fig.suptitle(f"{stem}: {ep.steps} steps")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,234 @@
+"""Read a run directory (FORMAT.md): the manifest, checked episodes, and training windows.
+
+Pure numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import zipfile
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from forge_gpu._src.episode_format import (
+    EPISODE_SUFFIX,
+    MANIFEST_KEYS,
+    MARKER_SUFFIX,
+    RUN_MANIFEST,
+    SCHEMA_VERSION,
+    TRANSITION_MEMBERS,
+    observation_fields,
+    parse_episode_stem,
+    read_npy_header,
+    validate_episode_schema,
+    validate_episode_values,
+    validate_marker,
+)
+
+# Fields the value checks need even when a projection leaves them out.
+_CHECK_FIELDS = ("env_id", "episode_id", "step_id", "time")
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """One checked episode of ``steps`` (T) transitions.
+
+    ``obs[F]`` and ``next[F]`` are ``[T, ...]`` arrays of observation field ``F`` before and after each
+    transition; ``action`` is ``[T, A]``, ``reward``, ``terminated`` and ``truncated`` are ``[T]``.
+    """
+
+    env_id: int
+    episode_id: int
+    steps: int
+    obs: dict[str, np.ndarray]
+    next: dict[str, np.ndarray]
+    action: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    path: str
+
+
+def read_manifest(run_dir: str | os.PathLike) -> dict:
+    """Load and check ``run.json`` of a run directory."""
+    path = os.path.join(os.fspath(run_dir), RUN_MANIFEST)
+    manifest = _load_json(path)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: must hold a JSON object")
+    missing = [key for key in MANIFEST_KEYS if key not in manifest]
+    if missing:
+        raise ValueError(f"{path}: missing key(s) {missing}")
+    if manifest["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version is {manifest['schema_version']!r}; this reader reads 1")
+    spec = manifest["env_spec"]
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path}: env_spec must be an object")
+    action_shape = spec.get("action_shape")
+    if not isinstance(action_shape, list) or len(action_shape) != 1:
+        raise ValueError(f"{path}: env_spec.action_shape must be a list [A], got {action_shape!r}")
+    if not isinstance(spec.get("instruction"), str):
+        raise ValueError(f"{path}: env_spec.instruction must be a string")
+    return manifest
+
+
+def read_episodes(
+    run_dir: str | os.PathLike,
+    *,
+    fields: Sequence[str] | None = None,
+    shard: int = 0,
+    num_shards: int = 1,
+) -> Iterator[Episode]:
+    """Yield the checked episodes of shard ``shard`` of ``num_shards``, in sorted file-name order.
+
+    Only episodes with a valid completion marker count; the ``k``-th of them belongs to shard
+    ``k % num_shards``. With ``fields``, only those observation fields are loaded and value-checked
+    (the full member schema is still checked). A file that breaks FORMAT.md raises ValueError naming it.
+    Arguments, run.json and the markers are checked at the call; each archive when its episode is reached.
+    """
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ValueError(f"num_shards must be an integer >= 1, got {num_shards!r}")
+    if not isinstance(shard, int) or not 0 <= shard < num_shards:
+        raise ValueError(f"shard must be an integer in [0, {num_shards - 1}], got {shard!r}")
+    run_dir = os.fspath(run_dir)
+    env_spec = read_manifest(run_dir)["env_spec"]
+    marked = _marked_episodes(run_dir)[shard::num_shards]
+    fields = None if fields is None else list(fields)
+    return (_load_episode(path, marker, fields, env_spec) for path, marker in marked)
+
+
+def action_windows(
+    run_dir: str | os.PathLike,
+    *,
+    history: int,
+    horizon: int,
+    fields: Sequence[str] | None = None,
+    shard: int = 0,
+    num_shards: int = 1,
+) -> Iterator[dict[str, Any]]:
+    """Yield training windows (FORMAT.md "Training windows") of the episodes of one shard.
+
+    For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
+    with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``), ``action`` =
+    ``action[t : t+horizon]`` (``[horizon, A]``), the run's ``instruction`` and the ints ``env_id``,
+    ``episode_id`` and ``t``. The arrays are views of the episode's arrays.
+    """
+    for name, value in (("history", history), ("horizon", horizon)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    instruction = read_manifest(run_dir)["env_spec"]["instruction"]
+    episodes = read_episodes(run_dir, fields=fields, shard=shard, num_shards=num_shards)
+    return _windows(episodes, history, horizon, instruction)
+
+
+def _windows(episodes: Iterator[Episode], history: int, horizon: int, instruction: str) -> Iterator[dict]:
+    for episode in episodes:
+        for t in range(history - 1, episode.steps - horizon + 1):
+            window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
+            window["action"] = episode.action[t : t + horizon]
+            window["instruction"] = instruction
+            window["env_id"] = episode.env_id
+            window["episode_id"] = episode.episode_id
+            window["t"] = t
+            yield window
+
+
+def _marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
+    """(episode path, marker) of every marked episode, in sorted file-name order; no archive is opened."""
+    npz, markers = set(), set()
+    for name in os.listdir(run_dir):
+        stem, suffix = os.path.splitext(name)
+        if parse_episode_stem(stem) is None:
+            continue
+        if suffix == EPISODE_SUFFIX:
+            npz.add(stem)
+        elif suffix == MARKER_SUFFIX:
+            markers.add(stem)
+    orphans = sorted(markers - npz)
+    if orphans:
+        path = os.path.join(run_dir, orphans[0] + MARKER_SUFFIX)
+        raise ValueError(f"{path}: completion marker without its episode file {orphans[0] + EPISODE_SUFFIX}")
+    marked = []
+    for stem in sorted(npz & markers):
+        env_id, episode_id = parse_episode_stem(stem)
+        marker_path = os.path.join(run_dir, stem + MARKER_SUFFIX)
+        marker = _load_json(marker_path)
+        validate_marker(marker, name=marker_path, env_id=env_id, episode_id=episode_id)
+        marked.append((os.path.join(run_dir, stem + EPISODE_SUFFIX), marker))
+    return marked
+
+
+def _load_episode(path: str, marker: dict, fields: list[str] | None, env_spec: dict) -> Episode:
+    with _archive_errors(path):
+        archive = np.load(path, allow_pickle=False)
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not an .npz archive")
+    with archive:
+        with _archive_errors(path):
+            headers = {member: read_npy_header(archive.zip, member) for member in archive.files}
+        validate_episode_schema(headers, marker, name=path)
+        _check_against_spec(headers, env_spec, path)
+        present = observation_fields(headers)
+        wanted = present if fields is None else fields
+        unknown = [f for f in wanted if f not in present]
+        if unknown:
+            raise ValueError(f"{path}: requested field(s) {unknown} are not in the episode (it has {present})")
+        loaded = sorted(set(wanted) | set(_CHECK_FIELDS))
+        members = [f"{prefix}/{f}" for prefix in ("obs", "next") for f in loaded] + list(TRANSITION_MEMBERS)
+        with _archive_errors(path):
+            arrays = {member: archive[member] for member in members}
+    validate_episode_values(arrays, marker, name=path)
+    return Episode(
+        env_id=marker["env_id"],
+        episode_id=marker["episode_id"],
+        steps=marker["steps"],
+        obs={f: arrays[f"obs/{f}"] for f in wanted},
+        next={f: arrays[f"next/{f}"] for f in wanted},
+        action=arrays["action"],
+        reward=arrays["reward"],
+        terminated=arrays["terminated"],
+        truncated=arrays["truncated"],
+        path=path,
+    )
+
+
+def _check_against_spec(headers: dict, env_spec: dict, path: str) -> None:
+    """Check observation fields and action width against run.json's env_spec, where it describes them."""
+    action_dim = headers["action"][0][1]
+    if [action_dim] != list(env_spec["action_shape"]):
+        raise ValueError(f"{path}: action has width {action_dim}; run.json says {env_spec['action_shape']}")
+    described = env_spec.get("observation")
+    if not isinstance(described, dict):
+        return
+    present = observation_fields(headers)
+    if sorted(described) != present:
+        raise ValueError(f"{path}: observation fields {present} differ from run.json's {sorted(described)}")
+    for field, entry in described.items():
+        shape, dtype = headers[f"obs/{field}"]
+        if list(shape[1:]) != list(entry.get("shape", shape[1:])) or str(dtype) != entry.get("dtype", str(dtype)):
+            raise ValueError(
+                f"{path}: obs/{field} is {dtype}{list(shape[1:])} per transition; run.json says "
+                f"{entry.get('dtype')}{entry.get('shape')}"
+            )
+
+
+@contextlib.contextmanager
+def _archive_errors(path: str) -> Iterator[None]:
+    """Turn the ways a damaged archive fails to read into a ValueError naming it."""
+    try:
+        yield
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: cannot read episode archive: {exc}") from exc
+
+
+def _load_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read JSON: {exc}") from exc

@@ -1,0 +1,296 @@
+"""The ``forge-gpu`` command: collect, inspect and render runs.
+
+Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
+130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported in one line with exit status 2."""
+
+
+def _parse_set(items: list[str]) -> dict:
+    import tomllib
+
+    overrides = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set solver.name=featherstone")
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text  # a bare word is a string
+        overrides[key.strip()] = value
+    return overrides
+
+
+def _check_out(out: str | None, task: str) -> Path:
+    path = Path(out) if out else Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if path.exists():
+        raise UsageError(f"--out {path}: already exists; give a new directory")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {path}: cannot write in {parent}; choose a writable place")
+    return path
+
+
+def cmd_collect(args) -> int:
+    import forge_gpu
+    from forge_gpu._src.collector import collect
+    from forge_gpu._src.policies import check_policy_name, load_policy
+
+    if args.task not in forge_gpu.TASKS:
+        raise UsageError(f"unknown task {args.task!r}; known tasks are {', '.join(sorted(forge_gpu.TASKS))}")
+    overrides = _parse_set(args.set or [])
+    for reserved in ("num_envs", "seed", "device"):
+        if reserved in overrides:
+            raise UsageError(f"--set {reserved}=...: use the --{reserved.replace('num_', '')} option instead")
+    try:
+        config = forge_gpu.task_config(args.task, seed=args.seed, **overrides)
+        if args.envs is not None:
+            config = forge_gpu.task_config(args.task, seed=args.seed, num_envs=args.envs, **overrides)
+        check_policy_name(args.policy)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    for name in ("writers", "slots", "max_buffer_bytes", "episodes", "steps"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
+    out = _check_out(args.out, args.task)
+    try:
+        env = forge_gpu.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
+        policy = load_policy(args.policy, env)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    episodes = args.episodes if args.steps is None else None
+    if episodes is None and args.steps is None:
+        episodes = 2 * config.num_envs
+
+    stop = threading.Event()
+    caught: list[int] = []
+
+    def on_signal(signum, frame):
+        caught.append(signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    display = _Progress(args.task, env, out)
+    try:
+        summary = collect(
+            env,
+            policy,
+            str(out),
+            episodes=episodes,
+            steps=args.steps,
+            slots=args.slots,
+            max_buffer_bytes=args.max_buffer_bytes,
+            writers=args.writers,
+            compression=args.compression,
+            compression_level=args.compression_level,
+            stop=stop,
+            progress=display.update,
+        )
+    except ValueError as e:
+        if not out.exists():
+            raise UsageError(str(e)) from e
+        display.close()
+        print(f"forge-gpu: collection failed: {e}\nrun directory: {out}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        display.close()
+        print(f"forge-gpu: collection failed: {type(e).__name__}: {e}\nrun directory: {out}", file=sys.stderr)
+        return 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    display.close()
+    _print_summary(summary, env)
+    if caught:
+        name = "SIGINT" if caught[0] == signal.SIGINT else "SIGTERM"
+        print(
+            f"stopped by {name}: kept {summary.episodes} completed episodes; "
+            f"{len(summary.incomplete_episodes)} incomplete episodes were not published"
+        )
+        return 130 if caught[0] == signal.SIGINT else 143
+    return 0
+
+
+class _Progress:
+    """A live progress line (rich when installed, plain text otherwise)."""
+
+    def __init__(self, task, env, out):
+        self._bar = None
+        self._last = 0.0
+        try:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(
+                TextColumn(f"[bold]{task}[/] x{env.num_envs}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
+                TextColumn("{task.fields[rate]:,.0f} env-steps/s"),
+                TextColumn("stall {task.fields[stall]:.0%}"),
+                TextColumn("backlog {task.fields[backlog]}"),
+                TextColumn("{task.fields[mb]:.1f} MB"),
+                TimeRemainingColumn(),
+            )
+            self._bar.start()
+            self._task = None
+        except ImportError:
+            pass
+
+    def update(self, c: dict) -> None:
+        done = c["episodes_ended"] if c["unit"] == "episodes" else c["steps"]
+        fields = dict(
+            unit=c["unit"],
+            rate=c["env_steps_per_s"],
+            stall=c["stall_fraction"],
+            backlog=c["backlog"],
+            mb=c["bytes_written"] / 1e6,
+        )
+        if self._bar is not None:
+            if self._task is None:
+                self._task = self._bar.add_task("collect", total=c["target"], **fields)
+            self._bar.update(self._task, completed=min(done, c["target"]), **fields)
+        elif time.monotonic() - self._last > 2.0:
+            self._last = time.monotonic()
+            print(
+                f"{done}/{c['target']} {c['unit']}  {c['env_steps_per_s']:,.0f} env-steps/s  "
+                f"stall {c['stall_fraction']:.0%}  backlog {c['backlog']}  {c['bytes_written'] / 1e6:.1f} MB",
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _print_summary(summary, env) -> None:
+    rows = [
+        ("status", summary.status),
+        ("episodes published", summary.episodes),
+        ("incomplete episodes", len(summary.incomplete_episodes)),
+        ("env steps", summary.env_steps),
+        ("env-steps/s", f"{summary.env_steps_per_second:,.0f}"),
+        ("stall", f"{summary.stall_fraction:.1%}"),
+        ("bytes written", f"{summary.bytes_written:,}"),
+        ("device", str(env.device)),
+        ("seconds", f"{summary.seconds:.1f}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    print(f"run: {summary.directory}")
+
+
+def cmd_inspect(args) -> int:
+    import json
+
+    from forge_gpu._src.inspect import inspect_run
+
+    try:
+        report = inspect_run(args.run, quick=args.quick)
+    except ValueError as e:
+        print(f"forge-gpu: invalid run: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from forge_gpu._src.inspect import format_report
+
+        print(format_report(report))
+    return 0
+
+
+def cmd_render(args) -> int:
+    from forge_gpu._src.inspect import render_episode
+
+    episode = None
+    if args.episode:
+        env_id, sep, ep = args.episode.partition(":")
+        if not sep or not env_id.isdigit() or not ep.isdigit():
+            raise UsageError(f"--episode {args.episode!r}: expected ENV:EPISODE, e.g. 0:3")
+        episode = (int(env_id), int(ep))
+    if not Path(args.run).is_dir():
+        raise UsageError(f"{args.run}: not a run directory")
+    try:
+        path = render_episode(args.run, episode=episode, out=args.out)
+    except LookupError as e:
+        raise UsageError(str(e)) from e
+    except ValueError as e:
+        print(f"forge-gpu: invalid run: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="forge-gpu", description="Collect, inspect and render robot-learning runs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    c = sub.add_parser("collect", help="collect episodes of a task into a new run directory")
+    c.add_argument("task", help="task id (a configs/<task>.toml)")
+    c.add_argument("--envs", type=int, default=None, help="number of envs (default: the config's)")
+    stop = c.add_mutually_exclusive_group()
+    stop.add_argument("--episodes", type=int, default=None, help="episodes to collect (default 2 per env)")
+    stop.add_argument("--steps", type=int, default=None, help="or: env.step calls to run")
+    c.add_argument("--policy", default="random", help="random, expert or MODULE:FACTORY (a torch policy)")
+    c.add_argument("--out", default=None, help="new run directory (default runs/<task>-<time>)")
+    c.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--compression", choices=["none", "deflate"], default="none")
+    c.add_argument("--compression-level", type=int, default=1, help="deflate level 1-9")
+    c.add_argument("--writers", type=int, default=2, help="writer threads")
+    c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
+    c.add_argument("--max-buffer-bytes", type=int, default=1 << 30, help="recorder memory budget")
+    c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
+    c.set_defaults(func=cmd_collect)
+
+    i = sub.add_parser("inspect", help="check a run and summarise it")
+    i.add_argument("run")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--quick", action="store_true", help="check markers and manifest only")
+    i.set_defaults(func=cmd_inspect)
+
+    r = sub.add_parser("render", help="draw an episode: a GIF of its frames, or a plot of proprio, actions, reward")
+    r.add_argument("run")
+    r.add_argument("--episode", default=None, metavar="ENV:EPISODE", help="default: the first episode")
+    r.add_argument("--out", default=None, help="output file (default next to the run)")
+    r.set_defaults(func=cmd_render)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        import warp as wp
+
+        wp.config.quiet = True
+        wp.config.log_level = wp.LOG_WARNING  # no per-module load lines
+        return args.func(args)
+    except UsageError as e:
+        print(f"forge-gpu: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

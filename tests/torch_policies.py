@@ -1,0 +1,22 @@
+"""Torch policies for the CLI tests, loaded as ``torch_policies:FACTORY``."""
+
+import torch
+
+
+def tiny_mlp(spec, device):
+    """A 2-layer MLP from proprio to the action, squashed into the action bounds."""
+    torch.manual_seed(0)
+    p, a = spec["observation"]["proprio"]["shape"][0], spec["action_shape"][0]
+    net = torch.nn.Sequential(torch.nn.Linear(p, 16), torch.nn.Tanh(), torch.nn.Linear(16, a), torch.nn.Tanh())
+    net.to(device)
+    return lambda obs: net(obs["proprio"])
+
+
+def wrong_shape(spec, device):
+    """Returns one action column too many."""
+    return lambda obs: torch.zeros((obs["proprio"].shape[0], spec["action_shape"][0] + 1), device=device)
+
+
+def nan_actions(spec, device):
+    """Returns NaN actions."""
+    return lambda obs: torch.full((obs["proprio"].shape[0], spec["action_shape"][0]), float("nan"), device=device)
