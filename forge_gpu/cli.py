@@ -42,7 +42,7 @@ def _check_out(out: str | None, task: str) -> Path:
     parent = path.parent
     while not parent.exists():
         parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--out {path}: cannot write in {parent}; choose a writable place")
     return path
 

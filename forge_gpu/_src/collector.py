@@ -104,6 +104,8 @@ def collect(
     target = episodes if episodes is not None else steps
     if not isinstance(target, int) or isinstance(target, bool) or target < 1:
         raise ValueError(f"{'episodes' if episodes is not None else 'steps'}={target!r}: expected an integer >= 1")
+    first = env.reset()
+    env.check_action(policy(env.observation))  # refuse a broken policy before anything is created
     transport = HostSnapshotTransport(env, slots=slots)
     recorder = None
     if directory is not None:
@@ -139,7 +141,7 @@ def collect(
         }
 
     try:
-        transport.publish(env.reset())
+        transport.publish(first)
         while not stop.is_set():
             if episodes is not None and consumer.ended >= episodes:
                 break

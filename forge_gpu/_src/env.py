@@ -187,6 +187,10 @@ class VectorEnv:
             self._step_body()
         return self.result
 
+    def check_action(self, action) -> None:
+        """Raise ``ValueError`` if ``step`` would refuse ``action``; changes no state."""
+        self._stage_action(action)
+
     def _stage_action(self, action) -> None:
         """Check ``action`` and copy it into the step's input buffer; raise before any state changes."""
         shape = tuple(self._action_in.shape)

@@ -1,0 +1,212 @@
+"""The forge-gpu command: collect, interrupt, inspect, render, torch policies, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import forge_gpu
+from forge_gpu.cli import main
+
+TESTS = Path(__file__).resolve().parent
+
+
+def run_cli(*args, cwd=None, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    return subprocess.run(
+        [sys.executable, "-m", "forge_gpu", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
+
+
+def test_collect_inspect_render_end_to_end(tmp_path):
+    """collect through a subprocess writes a valid run that inspect checks and render draws."""
+    out = tmp_path / "run"
+    done = run_cli(
+        "collect",
+        "cartpole",
+        "--envs",
+        "4",
+        "--episodes",
+        "6",
+        "--set",
+        "max_steps=15",
+        "--compression",
+        "deflate",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"run: {out}" in done.stdout and "episodes published" in done.stdout
+    manifest = forge_gpu.read_manifest(out)
+    assert manifest["status"] == "closed" and manifest["completed_episodes"] >= 6
+    assert manifest["config"]["max_steps"] == 15
+    report = run_cli("inspect", str(out), "--json")
+    assert report.returncode == 0, report.stderr
+    summary = json.loads(report.stdout)
+    assert summary["episodes"] == manifest["completed_episodes"]
+    assert summary["episode_length"]["max"] <= 15 and summary["fields"]["proprio"]["shape"] == [4]
+    picture = tmp_path / "ep.png"
+    drawn = run_cli("render", str(out), "--episode", "0:0", "--out", str(picture))
+    assert drawn.returncode == 0, drawn.stderr
+    assert picture.stat().st_size > 1000 and picture.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sigint_keeps_completed_episodes(tmp_path):
+    """SIGINT during collect: exit 130, manifest closed with incomplete episodes, every episode valid."""
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "forge_gpu",
+            "collect",
+            "cartpole",
+            "--envs",
+            "4",
+            "--episodes",
+            "100000",
+            "--policy",
+            "expert",
+            "--set",
+            "max_steps=30",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(list(out.glob("*.json"))) < 6:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "stopped by SIGINT" in stdout
+    manifest = forge_gpu.read_manifest(out)
+    assert manifest["status"] == "closed" and manifest["incomplete_episodes"]
+    episodes = list(forge_gpu.read_episodes(out))
+    assert len(episodes) == manifest["completed_episodes"] >= 4
+    assert not list(out.glob("*.tmp"))
+
+
+def test_inspect_reports_corrupted_episode(tmp_path, capsys):
+    """inspect exits 1 and names the file and rule when an episode is corrupted."""
+    out = tmp_path / "run"
+    assert (
+        main(["collect", "cartpole", "--envs", "2", "--episodes", "2", "--set", "max_steps=10", "--out", str(out)]) == 0
+    )
+    assert main(["inspect", str(out)]) == 0
+    victim = sorted(out.glob("env*.npz"))[0]
+    with np.load(victim) as archive:
+        arrays = dict(archive)
+    arrays["reward"] = arrays["reward"].copy()
+    arrays["reward"][0] = np.nan
+    np.savez(victim, **arrays)
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert victim.name in err and "reward" in err
+    assert main(["inspect", str(out), "--quick"]) == 0
+
+
+def test_torch_mlp_policy_drives_cartpole(tmp_path):
+    """A tiny torch MLP named MODULE:FACTORY drives the envs and its actions are what is recorded."""
+    sys.path.insert(0, str(TESTS))
+    try:
+        out = tmp_path / "run"
+        assert (
+            main(
+                [
+                    "collect",
+                    "cartpole",
+                    "--envs",
+                    "3",
+                    "--steps",
+                    "12",
+                    "--policy",
+                    "torch_policies:tiny_mlp",
+                    "--set",
+                    "max_steps=5",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
+        import torch
+
+        from torch_policies import tiny_mlp
+
+        spec = forge_gpu.read_manifest(out)["env_spec"]
+        net = tiny_mlp(spec, "cpu")
+        episodes = list(forge_gpu.read_episodes(out))
+        assert episodes
+        for ep in episodes:
+            with torch.no_grad():
+                want = net({"proprio": torch.from_numpy(ep.obs["proprio"])}).numpy()
+            np.testing.assert_allclose(ep.action, np.clip(want, -1, 1), rtol=1e-5, atol=1e-6)
+    finally:
+        sys.path.remove(str(TESTS))
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["collect", "juggling"], ["unknown task", "cartpole"]),
+        (["collect", "cartpole", "--policy", "clever"], ["unknown policy", "MODULE:FACTORY"]),
+        (["collect", "cartpole", "--policy", "no_such_module:make"], ["no_such_module"]),
+        (["collect", "cartpole", "--set", "max_steps"], ["KEY=VALUE"]),
+        (["collect", "cartpole", "--set", "max_steps=-3"], ["max_steps", "-3"]),
+        (["collect", "cartpole", "--set", "solver.name=bullet"], ["solver.name", "bullet"]),
+        (["collect", "cartpole", "--envs", "0"], ["num_envs", "0"]),
+        (["collect", "cartpole", "--writers", "0"], ["--writers"]),
+        (["collect", "cartpole", "--compression", "zstd"], ["compression"]),
+        (["collect", "cartpole", "--bogus"], ["--bogus"]),
+        (["collect", "cartpole", "--policy", "torch_policies:wrong_shape"], ["shape"]),
+        (["collect", "cartpole", "--policy", "torch_policies:nan_actions"], ["non-finite"]),
+        (["render", "missing-run"], ["not a run directory"]),
+    ],
+)
+def test_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, args, words):
+    """Each bad input gives a one-line error with exit status 2 and leaves nothing on disk."""
+    out = tmp_path / "run"
+    sys.path.insert(0, str(TESTS))
+    try:
+        full = args + (["--out", str(out), "--envs", "2"] if args[0] == "collect" and "--envs" not in args else [])
+        code = main(full)
+    finally:
+        sys.path.remove(str(TESTS))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1
+    for word in words:
+        assert word in err
+    assert not out.exists()
+
+
+def test_existing_out_is_refused(tmp_path, capsys):
+    """--out naming an existing directory is refused with exit 2 and the directory is left alone."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["collect", "cartpole", "--envs", "2", "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_unwritable_out_is_refused(tmp_path, capsys):
+    """An --out that cannot be created (its parent is a file) is refused with exit 2."""
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a directory")
+    assert main(["collect", "cartpole", "--envs", "2", "--out", str(blocker / "run")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert blocker.read_text() == "not a directory"
