@@ -143,7 +143,6 @@ def test_torch_mlp_policy_drives_cartpole(tmp_path):
             == 0
         )
         import torch
-
         from torch_policies import tiny_mlp
 
         spec = forge_gpu.read_manifest(out)["env_spec"]

@@ -288,3 +288,80 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
     except OSError:
         pass
+
+
+#: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
+#: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
+MAX_MEMBER_BYTES = 4 << 30
+
+_MANIFEST_TYPES = {
+    "schema_version": int,
+    "run_id": str,
+    "config": dict,
+    "env_spec": dict,
+    "calibration": dict,
+    "python": str,
+    "packages": dict,
+    "dependency_sources": dict,
+    "status": str,
+    "completed_episodes": int,
+    "transport": str,
+    "scene": str,
+    "scene_spec": dict,
+    "task": str,
+    "seed": int,
+    "max_buffer_bytes": int,
+    "incomplete_episodes": list,
+}
+
+
+def validate_manifest(manifest: Any, *, name: str) -> None:
+    """Check run.json's keys and their types (FORMAT.md); raise ValueError naming the file and key."""
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{name}: must hold a JSON object, got {type(manifest).__name__}")
+    for key, kind in _MANIFEST_TYPES.items():
+        if key not in manifest:
+            if key == "incomplete_episodes" and manifest.get("status") == "recording":
+                continue  # written at close
+            raise ValueError(f"{name}: missing key {key!r}")
+        value = manifest[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"{name}: key {key!r} must be a {kind.__name__}, got {type(value).__name__}")
+    if manifest["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"{name}: key 'schema_version' is {manifest['schema_version']!r}; this reader reads 1")
+    if manifest["status"] not in MANIFEST_STATUSES:
+        raise ValueError(f"{name}: key 'status' is {manifest['status']!r}; allowed: {', '.join(MANIFEST_STATUSES)}")
+    if manifest["completed_episodes"] < 0:
+        raise ValueError(f"{name}: key 'completed_episodes' is negative")
+    for entry in manifest.get("incomplete_episodes", []):
+        if not isinstance(entry, dict) or not {"env_id", "episode_id", "steps"} <= entry.keys():
+            raise ValueError(f"{name}: key 'incomplete_episodes' holds {entry!r}; expected env_id, episode_id, steps")
+
+
+def check_member_sizes(
+    archive: zipfile.ZipFile,
+    headers: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+    *,
+    name: str,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+) -> None:
+    """Refuse members whose header claims more data than the member holds or than the limit allows.
+
+    Runs on the headers alone, before any array is allocated or decompressed. A deflate member can
+    never expand beyond its declared size: zipfile stops at the declared size and checks the CRC.
+    """
+    for member, (shape, dtype) in headers.items():
+        if any(int(s) < 0 for s in shape):
+            raise ValueError(f"{name}: member {member} has a negative dimension {tuple(shape)}")
+        claimed = math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
+        if claimed > max_member_bytes:
+            raise ValueError(
+                f"{name}: member {member} claims {claimed} bytes, over the per-member limit of {max_member_bytes}"
+            )
+        declared = archive.getinfo(member + ".npy").file_size
+        if claimed > declared:
+            raise ValueError(
+                f"{name}: member {member} claims {claimed} bytes but the archive holds only {declared} for it"
+            )
+        if declared > max_member_bytes + 65536:
+            raise ValueError(f"{name}: member {member} declares {declared} bytes, over the per-member limit")

@@ -57,7 +57,10 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     if spec.get("has_success") and not quick and marked:
         report["success_rate"] = successes / len(marked)
     if manifest["status"] == "recording":
-        report["note"] = "the run was not closed: it is still being recorded or its process was killed"
+        report["note"] = (
+            "the run was not closed: it is still being recorded, or its process was killed; "
+            f"if it was killed, run: forge-gpu repair {run_dir}"
+        )
     return report
 
 

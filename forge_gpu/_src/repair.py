@@ -1,0 +1,63 @@
+"""Repair a run left at ``status: recording`` by a killed process.
+
+It removes stale temporary files, recounts the published episodes from their markers, and closes
+the manifest (schema 1 is kept; ``repaired`` records when). It never deletes or rewrites a
+published episode. An episode file without a marker is an unpublished leftover of the crash and
+is removed with the temporaries; it was never visible to readers. Running it twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+from .episode_format import (
+    EPISODE_SUFFIX,
+    MARKER_SUFFIX,
+    RUN_MANIFEST,
+    parse_episode_stem,
+    validate_manifest,
+    write_json_atomic,
+)
+from .reader import _marked_episodes
+
+
+def repair_run(run_dir: str | os.PathLike) -> dict:
+    """Close an interrupted run; return what was done. Raises ValueError for a directory that is not a run."""
+    run_dir = os.fspath(run_dir)
+    path = os.path.join(run_dir, RUN_MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read the run manifest: {e}") from e
+    validate_manifest(manifest, name=path)
+    removed = []
+    for name in sorted(os.listdir(run_dir)):
+        stem, suffix = os.path.splitext(name)
+        unmarked = (
+            suffix == EPISODE_SUFFIX
+            and parse_episode_stem(stem) is not None
+            and not os.path.exists(os.path.join(run_dir, stem + MARKER_SUFFIX))
+        )
+        if name.endswith(".tmp") or unmarked:
+            os.remove(os.path.join(run_dir, name))
+            removed.append(name)
+    marked = _marked_episodes(run_dir)
+    report = {"run": run_dir, "status_before": manifest["status"], "removed": removed, "episodes": len(marked)}
+    if manifest["status"] != "recording":
+        report["changed"] = bool(removed)
+        return report
+    manifest["status"] = "closed"
+    manifest["completed_episodes"] = len(marked)
+    manifest.setdefault("incomplete_episodes", [])
+    manifest["repaired"] = {
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "removed_files": removed,
+        "note": "closed by forge-gpu repair after the recording process stopped without closing the run; "
+        "episodes that were in progress were lost and are not listed",
+    }
+    write_json_atomic(path, manifest)
+    report["changed"] = True
+    return report
