@@ -65,11 +65,15 @@ def cmd_collect(args) -> int:
         check_policy_name(args.policy)
     except ValueError as e:
         raise UsageError(str(e)) from e
-    for name in ("writers", "slots", "max_buffer_bytes", "episodes", "steps"):
+    for name in ("writers", "slots", "max_buffer_bytes", "episodes", "steps", "workers"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
     out = _check_out(args.out, args.task)
+    if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
+        from forge_gpu._src.distributed import cmd_collect_workers
+
+        return cmd_collect_workers(args, config, overrides, out)
     try:
         env = forge_gpu.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
         policy = load_policy(args.policy, env)
@@ -86,7 +90,9 @@ def cmd_collect(args) -> int:
         caught.append(signum)
         stop.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     display = _Progress(args.task, env, out)
     try:
         summary = collect(
@@ -238,6 +244,27 @@ def cmd_render(args) -> int:
     return 0
 
 
+def cmd_repair(args) -> int:
+    from forge_gpu._src.repair import repair_run
+
+    if not Path(args.run).is_dir():
+        raise UsageError(f"{args.run}: not a run directory")
+    try:
+        report = repair_run(args.run)
+    except ValueError as e:
+        print(f"forge-gpu: cannot repair: {e}", file=sys.stderr)
+        return 1
+    if report["status_before"] != "recording":
+        print(f"{args.run}: status is {report['status_before']!r}; nothing to repair", end="")
+        print(f" (removed {len(report['removed'])} stale files)" if report["removed"] else "")
+        return 0
+    print(
+        f"{args.run}: closed; {report['episodes']} published episodes kept, "
+        f"{len(report['removed'])} stale temporary or unmarked files removed"
+    )
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{self.prog}: {message} (see --help)")
@@ -263,6 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
     c.add_argument("--max-buffer-bytes", type=int, default=1 << 30, help="recorder memory budget")
     c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
+    c.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Ray actors, one device each, writing OUT/worker-NNN and OUT/dataset.json (needs forge-gpu[ray])",
+    )
+    c.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     c.set_defaults(func=cmd_collect)
 
     i = sub.add_parser("inspect", help="check a run and summarise it")
@@ -276,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--episode", default=None, metavar="ENV:EPISODE", help="default: the first episode")
     r.add_argument("--out", default=None, help="output file (default next to the run)")
     r.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("repair", help="close a run whose recording process was killed")
+    p.add_argument("run")
+    p.set_defaults(func=cmd_repair)
     return parser
 
 

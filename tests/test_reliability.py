@@ -45,6 +45,10 @@ def collect_process(out: Path, *extra):
     )
 
 
+def has_marker(out: Path) -> bool:
+    return out.is_dir() and any(out.glob("env*.json"))
+
+
 def wait_for(predicate, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -60,7 +64,7 @@ def test_sigkill_at_random_moments_leaves_only_whole_episodes(tmp_path):
     for trial in range(3):
         out = tmp_path / f"run{trial}"
         proc = collect_process(out)
-        assert wait_for(lambda: out.is_dir() and any(out.glob("env*.json")), 240), proc.stderr
+        assert wait_for(lambda out=out: has_marker(out), 240), proc.stderr
         time.sleep(rng.uniform(0.0, 1.5))
         proc.kill()
         proc.wait(timeout=60)
@@ -80,7 +84,7 @@ def test_inspect_tells_to_repair_an_interrupted_run(tmp_path, capsys):
     """inspect of a run left at 'recording' says to run forge-gpu repair."""
     out = tmp_path / "run"
     proc = collect_process(out)
-    assert wait_for(lambda: out.is_dir() and any(out.glob("env*.json")), 240)
+    assert wait_for(lambda: has_marker(out), 240)
     proc.kill()
     proc.wait(timeout=60)
     capsys.readouterr()
@@ -172,7 +176,7 @@ def test_sigterm_exits_143_with_closed_manifest(tmp_path):
     """SIGTERM stops a collection cleanly with exit status 143."""
     out = tmp_path / "run"
     proc = collect_process(out)
-    assert wait_for(lambda: out.is_dir() and any(out.glob("env*.json")), 240)
+    assert wait_for(lambda: has_marker(out), 240)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 143
     assert forge_gpu.read_manifest(out)["status"] == "closed"
