@@ -96,7 +96,7 @@ def expert_kernel(
 ):
     """Linear state feedback u = -K x (LQR gains in action units), clipped to the bounds."""
     worldid = wp.tid()
-    u = 0.0
+    u = float(0.0)
     for i in range(4):
         u -= gain[i] * proprio_in[worldid, i]
     action_out[worldid, 0] = wp.clamp(u, action_low[0], action_high[0])
