@@ -35,6 +35,8 @@ class CollectionSummary:
     stall_seconds: float
     """Time the stepping loop waited on the transport (all slots held) [s]."""
     bytes_written: int
+    episodes_ended: int = 0
+    """Episodes that ended in the stepped batches; all of them are published unless the run failed."""
     incomplete_episodes: list = field(default_factory=list)
     error: str | None = None
 
@@ -171,6 +173,7 @@ def collect(
         seconds=seconds,
         stall_seconds=transport.stall_seconds,
         bytes_written=0,
+        episodes_ended=consumer.ended,
     )
     if recorder is not None:
         try:

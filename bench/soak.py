@@ -1,0 +1,217 @@
+"""Soak: kill collections at random moments and throttle the writers; count what was lost or torn.
+
+    python bench/soak.py                       # 50 kills, then 3 minutes of throttled writers
+    python bench/soak.py --kills 10 --minutes 1
+    python bench/soak.py --smoke               # seconds-long check that every figure is produced
+
+Part 1 starts `forge-gpu collect` in a subprocess, SIGKILLs it at a random moment (after its
+first published episode), then checks every visible episode (a torn or invalid one counts), runs
+`forge-gpu repair` and checks the run again. Part 2 runs a collection in this process whose writers
+sleep before each episode, so the recorder's budget fills and backpressure throttles stepping; a
+sampler thread records the peak resident memory, which is compared with the budget plus the
+transport slots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, save, table  # noqa: E402
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def count_invalid(run: Path) -> tuple[int, int]:
+    """(visible episodes, torn or invalid ones) of a run, checking each episode on its own."""
+    from forge_gpu._src.reader import _load_episode, _marked_episodes, read_manifest
+
+    spec = read_manifest(run)["env_spec"]
+    try:
+        marked = _marked_episodes(str(run))
+    except ValueError:
+        return 0, 1
+    bad = 0
+    for path, marker in marked:
+        try:
+            _load_episode(path, marker, None, spec)
+        except ValueError:
+            bad += 1
+    return len(marked), bad
+
+
+def kill_trials(kills: int, seed: int, envs: int) -> dict:
+    from forge_gpu.cli import main as cli
+
+    rng = random.Random(seed)
+    root = Path(tempfile.mkdtemp(prefix="forge-soak-"))
+    visible = torn = repaired_bad = started = 0
+    try:
+        for trial in range(kills):
+            out = root / f"run{trial:03d}"
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "forge_gpu",
+                    "collect",
+                    "cartpole",
+                    "--envs",
+                    str(envs),
+                    "--episodes",
+                    "100000000",
+                    "--set",
+                    "max_steps=10",
+                    "--compression",
+                    rng.choice(["none", "deflate"]),
+                    "--writers",
+                    "3",
+                    "--out",
+                    str(out),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not (out.is_dir() and any(out.glob("env*.json"))):
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 2.0))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            if not (out / "run.json").exists():
+                continue
+            started += 1
+            v, b = count_invalid(out)
+            visible, torn = visible + v, torn + b
+            cli(["repair", str(out)])
+            v2, b2 = count_invalid(out)
+            repaired_bad += b2 + (v2 != v)
+            shutil.rmtree(out)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "kills": kills,
+        "runs_checked": started,
+        "episodes_visible": visible,
+        "torn_or_invalid": torn,
+        "bad_after_repair": repaired_bad,
+    }
+
+
+def throttled_run(seconds: float, delay: float, envs: int, budget: int, slots: int) -> dict:
+    import warp as wp
+
+    import forge_gpu
+    import forge_gpu._src.recorder as recorder_module
+    from forge_gpu._src.collector import collect
+
+    wp.config.quiet = True
+    env = forge_gpu.make("cartpole", num_envs=envs, device="cpu", max_steps=50)
+    policy = forge_gpu.make_policy("random", env)
+    env.reset()
+    env.step(policy(env.observation))  # compile before measuring the baseline
+    real = recorder_module.write_episode_file
+
+    def slow_write(*args, **kwargs):
+        time.sleep(delay)
+        return real(*args, **kwargs)
+
+    recorder_module.write_episode_file = slow_write
+    baseline = rss_bytes()
+    peak = [baseline]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], rss_bytes())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stop = threading.Event()
+    threading.Timer(seconds, stop.set).start()
+    out = Path(tempfile.mkdtemp(prefix="forge-soak-")) / "run"
+    try:
+        summary = collect(env, policy, str(out), episodes=10**9, stop=stop, slots=slots, max_buffer_bytes=budget)
+        published = len(list(forge_gpu.read_episodes(out)))
+    finally:
+        done.set()
+        recorder_module.write_episode_file = real
+        shutil.rmtree(out.parent, ignore_errors=True)
+    transport_bytes = slots * summary_bytes_per_step(env)
+    allowed = budget + transport_bytes
+    return {
+        "seconds": summary.seconds,
+        "writer_delay_s": delay,
+        "num_envs": envs,
+        "budget_bytes": budget,
+        "transport_bytes": transport_bytes,
+        "baseline_rss_bytes": baseline,
+        "peak_rss_bytes": peak[0],
+        "peak_over_baseline_bytes": peak[0] - baseline,
+        "excess_over_budget_mb": (peak[0] - baseline - allowed) / 1e6,
+        "episodes_ended": summary.episodes_ended,
+        "episodes_published": published,
+        "episodes_lost": summary.episodes_ended - published,
+        "stall_percent": 100.0 * summary.stall_fraction,
+        "env_steps_per_s": summary.env_steps_per_second,
+    }
+
+
+def summary_bytes_per_step(env) -> int:
+    return int(sum(a.capacity for a in env.result.arrays().values()))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--minutes", type=float, default=3.0, help="length of the throttled-writer run")
+    parser.add_argument("--delay", type=float, default=0.05, help="writer sleep per episode [s]")
+    parser.add_argument("--envs", type=int, default=64)
+    parser.add_argument("--budget", type=int, default=64 << 20, help="recorder max_buffer_bytes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
+    parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.kills, args.minutes, args.envs = 1, 0.05, 8
+    kills = kill_trials(args.kills, args.seed, envs=8)
+    slow = throttled_run(args.minutes * 60, args.delay, args.envs, args.budget, slots=4)
+    md = "## Kills\n\n" + table([kills], list(kills)) + "\n\n## Throttled writers\n\n"
+    md += table(
+        [slow],
+        [
+            "seconds",
+            "writer_delay_s",
+            "num_envs",
+            "budget_bytes",
+            "peak_over_baseline_bytes",
+            "excess_over_budget_mb",
+            "episodes_ended",
+            "episodes_published",
+            "episodes_lost",
+            "stall_percent",
+        ],
+    )
+    path = save("soak", {"machine": machine(), "kills": kills, "throttled": slow}, md, args.out)
+    print(md)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
