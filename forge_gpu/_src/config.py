@@ -76,6 +76,8 @@ class TaskConfig:
     """Control period [s]."""
     substeps: int = field(default=4, metadata=bounded(1, 1000))
     """Physics substeps per control step."""
+    capture_graph: bool = True
+    """Capture the step once as a graph and replay it (CUDA graph on CUDA, Warp's CPU graph on the CPU)."""
     solver: SolverConfig = field(default_factory=SolverConfig)
     action: ActionConfig = field(default_factory=ActionConfig)
     params: Any = None

@@ -21,6 +21,11 @@ def default_device() -> str:
 
 def _make_solver(model, config: TaskConfig, has_contacts: bool):
     s = config.solver
+    if has_contacts and s.name != "mujoco":
+        # The other solvers need Newton's collision pipeline each substep, which VectorEnv does not run yet.
+        raise ValueError(
+            f"solver.name = {s.name!r}: task {config.task!r} has contacts, which only solver 'mujoco' handles here"
+        )
     if s.name == "mujoco":
         return newton.solvers.SolverMuJoCo(
             model,
@@ -41,7 +46,9 @@ class VectorEnv:
 
     ``step(action)`` follows next-step auto-reset: an env whose previous transition ended is reset
     during the call and its row is the first frame of its next episode, with ``active`` false.
-    On CUDA the whole step is captured once as a CUDA graph and replayed.
+    The whole step (physics substeps and task kernels) is captured once as a graph and replayed:
+    a CUDA graph on CUDA, Warp's recorded launch graph on the CPU (``capture_graph = false`` steps
+    eagerly instead).
     """
 
     def __init__(self, task: Task, config: TaskConfig):
@@ -120,7 +127,9 @@ class VectorEnv:
             info={"active": self.active, "executed_action": self.executed_action},
         )
         self._graph = None
-        self._use_graph = self.device.is_cuda
+        # Warp replays captured graphs on CUDA and, since Warp 1.19, on the CPU too, where replay
+        # skips the per-launch Python cost that dominates small batches (bench/stepping.py).
+        self._use_graph = config.capture_graph
         self._started = False
 
     # -- description ---------------------------------------------------------------------------
