@@ -2,6 +2,7 @@
 
 python bench/stepping.py                 # 64 .. 4096 envs on the CPU, up to 16384 on CUDA
 python bench/stepping.py --smoke         # seconds-long check that every figure is produced
+python bench/stepping.py --tasks reach --set params.render=false   # config overrides (TOML values)
 """
 
 from __future__ import annotations
@@ -16,12 +17,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, save, table, timed  # noqa: E402
 
 
-def measure(task: str, num_envs: int, device: str, seconds: float, policy_name: str) -> dict:
+def parse_override(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` with VALUE a TOML value (``false``, ``128``, ``[1.0, 2.0]``) or else a plain string."""
+    import tomllib
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. params.render=false")
+    try:
+        return key, tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, value
+
+
+def measure(task: str, num_envs: int, device: str, seconds: float, policy_name: str, overrides=None) -> dict:
     import warp as wp
 
     import forge_gpu
 
-    env = forge_gpu.make(task, num_envs=num_envs, device=device)
+    env = forge_gpu.make(task, num_envs=num_envs, device=device, **(overrides or {}))
     policy = forge_gpu.make_policy(policy_name, env)
     env.reset()
 
@@ -37,6 +51,7 @@ def measure(task: str, num_envs: int, device: str, seconds: float, policy_name: 
         "num_envs": num_envs,
         "device": str(env.device),
         "policy": policy_name,
+        "overrides": dict(overrides or {}),
         "steps": len(times),
         "median_step_ms": float(np.median(times) * 1e3),
         "env_steps_per_s": float(num_envs / np.median(times)),
@@ -55,6 +70,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     parser.add_argument("--policy", default="random", choices=["random", "expert"])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        type=parse_override,
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override passed to forge_gpu.make, e.g. params.render=false (repeatable)",
+    )
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
@@ -65,7 +89,8 @@ def main(argv=None) -> int:
         envs = args.envs
     else:
         envs = [64, 256, 1024, 4096] + ([16384] if device.startswith("cuda") else [])
-    rows = [measure(t, n, device, args.seconds, args.policy) for t in args.tasks for n in envs]
+    overrides = dict(args.overrides)
+    rows = [measure(t, n, device, args.seconds, args.policy, overrides) for t in args.tasks for n in envs]
     md = "## Stepping only\n\n" + table(rows, ["task", "device", "num_envs", "median_step_ms", "env_steps_per_s"])
     path = save("stepping", {"machine": machine(), "rows": rows}, md, args.out)
     print(md)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .episode_format import EPISODE_SUFFIX
-from .reader import _marked_episodes, read_episodes, read_manifest
+from .reader import _marked_episodes, is_dataset, read_dataset_manifest, read_episodes, read_manifest
 
 
 def _stats(values: list[float]) -> dict:
@@ -24,9 +24,12 @@ def _stats(values: list[float]) -> dict:
 def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     """Check a run and summarise it. ``quick`` checks the manifest and markers only.
 
-    Raises ``ValueError`` naming the offending file and the broken rule.
+    Raises ``ValueError`` naming the offending file and the broken rule. Given a dataset root, returns
+    :func:`inspect_dataset`'s report.
     """
     run_dir = os.fspath(run_dir)
+    if is_dataset(run_dir):
+        return inspect_dataset(run_dir, quick=quick)
     manifest = read_manifest(run_dir)
     marked = _marked_episodes(run_dir)
     lengths = [int(marker["steps"]) for _, marker in marked]
@@ -35,7 +38,8 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     if not quick:
         for episode in read_episodes(run_dir):
             returns.append(float(episode.reward.astype(np.float64).sum()))
-            successes += bool(episode.truncated[-1])
+            # A task with success ends its successful episodes as terminated (e.g. reach: target reached).
+            successes += bool(episode.terminated[-1])
     spec = manifest["env_spec"]
     bytes_on_disk = sum(f.stat().st_size for f in Path(run_dir).iterdir() if f.is_file())
     report = {
@@ -64,8 +68,60 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     return report
 
 
+def inspect_dataset(root: str | os.PathLike, *, quick: bool = False) -> dict:
+    """Check every run of a dataset root and summarise each one (``inspect_run``) and the whole."""
+    root = os.fspath(root)
+    manifest = read_dataset_manifest(root)
+    runs = []
+    for entry in manifest["runs"]:
+        report = inspect_run(os.path.join(root, entry["path"]), quick=quick)
+        report["worker"] = entry.get("worker")
+        report["collection_status"] = entry.get("status")
+        report["error"] = entry.get("error")
+        runs.append(report)
+    episodes = sum(r["episodes"] for r in runs)
+    transitions = sum(r["transitions"] for r in runs)
+    return {
+        "kind": "dataset",
+        "dataset": root,
+        "checked": "markers" if quick else "all episodes",
+        "runs": runs,
+        "failed_workers": manifest.get("failed_workers", []),
+        "total": {
+            "runs": len(runs),
+            "episodes": episodes,
+            "transitions": transitions,
+            "mean_episode_length": transitions / episodes if episodes else None,
+            "bytes_on_disk": sum(r["bytes_on_disk"] for r in runs),
+            "incomplete_episodes": sum(len(r["incomplete_episodes"]) for r in runs),
+        },
+    }
+
+
+def _format_dataset_report(report: dict) -> str:
+    total = report["total"]
+    lines = [f"dataset        {report['dataset']}   checked {report['checked']}", "runs:"]
+    for r in report["runs"]:
+        line = (
+            f"  {os.path.basename(r['run'])}  {r['task']}  {r['collection_status'] or r['status']}  "
+            f"episodes {r['episodes']}  transitions {r['transitions']}  bytes {r['bytes_on_disk']:,}"
+        )
+        lines.append(line + (f"  error: {r['error']}" if r["error"] else ""))
+    lines += [f"  worker {f['worker']} made no run: {f['error']}" for f in report["failed_workers"]]
+    mean = total["mean_episode_length"]
+    lines += [
+        f"total          {total['runs']} runs   episodes {total['episodes']}   transitions {total['transitions']}",
+        f"mean length    {'n/a' if mean is None else f'{mean:.4g}'}",
+        f"bytes on disk  {total['bytes_on_disk']:,}",
+        f"incomplete     {total['incomplete_episodes']} episodes (never published)",
+    ]
+    return "\n".join(lines)
+
+
 def format_report(report: dict) -> str:
-    """A readable summary of :func:`inspect_run`'s report."""
+    """A readable summary of :func:`inspect_run`'s (or :func:`inspect_dataset`'s) report."""
+    if report.get("kind") == "dataset":
+        return _format_dataset_report(report)
 
     def stat(s):
         if not s or s["mean"] is None:

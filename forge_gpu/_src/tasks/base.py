@@ -30,7 +30,7 @@ class TaskSpec:
     has_contacts: bool = False
     """Whether the scene needs contact handling."""
     has_success: bool = False
-    """Whether the task defines success."""
+    """Whether the task defines success; a successful episode ends terminated (with success reached)."""
 
 
 class Task:

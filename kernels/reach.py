@@ -1,0 +1,174 @@
+"""Reach kernels: joint position targets, randomized reset and target, observation, expert IK, image unpacking.
+
+Per-world layout: joint coordinates ``[yaw, shoulder, elbow, wrist]`` [rad] (yaw about +z, the three
+pitch joints about the link's +y, each link extending along its local +z), joint velocities in the
+same order [rad/s]. ``proprio`` is ``[q (4), qd (4), end effector position (3), target position (3)]``
+with positions in the world frame [m]. Launched by ``forge_gpu._src.tasks.reach``.
+"""
+
+import warp as wp
+
+from .rng import STREAM_RESET, env_rng
+
+PROPRIO_EE = wp.constant(8)
+"""Offset of the end effector position in ``proprio``."""
+PROPRIO_TARGET = wp.constant(11)
+"""Offset of the target position in ``proprio``."""
+
+
+@wp.kernel
+def apply_action_kernel(
+    # Model:
+    action_scale: wp.array[float],
+    # Data in:
+    executed_action_in: wp.array2d[float],
+    # Data out:
+    joint_target_q_out: wp.array2d[float],
+):
+    """Joint position target [rad] = executed action * scale, tracked by each joint's PD drive."""
+    worldid, jntid = wp.tid()
+    joint_target_q_out[worldid, jntid] = executed_action_in[worldid, jntid] * action_scale[jntid]
+
+
+@wp.kernel
+def reset_kernel(
+    # Model:
+    seed: int,
+    home_q: wp.array[float],
+    reset_noise: float,
+    target_yaw_range: float,
+    target_radius_range: wp.vec2,
+    target_height_range: wp.vec2,
+    target_shape: wp.array[wp.int32],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    episode_id_in: wp.array[wp.int32],
+    # Data out:
+    joint_q_out: wp.array2d[float],
+    joint_qd_out: wp.array2d[float],
+    target_pos_out: wp.array[wp.vec3],
+    shape_transform_out: wp.array[wp.transform],
+):
+    """Home pose plus uniform noise, zero velocity, and a target uniform in a cylindrical sector.
+
+    Keyed by (seed, env, next episode). The target is the world's static marker shape: moving it is
+    writing its shape transform (the renderer reads it; it takes no part in the physics).
+    """
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    state = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_RESET)
+    for j in range(4):
+        joint_q_out[worldid, j] = home_q[j] + reset_noise * (2.0 * wp.randf(state) - 1.0)
+        joint_qd_out[worldid, j] = 0.0
+    yaw = target_yaw_range * (2.0 * wp.randf(state) - 1.0)
+    radius = target_radius_range[0] + (target_radius_range[1] - target_radius_range[0]) * wp.randf(state)
+    height = target_height_range[0] + (target_height_range[1] - target_height_range[0]) * wp.randf(state)
+    pos = wp.vec3(radius * wp.cos(yaw), radius * wp.sin(yaw), height)
+    target_pos_out[worldid] = pos
+    shape_transform_out[target_shape[worldid]] = wp.transform(pos, wp.quat_identity())
+
+
+@wp.kernel
+def observe_kernel(
+    # Model:
+    ee_body: wp.array[wp.int32],
+    ee_offset: wp.vec3,
+    tolerance: float,
+    success_bonus: float,
+    # Data in:
+    joint_q_in: wp.array2d[float],
+    joint_qd_in: wp.array2d[float],
+    body_q_in: wp.array[wp.transform],
+    target_pos_in: wp.array[wp.vec3],
+    # Data out:
+    proprio_out: wp.array2d[float],
+    reward_out: wp.array[float],
+    terminated_out: wp.array[wp.bool],
+):
+    """proprio; reward = -distance [m] (+ bonus on success); success (distance <= tolerance) terminates."""
+    worldid = wp.tid()
+    ee = wp.transform_point(body_q_in[ee_body[worldid]], ee_offset)
+    target = target_pos_in[worldid]
+    for j in range(4):
+        proprio_out[worldid, j] = joint_q_in[worldid, j]
+        proprio_out[worldid, 4 + j] = joint_qd_in[worldid, j]
+    for k in range(3):
+        proprio_out[worldid, PROPRIO_EE + k] = ee[k]
+        proprio_out[worldid, PROPRIO_TARGET + k] = target[k]
+    distance = wp.length(target - ee)
+    success = distance <= tolerance
+    terminated_out[worldid] = success
+    reward = -distance
+    if success:
+        reward += success_bonus
+    reward_out[worldid] = reward
+
+
+@wp.func
+def reach_ik(
+    target: wp.vec3,
+    shoulder_height: float,
+    upper_arm: float,
+    forearm: float,
+    hand: float,
+) -> wp.vec4:
+    """Joint angles that put the hand tip on ``target`` with the hand pointing straight down, elbow up.
+
+    Each pitch joint turns its link from +z toward the radial direction; link k points at the
+    cumulative angle phi_k = q1 + ... + qk from vertical. The wrist point sits ``hand`` above the
+    target; the shoulder and elbow solve the two-link problem for it (clamped when out of reach).
+    """
+    yaw = wp.atan2(target[1], target[0])
+    radial = wp.sqrt(target[0] * target[0] + target[1] * target[1])
+    up = target[2] + hand - shoulder_height
+    cos_elbow = (radial * radial + up * up - upper_arm * upper_arm - forearm * forearm) / (2.0 * upper_arm * forearm)
+    elbow = wp.acos(wp.clamp(cos_elbow, -1.0, 1.0))
+    shoulder = wp.atan2(radial, up) - wp.atan2(forearm * wp.sin(elbow), upper_arm + forearm * wp.cos(elbow))
+    wrist = wp.pi - shoulder - elbow
+    return wp.vec4(yaw, shoulder, elbow, wrist)
+
+
+@wp.kernel
+def expert_kernel(
+    # Model:
+    shoulder_height: float,
+    upper_arm: float,
+    forearm: float,
+    hand: float,
+    max_step: float,
+    action_low: wp.array[float],
+    action_high: wp.array[float],
+    action_scale: wp.array[float],
+    # Data in:
+    proprio_in: wp.array2d[float],
+    # Data out:
+    action_out: wp.array2d[float],
+):
+    """Analytic IK of the target, approached at most ``max_step`` [rad] per step from the measured pose."""
+    worldid = wp.tid()
+    target = wp.vec3(
+        proprio_in[worldid, PROPRIO_TARGET],
+        proprio_in[worldid, PROPRIO_TARGET + 1],
+        proprio_in[worldid, PROPRIO_TARGET + 2],
+    )
+    goal = reach_ik(target, shoulder_height, upper_arm, forearm, hand)
+    for j in range(4):
+        q = proprio_in[worldid, j]
+        command = q + wp.clamp(goal[j] - q, -max_step, max_step)
+        action_out[worldid, j] = wp.clamp(command / action_scale[j], action_low[j], action_high[j])
+
+
+@wp.kernel
+def unpack_color_kernel(
+    # Data in:
+    color_in: wp.array3d[wp.uint32],
+    # Data out:
+    rgb_out: wp.array4d[wp.uint8],
+):
+    """Packed ``R | G << 8 | B << 16 | A << 24`` [N, H, W] -> uint8 RGB [N, H, W, 3]."""
+    worldid, y, x = wp.tid()
+    c = color_in[worldid, y, x]
+    rgb_out[worldid, y, x, 0] = wp.uint8(c & wp.uint32(0xFF))
+    rgb_out[worldid, y, x, 1] = wp.uint8((c >> wp.uint32(8)) & wp.uint32(0xFF))
+    rgb_out[worldid, y, x, 2] = wp.uint8((c >> wp.uint32(16)) & wp.uint32(0xFF))
