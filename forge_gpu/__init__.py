@@ -17,6 +17,7 @@ _EXPORTS = {
     "TASKS": "forge_gpu._src.tasks",
     "HostSnapshotTransport": "forge_gpu._src.transport",
     "collect": "forge_gpu._src.collector",
+    "collect_distributed": "forge_gpu._src.distributed",
     "CollectionSummary": "forge_gpu._src.collector",
     "EpisodeRecorder": "forge_gpu._src.recorder",
     "Episode": "forge_gpu._src.reader",

@@ -100,3 +100,22 @@ def test_bad_target_is_refused(tmp_path):
         with pytest.raises(ValueError):
             collect(env, forge_gpu.make_policy("random", env), str(tmp_path / "run"), **kwargs)
     assert not (tmp_path / "run").exists()
+
+
+def test_policy_failure_marks_run_failed_and_keeps_episodes(tmp_path):
+    """A policy that raises mid-run: the error reaches the caller, the manifest says failed, episodes stay."""
+    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", max_steps=4)
+    inner = forge_gpu.make_policy("expert", env)
+    calls = []
+
+    def flaky(observation):
+        calls.append(1)
+        if len(calls) > 12:
+            raise RuntimeError("policy server went away")
+        return inner(observation)
+
+    with pytest.raises(RuntimeError, match="went away"):
+        collect(env, flaky, str(tmp_path / "run"), episodes=100)
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest["status"] == "failed" and "went away" in manifest["error"]
+    assert len(list(read_episodes(tmp_path / "run"))) == manifest["completed_episodes"] >= 3

@@ -177,7 +177,7 @@ def collect(
     )
     if recorder is not None:
         try:
-            recorder.close()
+            recorder.close(error=error)
         except BaseException as exc:
             error = error or exc
             summary.status = "failed"

@@ -1,4 +1,8 @@
-"""Read a run directory (FORMAT.md): the manifest, checked episodes, and training windows.
+"""Read a run directory (FORMAT.md) or a dataset of runs: the manifest, checked episodes, training windows.
+
+A dataset root is a directory holding ``dataset.json`` (written by the distributed collector) and its
+run directories. Over a dataset, episodes are counted in the order of the runs in ``dataset.json``,
+then in file-name order within each run; sharding applies to that whole sequence.
 
 Pure numpy and the standard library.
 """
@@ -18,21 +22,26 @@ import numpy as np
 
 from forge_gpu._src.episode_format import (
     EPISODE_SUFFIX,
-    MANIFEST_KEYS,
     MARKER_SUFFIX,
+    MAX_MEMBER_BYTES,
     RUN_MANIFEST,
     SCHEMA_VERSION,
     TRANSITION_MEMBERS,
+    check_member_sizes,
     observation_fields,
     parse_episode_stem,
     read_npy_header,
     validate_episode_schema,
     validate_episode_values,
+    validate_manifest,
     validate_marker,
 )
 
 # Fields the value checks need even when a projection leaves them out.
 _CHECK_FIELDS = ("env_id", "episode_id", "step_id", "time")
+
+DATASET_MANIFEST = "dataset.json"
+DATASET_KIND = "forge_gpu.dataset"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +68,7 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
     """Load and check ``run.json`` of a run directory."""
     path = os.path.join(os.fspath(run_dir), RUN_MANIFEST)
     manifest = _load_json(path)
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{path}: must hold a JSON object")
-    missing = [key for key in MANIFEST_KEYS if key not in manifest]
-    if missing:
-        raise ValueError(f"{path}: missing key(s) {missing}")
-    if manifest["schema_version"] != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version is {manifest['schema_version']!r}; this reader reads 1")
+    validate_manifest(manifest, name=path)
     spec = manifest["env_spec"]
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: env_spec must be an object")
@@ -77,29 +80,81 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
     return manifest
 
 
+def is_dataset(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a dataset root (holds ``dataset.json``) rather than a run directory."""
+    return os.path.isfile(os.path.join(os.fspath(path), DATASET_MANIFEST))
+
+
+def read_dataset_manifest(root: str | os.PathLike) -> dict:
+    """Load and check ``dataset.json`` of a dataset root."""
+    root = os.fspath(root)
+    path = os.path.join(root, DATASET_MANIFEST)
+    manifest = _load_json(path)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: must hold a JSON object")
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version is {manifest.get('schema_version')!r}; this reader reads 1")
+    if manifest.get("kind") != DATASET_KIND:
+        raise ValueError(f"{path}: kind is {manifest.get('kind')!r}, expected {DATASET_KIND!r}")
+    runs = manifest.get("runs")
+    if not isinstance(runs, list):
+        raise ValueError(f"{path}: runs must be a list")
+    for entry in runs:
+        name = entry.get("path") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name in ("", ".", "..") or os.path.basename(name) != name:
+            raise ValueError(f"{path}: each run needs a path naming a directory beside dataset.json, got {entry!r}")
+    if os.path.isfile(os.path.join(root, RUN_MANIFEST)):
+        raise ValueError(f"{root}: holds both {RUN_MANIFEST} and {DATASET_MANIFEST}; it must be one or the other")
+    return manifest
+
+
+def run_directories(path: str | os.PathLike) -> list[str]:
+    """The run directories of a dataset root in ``dataset.json`` order, or ``[path]`` for a run directory."""
+    path = os.fspath(path)
+    if not is_dataset(path):
+        return [path]
+    return [os.path.join(path, entry["path"]) for entry in read_dataset_manifest(path)["runs"]]
+
+
 def read_episodes(
     run_dir: str | os.PathLike,
     *,
     fields: Sequence[str] | None = None,
     shard: int = 0,
     num_shards: int = 1,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
 ) -> Iterator[Episode]:
-    """Yield the checked episodes of shard ``shard`` of ``num_shards``, in sorted file-name order.
+    """Yield the checked episodes of shard ``shard`` of ``num_shards`` of a run directory or a dataset root.
 
+    Episodes come in sorted file-name order (over a dataset: run by run in ``dataset.json`` order).
     Only episodes with a valid completion marker count; the ``k``-th of them belongs to shard
     ``k % num_shards``. With ``fields``, only those observation fields are loaded and value-checked
     (the full member schema is still checked). A file that breaks FORMAT.md raises ValueError naming it.
-    Arguments, run.json and the markers are checked at the call; each archive when its episode is reached.
+    Arguments, the manifests and the markers are checked at the call; each archive when its episode is reached.
+    A member whose header claims more than ``max_member_bytes`` is refused before anything is allocated.
     """
+    _check_shard(shard, num_shards)
+    index = _episode_index(run_dir)[shard::num_shards]
+    fields = None if fields is None else list(fields)
+    return (
+        _load_episode(path, marker, fields, manifest["env_spec"], max_member_bytes) for path, marker, manifest in index
+    )
+
+
+def _check_shard(shard: int, num_shards: int) -> None:
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"num_shards must be an integer >= 1, got {num_shards!r}")
     if not isinstance(shard, int) or not 0 <= shard < num_shards:
         raise ValueError(f"shard must be an integer in [0, {num_shards - 1}], got {shard!r}")
-    run_dir = os.fspath(run_dir)
-    env_spec = read_manifest(run_dir)["env_spec"]
-    marked = _marked_episodes(run_dir)[shard::num_shards]
-    fields = None if fields is None else list(fields)
-    return (_load_episode(path, marker, fields, env_spec) for path, marker in marked)
+
+
+def _episode_index(path: str | os.PathLike) -> list[tuple[str, dict, dict]]:
+    """(episode path, marker, run manifest) of every marked episode, in reading order; no archive is opened."""
+    index = []
+    for run_dir in run_directories(path):
+        manifest = read_manifest(run_dir)
+        index += [(episode, marker, manifest) for episode, marker in _marked_episodes(run_dir)]
+    return index
 
 
 def action_windows(
@@ -113,21 +168,25 @@ def action_windows(
 ) -> Iterator[dict[str, Any]]:
     """Yield training windows (FORMAT.md "Training windows") of the episodes of one shard.
 
+    ``run_dir`` is a run directory or a dataset root; episodes and shards are as in :func:`read_episodes`.
     For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
     with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``), ``action`` =
-    ``action[t : t+horizon]`` (``[horizon, A]``), the run's ``instruction`` and the ints ``env_id``,
-    ``episode_id`` and ``t``. The arrays are views of the episode's arrays.
+    ``action[t : t+horizon]`` (``[horizon, A]``), the ``instruction`` of the episode's run and the ints
+    ``env_id``, ``episode_id`` and ``t``. The arrays are views of the episode's arrays.
     """
     for name, value in (("history", history), ("horizon", horizon)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    instruction = read_manifest(run_dir)["env_spec"]["instruction"]
-    episodes = read_episodes(run_dir, fields=fields, shard=shard, num_shards=num_shards)
-    return _windows(episodes, history, horizon, instruction)
+    _check_shard(shard, num_shards)
+    index = _episode_index(run_dir)[shard::num_shards]
+    fields = None if fields is None else list(fields)
+    return _windows(index, fields, history, horizon)
 
 
-def _windows(episodes: Iterator[Episode], history: int, horizon: int, instruction: str) -> Iterator[dict]:
-    for episode in episodes:
+def _windows(index: list[tuple[str, dict, dict]], fields, history: int, horizon: int) -> Iterator[dict]:
+    for path, marker, manifest in index:
+        instruction = manifest["env_spec"]["instruction"]
+        episode = _load_episode(path, marker, fields, manifest["env_spec"])
         for t in range(history - 1, episode.steps - horizon + 1):
             window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
             window["action"] = episode.action[t : t + horizon]
@@ -163,7 +222,9 @@ def _marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
     return marked
 
 
-def _load_episode(path: str, marker: dict, fields: list[str] | None, env_spec: dict) -> Episode:
+def _load_episode(
+    path: str, marker: dict, fields: list[str] | None, env_spec: dict, max_member_bytes: int = MAX_MEMBER_BYTES
+) -> Episode:
     with _archive_errors(path):
         archive = np.load(path, allow_pickle=False)
     if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -171,6 +232,7 @@ def _load_episode(path: str, marker: dict, fields: list[str] | None, env_spec: d
     with archive:
         with _archive_errors(path):
             headers = {member: read_npy_header(archive.zip, member) for member in archive.files}
+            check_member_sizes(archive.zip, headers, name=path, max_member_bytes=max_member_bytes)
         validate_episode_schema(headers, marker, name=path)
         _check_against_spec(headers, env_spec, path)
         present = observation_fields(headers)

@@ -281,15 +281,19 @@ class EpisodeRecorder:
                 self._cond.wait()
         self._raise_if_failed()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         """Publish the remaining completed episodes, write the final manifest and stop the writers.
 
         Episodes still in progress are listed in the manifest's ``incomplete_episodes``, never published.
+        ``error``: the run failed outside the recorder (the policy or the env raised); the completed
+        episodes are still published and the manifest says ``failed`` with that error.
         Idempotent. Raises RuntimeError (once) if a write failed.
         """
         if self._closed:
             return
         self._closed = True
+        if error is not None:
+            self._manifest["error"] = f"{type(error).__name__}: {error}"
         with self._cond:
             while self._pending and self._error is None:
                 self._cond.wait()
@@ -297,7 +301,7 @@ class EpisodeRecorder:
             self._queue.put(None)
         for thread in self._threads:
             thread.join()
-        failed = self._error is not None
+        failed = self._error is not None or error is not None
         try:
             self._write_manifest("failed" if failed else "closed")
         except OSError:

@@ -17,12 +17,14 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     horizon: int,
     fields: Sequence[str] | None = None,
 ) -> Any:
-    """A ``torch.utils.data.IterableDataset`` over the training windows of a run (see `action_windows`).
+    """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
+    (see `action_windows`).
 
     Each item is a dict of torch tensors (``obs/<F>`` ``[history, ...]``, ``action`` ``[horizon, A]``,
     int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
     across DataLoader workers and, when torch.distributed is initialized, across ranks:
-    ``shard = rank * num_workers + worker_id`` of ``world_size * num_workers``.
+    ``shard = rank * num_workers + worker_id`` of ``world_size * num_workers``; over a dataset the shards
+    split the episodes of all its runs, so each epoch visits every episode exactly once.
     """
     if not isinstance(history, int) or isinstance(history, bool) or history < 1:
         raise ValueError(f"history must be an integer >= 1, got {history!r}")

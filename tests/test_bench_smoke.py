@@ -1,0 +1,98 @@
+"""The bench scripts' smoke modes run and write every figure, finite, for every row."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+# figure -> must it be > 0 (else >= 0)
+STEPPING = {"num_envs": True, "steps": True, "median_step_ms": True, "env_steps_per_s": True}
+TRANSPORT = {
+    "num_envs": True,
+    "steps": True,
+    "bytes_per_step": False,
+    "mb_per_step": False,
+    "step_median_ms": True,
+    "step_p95_ms": True,
+    "loop_s": True,
+    "overlap": True,
+    "copy_steps": False,
+    "copy_median_ms": False,
+    "copy_p95_ms": False,
+    "gb_per_s": False,
+    "reference_gb_per_s": True,
+    "vs_reference": False,
+}
+# Figures that are zero on the ``none`` row by definition and must be positive on the others.
+TRANSPORT_MOVED = ["bytes_per_step", "mb_per_step", "copy_steps", "copy_median_ms", "copy_p95_ms", "gb_per_s"]
+TRANSPORT_MOVED += ["vs_reference"]
+PIPELINE = {
+    "num_envs": True,
+    "steps": True,
+    "env_steps_per_s": True,
+    "efficiency": True,
+    "loop_env_steps_per_s": True,
+    "loop_efficiency": True,
+    "stall_pct": False,
+    "episodes": False,
+    "mb_written": False,
+}
+
+
+def run_bench(name: str, out: Path) -> dict:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--smoke", "--out", str(out)]) == 0
+    assert (out / f"{name}.md").read_text().strip()
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def check_figures(row: dict, figures: dict) -> None:
+    for key, positive in figures.items():
+        value = row[key]
+        assert isinstance(value, int | float) and not isinstance(value, bool), (key, value)
+        assert math.isfinite(value), (key, value)
+        assert value > 0 if positive else value >= 0, (key, value, row)
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench")
+
+
+def test_stepping_smoke(out):
+    """bench/stepping.py --smoke gives steps/s for every task and env count."""
+    rows = run_bench("stepping", out)["rows"]
+    assert rows
+    for row in rows:
+        check_figures(row, STEPPING)
+
+
+def test_transport_smoke(out):
+    """bench/transport.py --smoke gives every method's bytes, times, GB/s, reference ratio and overlap."""
+    payload = run_bench("transport", out)
+    rows = payload["rows"]
+    assert {r["method"] for r in rows} == {"none", "sync", "host_snapshot", "torch_pinned"}
+    for row in rows:
+        check_figures(row, TRANSPORT)
+        assert row["reference"] in ("memcpy", "pinned_d2h_peak")
+        if row["method"] != "none":
+            assert all(row[key] > 0 for key in TRANSPORT_MOVED), row
+    assert (out / "transport.png").stat().st_size > 0
+
+
+def test_pipeline_smoke(out):
+    """bench/pipeline.py --smoke gives steps/s, efficiency and stall for each mode, and recordings publish."""
+    rows = run_bench("pipeline", out)["rows"]
+    modes = {"stepping", "transport", "record_none", "record_deflate1"}
+    assert {r["mode"] for r in rows} == modes
+    for row in rows:
+        check_figures(row, PIPELINE)
+        if row["mode"].startswith("record"):
+            assert row["episodes"] > 0 and row["mb_written"] > 0, row
+    assert (out / "pipeline.png").stat().st_size > 0
