@@ -16,6 +16,8 @@ def machine() -> dict:
     import warp as wp
 
     info = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    if hasattr(os, "getloadavg"):
+        info["load_average_1m"] = os.getloadavg()[0]  # other processes on a shared machine skew the figures
     if wp.get_cuda_device_count() > 0:
         info["gpu"] = wp.get_device("cuda:0").name
     return info
@@ -30,6 +32,14 @@ def timed(fn, *, min_seconds: float, min_reps: int = 3) -> list[float]:
         fn()
         times.append(time.perf_counter() - t0)
     return times
+
+
+def summary_ms(times) -> dict:
+    """Median, 95th percentile and mean of per-call ``times`` [s], in milliseconds."""
+    import numpy as np
+
+    t = np.asarray(times, dtype=np.float64) * 1e3
+    return {"median_ms": float(np.median(t)), "p95_ms": float(np.percentile(t, 95)), "mean_ms": float(t.mean())}
 
 
 def table(rows: list[dict], columns: list[str]) -> str:
@@ -50,3 +60,34 @@ def save(name: str, payload: dict, markdown: str, out_dir: Path | None = None) -
     (out / f"{name}.json").write_text(json.dumps(payload, indent=2))
     (out / f"{name}.md").write_text(markdown + "\n")
     return out / f"{name}.json"
+
+
+def plot(rows: list[dict], *, x: str, y: str, series: str, panels: str, path: Path, ylabel: str, title: str) -> Path:
+    """One log-log panel per value of ``rows[panels]``, one line per value of ``rows[series]``; a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panel_values = list(dict.fromkeys(r[panels] for r in rows))
+    fig, axes = plt.subplots(1, len(panel_values), figsize=(5 * len(panel_values), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panel_values, strict=True):
+        mine = [r for r in rows if r[panels] == panel]
+        for name in dict.fromkeys(r[series] for r in mine):
+            line = [r for r in mine if r[series] == name and r[y] > 0]
+            if line:
+                ax.plot([r[x] for r in line], [r[y] for r in line], marker="o", label=str(name))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        ax.set_title(str(panel))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
