@@ -458,12 +458,9 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
     """If the marker cannot be written, the episode file is removed: no half-published episode remains."""
 
     def no_marker(path, obj):
-        if os.path.basename(path).startswith("env"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, obj)
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    real = recorder_module.write_json_atomic
-    monkeypatch.setattr(recorder_module, "write_json_atomic", no_marker)
+    monkeypatch.setattr(recorder_module, "write_marker_atomic", no_marker)
     env = make_env(num_envs=2, max_steps=4)
     batches = make_batches(SyntheticSim(env, seed=8, end_prob=0.5), 12)
     recorder = EpisodeRecorder(tmp_path / "run", env, writers=1)

@@ -32,6 +32,7 @@ from forge_gpu._src.episode_format import (
     per_env_nbytes,
     write_episode_file,
     write_json_atomic,
+    write_marker_atomic,
 )
 
 #: Distributions whose versions shape the data; recorded in run.json where installed.
@@ -443,7 +444,7 @@ class EpisodeRecorder:
             _remove_quietly(base + ".npz.tmp")
             raise
         try:
-            write_json_atomic(base + ".json", make_marker(env_id, episode_id, steps))
+            write_marker_atomic(base + ".json", make_marker(env_id, episode_id, steps))
         except BaseException:
             _remove_quietly(base + ".npz")  # an unmarked file is invisible anyway; do not leave it behind
             raise
