@@ -5,6 +5,7 @@ Pure numpy and the standard library; shared by the recorder (which writes) and t
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -296,9 +297,7 @@ def _write_small_npz(path: str, members: list[tuple[str, np.ndarray]], compressi
     for member, array in members:
         name = (member + ".npy").encode()
         array = np.ascontiguousarray(array)
-        header = io.BytesIO()
-        np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
-        head, data = header.getvalue(), memoryview(array).cast("B")
+        head, data = _npy_header(array.dtype.str, array.shape), memoryview(array).cast("B")
         crc = zlib.crc32(data, zlib.crc32(head))
         size = len(head) + data.nbytes
         if method == 0:
@@ -350,6 +349,15 @@ def _write_small_npz(path: str, members: list[tuple[str, np.ndarray]], compressi
     finally:
         os.close(fd)
     return total
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` (version 1.0) header of a C-ordered array; episodes repeat a few shapes."""
+    header = io.BytesIO()
+    description = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(header, description)
+    return header.getvalue()
 
 
 def _write_large_npz(path: str, members: list[tuple[str, np.ndarray]], compression: str, compression_level: int) -> int:
