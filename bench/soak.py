@@ -39,7 +39,7 @@ def rss_bytes() -> int:
 
 def count_invalid(run: Path) -> tuple[int, int]:
     """(visible episodes, torn or invalid ones) of a run, checking each episode on its own."""
-    from forge_gpu._src.reader import _load_episode, _marked_episodes, read_manifest
+    from forge_gpu._src.reader import EpisodeReadOptions, _load_episode, _marked_episodes, read_manifest
 
     spec = read_manifest(run)["env_spec"]
     try:
@@ -49,7 +49,7 @@ def count_invalid(run: Path) -> tuple[int, int]:
     bad = 0
     for path, marker in marked:
         try:
-            _load_episode(path, marker, None, spec)
+            _load_episode(path, marker, spec, EpisodeReadOptions())
         except ValueError:
             bad += 1
     return len(marked), bad

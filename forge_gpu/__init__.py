@@ -22,6 +22,7 @@ _EXPORTS = {
     "EpisodeRecorder": "forge_gpu._src.recorder",
     "Episode": "forge_gpu._src.reader",
     "read_episodes": "forge_gpu._src.reader",
+    "EpisodeReadOptions": "forge_gpu._src.reader",
     "read_manifest": "forge_gpu._src.reader",
     "action_windows": "forge_gpu._src.reader",
     "WindowDataset": "forge_gpu._src.torch_data",

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ray")
 
 from forge_gpu._src.distributed import FAIL_WORKER_ENV, split_episodes, worker_seed  # noqa: E402
-from forge_gpu._src.reader import action_windows, read_episodes, read_manifest  # noqa: E402
+from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes, read_manifest  # noqa: E402
 from forge_gpu.cli import main  # noqa: E402
 
 SMALL = ["collect", "cartpole", "--envs", "2", "--set", "max_steps=20", "--device", "cpu"]
@@ -65,9 +65,14 @@ def test_dataset_reads_back_whole_run_by_run(dataset):
 @pytest.mark.parametrize("num_shards", [1, 2, 3])
 def test_shards_over_the_dataset_cover_every_episode_once(dataset, num_shards):
     """The k-th episode over the whole dataset goes to shard k % num_shards; shards are disjoint and complete."""
-    order = [ep.path for ep in read_episodes(dataset, fields=["time"])]
+    order = [ep.path for ep in read_episodes(dataset, options=EpisodeReadOptions(observation_keys=["time"]))]
     for shard in range(num_shards):
-        got = [ep.path for ep in read_episodes(dataset, fields=["time"], shard=shard, num_shards=num_shards)]
+        got = [
+            ep.path
+            for ep in read_episodes(
+                dataset, options=EpisodeReadOptions(observation_keys=["time"], shard_index=shard, num_shards=num_shards)
+            )
+        ]
         assert got == order[shard::num_shards]
 
 
@@ -79,8 +84,11 @@ def test_windows_take_the_instruction_of_their_own_run(dataset, tmp_path):
     manifest = json.loads(manifest_path.read_text())
     manifest["env_spec"]["instruction"] = "balance it, worker one"
     manifest_path.write_text(json.dumps(manifest))
-    windows = list(action_windows(root, history=2, horizon=3, fields=["proprio"]))
-    per_run = [list(action_windows(run, history=2, horizon=3, fields=["proprio"])) for run in runs_of(root)]
+    windows = list(action_windows(root, history=2, horizon=3, options=EpisodeReadOptions(observation_keys=["proprio"])))
+    per_run = [
+        list(action_windows(run, history=2, horizon=3, options=EpisodeReadOptions(observation_keys=["proprio"])))
+        for run in runs_of(root)
+    ]
     assert len(windows) == sum(len(w) for w in per_run) > 0
     assert {w["instruction"] for w in per_run[1]} == {"balance it, worker one"}
     assert [w["instruction"] for w in windows] == [w["instruction"] for run in per_run for w in run]
@@ -88,7 +96,7 @@ def test_windows_take_the_instruction_of_their_own_run(dataset, tmp_path):
     pytest.importorskip("torch")
     from forge_gpu import WindowDataset
 
-    items = list(WindowDataset(root, history=2, horizon=3, fields=["proprio"]))
+    items = list(WindowDataset(root, history=2, horizon=3, observation_keys=["proprio"]))
     assert len(items) == len(windows) and items[-1]["instruction"] == "balance it, worker one"
 
 

@@ -8,7 +8,7 @@ import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, make_env, record
 
 from forge_gpu._src.episode_format import episode_stem
-from forge_gpu._src.reader import action_windows, read_episodes, read_manifest
+from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes, read_manifest
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_read_episodes_returns_every_episode_in_file_name_order(run):
 def test_projection_returns_only_the_requested_fields(run):
     """With fields=[...] only those observation fields are returned, with unchanged values."""
     directory, sim = run
-    for episode in read_episodes(directory, fields=["proprio"]):
+    for episode in read_episodes(directory, options=EpisodeReadOptions(observation_keys=["proprio"])):
         assert list(episode.obs) == ["proprio"] and list(episode.next) == ["proprio"]
         expected = sim.completed[(episode.env_id, episode.episode_id)]
         np.testing.assert_array_equal(episode.obs["proprio"], expected["obs/proprio"])
@@ -60,16 +60,24 @@ def test_projection_returns_only_the_requested_fields(run):
 def test_unknown_requested_field_is_an_error(run):
     """Asking for a field the episodes do not have raises ValueError naming it."""
     with pytest.raises(ValueError, match="'lidar'"):
-        next(read_episodes(run[0], fields=["lidar"]))
+        next(read_episodes(run[0], options=EpisodeReadOptions(observation_keys=["lidar"])))
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 3, 5])
 def test_shards_cover_every_episode_exactly_once(run, num_shards):
     """Shard k holds the counted episodes k, k + num_shards, ...; together the shards hold each once."""
     directory, _ = run
-    everything = [(e.env_id, e.episode_id) for e in read_episodes(directory, fields=["time"])]
+    everything = [
+        (e.env_id, e.episode_id)
+        for e in read_episodes(directory, options=EpisodeReadOptions(observation_keys=["time"]))
+    ]
     shards = [
-        [(e.env_id, e.episode_id) for e in read_episodes(directory, fields=["time"], shard=k, num_shards=num_shards)]
+        [
+            (e.env_id, e.episode_id)
+            for e in read_episodes(
+                directory, options=EpisodeReadOptions(observation_keys=["time"], shard_index=k, num_shards=num_shards)
+            )
+        ]
         for k in range(num_shards)
     ]
     for k, shard in enumerate(shards):
@@ -80,9 +88,9 @@ def test_shards_cover_every_episode_exactly_once(run, num_shards):
 def test_bad_shard_arguments_are_refused(run):
     """shard outside [0, num_shards) or num_shards < 1 raise ValueError at the call."""
     with pytest.raises(ValueError, match="shard"):
-        read_episodes(run[0], shard=2, num_shards=2)
+        read_episodes(run[0], options=EpisodeReadOptions(shard_index=2, num_shards=2))
     with pytest.raises(ValueError, match="num_shards"):
-        read_episodes(run[0], num_shards=0)
+        read_episodes(run[0], options=EpisodeReadOptions(num_shards=0))
 
 
 def _first_stem(directory):
@@ -136,7 +144,7 @@ def test_tampered_episode_is_an_error_naming_the_file(run_copy, case, fields):
     stem = _first_stem(directory)
     _rewrite(directory, stem, TAMPERED[case])
     with pytest.raises(ValueError, match=stem + ".npz"):
-        list(read_episodes(directory, fields=fields))
+        list(read_episodes(directory, options=EpisodeReadOptions(observation_keys=fields)))
 
 
 def test_projection_skips_values_of_unrequested_fields(run_copy):
@@ -144,7 +152,9 @@ def test_projection_skips_values_of_unrequested_fields(run_copy):
     directory, sim = run_copy
     stem = _first_stem(directory)
     _rewrite(directory, stem, _set("obs/depth", (0, 0, 0), np.nan))
-    assert len(list(read_episodes(directory, fields=["proprio"]))) == len(sim.completed)
+    assert len(list(read_episodes(directory, options=EpisodeReadOptions(observation_keys=["proprio"])))) == len(
+        sim.completed
+    )
     with pytest.raises(ValueError, match=stem):
         list(read_episodes(directory))
 
@@ -186,9 +196,17 @@ def test_unmarked_episode_file_is_skipped_and_not_counted(run_copy):
     stem = _first_stem(directory)
     os.remove(directory / (stem + ".json"))
     (directory / (stem + ".npz.tmp")).write_bytes(b"half a file")
-    episodes = [(e.env_id, e.episode_id) for e in read_episodes(directory, fields=["time"])]
+    episodes = [
+        (e.env_id, e.episode_id)
+        for e in read_episodes(directory, options=EpisodeReadOptions(observation_keys=["time"]))
+    ]
     assert episodes == sorted(sim.completed)[1:]
-    odd = [(e.env_id, e.episode_id) for e in read_episodes(directory, fields=["time"], shard=1, num_shards=2)]
+    odd = [
+        (e.env_id, e.episode_id)
+        for e in read_episodes(
+            directory, options=EpisodeReadOptions(observation_keys=["time"], shard_index=1, num_shards=2)
+        )
+    ]
     assert odd == episodes[1::2]
 
 
@@ -231,7 +249,11 @@ def test_dtype_disagreeing_with_run_json_is_an_error(run_copy):
 def test_action_windows_count_and_content(run, history, horizon):
     """There are max(0, T-H-h+2) windows per episode, each the right slices of its episode."""
     directory, sim = run
-    windows = list(action_windows(directory, history=history, horizon=horizon, fields=["proprio", "rgb"]))
+    windows = list(
+        action_windows(
+            directory, history=history, horizon=horizon, options=EpisodeReadOptions(observation_keys=["proprio", "rgb"])
+        )
+    )
     lengths = [len(m["action"]) for m in sim.completed.values()]
     assert len(windows) == sum(max(0, T - horizon - history + 2) for T in lengths)
     for window in windows:
@@ -260,8 +282,10 @@ def test_window_dataset_with_dataloader(run):
     from forge_gpu._src.torch_data import WindowDataset
 
     directory, _ = run
-    expected = list(action_windows(directory, history=2, horizon=3, fields=["proprio"]))
-    dataset = WindowDataset(directory, history=2, horizon=3, fields=["proprio"])
+    expected = list(
+        action_windows(directory, history=2, horizon=3, options=EpisodeReadOptions(observation_keys=["proprio"]))
+    )
+    dataset = WindowDataset(directory, history=2, horizon=3, observation_keys=["proprio"])
     assert isinstance(dataset, torch.utils.data.IterableDataset)
     loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=0)
     batches = list(loader)
@@ -283,11 +307,35 @@ def test_window_dataset_splits_episodes_across_workers(run):
     from forge_gpu._src.torch_data import WindowDataset
 
     directory, _ = run
-    dataset = WindowDataset(directory, history=1, horizon=2, fields=["time"])
+    dataset = WindowDataset(directory, history=1, horizon=2, observation_keys=["time"])
     assert pickle.loads(pickle.dumps(dataset)).horizon == 2
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
     seen = sorted((int(w["env_id"]), int(w["episode_id"]), int(w["t"])) for w in loader)
     expected = sorted(
-        (w["env_id"], w["episode_id"], w["t"]) for w in action_windows(directory, history=1, horizon=2, fields=["time"])
+        (w["env_id"], w["episode_id"], w["t"])
+        for w in action_windows(directory, history=1, horizon=2, options=EpisodeReadOptions(observation_keys=["time"]))
     )
     assert seen == expected
+
+
+def test_window_dataset_shuffles_by_seed_and_epoch(run):
+    """Shuffled epochs still yield every window once; the order depends on (seed, epoch) alone."""
+    import torch
+
+    from forge_gpu._src.torch_data import WindowDataset
+
+    directory, _ = run
+
+    def keys(dataset, workers=0):
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+        return [(int(w["env_id"]), int(w["episode_id"]), int(w["t"])) for w in loader]
+
+    plain = keys(WindowDataset(directory, history=1, horizon=2))
+    shuffled = WindowDataset(directory, history=1, horizon=2, shuffle=True, seed=5)
+    first = keys(shuffled)
+    assert sorted(first) == sorted(plain) and first != plain
+    assert keys(WindowDataset(directory, history=1, horizon=2, shuffle=True, seed=5)) == first
+    shuffled.set_epoch(1)
+    second = keys(shuffled)
+    assert sorted(second) == sorted(plain) and second != first
+    assert sorted(keys(shuffled, workers=2)) == sorted(plain)

@@ -36,7 +36,7 @@ def copy_run(pristine, tmp_path) -> Path:
 
 
 def read_all(run, **kwargs):
-    return [ep.steps for ep in forge_gpu.read_episodes(run, **kwargs)]
+    return [ep.steps for ep in forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(**kwargs))]
 
 
 def first_episode(run: Path) -> Path:

@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from .episode_format import EPISODE_SUFFIX
-from .reader import _marked_episodes, is_dataset, read_dataset_manifest, read_episodes, read_manifest
+from .reader import (
+    EpisodeReadOptions,
+    _marked_episodes,
+    is_dataset,
+    read_dataset_manifest,
+    read_episodes,
+    read_manifest,
+)
 
 
 def _stats(values: list[float]) -> dict:
@@ -165,7 +172,7 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     if chosen is None:
         what = f"episode {episode[0]}:{episode[1]}" if episode else "any episode"
         raise LookupError(f"{run_dir} holds no published {what}")
-    ep = next(read_episodes(run_dir, shard=chosen, num_shards=chosen + 1))
+    ep = next(read_episodes(run_dir, options=EpisodeReadOptions(shard_index=chosen, num_shards=chosen + 1)))
     stem = f"env{ep.env_id:05d}-episode{ep.episode_id:08d}"
     import matplotlib
 

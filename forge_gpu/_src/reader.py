@@ -116,36 +116,53 @@ def run_directories(path: str | os.PathLike) -> list[str]:
     return [os.path.join(path, entry["path"]) for entry in read_dataset_manifest(path)["runs"]]
 
 
-def read_episodes(
-    run_dir: str | os.PathLike,
-    *,
-    fields: Sequence[str] | None = None,
-    shard: int = 0,
-    num_shards: int = 1,
-    max_member_bytes: int = MAX_MEMBER_BYTES,
-) -> Iterator[Episode]:
-    """Yield the checked episodes of shard ``shard`` of ``num_shards`` of a run directory or a dataset root.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EpisodeReadOptions:
+    """What :func:`read_episodes` and :func:`action_windows` read, and which partition."""
+
+    observation_keys: Sequence[str] | None = None
+    """Observation fields to load and value-check; ``None`` loads all. The full member schema, the
+    required fields and the transition members are checked either way."""
+    shard_index: int = 0
+    """This reader's partition: the ``k``-th counted episode belongs to shard ``k % num_shards``."""
+    num_shards: int = 1
+    """Number of partitions."""
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    """A member whose header claims more bytes is refused before anything is allocated."""
+
+    def __post_init__(self):
+        if not isinstance(self.num_shards, int) or isinstance(self.num_shards, bool) or self.num_shards < 1:
+            raise ValueError(f"num_shards must be an integer >= 1, got {self.num_shards!r}")
+        index = self.shard_index
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.num_shards:
+            raise ValueError(f"shard_index must be an integer in [0, {self.num_shards - 1}], got {index!r}")
+        keys = self.observation_keys
+        if keys is not None:
+            if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+                raise ValueError(f"observation_keys must be a sequence of field names, got {keys!r}")
+            object.__setattr__(self, "observation_keys", tuple(keys))
+        if not isinstance(self.max_member_bytes, int) or self.max_member_bytes < 1:
+            raise ValueError(f"max_member_bytes must be a positive integer, got {self.max_member_bytes!r}")
+
+
+def read_episodes(directory: str | os.PathLike, *, options: EpisodeReadOptions | None = None) -> Iterator[Episode]:
+    """Yield the checked episodes of one shard of a run directory or a dataset root.
 
     Episodes come in sorted file-name order (over a dataset: run by run in ``dataset.json`` order).
     Only episodes with a valid completion marker count; the ``k``-th of them belongs to shard
-    ``k % num_shards``. With ``fields``, only those observation fields are loaded and value-checked
-    (the full member schema is still checked). A file that breaks FORMAT.md raises ValueError naming it.
-    Arguments, the manifests and the markers are checked at the call; each archive when its episode is reached.
-    A member whose header claims more than ``max_member_bytes`` is refused before anything is allocated.
+    ``k % num_shards``, decided before any archive is opened. A file that breaks FORMAT.md raises
+    ValueError naming it. The manifests and markers are checked at the call; each archive when its
+    episode is reached.
     """
-    _check_shard(shard, num_shards)
-    index = _episode_index(run_dir)[shard::num_shards]
-    fields = None if fields is None else list(fields)
+    options = options or EpisodeReadOptions()
     return (
-        _load_episode(path, marker, fields, manifest["env_spec"], max_member_bytes) for path, marker, manifest in index
+        _load_episode(path, marker, manifest["env_spec"], options)
+        for path, marker, manifest in _shard(directory, options)
     )
 
 
-def _check_shard(shard: int, num_shards: int) -> None:
-    if not isinstance(num_shards, int) or num_shards < 1:
-        raise ValueError(f"num_shards must be an integer >= 1, got {num_shards!r}")
-    if not isinstance(shard, int) or not 0 <= shard < num_shards:
-        raise ValueError(f"shard must be an integer in [0, {num_shards - 1}], got {shard!r}")
+def _shard(directory: str | os.PathLike, options: EpisodeReadOptions) -> list[tuple[str, dict, dict]]:
+    return _episode_index(directory)[options.shard_index :: options.num_shards]
 
 
 def _episode_index(path: str | os.PathLike) -> list[tuple[str, dict, dict]]:
@@ -158,36 +175,40 @@ def _episode_index(path: str | os.PathLike) -> list[tuple[str, dict, dict]]:
 
 
 def action_windows(
-    run_dir: str | os.PathLike,
+    directory: str | os.PathLike,
+    history: int = 1,
+    horizon: int = 1,
     *,
-    history: int,
-    horizon: int,
-    fields: Sequence[str] | None = None,
-    shard: int = 0,
-    num_shards: int = 1,
+    options: EpisodeReadOptions | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield training windows (FORMAT.md "Training windows") of the episodes of one shard.
 
-    ``run_dir`` is a run directory or a dataset root; episodes and shards are as in :func:`read_episodes`.
+    ``directory`` is a run directory or a dataset root; episodes and shards are as in :func:`read_episodes`.
     For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
     with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``), ``action`` =
     ``action[t : t+horizon]`` (``[horizon, A]``), the ``instruction`` of the episode's run and the ints
     ``env_id``, ``episode_id`` and ``t``. The arrays are views of the episode's arrays.
     """
+    check_window(history, horizon)
+    options = options or EpisodeReadOptions()
+    return episode_windows(_shard(directory, options), options, history, horizon)
+
+
+def check_window(history: int, horizon: int) -> None:
     for name, value in (("history", history), ("horizon", horizon)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    _check_shard(shard, num_shards)
-    index = _episode_index(run_dir)[shard::num_shards]
-    fields = None if fields is None else list(fields)
-    return _windows(index, fields, history, horizon)
 
 
-def _windows(index: list[tuple[str, dict, dict]], fields, history: int, horizon: int) -> Iterator[dict]:
+def episode_windows(
+    index: list[tuple[str, dict, dict]], options: EpisodeReadOptions, history: int, horizon: int, order=None
+) -> Iterator[dict]:
+    """The windows of the indexed episodes, in index order; ``order(n)`` may permute each episode's windows."""
     for path, marker, manifest in index:
         instruction = manifest["env_spec"]["instruction"]
-        episode = _load_episode(path, marker, fields, manifest["env_spec"])
-        for t in range(history - 1, episode.steps - horizon + 1):
+        episode = _load_episode(path, marker, manifest["env_spec"], options)
+        starts = range(history - 1, episode.steps - horizon + 1)
+        for t in starts if order is None else [starts[i] for i in order(len(starts))]:
             window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
             window["action"] = episode.action[t : t + horizon]
             window["instruction"] = instruction
@@ -222,9 +243,8 @@ def _marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
     return marked
 
 
-def _load_episode(
-    path: str, marker: dict, fields: list[str] | None, env_spec: dict, max_member_bytes: int = MAX_MEMBER_BYTES
-) -> Episode:
+def _load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOptions) -> Episode:
+    fields = options.observation_keys
     with _archive_errors(path):
         archive = np.load(path, allow_pickle=False)
     if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -232,7 +252,7 @@ def _load_episode(
     with archive:
         with _archive_errors(path):
             headers = {member: read_npy_header(archive.zip, member) for member in archive.files}
-            check_member_sizes(archive.zip, headers, name=path, max_member_bytes=max_member_bytes)
+            check_member_sizes(archive.zip, headers, name=path, max_member_bytes=options.max_member_bytes)
         validate_episode_schema(headers, marker, name=path)
         _check_against_spec(headers, env_spec, path)
         present = observation_fields(headers)

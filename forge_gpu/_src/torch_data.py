@@ -7,15 +7,19 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from forge_gpu._src.reader import action_windows
+import numpy as np
+
+from forge_gpu._src.reader import EpisodeReadOptions, _episode_index, check_window, episode_windows
 
 
 def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that torch loads on first use
-    run_dir: str | os.PathLike,
+    directory: str | os.PathLike,
     *,
-    history: int,
-    horizon: int,
-    fields: Sequence[str] | None = None,
+    history: int = 1,
+    horizon: int = 1,
+    observation_keys: Sequence[str] | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
 ) -> Any:
     """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
     (see `action_windows`).
@@ -24,17 +28,17 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
     across DataLoader workers and, when torch.distributed is initialized, across ranks:
     ``shard = rank * num_workers + worker_id`` of ``world_size * num_workers``; over a dataset the shards
-    split the episodes of all its runs, so each epoch visits every episode exactly once.
+    split the episodes of all its runs, so each epoch visits every window exactly once. With ``shuffle``,
+    each shard visits its episodes, and each episode its windows, in an order drawn from
+    ``(seed, epoch)``; call ``set_epoch(epoch)`` before each epoch, as with a ``DistributedSampler``.
     """
-    if not isinstance(history, int) or isinstance(history, bool) or history < 1:
-        raise ValueError(f"history must be an integer >= 1, got {history!r}")
-    if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
-        raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
-    return _window_dataset_class()(run_dir, history=history, horizon=horizon, fields=fields)
+    check_window(history, horizon)
+    EpisodeReadOptions(observation_keys=observation_keys)  # checks the keys now, not in a worker
+    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed)
 
 
-def _rebuild(run_dir, history, horizon, fields):
-    return WindowDataset(run_dir, history=history, horizon=horizon, fields=fields)
+def _rebuild(*args):
+    return _window_dataset_class()(*args)
 
 
 @functools.cache
@@ -42,16 +46,21 @@ def _window_dataset_class() -> type:
     import torch  # noqa: PLC0415 - torch is optional and heavy
 
     class _WindowDataset(torch.utils.data.IterableDataset):
-        def __init__(self, run_dir, *, history, horizon, fields):
+        def __init__(self, directory, history, horizon, observation_keys, shuffle, seed, epoch=0):
             super().__init__()
-            self.run_dir = os.fspath(run_dir)
-            self.history = history
-            self.horizon = horizon
-            self.fields = None if fields is None else list(fields)
+            self.directory = os.fspath(directory)
+            self.history, self.horizon = history, horizon
+            self.observation_keys = None if observation_keys is None else list(observation_keys)
+            self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
+
+        def set_epoch(self, epoch: int) -> None:
+            """Choose the shuffled order of the next epoch."""
+            self.epoch = epoch
 
         def __reduce__(self):
             # The class is made inside a function, so pickle (DataLoader workers under spawn) rebuilds it.
-            return _rebuild, (self.run_dir, self.history, self.horizon, self.fields)
+            args = (self.directory, self.history, self.horizon, self.observation_keys, self.shuffle, self.seed)
+            return _rebuild, (*args, self.epoch)
 
         def __iter__(self):
             worker = torch.utils.data.get_worker_info()
@@ -59,15 +68,18 @@ def _window_dataset_class() -> type:
             rank, world_size = 0, 1
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-            windows = action_windows(
-                self.run_dir,
-                history=self.history,
-                horizon=self.horizon,
-                fields=self.fields,
-                shard=rank * num_workers + worker_id,
+            options = EpisodeReadOptions(
+                observation_keys=self.observation_keys,
+                shard_index=rank * num_workers + worker_id,
                 num_shards=world_size * num_workers,
             )
-            for window in windows:
+            index = _episode_index(self.directory)[options.shard_index :: options.num_shards]
+            order = None
+            if self.shuffle:
+                rng = np.random.default_rng([self.seed, self.epoch, options.shard_index])
+                index = [index[i] for i in rng.permutation(len(index))]
+                order = rng.permutation
+            for window in episode_windows(index, options, self.history, self.horizon, order):
                 yield {key: _to_torch(value) for key, value in window.items()}
 
     def _to_torch(value):
