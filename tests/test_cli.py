@@ -173,6 +173,15 @@ def test_torch_mlp_policy_drives_cartpole(tmp_path):
         (["collect", "cartpole", "--policy", "torch_policies:wrong_shape"], ["shape"]),
         (["collect", "cartpole", "--policy", "torch_policies:nan_actions"], ["non-finite"]),
         (["render", "missing-run"], ["not a run directory"]),
+        (["collect", "cartpole", "--policy", "torch_policies:wrong_dtype"], ["float64"]),
+        (["collect", "cartpole", "--policy", "torch_policies:wrong_device"], ["meta"]),
+        (["collect", "reach", "--set", "params.image_size=100"], ["image_size", "100", "64"]),
+        (["collect", "cartpole", "--set", "max_steps=0"], ["max_steps", "0"]),
+        (["collect", "cartpole", "--set", "substeps=true"], ["substeps", "integer"]),
+        (["collect", "cartpole", "--set", "control_dt=0"], ["control_dt"]),
+        (["collect", "cartpole", "--slots", "0"], ["--slots"]),
+        (["collect", "cartpole", "--max-buffer-bytes", "1000"], ["max_buffer_bytes", "bytes"]),
+        (["collect", "ant", "--set", "solver.name=featherstone"], ["contacts", "mujoco"]),
     ],
 )
 def test_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, args, words):

@@ -20,3 +20,13 @@ def wrong_shape(spec, device):
 def nan_actions(spec, device):
     """Returns NaN actions."""
     return lambda obs: torch.full((obs["proprio"].shape[0], spec["action_shape"][0]), float("nan"), device=device)
+
+
+def wrong_dtype(spec, device):
+    """Returns float64 actions."""
+    return lambda obs: torch.zeros((obs["proprio"].shape[0], spec["action_shape"][0]), dtype=torch.float64)
+
+
+def wrong_device(spec, device):
+    """Returns actions on torch's meta device instead of the env's."""
+    return lambda obs: torch.zeros((obs["proprio"].shape[0], spec["action_shape"][0]), device="meta")
