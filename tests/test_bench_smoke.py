@@ -96,3 +96,14 @@ def test_pipeline_smoke(out):
         if row["mode"].startswith("record"):
             assert row["episodes"] > 0 and row["mb_written"] > 0, row
     assert (out / "pipeline.png").stat().st_size > 0
+
+
+def test_recorder_smoke(out):
+    """bench/recorder.py --smoke gives forge's figure, its reference and their ratio for every row."""
+    rows = run_bench("recorder", out)["rows"]
+    figures = {r["figure"] for r in rows}
+    expected = {"ingest_none", "append_only", "write_bytes", "write_bytes_e2e", "pipeline_expert", "pipeline_random"}
+    expected |= {f"ingest_deflate1_w{w}" for w in (1, 2, 4)} | {f"publish_w{w}" for w in (1, 2, 4)}
+    assert figures == expected
+    for row in rows:
+        check_figures(row, {"writers": True, "forge": True, "reference": True, "ratio": True})

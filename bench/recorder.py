@@ -1,0 +1,465 @@
+"""Recording throughput: forge_gpu's EpisodeRecorder against simple alternatives, each ratio within one run.
+
+python bench/recorder.py                 # CPU sizes, a few minutes
+python bench/recorder.py --smoke         # seconds-long check that every figure is produced
+
+Host batches come from tests/synthetic.py (the env's next-step auto-reset semantics) and are generated
+before any clock starts. Every figure is the median of --reps runs, forge and its reference alternating
+(A/B/A/B), each into a fresh directory under one temporary parent (--record-dir chooses it).
+  ingest_none       rows (env-transitions) per second, end to end (append every batch, publish, close), of
+                    EpisodeRecorder (2 writers, stored members) against a plain per-row recorder fed the same
+                    batches: Python dicts per env and per row, np.stack + np.savez on episode end, tmp + rename
+                    for the .npz and its marker. 1024 envs, proprio 4, action 1, every episode 200 steps.
+                    The reference runs on the first half of the batches (one episode per env): it is slow.
+  append_only       the same two recorders on the first 100 batches, in which no episode ends: appends alone.
+  publish_wW        episodes published per second with short episodes (end_prob 0.04, ~25 steps, 1024 envs) by
+                    EpisodeRecorder with W writers, against a raw publication loop on W threads: per episode
+                    two files (a payload of the recorder's mean episode-file size and a 100-byte marker), each
+                    written to a temporary name and renamed.
+  write_bytes       bytes of episode files published per second with stored members and an rgb 64x64x3 uint8
+                    field (256 envs, 200-step episodes, 4.9 MB per file), against raw writes of the same bytes:
+                    one file per episode-sized chunk (open, write, close; no rename) on as many threads (2),
+                    from 16 distinct episode-sized buffers in turn.
+                    Every episode ends in the last batch, so the writers do all their work in ``close``:
+                    write_bytes is the bytes over the close's time, write_bytes_e2e over appends + close.
+  ingest_deflate1_wW  rows per second of the ingest_none workload with deflate level 1 and W writers; the
+                    reference is ingest_none's forge figure (stored members, 2 writers) of the same run.
+  pipeline_POLICY   cartpole, 1024 envs, on the CPU: ``collect`` recording (stored members) against the same
+                    ``collect`` with ``directory=None``, same policy and step count; env-steps per second over
+                    the whole call, including the recorder's close. expert: max_steps 500, 600 steps (every env
+                    publishes one 500-step episode); random: ~25-step episodes, 200 steps.
+Columns: forge and reference in the row's unit; ratio = forge / reference; target from the issue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from common import machine, save, table  # noqa: E402
+from synthetic import SyntheticSim, make_batches, make_env  # noqa: E402
+
+from forge_gpu._src.episode_format import episode_stem, make_marker  # noqa: E402
+from forge_gpu._src.recorder import EpisodeRecorder  # noqa: E402
+
+FULL = {
+    "long": {"num_envs": 1024, "max_steps": 200, "steps": 402, "reference_batches": 201, "append_batches": 100},
+    "short": {"num_envs": 1024, "max_steps": 200, "steps": 150, "end_prob": 0.04},
+    "bytes": {"num_envs": 256, "max_steps": 200, "steps": 200, "image": 64},
+    "pipeline": {"num_envs": 1024, "expert_steps": 600, "random_steps": 200, "max_steps": 500, "random_max_steps": 0},
+}
+SMOKE = {
+    "long": {"num_envs": 16, "max_steps": 10, "steps": 22, "reference_batches": 11, "append_batches": 5},
+    "short": {"num_envs": 16, "max_steps": 10, "steps": 20, "end_prob": 0.2},
+    "bytes": {"num_envs": 8, "max_steps": 10, "steps": 10, "image": 8},
+    "pipeline": {"num_envs": 8, "expert_steps": 12, "random_steps": 12, "max_steps": 5, "random_max_steps": 5},
+}
+
+
+# -- the plain per-row recorder -----------------------------------------------------------------------
+
+
+class PerRowRecorder:
+    """The simple way: Python lists of per-row dicts per env; on episode end stack them and ``np.savez``
+    (stored members, the same file format) to ``<name>.npz.tmp``, rename, then the marker via tmp + rename."""
+
+    def __init__(self, directory: str):
+        os.mkdir(directory)
+        self.directory = directory
+        self.frames: dict[int, list[dict]] = {}
+        self.transitions: dict[int, list[tuple]] = {}
+        self.completed_episodes = 0
+        self.bytes_written = 0
+
+    def append(self, observation, result) -> None:
+        active, action = result.info["active"], result.info["executed_action"]
+        for i in range(len(active)):
+            row = {field: array[i].copy() for field, array in observation.items()}
+            if not active[i]:
+                self.frames[i], self.transitions[i] = [row], []
+                continue
+            self.frames[i].append(row)
+            self.transitions[i].append((action[i].copy(), result.reward[i], result.terminated[i], result.truncated[i]))
+            if result.terminated[i] or result.truncated[i]:
+                self._publish(i)
+
+    def _publish(self, env_id: int) -> None:
+        frames, transitions = self.frames.pop(env_id), self.transitions.pop(env_id)
+        members = {}
+        for field in frames[0]:
+            stacked = np.stack([frame[field] for frame in frames])
+            members[f"obs/{field}"], members[f"next/{field}"] = stacked[:-1], stacked[1:]
+        members["action"] = np.stack([t[0] for t in transitions])
+        members["reward"] = np.array([t[1] for t in transitions], np.float32)
+        members["terminated"] = np.array([t[2] for t in transitions], bool)
+        members["truncated"] = np.array([t[3] for t in transitions], bool)
+        episode_id = int(frames[0]["episode_id"])
+        base = os.path.join(self.directory, episode_stem(env_id, episode_id))
+        with open(base + ".npz.tmp", "wb") as f:
+            np.savez(f, **members)
+            self.bytes_written += f.tell()
+        os.replace(base + ".npz.tmp", base + ".npz")
+        with open(base + ".json.tmp", "w") as f:
+            json.dump(make_marker(env_id, episode_id, len(transitions)), f, indent=2)
+        os.replace(base + ".json.tmp", base + ".json")
+        self.completed_episodes += 1
+
+    def close(self) -> None:
+        pass
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+
+def new_directory(parent: str, name: str) -> str:
+    """A path under ``parent`` that does not exist yet (the recorders create their directory)."""
+    path = tempfile.mkdtemp(prefix=name + "-", dir=parent)
+    os.rmdir(path)
+    return path
+
+
+def active_rows(batches) -> int:
+    return sum(int(np.count_nonzero(result.info["active"])) for _, result in batches)
+
+
+def record(recorder, batches, *, close: bool = True) -> tuple[float, float]:
+    """Append every batch and close; the seconds it all took and the seconds of the close alone."""
+    t0 = time.perf_counter()
+    for observation, result in batches:
+        recorder.append(observation, result)
+    t1 = time.perf_counter()
+    if close:
+        recorder.close()
+    t2 = time.perf_counter()
+    return t2 - t0, t2 - t1
+
+
+def run_forge(parent: str, env, batches, *, close: bool = True, **kwargs) -> dict:
+    directory = new_directory(parent, "forge")
+    recorder = EpisodeRecorder(directory, env, **kwargs)
+    seconds, close_seconds = record(recorder, batches, close=close)
+    recorder.close()
+    shutil.rmtree(directory)
+    return {
+        "seconds": seconds,
+        "close_seconds": close_seconds,
+        "episodes": recorder.completed_episodes,
+        "bytes": recorder.bytes_written,
+    }
+
+
+def run_reference(parent: str, batches) -> dict:
+    directory = new_directory(parent, "reference")
+    recorder = PerRowRecorder(directory)
+    seconds, _ = record(recorder, batches)
+    shutil.rmtree(directory)
+    return {"seconds": seconds, "episodes": recorder.completed_episodes, "bytes": recorder.bytes_written}
+
+
+def write_file(path: str, data) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def on_threads(threads: int, count: int, work) -> float:
+    """Run ``work(k)`` for k in range(count), spread over ``threads`` threads; the wall seconds."""
+
+    def loop(first: int) -> None:
+        for k in range(first, count, threads):
+            work(k)
+
+    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    t0 = time.perf_counter()
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return time.perf_counter() - t0
+
+
+def raw_publish(parent: str, count: int, payload: bytes, marker: bytes, threads: int) -> float:
+    """Publish ``count`` (payload, marker) pairs, each file to a temporary name then renamed."""
+    directory = new_directory(parent, "raw-publish")
+    os.mkdir(directory)
+
+    def publish(k: int) -> None:
+        base = os.path.join(directory, f"episode{k:08d}")
+        write_file(base + ".npz.tmp", payload)
+        os.replace(base + ".npz.tmp", base + ".npz")
+        write_file(base + ".json.tmp", marker)
+        os.replace(base + ".json.tmp", base + ".json")
+
+    seconds = on_threads(threads, count, publish)
+    shutil.rmtree(directory)
+    return seconds
+
+
+def raw_write(parent: str, count: int, payloads: list[bytes], threads: int) -> float:
+    """Write ``count`` files (open, write, close) on ``threads`` threads, cycling through ``payloads``."""
+    directory = new_directory(parent, "raw-write")
+    os.mkdir(directory)
+
+    def write(k: int) -> None:
+        write_file(os.path.join(directory, f"chunk{k:08d}"), payloads[k % len(payloads)])
+
+    seconds = on_threads(threads, count, write)
+    shutil.rmtree(directory)
+    return seconds
+
+
+def alternate(reps: int, forge, reference) -> tuple[list, list]:
+    """Run forge, reference, forge, reference, ... ``reps`` times each; both lists of results."""
+    a, b = [], []
+    for _ in range(reps):
+        a.append(forge())
+        b.append(reference())
+    return a, b
+
+
+def median(values) -> float:
+    return float(statistics.median(values))
+
+
+def row(figure: str, workload: str, writers, unit: str, forge: float, reference: float, reference_is: str, target):
+    return {
+        "figure": figure,
+        "workload": workload,
+        "writers": writers,
+        "unit": unit,
+        "forge": forge,
+        "reference": reference,
+        "ratio": forge / reference,
+        "target": target,
+        "reference_is": reference_is,
+    }
+
+
+# -- the measurements ---------------------------------------------------------------------------------
+
+
+def long_batches(size: dict):
+    env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
+    return env, make_batches(SyntheticSim(env, end_prob=0.0), size["steps"])
+
+
+def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dict]:
+    prefix = batches[: size["reference_batches"]]
+    rows_all, rows_prefix = active_rows(batches), active_rows(prefix)
+    forge, reference = alternate(
+        reps,
+        lambda: run_forge(parent, env, batches, writers=2, compression="none"),
+        lambda: run_reference(parent, prefix),
+    )
+    forge_rate = median(rows_all / r["seconds"] for r in forge)
+    reference_rate = median(rows_prefix / r["seconds"] for r in reference)
+    workload = f"{size['num_envs']} envs, {size['max_steps']}-step episodes, proprio 4"
+    out = [
+        row(
+            "ingest_none",
+            workload + f"; {rows_all} rows (reference: first {rows_prefix})",
+            2,
+            "rows/s",
+            forge_rate,
+            reference_rate,
+            "per-row Python + np.savez",
+            100,
+        )
+    ]
+    # The same, appends alone: batches in which no episode ends, so nothing is written (no close either).
+    prefix = batches[: size["append_batches"]]
+    rows_prefix = active_rows(prefix)
+    forge, reference = alternate(
+        reps,
+        lambda: run_forge(parent, env, prefix, close=False, writers=2, compression="none"),
+        lambda: run_reference(parent, prefix),
+    )
+    forge_rate = median(rows_prefix / r["seconds"] for r in forge)
+    reference_rate = median(rows_prefix / r["seconds"] for r in reference)
+    workload += f"; first {len(prefix)} batches, no episode ends; {rows_prefix} rows"
+    out.append(row("append_only", workload, 2, "rows/s", forge_rate, reference_rate, "per-row Python appends", "-"))
+    return out
+
+
+def measure_deflate(parent: str, size: dict, reps: int, env, batches, stored_rate: float) -> list[dict]:
+    rows_all = active_rows(batches)
+    out = []
+    for writers in (1, 2, 4):
+        runs = [
+            run_forge(parent, env, batches, writers=writers, compression="deflate", compression_level=1)
+            for _ in range(reps)
+        ]
+        rate = median(rows_all / r["seconds"] for r in runs)
+        workload = f"as ingest_none, deflate level 1; {rows_all} rows"
+        out.append(
+            row(f"ingest_deflate1_w{writers}", workload, writers, "rows/s", rate, stored_rate, "ingest_none", "-")
+        )
+    return out
+
+
+def measure_publish(parent: str, size: dict, reps: int) -> list[dict]:
+    env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
+    sim = SyntheticSim(env, end_prob=size["end_prob"])
+    batches = make_batches(sim, size["steps"])
+    out = []
+    for writers in (1, 2, 4):
+        payload = marker = None
+        forge, raw = [], []
+        for _ in range(reps):
+            result = run_forge(parent, env, batches, writers=writers, compression="none")
+            forge.append(result)
+            if payload is None:  # the same byte count as the recorder's mean episode file
+                payload = os.urandom(round(result["bytes"] / result["episodes"]))
+                marker = json.dumps(make_marker(1, 1, 25), indent=2).encode().ljust(100)
+            raw.append(raw_publish(parent, result["episodes"], payload, marker, writers))
+        episodes = forge[0]["episodes"]
+        forge_rate = median(r["episodes"] / r["seconds"] for r in forge)
+        raw_rate = median(episodes / s for s in raw)
+        mean_steps = np.mean([len(members["reward"]) for members in sim.completed.values()])
+        workload = f"{size['num_envs']} envs, {episodes} episodes of ~{mean_steps:.0f} steps, {len(payload)} B files"
+        out.append(
+            row(f"publish_w{writers}", workload, writers, "episodes/s", forge_rate, raw_rate, "raw tmp+rename x2", 0.8)
+        )
+    return out
+
+
+def measure_bytes(parent: str, size: dict, reps: int) -> list[dict]:
+    env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
+    batches = make_batches(SyntheticSim(env, end_prob=0.0), size["steps"])
+    # The image field is added after generation: views into a small pool of random frames, so that the
+    # batches take little memory (the recorder copies every row anyway).
+    side = size["image"]
+    env.spec["observation"]["rgb"] = {"shape": [side, side, 3], "dtype": "uint8"}
+    pool = np.random.default_rng(0).integers(0, 256, (4, size["num_envs"], side, side, 3), dtype=np.uint8)
+    for k, (observation, _) in enumerate(batches):
+        observation["rgb"] = pool[k % len(pool)]
+    slot = (size["max_steps"] + 1) * (side * side * 3 + 16 + 16) + size["max_steps"] * 10
+    budget = (size["num_envs"] + 2) * slot
+    forge, raw = [], []
+    payloads = None
+    for _ in range(reps):
+        result = run_forge(parent, env, batches, writers=2, compression="none", max_buffer_bytes=budget)
+        forge.append(result)
+        if payloads is None:  # 16 distinct sources (80 MB in the full run), so that they are not all in cache
+            payloads = [os.urandom(round(result["bytes"] / result["episodes"])) for _ in range(16)]
+        raw.append(raw_write(parent, result["episodes"], payloads, 2))
+    payload = payloads[0]
+    total = forge[0]["bytes"]
+    raw_rate = median(total / s / 1e6 for s in raw)
+    workload = f"{size['num_envs']} envs, {size['max_steps']}-step episodes, rgb {side}x{side}x3 uint8"
+    workload += f"; {forge[0]['episodes']} files of {len(payload) / 1e6:.3g} MB"
+    reference_is = "raw write, 1 file per episode"
+    # Every episode ends in the last batch, so the writers do all their work during close.
+    writers_rate = median(r["bytes"] / r["close_seconds"] / 1e6 for r in forge)
+    e2e_rate = median(r["bytes"] / r["seconds"] / 1e6 for r in forge)
+    return [
+        row(
+            "write_bytes", workload + " (close only: the writers)", 2, "MB/s", writers_rate, raw_rate, reference_is, 0.7
+        ),
+        row("write_bytes_e2e", workload + " (appends + close)", 2, "MB/s", e2e_rate, raw_rate, reference_is, "-"),
+    ]
+
+
+def measure_collect(parent: str, policy_name: str, num_envs: int, steps: int, reps: int, **overrides) -> dict:
+    """cartpole on the CPU: ``collect`` recording against ``collect`` without, alternating."""
+    import warp as wp
+
+    import forge_gpu
+    from forge_gpu._src.collector import collect
+
+    env = forge_gpu.make("cartpole", num_envs=num_envs, device="cpu", **overrides)
+    policy = forge_gpu.make_policy(policy_name, env)
+    env.reset()
+    for _ in range(3):  # compile the kernels
+        env.step(policy(env.observation))
+    wp.synchronize_device(env.device)
+    published = []
+
+    def run(recording: bool) -> float:
+        directory = new_directory(parent, f"collect-{policy_name}") if recording else None
+        t0 = time.perf_counter()
+        summary = collect(env, policy, directory, steps=steps, writers=2, compression="none")
+        seconds = time.perf_counter() - t0
+        if recording:
+            published.append(summary.episodes)
+            shutil.rmtree(directory)
+        return num_envs * steps / seconds
+
+    with_recording, without = alternate(reps, lambda: run(True), lambda: run(False))
+    workload = f"cartpole {num_envs} envs, {policy_name} policy, max_steps {env.config.max_steps}, {steps} steps"
+    workload += f", {published[0]} episodes"
+    return row(
+        f"pipeline_{policy_name}",
+        workload,
+        2,
+        "env-steps/s",
+        median(with_recording),
+        median(without),
+        "collect without recording",
+        0.85,
+    )
+
+
+def measure_pipeline(parent: str, size: dict, reps: int) -> list[dict]:
+    n = size["num_envs"]
+    random_overrides = {"max_steps": size["random_max_steps"]} if size["random_max_steps"] else {}
+    return [
+        measure_collect(parent, "expert", n, size["expert_steps"], reps, max_steps=size["max_steps"]),
+        measure_collect(parent, "random", n, size["random_steps"], reps, **random_overrides),
+    ]
+
+
+def main(argv=None) -> int:
+    import warp as wp
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=None, help="runs per figure, alternating (default 3; smoke 1)")
+    parser.add_argument("--record-dir", default=None, help="parent of the temporary run directories")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
+    parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    args = parser.parse_args(argv)
+    wp.config.quiet = True
+    sizes = SMOKE if args.smoke else FULL
+    reps = args.reps or (1 if args.smoke else 3)
+    rows = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="forge-bench-recorder-", dir=args.record_dir) as parent:
+        env, batches = long_batches(sizes["long"])
+        rows += measure_ingest(parent, sizes["long"], reps, env, batches)
+        stored = rows[0]["forge"]
+        rows += measure_deflate(parent, sizes["long"], reps, env, batches, stored)
+        del batches
+        rows += measure_publish(parent, sizes["short"], reps)
+        rows += measure_bytes(parent, sizes["bytes"], reps)
+        rows += measure_pipeline(parent, sizes["pipeline"], reps)
+    columns = ["figure", "writers", "unit", "forge", "reference", "ratio", "target", "reference_is", "workload"]
+    where = args.record_dir or tempfile.gettempdir()
+    md = f"## Recorder (CPU, files under {where}, medians of {reps} alternating runs)\n\n" + table(rows, columns)
+    payload = {"machine": machine(), "record_dir": where, "reps": reps, "sizes": sizes}
+    payload["seconds"] = time.perf_counter() - started
+    payload["rows"] = rows
+    path = save("recorder", payload, md, args.out)
+    print(md)
+    print(f"\nwrote {path} ({payload['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
