@@ -164,14 +164,16 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     wanted = None
     if episode is not None:
         wanted = f"env{episode[0]:05d}-episode{episode[1]:08d}{EPISODE_SUFFIX}"
+    marked = _marked_episodes(run_dir)
     chosen = None
-    for k, (path, _) in enumerate(_marked_episodes(run_dir)):
+    for k, (path, _) in enumerate(marked):
         if wanted is None or os.path.basename(path) == wanted:
             chosen = k
             break
     if chosen is None:
         what = f"episode {episode[0]}:{episode[1]}" if episode else "any episode"
-        raise LookupError(f"{run_dir} holds no published {what}")
+        some = ", ".join(f"{m['env_id']}:{m['episode_id']}" for _, m in marked[:5])
+        raise LookupError(f"{run_dir} holds no published {what}" + (f"; it holds {some}, ..." if some else ""))
     ep = next(read_episodes(run_dir, options=EpisodeReadOptions(shard_index=chosen, num_shards=chosen + 1)))
     stem = f"env{ep.env_id:05d}-episode{ep.episode_id:08d}"
     import matplotlib
