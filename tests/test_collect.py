@@ -119,3 +119,34 @@ def test_policy_failure_marks_run_failed_and_keeps_episodes(tmp_path):
     manifest = read_manifest(tmp_path / "run")
     assert manifest["status"] == "failed" and "went away" in manifest["error"]
     assert len(list(read_episodes(tmp_path / "run"))) == manifest["completed_episodes"] >= 3
+
+
+def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch):
+    """A slow writer and a tight budget make stepping wait (stall), yet every ended episode is published."""
+    import time
+
+    import forge_gpu._src.recorder as recorder_module
+
+    real = recorder_module.write_episode_file
+
+    def slow(*args, **kwargs):
+        time.sleep(0.03)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(recorder_module, "write_episode_file", slow)
+    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=3)
+    slot_bytes = 4 * (4 * 4 + 4 * 4) + 3 * (4 + 4 + 2)  # frames (4 steps x 5 fields) and transitions
+    budget = (4 + 1) * slot_bytes  # every env's buffer plus one spare
+    summary = collect(
+        env,
+        forge_gpu.make_policy("expert", env),
+        str(tmp_path / "run"),
+        steps=30,
+        slots=2,
+        writers=1,
+        max_buffer_bytes=budget,
+    )
+    assert summary.stall_seconds > 0, "the slow writer should have held stepping back"
+    # Each env ends an episode every 4 calls (3 steps, then the reset row): 7 in 30 calls.
+    assert summary.episodes == summary.episodes_ended == len(list(read_episodes(tmp_path / "run"))) == 4 * 7
+    assert read_manifest(tmp_path / "run")["recorder"]["buffer_bytes"] <= budget
