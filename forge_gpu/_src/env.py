@@ -214,6 +214,11 @@ class VectorEnv:
             if type(action).__module__.startswith("torch"):
                 if str(action.device) != str(wp.device_to_torch(self.device)):
                     raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
+                if self.device.is_cuda:  # order the step after the torch work that produced the action
+                    import torch
+
+                    torch_stream = wp.stream_from_torch(torch.cuda.current_stream(action.device))
+                    wp.get_stream(self.device).wait_stream(torch_stream)
                 action = wp.from_torch(action.detach().contiguous(), requires_grad=False)
             else:
                 raise ValueError(

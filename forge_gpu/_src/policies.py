@@ -5,6 +5,8 @@ A policy is a callable ``(observation: dict[str, wp.array]) -> wp.array [N, A]``
 
 from __future__ import annotations
 
+import contextlib
+
 import warp as wp
 
 from ..kernels import policies as kernels
@@ -93,10 +95,14 @@ class TorchPolicy:
         self.observation = {k: wp.to_torch(v) for k, v in env.observation.items()}
         self.shape = tuple(env._action_in.shape)
         self._torch = torch
+        # On CUDA torch runs on the env's Warp stream, so that the policy reads observations after the
+        # step that wrote them and the step reads the action after the policy wrote it, without a sync.
+        self._stream = wp.stream_to_torch(wp.get_stream(env.device)) if env.device.is_cuda else None
 
     def __call__(self, observation: dict):
         torch = self._torch
-        with torch.no_grad():
+        on_stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+        with torch.no_grad(), on_stream:
             action = self.fn(self.observation)
         if not isinstance(action, torch.Tensor):
             raise ValueError(f"the torch policy returned a {type(action).__name__}; expected a torch.Tensor")
