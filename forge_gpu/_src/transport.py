@@ -64,6 +64,8 @@ class HostSnapshotTransport:
                 self._host.append({k: a.numpy() for k, a in pinned.items()})
             else:
                 self._host.append({k: np.empty(a.shape, dtype=wp.dtype_to_numpy(a.dtype)) for k, a in arrays.items()})
+        # The env's result buffers persist across steps, so their host views are made once (CPU).
+        self._env_views = None if self._cuda else {k: a.numpy() for k, a in arrays.items()}
         if self._cuda:
             self._copy_stream = wp.Stream(self.device)
             self._staged = [wp.Event(self.device) for _ in range(slots)]
@@ -108,8 +110,9 @@ class HostSnapshotTransport:
             self._copy_stream.record_event(self._done[slot])
         else:
             host = self._host[slot]
+            views = self._env_views if result is self.env.result else {k: a.numpy() for k, a in src.items()}
             for name in self._names:
-                np.copyto(host[name], src[name].numpy())
+                np.copyto(host[name], views[name])
         self.copy_seconds += time.perf_counter() - t0
         with self._cond:
             self._ready.append(slot)
