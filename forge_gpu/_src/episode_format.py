@@ -338,9 +338,9 @@ def _write_small_npz(path: str, members: list[tuple[str, np.ndarray]], compressi
     directory = b"".join(central)
     end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), len(directory), offset, 0)
     chunks += [directory, end]
+    total = offset + len(directory) + len(end)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        total = sum(len(c) if isinstance(c, bytes) else c.nbytes for c in chunks)
         written = os.writev(fd, chunks)
         if written != total:  # a short write (rare, e.g. a signal): finish it piece by piece
             view = memoryview(b"".join(bytes(c) for c in chunks))[written:]
