@@ -3,18 +3,9 @@
 import numpy as np
 import pytest
 import warp as wp
+from envtools import DEVICES, rollout
 
 import forge_gpu
-
-DEVICES = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
-
-
-def rollout(env, policy, steps):
-    """Host copies of the reset result and of ``steps`` step results."""
-    out = [env.reset().numpy()]
-    for _ in range(steps):
-        out.append(env.step(policy(env.observation)).numpy())
-    return out
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -4,13 +4,12 @@ import json
 
 import numpy as np
 import pytest
-import warp as wp
+from envtools import DEVICES, rollout
 
 import forge_gpu
 from forge_gpu._src.collector import collect
 from forge_gpu._src.reader import read_episodes, read_manifest
 
-DEVICES = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
 SMALL = {"params.image_size": 32}
 
 
@@ -28,13 +27,6 @@ def project(calibration, points):
     u = k["fx"] * local[:, 0] / local[:, 2] + k["cx"]
     v = k["fy"] * local[:, 1] / local[:, 2] + k["cy"]
     return u, v, local[:, 2]
-
-
-def rollout(env, policy, steps):
-    out = [env.reset().numpy()]
-    for _ in range(steps):
-        out.append(env.step(policy(env.observation)).numpy())
-    return out
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -4,12 +4,10 @@ import threading
 
 import numpy as np
 import pytest
-import warp as wp
+from envtools import DEVICES
 
 import forge_gpu
 from forge_gpu._src.transport import HostSnapshotTransport, TransportClosed
-
-DEVICES = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
 
 
 @pytest.mark.parametrize("device", DEVICES)
