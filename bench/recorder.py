@@ -34,6 +34,7 @@ Columns: forge and reference in the row's unit; ratio = forge / reference; targe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -57,13 +58,13 @@ from forge_gpu._src.recorder import EpisodeRecorder  # noqa: E402
 
 FULL = {
     "long": {"num_envs": 1024, "max_steps": 200, "steps": 402, "reference_batches": 201, "append_batches": 100},
-    "short": {"num_envs": 1024, "max_steps": 200, "steps": 150, "end_prob": 0.04},
+    "short": {"num_envs": 1024, "max_steps": 200, "steps": 60, "end_prob": 0.04, "pairs": 7},
     "bytes": {"num_envs": 256, "max_steps": 200, "steps": 200, "image": 64},
     "pipeline": {"num_envs": 1024, "expert_steps": 600, "random_steps": 200, "max_steps": 500, "random_max_steps": 0},
 }
 SMOKE = {
     "long": {"num_envs": 16, "max_steps": 10, "steps": 22, "reference_batches": 11, "append_batches": 5},
-    "short": {"num_envs": 16, "max_steps": 10, "steps": 20, "end_prob": 0.2},
+    "short": {"num_envs": 16, "max_steps": 10, "steps": 20, "end_prob": 0.2, "pairs": 1},
     "bytes": {"num_envs": 8, "max_steps": 10, "steps": 10, "image": 8},
     "pipeline": {"num_envs": 8, "expert_steps": 12, "random_steps": 12, "max_steps": 5, "random_max_steps": 5},
 }
@@ -121,6 +122,8 @@ class PerRowRecorder:
         pass
 
 
+MARKER = json.dumps(make_marker(1, 1, 25), indent=2).encode().ljust(100)  # the raw loops' marker file
+
 # -- helpers ------------------------------------------------------------------------------------------
 
 
@@ -129,6 +132,18 @@ def new_directory(parent: str, name: str) -> str:
     path = tempfile.mkdtemp(prefix=name + "-", dir=parent)
     os.rmdir(path)
     return path
+
+
+@contextlib.contextmanager
+def figure_directory(parent: str):
+    """A folder for one figure's runs, deleted (and the deletion synced) after its last run: deleting files
+    slows the file creations that follow for seconds on some disks (ext4 with online discard, here)."""
+    path = tempfile.mkdtemp(prefix="figure-", dir=parent)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+        os.sync()
 
 
 def active_rows(batches) -> int:
@@ -152,7 +167,6 @@ def run_forge(parent: str, env, batches, *, close: bool = True, **kwargs) -> dic
     recorder = EpisodeRecorder(directory, env, **kwargs)
     seconds, close_seconds = record(recorder, batches, close=close)
     recorder.close()
-    shutil.rmtree(directory)
     return {
         "seconds": seconds,
         "close_seconds": close_seconds,
@@ -165,7 +179,6 @@ def run_reference(parent: str, batches) -> dict:
     directory = new_directory(parent, "reference")
     recorder = PerRowRecorder(directory)
     seconds, _ = record(recorder, batches)
-    shutil.rmtree(directory)
     return {"seconds": seconds, "episodes": recorder.completed_episodes, "bytes": recorder.bytes_written}
 
 
@@ -207,9 +220,7 @@ def raw_publish(parent: str, count: int, payload: bytes, marker: bytes, threads:
         write_file(base + ".json.tmp", marker)
         os.replace(base + ".json.tmp", base + ".json")
 
-    seconds = on_threads(threads, count, publish)
-    shutil.rmtree(directory)
-    return seconds
+    return on_threads(threads, count, publish)
 
 
 def raw_write(parent: str, count: int, payloads: list[bytes], threads: int) -> float:
@@ -220,9 +231,7 @@ def raw_write(parent: str, count: int, payloads: list[bytes], threads: int) -> f
     def write(k: int) -> None:
         write_file(os.path.join(directory, f"chunk{k:08d}"), payloads[k % len(payloads)])
 
-    seconds = on_threads(threads, count, write)
-    shutil.rmtree(directory)
-    return seconds
+    return on_threads(threads, count, write)
 
 
 def alternate(reps: int, forge, reference) -> tuple[list, list]:
@@ -238,7 +247,15 @@ def median(values) -> float:
     return float(statistics.median(values))
 
 
-def row(figure: str, workload: str, writers, unit: str, forge: float, reference: float, reference_is: str, target):
+def row(figure: str, workload: str, writers, unit: str, forge, reference, reference_is: str, target):
+    """One table row. ``forge`` and ``reference``: one figure each, or lists of figures measured in adjacent
+    pairs (A/B/A/B); then each is the median and the ratio is the median of the pairs' ratios, so that the
+    disk's drifts (file creation here varies 10x over seconds) cancel out pair by pair."""
+    if isinstance(forge, list):
+        ratio = median(f / r for f, r in zip(forge, reference, strict=True))
+        forge, reference = median(forge), median(reference)
+    else:
+        ratio = forge / reference
     return {
         "figure": figure,
         "workload": workload,
@@ -246,7 +263,7 @@ def row(figure: str, workload: str, writers, unit: str, forge: float, reference:
         "unit": unit,
         "forge": forge,
         "reference": reference,
-        "ratio": forge / reference,
+        "ratio": ratio,
         "target": target,
         "reference_is": reference_is,
     }
@@ -263,13 +280,15 @@ def long_batches(size: dict):
 def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dict]:
     prefix = batches[: size["reference_batches"]]
     rows_all, rows_prefix = active_rows(batches), active_rows(prefix)
-    forge, reference = alternate(
-        reps,
-        lambda: run_forge(parent, env, batches, writers=2, compression="none"),
-        lambda: run_reference(parent, prefix),
-    )
-    forge_rate = median(rows_all / r["seconds"] for r in forge)
-    reference_rate = median(rows_prefix / r["seconds"] for r in reference)
+    forge, reference, raw = [], [], []
+    for _ in range(reps):  # forge, the reference, and the raw publication of forge's files, in turn
+        forge.append(run_forge(parent, env, batches, writers=2, compression="none"))
+        reference.append(run_reference(parent, prefix))
+        episodes = forge[-1]["episodes"]
+        payload = os.urandom(round(forge[-1]["bytes"] / episodes))
+        raw.append(raw_publish(parent, episodes, payload, MARKER, 2))
+    forge_rate = [rows_all / r["seconds"] for r in forge]
+    reference_rate = [rows_prefix / r["seconds"] for r in reference]
     workload = f"{size['num_envs']} envs, {size['max_steps']}-step episodes, proprio 4"
     out = [
         row(
@@ -281,7 +300,18 @@ def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dic
             reference_rate,
             "per-row Python + np.savez",
             100,
-        )
+        ),
+        # The file system's ceiling for the same run: its episode files published by the raw loop alone.
+        row(
+            "ingest_none_vs_disk",
+            workload + f"; {forge[0]['episodes']} episodes",
+            2,
+            "rows/s",
+            forge_rate,
+            [rows_all / s for s in raw],
+            "raw tmp+rename x2 of the same files",
+            "-",
+        ),
     ]
     # The same, appends alone: batches in which no episode ends, so nothing is written (no close either).
     prefix = batches[: size["append_batches"]]
@@ -291,8 +321,8 @@ def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dic
         lambda: run_forge(parent, env, prefix, close=False, writers=2, compression="none"),
         lambda: run_reference(parent, prefix),
     )
-    forge_rate = median(rows_prefix / r["seconds"] for r in forge)
-    reference_rate = median(rows_prefix / r["seconds"] for r in reference)
+    forge_rate = [rows_prefix / r["seconds"] for r in forge]
+    reference_rate = [rows_prefix / r["seconds"] for r in reference]
     workload += f"; first {len(prefix)} batches, no episode ends; {rows_prefix} rows"
     out.append(row("append_only", workload, 2, "rows/s", forge_rate, reference_rate, "per-row Python appends", "-"))
     return out
@@ -314,24 +344,23 @@ def measure_deflate(parent: str, size: dict, reps: int, env, batches, stored_rat
     return out
 
 
-def measure_publish(parent: str, size: dict, reps: int) -> list[dict]:
+def measure_publish(parent: str, size: dict) -> list[dict]:
     env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
     sim = SyntheticSim(env, end_prob=size["end_prob"])
     batches = make_batches(sim, size["steps"])
     out = []
     for writers in (1, 2, 4):
-        payload = marker = None
+        payload = None
         forge, raw = [], []
-        for _ in range(reps):
+        for _ in range(size["pairs"]):
             result = run_forge(parent, env, batches, writers=writers, compression="none")
             forge.append(result)
             if payload is None:  # the same byte count as the recorder's mean episode file
                 payload = os.urandom(round(result["bytes"] / result["episodes"]))
-                marker = json.dumps(make_marker(1, 1, 25), indent=2).encode().ljust(100)
-            raw.append(raw_publish(parent, result["episodes"], payload, marker, writers))
+            raw.append(raw_publish(parent, result["episodes"], payload, MARKER, writers))
         episodes = forge[0]["episodes"]
-        forge_rate = median(r["episodes"] / r["seconds"] for r in forge)
-        raw_rate = median(episodes / s for s in raw)
+        forge_rate = [r["episodes"] / r["seconds"] for r in forge]
+        raw_rate = [episodes / s for s in raw]
         mean_steps = np.mean([len(members["reward"]) for members in sim.completed.values()])
         workload = f"{size['num_envs']} envs, {episodes} episodes of ~{mean_steps:.0f} steps, {len(payload)} B files"
         out.append(
@@ -362,13 +391,13 @@ def measure_bytes(parent: str, size: dict, reps: int) -> list[dict]:
         raw.append(raw_write(parent, result["episodes"], payloads, 2))
     payload = payloads[0]
     total = forge[0]["bytes"]
-    raw_rate = median(total / s / 1e6 for s in raw)
+    raw_rate = [total / s / 1e6 for s in raw]
     workload = f"{size['num_envs']} envs, {size['max_steps']}-step episodes, rgb {side}x{side}x3 uint8"
     workload += f"; {forge[0]['episodes']} files of {len(payload) / 1e6:.3g} MB"
     reference_is = "raw write, 1 file per episode"
     # Every episode ends in the last batch, so the writers do all their work during close.
-    writers_rate = median(r["bytes"] / r["close_seconds"] / 1e6 for r in forge)
-    e2e_rate = median(r["bytes"] / r["seconds"] / 1e6 for r in forge)
+    writers_rate = [r["bytes"] / r["close_seconds"] / 1e6 for r in forge]
+    e2e_rate = [r["bytes"] / r["seconds"] / 1e6 for r in forge]
     return [
         row(
             "write_bytes", workload + " (close only: the writers)", 2, "MB/s", writers_rate, raw_rate, reference_is, 0.7
@@ -399,7 +428,6 @@ def measure_collect(parent: str, policy_name: str, num_envs: int, steps: int, re
         seconds = time.perf_counter() - t0
         if recording:
             published.append(summary.episodes)
-            shutil.rmtree(directory)
         return num_envs * steps / seconds
 
     with_recording, without = alternate(reps, lambda: run(True), lambda: run(False))
@@ -410,8 +438,8 @@ def measure_collect(parent: str, policy_name: str, num_envs: int, steps: int, re
         workload,
         2,
         "env-steps/s",
-        median(with_recording),
-        median(without),
+        with_recording,
+        without,
         "collect without recording",
         0.85,
     )
@@ -442,16 +470,21 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="forge-bench-recorder-", dir=args.record_dir) as parent:
         env, batches = long_batches(sizes["long"])
-        rows += measure_ingest(parent, sizes["long"], reps, env, batches)
+        with figure_directory(parent) as folder:
+            rows += measure_ingest(folder, sizes["long"], reps, env, batches)
         stored = rows[0]["forge"]
-        rows += measure_deflate(parent, sizes["long"], reps, env, batches, stored)
+        with figure_directory(parent) as folder:
+            rows += measure_deflate(folder, sizes["long"], reps, env, batches, stored)
         del batches
-        rows += measure_publish(parent, sizes["short"], reps)
-        rows += measure_bytes(parent, sizes["bytes"], reps)
-        rows += measure_pipeline(parent, sizes["pipeline"], reps)
+        with figure_directory(parent) as folder:
+            rows += measure_publish(folder, sizes["short"])
+        with figure_directory(parent) as folder:
+            rows += measure_pipeline(folder, sizes["pipeline"], reps)
+        with figure_directory(parent) as folder:  # last: it deletes GBs, which slows the disk for a while
+            rows += measure_bytes(folder, sizes["bytes"], reps)
     columns = ["figure", "writers", "unit", "forge", "reference", "ratio", "target", "reference_is", "workload"]
     where = args.record_dir or tempfile.gettempdir()
-    md = f"## Recorder (CPU, files under {where}, medians of {reps} alternating runs)\n\n" + table(rows, columns)
+    md = f"## Recorder (CPU, files under {where}, medians of alternating runs)\n\n" + table(rows, columns)
     payload = {"machine": machine(), "record_dir": where, "reps": reps, "sizes": sizes}
     payload["seconds"] = time.perf_counter() - started
     payload["rows"] = rows

@@ -102,7 +102,8 @@ def test_recorder_smoke(out):
     """bench/recorder.py --smoke gives forge's figure, its reference and their ratio for every row."""
     rows = run_bench("recorder", out)["rows"]
     figures = {r["figure"] for r in rows}
-    expected = {"ingest_none", "append_only", "write_bytes", "write_bytes_e2e", "pipeline_expert", "pipeline_random"}
+    expected = {"ingest_none", "ingest_none_vs_disk", "append_only", "write_bytes", "write_bytes_e2e"}
+    expected |= {"pipeline_expert", "pipeline_random"}
     expected |= {f"ingest_deflate1_w{w}" for w in (1, 2, 4)} | {f"publish_w{w}" for w in (1, 2, 4)}
     assert figures == expected
     for row in rows:

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from synthetic import make_episode
 
+from forge_gpu._src import episode_format
 from forge_gpu._src.episode_format import (
+    encode_marker,
     episode_stem,
     make_marker,
     parse_episode_stem,
@@ -35,37 +37,67 @@ def test_write_json_atomic_leaves_only_the_final_file(tmp_path):
     assert os.listdir(tmp_path) == ["run.json"]
 
 
-@pytest.mark.parametrize("compression", ["none", "deflate"])
-def test_episode_file_round_trips(tmp_path, compression):
-    """An episode written from frame buffers reads back with np.load, valid and equal, in the chosen codec."""
-    arrays, marker = make_episode(steps=5)
+def _write_synthetic(path, steps, compression="none"):
+    """Write a synthetic episode of ``steps`` transitions at ``path``; its arrays, marker and file size."""
+    arrays, marker = make_episode(steps=steps)
     frames = {
         member[4:]: np.concatenate([array, arrays["next/" + member[4:]][-1:]])
         for member, array in arrays.items()
         if member.startswith("obs/")
     }
-    path = tmp_path / "env00002-episode00000005.npz"
-    size = write_episode_file(
-        path,
-        frames,
-        arrays["action"],
-        arrays["reward"],
-        arrays["terminated"],
-        arrays["truncated"],
-        compression=compression,
-    )
-    assert size == os.path.getsize(path)
-    assert os.listdir(tmp_path) == [path.name]
-    with np.load(path, allow_pickle=False) as archive:
-        loaded = {key: archive[key] for key in archive.files}
-    assert loaded.keys() == arrays.keys()
-    for key, array in arrays.items():
-        np.testing.assert_array_equal(loaded[key], array)
-        assert loaded[key].dtype == array.dtype
-    validate_episode(loaded, marker, name=str(path))
-    expected = zipfile.ZIP_STORED if compression == "none" else zipfile.ZIP_DEFLATED
-    with zipfile.ZipFile(path) as archive:
-        assert {info.compress_type for info in archive.infolist()} == {expected}
+    transitions = (arrays["action"], arrays["reward"], arrays["terminated"], arrays["truncated"])
+    size = write_episode_file(path, frames, *transitions, compression=compression)
+    return arrays, marker, size
+
+
+@pytest.mark.parametrize("compression", ["none", "deflate"])
+def test_episode_file_round_trips(tmp_path, compression):
+    """Episodes written from frame buffers read back with np.load, valid and equal, in the chosen codec,
+    with every member's CRC-32 right; episodes of two lengths alternate (one header layout each)."""
+    for k, steps in enumerate([5, 1, 5, 1]):
+        path = tmp_path / f"env00002-episode{k:08d}.npz"
+        arrays, marker, size = _write_synthetic(path, steps, compression)
+        assert size == os.path.getsize(path)
+        with np.load(path, allow_pickle=False) as archive:
+            loaded = {key: archive[key] for key in archive.files}
+        assert loaded.keys() == arrays.keys()
+        for key, array in arrays.items():
+            np.testing.assert_array_equal(loaded[key], array)
+            assert loaded[key].dtype == array.dtype
+        validate_episode(loaded, marker, name=str(path))
+        expected = zipfile.ZIP_STORED if compression == "none" else zipfile.ZIP_DEFLATED
+        with zipfile.ZipFile(path) as archive:
+            assert {info.compress_type for info in archive.infolist()} == {expected}
+            assert archive.testzip() is None  # every CRC-32 matches its member
+    assert sorted(os.listdir(tmp_path)) == [f"env00002-episode{k:08d}.npz" for k in range(4)]
+
+
+@pytest.mark.parametrize("compression", ["none", "deflate"])
+def test_episode_file_is_whole_after_short_writes_and_many_buffers(tmp_path, monkeypatch, compression):
+    """A writev cut short (a signal) and more buffers than one writev takes still give the same bytes."""
+    _write_synthetic(tmp_path / "whole.npz", 6, compression)
+    real_write = os.write
+
+    def short_writev(fd, buffers):
+        return real_write(fd, bytes(memoryview(buffers[0]).cast("B")[:7]))
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    _write_synthetic(tmp_path / "short.npz", 6, compression)
+    monkeypatch.undo()
+    monkeypatch.setattr(episode_format, "_IOV_MAX", 2)
+    _write_synthetic(tmp_path / "many.npz", 6, compression)
+    whole = (tmp_path / "whole.npz").read_bytes()
+    assert (tmp_path / "short.npz").read_bytes() == whole
+    assert (tmp_path / "many.npz").read_bytes() == whole
+
+
+def test_marker_encoding_is_the_indented_json():
+    """Markers are laid out exactly as json.dumps(indent=2) would, and other dicts fall back to it."""
+    for marker in (make_marker(0, 0, 1), make_marker(99999, 12345678, 500)):
+        assert encode_marker(marker) == (json.dumps(marker, indent=2) + "\n").encode()
+        assert json.loads(encode_marker(marker)) == marker
+    odd = {**make_marker(1, 2, 3), "note": "x"}
+    assert json.loads(encode_marker(odd)) == odd
 
 
 def test_valid_episode_passes():

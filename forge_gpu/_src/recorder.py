@@ -12,10 +12,10 @@ import importlib.metadata
 import json
 import os
 import platform
-import queue
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -161,10 +161,15 @@ class EpisodeRecorder:
         self._abandoned: list[dict] = []  # episodes given up by a reset, with >= 1 transition
         self._transitions_recorded = 0
 
-        # Shared with the writers, under self._cond.
+        # Shared with the writers, under one lock: `_cond` wakes `append`, `flush` and `close`, `_work`
+        # wakes the writers.
         self._cond = threading.Condition()
+        self._work = threading.Condition(self._cond._lock)
+        self._todo: deque[tuple[int, int, int, int]] = deque()  # (slot, env_id, episode_id, steps)
+        self._stopping = False
         self._free_slots = list(range(num_envs, slot_count))
         self._pending = 0
+        self._wanted = 0  # free slots `append` waits for (0: not waiting); writers wake it only then
         self._completed = 0
         self._transitions_published = 0
         self._bytes_written = 0
@@ -174,8 +179,6 @@ class EpisodeRecorder:
         self._error_text = ""
         self._closed = False
         self._manifest_lock = threading.Lock()
-        # Every queued episode holds a slot, so this bound is never reached by episodes alone.
-        self._queue: queue.Queue = queue.Queue(maxsize=slot_count + writers)
 
         self._write_manifest("recording")
         self._threads = [
@@ -271,9 +274,15 @@ class EpisodeRecorder:
         self._ended[:] = active & (terminated | truncated)
         self._transitions_recorded += rows.size
 
-        for env_id in np.flatnonzero(self._ended):
-            self._submit(int(slot[env_id]), int(env_id), int(self._episode[env_id]), int(self._steps[env_id]))
-            slot[env_id] = -1
+        ended = np.flatnonzero(self._ended)
+        if ended.size:
+            columns = (slot[ended], ended, self._episode[ended], self._steps[ended])
+            episodes = zip(*(a.tolist() for a in columns), strict=True)
+            slot[ended] = -1
+            with self._cond:
+                self._todo.extend(episodes)
+                self._pending += ended.size
+                self._work.notify(ended.size)
 
     def flush(self) -> None:
         """Wait until every completed episode is published; raise RuntimeError after a write failure."""
@@ -298,8 +307,9 @@ class EpisodeRecorder:
         with self._cond:
             while self._pending and self._error is None:
                 self._cond.wait()
-        for _ in self._threads:
-            self._queue.put(None)
+        with self._cond:
+            self._stopping = True
+            self._work.notify_all()
         for thread in self._threads:
             thread.join()
         failed = self._error is not None or error is not None
@@ -387,10 +397,12 @@ class EpisodeRecorder:
         with self._cond:
             if len(self._free_slots) < count:
                 start = time.perf_counter()
+                self._wanted = count
                 try:
                     while len(self._free_slots) < count and self._error is None:
                         self._cond.wait()
                 finally:
+                    self._wanted = 0
                     self._stall_seconds += time.perf_counter() - start
             if self._error is not None:
                 raise self._failure()
@@ -398,34 +410,39 @@ class EpisodeRecorder:
             del self._free_slots[-count:]
         return taken
 
-    def _submit(self, slot: int, env_id: int, episode_id: int, steps: int) -> None:
-        with self._cond:
-            self._pending += 1
-        self._queue.put((slot, env_id, episode_id, steps))
-
     def _writer_loop(self) -> None:
+        """Take episodes in order and publish them; one lock round per episode (finish one, take the next)."""
+        done = None  # the episode just handled and its file's size (None: not published)
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            slot, env_id, episode_id, steps = item
+            with self._cond:
+                if done is not None:
+                    self._finish(*done)
+                while not self._todo and not self._stopping:
+                    self._work.wait()
+                if not self._todo:  # stopping, and every episode is handled
+                    return
+                slot, env_id, episode_id, steps = self._todo.popleft()
+                failed = self._error is not None  # after a failure, nothing more is published
             nbytes = None
-            try:
-                if self._error is None:  # after a failure, nothing more is published
+            if not failed:
+                try:
                     nbytes = self._publish(slot, env_id, episode_id, steps)
-            except BaseException as exc:  # every error must reach the caller
-                self._fail(exc, episode_stem(env_id, episode_id))
-            finally:
-                with self._cond:
-                    if nbytes is None:
-                        self._unwritten.append({"env_id": env_id, "episode_id": episode_id, "steps": steps})
-                    else:
-                        self._completed += 1
-                        self._transitions_published += steps
-                        self._bytes_written += nbytes
-                    self._pending -= 1
-                    self._free_slots.append(slot)
-                    self._cond.notify_all()
+                except BaseException as exc:  # every error must reach the caller
+                    self._fail(exc, episode_stem(env_id, episode_id))
+            done = (slot, env_id, episode_id, steps, nbytes)
+
+    def _finish(self, slot: int, env_id: int, episode_id: int, steps: int, nbytes: int | None) -> None:
+        """Account for a handled episode and free its slot; the caller holds the lock."""
+        if nbytes is None:
+            self._unwritten.append({"env_id": env_id, "episode_id": episode_id, "steps": steps})
+        else:
+            self._completed += 1
+            self._transitions_published += steps
+            self._bytes_written += nbytes
+        self._pending -= 1
+        self._free_slots.append(slot)
+        if self._pending == 0 or 0 < self._wanted <= len(self._free_slots):
+            self._cond.notify_all()
 
     def _publish(self, slot: int, env_id: int, episode_id: int, steps: int) -> int:
         base = os.path.join(self._directory, episode_stem(env_id, episode_id))
