@@ -276,12 +276,15 @@ def write_episode_file(
     *,
     compression: str = "none",
     compression_level: int = 1,
+    layouts: dict | None = None,
 ) -> int:
     """Publish one episode at ``path`` atomically; return the file's size in bytes.
 
     ``frames[F]`` holds the episode's ``T + 1`` observation frames of field ``F`` (shape ``[T+1, ...]``); it
     is laid out twice, as ``obs/F = frames[:T]`` and ``next/F = frames[1:]``, straight from the given
     buffers (no stacked copies). The file is written to ``<path>.tmp`` and renamed over ``path``.
+    ``layouts``: a dict kept by a caller whose episodes differ only in length (the same fields, dtypes
+    and shapes), for the zip layouts by episode length; it saves looking them up by every member's shape.
     """
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
@@ -294,8 +297,12 @@ def write_episode_file(
     try:
         layout = None
         if compression == "none":
-            key = (tuple(frames), *[(a.shape, a.dtype) for a in columns], *[(a.shape, a.dtype) for a in arrays[-4:]])
-            layout = _stored_layout(key)
+            layout = layouts.get(steps) if layouts is not None else None
+            if layout is None:
+                shapes = [(a.shape, a.dtype) for a in columns + arrays[-4:]]
+                layout = _stored_layout((tuple(frames), *shapes))
+                if layouts is not None:
+                    layouts[steps] = layout
         if layout is not None and layout.size < _ZIP64_THRESHOLD:
             try:
                 chunks = layout.chunks(arrays)
@@ -321,6 +328,7 @@ _DOS_TIME, _DOS_DATE = 0, (0 << 9) | (1 << 5) | 1
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # signature ... crc (offset 14), sizes, name length
 _CENTRAL_HEADER = struct.Struct("<IHHHHHHIIIHHHHHII")  # signature ... crc (offset 16) ... local offset
 _END_RECORD = struct.Struct("<IHHHHIIH")
+_CRC = struct.Struct("<I")
 _IOV_MAX = 1024  # the fewest iovecs os.writev takes on Linux and macOS
 
 
@@ -368,16 +376,17 @@ class _StoredLayout:
         headers += directory + _end_record(len(members), len(directory), offset)
         self.tail = slice(tail, len(headers))
         self.size = offset + len(headers) - tail
-        self.headers = np.frombuffer(bytes(headers), np.uint8)
-        # Byte positions of every CRC (local headers, then central ones), 4 per CRC, little-endian.
-        at = np.array(local_crcs + [tail + c for c in central_crcs], np.int64)
-        self.crc_bytes = (at[:, None] + np.arange(4)).ravel()
+        self.headers = bytes(headers)
+        self.crc_at = local_crcs + [tail + c for c in central_crcs]  # where each CRC goes, local then central
 
     def chunks(self, arrays: list[np.ndarray]) -> list:
         """The file as a list of buffers: patched header slices interleaved with the members' data."""
-        crcs = np.array([_crc32(a, c) for a, c in zip(arrays, self.npy_crcs, strict=True)], "<u4")
-        headers = self.headers.copy()
-        headers[self.crc_bytes] = np.concatenate([crcs, crcs]).view(np.uint8)
+        crcs = [_crc32(a, c) for a, c in zip(arrays, self.npy_crcs, strict=True)]
+        # Plain bytes and struct, no numpy: numpy lets go of the GIL to copy a few kB, which costs a
+        # thread switch per episode when several writers run.
+        headers = bytearray(self.headers)
+        for at, crc in zip(self.crc_at, crcs + crcs, strict=True):
+            _CRC.pack_into(headers, at, crc)
         view = memoryview(headers)
         out = []
         for where, array in zip(self.slices, arrays, strict=True):
