@@ -4,15 +4,19 @@ python bench/recorder.py                 # CPU sizes, a few minutes
 python bench/recorder.py --smoke         # seconds-long check that every figure is produced
 
 Host batches come from tests/synthetic.py (the env's next-step auto-reset semantics) and are generated
-before any clock starts. Every figure is the median of --reps runs, forge and its reference alternating
-(A/B/A/B), each into a fresh directory under one temporary parent (--record-dir chooses it).
+before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs, 7 for publish), each
+into a fresh directory under one figure's folder (under --record-dir), which is deleted only after the
+figure's last run; every timed run starts after os.sync(). A row gives the medians of both and the median
+of the pairs' ratios: file creation on this disk drifts 10x over seconds, and adjacent runs share the drift.
   ingest_none       rows (env-transitions) per second, end to end (append every batch, publish, close), of
                     EpisodeRecorder (2 writers, stored members) against a plain per-row recorder fed the same
                     batches: Python dicts per env and per row, np.stack + np.savez on episode end, tmp + rename
                     for the .npz and its marker. 1024 envs, proprio 4, action 1, every episode 200 steps.
+  ingest_none_vs_disk  the same forge figure against the disk's ceiling for it: the raw publication loop
+                    (below) publishing as many files of forge's mean size on 2 threads, run after each pair.
                     The reference runs on the first half of the batches (one episode per env): it is slow.
   append_only       the same two recorders on the first 100 batches, in which no episode ends: appends alone.
-  publish_wW        episodes published per second with short episodes (end_prob 0.04, ~25 steps, 1024 envs) by
+  publish_wW        episodes published per second with short episodes (end_prob 0.04, 60 batches: ~16 steps) by
                     EpisodeRecorder with W writers, against a raw publication loop on W threads: per episode
                     two files (a payload of the recorder's mean episode-file size and a 100-byte marker), each
                     written to a temporary name and renamed.
@@ -152,6 +156,7 @@ def active_rows(batches) -> int:
 
 def record(recorder, batches, *, close: bool = True) -> tuple[float, float]:
     """Append every batch and close; the seconds it all took and the seconds of the close alone."""
+    os.sync()  # every timed run starts with no dirty page cache left by the one before
     t0 = time.perf_counter()
     for observation, result in batches:
         recorder.append(observation, result)
@@ -200,6 +205,7 @@ def on_threads(threads: int, count: int, work) -> float:
             work(k)
 
     pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    os.sync()  # every timed run starts with no dirty page cache left by the one before
     t0 = time.perf_counter()
     for thread in pool:
         thread.start()
@@ -423,6 +429,7 @@ def measure_collect(parent: str, policy_name: str, num_envs: int, steps: int, re
 
     def run(recording: bool) -> float:
         directory = new_directory(parent, f"collect-{policy_name}") if recording else None
+        os.sync()  # every timed run starts with no dirty page cache left by the one before
         t0 = time.perf_counter()
         summary = collect(env, policy, directory, steps=steps, writers=2, compression="none")
         seconds = time.perf_counter() - t0
