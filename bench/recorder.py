@@ -4,10 +4,11 @@ python bench/recorder.py                 # CPU sizes, a few minutes
 python bench/recorder.py --smoke         # seconds-long check that every figure is produced
 
 Host batches come from tests/synthetic.py (the env's next-step auto-reset semantics) and are generated
-before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs, 7 for publish), each
-into a fresh directory under one figure's folder (under --record-dir), which is deleted only after the
-figure's last run; every timed run starts after os.sync(). A row gives the medians of both and the median
-of the pairs' ratios: file creation on this disk drifts 10x over seconds, and adjacent runs share the drift.
+before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs; 7 for publish and
+write_bytes), each into a fresh directory under one figure's folder (under --record-dir), which is deleted
+only after the figure's last run; every timed run starts after os.sync(). A row gives the medians of both
+and the median of the pairs' ratios: file creation on this disk drifts 10x over seconds, and adjacent runs
+share the drift.
   ingest_none       rows (env-transitions) per second, end to end (append every batch, publish, close), of
                     EpisodeRecorder (2 writers, stored members) against a plain per-row recorder fed the same
                     batches: Python dicts per env and per row, np.stack + np.savez on episode end, tmp + rename
@@ -21,7 +22,7 @@ of the pairs' ratios: file creation on this disk drifts 10x over seconds, and ad
                     two files (a payload of the recorder's mean episode-file size and a 100-byte marker), each
                     written to a temporary name and renamed.
   write_bytes       bytes of episode files published per second with stored members and an rgb 64x64x3 uint8
-                    field (256 envs, 200-step episodes, 4.9 MB per file), against raw writes of the same bytes:
+                    field (128 envs, 200-step episodes, 4.9 MB per file), against raw writes of the same bytes:
                     one file per episode-sized chunk (open, write, close; no rename) on as many threads (2),
                     from 16 distinct episode-sized buffers in turn.
                     Every episode ends in the last batch, so the writers do all their work in ``close``:
@@ -63,13 +64,13 @@ from forge_gpu._src.recorder import EpisodeRecorder  # noqa: E402
 FULL = {
     "long": {"num_envs": 1024, "max_steps": 200, "steps": 402, "reference_batches": 201, "append_batches": 100},
     "short": {"num_envs": 1024, "max_steps": 200, "steps": 60, "end_prob": 0.04, "pairs": 7},
-    "bytes": {"num_envs": 256, "max_steps": 200, "steps": 200, "image": 64},
+    "bytes": {"num_envs": 128, "max_steps": 200, "steps": 200, "image": 64, "pairs": 7},
     "pipeline": {"num_envs": 1024, "expert_steps": 600, "random_steps": 200, "max_steps": 500, "random_max_steps": 0},
 }
 SMOKE = {
     "long": {"num_envs": 16, "max_steps": 10, "steps": 22, "reference_batches": 11, "append_batches": 5},
     "short": {"num_envs": 16, "max_steps": 10, "steps": 20, "end_prob": 0.2, "pairs": 1},
-    "bytes": {"num_envs": 8, "max_steps": 10, "steps": 10, "image": 8},
+    "bytes": {"num_envs": 8, "max_steps": 10, "steps": 10, "image": 8, "pairs": 1},
     "pipeline": {"num_envs": 8, "expert_steps": 12, "random_steps": 12, "max_steps": 5, "random_max_steps": 5},
 }
 
@@ -375,7 +376,7 @@ def measure_publish(parent: str, size: dict) -> list[dict]:
     return out
 
 
-def measure_bytes(parent: str, size: dict, reps: int) -> list[dict]:
+def measure_bytes(parent: str, size: dict) -> list[dict]:
     env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
     batches = make_batches(SyntheticSim(env, end_prob=0.0), size["steps"])
     # The image field is added after generation: views into a small pool of random frames, so that the
@@ -389,7 +390,7 @@ def measure_bytes(parent: str, size: dict, reps: int) -> list[dict]:
     budget = (size["num_envs"] + 2) * slot
     forge, raw = [], []
     payloads = None
-    for _ in range(reps):
+    for _ in range(size["pairs"]):
         result = run_forge(parent, env, batches, writers=2, compression="none", max_buffer_bytes=budget)
         forge.append(result)
         if payloads is None:  # 16 distinct sources (80 MB in the full run), so that they are not all in cache
@@ -488,7 +489,7 @@ def main(argv=None) -> int:
         with figure_directory(parent) as folder:
             rows += measure_pipeline(folder, sizes["pipeline"], reps)
         with figure_directory(parent) as folder:  # last: it deletes GBs, which slows the disk for a while
-            rows += measure_bytes(folder, sizes["bytes"], reps)
+            rows += measure_bytes(folder, sizes["bytes"])
     columns = ["figure", "writers", "unit", "forge", "reference", "ratio", "target", "reference_is", "workload"]
     where = args.record_dir or tempfile.gettempdir()
     md = f"## Recorder (CPU, files under {where}, medians of alternating runs)\n\n" + table(rows, columns)
