@@ -103,7 +103,8 @@ def test_recorder_smoke(out):
     rows = run_bench("recorder", out)["rows"]
     figures = {r["figure"] for r in rows}
     expected = {"ingest_none", "ingest_none_vs_disk", "append_only", "write_bytes", "write_bytes_e2e"}
-    expected |= {"pipeline_expert", "pipeline_random"}
+    expected |= {"write_bytes_vs_publish"}
+    expected |= {"pipeline_expert", "pipeline_random", "pipeline_expert_vs_disk", "pipeline_random_vs_disk"}
     expected |= {f"ingest_deflate1_w{w}" for w in (1, 2, 4)} | {f"publish_w{w}" for w in (1, 2, 4)}
     assert figures == expected
     for row in rows:
