@@ -104,8 +104,16 @@ def test_recorder_smoke(out):
     figures = {r["figure"] for r in rows}
     expected = {"ingest_none", "ingest_none_vs_disk", "append_only", "write_bytes", "write_bytes_e2e"}
     expected |= {"write_bytes_vs_publish"}
-    expected |= {"pipeline_expert", "pipeline_random", "pipeline_expert_vs_disk", "pipeline_random_vs_disk"}
+    expected |= {"pipeline_expert", "pipeline_random", "pipeline_random_vs_disk"}
     expected |= {f"ingest_deflate1_w{w}" for w in (1, 2, 4)} | {f"publish_w{w}" for w in (1, 2, 4)}
     assert figures == expected
     for row in rows:
         check_figures(row, {"writers": True, "forge": True, "reference": True, "ratio": True})
+
+
+def test_threads_smoke(out):
+    """bench/threads.py --smoke gives publications/s for 1, 2 and 4 threads at every Python cost."""
+    rows = run_bench("threads", out)["rows"]
+    assert [r["python_us_per_episode"] for r in rows] == [0, 5, 10, 15]
+    for row in rows:
+        check_figures(row, {f"w{w}_episodes_per_s": True for w in (1, 2, 4)} | {"w2_over_w1": True})
