@@ -219,14 +219,18 @@ def on_threads(threads: int, count: int, work) -> float:
     return time.perf_counter() - t0
 
 
-def raw_publish(parent: str, count: int, payload: bytes | list[bytes], marker: bytes, threads: int) -> float:
+def raw_publish(
+    parent: str, count: int, payload: bytes | list[bytes], marker: bytes, threads: int, *, python_us: float = 0.0
+) -> float:
     """Publish ``count`` (payload, marker) pairs, each file to a temporary name then renamed; a list of
-    payloads is taken in turn."""
+    payloads is taken in turn. ``python_us``: microseconds of Python work (holding the GIL) per episode."""
     directory = new_directory(parent, "raw-publish")
     os.mkdir(directory)
     payloads = payload if isinstance(payload, list) else [payload]
 
     def publish(k: int) -> None:
+        if python_us:
+            busy(python_us)
         base = os.path.join(directory, f"episode{k:08d}")
         write_file(base + ".npz.tmp", payloads[k % len(payloads)])
         os.replace(base + ".npz.tmp", base + ".npz")
@@ -234,6 +238,13 @@ def raw_publish(parent: str, count: int, payload: bytes | list[bytes], marker: b
         os.replace(base + ".json.tmp", base + ".json")
 
     return on_threads(threads, count, publish)
+
+
+def busy(microseconds: float) -> None:
+    """Hold the GIL for ``microseconds`` of Python work."""
+    end = time.perf_counter() + microseconds * 1e-6
+    while time.perf_counter() < end:
+        pass
 
 
 def raw_write(parent: str, count: int, payloads: list[bytes], threads: int) -> float:

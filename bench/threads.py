@@ -17,36 +17,12 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from common import machine, save, table  # noqa: E402
-from recorder import MARKER, figure_directory, new_directory, on_threads, write_file  # noqa: E402
-
-
-def busy(microseconds: float) -> None:
-    """Hold the GIL for ``microseconds`` of Python work."""
-    end = time.perf_counter() + microseconds * 1e-6
-    while time.perf_counter() < end:
-        pass
-
-
-def publications_per_second(parent: str, count: int, payload: bytes, compute_us: float, threads: int) -> float:
-    directory = new_directory(parent, "threads")
-    os.mkdir(directory)
-
-    def publish(k: int) -> None:
-        busy(compute_us)
-        base = os.path.join(directory, f"episode{k:08d}")
-        write_file(base + ".npz.tmp", payload)
-        os.replace(base + ".npz.tmp", base + ".npz")
-        write_file(base + ".json.tmp", MARKER)
-        os.replace(base + ".json.tmp", base + ".json")
-
-    os.sync()
-    return count / on_threads(threads, count, publish)
+from recorder import MARKER, figure_directory, raw_publish  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -64,7 +40,8 @@ def main(argv=None) -> int:
                 rates = {w: [] for w in (1, 2, 4)}
                 for _ in range(reps):
                     for w in rates:
-                        rates[w].append(publications_per_second(folder, count, payload, compute_us, w))
+                        seconds = raw_publish(folder, count, payload, MARKER, w, python_us=compute_us)
+                        rates[w].append(count / seconds)
             row = {"python_us_per_episode": compute_us}
             row |= {f"w{w}_episodes_per_s": statistics.median(r) for w, r in rates.items()}
             row["w2_over_w1"] = row["w2_episodes_per_s"] / row["w1_episodes_per_s"]
