@@ -492,3 +492,24 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
 import forge_gpu._src.episode_format, forge_gpu._src.recorder, forge_gpu._src.reader, forge_gpu._src.torch_data
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("writers", [1, 4])
+def test_one_spare_buffer_and_many_ends_still_publish_every_episode_once(tmp_path, writers):
+    """Many envs ending together with a single spare buffer: append waits until the writers have freed as
+    many buffers as it needs, and every completed episode is published once, equal to the batches."""
+    env = make_env(num_envs=16, max_steps=5)
+    sim = SyntheticSim(env, seed=3, end_prob=0.5)
+    batches = make_batches(sim, 30)
+    recorder = EpisodeRecorder(tmp_path / "run", env, writers=writers, spare_buffers=1)
+    for observation, result in batches:
+        recorder.append(observation, result)
+    recorder.close()
+    contents = load_run(tmp_path / "run")
+    assert set(contents) == {episode_stem(*key) + ext for key in sim.completed for ext in (".npz", ".json")}
+    for (env_id, episode_id), members in sim.completed.items():
+        arrays = contents[episode_stem(env_id, episode_id) + ".npz"]
+        for key, array in members.items():
+            np.testing.assert_array_equal(arrays[key], array, err_msg=key)
+    assert recorder.completed_episodes == len(sim.completed) > 50
+    assert _read_manifest(tmp_path / "run")["status"] == "closed"
