@@ -211,3 +211,24 @@ def test_bad_markers_are_rejected(marker):
 def test_marker_round_trip():
     """make_marker builds a marker that validate_marker accepts, returning its steps."""
     assert validate_marker(make_marker(4, 2, 9), name="m.json", env_id=4, episode_id=2) == 9
+
+
+@pytest.mark.parametrize("compression", ["none", "deflate"])
+def test_episode_file_past_the_zip64_threshold_reads_back(tmp_path, monkeypatch, compression):
+    """Episodes too large for plain zip headers go through zipfile with zip64 members and read back equal
+    (the threshold is lowered so that a small episode takes that path)."""
+    monkeypatch.setattr(episode_format, "_ZIP64_THRESHOLD", 64)
+    calls = []
+    real = episode_format._write_large_npz
+    monkeypatch.setattr(episode_format, "_write_large_npz", lambda *a: calls.append(a[0]) or real(*a))
+    path = tmp_path / "env00001-episode00000002.npz"
+    arrays, marker, size = _write_synthetic(path, 5, compression)
+    assert calls == [str(path) + ".tmp"]
+    assert size == os.path.getsize(path)
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+    with np.load(path, allow_pickle=False) as archive:
+        loaded = {key: archive[key] for key in archive.files}
+    validate_episode(loaded, marker, name=str(path))
+    for key, array in arrays.items():
+        np.testing.assert_array_equal(loaded[key], array, err_msg=key)
