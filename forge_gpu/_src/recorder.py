@@ -164,8 +164,9 @@ class EpisodeRecorder:
 
         # Shared with the writers, under one lock: `_cond` wakes `append`, `flush` and `close`, `_work`
         # wakes the writers.
-        self._cond = threading.Condition()
-        self._work = threading.Condition(self._cond._lock)
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        self._work = threading.Condition(lock)
         self._todo: deque[tuple[int, int, int, int]] = deque()  # (slot, env_id, episode_id, steps)
         self._stopping = False
         self._free_slots = list(range(num_envs, slot_count))
