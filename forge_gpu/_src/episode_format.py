@@ -382,8 +382,6 @@ class _StoredLayout:
     def chunks(self, arrays: list[np.ndarray]) -> list:
         """The file as a list of buffers: patched header slices interleaved with the members' data."""
         crcs = [_crc32(a, c) for a, c in zip(arrays, self.npy_crcs, strict=True)]
-        # Plain bytes and struct, no numpy: numpy lets go of the GIL to copy a few kB, which costs a
-        # thread switch per episode when several writers run.
         headers = bytearray(self.headers)
         for at, crc in zip(self.crc_at, crcs + crcs, strict=True):
             _CRC.pack_into(headers, at, crc)
