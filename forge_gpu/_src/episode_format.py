@@ -99,13 +99,7 @@ def write_marker_atomic(path: str, marker: dict) -> None:
     tmp = path + ".tmp"
     data = encode_marker(marker)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        _write_chunks(tmp, [data], len(data))
         os.replace(tmp, path)
     except BaseException:
         _remove_quietly(tmp)
