@@ -91,24 +91,6 @@ def test_episode_file_is_whole_after_short_writes_and_many_buffers(tmp_path, mon
     assert (tmp_path / "many.npz").read_bytes() == whole
 
 
-def test_episode_file_layout_cache_gives_the_same_bytes(tmp_path):
-    """A caller's layouts-by-length cache (the recorder's) changes no byte, for lengths seen and new."""
-    arrays, _ = make_episode(steps=4)
-    layouts = {}
-    for steps in (4, 2, 4):
-        frames = {
-            m[4:]: np.concatenate([a[:steps], arrays["next/" + m[4:]][steps - 1 : steps]])
-            for m, a in arrays.items()
-            if m.startswith("obs/")
-        }
-        transitions = [arrays[m][:steps].copy() for m in ("action", "reward", "terminated", "truncated")]
-        transitions[2][-1] = True
-        write_episode_file(tmp_path / "plain.npz", frames, *transitions)
-        write_episode_file(tmp_path / "cached.npz", frames, *transitions, layouts=layouts)
-        assert (tmp_path / "cached.npz").read_bytes() == (tmp_path / "plain.npz").read_bytes()
-    assert sorted(layouts) == [2, 4]
-
-
 def test_marker_encoding_is_the_indented_json():
     """Markers are laid out exactly as json.dumps(indent=2) would, and other dicts fall back to it."""
     for marker in (make_marker(0, 0, 1), make_marker(99999, 12345678, 500)):

@@ -270,15 +270,12 @@ def write_episode_file(
     *,
     compression: str = "none",
     compression_level: int = 1,
-    layouts: dict | None = None,
 ) -> int:
     """Publish one episode at ``path`` atomically; return the file's size in bytes.
 
     ``frames[F]`` holds the episode's ``T + 1`` observation frames of field ``F`` (shape ``[T+1, ...]``); it
     is laid out twice, as ``obs/F = frames[:T]`` and ``next/F = frames[1:]``, straight from the given
     buffers (no stacked copies). The file is written to ``<path>.tmp`` and renamed over ``path``.
-    ``layouts``: a dict kept by a caller whose episodes differ only in length (the same fields, dtypes
-    and shapes), for the zip layouts by episode length; it saves looking them up by every member's shape.
     """
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
@@ -291,12 +288,7 @@ def write_episode_file(
     try:
         layout = None
         if compression == "none":
-            layout = layouts.get(steps) if layouts is not None else None
-            if layout is None:
-                shapes = [(a.shape, a.dtype) for a in columns + arrays[-4:]]
-                layout = _stored_layout((tuple(frames), *shapes))
-                if layouts is not None:
-                    layouts[steps] = layout
+            layout = _stored_layout((tuple(frames), *[(a.shape, a.dtype) for a in columns + arrays[-4:]]))
         if layout is not None and layout.size < _ZIP64_THRESHOLD:
             try:
                 chunks = layout.chunks(arrays)

@@ -113,7 +113,6 @@ class EpisodeRecorder:
         slot_count = num_envs + spare_buffers
 
         self._directory = os.fspath(directory)
-        self._layouts: dict = {}  # episode files' zip layouts by length (write_episode_file's cache)
         self._num_envs = num_envs
         self._max_steps = max_steps
         self._action_dim = action_dim
@@ -458,7 +457,6 @@ class EpisodeRecorder:
                 self._truncated[slot, :steps],
                 compression=self._compression,
                 compression_level=self._compression_level,
-                layouts=self._layouts,
             )
         except BaseException:
             _remove_quietly(base + ".npz.tmp")
