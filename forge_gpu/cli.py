@@ -7,6 +7,7 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -83,6 +84,50 @@ def cmd_collect(args) -> int:
     if episodes is None and args.steps is None:
         episodes = 2 * config.num_envs
 
+    with stop_on_signals() as (stop, caught):
+        display = _Progress(args.task, env, out)
+        try:
+            summary = collect(
+                env,
+                policy,
+                str(out),
+                episodes=episodes,
+                steps=args.steps,
+                slots=args.slots,
+                max_buffer_bytes=args.max_buffer_bytes,
+                writers=args.writers,
+                compression=args.compression,
+                compression_level=args.compression_level,
+                stop=stop,
+                progress=display.update,
+            )
+        except ValueError as e:
+            if not out.exists():
+                raise UsageError(str(e)) from e
+            display.close()
+            print(f"forge-gpu: collection failed: {e}\nrun directory: {out}", file=sys.stderr)
+            return 1
+        except Exception as e:
+            display.close()
+            print(f"forge-gpu: collection failed: {type(e).__name__}: {e}\nrun directory: {out}", file=sys.stderr)
+            return 1
+    display.close()
+    _print_summary(summary, env)
+    if caught:
+        name, status = signal_exit(caught[0])
+        print(
+            f"stopped by {name}: kept {summary.episodes} completed episodes; "
+            f"{len(summary.incomplete_episodes)} incomplete episodes were not published"
+        )
+        return status
+    return 0
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """For the block, SIGINT and SIGTERM set the yielded ``stop`` event and are appended to the yielded
+    ``caught`` list instead of interrupting; the previous handlers come back after. Signals reach the main
+    thread only, so elsewhere nothing is installed."""
     stop = threading.Event()
     caught: list[int] = []
 
@@ -91,47 +136,18 @@ def cmd_collect(args) -> int:
         stop.set()
 
     previous = {}
-    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+    if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    display = _Progress(args.task, env, out)
     try:
-        summary = collect(
-            env,
-            policy,
-            str(out),
-            episodes=episodes,
-            steps=args.steps,
-            slots=args.slots,
-            max_buffer_bytes=args.max_buffer_bytes,
-            writers=args.writers,
-            compression=args.compression,
-            compression_level=args.compression_level,
-            stop=stop,
-            progress=display.update,
-        )
-    except ValueError as e:
-        if not out.exists():
-            raise UsageError(str(e)) from e
-        display.close()
-        print(f"forge-gpu: collection failed: {e}\nrun directory: {out}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        display.close()
-        print(f"forge-gpu: collection failed: {type(e).__name__}: {e}\nrun directory: {out}", file=sys.stderr)
-        return 1
+        yield stop, caught
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    display.close()
-    _print_summary(summary, env)
-    if caught:
-        name = "SIGINT" if caught[0] == signal.SIGINT else "SIGTERM"
-        print(
-            f"stopped by {name}: kept {summary.episodes} completed episodes; "
-            f"{len(summary.incomplete_episodes)} incomplete episodes were not published"
-        )
-        return 130 if caught[0] == signal.SIGINT else 143
-    return 0
+
+
+def signal_exit(signum: int) -> tuple[str, int]:
+    """The name of a stopping signal and the exit status it gives (128 + its number, as shells do)."""
+    return ("SIGINT", 130) if signum == signal.SIGINT else ("SIGTERM", 143)
 
 
 class _Progress:

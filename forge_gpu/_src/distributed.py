@@ -457,7 +457,7 @@ def write_dataset_manifest(root: str | os.PathLike, results: list[dict]) -> None
 
 def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
     """``forge-gpu collect --workers K``: the checked arguments of ``cmd_collect`` -> exit status."""
-    from forge_gpu.cli import UsageError, _Progress
+    from forge_gpu.cli import UsageError, _Progress, signal_exit, stop_on_signals
 
     try:
         import_ray()
@@ -469,43 +469,36 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
     if episodes is not None and episodes < args.workers:
         raise UsageError(f"--episodes {episodes}: fewer than --workers {args.workers}; each worker needs one")
     fail = os.environ.get(FAIL_WORKER_ENV)
-    stop = threading.Event()
-    caught: list[int] = []
-
-    def on_signal(signum, frame):
-        caught.append(signum)
-        stop.set()
-
     try:
         started = start_ray(args.workers, args.ray_address)
     except Exception as e:  # a bad address, an unreachable cluster
         print(f"forge-gpu: cannot start or join Ray: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    # After ray.init, which installs its own SIGTERM handler in the driver.
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     display = _Progress(f"{args.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
     try:
-        summary = collect_distributed(
-            args.task,
-            out,
-            workers=args.workers,
-            num_envs=config.num_envs,
-            episodes=episodes,
-            steps=args.steps,
-            seed=args.seed,
-            device=args.device,
-            policy=args.policy,
-            overrides=overrides,
-            ray_address=args.ray_address,
-            stop=stop,
-            progress=display.update,
-            fail_worker=int(fail) if fail else None,
-            slots=args.slots,
-            max_buffer_bytes=args.max_buffer_bytes,
-            writers=args.writers,
-            compression=args.compression,
-            compression_level=args.compression_level,
-        )
+        # After ray.init, which installs its own SIGTERM handler in the driver; restored before shutdown.
+        with stop_on_signals() as (stop, caught):
+            summary = collect_distributed(
+                args.task,
+                out,
+                workers=args.workers,
+                num_envs=config.num_envs,
+                episodes=episodes,
+                steps=args.steps,
+                seed=args.seed,
+                device=args.device,
+                policy=args.policy,
+                overrides=overrides,
+                ray_address=args.ray_address,
+                stop=stop,
+                progress=display.update,
+                fail_worker=int(fail) if fail else None,
+                slots=args.slots,
+                max_buffer_bytes=args.max_buffer_bytes,
+                writers=args.writers,
+                compression=args.compression,
+                compression_level=args.compression_level,
+            )
     except ValueError as e:
         display.close()
         if not out.exists():
@@ -517,8 +510,6 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
         print(f"forge-gpu: collection failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         if started:
             import ray
 
@@ -530,9 +521,9 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
     if summary.failed:
         return 1
     if caught:
-        name = "SIGINT" if caught[0] == signal.SIGINT else "SIGTERM"
+        name, status = signal_exit(caught[0])
         print(f"stopped by {name}: every worker kept its completed episodes and closed its run")
-        return 130 if caught[0] == signal.SIGINT else 143
+        return status
     return 0
 
 
