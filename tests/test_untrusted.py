@@ -39,6 +39,26 @@ def read_all(run, **kwargs):
     return [ep.steps for ep in forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(**kwargs))]
 
 
+def peak_bytes(fn) -> int:
+    """The peak of Python's traced allocations, in bytes, while ``fn()`` runs."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def refused(run: Path, victim: Path):
+    """A call that reads ``run`` and expects ValueError naming ``victim``."""
+
+    def read() -> None:
+        with pytest.raises(ValueError, match=victim.name):
+            read_all(run)
+
+    return read
+
+
 def first_episode(run: Path) -> Path:
     return sorted(run.glob("env*.npz"))[0]
 
@@ -84,14 +104,7 @@ def test_header_claiming_more_than_the_file_is_refused_before_allocation(pristin
         return name, buffer.getvalue() + raw[-64:]
 
     rewrite_members(victim, huge)
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match=victim.name):
-            read_all(run)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 32 << 20
+    assert peak_bytes(refused(run, victim)) < 32 << 20
 
 
 def test_per_member_limit_is_configurable(pristine, tmp_path):
@@ -121,14 +134,7 @@ def test_decompression_bomb_is_refused(pristine, tmp_path):
         if data[offset : offset + 4] == struct.pack("<I", big):
             data[offset : offset + 4] = struct.pack("<I", small)
     victim.write_bytes(bytes(data))
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match=victim.name):
-            read_all(run)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 << 20
+    assert peak_bytes(refused(run, victim)) < 8 << 20
 
 
 @pytest.mark.parametrize(
@@ -218,14 +224,12 @@ def test_fuzzed_runs_only_raise_value_error(pristine, tmp_path, kind, seed):
         data = bytearray((run / "run.json").read_bytes())
         data[rng.integers(len(data))] = int(rng.integers(256))
         (run / "run.json").write_bytes(bytes(data))
-    tracemalloc.start()
-    try:
+
+    def read() -> None:
         try:
             for episode in forge_gpu.read_episodes(run):
                 assert episode.steps >= 1
         except ValueError:
             pass
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 64 << 20
+
+    assert peak_bytes(read) < 64 << 20
