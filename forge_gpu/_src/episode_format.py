@@ -27,6 +27,8 @@ except ImportError:  # pragma: no cover - isal is a dependency; this keeps a bar
     _crc32 = zlib.crc32
 
 SCHEMA_VERSION = 1
+#: Run manifests this reader reads: 1 (this file's layout) and 2 (the packed layout, docs/FORMAT.md).
+SCHEMA_VERSIONS = (1, 2)
 RUN_MANIFEST = "run.json"
 EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
 EPISODE_SUFFIX = ".npz"
@@ -518,8 +520,17 @@ def validate_manifest(manifest: Any, *, name: str) -> None:
         value = manifest[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ValueError(f"{name}: key {key!r} must be a {kind.__name__}, got {type(value).__name__}")
-    if manifest["schema_version"] != SCHEMA_VERSION:
-        raise ValueError(f"{name}: key 'schema_version' is {manifest['schema_version']!r}; this reader reads 1")
+    if manifest["schema_version"] not in SCHEMA_VERSIONS:
+        raise ValueError(
+            f"{name}: key 'schema_version' is {manifest['schema_version']!r}; this reader reads "
+            f"{' and '.join(map(str, SCHEMA_VERSIONS))}"
+        )
+    layout = manifest.get("layout", "npz" if manifest["schema_version"] == 1 else None)
+    if (manifest["schema_version"], layout) not in ((1, "npz"), (2, "packed")):
+        raise ValueError(
+            f"{name}: key 'layout' is {layout!r} with schema_version {manifest['schema_version']}; "
+            "expected 'packed' with schema version 2 (schema 1 has no layout key)"
+        )
     if manifest["status"] not in MANIFEST_STATUSES:
         raise ValueError(f"{name}: key 'status' is {manifest['status']!r}; allowed: {', '.join(MANIFEST_STATUSES)}")
     if manifest["completed_episodes"] < 0:

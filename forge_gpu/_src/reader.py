@@ -1,16 +1,19 @@
-"""Read a run directory (FORMAT.md) or a dataset of runs: the manifest, checked episodes, training windows.
+"""Read a run directory or a dataset of runs: the manifest, checked episodes, training windows.
 
-A dataset root is a directory holding ``dataset.json`` (written by the distributed collector) and its
-run directories. Over a dataset, episodes are counted in the order of the runs in ``dataset.json``,
-then in file-name order within each run; sharding applies to that whole sequence.
+A run is schema 1 (FORMAT.md: one ``.npz`` per episode) or packed (schema 2, docs/FORMAT.md); both
+read back as the same :class:`Episode` objects. A dataset root is a directory holding ``dataset.json``
+(written by the distributed collector) and its run directories. Over a dataset, episodes are counted in
+the order of the runs in ``dataset.json``, then in each run's order (schema 1: file names; packed: the
+commit log); sharding applies to that whole sequence.
 
-Pure numpy and the standard library.
+numpy and the standard library (pyarrow for packed runs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import zipfile
@@ -24,10 +27,12 @@ from forge_gpu._src.episode_format import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
     MAX_MEMBER_BYTES,
+    REQUIRED_FIELDS,
     RUN_MANIFEST,
     SCHEMA_VERSION,
     TRANSITION_MEMBERS,
     check_member_sizes,
+    episode_stem,
     observation_fields,
     parse_episode_stem,
     read_npy_header,
@@ -148,30 +153,164 @@ class EpisodeReadOptions:
 def read_episodes(directory: str | os.PathLike, *, options: EpisodeReadOptions | None = None) -> Iterator[Episode]:
     """Yield the checked episodes of one shard of a run directory or a dataset root.
 
-    Episodes come in sorted file-name order (over a dataset: run by run in ``dataset.json`` order).
-    Only episodes with a valid completion marker count; the ``k``-th of them belongs to shard
-    ``k % num_shards``, decided before any archive is opened. A file that breaks FORMAT.md raises
-    ValueError naming it. The manifests and markers are checked at the call; each archive when its
-    episode is reached.
+    Episodes come in each run's order (schema 1: sorted file names; packed: the commit log), run by run
+    over a dataset in ``dataset.json`` order. Only published episodes count (schema 1: those with a
+    valid completion marker; packed: those in the commit log); the ``k``-th of them belongs to shard
+    ``k % num_shards``, decided before any episode data is opened. A file that breaks the format raises
+    ValueError naming it. The manifests, markers and commit logs are checked at the call; episode data
+    when it is reached (a packed run's selected columns are read and checked whole, once per call).
     """
     options = options or EpisodeReadOptions()
-    return (
-        _load_episode(path, marker, manifest["env_spec"], options)
-        for path, marker, manifest in _shard(directory, options)
-    )
+    return read_index(_shard(directory, options), options)
 
 
-def _shard(directory: str | os.PathLike, options: EpisodeReadOptions) -> list[tuple[str, dict, dict]]:
-    return _episode_index(directory)[options.shard_index :: options.num_shards]
+def read_index(index: list[tuple[Any, int]], options: EpisodeReadOptions) -> Iterator[Episode]:
+    """The episodes of an index (``(run, k)`` pairs from :func:`episode_index`), in its order."""
+    for run, group in itertools.groupby(index, key=lambda entry: entry[0]):
+        yield from run.read([k for _, k in group], options)
 
 
-def _episode_index(path: str | os.PathLike) -> list[tuple[str, dict, dict]]:
-    """(episode path, marker, run manifest) of every marked episode, in reading order; no archive is opened."""
+def _shard(directory: str | os.PathLike, options: EpisodeReadOptions) -> list[tuple[Any, int]]:
+    return episode_index(directory)[options.shard_index :: options.num_shards]
+
+
+def episode_index(path: str | os.PathLike) -> list[tuple[Any, int]]:
+    """``(run, k)`` for every published episode, in reading order: the ``k``-th episode of ``run`` (an
+    opened run, :func:`open_run`). Manifests, markers and commit logs are read; no episode data."""
     index = []
     for run_dir in run_directories(path):
-        manifest = read_manifest(run_dir)
-        index += [(episode, marker, manifest) for episode, marker in _marked_episodes(run_dir)]
+        run = open_run(run_dir)
+        index += [(run, k) for k in range(len(run))]
     return index
+
+
+def open_run(run_dir: str | os.PathLike) -> NpzRun | PackedRunReader:
+    """The published episodes of one run directory, of either layout (manifest, markers or commit log
+    read and checked; no episode data)."""
+    run_dir = os.fspath(run_dir)
+    manifest = read_manifest(run_dir)
+    return (NpzRun if manifest["schema_version"] == SCHEMA_VERSION else PackedRunReader)(run_dir, manifest)
+
+
+class NpzRun:
+    """A schema-1 run: its marked episodes in file-name order."""
+
+    def __init__(self, run_dir: str, manifest: dict):
+        self.directory, self.manifest = run_dir, manifest
+        self.marked = _marked_episodes(run_dir)
+
+    def __len__(self) -> int:
+        return len(self.marked)
+
+    def ids(self, k: int) -> tuple[int, int, int]:
+        """``(env_id, episode_id, steps)`` of the ``k``-th episode."""
+        marker = self.marked[k][1]
+        return marker["env_id"], marker["episode_id"], marker["steps"]
+
+    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
+        for k in ks:
+            path, marker = self.marked[k]
+            yield _load_episode(path, marker, self.manifest["env_spec"], options)
+
+
+class PackedRunReader:
+    """A packed run: its committed episodes in commit-log order."""
+
+    def __init__(self, run_dir: str, manifest: dict):
+        from forge_gpu._src.packed import PackedRun  # noqa: PLC0415 - pyarrow only for packed runs
+
+        self.directory, self.manifest = run_dir, manifest
+        self.run = PackedRun(run_dir)
+
+    def __len__(self) -> int:
+        return len(self.run)
+
+    def ids(self, k: int) -> tuple[int, int, int]:
+        """``(env_id, episode_id, steps)`` of the ``k``-th episode."""
+        episodes = self.run.episodes
+        return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
+
+    def table(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], dict, dict]:
+        """The selected episodes, checked: their observation fields, every run row of those fields'
+        columns and of the transition columns, and the episodes' entries restricted to ``ks``."""
+        from forge_gpu._src.packed import CHECK_COLUMNS, check_episodes  # noqa: PLC0415
+
+        fields = self._fields(options)
+        names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
+        select = np.asarray(ks, dtype=np.int64)
+        columns = self.run.load(names) if len(self.run) else {}
+        if select.size:
+            check_episodes(columns, self.run.episodes, select, name=self.directory)
+        episodes = {key: values[select] for key, values in self.run.episodes.items()}
+        return fields, columns, episodes
+
+    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
+        from forge_gpu._src.packed import episode_rows  # noqa: PLC0415
+
+        if not ks:
+            return
+        fields, columns, episodes = self.table(ks, options)
+        rows, starts = episode_rows(episodes, np.arange(len(ks)))
+        names = [f"obs/{f}" for f in fields] + list(TRANSITION_MEMBERS)
+        gathered = {name: columns[name][rows] for name in names}
+        for i in range(len(ks)):
+            s, e = int(starts[i]), int(starts[i + 1])
+            env_id, episode_id = int(episodes["env_id"][i]), int(episodes["episode_id"][i])
+            yield Episode(
+                env_id=env_id,
+                episode_id=episode_id,
+                steps=e - s - 1,
+                obs={f: gathered[f"obs/{f}"][s : e - 1] for f in fields},
+                next={f: gathered[f"obs/{f}"][s + 1 : e] for f in fields},
+                action=gathered["action"][s + 1 : e],
+                reward=gathered["reward"][s + 1 : e],
+                terminated=gathered["terminated"][s + 1 : e],
+                truncated=gathered["truncated"][s + 1 : e],
+                path=os.path.join(self.directory, episode_stem(env_id, episode_id)),
+            )
+
+    def _fields(self, options: EpisodeReadOptions) -> list[str]:
+        """The observation fields to read, after checking the segments' columns against run.json."""
+        columns = self.run.columns()
+        spec = self.manifest["env_spec"]
+        described = spec.get("observation") if isinstance(spec.get("observation"), dict) else {}
+        present = sorted(c[4:] for c in columns if c.startswith("obs/")) if columns else sorted(described)
+        if columns:
+            _check_packed_columns(columns, spec, described, present, self.directory)
+        wanted = present if options.observation_keys is None else list(options.observation_keys)
+        unknown = [f for f in wanted if f not in present]
+        if unknown:
+            raise ValueError(f"{self.directory}: requested field(s) {unknown} are not in the run (it has {present})")
+        return wanted
+
+
+def _check_packed_columns(columns: dict, spec: dict, described: dict, present: list[str], name: str) -> None:
+    """Check a packed run's segment columns against the format and run.json's env_spec."""
+    from forge_gpu._src.packed import TRANSITION_COLUMNS  # noqa: PLC0415
+
+    unknown = [c for c in columns if not c.startswith("obs/") and c not in TRANSITION_COLUMNS]
+    missing = [c for c in (*(f"obs/{f}" for f in REQUIRED_FIELDS), *TRANSITION_COLUMNS) if c not in columns]
+    if unknown or missing:
+        raise ValueError(f"{name}: segment columns: unknown {unknown}, missing {missing}")
+    if described and sorted(described) != present:
+        raise ValueError(f"{name}: observation fields {present} differ from run.json's {sorted(described)}")
+    expected = {f"obs/{f}": (tuple(e.get("shape", ())), e.get("dtype")) for f, e in described.items()}
+    expected["action"] = ((int(spec["action_shape"][0]),), "float32")
+    for column, (shape, dtype) in columns.items():
+        if column in expected and (shape, str(dtype)) != (expected[column][0], expected[column][1] or str(dtype)):
+            raise ValueError(
+                f"{name}: column {column} is {dtype}{list(shape)} per row; run.json says "
+                f"{expected[column][1]}{list(expected[column][0])}"
+            )
+    for column, kinds in (("reward", "iuf"), ("terminated", "b"), ("truncated", "b")):
+        if columns[column][0] != () or columns[column][1].kind not in kinds:
+            raise ValueError(f"{name}: column {column} is {columns[column][1]}{list(columns[column][0])} per row")
+    for field in ("env_id", "episode_id", "step_id", "time"):
+        shape, dtype = columns[f"obs/{field}"]
+        if shape != () or dtype.kind not in ("f" if field == "time" else "iu"):
+            raise ValueError(f"{name}: column obs/{field} is {dtype}{list(shape)} per row")
+    if len(columns["obs/proprio"][0]) != 1:
+        raise ValueError(f"{name}: column obs/proprio must have a per-row shape [P]")
 
 
 def action_windows(
@@ -201,21 +340,20 @@ def check_window(history: int, horizon: int) -> None:
 
 
 def episode_windows(
-    index: list[tuple[str, dict, dict]], options: EpisodeReadOptions, history: int, horizon: int, order=None
+    index: list[tuple[Any, int]], options: EpisodeReadOptions, history: int, horizon: int
 ) -> Iterator[dict]:
-    """The windows of the indexed episodes, in index order; ``order(n)`` may permute each episode's windows."""
-    for path, marker, manifest in index:
-        instruction = manifest["env_spec"]["instruction"]
-        episode = _load_episode(path, marker, manifest["env_spec"], options)
-        starts = range(history - 1, episode.steps - horizon + 1)
-        for t in starts if order is None else [starts[i] for i in order(len(starts))]:
-            window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
-            window["action"] = episode.action[t : t + horizon]
-            window["instruction"] = instruction
-            window["env_id"] = episode.env_id
-            window["episode_id"] = episode.episode_id
-            window["t"] = t
-            yield window
+    """The windows of the indexed episodes, in index order."""
+    for run, group in itertools.groupby(index, key=lambda entry: entry[0]):
+        instruction = run.manifest["env_spec"]["instruction"]
+        for episode in run.read([k for _, k in group], options):
+            for t in range(history - 1, episode.steps - horizon + 1):
+                window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
+                window["action"] = episode.action[t : t + horizon]
+                window["instruction"] = instruction
+                window["env_id"] = episode.env_id
+                window["episode_id"] = episode.episode_id
+                window["t"] = t
+                yield window
 
 
 def _marked_episodes(run_dir: str) -> list[tuple[str, dict]]:

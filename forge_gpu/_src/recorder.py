@@ -7,14 +7,9 @@ task, seed), so this module never imports Warp or Newton.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.metadata
-import json
 import os
-import platform
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -23,24 +18,23 @@ import numpy as np
 
 from forge_gpu._src.episode_format import (
     COMPRESSIONS,
-    ID_FIELDS,
-    REQUIRED_FIELDS,
     RUN_MANIFEST,
     SCHEMA_VERSION,
     episode_stem,
     make_marker,
-    per_env_nbytes,
     write_episode_file,
     write_json_atomic,
     write_marker_atomic,
 )
-
-#: Distributions whose versions shape the data; recorded in run.json where installed.
-RECORDED_PACKAGES = ("numpy", "newton", "warp-lang", "mujoco", "mujoco-warp", "torch", "forge-gpu")
-
-# Action and reward are kept (and written) as float32, the dtype the env produces.
-_ACTION_DTYPE = np.dtype(np.float32)
-_REWARD_DTYPE = np.dtype(np.float32)
+from forge_gpu._src.tracker import (
+    ACTION_DTYPE,
+    REWARD_DTYPE,
+    EpisodeTracker,
+    check_int,
+    describe_env,
+    initial_manifest,
+    jsonable,
+)
 
 
 class EpisodeRecorder:
@@ -75,33 +69,24 @@ class EpisodeRecorder:
         compression_level: int = 1,
         spare_buffers: int | None = None,
     ) -> None:
-        _check_int("max_buffer_bytes", max_buffer_bytes, minimum=1)
-        _check_int("writers", writers, minimum=1)
+        check_int("max_buffer_bytes", max_buffer_bytes, minimum=1)
+        check_int("writers", writers, minimum=1)
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {compression!r}")
-        _check_int("compression_level", compression_level, minimum=0, maximum=9)
+        check_int("compression_level", compression_level, minimum=0, maximum=9)
         if spare_buffers is not None:
-            _check_int("spare_buffers", spare_buffers, minimum=1)
+            check_int("spare_buffers", spare_buffers, minimum=1)
 
-        num_envs = int(env.config.num_envs)
-        max_steps = int(env.config.max_steps)
-        if num_envs < 1 or max_steps < 1:
-            raise ValueError(f"env.config needs num_envs >= 1 and max_steps >= 1, got {num_envs}, {max_steps}")
-        self._fields = _observation_layout(env.spec)
-        action_shape = env.spec.get("action_shape")
-        if not isinstance(action_shape, list | tuple) or len(action_shape) != 1 or int(action_shape[0]) < 1:
-            raise ValueError(f"env.spec['action_shape'] must be [A] with A >= 1, got {action_shape!r}")
-        action_dim = int(action_shape[0])
-
-        frame_bytes = sum(per_env_nbytes(shape, dtype) for shape, dtype in self._fields.values())
-        transition_bytes = action_dim * _ACTION_DTYPE.itemsize + _REWARD_DTYPE.itemsize + 2
-        slot_bytes = (max_steps + 1) * frame_bytes + max_steps * transition_bytes
+        num_envs, max_steps = describe_env(env)
+        tracker = EpisodeTracker(env.spec, num_envs, max_steps)
+        slot_bytes = (max_steps + 1) * tracker.frame_bytes + max_steps * tracker.transition_bytes
         needed = (num_envs + 1) * slot_bytes
         if max_buffer_bytes < needed:
             raise ValueError(
                 f"max_buffer_bytes={max_buffer_bytes} is too small: {num_envs} envs of max_steps={max_steps} "
                 f"plus 1 spare need {needed} bytes ({num_envs + 1} episode buffers of {slot_bytes} bytes); "
-                f"raise max_buffer_bytes to at least {needed} or record fewer envs or steps"
+                f"raise max_buffer_bytes to at least {needed}, record fewer envs or steps, or use the packed "
+                f"format, whose memory does not grow with episode length"
             )
         if spare_buffers is None:
             spare_buffers = min(num_envs, max_buffer_bytes // slot_bytes - num_envs)
@@ -113,14 +98,12 @@ class EpisodeRecorder:
         slot_count = num_envs + spare_buffers
 
         self._directory = os.fspath(directory)
-        self._num_envs = num_envs
-        self._max_steps = max_steps
-        self._action_dim = action_dim
+        self._tracker = tracker
         self._compression = compression
         self._compression_level = compression_level
         self._spare_buffers = spare_buffers
         self._buffer_bytes = slot_count * slot_bytes
-        self._manifest = _initial_manifest(env, max_buffer_bytes)
+        self._manifest = initial_manifest(env, max_buffer_bytes, SCHEMA_VERSION)
         self._manifest["recorder"] = {
             "writers": writers,
             "compression": compression,
@@ -128,10 +111,6 @@ class EpisodeRecorder:
             "spare_buffers": spare_buffers,
             "buffer_bytes": self._buffer_bytes,
         }
-        try:
-            json.dumps(self._manifest, default=_json_default)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"the env description cannot be written to run.json: {exc}") from exc
 
         parent = os.path.dirname(os.path.abspath(self._directory))
         os.makedirs(parent, exist_ok=True)
@@ -145,21 +124,16 @@ class EpisodeRecorder:
         # Episode buffers, one row per slot; np.empty so untouched pages cost no memory.
         self._frames = {
             field: np.empty((slot_count, max_steps + 1, *shape), dtype)
-            for field, (shape, dtype) in self._fields.items()
+            for field, (shape, dtype) in tracker.fields.items()
         }
-        self._action = np.empty((slot_count, max_steps, action_dim), _ACTION_DTYPE)
-        self._reward = np.empty((slot_count, max_steps), _REWARD_DTYPE)
+        self._action = np.empty((slot_count, max_steps, tracker.action_dim), ACTION_DTYPE)
+        self._reward = np.empty((slot_count, max_steps), REWARD_DTYPE)
         self._terminated = np.empty((slot_count, max_steps), np.bool_)
         self._truncated = np.empty((slot_count, max_steps), np.bool_)
 
-        # Per-env state, shape (num_envs,); touched only by the appending thread.
-        self._slot = np.arange(num_envs, dtype=np.int64)  # -1 once the slot went to the writers
-        self._episode = np.full(num_envs, -1, np.int64)  # -1 before the env's first frame
-        self._steps = np.zeros(num_envs, np.int64)  # transitions recorded in the current episode
-        self._last_time = np.zeros(num_envs, np.float64)  # time of the last frame [s]
-        self._ended = np.zeros(num_envs, np.bool_)  # the last transition terminated or truncated
-        self._abandoned: list[dict] = []  # episodes given up by a reset, with >= 1 transition
-        self._transitions_recorded = 0
+        # Each env's slot, shape (num_envs,); -1 once the slot went to the writers. Touched only by the
+        # appending thread, like the tracker's state.
+        self._slot = np.arange(num_envs, dtype=np.int64)
 
         # Shared with the writers, under one lock: `_cond` wakes `append`, `flush` and `close`, `_work`
         # wakes the writers.
@@ -220,7 +194,7 @@ class EpisodeRecorder:
     def incomplete_episodes(self) -> list[dict]:
         """Episodes started and not completed (``env_id``, ``episode_id``, ``steps``): those abandoned by a
         reset and those still running; episodes with no transition yet are left out."""
-        return self._incomplete_episodes()
+        return self._tracker.incomplete()
 
     @property
     def spare_buffers(self) -> int:
@@ -241,25 +215,17 @@ class EpisodeRecorder:
         for a writer to free an episode buffer. Raises RuntimeError after a write failure.
         """
         self._raise_if_unusable()
-        active, reward, terminated, truncated, action = self._check_batch(observation, result)
+        tracker = self._tracker
+        active, reward, terminated, truncated, action = tracker.check(observation, result)
 
         needs_slot = np.flatnonzero(~active & (self._slot < 0))
         new_slots = self._take_free_slots(needs_slot.size) if needs_slot.size else None
 
         # Nothing below can fail on bad input: commit.
-        inactive = ~active
-        for env_id in np.flatnonzero(inactive & ~self._ended & (self._steps >= 1)):
-            self._abandoned.append(
-                {
-                    "env_id": int(env_id),
-                    "episode_id": int(self._episode[env_id]),
-                    "steps": int(self._steps[env_id]),
-                }
-            )
         if new_slots is not None:
             self._slot[needs_slot] = new_slots
         slot = self._slot
-        frame = np.where(active, self._steps + 1, 0)  # this row's frame index within its episode
+        frame = np.where(active, tracker.steps + 1, 0)  # this row's frame index within its episode
         for field, buffer in self._frames.items():
             buffer[slot, frame] = observation[field]
         rows = np.flatnonzero(active)
@@ -269,15 +235,9 @@ class EpisodeRecorder:
             self._reward[at] = reward[rows]
             self._terminated[at] = terminated[rows]
             self._truncated[at] = truncated[rows]
-        self._steps[:] = frame
-        self._episode[:] = observation["episode_id"]
-        self._last_time[:] = observation["time"]
-        self._ended[:] = active & (terminated | truncated)
-        self._transitions_recorded += rows.size
-
-        ended = np.flatnonzero(self._ended)
+        ended = tracker.commit(observation, active, terminated, truncated)
         if ended.size:
-            columns = (slot[ended], ended, self._episode[ended], self._steps[ended])
+            columns = (slot[ended], ended, tracker.episode[ended], tracker.steps[ended])
             episodes = zip(*(a.tolist() for a in columns), strict=True)
             slot[ended] = -1
             with self._cond:
@@ -333,64 +293,6 @@ class EpisodeRecorder:
             self.close()
         except RuntimeError:
             pass
-
-    # -- checks ---------------------------------------------------------------------------------
-
-    def _check_batch(self, observation, result):
-        """Check a batch against the spec and each env's state; return the transition arrays."""
-        n = self._num_envs
-        if not isinstance(observation, Mapping):
-            raise ValueError(f"observation must be a dict of arrays, got {type(observation).__name__}")
-        missing = [f for f in self._fields if f not in observation]
-        if missing:
-            raise ValueError(f"observation lacks field(s) {missing}")
-        extra = [f for f in observation if f not in self._fields]
-        if extra:
-            raise ValueError(f"observation field(s) {extra} are not described by env.spec['observation']")
-        for field, (shape, dtype) in self._fields.items():
-            _check_array(f"observation[{field!r}]", observation[field], (n, *shape), dtype)
-        info = getattr(result, "info", None)
-        if not isinstance(info, Mapping) or "active" not in info or "executed_action" not in info:
-            raise ValueError("result.info must be a dict with 'active' and 'executed_action'")
-        active = _check_array("result.info['active']", info["active"], (n,), np.bool_)
-        action = _check_array(
-            "result.info['executed_action']", info["executed_action"], (n, self._action_dim), _ACTION_DTYPE
-        )
-        reward = _check_array("result.reward", getattr(result, "reward", None), (n,), _REWARD_DTYPE)
-        terminated = _check_array("result.terminated", getattr(result, "terminated", None), (n,), np.bool_)
-        truncated = _check_array("result.truncated", getattr(result, "truncated", None), (n,), np.bool_)
-
-        env_id = observation["env_id"]
-        episode_id = observation["episode_id"]
-        step_id = observation["step_id"]
-        seen = self._episode >= 0
-        inactive = ~active
-        _reject(env_id != np.arange(n), "observation['env_id'] must equal arange(N)")
-        _reject(terminated & truncated, "a row is both terminated and truncated")
-        _reject(
-            inactive & ((reward != 0) | terminated | truncated),
-            "an inactive (reset) row has nonzero reward or a set flag",
-        )
-        _reject(inactive & (step_id != 0), "an inactive (reset) row has step_id != 0")
-        _reject(inactive & (episode_id < 0), "an inactive (reset) row has a negative episode_id")
-        _reject(
-            inactive & seen & (episode_id != self._episode + 1),
-            "an inactive (reset) row must have episode_id = the env's previous episode_id + 1",
-        )
-        _reject(active & ~seen, "an active row came before the env's first reset frame")
-        _reject(
-            active & seen & self._ended,
-            "an active row came for an env whose previous transition ended; expected its reset frame",
-        )
-        known = active & seen & ~self._ended
-        _reject(known & (episode_id != self._episode), "an active row changed episode_id")
-        _reject(known & (step_id != self._steps + 1), "an active row's step_id is not the previous step_id + 1")
-        _reject(
-            known & (step_id > self._max_steps),
-            f"an active row's step_id exceeds max_steps={self._max_steps} (episodes must truncate there)",
-        )
-        _reject(known & ~(observation["time"] > self._last_time), "an active row's time does not advance")
-        return active, reward, terminated, truncated, action
 
     # -- slots and writers ----------------------------------------------------------------------
 
@@ -496,13 +398,6 @@ class EpisodeRecorder:
 
     # -- manifest -------------------------------------------------------------------------------
 
-    def _incomplete_episodes(self) -> list[dict]:
-        running = np.flatnonzero((self._episode >= 0) & ~self._ended & (self._steps >= 1))
-        in_progress = [
-            {"env_id": int(e), "episode_id": int(self._episode[e]), "steps": int(self._steps[e])} for e in running
-        ]
-        return self._abandoned + in_progress
-
     def _write_manifest(self, status: str) -> None:
         with self._manifest_lock:
             manifest = dict(self._manifest)
@@ -511,7 +406,7 @@ class EpisodeRecorder:
                     status=status,
                     completed_episodes=self._completed,
                     transitions=self._transitions_published,
-                    transitions_recorded=self._transitions_recorded,
+                    transitions_recorded=self._tracker.transitions,
                     bytes_written=self._bytes_written,
                     stall_seconds=self._stall_seconds,
                 )
@@ -519,110 +414,8 @@ class EpisodeRecorder:
                     manifest["error"] = self._error_text
                     manifest["unwritten_episodes"] = list(self._unwritten)
             if status != "recording":
-                manifest["incomplete_episodes"] = self._incomplete_episodes()
-            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), _jsonable(manifest))
-
-
-def _initial_manifest(env: Any, max_buffer_bytes: int) -> dict:
-    packages, sources = {}, {}
-    for name in RECORDED_PACKAGES:
-        try:
-            dist = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        packages[name] = dist.version
-        text = dist.read_text("direct_url.json")
-        if text:
-            try:
-                sources[name] = json.loads(text)
-            except ValueError:
-                pass
-    scene = env.task.scene
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": uuid.uuid4().hex,
-        "config": env.config.to_dict(),
-        "env_spec": env.spec,
-        "calibration": env.calibration,
-        "python": platform.python_version(),
-        "packages": packages,
-        "dependency_sources": sources,
-        "status": "recording",
-        "completed_episodes": 0,
-        "transport": "host_snapshot",
-        "scene": f"{scene.kind}:v1",
-        "scene_spec": dataclasses.asdict(scene),
-        "task": env.task.spec.id,
-        "seed": int(env.seed),
-        "max_buffer_bytes": max_buffer_bytes,
-        "incomplete_episodes": [],
-    }
-
-
-def _observation_layout(spec: Mapping) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """field -> (per-env shape, dtype) from ``spec['observation']``, checked."""
-    described = spec.get("observation") if isinstance(spec, Mapping) else None
-    if not isinstance(described, Mapping):
-        raise ValueError("env.spec must hold 'observation': {field: {'shape': [...], 'dtype': '...'}}")
-    layout = {}
-    for field, entry in described.items():
-        try:
-            shape = tuple(int(s) for s in entry["shape"])
-            dtype = np.dtype(entry["dtype"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"env.spec['observation'][{field!r}] needs 'shape' and 'dtype': {exc}") from exc
-        if dtype.kind not in "biuf":
-            raise ValueError(f"observation field {field!r} has non-numeric dtype {dtype}")
-        layout[field] = (shape, dtype)
-    missing = [f for f in REQUIRED_FIELDS if f not in layout]
-    if missing:
-        raise ValueError(f"env.spec['observation'] lacks the required field(s) {missing}")
-    for field in ID_FIELDS:
-        if layout[field][0] != () or layout[field][1].kind not in "iu":
-            raise ValueError(f"observation field {field!r} must be a per-env integer scalar")
-    if layout["time"][0] != () or len(layout["proprio"][0]) != 1:
-        raise ValueError("observation fields 'time' and 'proprio' must have per-env shapes [] and [P]")
-    return layout
-
-
-def _check_array(name: str, array: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    if not isinstance(array, np.ndarray):
-        raise ValueError(f"{name} must be a numpy array, got {type(array).__name__}")
-    if array.shape != shape or array.dtype != dtype:
-        raise ValueError(f"{name} must be {np.dtype(dtype)}{list(shape)}, got {array.dtype}{list(array.shape)}")
-    if array.dtype.kind == "f":
-        finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
-        _reject(~finite, f"{name} holds non-finite values")
-    return array
-
-
-def _reject(bad_rows: np.ndarray, message: str) -> None:
-    if bad_rows.any():
-        rows = np.flatnonzero(bad_rows)
-        shown = ", ".join(str(r) for r in rows[:10]) + (", ..." if rows.size > 10 else "")
-        raise ValueError(f"{message} (env rows {shown})")
-
-
-def _check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
-    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
-    if (
-        not isinstance(value, int | np.integer)
-        or isinstance(value, bool)
-        or value < minimum
-        or (maximum is not None and value > maximum)
-    ):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic | np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-
-
-def _jsonable(obj: Any) -> Any:
-    """``obj`` with numpy scalars and arrays turned into plain Python values."""
-    return json.loads(json.dumps(obj, default=_json_default))
+                manifest["incomplete_episodes"] = self._tracker.incomplete()
+            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest))
 
 
 def _remove_quietly(path: str) -> None:

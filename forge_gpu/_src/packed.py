@@ -1,0 +1,424 @@
+"""The packed run layout (schema 2, docs/FORMAT.md): frames in Arrow IPC stream segments, a commit log.
+
+A run is a sequence of rows; each row is one observation frame plus the transition that led to it. An
+episode of T transitions is the T + 1 rows ``first_row + j * stride`` (j = 0..T): the recorder appends
+each step's batch of N env rows, so its episodes have stride N; a converted run lays episodes end to end
+(stride 1). Rows go to append-only Arrow IPC stream files ("segments") that rotate by size; after each
+record batch is written, one JSON line in ``commits.jsonl`` publishes it and the episodes that ended in
+it. A reader trusts nothing past the last whole line.
+
+numpy, pyarrow and the standard library; no Warp, Newton or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 2
+LAYOUT = "packed"
+COMMIT_LOG = "commits.jsonl"
+SEGMENT_NAME = "segment-{index:06d}.arrows"
+SEGMENT_RE = re.compile(r"^segment-(\d{6})\.arrows$")
+COMPRESSIONS = ("none", "lz4", "zstd")
+TRANSITION_COLUMNS = ("action", "reward", "terminated", "truncated")
+#: Keys of an episode entry in a commit line, each a list with one integer per episode.
+EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")
+_COMMIT_KEYS = {"segment", "offset", "length", "first_row", "rows", "episodes"}
+
+
+def _pa():
+    import pyarrow as pa  # noqa: PLC0415 - the packed layout's one dependency, loaded where it is used
+
+    return pa
+
+
+def segment_name(index: int) -> str:
+    return SEGMENT_NAME.format(index=index)
+
+
+# -- the Arrow schema ---------------------------------------------------------------------------------
+
+
+def arrow_schema(fields: Mapping[str, tuple[tuple[int, ...], np.dtype]], action_dim: int):
+    """The segments' schema: ``obs/<field>`` per observation field, then the transition columns.
+
+    A field of per-row shape ``()`` is a primitive column; any other shape is a fixed-size list of
+    ``prod(shape)`` values (C order) whose field metadata ``shape`` holds the JSON list of the shape.
+    """
+    pa = _pa()
+    columns = [(f"obs/{name}", shape, dtype) for name, (shape, dtype) in fields.items()]
+    columns += [
+        ("action", (action_dim,), np.dtype(np.float32)),
+        ("reward", (), np.dtype(np.float32)),
+        ("terminated", (), np.dtype(np.bool_)),
+        ("truncated", (), np.dtype(np.bool_)),
+    ]
+    out = []
+    for name, shape, dtype in columns:
+        kind = pa.from_numpy_dtype(dtype)
+        if shape:
+            kind = pa.list_(kind, int(np.prod(shape)))
+        out.append(pa.field(name, kind, nullable=False, metadata={"shape": json.dumps(list(shape))}))
+    return pa.schema(out)
+
+
+def schema_columns(schema, *, name: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """column -> (per-row shape, numpy dtype) of a segment schema, checked; ValueError naming ``name``."""
+    pa = _pa()
+    columns = {}
+    for field in schema:
+        try:
+            shape = tuple(json.loads((field.metadata or {}).get(b"shape", b"[]")))
+            if not all(isinstance(s, int) and s >= 1 for s in shape):
+                raise ValueError(f"bad shape {shape}")
+            kind = field.type
+            if shape:
+                if not pa.types.is_fixed_size_list(kind) or kind.list_size != int(np.prod(shape)):
+                    raise ValueError(f"type {kind} does not hold shape {list(shape)}")
+                kind = kind.value_type
+            dtype = np.dtype(kind.to_pandas_dtype())
+        except (ValueError, TypeError, NotImplementedError, pa.ArrowException) as exc:
+            raise ValueError(f"{name}: column {field.name!r}: {exc}") from exc
+        if dtype.kind not in "biuf":
+            raise ValueError(f"{name}: column {field.name!r} has non-numeric type {field.type}")
+        columns[field.name] = (shape, dtype)
+    return columns
+
+
+def to_record_batch(schema, columns: Mapping[str, np.ndarray]):
+    """A record batch of ``columns`` (name -> [R, ...] C-contiguous arrays), zero-copy but for the flags."""
+    pa = _pa()
+    arrays = []
+    for field in schema:
+        array = columns[field.name]
+        if pa.types.is_fixed_size_list(field.type):
+            flat = pa.array(array.reshape(-1), type=field.type.value_type)
+            arrays.append(pa.FixedSizeListArray.from_arrays(flat, field.type.list_size))
+        else:
+            arrays.append(pa.array(array, type=field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def column_to_numpy(column, shape: tuple[int, ...], dtype: np.dtype, *, name: str) -> np.ndarray:
+    """A record batch column as a [R, *shape] numpy array (a view where Arrow allows one)."""
+    if column.null_count:
+        raise ValueError(f"{name}: holds {column.null_count} nulls")
+    if shape:
+        column = column.flatten()
+    array = column.to_numpy(zero_copy_only=False)
+    if array.dtype != dtype:
+        raise ValueError(f"{name}: holds {array.dtype}, expected {dtype}")
+    return array.reshape(-1, *shape)
+
+
+# -- writing ------------------------------------------------------------------------------------------
+
+
+def ended_episodes(columns: Mapping[str, np.ndarray], first_row: int, stride: int) -> dict[str, np.ndarray]:
+    """The episodes that end in a block of step-major rows (``stride`` rows per step) starting at run row
+    ``first_row``: one entry per row whose transition terminated or truncated."""
+    rows = np.flatnonzero(columns["terminated"] | columns["truncated"])
+    steps = columns["obs/step_id"][rows].astype(np.int64)
+    return {
+        "env_id": columns["obs/env_id"][rows].astype(np.int64),
+        "episode_id": columns["obs/episode_id"][rows].astype(np.int64),
+        "steps": steps,
+        "first_row": first_row + rows - steps * stride,
+        "stride": np.full(rows.size, stride, np.int64),
+    }
+
+
+class PackedWriter:
+    """Appends blocks of rows to rotating segments and publishes each with one commit line.
+
+    Not thread-safe: one writer thread owns it. ``write`` returns the bytes it added to the segment.
+    """
+
+    def __init__(self, directory: str, schema, *, compression: str = "none", segment_bytes: int = 1 << 30):
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {compression!r}")
+        pa = _pa()
+        self._directory, self._schema = directory, schema
+        self._options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+        self._segment_bytes = segment_bytes
+        self._segment = -1
+        self._sink = self._stream = None
+        self._rows = 0  # run rows written so far
+        self._log = os.open(os.path.join(directory, COMMIT_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def write(self, columns: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray]) -> int:
+        """Append a block of rows, then publish it and ``episodes`` (those whose last row is in it)."""
+        pa = _pa()
+        if self._stream is None:
+            self._segment += 1
+            self._sink = pa.OSFile(os.path.join(self._directory, segment_name(self._segment)), "wb")
+            self._stream = pa.ipc.new_stream(self._sink, self._schema, options=self._options)
+        batch = to_record_batch(self._schema, columns)
+        offset = self._sink.tell()
+        self._stream.write_batch(batch)
+        length = self._sink.tell() - offset
+        commit = {
+            "segment": self._segment,
+            "offset": offset,
+            "length": length,
+            "first_row": self._rows,
+            "rows": batch.num_rows,
+            "episodes": {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS},
+        }
+        line = (json.dumps(commit, separators=(",", ":")) + "\n").encode()
+        view = memoryview(line)
+        while view:  # the bytes before the newline are never a whole line: a torn write stays unpublished
+            view = view[os.write(self._log, view) :]
+        self._rows += batch.num_rows
+        if offset + length >= self._segment_bytes:
+            self._end_segment()
+        return length
+
+    def _end_segment(self) -> None:
+        if self._stream is not None:
+            stream, sink, self._stream, self._sink = self._stream, self._sink, None, None
+            try:
+                stream.close()
+            finally:
+                sink.close()
+
+    def close(self) -> None:
+        try:
+            self._end_segment()
+        finally:
+            if self._log >= 0:
+                os.close(self._log)
+                self._log = -1
+
+
+# -- reading ------------------------------------------------------------------------------------------
+
+
+def read_commits(run_dir: str) -> tuple[list[dict], bool]:
+    """The whole lines of the commit log, parsed and checked; and whether a torn last line was ignored."""
+    path = os.path.join(run_dir, COMMIT_LOG)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the commit log: {exc}") from exc
+    lines = data.split(b"\n")
+    torn = lines.pop() != b""  # a last line without its newline was being written: not published
+    commits, next_row = [], 0
+    previous = (-1, 0)  # (segment, end offset) of the previous commit
+    for number, line in enumerate(lines, 1):
+        where = f"{path}:{number}"
+        try:
+            commit = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{where}: not a JSON commit line: {exc}") from exc
+        if not isinstance(commit, dict) or commit.keys() != _COMMIT_KEYS:
+            raise ValueError(f"{where}: a commit must be an object with keys {sorted(_COMMIT_KEYS)}")
+        for key in ("segment", "offset", "length", "first_row", "rows"):
+            value, least = commit[key], int(key in ("length", "rows"))
+            if type(value) is not int or value < least:
+                raise ValueError(f"{where}: {key} must be an integer >= {least}, got {value!r}")
+        segment, offset = commit["segment"], commit["offset"]
+        if (segment, offset) != previous and (segment, offset) != (previous[0] + 1, 0):
+            raise ValueError(
+                f"{where}: the block at segment {segment} offset {offset} does not follow the previous one "
+                f"(segment {previous[0]} ending at {previous[1]})"
+            )
+        if commit["first_row"] != next_row:
+            raise ValueError(f"{where}: first_row is {commit['first_row']}, expected {next_row}")
+        commit["episodes"] = _episode_columns(commit["episodes"], where)
+        last = commit["episodes"]["first_row"] + commit["episodes"]["steps"] * commit["episodes"]["stride"]
+        if ((last < next_row) | (last >= next_row + commit["rows"])).any():
+            raise ValueError(f"{where}: an episode's last row is outside the block's rows")
+        previous = (segment, offset + commit["length"])
+        next_row += commit["rows"]
+        commits.append(commit)
+    return commits, torn
+
+
+def _episode_columns(entry: Any, where: str) -> dict[str, np.ndarray]:
+    if not isinstance(entry, dict) or entry.keys() != set(EPISODE_KEYS):
+        raise ValueError(f"{where}: episodes must be an object with keys {list(EPISODE_KEYS)}")
+    out = {}
+    for key in EPISODE_KEYS:
+        values = entry[key]
+        if not isinstance(values, list) or not all(type(v) is int for v in values):
+            raise ValueError(f"{where}: episodes.{key} must be a list of integers")
+        out[key] = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+        if out[key].size and out[key].min() < (1 if key in ("steps", "stride") else 0):
+            raise ValueError(f"{where}: episodes.{key} holds a value below {int(key in ('steps', 'stride'))}")
+    if len({len(v) for v in out.values()}) > 1:
+        raise ValueError(f"{where}: the lists under episodes differ in length")
+    return out
+
+
+def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
+    """Yield ``(commit, {column: [rows, ...] array})`` for every committed block, reading only ``names``.
+
+    Each segment is read as an Arrow stream up to its last committed block; the stream's position after
+    each block must match the commit log. Raises ValueError naming the segment on any disagreement.
+    """
+    pa = _pa()
+    by_segment: dict[int, list[dict]] = {}
+    for commit in commits:
+        by_segment.setdefault(commit["segment"], []).append(commit)
+    for segment, blocks in by_segment.items():
+        path = os.path.join(run_dir, segment_name(segment))
+        try:
+            source = pa.memory_map(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise ValueError(f"{path}: cannot open segment: {exc}") from exc
+        with source:
+            end = blocks[-1]["offset"] + blocks[-1]["length"]
+            if source.size() < end:
+                raise ValueError(f"{path}: holds {source.size()} bytes; the commit log says at least {end}")
+            try:
+                schema = pa.ipc.read_schema(source)
+                columns = schema_columns(schema, name=path)
+                indices = [schema.get_field_index(n) for n in names]
+                missing = [n for n, i in zip(names, indices, strict=True) if i < 0]
+                if missing:
+                    raise ValueError(f"{path}: lacks column(s) {missing}")
+                source.seek(0)
+                options = pa.ipc.IpcReadOptions(included_fields=indices, use_threads=False)
+                reader = pa.ipc.open_stream(source, options=options)
+                for commit in blocks:
+                    batch = reader.read_next_batch()
+                    if source.tell() != commit["offset"] + commit["length"] or batch.num_rows != commit["rows"]:
+                        raise ValueError(
+                            f"block at offset {commit['offset']} has {batch.num_rows} rows ending at byte "
+                            f"{source.tell()}; the commit log says {commit['rows']} rows ending at "
+                            f"{commit['offset'] + commit['length']}"
+                        )
+                    batch.validate(full=True)
+                    yield commit, {
+                        n: column_to_numpy(batch.column(n), *columns[n], name=f"{path}: column {n!r}")
+                        for n in names
+                    }
+            except (pa.ArrowException, StopIteration, OSError, EOFError) as exc:
+                raise ValueError(f"{path}: cannot read segment: {type(exc).__name__}: {exc}") from exc
+            except ValueError as exc:
+                raise ValueError(str(exc) if str(exc).startswith(path) else f"{path}: {exc}") from exc
+
+
+def segment_schema(run_dir: str, segment: int):
+    """The Arrow schema of one segment, checked (ValueError naming the file)."""
+    pa = _pa()
+    path = os.path.join(run_dir, segment_name(segment))
+    try:
+        with pa.memory_map(path) as source:
+            schema = pa.ipc.read_schema(source)
+    except (OSError, pa.ArrowException, EOFError) as exc:
+        raise ValueError(f"{path}: cannot read the segment's schema: {exc}") from exc
+    return schema, schema_columns(schema, name=path)
+
+
+# -- runs and episodes --------------------------------------------------------------------------------
+
+#: Columns the episode checks read whatever a projection asks for.
+CHECK_COLUMNS = ("obs/env_id", "obs/episode_id", "obs/step_id", "obs/time", *TRANSITION_COLUMNS)
+
+
+class PackedRun:
+    """The committed episodes of one packed run, from its commit log; no segment is read until asked.
+
+    ``episodes`` maps ``env_id``, ``episode_id``, ``steps``, ``first_row`` and ``stride`` to int64 arrays
+    with one entry per episode, in commit order (the run's reading order).
+    """
+
+    def __init__(self, run_dir: str):
+        self.directory = run_dir
+        self.commits, self.torn = read_commits(run_dir)
+        self.rows = sum(c["rows"] for c in self.commits)
+        keys = EPISODE_KEYS
+        self.episodes = {
+            k: np.concatenate([c["episodes"][k] for c in self.commits]) if self.commits else np.zeros(0, np.int64)
+            for k in keys
+        }
+        pairs = self.episodes["env_id"] * (1 << 32) + self.episodes["episode_id"]
+        if np.unique(pairs).size != pairs.size:
+            raise ValueError(f"{os.path.join(run_dir, COMMIT_LOG)}: an (env_id, episode_id) pair is committed twice")
+
+    def __len__(self) -> int:
+        return len(self.episodes["steps"])
+
+    def columns(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """column -> (per-row shape, dtype) of the run's segments (all must agree); {} with no commit."""
+        found = None
+        for segment in sorted({c["segment"] for c in self.commits}):
+            _, columns = segment_schema(self.directory, segment)
+            if found is not None and columns != found:
+                path = os.path.join(self.directory, segment_name(segment))
+                raise ValueError(f"{path}: its columns differ from the run's first segment")
+            found = columns
+        return found or {}
+
+    def load(self, names: list[str]) -> dict[str, np.ndarray]:
+        """Every committed row of the named columns, one array each (no copy for a single block)."""
+        parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        for _, block in read_blocks(self.directory, self.commits, names):
+            for n in names:
+                parts[n].append(block[n])
+        return {n: p[0] if len(p) == 1 else np.concatenate(p) for n, p in parts.items() if p}
+
+
+def episode_rows(episodes: Mapping[str, np.ndarray], select: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The run rows of the selected episodes, concatenated, and the start of each episode's rows in it
+    (with the total appended): episode ``k``'s rows are ``rows[starts[k]:starts[k+1]]``."""
+    steps = episodes["steps"][select]
+    counts = steps + 1
+    starts = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    j = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1], counts)
+    rows = np.repeat(episodes["first_row"][select], counts) + j * np.repeat(episodes["stride"][select], counts)
+    return rows, starts
+
+
+def check_episodes(
+    columns: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray], select: np.ndarray, *, name: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check the selected episodes against the schema-1 content rules, whole columns at once.
+
+    ``columns`` holds every run row of CHECK_COLUMNS and of any other column whose values are to be
+    checked. Returns `episode_rows`. Raises ValueError naming ``name``, the rule and an episode.
+    """
+    rows, starts = episode_rows(episodes, select)
+    total = len(columns["obs/step_id"])
+    if rows.size and (rows.min() < 0 or rows.max() >= total):
+        raise ValueError(f"{name}: an episode's rows lie outside the {total} committed rows")
+    counts = np.diff(starts)
+    owner = np.repeat(np.arange(counts.size), counts)  # the selected episode of each row
+    j = rows - np.repeat(episodes["first_row"][select], counts)
+    j //= np.repeat(episodes["stride"][select], counts)  # the frame index within its episode
+    first = j == 0
+    last = np.zeros(rows.size, bool)
+    last[starts[1:] - 1] = True
+
+    def fail(bad: np.ndarray, rule: str) -> None:
+        if bad.any():
+            k = select[owner[np.argmax(bad)]]
+            ids = f"env {episodes['env_id'][k]} episode {episodes['episode_id'][k]}"
+            raise ValueError(f"{name}: episode {ids}: {rule}")
+
+    for column, values in columns.items():
+        if values.dtype.kind == "f":
+            fail(~np.isfinite(values[rows]).reshape(rows.size, -1).all(axis=1), f"{column} holds non-finite values")
+    fail(columns["obs/step_id"][rows] != j, "obs/step_id must count 0, 1, ..., T along the episode")
+    for key in ("env_id", "episode_id"):
+        fail(columns[f"obs/{key}"][rows] != np.repeat(episodes[key][select], counts), f"obs/{key} must be constant")
+    time = columns["obs/time"][rows]
+    fail(~first & ~(time > np.roll(time, 1)), "obs/time must increase along the episode")
+    terminated, truncated = columns["terminated"][rows], columns["truncated"][rows]
+    fail(~first & terminated & truncated, "a transition is both terminated and truncated")
+    fail(~first & ((terminated | truncated) != last), "terminated|truncated must be true at the last transition only")
+    return rows, starts

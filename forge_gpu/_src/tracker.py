@@ -1,0 +1,255 @@
+"""What both recorders share: the env description they read, batch checks, and per-env episode state.
+
+Pure numpy and the standard library: the env is only read as a description (config, spec, calibration,
+task, seed), so this module never imports Warp or Newton.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import platform
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from forge_gpu._src.episode_format import ID_FIELDS, REQUIRED_FIELDS, per_env_nbytes
+
+#: Distributions whose versions shape the data; recorded in run.json where installed.
+RECORDED_PACKAGES = ("numpy", "newton", "warp-lang", "mujoco", "mujoco-warp", "torch", "forge-gpu", "pyarrow")
+
+# Action and reward are kept (and written) as float32, the dtype the env produces.
+ACTION_DTYPE = np.dtype(np.float32)
+REWARD_DTYPE = np.dtype(np.float32)
+
+
+class EpisodeTracker:
+    """Per-env episode state of a recording, and the checks each batch must pass against it.
+
+    ``check`` looks at a batch without changing anything; ``commit`` then advances the state. All
+    state is ``(num_envs,)`` arrays, updated with whole-array operations.
+    """
+
+    def __init__(self, spec: Mapping, num_envs: int, max_steps: int):
+        self.fields = observation_layout(spec)
+        action_shape = spec.get("action_shape")
+        if not isinstance(action_shape, list | tuple) or len(action_shape) != 1 or int(action_shape[0]) < 1:
+            raise ValueError(f"env.spec['action_shape'] must be [A] with A >= 1, got {action_shape!r}")
+        self.action_dim = int(action_shape[0])
+        self.num_envs, self.max_steps = num_envs, max_steps
+        self.episode = np.full(num_envs, -1, np.int64)  # -1 before the env's first frame
+        self.steps = np.zeros(num_envs, np.int64)  # transitions recorded in the current episode
+        self.last_time = np.zeros(num_envs, np.float64)  # time of the last frame [s]
+        self.ended = np.zeros(num_envs, np.bool_)  # the last transition terminated or truncated
+        self.abandoned: list[dict] = []  # episodes given up by a reset, with >= 1 transition
+        self.transitions = 0  # transitions recorded
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of one env's observation frame."""
+        return sum(per_env_nbytes(shape, dtype) for shape, dtype in self.fields.values())
+
+    @property
+    def transition_bytes(self) -> int:
+        """Bytes of one transition: action, reward and the two flags."""
+        return self.action_dim * ACTION_DTYPE.itemsize + REWARD_DTYPE.itemsize + 2
+
+    def check(self, observation, result) -> tuple[np.ndarray, ...]:
+        """Check a batch against the spec and each env's state; return (active, reward, terminated,
+        truncated, action). Raises ValueError naming the rule and the env rows; changes nothing."""
+        n = self.num_envs
+        if not isinstance(observation, Mapping):
+            raise ValueError(f"observation must be a dict of arrays, got {type(observation).__name__}")
+        missing = [f for f in self.fields if f not in observation]
+        if missing:
+            raise ValueError(f"observation lacks field(s) {missing}")
+        extra = [f for f in observation if f not in self.fields]
+        if extra:
+            raise ValueError(f"observation field(s) {extra} are not described by env.spec['observation']")
+        for field, (shape, dtype) in self.fields.items():
+            _check_array(f"observation[{field!r}]", observation[field], (n, *shape), dtype)
+        info = getattr(result, "info", None)
+        if not isinstance(info, Mapping) or "active" not in info or "executed_action" not in info:
+            raise ValueError("result.info must be a dict with 'active' and 'executed_action'")
+        active = _check_array("result.info['active']", info["active"], (n,), np.bool_)
+        action = _check_array(
+            "result.info['executed_action']", info["executed_action"], (n, self.action_dim), ACTION_DTYPE
+        )
+        reward = _check_array("result.reward", getattr(result, "reward", None), (n,), REWARD_DTYPE)
+        terminated = _check_array("result.terminated", getattr(result, "terminated", None), (n,), np.bool_)
+        truncated = _check_array("result.truncated", getattr(result, "truncated", None), (n,), np.bool_)
+
+        env_id = observation["env_id"]
+        episode_id = observation["episode_id"]
+        step_id = observation["step_id"]
+        seen = self.episode >= 0
+        inactive = ~active
+        _reject(env_id != np.arange(n), "observation['env_id'] must equal arange(N)")
+        _reject(terminated & truncated, "a row is both terminated and truncated")
+        _reject(
+            inactive & ((reward != 0) | terminated | truncated),
+            "an inactive (reset) row has nonzero reward or a set flag",
+        )
+        _reject(inactive & (step_id != 0), "an inactive (reset) row has step_id != 0")
+        _reject(inactive & (episode_id < 0), "an inactive (reset) row has a negative episode_id")
+        _reject(
+            inactive & seen & (episode_id != self.episode + 1),
+            "an inactive (reset) row must have episode_id = the env's previous episode_id + 1",
+        )
+        _reject(active & ~seen, "an active row came before the env's first reset frame")
+        _reject(
+            active & seen & self.ended,
+            "an active row came for an env whose previous transition ended; expected its reset frame",
+        )
+        known = active & seen & ~self.ended
+        _reject(known & (episode_id != self.episode), "an active row changed episode_id")
+        _reject(known & (step_id != self.steps + 1), "an active row's step_id is not the previous step_id + 1")
+        _reject(
+            known & (step_id > self.max_steps),
+            f"an active row's step_id exceeds max_steps={self.max_steps} (episodes must truncate there)",
+        )
+        _reject(known & ~(observation["time"] > self.last_time), "an active row's time does not advance")
+        return active, reward, terminated, truncated, action
+
+    def commit(self, observation, active, terminated, truncated) -> np.ndarray:
+        """Advance the state by a checked batch; return the env rows whose episode ended in it."""
+        for env_id in np.flatnonzero(~active & ~self.ended & (self.steps >= 1)):
+            self.abandoned.append(
+                {"env_id": int(env_id), "episode_id": int(self.episode[env_id]), "steps": int(self.steps[env_id])}
+            )
+        self.steps[:] = np.where(active, self.steps + 1, 0)
+        self.episode[:] = observation["episode_id"]
+        self.last_time[:] = observation["time"]
+        self.ended[:] = active & (terminated | truncated)
+        self.transitions += int(np.count_nonzero(active))
+        return np.flatnonzero(self.ended)
+
+    def incomplete(self) -> list[dict]:
+        """Episodes started and not completed: those abandoned by a reset and those still running;
+        episodes with no transition yet are left out."""
+        running = np.flatnonzero((self.episode >= 0) & ~self.ended & (self.steps >= 1))
+        in_progress = [
+            {"env_id": int(e), "episode_id": int(self.episode[e]), "steps": int(self.steps[e])} for e in running
+        ]
+        return self.abandoned + in_progress
+
+
+def describe_env(env: Any) -> tuple[int, int]:
+    """``(num_envs, max_steps)`` of an env description, checked."""
+    num_envs = int(env.config.num_envs)
+    max_steps = int(env.config.max_steps)
+    if num_envs < 1 or max_steps < 1:
+        raise ValueError(f"env.config needs num_envs >= 1 and max_steps >= 1, got {num_envs}, {max_steps}")
+    return num_envs, max_steps
+
+
+def initial_manifest(env: Any, max_buffer_bytes: int, schema_version: int) -> dict:
+    """run.json of a new run, before its first episode; checked to be writable as JSON."""
+    packages, sources = {}, {}
+    for name in RECORDED_PACKAGES:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        packages[name] = dist.version
+        text = dist.read_text("direct_url.json")
+        if text:
+            try:
+                sources[name] = json.loads(text)
+            except ValueError:
+                pass
+    scene = env.task.scene
+    manifest = {
+        "schema_version": schema_version,
+        "run_id": uuid.uuid4().hex,
+        "config": env.config.to_dict(),
+        "env_spec": env.spec,
+        "calibration": env.calibration,
+        "python": platform.python_version(),
+        "packages": packages,
+        "dependency_sources": sources,
+        "status": "recording",
+        "completed_episodes": 0,
+        "transport": "host_snapshot",
+        "scene": f"{scene.kind}:v1",
+        "scene_spec": dataclasses.asdict(scene),
+        "task": env.task.spec.id,
+        "seed": int(env.seed),
+        "max_buffer_bytes": max_buffer_bytes,
+        "incomplete_episodes": [],
+    }
+    try:
+        json.dumps(manifest, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the env description cannot be written to run.json: {exc}") from exc
+    return manifest
+
+
+def observation_layout(spec: Mapping) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """field -> (per-env shape, dtype) from ``spec['observation']``, checked."""
+    described = spec.get("observation") if isinstance(spec, Mapping) else None
+    if not isinstance(described, Mapping):
+        raise ValueError("env.spec must hold 'observation': {field: {'shape': [...], 'dtype': '...'}}")
+    layout = {}
+    for field, entry in described.items():
+        try:
+            shape = tuple(int(s) for s in entry["shape"])
+            dtype = np.dtype(entry["dtype"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"env.spec['observation'][{field!r}] needs 'shape' and 'dtype': {exc}") from exc
+        if dtype.kind not in "biuf":
+            raise ValueError(f"observation field {field!r} has non-numeric dtype {dtype}")
+        layout[field] = (shape, dtype)
+    missing = [f for f in REQUIRED_FIELDS if f not in layout]
+    if missing:
+        raise ValueError(f"env.spec['observation'] lacks the required field(s) {missing}")
+    for field in ID_FIELDS:
+        if layout[field][0] != () or layout[field][1].kind not in "iu":
+            raise ValueError(f"observation field {field!r} must be a per-env integer scalar")
+    if layout["time"][0] != () or len(layout["proprio"][0]) != 1:
+        raise ValueError("observation fields 'time' and 'proprio' must have per-env shapes [] and [P]")
+    return layout
+
+
+def _check_array(name: str, array: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"{name} must be a numpy array, got {type(array).__name__}")
+    if array.shape != shape or array.dtype != dtype:
+        raise ValueError(f"{name} must be {np.dtype(dtype)}{list(shape)}, got {array.dtype}{list(array.shape)}")
+    if array.dtype.kind == "f":
+        finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
+        _reject(~finite, f"{name} holds non-finite values")
+    return array
+
+
+def _reject(bad_rows: np.ndarray, message: str) -> None:
+    if bad_rows.any():
+        rows = np.flatnonzero(bad_rows)
+        shown = ", ".join(str(r) for r in rows[:10]) + (", ..." if rows.size > 10 else "")
+        raise ValueError(f"{message} (env rows {shown})")
+
+
+def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
+    """Refuse a ``value`` that is not an integer in ``[minimum, maximum]``, naming it."""
+    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+    if (
+        not isinstance(value, int | np.integer)
+        or isinstance(value, bool)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic | np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with numpy scalars and arrays turned into plain Python values."""
+    return json.loads(json.dumps(obj, default=_json_default))
