@@ -1,35 +1,33 @@
-"""On-disk containers for a packed, append-only episode store, measured against raw writes of the same bytes.
+"""On-disk containers for a packed, append-only episode store, against raw writes of the same bytes.
 
 python bench/container.py                          # files under bench/results/tmp (the repo's disk)
 python bench/container.py --dir /dev/shm/cbench    # the same on tmpfs
 python bench/container.py --smoke                  # seconds-long check that every figure is produced
 
-The store writes step-major batches: a step is one row per env, in the columns of COLUMNS. Each layout's steps
-are generated before any clock starts into preallocated [steps, envs, ...] arrays; a write call appends one
-chunk of --steps-per-write steps (default: as many as fit in 8 MiB, at least 1) given as zero-copy
-[steps*envs, ...] views. Layouts:
+A step is one row per env in the columns of ``columns()``; each layout's steps are generated into
+preallocated [steps, envs, ...] arrays before any clock starts, and a write call appends one chunk of
+--steps-per-write steps (default: as many as fit in 8 MiB, at least 1) as zero-copy [steps*envs, ...] views.
   cartpole   4096 envs, proprio 4, action 1, no images, 200 steps (smoke: 256 envs, 20 steps)
-  reach64    256 envs, proprio 14, action 4, rgb 64x64x3 uint8 (flat background, a blob, noise +-2) and depth
-             64x64 float32 (a plane, the blob nearer, noise 2 mm), 50 steps (smoke: 16 envs, 5 steps)
-Candidates, each into a fresh directory under --dir per trial:
-  raw           one file; os.writev of every column's bytes per chunk. The reference: vs_raw = rows_per_s / raw's.
-  npy_columns   one file per column, raw bytes appended per chunk (a per-field .npy would add a 128-byte
-                header, rewritten at close, which is not measured; nor is the episode index).
-  arrow_ipc     pyarrow.ipc.new_stream on a pyarrow.OSFile, one record batch per chunk, compression none, lz4
-                or zstd (pyarrow's default level, its thread pool); multi-dim columns as FixedSizeListArray
-                of the flattened row, built zero-copy from numpy (bool columns are bit-packed: a copy).
-  parquet       pyarrow.parquet.ParquetWriter, one row group per chunk, compression none or zstd, other
-                options at pyarrow's defaults (dictionary encoding and statistics on).
-Every timed write starts after os.sync() and ends after close (no fsync: the recorder does not fsync either),
-so on a disk it is mostly the cost of getting the bytes into the page cache. Then, untimed, the file sizes
-(st_size), then two timed reads of the files just written (so from the page cache: decode cost, not the
-disk) into contiguous numpy arrays per column: every column, and only obs/proprio + action. Readers: raw reads
-the whole file (the columns are interleaved per chunk, so its projection reads it all too); npy_columns
-np.fromfile per column file; arrow_ipc pa.memory_map + open_stream(...).read_all(), projecting with
-IpcReadOptions(included_fields=...); parquet pq.read_table(columns=...). Read-backs are checked against the
-data written (every column, or the two projected) and a mismatch raises. Trials alternate the candidates;
-figures are medians over --trials. MB = 1e6 bytes of uncompressed column data; size_ratio = bytes on disk /
-those bytes.
+  reach64    256 envs, proprio 14, action 4, rgb 64x64x3 uint8 (flat background, a blob, uniform noise +-2),
+             depth 64x64 float32 (a plane, the blob nearer, gaussian noise 2 mm), 50 steps (smoke: 16, 5)
+Candidates:
+  raw           one file, os.writev of every column's bytes per chunk: the reference (vs_raw = rows_per_s / raw's)
+  npy_columns   one file per column, raw bytes appended per chunk (a .npy header, rewritten at close, and the
+                episode index are not written)
+  arrow_ipc     pyarrow.ipc.new_stream on a pyarrow.OSFile, one record batch per chunk; compression none, lz4
+                or zstd (pyarrow's default level and thread pool); multi-dim columns as FixedSizeListArray of the
+                flattened row, zero-copy from numpy (bool columns are bit-packed: a copy)
+  parquet       pyarrow.parquet.ParquetWriter, one row group per chunk; compression none or zstd, every other
+                option at pyarrow's default (dictionary encoding and statistics on)
+Each trial of a candidate writes into a fresh directory under --dir, starting after os.sync() and ending after
+close (no fsync, as in the recorder: on a disk this is mostly getting the bytes into the page cache); then the
+files' st_size; then two reads of the files just written (from the page cache: decode cost, not the disk)
+into contiguous numpy arrays per column, of every column and of obs/proprio + action only. raw reads the
+whole file (its columns are interleaved per chunk: its projection reads it all too); npy_columns np.fromfile;
+arrow_ipc pa.memory_map + open_stream(..., IpcReadOptions(included_fields=...)).read_all(); parquet
+pq.read_table(columns=...). Every read-back is compared with what was written, and a mismatch raises.
+Trial 0 (first-touch page faults, pyarrow's pools) is dropped; the first candidate of a trial rotates; the
+figures are medians of --trials. MB = 1e6 bytes of uncompressed column data; size_ratio = st_size / those.
 """
 
 from __future__ import annotations
@@ -153,37 +151,39 @@ def write_npy_columns(directory, chunks, cols, compression) -> None:
             os.close(fd)
 
 
-def arrow_schema(cols) -> pa.Schema:
-    def kind(dtype, shape):
-        return pa.list_(pa.from_numpy_dtype(dtype), int(np.prod(shape))) if shape else pa.from_numpy_dtype(dtype)
-
-    return pa.schema([pa.field(name, kind(dtype, shape), nullable=False) for name, dtype, shape in cols])
+def arrow_type(dtype, shape) -> pa.DataType:
+    kind = pa.from_numpy_dtype(dtype)
+    return pa.list_(kind, int(np.prod(shape))) if shape else kind
 
 
-def record_batch(chunk, cols, schema) -> pa.RecordBatch:
-    arrays = []
-    for name, _, shape in cols:
-        a = chunk[name]
-        arrays.append(
-            pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), int(np.prod(shape))) if shape else pa.array(a)
-        )
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+def arrow_array(a: np.ndarray, shape) -> pa.Array:
+    """Zero-copy from numpy (bools excepted: Arrow bit-packs them); a multi-dim row as a fixed-size list."""
+    flat = pa.array(a.reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(flat, int(np.prod(shape))) if shape else flat
+
+
+def batches(chunks, cols):
+    schema = pa.schema([pa.field(name, arrow_type(dtype, shape), nullable=False) for name, dtype, shape in cols])
+    chunks = (
+        pa.RecordBatch.from_arrays([arrow_array(c[name], shape) for name, _, shape in cols], schema=schema)
+        for c in chunks
+    )
+    return schema, chunks
 
 
 def write_arrow_ipc(directory, chunks, cols, compression) -> None:
-    schema = arrow_schema(cols)
+    schema, record_batches = batches(chunks, cols)
     options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
     with pa.OSFile(os.path.join(directory, "data.arrows"), "wb") as sink:
         with pa.ipc.new_stream(sink, schema, options=options) as writer:
-            for chunk in chunks:
-                writer.write_batch(record_batch(chunk, cols, schema))
+            for batch in record_batches:
+                writer.write_batch(batch)
 
 
 def write_parquet(directory, chunks, cols, compression) -> None:
-    schema = arrow_schema(cols)
+    schema, record_batches = batches(chunks, cols)
     with pq.ParquetWriter(os.path.join(directory, "data.parquet"), schema, compression=compression) as writer:
-        for chunk in chunks:
-            batch = record_batch(chunk, cols, schema)
+        for batch in record_batches:
             writer.write_batch(batch, row_group_size=batch.num_rows)
 
 
@@ -237,7 +237,7 @@ READERS = {"raw": read_raw, "npy_columns": read_npy_columns, "arrow_ipc": read_a
 
 
 def file_system(path: str) -> dict:
-    """The mount holding ``path``: the longest matching mount point of /proc/mounts, and statvfs figures."""
+    """The mount holding ``path`` (the longest matching mount point in /proc/mounts) and statvfs figures."""
     real, best = os.path.realpath(path), {"mount": "", "type": "unknown", "device": "", "options": ""}
     mounts = Path("/proc/mounts").read_text().splitlines() if os.path.exists("/proc/mounts") else []
     for line in mounts:
@@ -249,6 +249,25 @@ def file_system(path: str) -> dict:
     return {"path": real, **best, "block_size": st.f_bsize, "free_bytes": st.f_bavail * st.f_frsize}
 
 
+def trial(container, compression, parent, chunks, cols, chunk_rows, flat, label) -> tuple:
+    """Write (timed from after os.sync() to after close), size, full and projected reads (timed, checked)."""
+    directory = tempfile.mkdtemp(prefix=label.replace(" ", "-") + "-", dir=parent)
+    os.sync()  # no dirty pages of an earlier trial are flushed on this one's time
+    t0 = time.perf_counter()
+    WRITERS[container](directory, chunks, cols, compression)
+    seconds = [time.perf_counter() - t0]
+    size = sum(entry.stat().st_size for entry in os.scandir(directory))
+    for names in ([name for name, _, _ in cols], PROJECTION):
+        t0 = time.perf_counter()
+        got = READERS[container](directory, cols, names, chunk_rows)
+        seconds.append(time.perf_counter() - t0)
+        for name in names:
+            if got[name].shape != flat[name].shape or not np.array_equal(got[name], flat[name]):
+                raise RuntimeError(f"{label}: {name} read back differs from what was written")
+    shutil.rmtree(directory)
+    return (*seconds, size)
+
+
 def measure_layout(layout: str, spec: dict, trials: int, parent: str, steps_per_write: int | None, rng) -> list:
     cols = columns(spec)
     data = make_data(spec, cols, rng)
@@ -257,38 +276,21 @@ def measure_layout(layout: str, spec: dict, trials: int, parent: str, steps_per_
     per_write = steps_per_write or max(1, (8 << 20) // (nbytes // spec["steps"]))
     starts = range(0, spec["steps"], per_write)
     chunks = [{name: a[s : s + per_write].reshape(-1, *a.shape[2:]) for name, a in data.items()} for s in starts]
-    chunk_rows = [len(c["reward"]) for c in chunks]
-    figures = {c: {"write": [], "read": [], "projected": [], "bytes": []} for c in CANDIDATES}
-    for trial in range(trials + 1):  # trial 0 warms up (first-touch page faults, pyarrow's pools) and is dropped
-        for container, compression in CANDIDATES[trial % 7 :] + CANDIDATES[: trial % 7]:  # the first one rotates
-            directory = tempfile.mkdtemp(prefix=f"{layout}-{container}-{compression}-", dir=parent)
-            fig = figures[(container, compression)]
-            os.sync()  # no dirty pages of an earlier trial are flushed on this one's time
-            t0 = time.perf_counter()
-            WRITERS[container](directory, chunks, cols, compression)
-            fig["write"].append(time.perf_counter() - t0)
-            fig["bytes"].append(sum(e.stat().st_size for e in os.scandir(directory)))
-            for key, names in (("read", [name for name, _, _ in cols]), ("projected", PROJECTION)):
-                t0 = time.perf_counter()
-                got = READERS[container](directory, cols, names, chunk_rows)
-                fig[key].append(time.perf_counter() - t0)
-                for name in names:
-                    if got[name].shape != flat[name].shape or not np.array_equal(got[name], flat[name]):
-                        raise RuntimeError(f"{layout} {container} {compression}: {name} read back differs")
-                del got
-            shutil.rmtree(directory)
-    figures = {
-        c: {k: v[1:] for k, v in fig.items()} | {"warmup_write_s": fig["write"][0]} for c, fig in figures.items()
-    }
-    out = []
-    for (container, compression), fig in figures.items():
-        write, size = statistics.median(fig["write"]), int(statistics.median(fig["bytes"]))
-        row = {"layout": layout, "container": container, "compression": compression, "rows_per_s": rows / write}
-        row.update(mb_per_s=nbytes / write / 1e6, vs_raw=rows / write / (out[0] if out else row)["rows_per_s"])
-        row.update(bytes_on_disk=size, size_ratio=size / nbytes, read_rows_per_s=rows / statistics.median(fig["read"]))
-        row.update(projected_read_rows_per_s=rows / statistics.median(fig["projected"]), rows=rows)
-        row |= {"uncompressed_bytes": nbytes, "steps_per_write": per_write, "write_seconds": fig["write"]}
-        out.append(row | {"read_seconds": fig["read"], "warmup_write_seconds": fig["warmup_write_s"]})
+    chunk_rows = [len(chunk["reward"]) for chunk in chunks]
+    results = {candidate: [] for candidate in CANDIDATES}
+    for k in range(trials + 1):  # trial 0 is the warm-up, dropped below
+        first = k % len(CANDIDATES)  # the candidate that goes first rotates
+        for container, compression in CANDIDATES[first:] + CANDIDATES[:first]:
+            label = f"{layout} {container} {compression}"
+            got = trial(container, compression, parent, chunks, cols, chunk_rows, flat, label)
+            results[(container, compression)].append(got)
+    medians = {c: [statistics.median(x) for x in zip(*r[1:], strict=True)] for c, r in results.items()}
+    out, raw_write = [], medians[CANDIDATES[0]][0]
+    for (container, compression), (write, read, projected, size) in medians.items():
+        values = [layout, container, compression, rows / write, nbytes / write / 1e6, raw_write / write, int(size)]
+        row = dict(zip(TABLE, [*values, size / nbytes, rows / read, rows / projected], strict=True))
+        row |= {"rows": rows, "uncompressed_bytes": nbytes, "steps_per_write": per_write}
+        out.append(row | {"trials_write_read_projected_bytes": results[(container, compression)]})  # [0]: warm-up
     return out
 
 
@@ -317,10 +319,8 @@ def main(argv=None) -> int:
             rows += measure_layout(layout, sizes[layout], trials, parent, args.steps_per_write, rng)
     finally:
         shutil.rmtree(parent)
-    md = (
-        f"## Containers ({fs['type']} at {fs['mount']}, files under {fs['path']}, medians of {trials} "
-        f"alternating trials; reads from the page cache)\n\n" + table(rows, TABLE)
-    )
+    md = f"## Containers ({fs['type']} at {fs['mount']}, files under {fs['path']}; medians of {trials} trials, "
+    md += "reads from the page cache)\n\n" + table(rows, TABLE)
     payload = {"machine": machine(), "file_system": fs, "trials": trials, "pyarrow": pa.__version__}
     payload |= {"sizes": {k: sizes[k] for k in args.layouts}, "seconds": time.perf_counter() - started, "rows": rows}
     path = save("container", payload, md, args.out)

@@ -26,6 +26,10 @@ _EXPORTS = {
     "read_manifest": "forge_gpu._src.reader",
     "action_windows": "forge_gpu._src.reader",
     "WindowDataset": "forge_gpu._src.torch_data",
+    "WindowMapDataset": "forge_gpu._src.torch_data",
+    "Windows": "forge_gpu._src.windows",
+    "PackedRecorder": "forge_gpu._src.packed_recorder",
+    "convert_run": "forge_gpu._src.convert",
     "validate_episode": "forge_gpu._src.episode_format",
     "SCHEMA_VERSION": "forge_gpu._src.episode_format",
 }

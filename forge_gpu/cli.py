@@ -15,6 +15,10 @@ import threading
 import time
 from pathlib import Path
 
+from forge_gpu._src.episode_format import COMPRESSIONS as NPZ_COMPRESSIONS
+from forge_gpu._src.packed import COMPRESSIONS as PACKED_COMPRESSIONS
+from forge_gpu._src.packed import FORMATS
+
 
 class UsageError(Exception):
     """Bad command-line input: reported in one line with exit status 2."""
@@ -70,6 +74,9 @@ def cmd_collect(args) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
+    allowed = PACKED_COMPRESSIONS if args.format == "packed" else NPZ_COMPRESSIONS
+    if args.compression not in allowed:
+        raise UsageError(f"--compression {args.compression}: the {args.format} format takes {', '.join(allowed)}")
     out = _check_out(args.out, args.task)
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
         from forge_gpu._src.distributed import cmd_collect_workers
@@ -94,6 +101,7 @@ def cmd_collect(args) -> int:
                 episodes=episodes,
                 steps=args.steps,
                 slots=args.slots,
+                format=args.format,
                 max_buffer_bytes=args.max_buffer_bytes,
                 writers=args.writers,
                 compression=args.compression,
@@ -274,10 +282,35 @@ def cmd_repair(args) -> int:
         print(f"{args.run}: status is {report['status_before']!r}; nothing to repair", end="")
         print(f" (removed {len(report['removed'])} stale files)" if report["removed"] else "")
         return 0
+    if "recovered_episodes" in report:  # packed
+        print(
+            f"{args.run}: closed; {report['episodes']} published episodes, {report['recovered_episodes']} of them "
+            f"recovered from whole blocks written after the last commit; {len(report['actions'])} repairs"
+        )
+        return 0
     print(
         f"{args.run}: closed; {report['episodes']} published episodes kept, "
         f"{len(report['removed'])} stale temporary or unmarked files removed"
     )
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from forge_gpu._src.convert import convert_run
+
+    if not Path(args.run).is_dir():
+        raise UsageError(f"{args.run}: not a run directory")
+    if Path(args.out).exists():
+        raise UsageError(f"{args.out}: already exists; give a new directory")
+    allowed = PACKED_COMPRESSIONS if args.to == "packed" else NPZ_COMPRESSIONS
+    if args.compression not in allowed:
+        raise UsageError(f"--compression {args.compression}: converting to {args.to} takes {', '.join(allowed)}")
+    try:
+        report = convert_run(args.run, args.out, to=args.to, compression=args.compression)
+    except ValueError as e:
+        print(f"forge-gpu: cannot convert: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {report['episodes']} episodes to {report['out']} ({args.to})")
     return 0
 
 
@@ -300,11 +333,27 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, help="new run directory (default runs/<task>-<time>)")
     c.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--compression", choices=["none", "deflate"], default="none")
-    c.add_argument("--compression-level", type=int, default=1, help="deflate level 1-9")
-    c.add_argument("--writers", type=int, default=2, help="writer threads")
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="packed",
+        help="packed: many episodes per file (schema 2, the default); npz: one file per episode (schema 1)",
+    )
+    c.add_argument(
+        "--compression",
+        choices=sorted({"none", *PACKED_COMPRESSIONS, *NPZ_COMPRESSIONS}),
+        default="none",
+        help="packed: none, lz4 or zstd; npz: none or deflate",
+    )
+    c.add_argument("--compression-level", type=int, default=1, help="npz deflate level 0-9")
+    c.add_argument("--writers", type=int, default=2, help="npz writer threads")
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
-    c.add_argument("--max-buffer-bytes", type=int, default=1 << 30, help="recorder memory budget")
+    c.add_argument(
+        "--max-buffer-bytes",
+        type=int,
+        default=None,
+        help="recorder memory budget (default: packed 256 MiB of buffered batches, npz 1 GiB of episode buffers)",
+    )
     c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
     c.add_argument(
         "--workers",
@@ -326,6 +375,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--episode", default=None, metavar="ENV:EPISODE", help="default: the first episode")
     r.add_argument("--out", default=None, help="output file (default next to the run)")
     r.set_defaults(func=cmd_render)
+
+    v = sub.add_parser("convert", help="write a closed run's episodes as a new run in the other format")
+    v.add_argument("run")
+    v.add_argument("out", help="the new run directory")
+    v.add_argument("--to", choices=FORMATS, required=True, help="packed (schema 2) or npz (schema 1)")
+    v.add_argument(
+        "--compression",
+        choices=sorted({"none", *PACKED_COMPRESSIONS, *NPZ_COMPRESSIONS}),
+        default="none",
+        help="packed: none, lz4 or zstd; npz: none or deflate",
+    )
+    v.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("repair", help="close a run whose recording process was killed")
     p.add_argument("run")

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .packed import FORMATS
+from .packed_recorder import PackedRecorder
 from .recorder import EpisodeRecorder
 from .transport import HostSnapshotTransport, TransportClosed
 
@@ -52,7 +54,7 @@ class CollectionSummary:
 class _Consumer(threading.Thread):
     """The recorder thread: host batches -> recorder.append -> release."""
 
-    def __init__(self, transport: HostSnapshotTransport, recorder: EpisodeRecorder | None):
+    def __init__(self, transport: HostSnapshotTransport, recorder: EpisodeRecorder | PackedRecorder | None):
         super().__init__(name="forge-recorder", daemon=True)
         self.transport, self.recorder = transport, recorder
         self.ended = 0
@@ -72,6 +74,27 @@ class _Consumer(threading.Thread):
             self.transport.fail(exc)
 
 
+def make_recorder(
+    directory: str,
+    env,
+    *,
+    format: str = "packed",
+    max_buffer_bytes: int | None = None,
+    writers: int = 2,
+    compression: str = "none",
+    compression_level: int = 1,
+) -> EpisodeRecorder | PackedRecorder:
+    """The recorder of ``format`` for a new run directory (see :func:`collect` for the arguments)."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
+    budget = {} if max_buffer_bytes is None else {"max_buffer_bytes": max_buffer_bytes}
+    if format == "packed":
+        return PackedRecorder(directory, env, compression=compression, **budget)
+    return EpisodeRecorder(
+        directory, env, writers=writers, compression=compression, compression_level=compression_level, **budget
+    )
+
+
 def collect(
     env,
     policy: Callable,
@@ -80,7 +103,8 @@ def collect(
     episodes: int | None = None,
     steps: int | None = None,
     slots: int = 4,
-    max_buffer_bytes: int = 1 << 30,
+    format: str = "packed",
+    max_buffer_bytes: int | None = None,
     writers: int = 2,
     compression: str = "none",
     compression_level: int = 1,
@@ -97,7 +121,12 @@ def collect(
         episodes: Stop once at least this many episodes have ended (all of them are published).
         steps: Or stop after this many ``step`` calls. Exactly one of the two is given.
         slots: Transport slots K.
-        max_buffer_bytes, writers, compression, compression_level: see :class:`EpisodeRecorder`.
+        format: ``"packed"`` (schema 2, docs/FORMAT.md: :class:`PackedRecorder`) or ``"npz"`` (schema 1,
+            FORMAT.md: :class:`EpisodeRecorder`).
+        max_buffer_bytes: the recorder's memory budget; ``None`` takes the format's default (packed:
+            256 MiB of buffered batches; npz: 1 GiB of episode buffers).
+        compression: packed: ``none``, ``lz4`` or ``zstd``; npz: ``none`` or ``deflate``.
+        writers, compression_level: npz only, see :class:`EpisodeRecorder`.
         stop: Set it (e.g. from a signal handler) to stop stepping and close cleanly.
         progress: Called about every ``progress_interval`` seconds with a dict of counters.
     """
@@ -111,9 +140,10 @@ def collect(
     transport = HostSnapshotTransport(env, slots=slots)
     recorder = None
     if directory is not None:
-        recorder = EpisodeRecorder(
+        recorder = make_recorder(
             directory,
             env,
+            format=format,
             max_buffer_bytes=max_buffer_bytes,
             writers=writers,
             compression=compression,

@@ -73,7 +73,8 @@ class WorkerSpec:
     episodes: int | None = None
     steps: int | None = None
     slots: int = 4
-    max_buffer_bytes: int = 1 << 30
+    format: str = "packed"
+    max_buffer_bytes: int | None = None
     writers: int = 2
     compression: str = "none"
     compression_level: int = 1
@@ -154,6 +155,7 @@ class _Worker:
                 episodes=spec.episodes,
                 steps=spec.steps,
                 slots=spec.slots,
+                format=spec.format,
                 max_buffer_bytes=spec.max_buffer_bytes,
                 writers=spec.writers,
                 compression=spec.compression,
@@ -330,7 +332,7 @@ def collect_distributed(
         stop: Set it (e.g. from a signal handler) to stop every worker; each closes its run cleanly.
         progress: Called about every ``poll_interval`` seconds with :func:`aggregate`'s dict.
         fail_worker: Testing hook: this worker fails after a few steps.
-        collect_options: ``slots``, ``max_buffer_bytes``, ``writers``, ``compression``,
+        collect_options: ``slots``, ``format``, ``max_buffer_bytes``, ``writers``, ``compression``,
             ``compression_level`` (see :func:`collect`).
 
     Raises ImportError without Ray and ValueError for arguments the cluster cannot serve; a worker's
@@ -494,6 +496,7 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
                 progress=display.update,
                 fail_worker=int(fail) if fail else None,
                 slots=args.slots,
+                format=args.format,
                 max_buffer_bytes=args.max_buffer_bytes,
                 writers=args.writers,
                 compression=args.compression,

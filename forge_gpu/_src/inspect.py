@@ -10,15 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .episode_format import EPISODE_SUFFIX
-from .reader import (
-    EpisodeReadOptions,
-    _marked_episodes,
-    is_dataset,
-    read_dataset_manifest,
-    read_episodes,
-    read_manifest,
-)
+from .reader import EpisodeReadOptions, is_dataset, open_run, read_dataset_manifest
 
 
 def _stats(values: list[float]) -> dict:
@@ -37,13 +29,13 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     run_dir = os.fspath(run_dir)
     if is_dataset(run_dir):
         return inspect_dataset(run_dir, quick=quick)
-    manifest = read_manifest(run_dir)
-    marked = _marked_episodes(run_dir)
-    lengths = [int(marker["steps"]) for _, marker in marked]
+    run = open_run(run_dir)
+    manifest = run.manifest
+    lengths = [run.ids(k)[2] for k in range(len(run))]
     returns: list[float] = []
     successes = 0
     if not quick:
-        for episode in read_episodes(run_dir):
+        for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
             returns.append(float(episode.reward.astype(np.float64).sum()))
             # A task with success ends its successful episodes as terminated (e.g. reach: target reached).
             successes += bool(episode.terminated[-1])
@@ -54,8 +46,9 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "status": manifest["status"],
         "task": manifest["task"],
         "run_id": manifest["run_id"],
-        "checked": "markers" if quick else "all episodes",
-        "episodes": len(marked),
+        "format": "npz" if manifest["schema_version"] == 1 else manifest["layout"],
+        "checked": ("markers" if manifest["schema_version"] == 1 else "commit log") if quick else "all episodes",
+        "episodes": len(run),
         "transitions": int(sum(lengths)),
         "episode_length": _stats(lengths),
         "episode_return": None if quick else _stats(returns),
@@ -65,8 +58,8 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "bytes_on_disk": bytes_on_disk,
         "incomplete_episodes": manifest.get("incomplete_episodes", []),
     }
-    if spec.get("has_success") and not quick and marked:
-        report["success_rate"] = successes / len(marked)
+    if spec.get("has_success") and not quick and len(run):
+        report["success_rate"] = successes / len(run)
     if manifest["status"] == "recording":
         report["note"] = (
             "the run was not closed: it is still being recorded, or its process was killed; "
@@ -140,6 +133,7 @@ def format_report(report: dict) -> str:
     lines = [
         f"run            {report['run']}",
         f"task           {report['task']}   status {report['status']}   checked {report['checked']}",
+        f"format         {report['format']}",
         f"episodes       {report['episodes']}   transitions {report['transitions']}",
         f"length         {stat(report['episode_length'])}",
         f"return         {stat(report['episode_return'])}",
@@ -161,20 +155,17 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     Raises ``LookupError`` when the episode is not in the run.
     """
     run_dir = os.fspath(run_dir)
-    wanted = None
-    if episode is not None:
-        wanted = f"env{episode[0]:05d}-episode{episode[1]:08d}{EPISODE_SUFFIX}"
-    marked = _marked_episodes(run_dir)
+    run = open_run(run_dir)
     chosen = None
-    for k, (path, _) in enumerate(marked):
-        if wanted is None or os.path.basename(path) == wanted:
+    for k in range(len(run)):
+        if episode is None or run.ids(k)[:2] == tuple(episode):
             chosen = k
             break
     if chosen is None:
-        what = f"episode {episode[0]}:{episode[1]}" if episode else "any episode"
-        some = ", ".join(f"{m['env_id']}:{m['episode_id']}" for _, m in marked[:5])
+        what = f"episode {episode[0]}:{episode[1]}" if episode else "episode"
+        some = ", ".join("{}:{}".format(*run.ids(k)[:2]) for k in range(min(5, len(run))))
         raise LookupError(f"{run_dir} holds no published {what}" + (f"; it holds {some}, ..." if some else ""))
-    ep = next(read_episodes(run_dir, options=EpisodeReadOptions(shard_index=chosen, num_shards=chosen + 1)))
+    ep = next(run.read([chosen], EpisodeReadOptions()))
     stem = f"env{ep.env_id:05d}-episode{ep.episode_id:08d}"
     import matplotlib
 

@@ -22,6 +22,8 @@ import numpy as np
 
 SCHEMA_VERSION = 2
 LAYOUT = "packed"
+#: The run layouts a recording can write: this one (the default) and schema 1 (FORMAT.md).
+FORMATS = ("packed", "npz")
 COMMIT_LOG = "commits.jsonl"
 SEGMENT_NAME = "segment-{index:06d}.arrows"
 SEGMENT_RE = re.compile(r"^segment-(\d{6})\.arrows$")
@@ -45,22 +47,31 @@ def segment_name(index: int) -> str:
 # -- the Arrow schema ---------------------------------------------------------------------------------
 
 
-def arrow_schema(fields: Mapping[str, tuple[tuple[int, ...], np.dtype]], action_dim: int):
-    """The segments' schema: ``obs/<field>`` per observation field, then the transition columns.
+def run_columns(
+    fields: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+    action_dim: int,
+    action_dtype: Any = np.float32,
+    reward_dtype: Any = np.float32,
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """column -> (per-row shape, dtype) of a run: ``obs/<field>`` per observation field, then the
+    transition columns."""
+    columns = {f"obs/{name}": (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in fields.items()}
+    columns["action"] = ((action_dim,), np.dtype(action_dtype))
+    columns["reward"] = ((), np.dtype(reward_dtype))
+    columns["terminated"] = ((), np.dtype(np.bool_))
+    columns["truncated"] = ((), np.dtype(np.bool_))
+    return columns
 
-    A field of per-row shape ``()`` is a primitive column; any other shape is a fixed-size list of
+
+def arrow_schema(columns: Mapping[str, tuple[tuple[int, ...], np.dtype]]):
+    """The segments' schema of ``columns`` (:func:`run_columns`).
+
+    A column of per-row shape ``()`` is a primitive column; any other shape is a fixed-size list of
     ``prod(shape)`` values (C order) whose field metadata ``shape`` holds the JSON list of the shape.
     """
     pa = _pa()
-    columns = [(f"obs/{name}", shape, dtype) for name, (shape, dtype) in fields.items()]
-    columns += [
-        ("action", (action_dim,), np.dtype(np.float32)),
-        ("reward", (), np.dtype(np.float32)),
-        ("terminated", (), np.dtype(np.bool_)),
-        ("truncated", (), np.dtype(np.bool_)),
-    ]
     out = []
-    for name, shape, dtype in columns:
+    for name, (shape, dtype) in columns.items():
         kind = pa.from_numpy_dtype(dtype)
         if shape:
             kind = pa.list_(kind, int(np.prod(shape)))
@@ -201,6 +212,29 @@ class PackedWriter:
                 self._log = -1
 
 
+def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
+    """Episodes (reader ``Episode`` objects) laid end to end as rows, stride 1: (fields, columns, episodes).
+
+    Each episode gives its T + 1 frames; its transitions go on rows 1..T and row 0 holds zeros."""
+    fields = list(episodes[0].obs) if episodes else []
+    columns = {
+        f"obs/{f}": np.concatenate([part for ep in episodes for part in (ep.obs[f], ep.next[f][-1:])]) for f in fields
+    }
+    for name in TRANSITION_COLUMNS:
+        columns[name] = np.concatenate(
+            [part for ep in episodes for part in (np.zeros_like(getattr(ep, name)[:1]), getattr(ep, name))]
+        )
+    steps = np.array([ep.steps for ep in episodes], np.int64)
+    table = {
+        "env_id": np.array([ep.env_id for ep in episodes], np.int64),
+        "episode_id": np.array([ep.episode_id for ep in episodes], np.int64),
+        "steps": steps,
+        "first_row": np.concatenate([[0], np.cumsum(steps + 1)[:-1]]).astype(np.int64),
+        "stride": np.ones(len(episodes), np.int64),
+    }
+    return fields, columns, table
+
+
 # -- reading ------------------------------------------------------------------------------------------
 
 
@@ -301,10 +335,10 @@ def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
                             f"{commit['offset'] + commit['length']}"
                         )
                     batch.validate(full=True)
-                    yield commit, {
-                        n: column_to_numpy(batch.column(n), *columns[n], name=f"{path}: column {n!r}")
-                        for n in names
-                    }
+                    yield (
+                        commit,
+                        {n: column_to_numpy(batch.column(n), *columns[n], name=f"{path}: column {n!r}") for n in names},
+                    )
             except (pa.ArrowException, StopIteration, OSError, EOFError) as exc:
                 raise ValueError(f"{path}: cannot read segment: {type(exc).__name__}: {exc}") from exc
             except ValueError as exc:
@@ -422,3 +456,105 @@ def check_episodes(
     fail(~first & terminated & truncated, "a transition is both terminated and truncated")
     fail(~first & ((terminated | truncated) != last), "terminated|truncated must be true at the last transition only")
     return rows, starts
+
+
+# -- repair -------------------------------------------------------------------------------------------
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def repair_packed(run_dir: str, rows_per_step: int) -> dict:
+    """Make a packed run left by a killed process whole again; return what was done.
+
+    A torn last commit line is cut off. Blocks that were written whole after the last commit line (the
+    process died between the block and its line) are published with the episodes that end in them,
+    ``rows_per_step`` rows per step as the recorder writes them. Bytes after the last whole block (a
+    torn block) are cut off and the stream is ended; segment files past it are removed. Published
+    blocks and episodes are never changed. Running it again changes nothing.
+    """
+    pa = _pa()
+    log = os.path.join(run_dir, COMMIT_LOG)
+    with open(log, "rb") as f:
+        data = f.read()
+    whole = data[: data.rfind(b"\n") + 1]
+    actions = []
+    if len(whole) != len(data):
+        os.truncate(log, len(whole))
+        actions.append(f"cut a torn line of {len(data) - len(whole)} bytes off {COMMIT_LOG}")
+    commits, _ = read_commits(run_dir)
+    segments = sorted(int(m.group(1)) for m in map(SEGMENT_RE.match, os.listdir(run_dir)) if m)
+    segment = commits[-1]["segment"] if commits else 0
+    committed = [c for c in commits if c["segment"] == segment]
+    next_row = sum(c["rows"] for c in commits)
+    recovered = 0
+    writer_log = os.open(log, os.O_WRONLY | os.O_APPEND)
+    try:
+        while segment in segments:
+            path = os.path.join(run_dir, segment_name(segment))
+            blocks, end, clean = _whole_blocks(path, len(committed))
+            for offset, length, columns in blocks:
+                rows = len(columns["obs/step_id"])
+                commit = {
+                    "segment": segment,
+                    "offset": offset,
+                    "length": length,
+                    "first_row": next_row,
+                    "rows": rows,
+                    "episodes": {k: v.tolist() for k, v in ended_episodes(columns, next_row, rows_per_step).items()},
+                }
+                os.write(writer_log, (json.dumps(commit, separators=(",", ":")) + "\n").encode())
+                recovered += len(commit["episodes"]["steps"])
+                next_row += rows
+                actions.append(f"published a whole block of {rows} rows at {segment_name(segment)}:{offset}")
+            if not clean and end == 0:
+                os.remove(path)
+                actions.append(f"removed {segment_name(segment)} (it held no whole block)")
+            elif not clean:
+                with open(path, "r+b") as f:
+                    f.truncate(end)
+                    f.seek(end)
+                    f.write(_END_OF_STREAM)
+                actions.append(f"cut {segment_name(segment)} after byte {end} (a torn block) and ended its stream")
+            if not clean:
+                for later in [s for s in segments if s > segment]:
+                    os.remove(os.path.join(run_dir, segment_name(later)))
+                    actions.append(f"removed {segment_name(later)} (after a torn block)")
+                break
+            segment, committed = segment + 1, []
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{run_dir}: cannot repair the segments: {exc}") from exc
+    finally:
+        os.close(writer_log)
+    return {"actions": actions, "recovered_episodes": recovered}
+
+
+def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict]], int, bool]:
+    """The whole record batches of a segment after its first ``skip`` ones: ``(offset, length, columns)``
+    each; the end of the last whole message; and whether the stream ended cleanly (no torn bytes)."""
+    pa = _pa()
+    with pa.memory_map(path) as source:
+        size = source.size()
+        try:
+            schema = pa.ipc.read_schema(source)
+            columns = schema_columns(schema, name=path)
+            source.seek(0)
+            reader = pa.ipc.open_stream(source)
+        except (pa.ArrowException, EOFError, ValueError):
+            return [], 0, size == 0
+        end = 0  # a segment's first block starts at 0: it holds the stream's schema message too
+        for _ in range(skip):
+            reader.read_next_batch()
+            end = source.tell()
+        blocks = []
+        while True:
+            try:
+                batch = reader.read_next_batch()
+                batch.validate(full=True)
+            except StopIteration:
+                return blocks, source.tell(), source.tell() == size
+            except (pa.ArrowException, EOFError, ValueError):
+                return blocks, end, False
+            names = ["obs/env_id", "obs/episode_id", "obs/step_id", "terminated", "truncated"]
+            found = {n: column_to_numpy(batch.column(n), *columns[n], name=path) for n in names}
+            blocks.append((end, source.tell() - end, found))
+            end = source.tell()

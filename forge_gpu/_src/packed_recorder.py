@@ -27,6 +27,7 @@ from forge_gpu._src.packed import (
     PackedWriter,
     arrow_schema,
     ended_episodes,
+    run_columns,
 )
 from forge_gpu._src.tracker import EpisodeTracker, check_int, describe_env, initial_manifest, jsonable
 
@@ -83,7 +84,7 @@ class PackedRecorder:
         self._capacity = capacity
         self._block_steps = max(1, min(capacity // 2, block_bytes // batch_bytes))
         self._buffer_bytes = capacity * batch_bytes
-        self._schema = arrow_schema(tracker.fields, tracker.action_dim)
+        self._schema = arrow_schema(run_columns(tracker.fields, tracker.action_dim))
         self._manifest = initial_manifest(env, max_buffer_bytes, SCHEMA_VERSION)
         self._manifest["layout"] = LAYOUT
         self._manifest["recorder"] = {

@@ -1,4 +1,5 @@
-"""A torch IterableDataset of training windows. torch is imported on first use, not with this module."""
+"""torch datasets of training windows, over :class:`Windows`. torch is imported on first use, not with
+this module."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.reader import EpisodeReadOptions, _episode_index, check_window, episode_windows
+from forge_gpu._src.reader import EpisodeReadOptions, check_window
+from forge_gpu._src.windows import Windows
+
+#: Windows fetched at once by the iterable dataset (one vectorized batch call).
+_CHUNK = 256
 
 
 def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that torch loads on first use
@@ -20,25 +25,65 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     observation_keys: Sequence[str] | None = None,
     shuffle: bool = False,
     seed: int = 0,
+    pad: bool = False,
 ) -> Any:
     """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
-    (see `action_windows`).
+    (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks).
 
     Each item is a dict of torch tensors (``obs/<F>`` ``[history, ...]``, ``action`` ``[horizon, A]``,
     int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
     across DataLoader workers and, when torch.distributed is initialized, across ranks:
     ``shard = rank * num_workers + worker_id`` of ``world_size * num_workers``; over a dataset the shards
     split the episodes of all its runs, so each epoch visits every window exactly once. With ``shuffle``,
-    each shard visits its episodes, and each episode its windows, in an order drawn from
-    ``(seed, epoch)``; call ``set_epoch(epoch)`` before each epoch, as with a ``DistributedSampler``.
+    each shard visits all of its windows in one order drawn from ``(seed, epoch, shard)`` (a global
+    shuffle within the shard, not episode by episode); call ``set_epoch(epoch)`` before each epoch, as
+    with a ``DistributedSampler``.
     """
+    _check(history, horizon, observation_keys, pad)
+    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad)
+
+
+def WindowMapDataset(  # noqa: N802 - as WindowDataset
+    directory: str | os.PathLike,
+    *,
+    history: int = 1,
+    horizon: int = 1,
+    observation_keys: Sequence[str] | None = None,
+    pad: bool = False,
+) -> Any:
+    """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`).
+
+    ``dataset[i]`` is one window (tensors as in :func:`WindowDataset`); ``dataset[indices]`` with a list
+    of indices is a whole batch in one vectorized call (``obs/<F>`` ``[B, history, ...]``, ...), so
+    the fastest loader hands it batches of indices::
+
+        sampler = BatchSampler(RandomSampler(dataset), batch_size=256, drop_last=False)
+        loader = DataLoader(dataset, sampler=sampler, batch_size=None)
+
+    Shuffling with a sampler is global over the whole run or dataset. The windows are loaded on first
+    access in each process (each DataLoader worker holds its own copy).
+    """
+    _check(history, horizon, observation_keys, pad)
+    return _map_dataset_class()(directory, history, horizon, observation_keys, pad)
+
+
+def _check(history, horizon, observation_keys, pad) -> None:
+    """Check the arguments now, not in a worker."""
     check_window(history, horizon)
-    EpisodeReadOptions(observation_keys=observation_keys)  # checks the keys now, not in a worker
-    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed)
+    EpisodeReadOptions(observation_keys=observation_keys)
+    if not isinstance(pad, bool):
+        raise ValueError(f"pad must be True or False, got {pad!r}")
 
 
-def _rebuild(*args):
-    return _window_dataset_class()(*args)
+def _rebuild(kind, *args):
+    return (_window_dataset_class() if kind == "iterable" else _map_dataset_class())(*args)
+
+
+def _to_torch(torch, batch: dict) -> dict:
+    return {
+        key: value if key == "instruction" else torch.from_numpy(np.ascontiguousarray(value))
+        for key, value in batch.items()
+    }
 
 
 @functools.cache
@@ -46,10 +91,10 @@ def _window_dataset_class() -> type:
     import torch  # noqa: PLC0415 - torch is optional and heavy
 
     class _WindowDataset(torch.utils.data.IterableDataset):
-        def __init__(self, directory, history, horizon, observation_keys, shuffle, seed, epoch=0):
+        def __init__(self, directory, history, horizon, observation_keys, shuffle, seed, pad, epoch=0):
             super().__init__()
             self.directory = os.fspath(directory)
-            self.history, self.horizon = history, horizon
+            self.history, self.horizon, self.pad = history, horizon, pad
             self.observation_keys = None if observation_keys is None else list(observation_keys)
             self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
 
@@ -60,7 +105,7 @@ def _window_dataset_class() -> type:
         def __reduce__(self):
             # The class is made inside a function, so pickle (DataLoader workers under spawn) rebuilds it.
             args = (self.directory, self.history, self.horizon, self.observation_keys, self.shuffle, self.seed)
-            return _rebuild, (*args, self.epoch)
+            return _rebuild, ("iterable", *args, self.pad, self.epoch)
 
         def __iter__(self):
             worker = torch.utils.data.get_worker_info()
@@ -68,26 +113,64 @@ def _window_dataset_class() -> type:
             rank, world_size = 0, 1
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-            options = EpisodeReadOptions(
+            shard = rank * num_workers + worker_id
+            windows = Windows(
+                self.directory,
+                self.history,
+                self.horizon,
                 observation_keys=self.observation_keys,
-                shard_index=rank * num_workers + worker_id,
+                pad=self.pad,
+                shard_index=shard,
                 num_shards=world_size * num_workers,
             )
-            index = _episode_index(self.directory)[options.shard_index :: options.num_shards]
-            order = None
+            order = np.arange(len(windows))
             if self.shuffle:
-                rng = np.random.default_rng([self.seed, self.epoch, options.shard_index])
-                index = [index[i] for i in rng.permutation(len(index))]
-                order = rng.permutation
-            for window in episode_windows(index, options, self.history, self.horizon, order):
-                yield {key: _to_torch(value) for key, value in window.items()}
-
-    def _to_torch(value):
-        if isinstance(value, str):
-            return value
-        if isinstance(value, int):
-            return torch.tensor(value, dtype=torch.int64)
-        return torch.from_numpy(value)
+                order = np.random.default_rng([self.seed, self.epoch, shard]).permutation(len(windows))
+            for start in range(0, len(order), _CHUNK):
+                batch = _to_torch(torch, windows.batch(order[start : start + _CHUNK]))
+                for i in range(len(batch["t"])):
+                    yield {key: value[i] for key, value in batch.items()}
 
     _WindowDataset.__name__ = _WindowDataset.__qualname__ = "WindowDataset"
     return _WindowDataset
+
+
+@functools.cache
+def _map_dataset_class() -> type:
+    import torch  # noqa: PLC0415 - torch is optional and heavy
+
+    class _WindowMapDataset(torch.utils.data.Dataset):
+        def __init__(self, directory, history, horizon, observation_keys, pad):
+            super().__init__()
+            self.directory = os.fspath(directory)
+            self.history, self.horizon, self.pad = history, horizon, pad
+            self.observation_keys = None if observation_keys is None else list(observation_keys)
+            self._windows = None
+
+        @property
+        def windows(self) -> Windows:
+            if self._windows is None:
+                self._windows = Windows(
+                    self.directory,
+                    self.history,
+                    self.horizon,
+                    observation_keys=self.observation_keys,
+                    pad=self.pad,
+                )
+            return self._windows
+
+        def __reduce__(self):
+            args = (self.directory, self.history, self.horizon, self.observation_keys, self.pad)
+            return _rebuild, ("map", *args)
+
+        def __len__(self) -> int:
+            return len(self.windows)
+
+        def __getitem__(self, index):
+            if isinstance(index, int | np.integer):
+                one = self.windows.batch([index])
+                return {key: value[0] for key, value in _to_torch(torch, one).items()}
+            return _to_torch(torch, self.windows.batch(np.asarray(index, dtype=np.int64)))
+
+    _WindowMapDataset.__name__ = _WindowMapDataset.__qualname__ = "WindowMapDataset"
+    return _WindowMapDataset
