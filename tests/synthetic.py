@@ -197,6 +197,16 @@ def load_run(directory):
     return contents
 
 
+def published(directory) -> int:
+    """Episodes a reader sees in a run directory of either layout now (0 while it holds no readable run)."""
+    from forge_gpu._src.reader import open_run
+
+    try:
+        return len(open_run(directory))
+    except (ValueError, OSError):
+        return 0
+
+
 def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2, seed=0):
     """A valid episode (member -> array) and its marker."""
     rng = np.random.default_rng(seed)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic import published
 
 import forge_gpu
 from forge_gpu.cli import main
@@ -85,7 +86,7 @@ def test_sigint_keeps_completed_episodes(tmp_path):
         env=env,
     )
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and len(list(out.glob("*.json"))) < 6:
+    while time.monotonic() < deadline and published(out) < 4:
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
@@ -101,9 +102,8 @@ def test_sigint_keeps_completed_episodes(tmp_path):
 def test_inspect_reports_corrupted_episode(tmp_path, capsys):
     """inspect exits 1 and names the file and rule when an episode is corrupted."""
     out = tmp_path / "run"
-    assert (
-        main(["collect", "cartpole", "--envs", "2", "--episodes", "2", "--set", "max_steps=10", "--out", str(out)]) == 0
-    )
+    args = ["collect", "cartpole", "--envs", "2", "--episodes", "2", "--set", "max_steps=10", "--format", "npz"]
+    assert main([*args, "--out", str(out)]) == 0
     assert main(["inspect", str(out)]) == 0
     victim = sorted(out.glob("env*.npz"))[0]
     with np.load(victim) as archive:

@@ -34,9 +34,11 @@ def expected_episodes(task, num_envs, seed, calls, **overrides):
     return episodes
 
 
-@pytest.mark.parametrize("compression", ["none", "deflate"])
-def test_recorded_run_equals_direct_rollout(tmp_path, compression):
-    """Every episode the env completed is published once, bit-identical to a direct rollout."""
+@pytest.mark.parametrize(
+    "format, compression", [("packed", "none"), ("packed", "lz4"), ("npz", "none"), ("npz", "deflate")]
+)
+def test_recorded_run_equals_direct_rollout(tmp_path, format, compression):
+    """Every episode the env completed is published once, bit-identical to a direct rollout (both layouts)."""
     env = forge_gpu.make("cartpole", num_envs=4, device="cpu", seed=5, max_steps=12)
     summary = collect(
         env,
@@ -44,6 +46,7 @@ def test_recorded_run_equals_direct_rollout(tmp_path, compression):
         str(tmp_path / "run"),
         steps=40,
         slots=2,
+        format=format,
         compression=compression,
         max_buffer_bytes=1 << 20,
     )
@@ -121,8 +124,36 @@ def test_policy_failure_marks_run_failed_and_keeps_episodes(tmp_path):
     assert len(list(read_episodes(tmp_path / "run"))) == manifest["completed_episodes"] >= 3
 
 
+def test_slow_packed_writer_throttles_stepping_without_loss(tmp_path, monkeypatch):
+    """Packed: a slow writer and a ring of 2 batches make stepping wait, yet every ended episode is published."""
+    import time
+
+    from forge_gpu._src.packed import PackedWriter
+
+    real = PackedWriter.write
+
+    def slow(*args, **kwargs):
+        time.sleep(0.03)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(PackedWriter, "write", slow)
+    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=3)
+    batch_bytes = 4 * (4 * 4 + 4 * 4 + 4 + 4 + 2)  # 4 env rows: 5 fields (4 + 16 bytes) and a transition
+    summary = collect(
+        env,
+        forge_gpu.make_policy("expert", env),
+        str(tmp_path / "run"),
+        steps=30,
+        slots=2,
+        max_buffer_bytes=2 * batch_bytes,
+    )
+    assert summary.stall_seconds > 0, "the slow writer should have held stepping back"
+    assert summary.episodes == summary.episodes_ended == len(list(read_episodes(tmp_path / "run"))) == 4 * 7
+    assert read_manifest(tmp_path / "run")["recorder"]["buffer_steps"] == 2
+
+
 def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch):
-    """A slow writer and a tight budget make stepping wait (stall), yet every ended episode is published."""
+    """npz: a slow writer and a tight budget make stepping wait (stall), yet every ended episode is published."""
     import time
 
     import forge_gpu._src.recorder as recorder_module
@@ -143,6 +174,7 @@ def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch):
         str(tmp_path / "run"),
         steps=30,
         slots=2,
+        format="npz",
         writers=1,
         max_buffer_bytes=budget,
     )

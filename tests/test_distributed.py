@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("ray")
 
+from synthetic import published  # noqa: E402
+
 from forge_gpu._src.distributed import FAIL_WORKER_ENV, split_episodes, worker_seed  # noqa: E402
 from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes, read_manifest  # noqa: E402
 from forge_gpu.cli import main  # noqa: E402
@@ -145,13 +147,13 @@ def test_sigint_stops_every_worker_cleanly(tmp_path):
     )
     try:
         deadline = time.monotonic() + 120
-        markers = []
+        counts = []
         while time.monotonic() < deadline and proc.poll() is None:
-            markers = [list((root / f"worker-00{k}").glob("env*.json")) for k in range(2)]
-            if all(markers):
+            counts = [published(root / f"worker-00{k}") for k in range(2)]
+            if all(counts):
                 break
             time.sleep(0.5)
-        assert all(markers), "the workers published nothing within 120 s"
+        assert counts and all(counts), "the workers published nothing within 120 s"
         os.killpg(proc.pid, signal.SIGINT)
         output = proc.communicate(timeout=120)[0].decode()
     finally:

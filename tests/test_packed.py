@@ -1,0 +1,384 @@
+"""The packed layout: the recorder, the commit rule, repair, conversion, windows, and a standard reader."""
+
+import json
+import os
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from synthetic import SyntheticSim, make_batches, make_env
+
+import forge_gpu
+from forge_gpu._src.convert import convert_run
+from forge_gpu._src.packed import COMMIT_LOG, PackedWriter
+from forge_gpu._src.packed_recorder import PackedRecorder
+from forge_gpu._src.repair import repair_run
+from forge_gpu._src.windows import Windows
+
+MEMBERS = ("action", "reward", "terminated", "truncated")
+
+
+def record_packed(directory, env, batches, **kwargs):
+    recorder = PackedRecorder(directory, env, **kwargs)
+    for observation, result in batches:
+        recorder.append(observation, result)
+    recorder.close()
+    return recorder
+
+
+def episodes_by_id(run, **options):
+    read = forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(**options))
+    return {(e.env_id, e.episode_id): e for e in read}
+
+
+def assert_same_episodes(a: dict, b: dict) -> None:
+    """Two runs' episodes (by id) are equal bit for bit, dtypes included."""
+    assert a.keys() == b.keys() and a
+    for key, x in a.items():
+        y = b[key]
+        assert x.steps == y.steps and x.obs.keys() == y.obs.keys()
+        for f in x.obs:
+            for mine, theirs in ((x.obs[f], y.obs[f]), (x.next[f], y.next[f])):
+                assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs), f
+        for m in MEMBERS:
+            assert getattr(x, m).dtype == getattr(y, m).dtype and np.array_equal(getattr(x, m), getattr(y, m)), m
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A packed run with cameras, several segments and blocks, and the simulation that made it."""
+    directory = tmp_path_factory.mktemp("packed") / "run"
+    env = make_env(num_envs=5, max_steps=6, images=True)
+    sim = SyntheticSim(env, seed=11)
+    record_packed(directory, env, make_batches(sim, 40, resets_at=(17,)), block_bytes=3000, segment_bytes=5000)
+    return directory, sim
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_recorded_episodes_equal_the_generated_ones(tmp_path, compression):
+    """Every ended episode is published once, bit-identical; the manifest lists the incomplete ones."""
+    env = make_env(num_envs=4, max_steps=5, images=True)
+    sim = SyntheticSim(env, seed=2)
+    batches = make_batches(sim, 30, resets_at=(12,))
+    recorder = record_packed(tmp_path / "run", env, batches, compression=compression, block_bytes=2000)
+    episodes = episodes_by_id(tmp_path / "run")
+    assert episodes.keys() == sim.completed.keys() and recorder.completed_episodes == len(episodes)
+    for key, episode in episodes.items():
+        expected = sim.completed[key]
+        for f in episode.obs:
+            assert np.array_equal(episode.obs[f], expected[f"obs/{f}"])
+            assert np.array_equal(episode.next[f], expected[f"next/{f}"])
+        for m in MEMBERS:
+            assert np.array_equal(getattr(episode, m), expected[m])
+    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    assert manifest["schema_version"] == 2 and manifest["layout"] == "packed" and manifest["status"] == "closed"
+    assert manifest["completed_episodes"] == len(episodes) and manifest["recorder"]["compression"] == compression
+    incomplete = sorted((e["env_id"], e["episode_id"], e["steps"]) for e in manifest["incomplete_episodes"])
+    expected_incomplete = sim.abandoned + sim.in_progress()
+    assert incomplete == sorted((e["env_id"], e["episode_id"], e["steps"]) for e in expected_incomplete)
+
+
+def test_segments_rotate_and_blocks_follow_the_commit_log(recorded):
+    """Small limits give several segments and blocks; the log's blocks tile the rows without gaps."""
+    directory, sim = recorded
+    segments = sorted(p.name for p in directory.glob("segment-*.arrows"))
+    lines = (directory / COMMIT_LOG).read_text().splitlines()
+    commits = [json.loads(line) for line in lines]
+    assert len(segments) >= 3 and len(commits) > len(segments)
+    assert sum(c["rows"] for c in commits) == 5 * 41  # every batch of 5 envs, the reset batch included
+    assert sum(len(c["episodes"]["steps"]) for c in commits) == len(sim.completed)
+
+
+def test_memory_does_not_grow_with_episode_length(tmp_path):
+    """The ring holds whole batches: its size depends on the budget and the batch, not on max_steps."""
+    sizes = []
+    for max_steps in (10, 10_000):
+        env = make_env(num_envs=8, max_steps=max_steps, images=True)
+        recorder = PackedRecorder(tmp_path / f"run{max_steps}", env, max_buffer_bytes=1 << 20)
+        sizes.append(recorder.buffer_bytes)
+        recorder.close()
+    assert sizes[0] == sizes[1] <= 1 << 20
+
+
+def test_budget_below_two_batches_is_refused_and_creates_nothing(tmp_path):
+    """A budget that cannot hold 2 batches names the bytes needed; no directory is made."""
+    env = make_env(num_envs=8, max_steps=5, images=True)
+    with pytest.raises(ValueError, match="needs room for 2; raise it to at least"):
+        PackedRecorder(tmp_path / "run", env, max_buffer_bytes=1000)
+    for bad in ({"compression": "deflate"}, {"segment_bytes": 0}, {"block_bytes": -1}):
+        with pytest.raises(ValueError):
+            PackedRecorder(tmp_path / "run", env, **bad)
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_batch_raises_and_commits_nothing(tmp_path):
+    """A batch that breaks the step semantics is refused whole; recording then goes on unchanged."""
+    env = make_env(num_envs=3, max_steps=6)
+    sim = SyntheticSim(env, seed=4)
+    batches = make_batches(sim, 20)
+    recorder = PackedRecorder(tmp_path / "run", env)
+    recorder.append(*batches[0])
+    observation, result = batches[1]
+    broken = dict(observation, step_id=observation["step_id"] + 5)
+    with pytest.raises(ValueError, match="step_id"):
+        recorder.append(broken, result)
+    for observation, result in batches[1:]:
+        recorder.append(observation, result)
+    recorder.close()
+    assert episodes_by_id(tmp_path / "run").keys() == sim.completed.keys()
+
+
+def test_write_error_surfaces_and_wakes_a_blocked_append(tmp_path, monkeypatch):
+    """A failing write fails the run: a blocked append wakes with RuntimeError, the manifest says failed."""
+    release = threading.Event()
+    calls = []
+
+    def failing(self, columns, episodes):
+        calls.append(1)
+        release.wait(10)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(PackedWriter, "write", failing)
+    env = make_env(num_envs=2, max_steps=3)
+    batches = make_batches(SyntheticSim(env, seed=5, end_prob=0.5), 12)
+    batch_bytes = 2 * (4 * 4 + 3 * 4 + 2 * 4 + 4 + 2)
+    recorder = PackedRecorder(tmp_path / "run", env, max_buffer_bytes=2 * batch_bytes)
+    outcome = []
+
+    def feed():
+        try:
+            for observation, result in batches:
+                recorder.append(observation, result)
+        except RuntimeError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=feed)
+    thread.start()
+    time.sleep(0.3)
+    assert thread.is_alive(), "the full ring should hold append back"
+    release.set()
+    thread.join(10)
+    assert not thread.is_alive() and outcome and "No space left" in str(outcome[0])
+    with pytest.raises(RuntimeError, match="No space left"):
+        recorder.close()
+    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    assert manifest["status"] == "failed" and "No space left" in manifest["error"]
+    assert manifest["completed_episodes"] == 0 and "unwritten_episodes" in manifest
+
+
+def test_a_live_run_shows_only_committed_episodes(tmp_path):
+    """While recording, readers see exactly the published episodes; a torn last log line is ignored."""
+    env = make_env(num_envs=3, max_steps=4)
+    sim = SyntheticSim(env, seed=6, end_prob=0.4)
+    batches = make_batches(sim, 25)
+    recorder = PackedRecorder(tmp_path / "run", env)
+    for observation, result in batches[:15]:
+        recorder.append(observation, result)
+    recorder.flush()
+    live = episodes_by_id(tmp_path / "run")
+    assert len(live) == recorder.completed_episodes >= 1
+    with open(tmp_path / "run" / COMMIT_LOG, "ab") as log:  # a line being written: not yet published
+        log.write(b'{"segment": 0, "offs')
+    assert episodes_by_id(tmp_path / "run").keys() == live.keys()
+    assert forge_gpu.read_manifest(tmp_path / "run")["status"] == "recording"
+    recorder.close()
+
+
+def kill_after_write(run):
+    """What a SIGKILL between a block's write and its commit line leaves: drop the log's last 2 lines,
+    leave a torn line, and torn bytes after the last block."""
+    log = run / COMMIT_LOG
+    lines = log.read_bytes().split(b"\n")[:-1]
+    log.write_bytes(b"\n".join(lines[:-2]) + b"\n" + lines[-1][:10])
+    segment = sorted(run.glob("segment-*.arrows"))[-1]
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-8] + b"\xff\xff\xff\xff\x10\x00\x00\x00torn")  # no end marker, a torn message
+    manifest = json.loads((run / "run.json").read_text())
+    manifest["status"] = "recording"
+    (run / "run.json").write_text(json.dumps(manifest))
+
+
+def test_repair_recovers_every_whole_block_and_is_idempotent(recorded, tmp_path):
+    """After a kill between write and commit, repair publishes the whole blocks and cuts the torn bytes."""
+    directory, _ = recorded
+    run = tmp_path / "run"
+    shutil.copytree(directory, run)
+    kill_after_write(run)
+    visible = episodes_by_id(run)
+    original = episodes_by_id(directory)
+    assert len(visible) < len(original)
+    report = repair_run(run)
+    assert report["recovered_episodes"] == len(original) - len(visible)
+    assert_same_episodes(episodes_by_id(run), original)
+    manifest = forge_gpu.read_manifest(run)
+    assert manifest["status"] == "closed" and manifest["completed_episodes"] == len(original)
+    before = sorted((p.name, p.read_bytes()) for p in run.iterdir())
+    assert repair_run(run)["recovered_episodes"] == 0
+    assert sorted((p.name, p.read_bytes()) for p in run.iterdir()) == before
+    import pyarrow as pa
+
+    for segment in sorted(run.glob("segment-*.arrows")):  # every segment is a whole stream again
+        pa.ipc.open_stream(pa.memory_map(str(segment))).read_all()
+
+
+@pytest.mark.parametrize("compression", [("none", "none"), ("zstd", "deflate")])
+def test_convert_both_ways_reads_back_bit_identical(recorded, tmp_path, compression):
+    """packed -> npz -> packed: every episode reads back equal, bit for bit, in both directions."""
+    directory, _ = recorded
+    original = episodes_by_id(directory)
+    convert_run(directory, tmp_path / "npz", to="npz", compression=compression[1])
+    assert forge_gpu.read_manifest(tmp_path / "npz")["schema_version"] == 1
+    assert len(list((tmp_path / "npz").glob("env*.npz"))) == len(original)
+    assert_same_episodes(episodes_by_id(tmp_path / "npz"), original)
+    convert_run(tmp_path / "npz", tmp_path / "packed", to="packed", compression=compression[0])
+    assert_same_episodes(episodes_by_id(tmp_path / "packed"), original)
+    assert forge_gpu.read_manifest(tmp_path / "packed")["converted_from"]["format"] == "npz"
+
+
+def test_convert_refuses_bad_input_and_leaves_nothing(recorded, tmp_path):
+    """Converting to an existing directory, to an unknown format, or a recording run is refused."""
+    directory, _ = recorded
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(FileExistsError):
+        convert_run(directory, tmp_path / "taken", to="npz")
+    with pytest.raises(ValueError, match="to must be one of"):
+        convert_run(directory, tmp_path / "out", to="parquet")
+    with pytest.raises(ValueError, match="takes none, deflate"):
+        convert_run(directory, tmp_path / "out", to="npz", compression="zstd")
+    live = tmp_path / "live"
+    shutil.copytree(directory, live)
+    manifest = json.loads((live / "run.json").read_text())
+    (live / "run.json").write_text(json.dumps(dict(manifest, status="recording")))
+    with pytest.raises(ValueError, match="forge-gpu repair"):
+        convert_run(live, tmp_path / "out", to="npz")
+    assert not (tmp_path / "out").exists() and sorted(os.listdir(tmp_path)) == ["live", "taken"]
+
+
+@pytest.mark.parametrize("history, horizon", [(1, 1), (2, 3), (3, 1)])
+def test_windows_equal_action_windows_on_both_layouts(recorded, tmp_path, history, horizon):
+    """The vectorized windows are action_windows' windows, in the same order, for packed and npz runs."""
+    directory, _ = recorded
+    npz = tmp_path / "npz"
+    convert_run(directory, npz, to="npz")
+    for run in (directory, npz):
+        reference = list(forge_gpu.action_windows(run, history, horizon))
+        windows = Windows(run, history, horizon)
+        assert len(windows) == len(reference) > 0
+        batch = windows.batch(np.arange(len(windows)))
+        for i, window in enumerate(reference):
+            for key, value in window.items():
+                if isinstance(value, np.ndarray):
+                    assert np.array_equal(batch[key][i], value), key
+                else:
+                    assert batch[key][i] == value, key
+        assert windows[-1]["t"] == reference[-1]["t"]
+
+
+def test_padded_windows_repeat_the_edges_and_flag_them(recorded):
+    """pad=True gives a window per transition; frames before and actions after the episode are padding."""
+    directory, _ = recorded
+    history, horizon = 3, 4
+    windows = Windows(directory, history, horizon, pad=True)
+    episodes = list(forge_gpu.read_episodes(directory))
+    assert len(windows) == sum(e.steps for e in episodes)
+    batch = windows.batch(np.arange(len(windows)))
+    i = 0
+    for episode in episodes:
+        for t in range(episode.steps):
+            frames = np.arange(t - history + 1, t + 1)
+            steps = np.arange(t, t + horizon)
+            assert np.array_equal(batch["obs/rgb"][i], episode.obs["rgb"][np.maximum(frames, 0)])
+            assert np.array_equal(batch["action"][i], episode.action[np.minimum(steps, episode.steps - 1)])
+            assert np.array_equal(batch["obs_is_pad"][i], frames < 0)
+            assert np.array_equal(batch["action_is_pad"][i], steps >= episode.steps)
+            i += 1
+
+
+def test_window_datasets_shuffle_globally_and_load_batches(recorded):
+    """WindowMapDataset serves batches by index lists; WindowDataset's shuffle mixes episodes."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    directory, _ = recorded
+    mapped = forge_gpu.WindowMapDataset(directory, history=2, horizon=2)
+    sampler = BatchSampler(RandomSampler(mapped, generator=torch.Generator().manual_seed(0)), 16, drop_last=False)
+    batches = list(DataLoader(mapped, sampler=sampler, batch_size=None))
+    assert sum(len(b["t"]) for b in batches) == len(mapped)
+    assert batches[0]["obs/proprio"].shape == (16, 2, 3) and len(batches[0]["instruction"]) == 16
+    assert mapped[0]["action"].shape == (2, 2)
+    shuffled = list(forge_gpu.WindowDataset(directory, history=2, horizon=2, shuffle=True, seed=1))
+    first = {(int(w["env_id"]), int(w["episode_id"])) for w in shuffled[:10]}
+    assert len(shuffled) == len(mapped) and len(first) >= 5  # in order, 10 windows span ~3 episodes
+
+
+def test_a_standard_arrow_reader_opens_the_segments(recorded):
+    """pyarrow alone, following docs/FORMAT.md, reads the same frames the reader returns."""
+    import pyarrow as pa
+
+    directory, _ = recorded
+    commits = [json.loads(line) for line in (directory / COMMIT_LOG).read_bytes().split(b"\n")[:-1]]
+    tables = []
+    for segment in sorted({c["segment"] for c in commits}):
+        reader = pa.ipc.open_stream(pa.memory_map(str(directory / f"segment-{segment:06d}.arrows")))
+        tables.append(pa.Table.from_batches([reader.read_next_batch() for c in commits if c["segment"] == segment]))
+    table = pa.concat_tables(tables)
+    proprio = table.column("obs/proprio").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
+    entry = commits[-1]["episodes"]
+    first, stride, steps = entry["first_row"][0], entry["stride"][0], entry["steps"][0]
+    episode = episodes_by_id(directory)[(entry["env_id"][0], entry["episode_id"][0])]
+    assert np.array_equal(proprio[first : first + steps * stride : stride], episode.obs["proprio"])
+
+
+MUTATIONS = ["flip", "truncate", "log_line", "log_value", "log_bytes"]
+
+
+@settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(MUTATIONS), seed=st.integers(0, 2**31 - 1))
+def test_fuzzed_packed_runs_only_raise_value_error(recorded, tmp_path, kind, seed):
+    """Mutated segments and commit logs give valid episodes or ValueError naming a file, never another error."""
+    directory, _ = recorded
+    rng = np.random.default_rng(seed)
+    run = tmp_path / "run"
+    if run.exists():
+        shutil.rmtree(run)
+    shutil.copytree(directory, run)
+    segments = sorted(run.glob("segment-*.arrows"))
+    log = run / COMMIT_LOG
+    if kind in ("flip", "truncate"):
+        victim = segments[rng.integers(len(segments))]
+        data = bytearray(victim.read_bytes())
+        if kind == "flip":
+            for _ in range(1 + rng.integers(8)):
+                data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+        else:
+            data = data[: rng.integers(len(data))]
+        victim.write_bytes(bytes(data))
+    elif kind == "log_line":
+        lines = log.read_bytes().split(b"\n")[:-1]
+        del lines[rng.integers(len(lines))]
+        log.write_bytes(b"\n".join(lines) + b"\n")
+    elif kind == "log_value":
+        lines = log.read_text().splitlines()
+        k = rng.integers(len(lines))
+        commit = json.loads(lines[k])
+        key = sorted(commit)[rng.integers(len(commit))]
+        if key == "episodes" and commit["episodes"]["steps"]:
+            inner = sorted(commit["episodes"])[rng.integers(5)]
+            commit["episodes"][inner][0] = [None, -1, 10**12, 0, 1, "x"][rng.integers(6)]
+        else:
+            commit[key] = [None, -1, 10**12, 0, 1, "x", 3.5][rng.integers(7)]
+        lines[k] = json.dumps(commit)
+        log.write_text("\n".join(lines) + "\n")
+    else:
+        data = bytearray(log.read_bytes())
+        data[rng.integers(len(data))] = int(rng.integers(256))
+        log.write_bytes(bytes(data))
+    try:
+        for episode in forge_gpu.read_episodes(run):
+            assert episode.steps >= 1
+    except ValueError as exc:
+        assert str(run) in str(exc)
