@@ -8,8 +8,10 @@ stepping only takes about --seconds, but at least 2 * max_steps so that every en
 max_steps is overridden to --max-steps (default 50) so that this stays affordable for every task.
   stepping        reset, then a plain ``env.step(policy(obs))`` loop, synchronized at the end
   transport       ``collect(env, policy, None, steps=S)``: stepping plus HostSnapshotTransport and its consumer
-  record_none     ``collect`` recording into a temporary run directory, stored (uncompressed) members
-  record_deflate1 the same with deflate level 1
+  record_packed   ``collect`` recording into a temporary run directory, packed layout, uncompressed
+  record_packed_lz4  the same with LZ4 buffer compression
+  record_npz      schema 1 (one file per episode), stored (uncompressed) members
+  record_npz_deflate1  schema 1 with deflate level 1
 Figures:
   env_steps_per_s       num_envs * S / the wall time of the whole call, including the recorder's close
                         (every completed episode published)
@@ -38,7 +40,13 @@ from common import machine, plot, save, table  # noqa: E402
 CPU_ENVS = {"cartpole": [256, 1024, 4096]}
 CPU_ENVS_OTHER = [64, 256]  # tasks with contacts or cameras step far slower on the CPU
 CUDA_ENVS = [256, 1024, 4096, 16384]
-RECORDINGS = {"record_none": ("none", 1), "record_deflate1": ("deflate", 1)}
+#: mode -> (format, compression, compression level)
+RECORDINGS = {
+    "record_packed": ("packed", "none", 1),
+    "record_packed_lz4": ("packed", "lz4", 1),
+    "record_npz": ("npz", "none", 1),
+    "record_npz_deflate1": ("npz", "deflate", 1),
+}
 
 
 def buffer_budget(env) -> int:
@@ -85,7 +93,7 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
         directory = None if recording is None else tempfile.mkdtemp(prefix=f"{task}-{num_envs}-{mode}-", dir=parent)
         if directory is not None:
             Path(directory).rmdir()  # collect creates the run directory itself
-        compression, level = recording or ("none", 1)
+        format, compression, level = recording or ("packed", "none", 1)
         try:
             t0 = time.perf_counter()
             summary = collect(
@@ -95,9 +103,10 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
                 steps=steps,
                 slots=args.slots,
                 writers=args.writers,
+                format=format,
                 compression=compression,
                 compression_level=level,
-                max_buffer_bytes=buffer_budget(env),
+                max_buffer_bytes=buffer_budget(env) if format == "npz" else None,
             )
             wall = time.perf_counter() - t0
         finally:

@@ -89,7 +89,7 @@ def test_transport_smoke(out):
 def test_pipeline_smoke(out):
     """bench/pipeline.py --smoke gives steps/s, efficiency and stall for each mode, and recordings publish."""
     rows = run_bench("pipeline", out)["rows"]
-    modes = {"stepping", "transport", "record_none", "record_deflate1"}
+    modes = {"stepping", "transport", "record_packed", "record_packed_lz4", "record_npz", "record_npz_deflate1"}
     assert {r["mode"] for r in rows} == modes
     for row in rows:
         check_figures(row, PIPELINE)
@@ -117,3 +117,26 @@ def test_threads_smoke(out):
     assert [r["python_us_per_episode"] for r in rows] == [0, 5, 10, 15]
     for row in rows:
         check_figures(row, {f"w{w}_episodes_per_s": True for w in (1, 2, 4)} | {"w2_over_w1": True})
+
+
+def test_packed_smoke(out):
+    """bench/packed.py --smoke gives every figure of the packed layout, finite and positive."""
+    rows = {r["figure"]: r for r in run_bench("packed", out)["rows"]}
+    assert set(rows) == {
+        "ingest_short",
+        "ingest_long",
+        "files_per_100k",
+        "pipeline_0",
+        "rss",
+        "reader_cartpole",
+        "reader_reach",
+    }
+    for name in ("ingest_short", "ingest_long"):
+        check_figures(rows[name], {"rows_per_s": True, "vs_raw_write": True, "vs_per_row": True, "vs_npz": True})
+    check_figures(rows["files_per_100k"], {"files_per_100k": True})
+    check_figures(rows["pipeline_0"], {"recording": True, "stepping": True, "efficiency": True})
+    check_figures(rows["rss"], {"peak_rss_mb_100": True, "peak_rss_mb_1000": True, "ratio": True})
+    for name in ("reader_cartpole", "reader_reach"):
+        figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]
+        figures += ["packed_batch_in_order_per_s", "packed_batch_shuffled_per_s", "episodes_vs_npz", "windows_vs_npz"]
+        check_figures(rows[name], dict.fromkeys(figures, True))

@@ -336,7 +336,7 @@ def test_a_standard_arrow_reader_opens_the_segments(recorded):
 MUTATIONS = ["flip", "truncate", "log_line", "log_value", "log_bytes"]
 
 
-@settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(MUTATIONS), seed=st.integers(0, 2**31 - 1))
 def test_fuzzed_packed_runs_only_raise_value_error(recorded, tmp_path, kind, seed):
     """Mutated segments and commit logs give valid episodes or ValueError naming a file, never another error."""

@@ -352,9 +352,10 @@ def segment_schema(run_dir: str, segment: int):
     try:
         with pa.memory_map(path) as source:
             schema = pa.ipc.read_schema(source)
-    except (OSError, pa.ArrowException, EOFError) as exc:
-        raise ValueError(f"{path}: cannot read the segment's schema: {exc}") from exc
-    return schema, schema_columns(schema, name=path)
+        return schema, schema_columns(schema, name=path)
+    except (OSError, pa.ArrowException, EOFError, ValueError) as exc:  # ValueError: e.g. names that are not UTF-8
+        message = str(exc) if str(exc).startswith(path) else f"{path}: cannot read the segment's schema: {exc}"
+        raise ValueError(message) from exc
 
 
 # -- runs and episodes --------------------------------------------------------------------------------
@@ -418,22 +419,24 @@ def episode_rows(episodes: Mapping[str, np.ndarray], select: np.ndarray) -> tupl
     return rows, starts
 
 
-def check_episodes(
+def gather_episodes(
     columns: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray], select: np.ndarray, *, name: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Check the selected episodes against the schema-1 content rules, whole columns at once.
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The rows of the selected episodes, laid end to end, checked: ``(gathered, starts)``.
 
-    ``columns`` holds every run row of CHECK_COLUMNS and of any other column whose values are to be
-    checked. Returns `episode_rows`. Raises ValueError naming ``name``, the rule and an episode.
+    ``columns`` holds every run row of CHECK_COLUMNS and of the other columns to read.
+    ``gathered[c][starts[k]:starts[k+1]]`` are episode ``k``'s rows of column ``c`` (see
+    :func:`episode_rows`). Every schema-1 content rule is checked over whole columns at once, and every
+    float value for finiteness; a break raises ValueError naming ``name``, the rule and an episode.
     """
     rows, starts = episode_rows(episodes, select)
     total = len(columns["obs/step_id"])
     if rows.size and (rows.min() < 0 or rows.max() >= total):
         raise ValueError(f"{name}: an episode's rows lie outside the {total} committed rows")
+    gathered = {column: values[rows] for column, values in columns.items()}
     counts = np.diff(starts)
     owner = np.repeat(np.arange(counts.size), counts)  # the selected episode of each row
-    j = rows - np.repeat(episodes["first_row"][select], counts)
-    j //= np.repeat(episodes["stride"][select], counts)  # the frame index within its episode
+    j = np.arange(rows.size) - np.repeat(starts[:-1], counts)  # the frame index within its episode
     first = j == 0
     last = np.zeros(rows.size, bool)
     last[starts[1:] - 1] = True
@@ -444,18 +447,18 @@ def check_episodes(
             ids = f"env {episodes['env_id'][k]} episode {episodes['episode_id'][k]}"
             raise ValueError(f"{name}: episode {ids}: {rule}")
 
-    for column, values in columns.items():
-        if values.dtype.kind == "f":
-            fail(~np.isfinite(values[rows]).reshape(rows.size, -1).all(axis=1), f"{column} holds non-finite values")
-    fail(columns["obs/step_id"][rows] != j, "obs/step_id must count 0, 1, ..., T along the episode")
+    for column, values in gathered.items():
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            fail(~np.isfinite(values).reshape(rows.size, -1).all(axis=1), f"{column} holds non-finite values")
+    fail(gathered["obs/step_id"] != j, "obs/step_id must count 0, 1, ..., T along the episode")
     for key in ("env_id", "episode_id"):
-        fail(columns[f"obs/{key}"][rows] != np.repeat(episodes[key][select], counts), f"obs/{key} must be constant")
-    time = columns["obs/time"][rows]
+        fail(gathered[f"obs/{key}"] != np.repeat(episodes[key][select], counts), f"obs/{key} must be constant")
+    time = gathered["obs/time"]
     fail(~first & ~(time > np.roll(time, 1)), "obs/time must increase along the episode")
-    terminated, truncated = columns["terminated"][rows], columns["truncated"][rows]
+    terminated, truncated = gathered["terminated"], gathered["truncated"]
     fail(~first & terminated & truncated, "a transition is both terminated and truncated")
     fail(~first & ((terminated | truncated) != last), "terminated|truncated must be true at the last transition only")
-    return rows, starts
+    return gathered, starts
 
 
 # -- repair -------------------------------------------------------------------------------------------

@@ -231,28 +231,28 @@ class PackedRunReader:
         return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
 
     def table(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], dict, dict]:
-        """The selected episodes, checked: their observation fields, every run row of those fields'
-        columns and of the transition columns, and the episodes' entries restricted to ``ks``."""
-        from forge_gpu._src.packed import CHECK_COLUMNS, check_episodes  # noqa: PLC0415
+        """The selected episodes, checked, laid end to end (stride 1): their observation fields, their rows
+        of those fields' columns and of the transition columns, and their entries (``first_row`` and
+        ``stride`` of the new layout)."""
+        from forge_gpu._src.packed import CHECK_COLUMNS, gather_episodes  # noqa: PLC0415
 
         fields = self._fields(options)
         names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
         select = np.asarray(ks, dtype=np.int64)
-        columns = self.run.load(names) if len(self.run) else {}
-        if select.size:
-            check_episodes(columns, self.run.episodes, select, name=self.directory)
+        columns = self.run.load(names) if select.size else {}
+        if not select.size:
+            return fields, {}, {key: values[select] for key, values in self.run.episodes.items()}
+        gathered, starts = gather_episodes(columns, self.run.episodes, select, name=self.directory)
+        del columns
         episodes = {key: values[select] for key, values in self.run.episodes.items()}
-        return fields, columns, episodes
+        episodes.update(first_row=starts[:-1], stride=np.ones(select.size, np.int64))
+        return fields, gathered, episodes
 
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        from forge_gpu._src.packed import episode_rows  # noqa: PLC0415
-
         if not ks:
             return
-        fields, columns, episodes = self.table(ks, options)
-        rows, starts = episode_rows(episodes, np.arange(len(ks)))
-        names = [f"obs/{f}" for f in fields] + list(TRANSITION_MEMBERS)
-        gathered = {name: columns[name][rows] for name in names}
+        fields, gathered, episodes = self.table(ks, options)
+        starts = np.append(episodes["first_row"], len(gathered["action"]))
         for i in range(len(ks)):
             s, e = int(starts[i]), int(starts[i + 1])
             env_id, episode_id = int(episodes["env_id"][i]), int(episodes["episode_id"][i])

@@ -1,0 +1,287 @@
+"""The packed layout's figures (issue 12), each a ratio within one run.
+
+python bench/packed.py                   # CPU sizes, about 10 minutes on 2 cores
+python bench/packed.py --smoke           # seconds-long check that every figure is produced
+python bench/packed.py --only reader     # one section: ingest, pipeline, rss, reader
+
+  ingest_SHAPE      PackedRecorder fed pre-made host batches (cartpole layout: proprio 4, action 1, 4096 envs,
+                    compression none; no stepping), rows (env rows appended) per second over appends + close.
+                    SHAPE short: ~25-step episodes (end probability 0.04); long: 200-step episodes. Against
+                    (a) a raw sequential write of the same bytes into the same directory (os.write of
+                    8 MiB chunks into one file, then close), run right after; (b) bench/recorder.py's per-row
+                    reference recorder on the first 1/8 of the batches (it is slow); (c) the schema-1
+                    EpisodeRecorder (2 writers) on the same 1/8.
+  files_per_100k    files in a packed run per 100,000 cartpole episodes of ~25 steps, from the short run
+                    (schema 1: two per episode).
+  pipeline          cartpole, 1024 envs, CPU, random policy (~25-step episodes): ``collect`` recording packed
+                    to --record-dir against ``collect`` with ``directory=None``, same steps, alternated;
+                    env-steps/s over the whole call including close. Three pairs, each ratio printed.
+  rss               peak RSS of ``forge-gpu collect reach --envs 256`` at 128x128 (RGB-D) with max_steps 100
+                    and 1000, packed, in fresh processes (same step count); ratio second/first.
+  reader_TASK       the same episodes in both layouts (recorded packed, converted to npz), one process:
+                    read_episodes episodes/s; windows/s (history 2, horizon 8) of schema-1 action_windows
+                    against Windows.batch over all windows in batches of 256 (in order, and shuffled: random
+                    batches of 256 from a global permutation); Windows' load time is given apart.
+                    cartpole: 1024 episodes of 200 steps; reach: 256 episodes of ~50 steps, 64x64 RGB-D.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from common import machine, save, table  # noqa: E402
+from recorder import PerRowRecorder, figure_directory, new_directory, record  # noqa: E402
+from synthetic import make_env  # noqa: E402
+
+import forge_gpu  # noqa: E402
+from forge_gpu._src.convert import convert_run  # noqa: E402
+from forge_gpu._src.packed_recorder import PackedRecorder  # noqa: E402
+from forge_gpu._src.recorder import EpisodeRecorder  # noqa: E402
+from forge_gpu._src.windows import Windows  # noqa: E402
+
+FULL = {
+    "ingest": {"num_envs": 4096, "short_steps": 400, "long_steps": 402},
+    "pipeline": {"num_envs": 1024, "steps": 300, "pairs": 3},
+    "rss": {"num_envs": 256, "image_size": 128, "steps": 24},
+    "reader": {"cartpole": (1024, 200, 0.0, None), "reach": (256, 50, 0.02, 64)},
+}
+SMOKE = {
+    "ingest": {"num_envs": 64, "short_steps": 40, "long_steps": 22},
+    "pipeline": {"num_envs": 16, "steps": 20, "pairs": 1},
+    "rss": {"num_envs": 4, "image_size": 32, "steps": 3},
+    "reader": {"cartpole": (32, 20, 0.0, None), "reach": (8, 10, 0.05, 16)},
+}
+
+
+def fs_type(path: str) -> str:
+    """The file system type of ``path`` (from /proc/mounts; the longest matching mount point)."""
+    path, best = os.path.realpath(path), ("", "unknown")
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            mount, kind = line.split()[1], line.split()[2]
+            if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best[0]):
+                best = (mount, kind)
+    except OSError:
+        pass
+    return best[1]
+
+
+def make_batches(num_envs: int, steps: int, *, max_steps: int, end_prob: float, image: int | None = None, seed=0):
+    """Host batches with the env's step semantics, made with whole-array operations (a reset batch, then
+    ``steps`` step batches); cartpole's layout, plus RGB-D of ``image`` pixels a side when given."""
+    rng = np.random.default_rng(seed)
+    env = make_env(num_envs=num_envs, max_steps=max_steps, proprio_dim=4, action_dim=1, images=image is not None)
+    if image is not None:
+        env.spec["observation"]["rgb"]["shape"] = [image, image, 3]
+        env.spec["observation"]["depth"]["shape"] = [image, image]
+    episode = np.zeros(num_envs, np.int32)
+    step = np.zeros(num_envs, np.int32)
+    ended = np.ones(num_envs, bool)
+    batches = []
+    for k in range(steps + 1):
+        active = ~ended if k else np.zeros(num_envs, bool)
+        episode[ended & (k > 0)] += 1
+        step[:] = np.where(active, step + 1, 0)
+        terminated = active & (rng.random(num_envs) < end_prob)
+        truncated = active & ~terminated & (step == max_steps)
+        obs = {
+            "env_id": np.arange(num_envs, dtype=np.int32),
+            "episode_id": episode.copy(),
+            "step_id": step.copy(),
+            "time": (step * np.float32(0.02)).astype(np.float32),
+            "proprio": rng.normal(size=(num_envs, 4)).astype(np.float32),
+        }
+        if image is not None:
+            obs["rgb"] = rng.integers(0, 256, (num_envs, image, image, 3), dtype=np.uint8)
+            obs["depth"] = rng.random((num_envs, image, image), dtype=np.float32)
+        action = np.where(active[:, None], rng.uniform(-1, 1, (num_envs, 1)), 0).astype(np.float32)
+        reward = np.where(active, rng.normal(size=num_envs), 0).astype(np.float32)
+        info = {"active": active, "executed_action": action}
+        batches.append(
+            (obs, types.SimpleNamespace(reward=reward, terminated=terminated, truncated=truncated, info=info))
+        )
+        ended = terminated | truncated
+    return env, batches
+
+
+def raw_write(parent: str, nbytes: int, chunk: int = 8 << 20) -> float:
+    """Seconds to write ``nbytes`` sequentially into one new file in 8 MiB writes, close included."""
+    data = np.random.default_rng(0).integers(0, 256, chunk, dtype=np.uint8).tobytes()
+    path = os.path.join(parent, "raw.bin")
+    os.sync()
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    left = nbytes
+    while left > 0:
+        left -= os.write(fd, memoryview(data)[: min(left, chunk)])
+    os.close(fd)
+    seconds = time.perf_counter() - start
+    os.remove(path)
+    return seconds
+
+
+def ingest(sizes: dict, parent: str) -> list[dict]:
+    rows = []
+    for shape, steps, max_steps, end_prob in (
+        ("short", sizes["short_steps"], 200, 0.04),
+        ("long", sizes["long_steps"], 200, 0.0),
+    ):
+        env, batches = make_batches(sizes["num_envs"], steps, max_steps=max_steps, end_prob=end_prob)
+        count = len(batches) * sizes["num_envs"]
+        with figure_directory(parent) as where:
+            directory = new_directory(where, "packed")
+            recorder = PackedRecorder(directory, env)
+            seconds, _ = record(recorder, batches)
+            files = len(os.listdir(directory))
+            raw = raw_write(where, recorder.bytes_written)
+            part = batches[: max(len(batches) // 8, 2)]
+            reference = PerRowRecorder(new_directory(where, "per-row"))
+            reference_seconds, _ = record(reference, part)
+            npz = EpisodeRecorder(new_directory(where, "npz"), env)
+            npz_seconds, _ = record(npz, part)
+        part_rows = len(part) * sizes["num_envs"]
+        rows_per_s = count / seconds
+        raw_rows_per_s = count / raw
+        rows.append(
+            {
+                "figure": f"ingest_{shape}",
+                "rows_per_s": rows_per_s,
+                "mb_per_s": recorder.bytes_written / seconds / 1e6,
+                "episodes_per_s": recorder.completed_episodes / seconds,
+                "vs_raw_write": rows_per_s / raw_rows_per_s,
+                "raw_write_mb_per_s": recorder.bytes_written / raw / 1e6,
+                "vs_per_row": rows_per_s / (part_rows / reference_seconds),
+                "vs_npz": rows_per_s / (part_rows / npz_seconds),
+                "episodes": recorder.completed_episodes,
+            }
+        )
+        if shape == "short":
+            rows.append({"figure": "files_per_100k", "files_per_100k": files / recorder.completed_episodes * 1e5})
+    return rows
+
+
+def pipeline(sizes: dict, parent: str) -> list[dict]:
+    from forge_gpu._src.collector import collect
+
+    env = forge_gpu.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0)
+    policy = forge_gpu.make_policy("random", env)
+    collect(env, policy, None, steps=5)  # compile and warm up
+    rows = []
+    with figure_directory(parent) as where:
+        for pair in range(sizes["pairs"]):
+            bare = collect(env, policy, None, steps=sizes["steps"])
+            os.sync()
+            recorded = collect(env, policy, new_directory(where, "pipeline"), steps=sizes["steps"])
+            rows.append(
+                {
+                    "figure": f"pipeline_{pair}",
+                    "recording": recorded.env_steps_per_second,
+                    "stepping": bare.env_steps_per_second,
+                    "efficiency": recorded.env_steps_per_second / bare.env_steps_per_second,
+                    "stall": recorded.stall_fraction,
+                    "episodes": recorded.episodes,
+                }
+            )
+    return rows
+
+
+def rss(sizes: dict, parent: str) -> list[dict]:
+    peaks = {}
+    with figure_directory(parent) as where:
+        for max_steps in (100, 1000):
+            script = (
+                "import resource, forge_gpu; from forge_gpu._src.collector import collect; "
+                f"env = forge_gpu.make('reach', num_envs={sizes['num_envs']}, device='cpu', max_steps={max_steps}, "
+                f"**{{'params.image_size': {sizes['image_size']}}}); "
+                f"collect(env, forge_gpu.make_policy('random', env), {new_directory(where, 'rss')!r}, "
+                f"steps={sizes['steps']}); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+            )
+            done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+            peaks[max_steps] = int(done.stdout.split()[-1]) * 1024
+    return [
+        {
+            "figure": "rss",
+            "peak_rss_mb_100": peaks[100] / 1e6,
+            "peak_rss_mb_1000": peaks[1000] / 1e6,
+            "ratio": peaks[1000] / peaks[100],
+        }
+    ]
+
+
+def reader(sizes: dict, parent: str) -> list[dict]:
+    rows = []
+    for task, (num_envs, max_steps, end_prob, image) in sizes.items():
+        steps = 2 * max_steps + 1 if not end_prob else int(4 / end_prob)
+        env, batches = make_batches(num_envs, steps, max_steps=max_steps, end_prob=end_prob, image=image)
+        with figure_directory(parent) as where:
+            packed = new_directory(where, "packed")
+            recorder = PackedRecorder(packed, env, max_buffer_bytes=1 << 30)
+            record(recorder, batches)
+            npz = os.path.join(where, "npz")
+            convert_run(packed, npz, to="npz")
+            figure = {"figure": f"reader_{task}", "episodes": recorder.completed_episodes}
+            for name, run in (("npz", npz), ("packed", packed)):
+                start = time.perf_counter()
+                count = sum(1 for _ in forge_gpu.read_episodes(run))
+                figure[f"{name}_episodes_per_s"] = count / (time.perf_counter() - start)
+            start = time.perf_counter()
+            count = sum(1 for _ in forge_gpu.action_windows(npz, 2, 8))
+            figure["npz_action_windows_per_s"] = count / (time.perf_counter() - start)
+            for name, run in (("npz", npz), ("packed", packed)):
+                start = time.perf_counter()
+                windows = Windows(run, 2, 8)
+                figure[f"{name}_windows_load_s"] = time.perf_counter() - start
+            order = {"in_order": np.arange(len(windows))}
+            order["shuffled"] = np.random.default_rng(0).permutation(len(windows))
+            for kind, indices in order.items():
+                start = time.perf_counter()
+                for at in range(0, len(indices), 256):
+                    windows.batch(indices[at : at + 256])
+                figure[f"packed_batch_{kind}_per_s"] = len(indices) / (time.perf_counter() - start)
+        figure["episodes_vs_npz"] = figure["packed_episodes_per_s"] / figure["npz_episodes_per_s"]
+        figure["windows_vs_npz"] = figure["packed_batch_in_order_per_s"] / figure["npz_action_windows_per_s"]
+        rows.append(figure)
+    return rows
+
+
+SECTIONS = {"ingest": ingest, "pipeline": pipeline, "rss": rss, "reader": reader}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every figure is produced")
+    parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run these sections only")
+    parser.add_argument("--record-dir", default=str(HERE / "results" / "tmp"), help="where runs are written")
+    parser.add_argument("--out", default=None, help="output folder (default bench/results)")
+    args = parser.parse_args(argv)
+    os.makedirs(args.record_dir, exist_ok=True)
+    parent = tempfile.mkdtemp(prefix="packed-", dir=args.record_dir)
+    sizes = SMOKE if args.smoke else FULL
+    rows = []
+    for name in args.only or list(SECTIONS):
+        for row in SECTIONS[name](sizes[name], parent):
+            print(table([row], list(row)), flush=True)
+            rows.append(row)
+    os.rmdir(parent)
+    heading = f"packed layout figures, runs on {fs_type(args.record_dir)} ({args.record_dir})"
+    markdown = heading + "\n\n" + "\n\n".join(table([r], list(r)) for r in rows)
+    payload = {"machine": machine(), "file_system": fs_type(args.record_dir), "smoke": args.smoke, "rows": rows}
+    save("packed", payload, markdown, Path(args.out) if args.out else None)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
