@@ -202,11 +202,13 @@ def rss(sizes: dict, parent: str) -> list[dict]:
     with figure_directory(parent) as where:
         for max_steps in (100, 1000):
             script = (
-                "import resource, forge_gpu; from forge_gpu._src.collector import collect; "
+                "import forge_gpu; from forge_gpu._src.collector import collect; "
                 f"env = forge_gpu.make('reach', num_envs={sizes['num_envs']}, device='cpu', max_steps={max_steps}, "
                 f"**{{'params.image_size': {sizes['image_size']}}}); "
                 f"collect(env, forge_gpu.make_policy('random', env), {new_directory(where, 'rss')!r}, "
-                f"steps={sizes['steps']}); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+                f"steps={sizes['steps']}); "
+                # VmHWM: this process's peak; ru_maxrss would keep the parent's peak across exec on Linux
+                "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
             )
             done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
             peaks[max_steps] = int(done.stdout.split()[-1]) * 1024

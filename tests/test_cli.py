@@ -25,22 +25,12 @@ def run_cli(*args, cwd=None, timeout=300):
     )
 
 
-def test_collect_inspect_render_end_to_end(tmp_path):
-    """collect through a subprocess writes a valid run that inspect checks and render draws."""
+@pytest.mark.parametrize("layout", [["--compression", "lz4"], ["--format", "npz", "--compression", "deflate"]])
+def test_collect_inspect_render_end_to_end(tmp_path, layout):
+    """collect through a subprocess writes a valid run (either layout) that inspect checks and render draws."""
     out = tmp_path / "run"
     done = run_cli(
-        "collect",
-        "cartpole",
-        "--envs",
-        "4",
-        "--episodes",
-        "6",
-        "--set",
-        "max_steps=15",
-        "--compression",
-        "deflate",
-        "--out",
-        str(out),
+        "collect", "cartpole", "--envs", "4", "--episodes", "6", "--set", "max_steps=15", *layout, "--out", str(out)
     )
     assert done.returncode == 0, done.stderr
     assert f"run: {out}" in done.stdout and "episodes published" in done.stdout
@@ -168,7 +158,10 @@ def test_torch_mlp_policy_drives_cartpole(tmp_path):
         (["collect", "cartpole", "--set", "solver.name=bullet"], ["solver.name", "bullet"]),
         (["collect", "cartpole", "--envs", "0"], ["num_envs", "0"]),
         (["collect", "cartpole", "--writers", "0"], ["--writers"]),
-        (["collect", "cartpole", "--compression", "zstd"], ["compression"]),
+        (["collect", "cartpole", "--compression", "deflate"], ["--compression deflate", "packed", "lz4"]),
+        (["collect", "cartpole", "--format", "npz", "--compression", "zstd"], ["--compression zstd", "npz"]),
+        (["collect", "cartpole", "--format", "parquet"], ["--format", "packed", "npz"]),
+        (["convert", "missing-run", "out", "--to", "npz"], ["not a run directory"]),
         (["collect", "cartpole", "--bogus"], ["--bogus"]),
         (["collect", "cartpole", "--policy", "torch_policies:wrong_shape"], ["shape"]),
         (["collect", "cartpole", "--policy", "torch_policies:nan_actions"], ["non-finite"]),
@@ -180,7 +173,8 @@ def test_torch_mlp_policy_drives_cartpole(tmp_path):
         (["collect", "cartpole", "--set", "substeps=true"], ["substeps", "integer"]),
         (["collect", "cartpole", "--set", "control_dt=0"], ["control_dt"]),
         (["collect", "cartpole", "--slots", "0"], ["--slots"]),
-        (["collect", "cartpole", "--max-buffer-bytes", "1000"], ["max_buffer_bytes", "bytes"]),
+        (["collect", "cartpole", "--max-buffer-bytes", "10"], ["max_buffer_bytes", "bytes"]),
+        (["collect", "cartpole", "--format", "npz", "--max-buffer-bytes", "1000"], ["max_buffer_bytes", "bytes"]),
         (["collect", "ant", "--set", "solver.name=featherstone"], ["contacts", "mujoco"]),
     ],
 )
