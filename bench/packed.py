@@ -11,6 +11,8 @@ python bench/packed.py --only reader     # one section: ingest, pipeline, rss, r
                     8 MiB chunks into one file, then close), run right after; (b) bench/recorder.py's per-row
                     reference recorder on the first 1/8 of the batches (it is slow); (c) the schema-1
                     EpisodeRecorder (2 writers) on the same 1/8.
+  ingest_SHAPE_CODEC  the same with lz4 or zstd buffer compression: rows/s, vs_none (its speed over the
+                    uncompressed run's), size_vs_none (bytes written over the uncompressed run's).
   files_per_100k    files in a packed run per 100,000 cartpole episodes of ~25 steps, from the short run
                     (schema 1: two per episode).
   pipeline          cartpole, 1024 envs, CPU, random policy (~25-step episodes): ``collect`` recording packed
@@ -21,7 +23,8 @@ python bench/packed.py --only reader     # one section: ingest, pipeline, rss, r
   reader_TASK       the same episodes in both layouts (recorded packed, converted to npz), one process:
                     read_episodes episodes/s; windows/s (history 2, horizon 8) of schema-1 action_windows
                     against Windows.batch over all windows in batches of 256 (in order, and shuffled: random
-                    batches of 256 from a global permutation); Windows' load time is given apart.
+                    batches of 256 from a global permutation); Windows' load time is given apart. Each rate is
+                    the median of 3 repeats, after os.sync(), from the page cache.
                     cartpole: 1024 episodes of 200 steps; reach: 256 episodes of ~50 steps, 64x64 RGB-D.
 """
 
@@ -146,6 +149,10 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
             seconds, _ = record(recorder, batches)
             files = len(os.listdir(directory))
             raw = raw_write(where, recorder.bytes_written)
+            compressed = {}
+            for codec in ("lz4", "zstd"):
+                other = PackedRecorder(new_directory(where, codec), env, compression=codec)
+                compressed[codec] = (record(other, batches)[0], other.bytes_written)
             part = batches[: max(len(batches) // 8, 2)]
             reference = PerRowRecorder(new_directory(where, "per-row"))
             reference_seconds, _ = record(reference, part)
@@ -153,20 +160,28 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
             npz_seconds, _ = record(npz, part)
         part_rows = len(part) * sizes["num_envs"]
         rows_per_s = count / seconds
-        raw_rows_per_s = count / raw
         rows.append(
             {
                 "figure": f"ingest_{shape}",
                 "rows_per_s": rows_per_s,
                 "mb_per_s": recorder.bytes_written / seconds / 1e6,
                 "episodes_per_s": recorder.completed_episodes / seconds,
-                "vs_raw_write": rows_per_s / raw_rows_per_s,
+                "vs_raw_write": rows_per_s / (count / raw),
                 "raw_write_mb_per_s": recorder.bytes_written / raw / 1e6,
                 "vs_per_row": rows_per_s / (part_rows / reference_seconds),
                 "vs_npz": rows_per_s / (part_rows / npz_seconds),
                 "episodes": recorder.completed_episodes,
             }
         )
+        for codec, (codec_seconds, codec_bytes) in compressed.items():
+            rows.append(
+                {
+                    "figure": f"ingest_{shape}_{codec}",
+                    "rows_per_s": count / codec_seconds,
+                    "vs_none": seconds / codec_seconds,
+                    "size_vs_none": codec_bytes / recorder.bytes_written,
+                }
+            )
         if shape == "short":
             rows.append({"figure": "files_per_100k", "files_per_100k": files / recorder.completed_episodes * 1e5})
     return rows
@@ -234,13 +249,14 @@ def reader(sizes: dict, parent: str) -> list[dict]:
             npz = os.path.join(where, "npz")
             convert_run(packed, npz, to="npz")
             figure = {"figure": f"reader_{task}", "episodes": recorder.completed_episodes}
+            os.sync()  # no writeback of the runs just written during the reads
             for name, run in (("npz", npz), ("packed", packed)):
-                start = time.perf_counter()
-                count = sum(1 for _ in forge_gpu.read_episodes(run))
-                figure[f"{name}_episodes_per_s"] = count / (time.perf_counter() - start)
-            start = time.perf_counter()
-            count = sum(1 for _ in forge_gpu.action_windows(npz, 2, 8))
-            figure["npz_action_windows_per_s"] = count / (time.perf_counter() - start)
+                figure[f"{name}_episodes_per_s"] = median_rate(
+                    lambda run=run: sum(1 for _ in forge_gpu.read_episodes(run))
+                )
+            figure["npz_action_windows_per_s"] = median_rate(
+                lambda npz=npz: sum(1 for _ in forge_gpu.action_windows(npz, 2, 8))
+            )
             for name, run in (("npz", npz), ("packed", packed)):
                 start = time.perf_counter()
                 windows = Windows(run, 2, 8)
@@ -248,14 +264,27 @@ def reader(sizes: dict, parent: str) -> list[dict]:
             order = {"in_order": np.arange(len(windows))}
             order["shuffled"] = np.random.default_rng(0).permutation(len(windows))
             for kind, indices in order.items():
-                start = time.perf_counter()
-                for at in range(0, len(indices), 256):
-                    windows.batch(indices[at : at + 256])
-                figure[f"packed_batch_{kind}_per_s"] = len(indices) / (time.perf_counter() - start)
+
+                def batches(indices=indices, windows=windows):
+                    for at in range(0, len(indices), 256):
+                        windows.batch(indices[at : at + 256])
+                    return len(indices)
+
+                figure[f"packed_batch_{kind}_per_s"] = median_rate(batches)
         figure["episodes_vs_npz"] = figure["packed_episodes_per_s"] / figure["npz_episodes_per_s"]
         figure["windows_vs_npz"] = figure["packed_batch_in_order_per_s"] / figure["npz_action_windows_per_s"]
         rows.append(figure)
     return rows
+
+
+def median_rate(count_items, repeats: int = 3) -> float:
+    """Items per second of ``count_items()`` (which returns how many it handled), the median of ``repeats``."""
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        items = count_items()
+        rates.append(items / (time.perf_counter() - start))
+    return float(np.median(rates))
 
 
 SECTIONS = {"ingest": ingest, "pipeline": pipeline, "rss": rss, "reader": reader}

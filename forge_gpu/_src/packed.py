@@ -380,6 +380,8 @@ class PackedRun:
             k: np.concatenate([c["episodes"][k] for c in self.commits]) if self.commits else np.zeros(0, np.int64)
             for k in keys
         }
+        counts = [len(c["episodes"]["steps"]) for c in self.commits]
+        self.episode_commit = np.repeat(np.arange(len(counts)), counts)  # the commit publishing each episode
         pairs = self.episodes["env_id"] * (1 << 32) + self.episodes["episode_id"]
         if np.unique(pairs).size != pairs.size:
             raise ValueError(f"{os.path.join(run_dir, COMMIT_LOG)}: an (env_id, episode_id) pair is committed twice")
@@ -407,58 +409,107 @@ class PackedRun:
         return {n: p[0] if len(p) == 1 else np.concatenate(p) for n, p in parts.items() if p}
 
 
-def episode_rows(episodes: Mapping[str, np.ndarray], select: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The run rows of the selected episodes, concatenated, and the start of each episode's rows in it
-    (with the total appended): episode ``k``'s rows are ``rows[starts[k]:starts[k+1]]``."""
-    steps = episodes["steps"][select]
-    counts = steps + 1
+def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the given episodes (entries as in the commit log, one per episode), concatenated, and
+    the start of each episode's rows in them, the total appended: episode ``k``'s rows are
+    ``rows[starts[k]:starts[k+1]]``."""
+    counts = episodes["steps"] + 1
     starts = np.zeros(counts.size + 1, np.int64)
     np.cumsum(counts, out=starts[1:])
     j = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1], counts)
-    rows = np.repeat(episodes["first_row"][select], counts) + j * np.repeat(episodes["stride"][select], counts)
+    rows = np.repeat(episodes["first_row"], counts) + j * np.repeat(episodes["stride"], counts)
     return rows, starts
 
 
-def gather_episodes(
-    columns: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray], select: np.ndarray, *, name: str
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The rows of the selected episodes, laid end to end, checked: ``(gathered, starts)``.
-
-    ``columns`` holds every run row of CHECK_COLUMNS and of the other columns to read.
-    ``gathered[c][starts[k]:starts[k+1]]`` are episode ``k``'s rows of column ``c`` (see
-    :func:`episode_rows`). Every schema-1 content rule is checked over whole columns at once, and every
-    float value for finiteness; a break raises ValueError naming ``name``, the rule and an episode.
-    """
-    rows, starts = episode_rows(episodes, select)
-    total = len(columns["obs/step_id"])
-    if rows.size and (rows.min() < 0 or rows.max() >= total):
-        raise ValueError(f"{name}: an episode's rows lie outside the {total} committed rows")
-    gathered = {column: values[rows] for column, values in columns.items()}
+def check_gathered(
+    gathered: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray], starts: np.ndarray, *, name: str
+) -> None:
+    """Check episodes laid end to end (episode ``k``'s rows are ``[starts[k], starts[k+1])`` of every
+    column of ``gathered``, which holds CHECK_COLUMNS) against the schema-1 content rules, whole columns
+    at once, and every float value for finiteness; a break raises ValueError naming ``name``, the rule
+    and the episode."""
+    total = int(starts[-1])
     counts = np.diff(starts)
-    owner = np.repeat(np.arange(counts.size), counts)  # the selected episode of each row
-    j = np.arange(rows.size) - np.repeat(starts[:-1], counts)  # the frame index within its episode
+    owner = np.repeat(np.arange(counts.size), counts)  # the episode of each row
+    j = np.arange(total) - np.repeat(starts[:-1], counts)  # the frame index within its episode
     first = j == 0
-    last = np.zeros(rows.size, bool)
+    last = np.zeros(total, bool)
     last[starts[1:] - 1] = True
 
     def fail(bad: np.ndarray, rule: str) -> None:
         if bad.any():
-            k = select[owner[np.argmax(bad)]]
-            ids = f"env {episodes['env_id'][k]} episode {episodes['episode_id'][k]}"
-            raise ValueError(f"{name}: episode {ids}: {rule}")
+            k = owner[np.argmax(bad)]
+            raise ValueError(f"{name}: episode env {episodes['env_id'][k]} episode {episodes['episode_id'][k]}: {rule}")
 
     for column, values in gathered.items():
         if values.dtype.kind == "f" and not np.isfinite(values).all():
-            fail(~np.isfinite(values).reshape(rows.size, -1).all(axis=1), f"{column} holds non-finite values")
+            fail(~np.isfinite(values).reshape(total, -1).all(axis=1), f"{column} holds non-finite values")
     fail(gathered["obs/step_id"] != j, "obs/step_id must count 0, 1, ..., T along the episode")
     for key in ("env_id", "episode_id"):
-        fail(gathered[f"obs/{key}"] != np.repeat(episodes[key][select], counts), f"obs/{key} must be constant")
+        fail(gathered[f"obs/{key}"] != np.repeat(episodes[key], counts), f"obs/{key} must be constant")
     time = gathered["obs/time"]
     fail(~first & ~(time > np.roll(time, 1)), "obs/time must increase along the episode")
     terminated, truncated = gathered["terminated"], gathered["truncated"]
     fail(~first & terminated & truncated, "a transition is both terminated and truncated")
     fail(~first & ((terminated | truncated) != last), "terminated|truncated must be true at the last transition only")
-    return gathered, starts
+
+
+def _take(pieces: list[tuple[int, dict]], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Every column at the run rows ``rows``, from consecutive blocks ``(first row, columns)``, without
+    joining the blocks (one copy: straight into the result)."""
+    if len(pieces) == 1:
+        start, columns = pieces[0]
+        return {name: values[rows - start] for name, values in columns.items()}
+    starts = np.array([start for start, _ in pieces])
+    which = np.searchsorted(starts, rows, side="right") - 1
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(len(pieces) + 1))
+    out = {name: np.empty((rows.size, *v.shape[1:]), v.dtype) for name, v in pieces[0][1].items()}
+    for b, (start, columns) in enumerate(pieces):
+        at = order[bounds[b] : bounds[b + 1]]
+        if at.size:
+            local = rows[at] - start
+            for name, values in columns.items():
+                out[name][at] = values[local]
+    return out
+
+
+def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):
+    """Yield the selected episodes (indices into ``run.episodes``, ascending) in groups, each as
+    ``(episodes, gathered, starts)``: their entries, their rows of the ``names`` columns laid end to
+    end (episode ``k``'s are ``[starts[k], starts[k+1])``), checked by :func:`check_gathered`.
+
+    One pass over the blocks: a group is gathered as soon as the blocks holding its episodes' last rows
+    are read, and blocks are let go once no later episode needs their rows, so memory holds about the
+    rows one episode spans (an episode of T steps at stride N spans T * N rows), not the whole run.
+    """
+    if not select.size:
+        return
+    if (np.diff(select) < 0).any():
+        raise ValueError("episodes must be read in ascending order")
+    episodes = {key: values[select] for key, values in run.episodes.items()}
+    commit = run.episode_commit[select]  # non-decreasing: the commit that publishes each episode
+    first = episodes["first_row"]
+    needed = np.minimum.accumulate(first[::-1])[::-1]  # the lowest row an episode from k on needs
+    pieces: list[tuple[int, dict]] = []  # (first row, columns) of the blocks still needed
+    done = 0
+    for number, (block_commit, block) in enumerate(read_blocks(run.directory, run.commits[: commit[-1] + 1], names)):
+        pieces.append((block_commit["first_row"], block))
+        upto = int(np.searchsorted(commit, number, side="right"))  # episodes published by the blocks read
+        if upto == done:
+            continue
+        group = {key: values[done:upto] for key, values in episodes.items()}
+        rows, starts = episode_rows(group)
+        if rows.min() < pieces[0][0]:
+            raise ValueError(f"{run.directory}: an episode's first row precedes the rows the commit log allows")
+        gathered = _take(pieces, rows)
+        check_gathered(gathered, group, starts, name=run.directory)
+        yield group, gathered, starts
+        done = upto
+        if done == select.size:
+            return
+        while len(pieces) > 1 and pieces[1][0] <= needed[done]:
+            pieces.pop(0)
 
 
 # -- repair -------------------------------------------------------------------------------------------

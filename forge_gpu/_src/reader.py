@@ -230,44 +230,33 @@ class PackedRunReader:
         episodes = self.run.episodes
         return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
 
-    def table(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], dict, dict]:
-        """The selected episodes, checked, laid end to end (stride 1): their observation fields, their rows
-        of those fields' columns and of the transition columns, and their entries (``first_row`` and
-        ``stride`` of the new layout)."""
-        from forge_gpu._src.packed import CHECK_COLUMNS, gather_episodes  # noqa: PLC0415
+    def tables(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], Iterator]:
+        """The observation fields to read, and the selected episodes (``ks`` ascending) in checked groups:
+        ``(episodes, gathered, starts)`` of ``packed.read_episode_tables``."""
+        from forge_gpu._src.packed import CHECK_COLUMNS, read_episode_tables  # noqa: PLC0415
 
         fields = self._fields(options)
         names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
-        select = np.asarray(ks, dtype=np.int64)
-        columns = self.run.load(names) if select.size else {}
-        if not select.size:
-            return fields, {}, {key: values[select] for key, values in self.run.episodes.items()}
-        gathered, starts = gather_episodes(columns, self.run.episodes, select, name=self.directory)
-        del columns
-        episodes = {key: values[select] for key, values in self.run.episodes.items()}
-        episodes.update(first_row=starts[:-1], stride=np.ones(select.size, np.int64))
-        return fields, gathered, episodes
+        return fields, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
 
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        if not ks:
-            return
-        fields, gathered, episodes = self.table(ks, options)
-        starts = np.append(episodes["first_row"], len(gathered["action"]))
-        for i in range(len(ks)):
-            s, e = int(starts[i]), int(starts[i + 1])
-            env_id, episode_id = int(episodes["env_id"][i]), int(episodes["episode_id"][i])
-            yield Episode(
-                env_id=env_id,
-                episode_id=episode_id,
-                steps=e - s - 1,
-                obs={f: gathered[f"obs/{f}"][s : e - 1] for f in fields},
-                next={f: gathered[f"obs/{f}"][s + 1 : e] for f in fields},
-                action=gathered["action"][s + 1 : e],
-                reward=gathered["reward"][s + 1 : e],
-                terminated=gathered["terminated"][s + 1 : e],
-                truncated=gathered["truncated"][s + 1 : e],
-                path=os.path.join(self.directory, episode_stem(env_id, episode_id)),
-            )
+        fields, groups = self.tables(ks, options)
+        for episodes, gathered, starts in groups:
+            for i in range(len(starts) - 1):
+                s, e = int(starts[i]), int(starts[i + 1])
+                env_id, episode_id = int(episodes["env_id"][i]), int(episodes["episode_id"][i])
+                yield Episode(
+                    env_id=env_id,
+                    episode_id=episode_id,
+                    steps=e - s - 1,
+                    obs={f: gathered[f"obs/{f}"][s : e - 1] for f in fields},
+                    next={f: gathered[f"obs/{f}"][s + 1 : e] for f in fields},
+                    action=gathered["action"][s + 1 : e],
+                    reward=gathered["reward"][s + 1 : e],
+                    terminated=gathered["terminated"][s + 1 : e],
+                    truncated=gathered["truncated"][s + 1 : e],
+                    path=os.path.join(self.directory, episode_stem(env_id, episode_id)),
+                )
 
     def _fields(self, options: EpisodeReadOptions) -> list[str]:
         """The observation fields to read, after checking the segments' columns against run.json."""

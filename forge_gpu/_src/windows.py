@@ -115,9 +115,9 @@ def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], d
     parts, episode_parts, instructions, fields, offset = [], [], [], None, 0
     for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
         ks = [k for _, k in group]
-        if hasattr(run, "table"):  # packed: the run's own rows
-            run_fields, columns, episodes = run.table(ks, options)
-            columns = {n: columns[n] for n in [f"obs/{f}" for f in run_fields] + list(TRANSITION_COLUMNS)}
+        if hasattr(run, "tables"):  # packed: the episodes' rows, gathered and checked group by group
+            run_fields, groups = run.tables(ks, options)
+            run_fields, columns, episodes = _joined(run_fields, list(groups))
         else:
             run_fields, columns, episodes = stack_episodes(list(run.read(ks, options)))
         if fields is None:
@@ -146,3 +146,14 @@ def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], d
             raise ValueError(f"the runs' {name} columns differ in shape or type: {exc}") from exc
     episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
     return fields, columns, episodes, instructions
+
+
+def _joined(fields: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list[str], dict, dict]:
+    """Groups of gathered episodes (``read_episode_tables``) as one table laid end to end (stride 1)."""
+    names = [f"obs/{f}" for f in fields] + list(TRANSITION_COLUMNS)
+    columns = {n: np.concatenate([g[n] for _, g, _ in groups]) for n in names}
+    offsets = np.cumsum([0] + [int(s[-1]) for _, _, s in groups[:-1]])
+    episodes = {key: np.concatenate([e[key] for e, _, _ in groups]) for key in ("env_id", "episode_id", "steps")}
+    episodes["first_row"] = np.concatenate([s[:-1] + o for (_, _, s), o in zip(groups, offsets, strict=True)])
+    episodes["stride"] = np.ones(episodes["steps"].size, np.int64)
+    return fields, columns, episodes
