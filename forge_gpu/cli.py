@@ -367,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="check a run and summarise it")
     i.add_argument("run")
     i.add_argument("--json", action="store_true", help="machine-readable output")
-    i.add_argument("--quick", action="store_true", help="check markers and manifest only")
+    i.add_argument("--quick", action="store_true", help="check the manifest and the markers or commit log only")
     i.set_defaults(func=cmd_inspect)
 
     r = sub.add_parser("render", help="draw an episode: a GIF of its frames, or a plot of proprio, actions, reward")

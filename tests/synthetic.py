@@ -172,11 +172,12 @@ def make_batches(sim, steps, *, resets_at=()):
     return batches
 
 
-def record(directory, env, batches, **kwargs):
-    """Record ``batches`` into a new run directory and close; return the recorder."""
+def record(directory, env, batches, *, recorder=None, **kwargs):
+    """Record ``batches`` into a new run directory with ``recorder`` (a class; default the schema-1
+    EpisodeRecorder) and close; return the recorder."""
     from forge_gpu._src.recorder import EpisodeRecorder
 
-    recorder = EpisodeRecorder(directory, env, **kwargs)
+    recorder = (recorder or EpisodeRecorder)(directory, env, **kwargs)
     for observation, result in batches:
         recorder.append(observation, result)
     recorder.close()

@@ -124,57 +124,34 @@ def test_policy_failure_marks_run_failed_and_keeps_episodes(tmp_path):
     assert len(list(read_episodes(tmp_path / "run"))) == manifest["completed_episodes"] >= 3
 
 
-def test_slow_packed_writer_throttles_stepping_without_loss(tmp_path, monkeypatch):
-    """Packed: a slow writer and a ring of 2 batches make stepping wait, yet every ended episode is published."""
-    import time
-
-    from forge_gpu._src.packed import PackedWriter
-
-    real = PackedWriter.write
-
-    def slow(*args, **kwargs):
-        time.sleep(0.03)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(PackedWriter, "write", slow)
-    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=3)
-    batch_bytes = 4 * (4 * 4 + 4 * 4 + 4 + 4 + 2)  # 4 env rows: 5 fields (4 + 16 bytes) and a transition
-    summary = collect(
-        env,
-        forge_gpu.make_policy("expert", env),
-        str(tmp_path / "run"),
-        steps=30,
-        slots=2,
-        max_buffer_bytes=2 * batch_bytes,
-    )
-    assert summary.stall_seconds > 0, "the slow writer should have held stepping back"
-    assert summary.episodes == summary.episodes_ended == len(list(read_episodes(tmp_path / "run"))) == 4 * 7
-    assert read_manifest(tmp_path / "run")["recorder"]["buffer_steps"] == 2
-
-
-def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch):
-    """npz: a slow writer and a tight budget make stepping wait (stall), yet every ended episode is published."""
+@pytest.mark.parametrize("format", ["packed", "npz"])
+def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, format):
+    """A slow writer and a tight budget make stepping wait (stall), yet every ended episode is published."""
     import time
 
     import forge_gpu._src.recorder as recorder_module
+    from forge_gpu._src.packed import PackedWriter
 
-    real = recorder_module.write_episode_file
+    owner, name = (PackedWriter, "write") if format == "packed" else (recorder_module, "write_episode_file")
+    real = getattr(owner, name)
 
     def slow(*args, **kwargs):
         time.sleep(0.03)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(recorder_module, "write_episode_file", slow)
+    monkeypatch.setattr(owner, name, slow)
     env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=3)
-    slot_bytes = 4 * (4 * 4 + 4 * 4) + 3 * (4 + 4 + 2)  # frames (4 steps x 5 fields) and transitions
-    budget = (4 + 1) * slot_bytes  # every env's buffer plus one spare
+    if format == "packed":  # a ring of 2 batches of 4 env rows: 5 fields (4 + 16 bytes) and a transition
+        budget = 2 * 4 * (4 * 4 + 4 * 4 + 4 + 4 + 2)
+    else:  # every env's episode buffer plus one spare: frames (4 steps x 5 fields) and transitions
+        budget = (4 + 1) * (4 * (4 * 4 + 4 * 4) + 3 * (4 + 4 + 2))
     summary = collect(
         env,
         forge_gpu.make_policy("expert", env),
         str(tmp_path / "run"),
         steps=30,
         slots=2,
-        format="npz",
+        format=format,
         writers=1,
         max_buffer_bytes=budget,
     )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic import SyntheticSim, make_batches, make_env
+from synthetic import SyntheticSim, make_batches, make_env, record
 
 import forge_gpu
 from forge_gpu._src.convert import convert_run
@@ -23,11 +23,7 @@ MEMBERS = ("action", "reward", "terminated", "truncated")
 
 
 def record_packed(directory, env, batches, **kwargs):
-    recorder = PackedRecorder(directory, env, **kwargs)
-    for observation, result in batches:
-        recorder.append(observation, result)
-    recorder.close()
-    return recorder
+    return record(directory, env, batches, recorder=PackedRecorder, **kwargs)
 
 
 def episodes_by_id(run, **options):

@@ -18,26 +18,24 @@ import numpy as np
 
 from forge_gpu._src.episode_format import (
     COMPRESSIONS,
-    RUN_MANIFEST,
     SCHEMA_VERSION,
     episode_stem,
     make_marker,
     write_episode_file,
-    write_json_atomic,
     write_marker_atomic,
 )
 from forge_gpu._src.tracker import (
     ACTION_DTYPE,
     REWARD_DTYPE,
     EpisodeTracker,
+    RecorderBase,
     check_int,
     describe_env,
     initial_manifest,
-    jsonable,
 )
 
 
-class EpisodeRecorder:
+class EpisodeRecorder(RecorderBase):
     """Records batches of ``num_envs`` env rows and publishes each completed episode exactly once.
 
     Memory is preallocated once: ``num_envs + spare_buffers`` episode buffers ("slots"), each with room
@@ -97,29 +95,18 @@ class EpisodeRecorder:
             )
         slot_count = num_envs + spare_buffers
 
-        self._directory = os.fspath(directory)
-        self._tracker = tracker
         self._compression = compression
         self._compression_level = compression_level
         self._spare_buffers = spare_buffers
         self._buffer_bytes = slot_count * slot_bytes
-        self._manifest = initial_manifest(env, max_buffer_bytes, SCHEMA_VERSION)
-        self._manifest["recorder"] = {
+        manifest = initial_manifest(env, max_buffer_bytes, SCHEMA_VERSION)
+        manifest["recorder"] = {
             "writers": writers,
             "compression": compression,
             "compression_level": compression_level,
             "spare_buffers": spare_buffers,
             "buffer_bytes": self._buffer_bytes,
         }
-
-        parent = os.path.dirname(os.path.abspath(self._directory))
-        os.makedirs(parent, exist_ok=True)
-        try:
-            os.mkdir(self._directory)
-        except FileExistsError:
-            raise FileExistsError(
-                f"run directory {self._directory} already exists; each recording needs a new directory"
-            ) from None
 
         # Episode buffers, one row per slot; np.empty so untouched pages cost no memory.
         self._frames = {
@@ -135,27 +122,14 @@ class EpisodeRecorder:
         # appending thread, like the tracker's state.
         self._slot = np.arange(num_envs, dtype=np.int64)
 
-        # Shared with the writers, under one lock: `_cond` wakes `append`, `flush` and `close`, `_work`
-        # wakes the writers.
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)
-        self._work = threading.Condition(lock)
+        # Shared with the writers under the base's lock.
         self._todo: deque[tuple[int, int, int, int]] = deque()  # (slot, env_id, episode_id, steps)
-        self._stopping = False
         self._free_slots = list(range(num_envs, slot_count))
         self._pending = 0
         self._wanted = 0  # free slots `append` waits for (0: not waiting); writers wake it only then
-        self._completed = 0
-        self._transitions_published = 0
-        self._bytes_written = 0
-        self._stall_seconds = 0.0
-        self._unwritten: list[dict] = []  # completed episodes dropped after a write failure
-        self._error: BaseException | None = None
-        self._error_text = ""
-        self._closed = False
-        self._manifest_lock = threading.Lock()
+        self._dropped: list[dict] = []  # completed episodes dropped after a write failure
 
-        self._write_manifest("recording")
+        super().__init__(directory, env, tracker, manifest)
         self._threads = [
             threading.Thread(target=self._writer_loop, name=f"forge-gpu-writer-{i}", daemon=True)
             for i in range(writers)
@@ -166,35 +140,9 @@ class EpisodeRecorder:
     # -- progress -------------------------------------------------------------------------------
 
     @property
-    def directory(self) -> str:
-        """The run directory."""
-        return self._directory
-
-    @property
-    def completed_episodes(self) -> int:
-        """Episodes published so far."""
-        return self._completed
-
-    @property
-    def stall_seconds(self) -> float:
-        """Total time `append` waited for a free episode buffer [s]."""
-        return self._stall_seconds
-
-    @property
-    def bytes_written(self) -> int:
-        """Bytes of the episode files published so far."""
-        return self._bytes_written
-
-    @property
     def backlog(self) -> int:
         """Completed episodes handed to the writers and not yet published."""
         return self._pending
-
-    @property
-    def incomplete_episodes(self) -> list[dict]:
-        """Episodes started and not completed (``env_id``, ``episode_id``, ``steps``): those abandoned by a
-        reset and those still running; episodes with no transition yet are left out."""
-        return self._tracker.incomplete()
 
     @property
     def spare_buffers(self) -> int:
@@ -245,55 +193,6 @@ class EpisodeRecorder:
                 self._pending += ended.size
                 self._work.notify(ended.size)
 
-    def flush(self) -> None:
-        """Wait until every completed episode is published; raise RuntimeError after a write failure."""
-        with self._cond:
-            while self._pending and self._error is None:
-                self._cond.wait()
-        self._raise_if_failed()
-
-    def close(self, error: BaseException | None = None) -> None:
-        """Publish the remaining completed episodes, write the final manifest and stop the writers.
-
-        Episodes still in progress are listed in the manifest's ``incomplete_episodes``, never published.
-        ``error``: the run failed outside the recorder (the policy or the env raised); the completed
-        episodes are still published and the manifest says ``failed`` with that error.
-        Idempotent. Raises RuntimeError (once) if a write failed.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        if error is not None:
-            self._manifest["error"] = f"{type(error).__name__}: {error}"
-        with self._cond:
-            while self._pending and self._error is None:
-                self._cond.wait()
-        with self._cond:
-            self._stopping = True
-            self._work.notify_all()
-        for thread in self._threads:
-            thread.join()
-        failed = self._error is not None or error is not None
-        try:
-            self._write_manifest("failed" if failed else "closed")
-        except OSError:
-            if not failed:
-                raise
-        self._raise_if_failed()
-
-    def __enter__(self) -> EpisodeRecorder:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        # An exception is already on its way out; do not replace it with the recorder's.
-        try:
-            self.close()
-        except RuntimeError:
-            pass
-
     # -- slots and writers ----------------------------------------------------------------------
 
     def _take_free_slots(self, count: int) -> list[int]:
@@ -337,7 +236,7 @@ class EpisodeRecorder:
     def _finish(self, slot: int, env_id: int, episode_id: int, steps: int, nbytes: int | None) -> None:
         """Account for a handled episode and free its slot; the caller holds the lock."""
         if nbytes is None:
-            self._unwritten.append({"env_id": env_id, "episode_id": episode_id, "steps": steps})
+            self._dropped.append({"env_id": env_id, "episode_id": episode_id, "steps": steps})
         else:
             self._completed += 1
             self._transitions_published += steps
@@ -370,52 +269,18 @@ class EpisodeRecorder:
             raise
         return nbytes
 
-    def _fail(self, exc: BaseException, stem: str) -> None:
+    # -- what the base asks -------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        return self._pending > 0
+
+    def _join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+
+    def _unwritten(self) -> list[dict]:
         with self._cond:
-            if self._error is not None:
-                return
-            self._error = exc
-            self._error_text = f"writing {stem}: {type(exc).__name__}: {exc}"
-            self._cond.notify_all()
-        try:
-            self._write_manifest("failed")
-        except OSError:
-            pass  # the disk may be what failed; close() tries again and the caller gets the error
-
-    def _failure(self) -> RuntimeError:
-        error = RuntimeError(f"recording to {self._directory} failed: {self._error_text}")
-        error.__cause__ = self._error
-        return error
-
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise self._failure()
-
-    def _raise_if_unusable(self) -> None:
-        self._raise_if_failed()
-        if self._closed:
-            raise RuntimeError(f"the recorder of {self._directory} is closed")
-
-    # -- manifest -------------------------------------------------------------------------------
-
-    def _write_manifest(self, status: str) -> None:
-        with self._manifest_lock:
-            manifest = dict(self._manifest)
-            with self._cond:
-                manifest.update(
-                    status=status,
-                    completed_episodes=self._completed,
-                    transitions=self._transitions_published,
-                    transitions_recorded=self._tracker.transitions,
-                    bytes_written=self._bytes_written,
-                    stall_seconds=self._stall_seconds,
-                )
-                if self._error is not None:
-                    manifest["error"] = self._error_text
-                    manifest["unwritten_episodes"] = list(self._unwritten)
-            if status != "recording":
-                manifest["incomplete_episodes"] = self._tracker.incomplete()
-            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest))
+            return list(self._dropped)
 
 
 def _remove_quietly(path: str) -> None:

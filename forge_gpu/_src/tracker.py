@@ -1,4 +1,5 @@
-"""What both recorders share: the env description they read, batch checks, and per-env episode state.
+"""What both recorders share: the env description they read, batch checks, per-env episode state, and the
+lifecycle of a recording (directory, manifest, failure, flush, close).
 
 Pure numpy and the standard library: the env is only read as a description (config, spec, calibration,
 task, seed), so this module never imports Warp or Newton.
@@ -9,14 +10,16 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import json
+import os
 import platform
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.episode_format import ID_FIELDS, REQUIRED_FIELDS, per_env_nbytes
+from forge_gpu._src.episode_format import ID_FIELDS, REQUIRED_FIELDS, RUN_MANIFEST, per_env_nbytes, write_json_atomic
 
 #: Distributions whose versions shape the data; recorded in run.json where installed.
 RECORDED_PACKAGES = ("numpy", "newton", "warp-lang", "mujoco", "mujoco-warp", "torch", "forge-gpu", "pyarrow")
@@ -253,3 +256,180 @@ def _json_default(obj: Any) -> Any:
 def jsonable(obj: Any) -> Any:
     """``obj`` with numpy scalars and arrays turned into plain Python values."""
     return json.loads(json.dumps(obj, default=_json_default))
+
+
+class RecorderBase:
+    """The lifecycle both recorders share: the run directory and its manifest, progress counters, a
+    write failure that reaches the caller, flush and close. A subclass starts its writer threads after
+    ``__init__`` and says when work is pending (`_busy`), how to stop its threads (`_join`) and which
+    ended episodes a failure left unwritten (`_unwritten`)."""
+
+    def __init__(self, directory: str | os.PathLike, env: Any, tracker: EpisodeTracker, manifest: dict):
+        self._directory = os.fspath(directory)
+        self._tracker = tracker
+        self._manifest = manifest
+        # Shared with the writers, under one lock: `_cond` wakes `append`, `flush` and `close`; `_work` the
+        # writers.
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        self._work = threading.Condition(lock)
+        self._stopping = False
+        self._completed = 0
+        self._transitions_published = 0
+        self._bytes_written = 0
+        self._stall_seconds = 0.0
+        self._error: BaseException | None = None
+        self._error_text = ""
+        self._closed = False
+        self._manifest_lock = threading.Lock()
+        parent = os.path.dirname(os.path.abspath(self._directory))
+        os.makedirs(parent, exist_ok=True)
+        try:
+            os.mkdir(self._directory)
+        except FileExistsError:
+            raise FileExistsError(
+                f"run directory {self._directory} already exists; each recording needs a new directory"
+            ) from None
+        self._write_manifest("recording")
+
+    # -- what a subclass says -------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        """Whether appended work is not yet published (called under the lock)."""
+        raise NotImplementedError
+
+    def _join(self) -> None:
+        """Stop the writer threads (``_stopping`` is set and they are woken) and release their files."""
+        raise NotImplementedError
+
+    def _unwritten(self) -> list[dict]:
+        """Episodes that ended but, after a failure, will never be published."""
+        raise NotImplementedError
+
+    # -- progress -------------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        """The run directory."""
+        return self._directory
+
+    @property
+    def completed_episodes(self) -> int:
+        """Episodes published so far."""
+        return self._completed
+
+    @property
+    def stall_seconds(self) -> float:
+        """Total time `append` waited for the writers [s]."""
+        return self._stall_seconds
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of episode data written so far."""
+        return self._bytes_written
+
+    @property
+    def incomplete_episodes(self) -> list[dict]:
+        """Episodes started and not completed (``env_id``, ``episode_id``, ``steps``): those abandoned by a
+        reset and those still running; episodes with no transition yet are left out."""
+        return self._tracker.incomplete()
+
+    # -- flush and close ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Wait until everything appended is published; raise RuntimeError after a write failure."""
+        with self._cond:
+            while self._busy() and self._error is None:
+                self._cond.wait()
+        self._raise_if_failed()
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Publish what was appended, write the final manifest and stop the writers.
+
+        Episodes in progress are listed in the manifest's ``incomplete_episodes``, never published.
+        ``error``: the run failed outside the recorder (the policy or the env raised); what was appended
+        is still published and the manifest says ``failed`` with that error. Idempotent. Raises
+        RuntimeError (once) if a write failed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if error is not None:
+            self._manifest["error"] = f"{type(error).__name__}: {error}"
+        with self._cond:
+            while self._busy() and self._error is None:
+                self._cond.wait()
+            self._stopping = True
+            self._work.notify_all()
+        self._join()
+        failed = self._error is not None or error is not None
+        try:
+            self._write_manifest("failed" if failed else "closed")
+        except OSError:
+            if not failed:
+                raise
+        self._raise_if_failed()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an exception is already on its way out; do not replace it with the recorder's
+            self.close()
+        except RuntimeError:
+            pass
+
+    # -- failure --------------------------------------------------------------------------------
+
+    def _fail(self, exc: BaseException, where: str) -> None:
+        """Record the first write failure (``where``: what was being written) and wake every waiter."""
+        with self._cond:
+            if self._error is not None:
+                return
+            self._error = exc
+            self._error_text = f"writing {where}: {type(exc).__name__}: {exc}"
+            self._cond.notify_all()
+        try:
+            self._write_manifest("failed")
+        except OSError:
+            pass  # the disk may be what failed; close() tries again and the caller gets the error
+
+    def _failure(self) -> RuntimeError:
+        error = RuntimeError(f"recording to {self._directory} failed: {self._error_text}")
+        error.__cause__ = self._error
+        return error
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._failure()
+
+    def _raise_if_unusable(self) -> None:
+        self._raise_if_failed()
+        if self._closed:
+            raise RuntimeError(f"the recorder of {self._directory} is closed")
+
+    # -- manifest -------------------------------------------------------------------------------
+
+    def _write_manifest(self, status: str) -> None:
+        with self._manifest_lock:
+            manifest = dict(self._manifest)
+            with self._cond:
+                manifest.update(
+                    status=status,
+                    completed_episodes=self._completed,
+                    transitions=self._transitions_published,
+                    transitions_recorded=self._tracker.transitions,
+                    bytes_written=self._bytes_written,
+                    stall_seconds=self._stall_seconds,
+                )
+                failed = self._error is not None
+                if failed:
+                    manifest["error"] = self._error_text
+            if failed:
+                manifest["unwritten_episodes"] = self._unwritten()
+            if status != "recording":
+                manifest["incomplete_episodes"] = self._tracker.incomplete()
+            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest))
