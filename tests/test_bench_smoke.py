@@ -122,15 +122,11 @@ def test_threads_smoke(out):
 def test_packed_smoke(out):
     """bench/packed.py --smoke gives every figure of the packed layout, finite and positive."""
     rows = {r["figure"]: r for r in run_bench("packed", out)["rows"]}
-    assert set(rows) == {
-        "ingest_short",
-        "ingest_long",
-        "files_per_100k",
-        "pipeline_0",
-        "rss",
-        "reader_cartpole",
-        "reader_reach",
-    }
+    codecs = {f"ingest_{shape}_{codec}" for shape in ("short", "long") for codec in ("lz4", "zstd")}
+    sections = {"ingest_short", "ingest_long", "files_per_100k", "pipeline_0", "rss", "reader_cartpole", "reader_reach"}
+    assert set(rows) == sections | codecs
+    for name in codecs:
+        check_figures(rows[name], {"rows_per_s": True, "vs_none": True, "size_vs_none": True})
     for name in ("ingest_short", "ingest_long"):
         check_figures(rows[name], {"rows_per_s": True, "vs_raw_write": True, "vs_per_row": True, "vs_npz": True})
     check_figures(rows["files_per_100k"], {"files_per_100k": True})
