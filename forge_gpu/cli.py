@@ -52,6 +52,12 @@ def _check_out(out: str | None, task: str) -> Path:
     return path
 
 
+def _check_compression(format: str, compression: str) -> None:
+    allowed = PACKED_COMPRESSIONS if format == "packed" else NPZ_COMPRESSIONS
+    if compression not in allowed:
+        raise UsageError(f"--compression {compression}: the {format} format takes {', '.join(allowed)}")
+
+
 def cmd_collect(args) -> int:
     import forge_gpu
     from forge_gpu._src.collector import collect
@@ -74,9 +80,7 @@ def cmd_collect(args) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
-    allowed = PACKED_COMPRESSIONS if args.format == "packed" else NPZ_COMPRESSIONS
-    if args.compression not in allowed:
-        raise UsageError(f"--compression {args.compression}: the {args.format} format takes {', '.join(allowed)}")
+    _check_compression(args.format, args.compression)
     out = _check_out(args.out, args.task)
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
         from forge_gpu._src.distributed import cmd_collect_workers
@@ -302,9 +306,7 @@ def cmd_convert(args) -> int:
         raise UsageError(f"{args.run}: not a run directory")
     if Path(args.out).exists():
         raise UsageError(f"{args.out}: already exists; give a new directory")
-    allowed = PACKED_COMPRESSIONS if args.to == "packed" else NPZ_COMPRESSIONS
-    if args.compression not in allowed:
-        raise UsageError(f"--compression {args.compression}: converting to {args.to} takes {', '.join(allowed)}")
+    _check_compression(args.to, args.compression)
     try:
         report = convert_run(args.run, args.out, to=args.to, compression=args.compression)
     except ValueError as e:

@@ -158,7 +158,8 @@ def read_episodes(directory: str | os.PathLike, *, options: EpisodeReadOptions |
     valid completion marker; packed: those in the commit log); the ``k``-th of them belongs to shard
     ``k % num_shards``, decided before any episode data is opened. A file that breaks the format raises
     ValueError naming it. The manifests, markers and commit logs are checked at the call; episode data
-    when it is reached (a packed run's selected columns are read and checked whole, once per call).
+    when it is reached (a packed run's blocks are read once, in order, and its episodes checked in
+    groups, whole columns at a time).
     """
     options = options or EpisodeReadOptions()
     return read_index(_shard(directory, options), options)
