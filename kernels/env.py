@@ -29,16 +29,26 @@ def begin_step_kernel(
     # Data out:
     executed_action_out: wp.array2d[float],
     reset_mask_out: wp.array[wp.bool],
+    action_nonfinite_out: wp.array[wp.bool],
 ):
-    """Decide which worlds reset this step and clip the action of the others."""
-    worldid, actid = wp.tid()
+    """Decide which worlds reset this step and clip the action of the others.
+
+    A world whose action holds a NaN or inf is flagged in ``action_nonfinite_out`` (the flag travels to
+    the host with the step's batch, so the step never waits on the device to check) and executes zeros.
+    """
+    worldid = wp.tid()
     reset = ended_in[worldid]
-    if actid == 0:
-        reset_mask_out[worldid] = reset
-    if reset:
-        executed_action_out[worldid, actid] = 0.0
-    else:
-        executed_action_out[worldid, actid] = wp.clamp(action_in[worldid, actid], action_low[actid], action_high[actid])
+    reset_mask_out[worldid] = reset
+    nonfinite = bool(False)
+    for actid in range(action_in.shape[1]):
+        if not wp.isfinite(action_in[worldid, actid]):
+            nonfinite = True
+    action_nonfinite_out[worldid] = nonfinite and not reset
+    for actid in range(action_in.shape[1]):
+        value = float(0.0)
+        if not reset and not nonfinite:
+            value = wp.clamp(action_in[worldid, actid], action_low[actid], action_high[actid])
+        executed_action_out[worldid, actid] = value
 
 
 @wp.kernel
@@ -46,11 +56,13 @@ def mark_all_kernel(
     # Data out:
     reset_mask_out: wp.array[wp.bool],
     executed_action_out: wp.array2d[float],
+    action_nonfinite_out: wp.array[wp.bool],
 ):
     """Select every world for reset (``VectorEnv.reset``)."""
     worldid, actid = wp.tid()
     if actid == 0:
         reset_mask_out[worldid] = True
+        action_nonfinite_out[worldid] = False
     executed_action_out[worldid, actid] = 0.0
 
 

@@ -7,6 +7,7 @@ import pytest
 from envtools import DEVICES
 
 import forge_gpu
+from forge_gpu._src.env import PACK_ALIGNMENT
 from forge_gpu._src.transport import HostSnapshotTransport, TransportClosed
 
 
@@ -37,7 +38,10 @@ def test_batches_arrive_exact_and_in_order(device):
     for got, want in zip(received, expected, strict=True):
         for name, value in want.arrays().items():
             np.testing.assert_array_equal(got.arrays()[name], value)
-    assert transport.bytes_per_step == sum(v.nbytes for v in expected[0].arrays().values())
+    payload = sum(v.nbytes for v in expected[0].arrays().values())
+    fields = len(expected[0].arrays())
+    # One copy of the env's packed result per step: every field, each aligned to PACK_ALIGNMENT bytes.
+    assert payload <= transport.bytes_per_step < payload + fields * PACK_ALIGNMENT
 
 
 def test_publish_blocks_when_all_slots_are_held():

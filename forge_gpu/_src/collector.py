@@ -59,12 +59,21 @@ class _Consumer(threading.Thread):
         self.transport, self.recorder = transport, recorder
         self.ended = 0
         """Episodes that ended (terminated or truncated) in the batches seen so far."""
+        self.steps = 0
+        """Batches seen so far (the reset batch is batch 0)."""
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             while (batch := self.transport.get()) is not None:
                 result = batch.result
+                bad = np.flatnonzero(result.info["action_nonfinite"])
+                if bad.size:  # flagged on the device (CUDA does not wait to check each action)
+                    raise ValueError(
+                        f"the policy gave non-finite actions (NaN or inf) at step {self.steps} for env rows "
+                        f"{bad[:10].tolist()}; every value must be finite"
+                    )
+                self.steps += 1
                 if self.recorder is not None:
                     self.recorder.append(batch.observation, result)
                 self.ended += int(np.count_nonzero(result.terminated | result.truncated))

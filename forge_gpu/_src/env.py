@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import newton
@@ -17,6 +18,47 @@ from .tasks import Task
 def default_device() -> str:
     """``cuda:0`` when Warp sees a CUDA device, else ``cpu``."""
     return "cuda:0" if wp.get_cuda_device_count() > 0 else "cpu"
+
+
+#: Byte alignment of each field in ``VectorEnv.packed_result``.
+PACK_ALIGNMENT = 64
+
+
+def _packed_result(result: StepResult, device) -> tuple[wp.array, list[tuple], list[tuple]]:
+    """One contiguous byte buffer for every array of ``result``, so that a publish is one copy.
+
+    Returns the buffer (uint8), its layout (``(name, offset, shape, numpy dtype)`` per array of
+    ``result.arrays()``, offsets aligned to PACK_ALIGNMENT bytes) and ``(typed view, source)`` pairs.
+    """
+    layout, offset = [], 0
+    for name, array in result.arrays().items():
+        offset = -(-offset // PACK_ALIGNMENT) * PACK_ALIGNMENT
+        layout.append((name, offset, tuple(array.shape), np.dtype(wp.dtype_to_numpy(array.dtype))))
+        offset += array.capacity
+    packed = wp.zeros(max(offset, 1), dtype=wp.uint8, device=device)
+    pairs = [
+        (wp.array(ptr=packed.ptr + at, dtype=a.dtype, shape=a.shape, capacity=a.capacity, device=device), a)
+        for (_, at, _, _), a in zip(layout, result.arrays().values(), strict=True)
+    ]
+    return packed, layout, pairs
+
+
+def capture_unsupported(device, *, uses_conditional_nodes: bool) -> str | None:
+    """Why a step cannot be captured as one graph on ``device``, or None when it can.
+
+    On CUDA, MuJoCo Warp's solver loops are conditional graph nodes (CUDA driver and toolkit 12.4 or
+    newer) and the solver allocates inside the graph (stream-ordered memory pools).
+    """
+    if not device.is_cuda:
+        return None
+    if uses_conditional_nodes and not wp.is_conditional_graph_supported():
+        return (
+            "conditional graph nodes need a CUDA driver and toolkit 12.4 or newer (driver "
+            f"{wp.get_cuda_driver_version()}, Warp's toolkit {wp.get_cuda_toolkit_version()}); update the driver"
+        )
+    if not wp.is_mempool_enabled(device):
+        return f"memory pools are not enabled on {device} (allocations inside a graph need them)"
+    return None
 
 
 def _make_solver(model, config: TaskConfig, has_contacts: bool):
@@ -108,6 +150,8 @@ class VectorEnv:
             self.active = zeros(n, wp.bool)
             self.executed_action = zeros((n, a))
             """The action after clipping, float32 [N, A]; zero on reset rows."""
+            self.action_nonfinite = zeros(n, wp.bool)
+            """The action given for the env this step held a NaN or inf (it executed zeros), bool [N]."""
             self._action_in = zeros((n, a))
             self._nonfinite = zeros(1, wp.int32)
             task.bind(self)
@@ -124,12 +168,19 @@ class VectorEnv:
             reward=self.reward,
             terminated=self.terminated,
             truncated=self.truncated,
-            info={"active": self.active, "executed_action": self.executed_action},
+            info={
+                "active": self.active,
+                "executed_action": self.executed_action,
+                "action_nonfinite": self.action_nonfinite,
+            },
         )
+        self.packed_result, self.result_layout, self._pack_pairs = _packed_result(self.result, self.device)
         self._graph = None
         # Warp replays captured graphs on CUDA and, since Warp 1.19, on the CPU too, where replay
         # skips the per-launch Python cost that dominates small batches (bench/stepping.py).
         self._use_graph = config.capture_graph
+        self.step_mode = "graph" if config.capture_graph else "eager: capture_graph = false in the config"
+        """How ``step`` runs: ``graph`` (one captured graph per step) or ``eager: <why>``."""
         self._started = False
 
     # -- description ---------------------------------------------------------------------------
@@ -168,12 +219,15 @@ class VectorEnv:
         wp.launch(
             kernels.mark_all_kernel,
             dim=self.executed_action.shape,
-            outputs=[self.reset_mask, self.executed_action],
+            outputs=[self.reset_mask, self.executed_action, self.action_nonfinite],
             device=self.device,
         )
         self._reset_selected()
         self._observe()
+        self._pack()
         self._started = True
+        if self._use_graph and self._graph is None:
+            self._capture()  # now, before a consumer thread could wait on the device during the capture
         return self.result
 
     def step(self, action) -> StepResult:
@@ -187,21 +241,44 @@ class VectorEnv:
             raise RuntimeError("call reset() before step()")
         self._stage_action(action)
         if self._use_graph:
-            if self._graph is None:
-                with wp.ScopedCapture(device=self.device) as capture:
-                    self._step_body()
-                self._graph = capture.graph
             wp.capture_launch(self._graph)
         else:
             self._step_body()
         return self.result
 
-    def check_action(self, action) -> None:
-        """Raise ``ValueError`` if ``step`` would refuse ``action``; changes no state."""
-        self._stage_action(action)
+    def _capture(self) -> None:
+        """Capture the step as one graph; where that cannot work, step eagerly and say why, once."""
+        reason = capture_unsupported(self.device, uses_conditional_nodes=self.config.solver.name == "mujoco")
+        if reason is None:
+            try:
+                with wp.ScopedCapture(device=self.device) as capture:
+                    self._step_body()
+                self._graph = capture.graph
+                return
+            except Exception as exc:  # a failed capture must not stop the collection: eager stepping works
+                reason = f"graph capture failed ({type(exc).__name__}: {exc})"
+        self._use_graph = False
+        self.step_mode = f"eager: {reason}"
+        warnings.warn(
+            f"forge_gpu: stepping {self.device} eagerly because {reason}; every step then pays Python's "
+            "launch cost per kernel (on the CPU about 12x slower at 64 envs, less at thousands)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
-    def _stage_action(self, action) -> None:
-        """Check ``action`` and copy it into the step's input buffer; raise before any state changes."""
+    def check_action(self, action) -> None:
+        """Raise ``ValueError`` if ``step`` would refuse ``action``, non-finite values included (on CUDA
+        this waits for the device); changes no state."""
+        self._stage_action(action, check_values=True)
+
+    def _stage_action(self, action, *, check_values: bool = False) -> None:
+        """Check ``action`` and copy it into the step's input buffer; raise before any state changes.
+
+        Non-finite values are refused here where that costs no wait on the device (numpy actions, the
+        CPU, or ``check_values``). Otherwise (a device array on CUDA) the step's first kernel flags them
+        in ``action_nonfinite`` and executes zeros for those envs; ``collect`` raises when the flag
+        reaches the host with the step's batch.
+        """
         shape = tuple(self._action_in.shape)
         if isinstance(action, np.ndarray):
             if action.dtype != np.float32 or action.shape != shape:
@@ -211,19 +288,13 @@ class VectorEnv:
             self._action_in.assign(action)
             return
         if not isinstance(action, wp.array):
-            if type(action).__module__.startswith("torch"):
-                if str(action.device) != str(wp.device_to_torch(self.device)):
-                    raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
-                if self.device.is_cuda:  # order the step after the torch work that produced the action
-                    import torch
-
-                    torch_stream = wp.stream_from_torch(torch.cuda.current_stream(action.device))
-                    wp.get_stream(self.device).wait_stream(torch_stream)
-                action = wp.from_torch(action.detach().contiguous(), requires_grad=False)
-            else:
+            if not type(action).__module__.startswith("torch"):
                 raise ValueError(
                     f"action is a {type(action).__name__}; expected a Warp array, torch tensor or numpy array"
                 )
+            if str(action.device) != str(wp.device_to_torch(self.device)):
+                raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
+            action = self._from_torch(action)
         if action.device != self.device:
             raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
         if action.dtype != wp.float32 or tuple(action.shape) != shape:
@@ -231,25 +302,40 @@ class VectorEnv:
                 f"action has dtype {wp.types.type_repr(action.dtype)} and shape {tuple(action.shape)}; "
                 f"expected float32 {shape}"
             )
-        self._nonfinite.zero_()
-        wp.launch(
-            kernels.count_nonfinite_kernel,
-            dim=shape,
-            inputs=[action],
-            outputs=[self._nonfinite],
-            device=self.device,
-        )
-        bad = int(self._nonfinite.numpy()[0])
-        if bad:
-            raise ValueError(f"action has {bad} non-finite values (NaN or inf); every value must be finite")
+        if check_values or not self.device.is_cuda:
+            self._nonfinite.zero_()
+            wp.launch(
+                kernels.count_nonfinite_kernel,
+                dim=shape,
+                inputs=[action],
+                outputs=[self._nonfinite],
+                device=self.device,
+            )
+            bad = int(self._nonfinite.numpy()[0])
+            if bad:
+                raise ValueError(f"action has {bad} non-finite values (NaN or inf); every value must be finite")
         wp.copy(self._action_in, action)
+
+    def _from_torch(self, action) -> wp.array:
+        """A Warp view of a torch action, ordered for the env's stream: on CUDA the contiguous copy (if any)
+        is made first, then the env's stream waits for the torch stream that made it, and the tensor's
+        memory is kept until the env's stream has used it."""
+        action = action.detach().contiguous()
+        if self.device.is_cuda:
+            import torch
+
+            torch_stream = torch.cuda.current_stream(action.device)
+            env_stream = wp.get_stream(self.device)
+            env_stream.wait_stream(wp.stream_from_torch(torch_stream))
+            action.record_stream(wp.stream_to_torch(env_stream))
+        return wp.from_torch(action, requires_grad=False)
 
     def _step_body(self) -> None:
         wp.launch(
             kernels.begin_step_kernel,
-            dim=self._action_in.shape,
+            dim=self.num_envs,
             inputs=[self.action_low, self.action_high, self._action_in, self.ended],
-            outputs=[self.executed_action, self.reset_mask],
+            outputs=[self.executed_action, self.reset_mask, self.action_nonfinite],
             device=self.device,
         )
         self.task.apply_action(self)
@@ -265,6 +351,12 @@ class VectorEnv:
             newton.eval_ik(self.model, self.state_0, self.state_0.joint_q, self.state_0.joint_qd)
         self._reset_selected()
         self._observe()
+        self._pack()
+
+    def _pack(self) -> None:
+        """Copy every array of the result into ``packed_result`` (inside the captured step)."""
+        for view, array in self._pack_pairs:
+            wp.copy(view, array)
 
     def _reset_selected(self) -> None:
         """Reset the worlds in ``reset_mask`` to their randomized start state."""

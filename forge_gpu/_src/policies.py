@@ -104,6 +104,8 @@ class TorchPolicy:
         on_stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
         with torch.no_grad(), on_stream:
             action = self.fn(self.observation)
+            if isinstance(action, torch.Tensor):
+                action = action.contiguous()  # on the env's stream too, so the step is ordered after it
         if not isinstance(action, torch.Tensor):
             raise ValueError(f"the torch policy returned a {type(action).__name__}; expected a torch.Tensor")
         if tuple(action.shape) != self.shape or action.dtype != torch.float32:
@@ -113,6 +115,8 @@ class TorchPolicy:
             )
         if action.device != torch.device(self.torch_device):
             raise ValueError(f"the torch policy returned a tensor on {action.device}; expected {self.torch_device}")
-        if not bool(torch.isfinite(action).all()):
+        # On CUDA non-finite values are flagged by the step itself (env.action_nonfinite): checking here
+        # would wait for the device every step.
+        if self._stream is None and not bool(torch.isfinite(action).all()):
             raise ValueError("the torch policy returned non-finite actions (NaN or inf)")
-        return wp.from_torch(action.contiguous())
+        return wp.from_torch(action)

@@ -1,11 +1,12 @@
 """HostSnapshotTransport: a ring of K host slots that each hold one step's batch.
 
-On CUDA the slots are page-locked (Warp pinned arrays). Publishing a step copies the result into a
-device staging buffer of the slot on the env's stream (device-to-device, fast), then issues the
-device-to-host copy on a stream of its own after an event, with a completion event per slot; the
-next step starts while the copy runs. On the CPU the slots are numpy buffers filled with
-whole-array copies. Taking a slot blocks while all K are held by the consumer or in flight: that
-wait is where backpressure throttles the stepping loop, and it is counted as stall time.
+The env packs its whole result into one contiguous buffer at the end of each step
+(``VectorEnv.packed_result``), so publishing a step is one copy into one slot, and each field of the
+host batch is a view into that slot. On CUDA the slots are page-locked (Warp pinned arrays) and the
+copy is issued on the env's stream right after the step, with a completion event per slot: the CPU
+never waits for it, the next step is queued behind it, and the consumer waits on the slot's event.
+On the CPU the slots are numpy buffers. Taking a slot blocks while all K are held by the consumer or
+in flight: that wait is where backpressure throttles the stepping loop, and it is counted as stall time.
 """
 
 from __future__ import annotations
@@ -48,27 +49,29 @@ class HostSnapshotTransport:
         self.env = env
         self.slots = slots
         self.device = env.device
-        self._names = list(env.result.arrays())
-        arrays = env.result.arrays()
-        self.bytes_per_step = int(sum(a.capacity for a in arrays.values()))
+        self.bytes_per_step = int(env.packed_result.capacity)
         """Bytes copied per published step."""
         self._cuda = self.device.is_cuda
-        self._host: list[dict[str, np.ndarray]] = []
-        self._pinned: list[dict[str, wp.array]] = []
-        self._staging: list[dict[str, wp.array]] = []
+        self._slots: list = []  # per slot: the bytes the copy lands in (pinned Warp array on CUDA, numpy on CPU)
+        self._views: list[dict[str, np.ndarray]] = []  # per slot: one typed view per field
         for _ in range(slots):
             if self._cuda:
-                pinned = {k: wp.empty(a.shape, dtype=a.dtype, device="cpu", pinned=True) for k, a in arrays.items()}
-                self._pinned.append(pinned)
-                self._staging.append({k: wp.empty_like(a) for k, a in arrays.items()})
-                self._host.append({k: a.numpy() for k, a in pinned.items()})
+                pinned = wp.empty(self.bytes_per_step, dtype=wp.uint8, device="cpu", pinned=True)
+                self._slots.append(pinned)
+                raw = pinned.numpy()
             else:
-                self._host.append({k: np.empty(a.shape, dtype=wp.dtype_to_numpy(a.dtype)) for k, a in arrays.items()})
-        # The env's result buffers persist across steps, so their host views are made once (CPU).
-        self._env_views = None if self._cuda else {k: a.numpy() for k, a in arrays.items()}
+                raw = np.empty(self.bytes_per_step, np.uint8)
+                self._slots.append(raw)
+            self._views.append(
+                {
+                    name: raw[offset : offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize]
+                    .view(dtype)
+                    .reshape(shape)
+                    for name, offset, shape, dtype in env.result_layout
+                }
+            )
+        self._packed = None if self._cuda else env.packed_result.numpy()  # a view, made once (CPU)
         if self._cuda:
-            self._copy_stream = wp.Stream(self.device)
-            self._staged = [wp.Event(self.device) for _ in range(slots)]
             self._done = [wp.Event(self.device, enable_timing=True) for _ in range(slots)]
             self._start = [wp.Event(self.device, enable_timing=True) for _ in range(slots)]
         self._cond = threading.Condition()
@@ -87,8 +90,11 @@ class HostSnapshotTransport:
 
     # -- producer ------------------------------------------------------------------------------
 
-    def publish(self, result: StepResult) -> None:
-        """Copy ``result`` (the env's current device result) into a free slot; block while none is free."""
+    def publish(self, result: StepResult | None = None) -> None:
+        """Copy the env's current result (``result``, if given, must be ``env.result``) into a free slot;
+        block while none is free."""
+        if result is not None and result is not self.env.result:
+            raise ValueError("publish takes the env's own result (env.result): the transport copies its packed buffer")
         with self._cond:
             t0 = time.perf_counter()
             while not self._free and not self._closed and self._error is None:
@@ -97,22 +103,13 @@ class HostSnapshotTransport:
             self._raise_if_stopped()
             slot = self._free.popleft()
         t0 = time.perf_counter()
-        src = result.arrays()
-        if self._cuda:
-            staging, pinned = self._staging[slot], self._pinned[slot]
-            for name in self._names:
-                wp.copy(staging[name], src[name])  # on the env's stream, ordered after the step
-            wp.get_stream(self.device).record_event(self._staged[slot])
-            self._copy_stream.wait_event(self._staged[slot])
-            self._copy_stream.record_event(self._start[slot])
-            for name in self._names:
-                wp.copy(pinned[name], staging[name], stream=self._copy_stream)
-            self._copy_stream.record_event(self._done[slot])
+        if self._cuda:  # on the env's stream: ordered after the step, and the next step after the copy
+            stream = wp.get_stream(self.device)
+            stream.record_event(self._start[slot])
+            wp.copy(self._slots[slot], self.env.packed_result, stream=stream)
+            stream.record_event(self._done[slot])
         else:
-            host = self._host[slot]
-            views = self._env_views if result is self.env.result else {k: a.numpy() for k, a in src.items()}
-            for name in self._names:
-                np.copyto(host[name], views[name])
+            np.copyto(self._slots[slot], self._packed)
         self.copy_seconds += time.perf_counter() - t0
         with self._cond:
             self._ready.append(slot)
@@ -137,9 +134,11 @@ class HostSnapshotTransport:
                 return None
             slot = self._ready.popleft()
         if self._cuda:
+            while self.device.is_capturing:  # Warp refuses to wait on an event during any capture
+                time.sleep(1e-4)
             wp.synchronize_event(self._done[slot])
             self.device_copy_seconds += wp.get_event_elapsed_time(self._start[slot], self._done[slot]) / 1e3
-        host = self._host[slot]
+        host = self._views[slot]
         observation = {k[4:]: v for k, v in host.items() if k.startswith("obs/")}
         info = {k[5:]: v for k, v in host.items() if k.startswith("info/")}
         result = StepResult(observation, host["reward"], host["terminated"], host["truncated"], info)
