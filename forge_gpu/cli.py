@@ -316,6 +316,77 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from forge_gpu._src.export_lerobot import export_lerobot
+    from forge_gpu._src.export_robomimic import export_robomimic
+
+    if not Path(args.run).is_dir():
+        raise UsageError(f"{args.run}: not a run directory or dataset root")
+    if os.path.lexists(args.out):
+        raise UsageError(f"{args.out}: already exists; give a new {'directory' if args.to == 'lerobot' else 'file'}")
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: expected an integer >= 1")
+    if args.to == "robomimic" and (args.codec != "h264" or args.workers != 1 or args.crf is not None):
+        raise UsageError("--codec, --crf and --workers apply to --to lerobot only")
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5 or done == total:
+            last[0] = now
+            print(f"\rexport {args.to}: {done:,}/{total:,} frames", end="", file=sys.stderr, flush=True)
+
+    try:
+        if args.to == "lerobot":
+            report = export_lerobot(
+                args.run, args.out, codec=args.codec, crf=args.crf, workers=args.workers, progress=progress
+            )
+        else:
+            report = export_robomimic(args.run, args.out, progress=progress)
+    except ImportError as e:
+        print(f"\nforge-gpu: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"\nforge-gpu: cannot export: {e}", file=sys.stderr)
+        return 1
+    print(file=sys.stderr)
+    rate = f"{report['frames_per_s']:,.0f} frames/s"
+    extra = f", {report['codec']}, {report['workers']} process(es)" if args.to == "lerobot" else ""
+    print(
+        f"wrote {report['episodes']} episodes, {report['frames']:,} frames, {report['bytes']:,} bytes to "
+        f"{report['out']} ({args.to}{extra}; {rate}; statistics {report['statistics']})"
+    )
+    for field in report.get("left_out", []):
+        print(f"left out: {field} (LeRobot v3.0 depth video is not written; --to robomimic keeps it)")
+    return 0
+
+
+def cmd_stats(args) -> int:
+    import json
+
+    from forge_gpu._src.stats import compute_statistics, format_statistics, load_statistics
+
+    if not Path(args.run).is_dir():
+        raise UsageError(f"{args.run}: not a run directory or dataset root")
+    try:
+        stats, what = None, "stored with"
+        if not args.recompute:
+            with contextlib.suppress(LookupError):
+                stats = load_statistics(args.run)
+        if stats is None:
+            stats, what = compute_statistics(args.run, write=True), "computed and written to stats.json in"
+    except ValueError as e:
+        print(f"forge-gpu: cannot compute statistics: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        summary = {k: {f: v if f == "count" else v.tolist() for f, v in s.items()} for k, s in stats.summary().items()}
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"statistics {what} {args.run}")
+    print("\n".join(format_statistics(stats.summary())))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{self.prog}: {message} (see --help)")
@@ -393,6 +464,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("repair", help="close a run whose recording process was killed")
     p.add_argument("run")
     p.set_defaults(func=cmd_repair)
+
+    e = sub.add_parser("export", help="write a closed run (or dataset) as a LeRobot v3.0 dataset or robomimic HDF5")
+    e.add_argument("run", help="a closed run directory or a dataset root")
+    e.add_argument("out", help="lerobot: the new dataset directory; robomimic: the new .hdf5 file")
+    e.add_argument("--to", choices=["lerobot", "robomimic"], required=True)
+    e.add_argument(
+        "--codec", choices=["h264", "av1"], default="h264", help="lerobot videos: h264 (fast) or av1 (small)"
+    )
+    e.add_argument("--crf", type=int, default=None, help="video quality: lower is larger (default h264 23, av1 30)")
+    e.add_argument("--workers", type=int, default=1, help="lerobot: encoding processes (default 1)")
+    e.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("stats", help="compute a run's normalization statistics (runs recorded without them)")
+    s.add_argument("run", help="a closed run directory or a dataset root")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--recompute", action="store_true", help="compute them again even where they are stored")
+    s.set_defaults(func=cmd_stats)
     return parser
 
 

@@ -192,7 +192,7 @@ def load_run(directory):
         if name.endswith(".npz"):
             with np.load(path, allow_pickle=False) as archive:
                 contents[name] = {key: archive[key] for key in archive.files}
-        elif name.endswith(".json") and name != "run.json":
+        elif name.endswith(".json") and name not in ("run.json", "stats.json"):
             with open(path) as f:
                 contents[name] = json.load(f)
     return contents

@@ -58,6 +58,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "bytes_on_disk": bytes_on_disk,
         "incomplete_episodes": manifest.get("incomplete_episodes", []),
     }
+    report["statistics"] = _statistics(run_dir)
     if spec.get("has_success") and not quick and len(run):
         report["success_rate"] = successes / len(run)
     if manifest["status"] == "recording":
@@ -66,6 +67,17 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             f"if it was killed, run: forge-gpu repair {run_dir}"
         )
     return report
+
+
+def _statistics(run_dir: str) -> dict | None:
+    """The run's stored normalization statistics as plain lists, or None when it has none."""
+    from .stats import load_statistics  # noqa: PLC0415
+
+    try:
+        summary = load_statistics(run_dir).summary()
+    except LookupError:
+        return None
+    return {key: {f: v if f == "count" else v.tolist() for f, v in figures.items()} for key, figures in summary.items()}
 
 
 def inspect_dataset(root: str | os.PathLike, *, quick: bool = False) -> dict:
@@ -144,6 +156,13 @@ def format_report(report: dict) -> str:
         "fields:",
     ]
     lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["fields"].items()]
+    if report.get("statistics") is None:
+        lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
+    else:
+        from .stats import format_statistics  # noqa: PLC0415
+
+        lines.append("statistics (per channel; q01/q99 within 0.4%):")
+        lines += format_statistics(report["statistics"])
     if "note" in report:
         lines.append(f"note: {report['note']}")
     return "\n".join(lines)

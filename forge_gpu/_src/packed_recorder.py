@@ -28,6 +28,7 @@ from forge_gpu._src.packed import (
     ended_episodes,
     run_columns,
 )
+from forge_gpu._src.stats import StatsAccumulator
 from forge_gpu._src.tracker import EpisodeTracker, RecorderBase, check_int, describe_env, initial_manifest
 
 #: Default ring size [bytes].
@@ -50,6 +51,8 @@ class PackedRecorder(RecorderBase):
         compression: ``"none"``, ``"lz4"`` or ``"zstd"`` (Arrow IPC buffer compression).
         segment_bytes: a segment file is closed and the next one started once it reaches this size.
         block_bytes: the writer appends at most this many bytes of buffered steps at once (at least one step).
+        statistics: compute normalization statistics from every batch and write them as ``stats.json``
+            at close (forge_gpu/_src/stats.py).
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class PackedRecorder(RecorderBase):
         compression: str = "none",
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
+        statistics: bool = True,
     ) -> None:
         check_int("max_buffer_bytes", max_buffer_bytes, minimum=1)
         if compression not in COMPRESSIONS:
@@ -101,6 +105,7 @@ class PackedRecorder(RecorderBase):
         self._ring["terminated"] = np.empty((capacity, num_envs), np.bool_)
         self._ring["truncated"] = np.empty((capacity, num_envs), np.bool_)
         self._head = 0  # steps appended
+        self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
 
         super().__init__(directory, env, tracker, manifest)
@@ -148,6 +153,8 @@ class PackedRecorder(RecorderBase):
         ring["reward"][index] = reward
         ring["terminated"][index] = terminated
         ring["truncated"][index] = truncated
+        if self._stats is not None:
+            self._stats.update_batch(observation, active, action, reward)
         tracker.commit(observation, active, terminated, truncated)
         with self._cond:
             self._head += 1

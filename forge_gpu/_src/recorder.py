@@ -24,6 +24,7 @@ from forge_gpu._src.episode_format import (
     write_episode_file,
     write_marker_atomic,
 )
+from forge_gpu._src.stats import StatsAccumulator
 from forge_gpu._src.tracker import (
     ACTION_DTYPE,
     REWARD_DTYPE,
@@ -54,6 +55,8 @@ class EpisodeRecorder(RecorderBase):
         compression_level: deflate level, 0-9.
         spare_buffers: number of spare slots; None takes as many as the budget allows, capped at
             ``num_envs``.
+        statistics: compute normalization statistics from every batch and write them as ``stats.json``
+            at close (forge_gpu/_src/stats.py).
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class EpisodeRecorder(RecorderBase):
         compression: str = "none",
         compression_level: int = 1,
         spare_buffers: int | None = None,
+        statistics: bool = True,
     ) -> None:
         check_int("max_buffer_bytes", max_buffer_bytes, minimum=1)
         check_int("writers", writers, minimum=1)
@@ -121,6 +125,7 @@ class EpisodeRecorder(RecorderBase):
         # Each env's slot, shape (num_envs,); -1 once the slot went to the writers. Touched only by the
         # appending thread, like the tracker's state.
         self._slot = np.arange(num_envs, dtype=np.int64)
+        self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
 
         # Shared with the writers under the base's lock.
         self._todo: deque[tuple[int, int, int, int]] = deque()  # (slot, env_id, episode_id, steps)
@@ -183,6 +188,8 @@ class EpisodeRecorder(RecorderBase):
             self._reward[at] = reward[rows]
             self._terminated[at] = terminated[rows]
             self._truncated[at] = truncated[rows]
+        if self._stats is not None:
+            self._stats.update_batch(observation, active, action, reward)
         ended = tracker.commit(observation, active, terminated, truncated)
         if ended.size:
             columns = (slot[ended], ended, tracker.episode[ended], tracker.steps[ended])

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.episode_format import ID_FIELDS, REQUIRED_FIELDS, RUN_MANIFEST, per_env_nbytes, write_json_atomic
+from forge_gpu._src.stats import StatsAccumulator
 
 #: Distributions whose versions shape the data; recorded in run.json where installed.
 RECORDED_PACKAGES = ("numpy", "newton", "warp-lang", "mujoco", "mujoco-warp", "torch", "forge-gpu", "pyarrow")
@@ -264,6 +265,9 @@ class RecorderBase:
     ``__init__`` and says when work is pending (`_busy`), how to stop its threads (`_join`) and which
     ended episodes a failure left unwritten (`_unwritten`)."""
 
+    #: The normalization statistics a subclass feeds in ``append`` (``stats.json`` at close), or None.
+    _stats: StatsAccumulator | None = None
+
     def __init__(self, directory: str | os.PathLike, env: Any, tracker: EpisodeTracker, manifest: dict):
         self._directory = os.fspath(directory)
         self._tracker = tracker
@@ -364,6 +368,8 @@ class RecorderBase:
         self._join()
         failed = self._error is not None or error is not None
         try:
+            if self._stats is not None:  # before the manifest: a closed run has its statistics
+                self._stats.write(self._directory, "recorded")
             self._write_manifest("failed" if failed else "closed")
         except OSError:
             if not failed:
