@@ -178,3 +178,80 @@ def test_graph_replay_equals_eager_stepping(device):
     for eager, graph in zip(*runs, strict=True):
         for name, value in eager.arrays().items():
             np.testing.assert_array_equal(value, graph.arrays()[name])
+
+
+def test_failed_capture_falls_back_to_eager_stepping_with_one_warning(monkeypatch):
+    """A capture that raises leaves a working env that steps eagerly, says why once, and gives the same steps."""
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("no graphs today")
+
+    reference = forge_gpu.make("cartpole", num_envs=3, device="cpu", seed=4)
+    policy = forge_gpu.make_policy("random", reference)
+    want = rollout(reference, policy, 6)
+    monkeypatch.setattr(wp, "ScopedCapture", Broken)
+    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", seed=4)
+    with pytest.warns(RuntimeWarning, match="eagerly because graph capture failed.*no graphs today") as caught:
+        got = rollout(env, forge_gpu.make_policy("random", env), 6)
+    assert len(caught) == 1
+    assert env.step_mode.startswith("eager: graph capture failed") and reference.step_mode == "graph"
+    for a, b in zip(got, want, strict=True):
+        for name, value in b.arrays().items():
+            np.testing.assert_array_equal(a.arrays()[name], value)
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_non_finite_actions_are_flagged_by_the_step_itself(graph):
+    """The step's first kernel flags envs whose action holds a NaN or inf and executes zeros for them."""
+    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", capture_graph=graph)
+    env.reset()
+    action = np.full((4, 1), 0.5, np.float32)
+    action[1, 0], action[3, 0] = np.nan, np.inf
+    env._action_in.assign(action)  # what a CUDA step stages without waiting to check it
+    if graph:
+        wp.capture_launch(env._graph)
+    else:
+        env._step_body()
+    flags = env.result.info["action_nonfinite"].numpy()
+    executed = env.result.info["executed_action"].numpy()
+    np.testing.assert_array_equal(flags, [False, True, False, True])
+    np.testing.assert_array_equal(executed[:, 0], [0.5, 0.0, 0.5, 0.0])
+    assert np.isfinite(env.proprio.numpy()).all()
+
+
+def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypatch):
+    """With the CUDA staging (no check before the step), collect still fails on a NaN action, naming the rows."""
+    from forge_gpu._src.collector import collect
+    from forge_gpu._src.env import VectorEnv
+
+    def stage_without_waiting(self, action, *, check_values=False):
+        if check_values:  # collect's up-front check of the policy still runs
+            return
+        wp.copy(self._action_in, action)
+
+    monkeypatch.setattr(VectorEnv, "_stage_action", stage_without_waiting)
+    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", max_steps=50)
+    bad = wp.array(np.array([[0.1], [np.nan], [0.2]], np.float32), device="cpu")
+    calls = []
+
+    def policy(observation):
+        calls.append(1)
+        return bad if len(calls) > 4 else forge_gpu.make_policy("random", env)(observation)
+
+    with pytest.raises(ValueError, match=r"non-finite actions .* env rows \[1\]"):
+        collect(env, policy, str(tmp_path / "run"), steps=20)
+    assert forge_gpu.read_manifest(tmp_path / "run")["status"] == "failed"
+
+
+def test_a_present_but_unusable_gpu_is_not_a_silent_cpu_fallback(monkeypatch):
+    """default_device() says why it falls back to the CPU when a GPU exists that Warp cannot use."""
+    import forge_gpu._src.env as env_module
+
+    monkeypatch.setattr(env_module, "gpu_present", lambda: True)
+    monkeypatch.setattr(wp, "get_cuda_device_count", lambda: 0)
+    with pytest.warns(RuntimeWarning, match="a GPU is present but not usable"):
+        assert env_module.default_device() == "cpu"
+    monkeypatch.setattr(env_module, "gpu_present", lambda: False)
+    assert env_module.device_choice() == ("cpu", env_module.device_choice()[1])
+    assert "no NVIDIA GPU" in env_module.device_choice()[1]
