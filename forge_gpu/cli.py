@@ -87,8 +87,10 @@ def cmd_collect(args) -> int:
 
         return cmd_collect_workers(args, config, overrides, out)
     try:
+        began = time.perf_counter()
         env = forge_gpu.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
         policy = load_policy(args.policy, env)
+        make_seconds = time.perf_counter() - began
     except ValueError as e:
         raise UsageError(str(e)) from e
     episodes = args.episodes if args.steps is None else None
@@ -124,7 +126,7 @@ def cmd_collect(args) -> int:
             print(f"forge-gpu: collection failed: {type(e).__name__}: {e}\nrun directory: {out}", file=sys.stderr)
             return 1
     display.close()
-    _print_summary(summary, env)
+    _print_summary(summary, env, make_seconds)
     if caught:
         name, status = signal_exit(caught[0])
         print(
@@ -213,7 +215,8 @@ class _Progress:
             self._bar = None
 
 
-def _print_summary(summary, env) -> None:
+def _print_summary(summary, env, make_seconds: float = 0.0) -> None:
+    warmup = make_seconds + summary.warmup_seconds
     rows = [
         ("status", summary.status),
         ("episodes published", summary.episodes),
@@ -223,7 +226,9 @@ def _print_summary(summary, env) -> None:
         ("stall", f"{summary.stall_fraction:.1%}"),
         ("bytes written", f"{summary.bytes_written:,}"),
         ("device", str(env.device)),
+        ("step", summary.step_mode),
         ("seconds", f"{summary.seconds:.1f}"),
+        ("warm-up seconds", f"{warmup:.1f} (building the env, compiling kernels on first use, capturing the step)"),
     ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

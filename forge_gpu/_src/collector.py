@@ -41,6 +41,10 @@ class CollectionSummary:
     """Episodes that ended in the stepped batches; all of them are published unless the run failed."""
     incomplete_episodes: list = field(default_factory=list)
     error: str | None = None
+    step_mode: str = ""
+    """``graph`` (each step one captured graph) or ``eager: <why>`` (see ``VectorEnv.step_mode``)."""
+    warmup_seconds: float = 0.0
+    """Before the first step, not in ``seconds``: reset, kernel compilation on first use, graph capture [s]."""
 
     @property
     def env_steps_per_second(self) -> float:
@@ -144,7 +148,8 @@ def collect(
     target = episodes if episodes is not None else steps
     if not isinstance(target, int) or isinstance(target, bool) or target < 1:
         raise ValueError(f"{'episodes' if episodes is not None else 'steps'}={target!r}: expected an integer >= 1")
-    first = env.reset()
+    began = time.perf_counter()
+    first = env.reset()  # compiles the step's kernels on first use and captures the step graph
     env.check_action(policy(env.observation))  # refuse a broken policy before anything is created
     transport = HostSnapshotTransport(env, slots=slots)
     recorder = None
@@ -163,6 +168,7 @@ def collect(
     consumer.start()
     calls = 0
     start = last_report = time.perf_counter()
+    warmup_seconds = start - began
     status, error = "closed", None
 
     def counters() -> dict:
@@ -213,6 +219,8 @@ def collect(
         stall_seconds=transport.stall_seconds,
         bytes_written=0,
         episodes_ended=consumer.ended,
+        step_mode=env.step_mode,
+        warmup_seconds=warmup_seconds,
     )
     if recorder is not None:
         try:

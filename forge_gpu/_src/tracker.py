@@ -178,6 +178,7 @@ def initial_manifest(env: Any, max_buffer_bytes: int, schema_version: int) -> di
         "status": "recording",
         "completed_episodes": 0,
         "transport": "host_snapshot",
+        "step_mode": getattr(env, "step_mode", None),
         "scene": f"{scene.kind}:v1",
         "scene_spec": dataclasses.asdict(scene),
         "task": env.task.spec.id,
