@@ -30,6 +30,10 @@ _EXPORTS = {
     "Windows": "forge_gpu._src.windows",
     "PackedRecorder": "forge_gpu._src.packed_recorder",
     "convert_run": "forge_gpu._src.convert",
+    "export_lerobot": "forge_gpu._src.export_lerobot",
+    "export_robomimic": "forge_gpu._src.export_robomimic",
+    "run_statistics": "forge_gpu._src.stats",
+    "compute_statistics": "forge_gpu._src.stats",
     "validate_episode": "forge_gpu._src.episode_format",
     "SCHEMA_VERSION": "forge_gpu._src.episode_format",
 }

@@ -475,8 +475,8 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
 
 
 def test_data_side_imports_neither_warp_newton_nor_torch():
-    """The data side (formats, both recorders, reader, windows, conversion, torch_data) loads without warp, newton
-    or torch, and reads a packed run that way."""
+    """The data side (formats, both recorders, reader, windows, conversion, torch_data, statistics, exports) loads
+    without warp, newton or torch, and reads a packed run that way."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = f"""
 import sys, types
@@ -493,6 +493,7 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
 import forge_gpu._src.episode_format, forge_gpu._src.recorder, forge_gpu._src.reader, forge_gpu._src.torch_data
 import forge_gpu._src.packed, forge_gpu._src.packed_recorder, forge_gpu._src.windows, forge_gpu._src.convert
 import forge_gpu._src.repair, forge_gpu._src.inspect
+import forge_gpu._src.stats, forge_gpu._src.export_lerobot, forge_gpu._src.export_robomimic
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
