@@ -392,6 +392,21 @@ def cmd_stats(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from forge_gpu._src.doctor import report, run_checks
+
+    checks = run_checks()
+    print(report(checks))
+    bad = [c.name for c in checks if not c.ok]
+    if bad:
+        print(f"forge-gpu: collection would not run as designed here ({', '.join(bad)})", file=sys.stderr)
+        return 1
+    from forge_gpu._src.env import device_choice
+
+    print(f"collection runs as designed here, on {device_choice()[0]} by default")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{self.prog}: {message} (see --help)")
@@ -465,6 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="packed: none, lz4 or zstd; npz: none or deflate",
     )
     v.set_defaults(func=cmd_convert)
+
+    d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")
+    d.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("repair", help="close a run whose recording process was killed")
     p.add_argument("run")

@@ -212,3 +212,23 @@ def test_unwritable_out_is_refused(tmp_path, capsys):
     assert main(["collect", "cartpole", "--envs", "2", "--out", str(blocker / "run")]) == 2
     assert "cannot write" in capsys.readouterr().err
     assert blocker.read_text() == "not a directory"
+
+
+def test_doctor_checks_this_machine(capsys):
+    """forge-gpu doctor runs every check that applies here, the CPU capture among them, and exits 0 when all pass."""
+    code = main(["doctor"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "capture and replay on cpu" in out and "kernel cache" in out and "default device" in out
+    assert "collection runs as designed here" in out and "BAD" not in out
+
+
+def test_doctor_exits_1_and_says_what_to_do_when_a_check_fails(capsys, monkeypatch):
+    """A failing check (here: a GPU present that Warp cannot use) is marked BAD with a fix, and the exit is 1."""
+    import forge_gpu._src.env as env_module
+
+    monkeypatch.setattr(env_module, "gpu_present", lambda: True)
+    code = main(["doctor"])
+    captured = capsys.readouterr()
+    assert code == 1 and "BAD  default device" in captured.out and "->" in captured.out
+    assert "would not run as designed" in captured.err
