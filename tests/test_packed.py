@@ -329,6 +329,22 @@ def test_a_standard_arrow_reader_opens_the_segments(recorded):
     assert np.array_equal(proprio[first : first + steps * stride : stride], episode.obs["proprio"])
 
 
+@pytest.mark.parametrize("key, value", [("first_row", 2**63), ("steps", 2**63), ("stride", 2**62), ("env_id", 2**31)])
+def test_commit_values_past_int64_are_value_errors(recorded, tmp_path, key, value):
+    """An episode value in the commit log too large for int64 arithmetic is a ValueError naming the log."""
+    directory, _ = recorded
+    run = tmp_path / "run"
+    shutil.copytree(directory, run)
+    lines = (run / COMMIT_LOG).read_text().splitlines()
+    k = next(i for i, line in enumerate(lines) if json.loads(line)["episodes"]["steps"])
+    commit = json.loads(lines[k])
+    commit["episodes"][key][0] = value
+    lines[k] = json.dumps(commit)
+    (run / COMMIT_LOG).write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=f"{COMMIT_LOG}:{k + 1}: episodes.{key}"):
+        list(forge_gpu.read_episodes(run))
+
+
 MUTATIONS = ["flip", "truncate", "log_line", "log_value", "log_bytes"]
 
 
@@ -364,9 +380,9 @@ def test_fuzzed_packed_runs_only_raise_value_error(recorded, tmp_path, kind, see
         key = sorted(commit)[rng.integers(len(commit))]
         if key == "episodes" and commit["episodes"]["steps"]:
             inner = sorted(commit["episodes"])[rng.integers(5)]
-            commit["episodes"][inner][0] = [None, -1, 10**12, 0, 1, "x"][rng.integers(6)]
+            commit["episodes"][inner][0] = [None, -1, 10**12, 0, 1, "x", 2**63, 2**62][rng.integers(8)]
         else:
-            commit[key] = [None, -1, 10**12, 0, 1, "x", 3.5][rng.integers(7)]
+            commit[key] = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63][rng.integers(8)]
         lines[k] = json.dumps(commit)
         log.write_text("\n".join(lines) + "\n")
     else:

@@ -74,6 +74,52 @@ def rewrite_members(path: Path, edit) -> None:
                 z.writestr(out[0], out[1])
 
 
+def patch_headers(path: Path, member_index: int, offset: int, value: int) -> None:
+    """Set the 2-byte field at ``offset`` of the ``member_index``-th member's local header and at ``offset + 2``
+    of its central-directory header (the central header has 2 more bytes before its common fields)."""
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.infolist()[member_index]
+    struct.pack_into("<H", data, info.header_offset + offset, value)
+    central = [i for i in range(len(data) - 3) if data[i : i + 4] == b"PK\x01\x02"][member_index]
+    struct.pack_into("<H", data, central + offset + 2, value)
+    path.write_bytes(bytes(data))
+
+
+#: The local-header offsets of a zip member's general-purpose flags and compression method.
+FLAGS, METHOD = 6, 8
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        (METHOD, 99),  # an unknown compression method: zipfile raises NotImplementedError
+        (METHOD, 9),  # deflate64, which zipfile does not read
+        (METHOD, 12),  # bzip2 over deflate data: OSError from bz2
+        (FLAGS, 1),  # encrypted: zipfile raises RuntimeError
+        (FLAGS, 1 << 5),  # compressed patched data: NotImplementedError
+    ],
+)
+def test_unreadable_zip_members_are_value_errors(pristine, tmp_path, field, value):
+    """Unknown compression methods, encryption and patched data in a member's headers are ValueError naming the file."""
+    run = copy_run(pristine, tmp_path)
+    victim = first_episode(run)
+    patch_headers(victim, 1, field, value)
+    with pytest.raises(ValueError, match=victim.name):
+        read_all(run)
+
+
+def test_bad_lzma_properties_are_a_value_error(pristine, tmp_path):
+    """An lzma member whose properties do not decode (LZMAError inside zipfile) is a ValueError naming the file."""
+    run = copy_run(pristine, tmp_path)
+    victim = first_episode(run)
+    rewrite_members(victim, lambda n, raw: (n, b"\x09\x04\x05\x00\xff\xff\xff\xff\xff" + raw))
+    for k in range(len(zipfile.ZipFile(victim).infolist())):
+        patch_headers(victim, k, METHOD, 14)
+    with pytest.raises(ValueError, match=victim.name):
+        read_all(run)
+
+
 def npy_bytes(array, allow_pickle=False) -> bytes:
     buffer = io.BytesIO()
     np.lib.format.write_array(buffer, array, allow_pickle=allow_pickle)
@@ -171,7 +217,21 @@ def test_garbage_json_is_a_value_error(pristine, tmp_path):
         read_all(run)
 
 
-MUTATIONS = ["flip", "truncate", "swap", "drop", "dtype", "nan", "huge_shape", "manifest_key", "manifest_bytes"]
+MUTATIONS = [
+    *["flip", "truncate", "swap", "drop", "dtype", "nan", "huge_shape", "manifest_key", "manifest_bytes"],
+    *["method", "flags", "npy_header"],
+]
+#: Broken .npy header texts (each padded to the original header's length).
+NPY_HEADERS = [
+    b"{'descr': 5, 'fortran_order': False, 'shape': (3,), }",
+    b"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }",
+    b"{'descr': '<f4', 'fortran_order': False, 'shape': (3.5,), }",
+    b"{'descr': '<f4', 'fortran_order': False, 'shape': (" + b"(" * 150 + b")" * 150 + b",), }",
+    b"{'descr': '<f4', 'fortran_order': 1, 'shape': (-3,), }",
+    b"{'descr': '<M8[s]', 'fortran_order': False, 'shape': (3,), }",
+    b"{'descr' '<f4', 'fortran_order': False}",
+    b"\xff\xfe{'descr'}",
+]
 
 
 @settings(max_examples=60, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -215,6 +275,19 @@ def test_fuzzed_runs_only_raise_value_error(pristine, tmp_path, kind, seed):
             return n, npy_bytes(array)
 
         rewrite_members(victim, edit)
+    elif kind in ("method", "flags"):
+        value = int(rng.choice([1, 6, 9, 12, 14, 19, 97, 99, 255])) if kind == "method" else int(rng.integers(1 << 16))
+        patch_headers(victim, names.index(pick), METHOD if kind == "method" else FLAGS, value)
+    elif kind == "npy_header":
+        text = NPY_HEADERS[rng.integers(len(NPY_HEADERS))]
+
+        def replace_header(n, raw):
+            if n != pick:
+                return n, raw
+            end = raw.index(b"}") + 1  # magic, version and length take 10 bytes; the header dict ends at "}"
+            return n, raw[:10] + text.ljust(end - 10) + raw[end:]
+
+        rewrite_members(victim, replace_header)
     elif kind == "manifest_key":
         manifest = json.loads((run / "run.json").read_text())
         key = sorted(manifest)[rng.integers(len(manifest))]

@@ -280,17 +280,19 @@ def read_commits(run_dir: str) -> tuple[list[dict], bool]:
     return commits, torn
 
 
+# first_row + steps * stride stays below 2**63: int64 arithmetic on the commit log never overflows.
+_EPISODE_LIMITS = {"first_row": 1 << 62}  # the other keys: below 2**31 (ids, lengths and strides are int32)
+
+
 def _episode_columns(entry: Any, where: str) -> dict[str, np.ndarray]:
     if not isinstance(entry, dict) or entry.keys() != set(EPISODE_KEYS):
         raise ValueError(f"{where}: episodes must be an object with keys {list(EPISODE_KEYS)}")
     out = {}
     for key in EPISODE_KEYS:
-        values = entry[key]
-        if not isinstance(values, list) or not all(type(v) is int for v in values):
-            raise ValueError(f"{where}: episodes.{key} must be a list of integers")
+        values, least, limit = entry[key], int(key in ("steps", "stride")), _EPISODE_LIMITS.get(key, 1 << 31)
+        if not isinstance(values, list) or not all(type(v) is int and least <= v < limit for v in values):
+            raise ValueError(f"{where}: episodes.{key} must be a list of integers in [{least}, {limit})")
         out[key] = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
-        if out[key].size and out[key].min() < (1 if key in ("steps", "stride") else 0):
-            raise ValueError(f"{where}: episodes.{key} holds a value below {int(key in ('steps', 'stride'))}")
     if len({len(v) for v in out.values()}) > 1:
         raise ValueError(f"{where}: the lists under episodes differ in length")
     return out

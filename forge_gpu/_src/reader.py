@@ -15,7 +15,10 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import lzma
 import os
+import struct
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
@@ -429,11 +432,27 @@ def _check_against_spec(headers: dict, env_spec: dict, path: str) -> None:
 
 @contextlib.contextmanager
 def _archive_errors(path: str) -> Iterator[None]:
-    """Turn the ways a damaged archive fails to read into a ValueError naming it."""
+    """Turn the ways a damaged archive fails to read into a ValueError naming it.
+
+    zipfile raises RuntimeError for an encrypted member and its subclass NotImplementedError for an unknown
+    compression method or patched data; a bzip2 member fails with OSError, an lzma one with LZMAError or
+    struct.error; numpy's header parser with ValueError, or tokenize.TokenError where it retries a header
+    as Python 2 wrote them."""
     try:
         yield
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
-        raise ValueError(f"{path}: cannot read episode archive: {exc}") from exc
+    except (
+        OSError,
+        EOFError,
+        KeyError,
+        ValueError,
+        RuntimeError,
+        zipfile.BadZipFile,
+        zlib.error,
+        lzma.LZMAError,
+        struct.error,
+        tokenize.TokenError,
+    ) as exc:
+        raise ValueError(f"{path}: cannot read episode archive: {type(exc).__name__}: {exc}") from exc
 
 
 def _load_json(path: str) -> Any:
