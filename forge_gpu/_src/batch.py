@@ -39,9 +39,18 @@ class StepResult:
         return self.map(lambda a: np.array(a.numpy() if hasattr(a, "numpy") else a, copy=True))
 
     def to_torch(self) -> StepResult:
-        """Zero-copy torch views of the device arrays (imports torch)."""
+        """Zero-copy torch views of the device arrays (imports torch).
+
+        On CUDA, the caller's current torch stream is first made to wait for the env's Warp stream, so
+        torch work queued after this call reads the step's values (no host sync).
+        """
+        import torch
         import warp as wp
 
+        for device in {a.device for a in self.arrays().values()}:
+            if device.is_cuda:
+                stream = torch.cuda.current_stream(wp.device_to_torch(device))
+                stream.wait_stream(wp.stream_to_torch(wp.get_stream(device)))
         return self.map(wp.to_torch)
 
     def map(self, fn) -> StepResult:
