@@ -47,7 +47,7 @@ class StepResult:
         import torch
         import warp as wp
 
-        for device in {a.device for a in self.arrays().values()}:
+        for device in {str(a.device): a.device for a in self.arrays().values()}.values():
             if device.is_cuda:
                 stream = torch.cuda.current_stream(wp.device_to_torch(device))
                 stream.wait_stream(wp.stream_to_torch(wp.get_stream(device)))
