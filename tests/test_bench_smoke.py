@@ -136,3 +136,24 @@ def test_packed_smoke(out):
         figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]
         figures += ["packed_batch_in_order_per_s", "packed_batch_shuffled_per_s", "episodes_vs_npz", "windows_vs_npz"]
         check_figures(rows[name], dict.fromkeys(figures, True))
+
+
+def test_export_smoke(out):
+    """bench/export.py --smoke gives every export rate (both tasks, both codecs, 1 and 2 processes, robomimic),
+    every size of the reach run and the pipeline efficiency with and without statistics."""
+    pytest.importorskip("av")
+    pytest.importorskip("h5py")
+    rows = {r["figure"]: r for r in run_bench("export", out)["rows"]}
+    rates = {f"rate_{t}_{c}_{p}" for t in ("cartpole", "reach") for c in ("h264", "av1") for p in (1, 2)}
+    rates |= {"rate_cartpole_robomimic", "rate_reach_robomimic"}
+    sizes = {f"size_{name}" for name in ("forge_gpu_raw", "forge_gpu_zstd", "lerobot_h264", "lerobot_av1", "robomimic")}
+    assert set(rows) == rates | sizes | {"stats_cartpole", "stats_reach"}
+    for name in rates:
+        check_figures(rows[name], {"frames": True, "episodes": True, "frames_per_s": True, "mb": True})
+    for name in rates:
+        if name.startswith("rate_reach_") and not name.endswith("robomimic"):
+            check_figures(rows[name], {"image_mae": False})
+    for name in sizes:
+        check_figures(rows[name], {"episodes": True, "mb": True, "vs_raw": True})
+    for name in ("stats_cartpole", "stats_reach"):
+        check_figures(rows[name], {"efficiency_with_stats": True, "efficiency_without_stats": True})

@@ -52,10 +52,11 @@ def assert_matches(got: dict, values: np.ndarray, *, exact_quantiles: bool) -> N
 def test_float_channels_match_numpy_over_uneven_batches():
     """Per-channel count, mean, std, min, max equal numpy's; q01/q99 are within the stated relative error."""
     rng = np.random.default_rng(0)
-    values = (rng.standard_cauchy(size=(3001, 5)) * [1, 1e3, 1e-4, 7, 0.5]).astype(np.float32)
+    values = (rng.standard_cauchy(size=(20001, 5)) * [1, 1e3, 1e-4, 7, 0.5]).astype(np.float32)
     values[:40, 2] = 0.0
     stats = ChannelStats(5, "float")
-    for part in np.array_split(values, [1, 2, 500, 1700]):
+    # A first batch large enough to be counted at once, then small ones gathered before counting.
+    for part in np.array_split(values, [14000, 14001, 14002, 14500]):
         stats.update(part)
     assert_matches(stats.summary(), values, exact_quantiles=False)
 

@@ -49,6 +49,8 @@ _SHIFT = 23 - MANTISSA_BITS
 _HALF = 1 << (31 - _SHIFT)  # buckets per sign
 _FLOAT_BUCKETS = 2 * _HALF
 _SKIPPED = (*ID_FIELDS, "time")
+#: Values (rows x channels) gathered from small batches before they are counted together.
+BATCH_VALUES = 1 << 16
 
 
 def _channels(shape: tuple[int, ...]) -> int:
@@ -78,6 +80,8 @@ class ChannelStats:
         self.max = np.full(channels, -np.inf)
         self.offset = 128 if kind == "int8" else 0  # bucket = value + offset
         self.hist = np.zeros((channels, _FLOAT_BUCKETS if kind == "float" else 256), np.int64)
+        self._pending: list[np.ndarray] = []  # small batches not counted yet
+        self._pending_values = 0
 
     @classmethod
     def for_dtype(cls, channels: int, dtype: np.dtype) -> ChannelStats:
@@ -89,10 +93,27 @@ class ChannelStats:
         return cls(channels, "float")
 
     def update(self, values: np.ndarray) -> None:
-        """Add ``values`` [rows, channels]."""
-        rows = values.shape[0]
-        if rows == 0:
+        """Add ``values`` [rows, channels]. Small batches are copied and counted together once they hold
+        ``BATCH_VALUES`` values (the fixed cost of the numpy calls is then paid once for many batches)."""
+        if values.shape[0] == 0:
             return
+        if values.size >= BATCH_VALUES and not self._pending:
+            self._add(values)
+            return
+        self._pending.append(np.array(values, copy=True))
+        self._pending_values += values.size
+        if self._pending_values >= BATCH_VALUES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Count the values held back by ``update``."""
+        if self._pending:
+            values = np.concatenate(self._pending)
+            self._pending, self._pending_values = [], 0
+            self._add(values)
+
+    def _add(self, values: np.ndarray) -> None:
+        rows = values.shape[0]
         if self.kind != "float":
             by_channel = values.T if self.channels > 1 else values.reshape(1, -1)
             counts = np.stack([np.bincount(c.view(np.uint8), minlength=256) for c in by_channel])
@@ -132,6 +153,8 @@ class ChannelStats:
 
     def merge(self, other: ChannelStats) -> None:
         """Add another accumulator of the same field (another run of a dataset, say)."""
+        self.flush()
+        other.flush()
         if other.channels != self.channels or other.kind != self.kind:
             raise ValueError(
                 f"cannot merge statistics of {other.channels} {other.kind} channels into {self.channels} {self.kind}"
@@ -144,6 +167,7 @@ class ChannelStats:
     def quantile(self, q: float) -> np.ndarray:
         """The ``q`` quantile per channel: numpy's ``inverted_cdf`` value, exact for bytes, else within a
         relative ``RELATIVE_ERROR``."""
+        self.flush()
         rank = max(int(np.ceil(q * self.count)), 1)
         if self.kind != "float":
             index = np.argmax(np.cumsum(self.hist, axis=1) >= rank, axis=1)
@@ -157,6 +181,7 @@ class ChannelStats:
 
     def summary(self) -> dict:
         """``count`` and per-channel lists ``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``."""
+        self.flush()
         out = {"count": int(self.count), "mean": self.mean, "std": np.sqrt(self.m2 / max(self.count, 1))}
         out.update(min=self.min, max=self.max)
         for name, q in QUANTILES.items():
@@ -165,7 +190,7 @@ class ChannelStats:
 
     def to_json(self) -> dict:
         """The summary plus what merging needs: ``m2`` and the sketch (sparse: nonzero buckets, counts)."""
-        out = self.summary()
+        out = self.summary()  # flushes
         out["m2"] = self.m2.tolist()
         out["sketch"] = {
             "kind": self.kind if self.kind != "float" else f"float32-log-linear-{MANTISSA_BITS}",
