@@ -157,3 +157,14 @@ def test_export_smoke(out):
         check_figures(rows[name], {"episodes": True, "mb": True, "vs_raw": True})
     for name in ("stats_cartpole", "stats_reach"):
         check_figures(rows[name], {"efficiency_with_stats": True, "efficiency_without_stats": True})
+
+
+def test_gpu_check_smoke(out):
+    """bench/gpu_check.py --smoke runs every section on this machine's device and every check passes."""
+    payload = run_bench("gpu_check", out)
+    sections = {r["section"] for r in payload["rows"]}
+    assert {"doctor", "bandwidth", "pipeline_cartpole", "pipeline_reach", "syncs"} <= sections
+    assert all(r.get("ok", True) for r in payload["rows"]), payload["rows"]
+    for row in payload["rows"]:
+        if "ratio" in row:
+            assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
