@@ -255,3 +255,19 @@ def test_readme_training_example_runs_on_an_export(tmp_path):
     assert done.returncode == 0, done.stderr
     episodes = len(list(read_episodes(run)))
     assert done.stdout.startswith(f"{episodes} episodes, ")
+
+
+def test_lerobot_export_without_camera_writes_one_dim_action_as_a_scalar(tmp_path):
+    """A run without camera exports with no video (video_path null); an action of shape [1] is a float32
+    column, as LeRobot reads shape (1,) features, and equals the recorded action bit for bit."""
+    pytest.importorskip("av")
+    env = make_env(num_envs=3, max_steps=5, action_dim=1)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=5), 20), recorder=PackedRecorder)
+    export_lerobot(tmp_path / "run", tmp_path / "lerobot")
+    info = json.loads((tmp_path / "lerobot/meta/info.json").read_text())
+    assert info["video_path"] is None and not (tmp_path / "lerobot/videos").exists()
+    assert info["features"]["action"]["shape"] == [1]
+    table = pq.read_table(tmp_path / "lerobot/data/chunk-000/file-000.parquet")
+    assert table.schema.field("action").type == pa.float32()
+    expected = np.concatenate([e.action[:, 0] for e in read_episodes(tmp_path / "run")])
+    assert table.column("action").to_numpy().tobytes() == expected.tobytes()

@@ -323,8 +323,8 @@ def _data_schema(job: dict, state_dim: int, action_dim: int):
     import pyarrow as pa  # noqa: PLC0415
 
     fields = [
-        pa.field("observation.state", pa.list_(pa.float32(), state_dim)),
-        pa.field("action", pa.list_(pa.float32(), action_dim)),
+        pa.field("observation.state", _vector_type(state_dim)),
+        pa.field("action", _vector_type(action_dim)),
         pa.field("next.reward", pa.float32()),
         pa.field("next.done", pa.bool_()),
     ]
@@ -400,8 +400,8 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
                 writer, videos = open_part()
             frame_index = np.arange(steps, dtype=np.int64)
             columns = {
-                "observation.state": _fixed_list(episode.obs["proprio"]),
-                "action": _fixed_list(episode.action),
+                "observation.state": _vector(episode.obs["proprio"]),
+                "action": _vector(episode.action),
                 "next.reward": pa.array(episode.reward, pa.float32()),
                 "next.done": pa.array(episode.terminated | episode.truncated),
             }
@@ -446,10 +446,20 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
     }
 
 
-def _fixed_list(values: np.ndarray):
+def _vector_type(size: int):
+    """A [size] float32 feature's column type as LeRobot reads it: a scalar for size 1 (its ``shape == (1,)``
+    rule), else a fixed-size list."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    return pa.float32() if size == 1 else pa.list_(pa.float32(), size)
+
+
+def _vector(values: np.ndarray):
     import pyarrow as pa  # noqa: PLC0415
 
     flat = np.ascontiguousarray(values, dtype=np.float32)
+    if flat.shape[1] == 1:
+        return pa.array(flat[:, 0])
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 
@@ -539,7 +549,7 @@ def _write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, 
                 "video.width": width,
                 "video.codec": settings["codec"],
                 "video.pix_fmt": "yuv420p",
-                "video.is_depth_map": False,
+                "is_depth_map": False,
                 "video.fps": fps,
                 "video.channels": channels,
                 "video.crf": settings["crf"],
