@@ -159,6 +159,18 @@ def test_torch_views_share_memory():
         env.step(torch.zeros((2, 1), dtype=torch.float64))
 
 
+def test_non_contiguous_torch_action_executes_its_values():
+    """A strided torch action (a column of a wider tensor) is made contiguous before the step reads it."""
+    torch = pytest.importorskip("torch")
+    env = forge_gpu.make("cartpole", num_envs=3, device="cpu")
+    env.reset()
+    wide = torch.tensor([[0.1, 9.0], [-0.2, 9.0], [0.3, 9.0]], dtype=torch.float32)
+    action = wide[:, :1]
+    assert not action.is_contiguous()
+    executed = env.step(action).info["executed_action"].numpy()
+    np.testing.assert_array_equal(executed, action.numpy())
+
+
 def test_import_does_not_pull_torch():
     """import forge_gpu (and the env) does not import torch."""
     import subprocess
