@@ -18,6 +18,7 @@ from pathlib import Path
 from forge_gpu._src.episode_format import COMPRESSIONS as NPZ_COMPRESSIONS
 from forge_gpu._src.packed import COMPRESSIONS as PACKED_COMPRESSIONS
 from forge_gpu._src.packed import FORMATS
+from forge_gpu._src.warp_output import VERBOSE_ENV, set_verbose
 
 
 class UsageError(Exception):
@@ -93,6 +94,7 @@ def cmd_collect(args) -> int:
         make_seconds = time.perf_counter() - began
     except ValueError as e:
         raise UsageError(str(e)) from e
+    print(_device_line(args.device, env), flush=True)
     episodes = args.episodes if args.steps is None else None
     if episodes is None and args.steps is None:
         episodes = 2 * config.num_envs
@@ -137,6 +139,15 @@ def cmd_collect(args) -> int:
     return 0
 
 
+def _device_line(requested: str | None, env) -> str:
+    """Which device the collection runs on, and why, in one line."""
+    if requested:
+        return f"device: {env.device} (--device {requested})"
+    from forge_gpu._src.env import device_choice
+
+    return f"device: {device_choice()[1]}"
+
+
 @contextlib.contextmanager
 def stop_on_signals():
     """For the block, SIGINT and SIGTERM set the yielded ``stop`` event and are appended to the yielded
@@ -165,11 +176,18 @@ def signal_exit(signum: int) -> tuple[str, int]:
 
 
 class _Progress:
-    """A live progress line (rich when installed, plain text otherwise)."""
+    """A live progress bar on a terminal (rich, when installed); otherwise (a CI log, a pipe, a file) a plain
+    line every PLAIN_EVERY seconds and one at the end, never cut to a terminal's width."""
+
+    PLAIN_EVERY = 10.0
 
     def __init__(self, task, env, out):
         self._bar = None
         self._last = 0.0
+        self._label = f"{task} x{env.num_envs}"
+        self._unprinted = ""  # the latest plain line, when it came too soon after the previous one
+        if not sys.stdout.isatty():
+            return
         try:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -201,18 +219,26 @@ class _Progress:
             if self._task is None:
                 self._task = self._bar.add_task("collect", total=c["target"], **fields)
             self._bar.update(self._task, completed=min(done, c["target"]), **fields)
-        elif time.monotonic() - self._last > 2.0:
-            self._last = time.monotonic()
-            print(
-                f"{done}/{c['target']} {c['unit']}  {c['env_steps_per_s']:,.0f} env-steps/s  "
-                f"stall {c['stall_fraction']:.0%}  backlog {c['backlog']}  {c['bytes_written'] / 1e6:.1f} MB",
-                flush=True,
-            )
+            return
+        self._unprinted = (
+            f"{self._label}  {min(done, c['target'])}/{c['target']} {c['unit']}  {c['env_steps_per_s']:,.0f} "
+            f"env-steps/s  stall {c['stall_fraction']:.0%}  backlog {c['backlog']}  "
+            f"{c['bytes_written'] / 1e6:.1f} MB  {c['seconds']:.0f} s"
+        )
+        if time.monotonic() - self._last >= self.PLAIN_EVERY:
+            self._print_plain()
+
+    def _print_plain(self) -> None:
+        self._last = time.monotonic()
+        print(self._unprinted, flush=True)
+        self._unprinted = ""
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        elif self._unprinted:
+            self._print_plain()
 
 
 def _print_summary(summary, env, make_seconds: float = 0.0) -> None:
@@ -504,16 +530,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--recompute", action="store_true", help="compute them again even where they are stored")
     s.set_defaults(func=cmd_stats)
+
+    for command in sub.choices.values():
+        command.add_argument(
+            "--verbose", action="store_true", help=f"show Warp's own output (also: {VERBOSE_ENV}=1 in the environment)"
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        import warp as wp
-
-        wp.config.quiet = True
-        wp.config.log_level = wp.LOG_WARNING  # no per-module load lines
+        if args.verbose:
+            set_verbose(True)
         return args.func(args)
     except UsageError as e:
         print(f"forge-gpu: {e}", file=sys.stderr)

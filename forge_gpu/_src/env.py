@@ -15,6 +15,7 @@ from ..kernels import env as kernels
 from .batch import StepResult
 from .config import TaskConfig
 from .tasks import Task
+from .warp_output import init_warp
 
 
 def default_device() -> str:
@@ -28,6 +29,7 @@ def default_device() -> str:
 
 def device_choice() -> tuple[str, str]:
     """The default device and why it was chosen, in words."""
+    init_warp()
     if wp.get_cuda_device_count() > 0:
         cuda = wp.get_device("cuda:0")
         return "cuda:0", f"Warp sees {wp.get_cuda_device_count()} CUDA device(s); using cuda:0 ({cuda.name})"

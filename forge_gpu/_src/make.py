@@ -7,6 +7,7 @@ import warp as wp
 from .config import load_config
 from .env import VectorEnv, default_device
 from .tasks import TASKS
+from .warp_output import init_warp
 
 
 def task_config(task: str, **overrides):
@@ -25,7 +26,11 @@ def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, 
         device: Warp device; ``None`` means ``cuda:0`` when Warp sees a CUDA device, else ``cpu``.
         seed: Seed of every random draw.
         overrides: Config values, e.g. ``max_steps=100`` or ``**{"solver.name": "featherstone"}``.
+
+    Warp starts quietly: no greeting, no line per loaded kernel module, no warning that a machine
+    without a GPU has no CUDA driver. ``FORGE_GPU_VERBOSE=1`` in the environment shows them.
     """
+    init_warp()
     config = task_config(task, num_envs=num_envs, seed=seed, device=device or default_device(), **overrides)
     try:
         wp.get_device(config.device)
