@@ -5,7 +5,7 @@ python bench/export.py --smoke           # seconds-long check that every figure 
 
   rate_TASK_CODEC_P   a run of TASK recorded with ``collect`` (random policy, packed, uncompressed; cartpole
                       256 envs, reach 64 envs at 64x64 RGB-D), exported to LeRobot v3.0 with CODEC (h264:
-                      libx264 CRF 23; av1: SVT-AV1 CRF 30; both GOP 2, yuv420p) by P processes; frames/s =
+                      libx264 CRF 23; av1: SVT-AV1 CRF 35 preset 8; both GOP 2, yuv420p) by P processes; frames/s =
                       LeRobot frames (transitions) / the export's wall time, start to the published directory
                       (includes reading and checking the run and, for P > 1, starting the processes).
                       cartpole has no camera: its export writes no video, so its codec rows differ by noise

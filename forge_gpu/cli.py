@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -43,13 +44,17 @@ def _parse_set(items: list[str]) -> dict:
 
 def _check_out(out: str | None, task: str) -> Path:
     path = Path(out) if out else Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if path.exists():
+    if os.path.lexists(path):
         raise UsageError(f"--out {path}: already exists; give a new directory")
     parent = path.parent
-    while not parent.exists():
+    while not os.path.lexists(parent):
         parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {path}: cannot write in {parent}; choose a writable place")
+    if not parent.is_dir():
+        raise UsageError(f"--out {path}: cannot write in {parent}: not a directory; choose a writable place")
+    try:  # the sure test (os.access misjudges read-only mounts for some users): make a directory, remove it
+        os.rmdir(tempfile.mkdtemp(prefix=".forge-gpu-", dir=parent))
+    except OSError as e:
+        raise UsageError(f"--out {path}: cannot write in {parent} ({e.strerror}); choose a writable place") from e
     return path
 
 
@@ -121,11 +126,13 @@ def cmd_collect(args) -> int:
             if not out.exists():
                 raise UsageError(str(e)) from e
             display.close()
-            print(f"forge-gpu: collection failed: {e}\nrun directory: {out}", file=sys.stderr)
+            print(f"forge-gpu: collection failed: {e}", file=sys.stderr)
+            _print_failed_run(out)
             return 1
         except Exception as e:
             display.close()
-            print(f"forge-gpu: collection failed: {type(e).__name__}: {e}\nrun directory: {out}", file=sys.stderr)
+            print(f"forge-gpu: collection failed: {type(e).__name__}: {e}", file=sys.stderr)
+            _print_failed_run(out)
             return 1
     display.close()
     _print_summary(summary, env, make_seconds)
@@ -137,6 +144,26 @@ def cmd_collect(args) -> int:
         )
         return status
     return 0
+
+
+def _print_failed_run(out: Path) -> None:
+    """Where a failed collection's run is (if it got that far) and, when its manifest could not be updated
+    (a disk that stayed full), what to run once it can be."""
+    import json
+
+    if not out.is_dir():
+        return
+    print(f"run directory: {out}", file=sys.stderr)
+    try:
+        status = json.loads((out / "run.json").read_text())["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if status == "recording":
+        print(
+            f"run.json could not be updated and still says 'recording'; once space is freed (or the write error "
+            f"above is fixed), run: forge-gpu repair {out}",
+            file=sys.stderr,
+        )
 
 
 def _device_line(requested: str | None, env) -> str:
@@ -312,6 +339,9 @@ def cmd_repair(args) -> int:
         report = repair_run(args.run)
     except ValueError as e:
         print(f"forge-gpu: cannot repair: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # e.g. a disk still full: nothing published was touched, and repair can run again
+        print(f"forge-gpu: cannot repair {args.run}: {e}; free space or fix the error, then run again", file=sys.stderr)
         return 1
     if report["status_before"] != "recording":
         print(f"{args.run}: status is {report['status_before']!r}; nothing to repair", end="")
@@ -521,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--codec", choices=["h264", "av1"], default="h264", help="lerobot videos: h264 (fast) or av1 (small)"
     )
-    e.add_argument("--crf", type=int, default=None, help="video quality: lower is larger (default h264 23, av1 30)")
+    e.add_argument("--crf", type=int, default=None, help="video quality: lower is larger (default h264 23, av1 35)")
     e.add_argument("--workers", type=int, default=1, help="lerobot: encoding processes (default 1)")
     e.set_defaults(func=cmd_export)
 

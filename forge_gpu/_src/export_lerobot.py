@@ -46,7 +46,9 @@ CODEBASE_VERSION = "v3.0"
 #: LeRobot's own encoder settings, so that a random frame decodes after at most one other.
 CODECS = {
     "h264": ("libx264", 23, {"preset": "veryfast"}),
-    "av1": ("libsvtav1", 30, {"preset": "10"}),
+    # Preset 8, CRF 35: on 64x64 reach frames, smaller than h264 at CRF 23 with a smaller error (1.97 vs 2.02 MB,
+    # mean absolute error 2.1 vs 2.6 levels), encoding 4.5x slower; presets 10-12 were larger than h264.
+    "av1": ("libsvtav1", 35, {"preset": "8"}),
 }
 CHUNKS_SIZE = 1000  # files per chunk directory (LeRobot's default)
 DATA_FILE_MB = 100  # LeRobot's default file sizes
@@ -140,7 +142,7 @@ def export_lerobot(
     Args:
         codec: ``"h264"`` (libx264: fast) or ``"av1"`` (SVT-AV1: smaller files).
         crf: the encoder's constant rate factor (lower: larger files, smaller error); default h264 23,
-            av1 30.
+            av1 35.
         workers: processes encoding contiguous parts of the episodes in parallel.
         progress: called with (frames done, frames in all) after each episode.
         data_file_mb, video_file_mb: a part starts new files once its data or video file passes this size.
