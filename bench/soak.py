@@ -183,6 +183,8 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
         summary = collect(
             env, policy, str(out), episodes=10**9, stop=stop, slots=slots, format=format, max_buffer_bytes=budget
         )
+        done.set()  # the peak is the collection's: reading the run back below maps its files
+        sampler.join()
         count = len(list(forge_gpu.read_episodes(out)))
     finally:
         done.set()
