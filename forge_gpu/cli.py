@@ -393,7 +393,7 @@ def cmd_export(args) -> int:
 
     def progress(done: int, total: int) -> None:
         now = time.monotonic()
-        if now - last[0] >= 0.5 or done == total:
+        if sys.stderr.isatty() and (now - last[0] >= 0.5 or done == total):
             last[0] = now
             print(f"\rexport {args.to}: {done:,}/{total:,} frames", end="", file=sys.stderr, flush=True)
 
@@ -410,7 +410,8 @@ def cmd_export(args) -> int:
     except ValueError as e:
         print(f"\nforge-gpu: cannot export: {e}", file=sys.stderr)
         return 1
-    print(file=sys.stderr)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
     rate = f"{report['frames_per_s']:,.0f} frames/s"
     extra = f", {report['codec']}, {report['workers']} process(es)" if args.to == "lerobot" else ""
     print(

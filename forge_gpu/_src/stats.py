@@ -177,7 +177,9 @@ class ChannelStats:
         index = np.argmax(np.cumsum(ordered, axis=1) >= rank, axis=1)
         key = np.where(index < _HALF, _FLOAT_BUCKETS - 1 - index, index - _HALF).astype(np.uint32)
         middle = (key << np.uint32(_SHIFT)) | np.uint32(1 << (_SHIFT - 1))
-        return np.clip(middle.view(np.float32).astype(np.float64), self.min, self.max)
+        value = middle.view(np.float32).astype(np.float64)
+        value[key & np.uint32(_HALF - 1) == 0] = 0.0  # the bucket of +-0 and the tiniest subnormals
+        return np.clip(value, self.min, self.max)
 
     def summary(self) -> dict:
         """``count`` and per-channel lists ``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``."""
