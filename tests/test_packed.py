@@ -221,6 +221,29 @@ def test_repair_recovers_every_whole_block_and_is_idempotent(recorded, tmp_path)
         pa.ipc.open_stream(pa.memory_map(str(segment))).read_all()
 
 
+def test_repair_cuts_a_block_whose_body_is_torn(recorded, tmp_path):
+    """A block whose message body was cut short (a disk that filled up mid-write) is cut off by repair; the
+    published episodes stay and the segment is a whole stream again."""
+    import pyarrow as pa
+
+    directory, _ = recorded
+    run = tmp_path / "run"
+    shutil.copytree(directory, run)
+    lines = (run / COMMIT_LOG).read_bytes().split(b"\n")[:-1]
+    last = json.loads(lines[-1])
+    (run / COMMIT_LOG).write_bytes(b"\n".join(lines[:-1]) + b"\n")
+    segment = run / f"segment-{last['segment']:06d}.arrows"
+    segment.write_bytes(segment.read_bytes()[: last["offset"] + last["length"] - 8])
+    manifest = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(dict(manifest, status="recording")))
+    visible = episodes_by_id(run)
+    assert repair_run(run)["recovered_episodes"] == 0
+    assert_same_episodes(episodes_by_id(run), visible)
+    assert pa.ipc.open_stream(pa.memory_map(str(segment))).read_all().num_rows == sum(
+        json.loads(line)["rows"] for line in lines[:-1] if json.loads(line)["segment"] == last["segment"]
+    )
+
+
 @pytest.mark.parametrize("compression", [("none", "none"), ("zstd", "deflate")])
 def test_convert_both_ways_reads_back_bit_identical(recorded, tmp_path, compression):
     """packed -> npz -> packed: every episode reads back equal, bit for bit, in both directions."""

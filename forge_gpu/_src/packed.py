@@ -608,7 +608,7 @@ def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict]], in
                 batch.validate(full=True)
             except StopIteration:
                 return blocks, source.tell(), source.tell() == size
-            except (pa.ArrowException, EOFError, ValueError):
+            except (pa.ArrowException, EOFError, ValueError, OSError):  # OSError: a message body cut short
                 return blocks, end, False
             names = ["obs/env_id", "obs/episode_id", "obs/step_id", "terminated", "truncated"]
             found = {n: column_to_numpy(batch.column(n), *columns[n], name=path) for n in names}

@@ -7,7 +7,9 @@ task, seed), so this module never imports Warp or Newton.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import importlib.metadata
 import json
 import os
@@ -19,11 +21,23 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.episode_format import ID_FIELDS, REQUIRED_FIELDS, RUN_MANIFEST, per_env_nbytes, write_json_atomic
-from forge_gpu._src.stats import StatsAccumulator
+from forge_gpu._src.episode_format import (
+    ID_FIELDS,
+    REQUIRED_FIELDS,
+    RUN_MANIFEST,
+    _remove_quietly,
+    per_env_nbytes,
+    write_json_atomic,
+)
+from forge_gpu._src.stats import STATS_FILE, StatsAccumulator
 
 #: Distributions whose versions shape the data; recorded in run.json where installed.
 RECORDED_PACKAGES = ("numpy", "newton", "warp-lang", "mujoco", "mujoco-warp", "torch", "forge-gpu", "pyarrow")
+
+#: Room kept for the final run.json while recording, so that a full disk still ends with a manifest that says
+#: `failed`: removed just before that write. Its name ends in .tmp, so `forge-gpu repair` removes one that a
+#: killed process left behind.
+MANIFEST_RESERVE = RUN_MANIFEST + ".reserve.tmp"
 
 # Action and reward are kept (and written) as float32, the dtype the env produces.
 ACTION_DTYPE = np.dtype(np.float32)
@@ -295,7 +309,16 @@ class RecorderBase:
             raise FileExistsError(
                 f"run directory {self._directory} already exists; each recording needs a new directory"
             ) from None
-        self._write_manifest("recording")
+        self._reserve = os.path.join(self._directory, MANIFEST_RESERVE)
+        try:
+            self._write_manifest("recording")
+            _preallocate(self._reserve, self._reserve_bytes())
+        except OSError as exc:  # nothing was recorded: leave nothing behind
+            for name in (self._reserve, os.path.join(self._directory, RUN_MANIFEST)):
+                _remove_quietly(name)
+            with contextlib.suppress(OSError):
+                os.rmdir(self._directory)
+            raise OSError(exc.errno, f"cannot start a run in {self._directory}: {exc.strerror}") from exc
 
     # -- what a subclass says -------------------------------------------------------------------
 
@@ -367,14 +390,16 @@ class RecorderBase:
             self._stopping = True
             self._work.notify_all()
         self._join()
-        failed = self._error is not None or error is not None
-        try:
-            if self._stats is not None:  # before the manifest: a closed run has its statistics
+        if self._stats is not None:  # before the manifest: a closed run has its statistics
+            try:
                 self._stats.write(self._directory, "recorded")
-            self._write_manifest("failed" if failed else "closed")
-        except OSError:
-            if not failed:
-                raise
+            except OSError as exc:
+                self._fail(exc, STATS_FILE)
+        _remove_quietly(self._reserve)  # the writers are done: the final manifest takes the room kept for it
+        try:
+            self._write_manifest("failed" if self._error is not None or error is not None else "closed")
+        except OSError as exc:
+            self._record_failure(exc, RUN_MANIFEST)
         self._raise_if_failed()
 
     def __enter__(self):
@@ -392,17 +417,24 @@ class RecorderBase:
     # -- failure --------------------------------------------------------------------------------
 
     def _fail(self, exc: BaseException, where: str) -> None:
-        """Record the first write failure (``where``: what was being written) and wake every waiter."""
-        with self._cond:
-            if self._error is not None:
-                return
-            self._error = exc
-            self._error_text = f"writing {where}: {type(exc).__name__}: {exc}"
-            self._cond.notify_all()
+        """Record the first write failure (``where``: what was being written), wake every waiter and try to
+        say so in the manifest."""
+        if not self._record_failure(exc, where):
+            return
         try:
             self._write_manifest("failed")
         except OSError:
-            pass  # the disk may be what failed; close() tries again and the caller gets the error
+            pass  # the disk may be what failed; close() tries again, with the room kept for it
+
+    def _record_failure(self, exc: BaseException, where: str) -> bool:
+        """Record ``exc`` if it is the first write failure and wake every waiter; return whether it was."""
+        with self._cond:
+            if self._error is not None:
+                return False
+            self._error = exc
+            self._error_text = f"writing {where}: {type(exc).__name__}: {exc}"
+            self._cond.notify_all()
+        return True
 
     def _failure(self) -> RuntimeError:
         error = RuntimeError(f"recording to {self._directory} failed: {self._error_text}")
@@ -420,6 +452,13 @@ class RecorderBase:
 
     # -- manifest -------------------------------------------------------------------------------
 
+    def _reserve_bytes(self) -> int:
+        """The room to keep for the final manifest: the first one twice over (its keys only grow), 96 bytes
+        per listed episode (up to 1 incomplete and 2 unwritten per env; an entry takes at most about 90 as
+        written) and 64 KiB for the file system's own blocks."""
+        first = len(json.dumps(jsonable(self._manifest), indent=2))
+        return 2 * first + 3 * 96 * self._tracker.num_envs + (64 << 10)
+
     def _write_manifest(self, status: str) -> None:
         with self._manifest_lock:
             manifest = dict(self._manifest)
@@ -435,8 +474,26 @@ class RecorderBase:
                 failed = self._error is not None
                 if failed:
                     manifest["error"] = self._error_text
-            if failed:
-                manifest["unwritten_episodes"] = self._unwritten()
+            if failed:  # listed up to 2 per env (every one for npz), so that the manifest fits its reserve
+                unwritten = self._unwritten()
+                manifest["unwritten_episodes"] = unwritten[: 2 * self._tracker.num_envs]
+                manifest["unwritten_episode_count"] = len(unwritten)
             if status != "recording":
                 manifest["incomplete_episodes"] = self._tracker.incomplete()
             write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest))
+
+
+def _preallocate(path: str, size: int) -> None:
+    """Create ``path`` with ``size`` bytes allocated to it (zeros where the file system cannot preallocate)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except (AttributeError, OSError) as exc:  # no posix_fallocate (macOS), or not on this file system
+            if getattr(exc, "errno", None) == errno.ENOSPC:
+                raise
+            view = memoryview(bytes(size))
+            while view:
+                view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
