@@ -58,6 +58,20 @@ def _check_out(out: str | None, task: str) -> Path:
     return path
 
 
+def _check_run(path: str, *, dataset: bool = False) -> None:
+    """Refuse a path that holds no run (with ``dataset``: nor a dataset root) as bad input; a run whose files
+    are damaged is the command's to report (exit 1)."""
+    from forge_gpu._src.episode_format import RUN_MANIFEST
+    from forge_gpu._src.reader import DATASET_MANIFEST
+
+    what = "a run directory or dataset root" if dataset else "a run directory"
+    manifests = (RUN_MANIFEST, DATASET_MANIFEST) if dataset else (RUN_MANIFEST,)
+    if not Path(path).is_dir():
+        raise UsageError(f"{path}: not {what} ({'not a directory' if os.path.lexists(path) else 'no such directory'})")
+    if not any((Path(path) / name).is_file() for name in manifests):
+        raise UsageError(f"{path}: not {what}: it holds no {' or '.join(manifests)}")
+
+
 def _check_compression(format: str, compression: str) -> None:
     allowed = PACKED_COMPRESSIONS if format == "packed" else NPZ_COMPRESSIONS
     if compression not in allowed:
@@ -86,6 +100,8 @@ def cmd_collect(args) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
+    if not 0 <= args.compression_level <= 9:
+        raise UsageError(f"--compression-level {args.compression_level}: must be in [0, 9] (npz deflate)")
     _check_compression(args.format, args.compression)
     out = _check_out(args.out, args.task)
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
@@ -294,6 +310,7 @@ def cmd_inspect(args) -> int:
 
     from forge_gpu._src.inspect import inspect_run
 
+    _check_run(args.run, dataset=True)
     try:
         report = inspect_run(args.run, quick=args.quick)
     except ValueError as e:
@@ -317,8 +334,7 @@ def cmd_render(args) -> int:
         if not sep or not env_id.isdigit() or not ep.isdigit():
             raise UsageError(f"--episode {args.episode!r}: expected ENV:EPISODE, e.g. 0:3")
         episode = (int(env_id), int(ep))
-    if not Path(args.run).is_dir():
-        raise UsageError(f"{args.run}: not a run directory")
+    _check_run(args.run)
     try:
         path = render_episode(args.run, episode=episode, out=args.out)
     except LookupError as e:
@@ -333,8 +349,7 @@ def cmd_render(args) -> int:
 def cmd_repair(args) -> int:
     from forge_gpu._src.repair import repair_run
 
-    if not Path(args.run).is_dir():
-        raise UsageError(f"{args.run}: not a run directory")
+    _check_run(args.run)
     try:
         report = repair_run(args.run)
     except ValueError as e:
@@ -344,8 +359,9 @@ def cmd_repair(args) -> int:
         print(f"forge-gpu: cannot repair {args.run}: {e}; free space or fix the error, then run again", file=sys.stderr)
         return 1
     if report["status_before"] != "recording":
-        print(f"{args.run}: status is {report['status_before']!r}; nothing to repair", end="")
-        print(f" (removed {len(report['removed'])} stale files)" if report["removed"] else "")
+        done = [f"removed {len(report['removed'])} stale files"] if report["removed"] else []
+        done += [f"made the segments whole ({'; '.join(report['actions'])})"] if report.get("actions") else []
+        print(f"{args.run}: status is {report['status_before']!r}; " + ("; ".join(done) or "nothing to repair"))
         return 0
     if "recovered_episodes" in report:  # packed
         print(
@@ -363,8 +379,7 @@ def cmd_repair(args) -> int:
 def cmd_convert(args) -> int:
     from forge_gpu._src.convert import convert_run
 
-    if not Path(args.run).is_dir():
-        raise UsageError(f"{args.run}: not a run directory")
+    _check_run(args.run)
     if Path(args.out).exists():
         raise UsageError(f"{args.out}: already exists; give a new directory")
     _check_compression(args.to, args.compression)
@@ -381,8 +396,7 @@ def cmd_export(args) -> int:
     from forge_gpu._src.export_lerobot import export_lerobot
     from forge_gpu._src.export_robomimic import export_robomimic
 
-    if not Path(args.run).is_dir():
-        raise UsageError(f"{args.run}: not a run directory or dataset root")
+    _check_run(args.run, dataset=True)
     if os.path.lexists(args.out):
         raise UsageError(f"{args.out}: already exists; give a new {'directory' if args.to == 'lerobot' else 'file'}")
     if args.workers < 1:
@@ -428,8 +442,7 @@ def cmd_stats(args) -> int:
 
     from forge_gpu._src.stats import compute_statistics, format_statistics, load_statistics
 
-    if not Path(args.run).is_dir():
-        raise UsageError(f"{args.run}: not a run directory or dataset root")
+    _check_run(args.run, dataset=True)
     try:
         stats, what = None, "stored with"
         if not args.recompute:
@@ -466,7 +479,7 @@ def cmd_doctor(args) -> int:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:

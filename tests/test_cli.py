@@ -176,6 +176,11 @@ def test_torch_mlp_policy_drives_cartpole(tmp_path):
         (["collect", "cartpole", "--max-buffer-bytes", "10"], ["max_buffer_bytes", "bytes"]),
         (["collect", "cartpole", "--format", "npz", "--max-buffer-bytes", "1000"], ["max_buffer_bytes", "bytes"]),
         (["collect", "ant", "--set", "solver.name=featherstone"], ["contacts", "mujoco"]),
+        (["collect", "cartpole", "--compression-level", "12"], ["--compression-level 12", "[0, 9]"]),
+        (["collect", "cartpole", "--device", "tpu"], ["'tpu'", "available here: cpu"]),
+        (["collect", "cartpole", "--steps", "3", "--episodes", "3"], ["--steps", "--episodes", "collect --help"]),
+        (["inspect", "missing-run"], ["missing-run: not a run directory or dataset root (no such directory)"]),
+        (["repair", "missing-run"], ["missing-run: not a run directory (no such directory)"]),
     ],
 )
 def test_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, args, words):
@@ -189,7 +194,7 @@ def test_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, args, words):
         sys.path.remove(str(TESTS))
     err = capsys.readouterr().err
     assert code == 2, err
-    assert len(err.strip().splitlines()) == 1
+    assert len(err.strip().splitlines()) == 1 and not err.startswith("forge-gpu: forge-gpu")
     for word in words:
         assert word in err
     assert not out.exists()
@@ -232,3 +237,27 @@ def test_doctor_exits_1_and_says_what_to_do_when_a_check_fails(capsys, monkeypat
     captured = capsys.readouterr()
     assert code == 1 and "BAD  default device" in captured.out and "->" in captured.out
     assert "would not run as designed" in captured.err
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["render"], ["repair"], ["convert", "--to", "npz"], ["stats"]])
+def test_a_directory_without_a_run_is_bad_input(tmp_path, capsys, command):
+    """A directory that holds no run.json (nor dataset.json) is bad input: exit 2, one line, nothing touched."""
+    (tmp_path / "notes.tmp").write_text("mine")
+    args = [command[0], str(tmp_path), *([str(tmp_path / "out")] if command[0] == "convert" else []), *command[1:]]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"{tmp_path}: not a run directory" in err and "run.json" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp"]
+
+
+def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
+    """render of a run with no published episode (or without the asked one) exits 2 saying which it holds."""
+    from synthetic import SyntheticSim, make_batches, make_env, record
+
+    env = make_env(num_envs=2, max_steps=50)
+    record(str(tmp_path / "empty"), env, make_batches(SyntheticSim(env, seed=0, end_prob=0.0), 3))
+    assert main(["render", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err == f"forge-gpu: {tmp_path / 'empty'} holds no published episode\n"
+    record(str(tmp_path / "run"), env, make_batches(SyntheticSim(env, seed=0, end_prob=0.5), 10))
+    assert main(["render", str(tmp_path / "run"), "--episode", "9:9"]) == 2
+    assert "holds no published episode 9:9; it holds 0:0" in capsys.readouterr().err

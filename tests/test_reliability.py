@@ -2,6 +2,7 @@
 
 import contextlib
 import errno
+import json
 import os
 import random
 import signal
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from synthetic import published
+from synthetic import SyntheticSim, make_batches, make_env, published, record
 
 import forge_gpu
 from forge_gpu.cli import main
@@ -104,11 +105,14 @@ def test_inspect_tells_to_repair_an_interrupted_run(tmp_path, capsys):
 
 
 @contextlib.contextmanager
-def small_filesystem(tmp_path, size="96k"):
-    """A tiny tmpfs where the test may mount one (root); otherwise None."""
+def small_filesystem(tmp_path, size="512k", options=""):
+    """A tiny tmpfs (``options``: more mount options, e.g. ",ro") where the test may mount one (root);
+    otherwise None."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}{options}", "tmpfs", str(mount)], capture_output=True
+    )
     if done.returncode != 0:
         yield None
         return
@@ -174,19 +178,127 @@ def test_full_disk_fails_fast_with_nothing_torn(tmp_path, capsys, monkeypatch, f
         err = capsys.readouterr().err
         assert code == 1
         assert str(out) in err and "No space left on device" in err
-        assert not list(out.glob("*.tmp"))
+        assert not list(out.glob("*.tmp"))  # the room kept for run.json is given back too
         episodes = list(forge_gpu.read_episodes(out))  # whole and valid, or the reader raises
         manifest = forge_gpu.read_manifest(out)
-        # The manifest is rewritten after the failure when the disk still allows it.
-        assert manifest["status"] in ("failed", "recording")
-        if manifest["status"] == "failed":
-            assert "No space" in manifest["error"]
-            assert manifest["completed_episodes"] == len(episodes)
+        # The room kept for the final manifest lets it say `failed` even on a full disk.
+        assert manifest["status"] == "failed" and "No space" in manifest["error"]
+        assert manifest["completed_episodes"] == len(episodes)
+        assert main(["repair", str(out)]) == 0  # cuts a torn last block, if any
+        assert len(list(forge_gpu.read_episodes(out))) == len(episodes)
+
+
+def test_manifest_that_cannot_be_written_says_to_repair(tmp_path, capsys, monkeypatch):
+    """When even the final run.json cannot be written, collect exits 1 saying so and naming the repair
+    command, which then closes the run."""
+    import forge_gpu._src.tracker as tracker
+
+    inject_enospc(monkeypatch, "packed")
+    real, calls = tracker.write_json_atomic, []
+
+    def first_only(path, obj):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, obj)
+
+    monkeypatch.setattr(tracker, "write_json_atomic", first_only)
+    out = tmp_path / "run"
+    args = ["collect", "cartpole", "--envs", "4", "--episodes", "1000", "--set", "max_steps=10", "--out", str(out)]
+    assert run_main_with_timeout(args) == 1
+    err = capsys.readouterr().err
+    assert "run.json could not be updated and still says 'recording'" in err and f"forge-gpu repair {out}" in err
+    assert forge_gpu.read_manifest(out)["status"] == "recording"
+    monkeypatch.undo()
+    assert main(["repair", str(out)]) == 0
+    assert forge_gpu.read_manifest(out)["status"] == "closed"
+
+
+def fill(directory: Path) -> Path:
+    """Write a file into ``directory`` until its file system is full; return it."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(bytes(4096))
+    return filler
+
+
+@pytest.mark.parametrize("reserve", [False, True])
+def test_repair_on_a_full_disk(tmp_path, capsys, monkeypatch, reserve):
+    """repair on a full disk: with the room a killed recorder kept for run.json (removed as a temporary) it
+    closes the run; without it, one line and exit 1, then it succeeds once space is freed."""
+    from forge_gpu._src.tracker import MANIFEST_RESERVE
+
+    env = make_env(num_envs=2, max_steps=5)
+    killed = tmp_path / "killed"
+    record(str(killed), env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 20))
+    manifest = json.loads((killed / "run.json").read_text())
+    (killed / "run.json").write_text(json.dumps(dict(manifest, status="recording")))
+    if reserve:
+        (killed / MANIFEST_RESERVE).write_bytes(bytes(64 << 10))
+    with small_filesystem(tmp_path) as mount:
+        if mount is None:
+            if reserve:
+                pytest.skip("a full disk needs a tmpfs")
+            import forge_gpu._src.repair as repair_module
+
+            monkeypatch.setattr(repair_module, "write_json_atomic", inject_full_disk)
+            run, filler = killed, None
+        else:
+            run = mount / "run"
+            subprocess.run(["cp", "-r", str(killed), str(run)], check=True)
+            filler = fill(mount)
+        capsys.readouterr()
+        code = main(["repair", str(run)])
+        err = capsys.readouterr().err
+        if reserve:
+            assert code == 0 and forge_gpu.read_manifest(run)["status"] == "closed", err
+            return
+        assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err
+        assert str(run) in err and "No space left on device" in err
+        assert forge_gpu.read_manifest(run)["status"] == "recording"
+        if filler is not None:
+            filler.unlink()
+        monkeypatch.undo()
+        assert main(["repair", str(run)]) == 0 and forge_gpu.read_manifest(run)["status"] == "closed"
+
+
+def inject_full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_recorder_that_cannot_keep_room_for_its_manifest_leaves_nothing(tmp_path, monkeypatch):
+    """A disk too full for the room kept for run.json: the recorder raises OSError naming the directory and
+    leaves no directory behind."""
+    import forge_gpu._src.tracker as tracker
+    from forge_gpu._src.packed_recorder import PackedRecorder
+
+    monkeypatch.setattr(tracker, "_preallocate", inject_full_disk)
+    with pytest.raises(OSError, match="cannot start a run in .*run: No space left"):
+        PackedRecorder(tmp_path / "run", make_env())
+    assert not (tmp_path / "run").exists()
+
+
+def test_out_on_a_read_only_file_system_is_bad_input(tmp_path, capsys, monkeypatch):
+    """--out on a read-only file system exits 2 in one line and creates nothing, even where os.access
+    says the place is writable (as it can for some mounts)."""
+    with small_filesystem(tmp_path, "64k", ",ro") as mount:
+        if mount is None:
+            pytest.skip("mounting a read-only tmpfs needs root")
+        monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)
+        out = mount / "runs" / "run"
+        assert main(["collect", "cartpole", "--envs", "2", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and f"--out {out}: cannot write in {mount}" in err and "Read-only" in err
+        assert os.listdir(mount) == []
 
 
 def test_repair_refuses_a_non_run(tmp_path, capsys):
-    """repair of a directory without a valid run.json exits non-zero and deletes nothing."""
+    """repair of a directory without a run.json is bad input (2), with an unreadable one exits 1; it deletes
+    nothing."""
     (tmp_path / "notes.tmp").write_text("mine")
+    assert main(["repair", str(tmp_path)]) == 2
+    (tmp_path / "run.json").write_text("{not json")
     assert main(["repair", str(tmp_path)]) == 1
     assert (tmp_path / "notes.tmp").exists()
     assert main(["repair", str(tmp_path / "missing")]) == 2

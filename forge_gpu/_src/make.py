@@ -35,5 +35,6 @@ def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, 
     try:
         wp.get_device(config.device)
     except (RuntimeError, ValueError) as e:
-        raise ValueError(f"device {config.device!r} is not available to Warp: {e}") from e
+        available = ", ".join(str(d) for d in wp.get_devices())
+        raise ValueError(f"device {config.device!r} is not available to Warp ({e}); available here: {available}") from e
     return VectorEnv(TASKS[task](config), config)
