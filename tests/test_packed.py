@@ -239,9 +239,11 @@ def test_repair_cuts_a_block_whose_body_is_torn(recorded, tmp_path):
     visible = episodes_by_id(run)
     assert repair_run(run)["recovered_episodes"] == 0
     assert_same_episodes(episodes_by_id(run), visible)
-    assert pa.ipc.open_stream(pa.memory_map(str(segment))).read_all().num_rows == sum(
-        json.loads(line)["rows"] for line in lines[:-1] if json.loads(line)["segment"] == last["segment"]
-    )
+    rows = sum(json.loads(line)["rows"] for line in lines[:-1] if json.loads(line)["segment"] == last["segment"])
+    if rows == 0:  # the torn block began its segment (the writer's blocks depend on timing): nothing is left of it
+        assert not segment.exists()
+    else:
+        assert pa.ipc.open_stream(pa.memory_map(str(segment))).read_all().num_rows == rows
 
 
 @pytest.mark.parametrize("compression", [("none", "none"), ("zstd", "deflate")])

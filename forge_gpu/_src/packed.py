@@ -402,14 +402,6 @@ class PackedRun:
             found = columns
         return found or {}
 
-    def load(self, names: list[str]) -> dict[str, np.ndarray]:
-        """Every committed row of the named columns, one array each (no copy for a single block)."""
-        parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
-        for _, block in read_blocks(self.directory, self.commits, names):
-            for n in names:
-                parts[n].append(block[n])
-        return {n: p[0] if len(p) == 1 else np.concatenate(p) for n, p in parts.items() if p}
-
 
 def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The rows of the given episodes (entries as in the commit log, one per episode), concatenated, and
