@@ -261,3 +261,57 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
     record(str(tmp_path / "run"), env, make_batches(SyntheticSim(env, seed=0, end_prob=0.5), 10))
     assert main(["render", str(tmp_path / "run"), "--episode", "9:9"]) == 2
     assert "holds no published episode 9:9; it holds 0:0" in capsys.readouterr().err
+
+
+_BLOCKED_CLI = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('warp', 'newton', 'torch'):
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+from forge_gpu.cli import main
+status = main(sys.argv[1:])
+assert not any(m.split('.')[0] in ('warp', 'newton', 'torch') for m in sys.modules), 'a simulator module loaded'
+sys.exit(status)
+"""
+
+
+def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
+    """inspect, stats, convert and repair run with warp, newton and torch unimportable: a machine that only
+    trains needs no simulator to read its runs."""
+    from synthetic import SyntheticSim, make_batches, make_env, record
+
+    from forge_gpu._src.packed_recorder import PackedRecorder
+
+    env = make_env(num_envs=3, max_steps=6)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30), recorder=PackedRecorder)
+    commands = [
+        ["inspect", str(tmp_path / "run")],
+        ["stats", str(tmp_path / "run")],
+        ["convert", str(tmp_path / "run"), str(tmp_path / "npz"), "--to", "npz"],
+        ["repair", str(tmp_path / "npz")],
+    ]
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable, "-c", _BLOCKED_CLI, *command], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+
+
+def test_inspect_into_a_closed_pipe_exits_quietly(tmp_path):
+    """forge-gpu inspect RUN | head: when the reader stops early the command ends without a traceback."""
+    from synthetic import SyntheticSim, make_batches, make_env, record
+
+    env = make_env(num_envs=3, max_steps=6)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30))
+    code = "import sys; from forge_gpu.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "inspect", str(tmp_path / "run"), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

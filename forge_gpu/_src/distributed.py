@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -455,95 +454,3 @@ def write_dataset_manifest(root: str | os.PathLike, results: list[dict]) -> None
     failed = [{"worker": r["worker"], "error": r["error"]} for r, m in zip(results, made, strict=True) if not m]
     manifest = {"schema_version": 1, "kind": DATASET_KIND, "runs": runs, "failed_workers": failed}
     write_json_atomic(os.path.join(root, DATASET_MANIFEST), manifest)
-
-
-def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
-    """``forge-gpu collect --workers K``: the checked arguments of ``cmd_collect`` -> exit status."""
-    from forge_gpu.cli import UsageError, _Progress, signal_exit, stop_on_signals
-
-    try:
-        import_ray()
-    except ImportError as e:
-        raise UsageError(f"--workers {args.workers}: {e}") from e
-    episodes = args.episodes if args.steps is None else None
-    if episodes is None and args.steps is None:
-        episodes = 2 * config.num_envs * args.workers
-    if episodes is not None and episodes < args.workers:
-        raise UsageError(f"--episodes {episodes}: fewer than --workers {args.workers}; each worker needs one")
-    fail = os.environ.get(FAIL_WORKER_ENV)
-    try:
-        started = start_ray(args.workers, args.ray_address)
-    except Exception as e:  # a bad address, an unreachable cluster
-        print(f"forge-gpu: cannot start or join Ray: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    display = _Progress(f"{args.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
-    try:
-        # After ray.init, which installs its own SIGTERM handler in the driver; restored before shutdown.
-        with stop_on_signals() as (stop, caught):
-            summary = collect_distributed(
-                args.task,
-                out,
-                workers=args.workers,
-                num_envs=config.num_envs,
-                episodes=episodes,
-                steps=args.steps,
-                seed=args.seed,
-                device=args.device,
-                policy=args.policy,
-                overrides=overrides,
-                ray_address=args.ray_address,
-                stop=stop,
-                progress=display.update,
-                fail_worker=int(fail) if fail else None,
-                slots=args.slots,
-                format=args.format,
-                max_buffer_bytes=args.max_buffer_bytes,
-                writers=args.writers,
-                compression=args.compression,
-                compression_level=args.compression_level,
-            )
-    except ValueError as e:
-        display.close()
-        if not out.exists():
-            raise UsageError(str(e)) from e
-        print(f"forge-gpu: collection failed: {e}\ndataset directory: {out}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        display.close()
-        print(f"forge-gpu: collection failed: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
-    display.close()
-    _print_dataset_summary(summary)
-    for r in summary.failed:
-        print(f"forge-gpu: worker {r['worker']} failed: {r['error']}", file=sys.stderr)
-    if summary.failed:
-        return 1
-    if caught:
-        name, status = signal_exit(caught[0])
-        print(f"stopped by {name}: every worker kept its completed episodes and closed its run")
-        return status
-    return 0
-
-
-@dataclass(frozen=True)
-class _Envs:
-    """What ``_Progress`` reads of an env: the number of envs (here over all workers)."""
-
-    num_envs: int
-
-
-def _print_dataset_summary(summary: DatasetSummary) -> None:
-    columns = ("worker", "device", "status", "episodes", "env_steps", "seconds")
-    print("  ".join(f"{c:>10}" for c in columns))
-    for r in summary.runs:
-        row = {**r, "seconds": f"{r['seconds']:.1f}"}
-        print("  ".join(f"{row[c]!s:>10}" for c in columns))
-    print(f"episodes published  {summary.episodes}")
-    print(f"env-steps/s         {summary.env_steps_per_second:,.0f} (all workers, over {summary.seconds:.1f} s)")
-    print(f"stall               {summary.stall_fraction:.1%}")
-    print(f"dataset: {summary.directory}")

@@ -1,0 +1,153 @@
+"""The ``forge-gpu`` command: collect, inspect and render runs.
+
+Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
+130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
+when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
+
+The code is in three modules: ``_common`` (bad input, checks, signals, progress), ``_sim`` (the commands
+that simulate: collect, doctor) and ``_data`` (the commands that read runs: inspect, render, repair, convert,
+export, stats). Only ``_sim``'s commands import Warp and Newton, and only when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from forge_gpu._src.episode_format import COMPRESSIONS as NPZ_COMPRESSIONS
+from forge_gpu._src.packed import COMPRESSIONS as PACKED_COMPRESSIONS
+from forge_gpu._src.packed import FORMATS
+from forge_gpu._src.warp_output import VERBOSE_ENV, set_verbose
+
+from ._common import UsageError
+from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats
+from ._sim import cmd_collect, cmd_doctor
+
+__all__ = ["UsageError", "build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="forge-gpu", description="Collect, inspect and render robot-learning runs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    c = sub.add_parser("collect", help="collect episodes of a task into a new run directory")
+    c.add_argument("task", help="task id (a configs/<task>.toml)")
+    c.add_argument("--envs", type=int, default=None, help="number of envs (default: the config's)")
+    stop = c.add_mutually_exclusive_group()
+    stop.add_argument("--episodes", type=int, default=None, help="episodes to collect (default 2 per env)")
+    stop.add_argument("--steps", type=int, default=None, help="or: env.step calls to run")
+    c.add_argument("--policy", default="random", help="random, expert or MODULE:FACTORY (a torch policy)")
+    c.add_argument("--out", default=None, help="new run directory (default runs/<task>-<time>)")
+    c.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="packed",
+        help="packed: many episodes per file (schema 2, the default); npz: one file per episode (schema 1)",
+    )
+    c.add_argument(
+        "--compression",
+        choices=sorted({"none", *PACKED_COMPRESSIONS, *NPZ_COMPRESSIONS}),
+        default="none",
+        help="packed: none, lz4 or zstd; npz: none or deflate",
+    )
+    c.add_argument("--compression-level", type=int, default=1, help="npz deflate level 0-9")
+    c.add_argument("--writers", type=int, default=2, help="npz writer threads")
+    c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
+    c.add_argument(
+        "--max-buffer-bytes",
+        type=int,
+        default=None,
+        help="recorder memory budget (default: packed 256 MiB of buffered batches, npz 1 GiB of episode buffers)",
+    )
+    c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
+    c.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Ray actors, one device each, writing OUT/worker-NNN and OUT/dataset.json (needs forge-gpu[ray])",
+    )
+    c.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
+    c.set_defaults(func=cmd_collect)
+
+    i = sub.add_parser("inspect", help="check a run and summarise it")
+    i.add_argument("run")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--quick", action="store_true", help="check the manifest and the markers or commit log only")
+    i.set_defaults(func=cmd_inspect)
+
+    r = sub.add_parser("render", help="draw an episode: a GIF of its frames, or a plot of proprio, actions, reward")
+    r.add_argument("run")
+    r.add_argument("--episode", default=None, metavar="ENV:EPISODE", help="default: the first episode")
+    r.add_argument("--out", default=None, help="output file (default next to the run)")
+    r.set_defaults(func=cmd_render)
+
+    v = sub.add_parser("convert", help="write a closed run's episodes as a new run in the other format")
+    v.add_argument("run")
+    v.add_argument("out", help="the new run directory")
+    v.add_argument("--to", choices=FORMATS, required=True, help="packed (schema 2) or npz (schema 1)")
+    v.add_argument(
+        "--compression",
+        choices=sorted({"none", *PACKED_COMPRESSIONS, *NPZ_COMPRESSIONS}),
+        default="none",
+        help="packed: none, lz4 or zstd; npz: none or deflate",
+    )
+    v.set_defaults(func=cmd_convert)
+
+    d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")
+    d.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("repair", help="close a run whose recording process was killed")
+    p.add_argument("run")
+    p.set_defaults(func=cmd_repair)
+
+    e = sub.add_parser("export", help="write a closed run (or dataset) as a LeRobot v3.0 dataset or robomimic HDF5")
+    e.add_argument("run", help="a closed run directory or a dataset root")
+    e.add_argument("out", help="lerobot: the new dataset directory; robomimic: the new .hdf5 file")
+    e.add_argument("--to", choices=["lerobot", "robomimic"], required=True)
+    e.add_argument(
+        "--codec", choices=["h264", "av1"], default="h264", help="lerobot videos: h264 (fast) or av1 (small)"
+    )
+    e.add_argument("--crf", type=int, default=None, help="video quality: lower is larger (default h264 23, av1 35)")
+    e.add_argument("--workers", type=int, default=1, help="lerobot: encoding processes (default 1)")
+    e.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("stats", help="compute a run's normalization statistics (runs recorded without them)")
+    s.add_argument("run", help="a closed run directory or a dataset root")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--recompute", action="store_true", help="compute them again even where they are stored")
+    s.set_defaults(func=cmd_stats)
+
+    for command in sub.choices.values():
+        command.add_argument(
+            "--verbose", action="store_true", help=f"show Warp's own output (also: {VERBOSE_ENV}=1 in the environment)"
+        )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.verbose:
+            set_verbose(True)
+        status = args.func(args)
+        sys.stdout.flush()  # here, so that a reader gone early (BrokenPipeError) is met below
+        return status
+    except UsageError as e:
+        print(f"forge-gpu: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader of stdout is gone (``| head``): say nothing more, and keep the interpreter's final flush
+        # of stdout from raising again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE

@@ -1,0 +1,170 @@
+"""The commands that read or rewrite runs on disk: ``inspect``, ``render``, ``repair``, ``convert``, ``export``,
+``stats``. None of them imports Warp, Newton or torch (a test checks it), so they run on a machine that only
+trains."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+from ._common import UsageError, check_compression, check_run
+
+
+def cmd_inspect(args) -> int:
+    import json
+
+    from forge_gpu._src.inspect import inspect_run
+
+    check_run(args.run, dataset=True)
+    try:
+        report = inspect_run(args.run, quick=args.quick)
+    except ValueError as e:
+        print(f"forge-gpu: invalid run: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from forge_gpu._src.inspect import format_report
+
+        print(format_report(report))
+    return 0
+
+
+def cmd_render(args) -> int:
+    from forge_gpu._src.inspect import render_episode
+
+    episode = None
+    if args.episode:
+        env_id, sep, ep = args.episode.partition(":")
+        if not sep or not env_id.isdigit() or not ep.isdigit():
+            raise UsageError(f"--episode {args.episode!r}: expected ENV:EPISODE, e.g. 0:3")
+        episode = (int(env_id), int(ep))
+    check_run(args.run)
+    try:
+        path = render_episode(args.run, episode=episode, out=args.out)
+    except LookupError as e:
+        raise UsageError(str(e)) from e
+    except ValueError as e:
+        print(f"forge-gpu: invalid run: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_repair(args) -> int:
+    from forge_gpu._src.repair import repair_run
+
+    check_run(args.run)
+    try:
+        report = repair_run(args.run)
+    except ValueError as e:
+        print(f"forge-gpu: cannot repair: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # e.g. a disk still full: nothing published was touched, and repair can run again
+        print(f"forge-gpu: cannot repair {args.run}: {e}; free space or fix the error, then run again", file=sys.stderr)
+        return 1
+    if report["status_before"] != "recording":
+        done = [f"removed {len(report['removed'])} stale files"] if report["removed"] else []
+        done += [f"made the segments whole ({'; '.join(report['actions'])})"] if report.get("actions") else []
+        print(f"{args.run}: status is {report['status_before']!r}; " + ("; ".join(done) or "nothing to repair"))
+        return 0
+    if "recovered_episodes" in report:  # packed
+        print(
+            f"{args.run}: closed; {report['episodes']} published episodes, {report['recovered_episodes']} of them "
+            f"recovered from whole blocks written after the last commit; {len(report['actions'])} repairs"
+        )
+        return 0
+    print(
+        f"{args.run}: closed; {report['episodes']} published episodes kept, "
+        f"{len(report['removed'])} stale temporary or unmarked files removed"
+    )
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from forge_gpu._src.convert import convert_run
+
+    check_run(args.run)
+    if Path(args.out).exists():
+        raise UsageError(f"{args.out}: already exists; give a new directory")
+    check_compression(args.to, args.compression)
+    try:
+        report = convert_run(args.run, args.out, to=args.to, compression=args.compression)
+    except ValueError as e:
+        print(f"forge-gpu: cannot convert: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {report['episodes']} episodes to {report['out']} ({args.to})")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from forge_gpu._src.export_lerobot import export_lerobot
+    from forge_gpu._src.export_robomimic import export_robomimic
+
+    check_run(args.run, dataset=True)
+    if os.path.lexists(args.out):
+        raise UsageError(f"{args.out}: already exists; give a new {'directory' if args.to == 'lerobot' else 'file'}")
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: expected an integer >= 1")
+    if args.to == "robomimic" and (args.codec != "h264" or args.workers != 1 or args.crf is not None):
+        raise UsageError("--codec, --crf and --workers apply to --to lerobot only")
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if sys.stderr.isatty() and (now - last[0] >= 0.5 or done == total):
+            last[0] = now
+            print(f"\rexport {args.to}: {done:,}/{total:,} frames", end="", file=sys.stderr, flush=True)
+
+    try:
+        if args.to == "lerobot":
+            report = export_lerobot(
+                args.run, args.out, codec=args.codec, crf=args.crf, workers=args.workers, progress=progress
+            )
+        else:
+            report = export_robomimic(args.run, args.out, progress=progress)
+    except ImportError as e:
+        print(f"\nforge-gpu: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"\nforge-gpu: cannot export: {e}", file=sys.stderr)
+        return 1
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    rate = f"{report['frames_per_s']:,.0f} frames/s"
+    extra = f", {report['codec']}, {report['workers']} process(es)" if args.to == "lerobot" else ""
+    print(
+        f"wrote {report['episodes']} episodes, {report['frames']:,} frames, {report['bytes']:,} bytes to "
+        f"{report['out']} ({args.to}{extra}; {rate}; statistics {report['statistics']})"
+    )
+    for field in report.get("left_out", []):
+        print(f"left out: {field} (LeRobot v3.0 depth video is not written; --to robomimic keeps it)")
+    return 0
+
+
+def cmd_stats(args) -> int:
+    import json
+
+    from forge_gpu._src.stats import compute_statistics, format_statistics, load_statistics
+
+    check_run(args.run, dataset=True)
+    try:
+        stats, what = None, "stored with"
+        if not args.recompute:
+            with contextlib.suppress(LookupError):
+                stats = load_statistics(args.run)
+        if stats is None:
+            stats, what = compute_statistics(args.run, write=True), "computed and written to stats.json in"
+    except ValueError as e:
+        print(f"forge-gpu: cannot compute statistics: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        summary = {k: {f: v if f == "count" else v.tolist() for f, v in s.items()} for k, s in stats.summary().items()}
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"statistics {what} {args.run}")
+    print("\n".join(format_statistics(stats.summary())))
+    return 0

@@ -1,0 +1,252 @@
+"""The commands that simulate: ``collect`` (on one device, or on Ray workers) and ``doctor``. Warp and Newton
+are imported inside them, so the other commands run without the simulator."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._common import Progress, UsageError, check_compression, check_out, parse_set, signal_exit, stop_on_signals
+
+
+def cmd_collect(args) -> int:
+    import forge_gpu
+    from forge_gpu._src.collector import collect
+    from forge_gpu._src.policies import check_policy_name, load_policy
+
+    if args.task not in forge_gpu.TASKS:
+        raise UsageError(f"unknown task {args.task!r}; known tasks are {', '.join(sorted(forge_gpu.TASKS))}")
+    overrides = parse_set(args.set or [])
+    for reserved in ("num_envs", "seed", "device"):
+        if reserved in overrides:
+            raise UsageError(f"--set {reserved}=...: use the --{reserved.replace('num_', '')} option instead")
+    try:
+        config = forge_gpu.task_config(args.task, seed=args.seed, **overrides)
+        if args.envs is not None:
+            config = forge_gpu.task_config(args.task, seed=args.seed, num_envs=args.envs, **overrides)
+        check_policy_name(args.policy)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    for name in ("writers", "slots", "max_buffer_bytes", "episodes", "steps", "workers"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
+    if not 0 <= args.compression_level <= 9:
+        raise UsageError(f"--compression-level {args.compression_level}: must be in [0, 9] (npz deflate)")
+    check_compression(args.format, args.compression)
+    out = check_out(args.out, args.task)
+    if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
+        return cmd_collect_workers(args, config, overrides, out)
+    try:
+        began = time.perf_counter()
+        env = forge_gpu.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
+        policy = load_policy(args.policy, env)
+        make_seconds = time.perf_counter() - began
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    print(_device_line(args.device, env), flush=True)
+    episodes = args.episodes if args.steps is None else None
+    if episodes is None and args.steps is None:
+        episodes = 2 * config.num_envs
+
+    with stop_on_signals() as (stop, caught):
+        display = Progress(args.task, env, out)
+        try:
+            summary = collect(
+                env,
+                policy,
+                str(out),
+                episodes=episodes,
+                steps=args.steps,
+                slots=args.slots,
+                format=args.format,
+                max_buffer_bytes=args.max_buffer_bytes,
+                writers=args.writers,
+                compression=args.compression,
+                compression_level=args.compression_level,
+                stop=stop,
+                progress=display.update,
+            )
+        except ValueError as e:
+            if not out.exists():
+                raise UsageError(str(e)) from e
+            display.close()
+            print(f"forge-gpu: collection failed: {e}", file=sys.stderr)
+            _print_failed_run(out)
+            return 1
+        except Exception as e:
+            display.close()
+            print(f"forge-gpu: collection failed: {type(e).__name__}: {e}", file=sys.stderr)
+            _print_failed_run(out)
+            return 1
+    display.close()
+    _print_summary(summary, env, make_seconds)
+    if caught:
+        name, status = signal_exit(caught[0])
+        print(
+            f"stopped by {name}: kept {summary.episodes} completed episodes; "
+            f"{len(summary.incomplete_episodes)} incomplete episodes were not published"
+        )
+        return status
+    return 0
+
+
+def _print_failed_run(out: Path) -> None:
+    """Where a failed collection's run is (if it got that far) and, when its manifest could not be updated
+    (a disk that stayed full), what to run once it can be."""
+    import json
+
+    if not out.is_dir():
+        return
+    print(f"run directory: {out}", file=sys.stderr)
+    try:
+        status = json.loads((out / "run.json").read_text())["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if status == "recording":
+        print(
+            f"run.json could not be updated and still says 'recording'; once space is freed (or the write error "
+            f"above is fixed), run: forge-gpu repair {out}",
+            file=sys.stderr,
+        )
+
+
+def _device_line(requested: str | None, env) -> str:
+    """Which device the collection runs on, and why, in one line."""
+    if requested:
+        return f"device: {env.device} (--device {requested})"
+    from forge_gpu._src.env import device_choice
+
+    return f"device: {device_choice()[1]}"
+
+
+def _print_summary(summary, env, make_seconds: float = 0.0) -> None:
+    warmup = make_seconds + summary.warmup_seconds
+    rows = [
+        ("status", summary.status),
+        ("episodes published", summary.episodes),
+        ("incomplete episodes", len(summary.incomplete_episodes)),
+        ("env steps", summary.env_steps),
+        ("env-steps/s", f"{summary.env_steps_per_second:,.0f}"),
+        ("stall", f"{summary.stall_fraction:.1%}"),
+        ("bytes written", f"{summary.bytes_written:,}"),
+        ("device", str(env.device)),
+        ("step", summary.step_mode),
+        ("seconds", f"{summary.seconds:.1f}"),
+        ("warm-up seconds", f"{warmup:.1f} (building the env, compiling kernels on first use, capturing the step)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    print(f"run: {summary.directory}")
+
+
+def cmd_doctor(args) -> int:
+    from forge_gpu._src.doctor import report, run_checks
+
+    checks = run_checks()
+    print(report(checks))
+    bad = [c.name for c in checks if not c.ok]
+    if bad:
+        print(f"forge-gpu: collection would not run as designed here ({', '.join(bad)})", file=sys.stderr)
+        return 1
+    from forge_gpu._src.env import device_choice
+
+    print(f"collection runs as designed here, on {device_choice()[0]} by default")
+    return 0
+
+
+def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
+    """``forge-gpu collect --workers K`` (Ray workers, :func:`collect_distributed`): the checked arguments of
+    ``cmd_collect`` -> exit status."""
+    from forge_gpu._src.distributed import FAIL_WORKER_ENV, collect_distributed, import_ray, start_ray
+
+    try:
+        import_ray()
+    except ImportError as e:
+        raise UsageError(f"--workers {args.workers}: {e}") from e
+    episodes = args.episodes if args.steps is None else None
+    if episodes is None and args.steps is None:
+        episodes = 2 * config.num_envs * args.workers
+    if episodes is not None and episodes < args.workers:
+        raise UsageError(f"--episodes {episodes}: fewer than --workers {args.workers}; each worker needs one")
+    fail = os.environ.get(FAIL_WORKER_ENV)
+    try:
+        started = start_ray(args.workers, args.ray_address)
+    except Exception as e:  # a bad address, an unreachable cluster
+        print(f"forge-gpu: cannot start or join Ray: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    display = Progress(f"{args.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
+    try:
+        # After ray.init, which installs its own SIGTERM handler in the driver; restored before shutdown.
+        with stop_on_signals() as (stop, caught):
+            summary = collect_distributed(
+                args.task,
+                out,
+                workers=args.workers,
+                num_envs=config.num_envs,
+                episodes=episodes,
+                steps=args.steps,
+                seed=args.seed,
+                device=args.device,
+                policy=args.policy,
+                overrides=overrides,
+                ray_address=args.ray_address,
+                stop=stop,
+                progress=display.update,
+                fail_worker=int(fail) if fail else None,
+                slots=args.slots,
+                format=args.format,
+                max_buffer_bytes=args.max_buffer_bytes,
+                writers=args.writers,
+                compression=args.compression,
+                compression_level=args.compression_level,
+            )
+    except ValueError as e:
+        display.close()
+        if not out.exists():
+            raise UsageError(str(e)) from e
+        print(f"forge-gpu: collection failed: {e}\ndataset directory: {out}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        display.close()
+        print(f"forge-gpu: collection failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    display.close()
+    print_dataset_summary(summary)
+    for r in summary.failed:
+        print(f"forge-gpu: worker {r['worker']} failed: {r['error']}", file=sys.stderr)
+    if summary.failed:
+        return 1
+    if caught:
+        name, status = signal_exit(caught[0])
+        print(f"stopped by {name}: every worker kept its completed episodes and closed its run")
+        return status
+    return 0
+
+
+@dataclass(frozen=True)
+class _Envs:
+    """What ``_Progress`` reads of an env: the number of envs (here over all workers)."""
+
+    num_envs: int
+
+
+def print_dataset_summary(summary) -> None:
+    columns = ("worker", "device", "status", "episodes", "env_steps", "seconds")
+    print("  ".join(f"{c:>10}" for c in columns))
+    for r in summary.runs:
+        row = {**r, "seconds": f"{r['seconds']:.1f}"}
+        print("  ".join(f"{row[c]!s:>10}" for c in columns))
+    print(f"episodes published  {summary.episodes}")
+    print(f"env-steps/s         {summary.env_steps_per_second:,.0f} (all workers, over {summary.seconds:.1f} s)")
+    print(f"stall               {summary.stall_fraction:.1%}")
+    print(f"dataset: {summary.directory}")
