@@ -15,7 +15,7 @@ pytest.importorskip("ray")
 
 from synthetic import published  # noqa: E402
 
-from forge_gpu._src.distributed import FAIL_WORKER_ENV, split_episodes, worker_seed  # noqa: E402
+from forge_gpu._src.distributed import split_episodes, worker_seed  # noqa: E402
 from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes, read_manifest  # noqa: E402
 from forge_gpu.cli import main  # noqa: E402
 
@@ -125,16 +125,21 @@ def test_bad_dataset_manifest_is_an_error_naming_it(dataset, tmp_path):
 
 
 def test_failing_worker_is_reported_and_the_others_close(tmp_path, monkeypatch, capsys):
-    """Worker 1 raises mid-run: it is reported with its error, worker 0 closes its run, exit status 1."""
-    monkeypatch.setenv(FAIL_WORKER_ENV, "1")
+    """One worker's policy raises mid-run: it is reported with its error, the other closes its run, exit 1."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("FORGE_GPU_TEST_FAIL_CLAIM", str(tmp_path / "claimed"))
     root = tmp_path / "data"
-    assert main([*SMALL, "--workers", "2", "--episodes", "6", "--out", str(root)]) == 1
-    assert "worker 1 failed" in capsys.readouterr().err
+    policy = ["--policy", "torch_policies:fails_in_one_worker"]
+    assert main([*SMALL, *policy, "--workers", "2", "--episodes", "6", "--out", str(root)]) == 1
     runs = json.loads((root / "dataset.json").read_text())["runs"]
-    assert runs[0]["status"] == "closed" and runs[0]["error"] is None
-    assert runs[1]["status"] == "failed" and "injected failure" in runs[1]["error"]
-    assert read_manifest(root / "worker-000")["status"] == "closed"
-    assert read_manifest(root / "worker-001")["status"] != "recording"  # its manifest was closed
+    failed = [r for r in runs if r["status"] == "failed"]
+    closed = [r for r in runs if r["status"] == "closed"]
+    assert len(failed) == len(closed) == 1 and closed[0]["error"] is None
+    assert "injected failure" in failed[0]["error"]
+    assert f"worker {failed[0]['worker']} failed" in capsys.readouterr().err
+    assert read_manifest(root / closed[0]["path"])["status"] == "closed"
+    assert read_manifest(root / failed[0]["path"])["status"] != "recording"  # its manifest was closed
     assert len(list(read_episodes(root))) == sum(r["episodes"] for r in runs)
 
 

@@ -30,3 +30,28 @@ def wrong_dtype(spec, device):
 def wrong_device(spec, device):
     """Returns actions on torch's meta device instead of the env's."""
     return lambda obs: torch.zeros((obs["proprio"].shape[0], spec["action_shape"][0]), device="meta")
+
+
+FAIL_CLAIM_ENV = "FORGE_GPU_TEST_FAIL_CLAIM"
+"""A path: the first process to create that file gets a policy that raises after a few calls (one failing
+worker among several, injected through the public policy option instead of a hook in the library)."""
+
+
+def fails_in_one_worker(spec, device):
+    """Zero actions; in the one process that claims FORGE_GPU_TEST_FAIL_CLAIM's file, raises on the 6th call."""
+    import os
+
+    try:
+        os.close(os.open(os.environ[FAIL_CLAIM_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        claimed = True
+    except (KeyError, FileExistsError):
+        claimed = False
+    calls = [0]
+
+    def policy(obs):
+        calls[0] += 1
+        if claimed and calls[0] > 5:
+            raise RuntimeError(f"injected failure in process {os.getpid()} (tests/torch_policies.py)")
+        return torch.zeros((obs["proprio"].shape[0], spec["action_shape"][0]), device=device)
+
+    return policy

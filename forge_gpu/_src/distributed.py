@@ -39,8 +39,6 @@ from .episode_format import write_json_atomic
 from .reader import DATASET_KIND, DATASET_MANIFEST
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
-FAIL_WORKER_ENV = "FORGE_GPU_FAIL_WORKER"
-"""Testing hook: the worker with this index raises after a few steps (see :class:`WorkerSpec`)."""
 
 
 def worker_seed(seed: int, worker: int) -> int:
@@ -77,8 +75,6 @@ class WorkerSpec:
     writers: int = 2
     compression: str = "none"
     compression_level: int = 1
-    fail_after_steps: int | None = None
-    """Testing hook: raise from the policy after this many steps."""
 
 
 class _Worker:
@@ -107,8 +103,6 @@ class _Worker:
                 spec.task, num_envs=spec.num_envs, device=spec.device, seed=spec.seed, **spec.overrides
             )
             policy = load_policy(spec.policy, env)
-            if spec.fail_after_steps is not None:
-                policy = _failing(policy, spec.fail_after_steps, spec.worker)
             self._env, self._policy = env, policy
         except BaseException as e:  # reported by run()
             self._error = f"{type(e).__name__}: {e}"
@@ -173,18 +167,6 @@ class _Worker:
         result["ended_at"] = time.time()
         _add_manifest_facts(result, spec.directory)
         return result
-
-
-def _failing(policy: Callable, after: int, worker: int) -> Callable:
-    calls = [0]
-
-    def failing_policy(observation):
-        calls[0] += 1
-        if calls[0] > after:
-            raise RuntimeError(f"injected failure in worker {worker} ({FAIL_WORKER_ENV})")
-        return policy(observation)
-
-    return failing_policy
 
 
 def _add_manifest_facts(result: dict, directory: str) -> None:
@@ -318,7 +300,6 @@ def collect_distributed(
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     poll_interval: float = 0.5,
-    fail_worker: int | None = None,
     **collect_options,
 ) -> DatasetSummary:
     """Collect ``task`` with ``workers`` Ray actors into the new dataset root ``directory``.
@@ -330,7 +311,6 @@ def collect_distributed(
             starts a local one (and shuts it down at the end).
         stop: Set it (e.g. from a signal handler) to stop every worker; each closes its run cleanly.
         progress: Called about every ``poll_interval`` seconds with :func:`aggregate`'s dict.
-        fail_worker: Testing hook: this worker fails after a few steps.
         collect_options: ``slots``, ``format``, ``max_buffer_bytes``, ``writers``, ``compression``,
             ``compression_level`` (see :func:`collect`).
 
@@ -351,7 +331,7 @@ def collect_distributed(
     try:
         return _run_workers(
             ray, task, root, workers, num_envs, episodes, steps, seed, device, policy, overrides or {},
-            stop or threading.Event(), progress, poll_interval, fail_worker, collect_options,
+            stop or threading.Event(), progress, poll_interval, collect_options,
         )  # fmt: skip
     finally:
         if started:
@@ -360,7 +340,7 @@ def collect_distributed(
 
 def _run_workers(
     ray, task, root, workers, num_envs, episodes, steps, seed, device, policy, overrides, stop, progress,
-    poll_interval, fail_worker, collect_options,
+    poll_interval, collect_options,
 ) -> DatasetSummary:  # fmt: skip
     resources = ray.cluster_resources()
     use_gpus = resources.get("GPU", 0) >= 1 and device != "cpu"
@@ -386,7 +366,6 @@ def _run_workers(
             overrides=dict(overrides),
             episodes=targets[k],
             steps=steps,
-            fail_after_steps=5 if k == fail_worker else None,
             **collect_options,
         )
         actors.append(actor_class.remote(spec))

@@ -3,7 +3,6 @@ are imported inside them, so the other commands run without the simulator."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -162,7 +161,7 @@ def cmd_doctor(args) -> int:
 def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
     """``forge-gpu collect --workers K`` (Ray workers, :func:`collect_distributed`): the checked arguments of
     ``cmd_collect`` -> exit status."""
-    from forge_gpu._src.distributed import FAIL_WORKER_ENV, collect_distributed, import_ray, start_ray
+    from forge_gpu._src.distributed import collect_distributed, import_ray, start_ray
 
     try:
         import_ray()
@@ -173,7 +172,6 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
         episodes = 2 * config.num_envs * args.workers
     if episodes is not None and episodes < args.workers:
         raise UsageError(f"--episodes {episodes}: fewer than --workers {args.workers}; each worker needs one")
-    fail = os.environ.get(FAIL_WORKER_ENV)
     try:
         started = start_ray(args.workers, args.ray_address)
     except Exception as e:  # a bad address, an unreachable cluster
@@ -197,7 +195,6 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
                 ray_address=args.ray_address,
                 stop=stop,
                 progress=display.update,
-                fail_worker=int(fail) if fail else None,
                 slots=args.slots,
                 format=args.format,
                 max_buffer_bytes=args.max_buffer_bytes,
