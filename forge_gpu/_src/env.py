@@ -222,7 +222,7 @@ class VectorEnv:
             "step_id": ((), "int32"),
             "time": ((), "float32"),
             "proprio": ((spec.proprio_dim,), "float32"),
-            **spec.extra_fields,
+            **self.task.observation_fields(),
         }
         return {
             "task": spec.id,

@@ -6,7 +6,7 @@ import warp as wp
 
 from .config import load_config
 from .env import VectorEnv, default_device
-from .tasks import TASKS
+from .tasks import TASK_CONFIG_FILES, TASKS
 from .warp_output import init_warp
 
 
@@ -14,7 +14,7 @@ def task_config(task: str, **overrides):
     """The checked :class:`TaskConfig` of ``task`` with ``overrides`` (dotted keys allowed)."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known tasks are {', '.join(sorted(TASKS))}")
-    return load_config(task, TASKS[task].params_type, overrides)
+    return load_config(task, TASKS[task].params_type, overrides, path=TASK_CONFIG_FILES.get(task))
 
 
 def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, **overrides) -> VectorEnv:

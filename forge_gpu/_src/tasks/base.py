@@ -26,7 +26,9 @@ class TaskSpec:
     action_dim: int
     """A, the width of the action."""
     extra_fields: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
-    """Task observation fields beyond the required ones: name -> (per-env shape, numpy dtype)."""
+    """Task observation fields beyond the required ones whose shapes do not depend on the config: name ->
+    (per-env shape, numpy dtype). A task whose fields follow its config adds them in
+    :meth:`Task.observation_fields`."""
     has_contacts: bool = False
     """Whether the scene needs contact handling."""
     has_success: bool = False
@@ -43,6 +45,10 @@ class Task:
         self.config = config
         self.params = config.params
         self.scene = self.make_scene()
+
+    def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """This instance's observation fields beyond the required ones (default ``spec.extra_fields``)."""
+        return dict(self.spec.extra_fields)
 
     def make_scene(self) -> Any:
         """The scene description: a dataclass with a ``kind`` field."""

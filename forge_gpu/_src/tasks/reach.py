@@ -8,7 +8,6 @@ the workspace; all worlds are rendered in one call of Newton's ``SensorCamera`` 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -147,9 +146,9 @@ class ReachTask(Task):
         id="reach",
         proprio_dim=14,
         action_dim=4,
-        extra_fields={"rgb": ((64, 64, 3), "uint8"), "depth": ((64, 64), "float32")},
         has_success=True,
     )
+    """The image fields' shapes follow ``params.image_size``: see :meth:`observation_fields`."""
     params_type = ReachParams
 
     def __init__(self, config):
@@ -168,11 +167,11 @@ class ReachTask(Task):
                 f"params.home_q {p.home_q} +- reset_noise {p.reset_noise} must lie within the joint limits "
                 f"(action bounds times scale) {lo.tolist()} .. {hi.tolist()}"
             )
+
+    def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S = ``params.image_size``."""
         s = self.params.image_size
-        # The image fields' shapes follow the configured size, so the spec is per instance.
-        self.spec = dataclasses.replace(
-            type(self).spec, extra_fields={"rgb": ((s, s, 3), "uint8"), "depth": ((s, s), "float32")}
-        )
+        return {"rgb": ((s, s, 3), "uint8"), "depth": ((s, s), "float32")}
 
     def make_scene(self) -> ReachScene:
         p = self.params
