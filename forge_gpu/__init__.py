@@ -24,6 +24,7 @@ _EXPORTS = {
     "collect_distributed": "forge_gpu._src.distributed",
     "DatasetSummary": "forge_gpu._src.distributed",
     "CollectionSummary": "forge_gpu._src.collector",
+    "RecordingOptions": "forge_gpu._src.options",
     "EpisodeRecorder": "forge_gpu._src.recorder",
     "Episode": "forge_gpu._src.reader",
     "read_episodes": "forge_gpu._src.reader",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .packed import FORMATS
+from .options import RecordingOptions, recording_options
 from .packed_recorder import PackedRecorder
 from .recorder import EpisodeRecorder
 from .transport import HostSnapshotTransport, TransportClosed
@@ -88,23 +88,22 @@ class _Consumer(threading.Thread):
 
 
 def make_recorder(
-    directory: str,
-    env,
-    *,
-    format: str = "packed",
-    max_buffer_bytes: int | None = None,
-    writers: int = 2,
-    compression: str = "none",
-    compression_level: int = 1,
+    directory: str, env, options: RecordingOptions | None = None, **changes
 ) -> EpisodeRecorder | PackedRecorder:
-    """The recorder of ``format`` for a new run directory (see :func:`collect` for the arguments)."""
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
-    budget = {} if max_buffer_bytes is None else {"max_buffer_bytes": max_buffer_bytes}
-    if format == "packed":
-        return PackedRecorder(directory, env, compression=compression, **budget)
+    """The recorder of ``options.format`` for a new run directory; ``changes`` (RecordingOptions' fields, ``None``
+    keeping a field) override ``options``."""
+    options = recording_options(options, **changes)
+    budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
+    if options.format == "packed":
+        return PackedRecorder(directory, env, compression=options.compression, statistics=options.statistics, **budget)
     return EpisodeRecorder(
-        directory, env, writers=writers, compression=compression, compression_level=compression_level, **budget
+        directory,
+        env,
+        writers=options.writers,
+        compression=options.compression,
+        compression_level=options.compression_level,
+        statistics=options.statistics,
+        **budget,
     )
 
 
@@ -116,11 +115,12 @@ def collect(
     episodes: int | None = None,
     steps: int | None = None,
     slots: int = 4,
-    format: str = "packed",
+    options: RecordingOptions | None = None,
+    format: str | None = None,
     max_buffer_bytes: int | None = None,
-    writers: int = 2,
-    compression: str = "none",
-    compression_level: int = 1,
+    writers: int | None = None,
+    compression: str | None = None,
+    compression_level: int | None = None,
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     progress_interval: float = 0.5,
@@ -134,12 +134,10 @@ def collect(
         episodes: Stop once at least this many episodes have ended (all of them are published).
         steps: Or stop after this many ``step`` calls. Exactly one of the two is given.
         slots: Transport slots K.
-        format: ``"packed"`` (schema 2, docs/FORMAT.md: :class:`PackedRecorder`) or ``"npz"`` (schema 1,
-            FORMAT.md: :class:`EpisodeRecorder`).
-        max_buffer_bytes: the recorder's memory budget; ``None`` takes the format's default (packed:
-            256 MiB of buffered batches; npz: 1 GiB of episode buffers).
-        compression: packed: ``none``, ``lz4`` or ``zstd``; npz: ``none`` or ``deflate``.
-        writers, compression_level: npz only, see :class:`EpisodeRecorder`.
+        options: How the run is recorded (:class:`RecordingOptions`: format, compression, writers, memory
+            budget, statistics); default ``RecordingOptions()``, a packed run.
+        format, max_buffer_bytes, writers, compression, compression_level: the same fields given one by one;
+            each one given (not ``None``) overrides ``options``.
         stop: Set it (e.g. from a signal handler) to stop stepping and close cleanly.
         progress: Called about every ``progress_interval`` seconds with a dict of counters.
     """
@@ -148,21 +146,21 @@ def collect(
     target = episodes if episodes is not None else steps
     if not isinstance(target, int) or isinstance(target, bool) or target < 1:
         raise ValueError(f"{'episodes' if episodes is not None else 'steps'}={target!r}: expected an integer >= 1")
+    options = recording_options(
+        options,
+        format=format,
+        max_buffer_bytes=max_buffer_bytes,
+        writers=writers,
+        compression=compression,
+        compression_level=compression_level,
+    )
     began = time.perf_counter()
     first = env.reset()  # compiles the step's kernels on first use and captures the step graph
     env.check_action(policy(env.observation))  # refuse a broken policy before anything is created
     transport = HostSnapshotTransport(env, slots=slots)
     recorder = None
     if directory is not None:
-        recorder = make_recorder(
-            directory,
-            env,
-            format=format,
-            max_buffer_bytes=max_buffer_bytes,
-            writers=writers,
-            compression=compression,
-            compression_level=compression_level,
-        )
+        recorder = make_recorder(directory, env, options)
     stop = stop or threading.Event()
     consumer = _Consumer(transport, recorder)
     consumer.start()

@@ -14,7 +14,6 @@ import uuid
 
 import numpy as np
 
-from forge_gpu._src.episode_format import COMPRESSIONS as NPZ_COMPRESSIONS
 from forge_gpu._src.episode_format import (
     RUN_MANIFEST,
     episode_stem,
@@ -23,16 +22,15 @@ from forge_gpu._src.episode_format import (
     write_json_atomic,
     write_marker_atomic,
 )
+from forge_gpu._src.options import COMPRESSIONS_BY_FORMAT, FORMATS
 from forge_gpu._src.packed import (
     COMMIT_LOG,
-    FORMATS,
     LAYOUT,
     PackedWriter,
     arrow_schema,
     run_columns,
     stack_episodes,
 )
-from forge_gpu._src.packed import COMPRESSIONS as PACKED_COMPRESSIONS
 from forge_gpu._src.packed import SCHEMA_VERSION as PACKED_SCHEMA_VERSION
 from forge_gpu._src.reader import Episode, EpisodeReadOptions, is_dataset, open_run
 
@@ -50,7 +48,7 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
     """
     if to not in FORMATS:
         raise ValueError(f"to must be one of {list(FORMATS)}, got {to!r}")
-    allowed = PACKED_COMPRESSIONS if to == "packed" else NPZ_COMPRESSIONS
+    allowed = COMPRESSIONS_BY_FORMAT[to]
     if compression not in allowed:
         raise ValueError(f"compression {compression!r}: converting to {to} takes {', '.join(allowed)}")
     run_dir, out = os.fspath(run_dir), os.fspath(out)

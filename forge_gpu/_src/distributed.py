@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .episode_format import write_json_atomic
+from .options import RecordingOptions, recording_options
 from .reader import DATASET_KIND, DATASET_MANIFEST
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
@@ -70,11 +71,7 @@ class WorkerSpec:
     episodes: int | None = None
     steps: int | None = None
     slots: int = 4
-    format: str = "packed"
-    max_buffer_bytes: int | None = None
-    writers: int = 2
-    compression: str = "none"
-    compression_level: int = 1
+    recording: RecordingOptions = field(default_factory=RecordingOptions)
 
 
 class _Worker:
@@ -148,11 +145,7 @@ class _Worker:
                 episodes=spec.episodes,
                 steps=spec.steps,
                 slots=spec.slots,
-                format=spec.format,
-                max_buffer_bytes=spec.max_buffer_bytes,
-                writers=spec.writers,
-                compression=spec.compression,
-                compression_level=spec.compression_level,
+                options=spec.recording,
                 stop=self._stop,
                 progress=self._on_progress,
             )
@@ -300,7 +293,9 @@ def collect_distributed(
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     poll_interval: float = 0.5,
-    **collect_options,
+    slots: int = 4,
+    options: RecordingOptions | None = None,
+    **recording,
 ) -> DatasetSummary:
     """Collect ``task`` with ``workers`` Ray actors into the new dataset root ``directory``.
 
@@ -311,8 +306,9 @@ def collect_distributed(
             starts a local one (and shuts it down at the end).
         stop: Set it (e.g. from a signal handler) to stop every worker; each closes its run cleanly.
         progress: Called about every ``poll_interval`` seconds with :func:`aggregate`'s dict.
-        collect_options: ``slots``, ``format``, ``max_buffer_bytes``, ``writers``, ``compression``,
-            ``compression_level`` (see :func:`collect`).
+        slots: Transport slots per worker (see :func:`collect`).
+        options: How every worker records (:class:`RecordingOptions`); ``recording``: its fields one by one
+            (``format``, ``compression``, ...), each overriding ``options``.
 
     Raises ImportError without Ray and ValueError for arguments the cluster cannot serve; a worker's
     failure does not raise: it is in the summary (and in ``dataset.json``) with its error.
@@ -323,26 +319,42 @@ def collect_distributed(
         raise ValueError(f"workers={workers!r}: expected an integer >= 1")
     if episodes is not None and episodes < workers:
         raise ValueError(f"episodes={episodes} is fewer than workers={workers}; every worker needs at least one")
+    options = recording_options(options, **recording)
     root = Path(directory).absolute()
     if root.exists():
         raise ValueError(f"{root}: already exists; give a new directory")
     ray = import_ray()
     started = start_ray(workers, ray_address)
     try:
-        return _run_workers(
-            ray, task, root, workers, num_envs, episodes, steps, seed, device, policy, overrides or {},
-            stop or threading.Event(), progress, poll_interval, collect_options,
-        )  # fmt: skip
+        use_gpus = _use_gpus(ray.cluster_resources(), workers, device)
+        targets = split_episodes(episodes, workers) if episodes is not None else [None] * workers
+        specs = [
+            WorkerSpec(
+                worker=k,
+                task=task,
+                directory=str(root / worker_dir(k)),
+                num_envs=num_envs,
+                seed=worker_seed(seed, k),
+                device="cuda:0" if use_gpus else device,
+                policy=policy,
+                overrides=dict(overrides or {}),
+                episodes=targets[k],
+                steps=steps,
+                slots=slots,
+                recording=options,
+            )
+            for k in range(workers)
+        ]
+        root.mkdir(parents=True)
+        actor_class = ray.remote(_Worker).options(num_cpus=1, num_gpus=1 if use_gpus else 0, max_concurrency=3)
+        return _run_workers(ray, root, [actor_class.remote(spec) for spec in specs], stop, progress, poll_interval)
     finally:
         if started:
             ray.shutdown()
 
 
-def _run_workers(
-    ray, task, root, workers, num_envs, episodes, steps, seed, device, policy, overrides, stop, progress,
-    poll_interval, collect_options,
-) -> DatasetSummary:  # fmt: skip
-    resources = ray.cluster_resources()
+def _use_gpus(resources: dict, workers: int, device: str | None) -> bool:
+    """Whether each worker takes one of the cluster's GPUs (else one CPU); ValueError when it has too few."""
     use_gpus = resources.get("GPU", 0) >= 1 and device != "cpu"
     if use_gpus and resources["GPU"] < workers:
         raise ValueError(f"the Ray cluster has {resources['GPU']:g} GPUs; {workers} workers need one each")
@@ -350,25 +362,20 @@ def _run_workers(
         raise ValueError(f"the Ray cluster has {resources.get('CPU', 0):g} CPUs; {workers} workers need one each")
     if device and device.startswith("cuda") and not use_gpus:
         raise ValueError(f"device {device!r}: the Ray cluster has no GPUs; use --device cpu")
-    targets = split_episodes(episodes, workers) if episodes is not None else [None] * workers
-    root.mkdir(parents=True)
-    actor_class = ray.remote(_Worker).options(num_cpus=1, num_gpus=1 if use_gpus else 0, max_concurrency=3)
-    actors = []
-    for k in range(workers):
-        spec = WorkerSpec(
-            worker=k,
-            task=task,
-            directory=str(root / worker_dir(k)),
-            num_envs=num_envs,
-            seed=worker_seed(seed, k),
-            device="cuda:0" if use_gpus else device,
-            policy=policy,
-            overrides=dict(overrides),
-            episodes=targets[k],
-            steps=steps,
-            **collect_options,
-        )
-        actors.append(actor_class.remote(spec))
+    return use_gpus
+
+
+def _run_workers(
+    ray,
+    root: Path,
+    actors: list,
+    stop: threading.Event | None,
+    progress: Callable[[dict], None] | None,
+    poll_interval: float,
+) -> DatasetSummary:
+    """Prepare every actor, run them together, stop them on ``stop``, report progress; write ``dataset.json``."""
+    stop = stop or threading.Event()
+    workers = len(actors)
     results: list[dict | None] = [None] * workers
     counters: list[dict | None] = [None] * workers
     stop_sent = False

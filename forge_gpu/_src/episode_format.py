@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from .options import COMPRESSIONS_BY_FORMAT
+
 try:  # ISA-L's CRC-32 runs about 10x faster than zlib's; the values are the same
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover - isal is a dependency; this keeps a bare install working
@@ -62,7 +64,7 @@ MANIFEST_KEYS = (
     "incomplete_episodes",
 )
 MANIFEST_STATUSES = ("recording", "closed", "failed")
-COMPRESSIONS = ("none", "deflate")
+COMPRESSIONS = COMPRESSIONS_BY_FORMAT["npz"]
 
 _NUMERIC_KINDS = "biuf"
 # Members larger than this are written with zip64 headers (the zip limit without them is 2 GiB).

@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from .options import COMPRESSIONS_BY_FORMAT
+
 SCHEMA_VERSION = 2
 LAYOUT = "packed"
-#: The run layouts a recording can write: this one (the default) and schema 1 (FORMAT.md).
-FORMATS = ("packed", "npz")
 COMMIT_LOG = "commits.jsonl"
 SEGMENT_NAME = "segment-{index:06d}.arrows"
 SEGMENT_RE = re.compile(r"^segment-(\d{6})\.arrows$")
-COMPRESSIONS = ("none", "lz4", "zstd")
+COMPRESSIONS = COMPRESSIONS_BY_FORMAT["packed"]
 TRANSITION_COLUMNS = ("action", "reward", "terminated", "truncated")
 #: Keys of an episode entry in a commit line, each a list with one integer per episode.
 EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")

@@ -35,6 +35,9 @@ from forge_gpu._src.tracker import (
     initial_manifest,
 )
 
+#: Default budget of all episode buffers [bytes].
+DEFAULT_BUFFER_BYTES = 1 << 30
+
 
 class EpisodeRecorder(RecorderBase):
     """Records batches of ``num_envs`` env rows and publishes each completed episode exactly once.
@@ -64,7 +67,7 @@ class EpisodeRecorder(RecorderBase):
         directory: str | os.PathLike,
         env: Any,
         *,
-        max_buffer_bytes: int = 2**30,
+        max_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         writers: int = 2,
         compression: str = "none",
         compression_level: int = 1,

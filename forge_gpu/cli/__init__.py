@@ -16,9 +16,7 @@ import os
 import signal
 import sys
 
-from forge_gpu._src.episode_format import COMPRESSIONS as NPZ_COMPRESSIONS
-from forge_gpu._src.packed import COMPRESSIONS as PACKED_COMPRESSIONS
-from forge_gpu._src.packed import FORMATS
+from forge_gpu._src.options import ALL_COMPRESSIONS, COMPRESSIONS_BY_FORMAT, FORMATS, RecordingOptions
 from forge_gpu._src.warp_output import VERBOSE_ENV, set_verbose
 
 from ._common import UsageError
@@ -26,6 +24,10 @@ from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair,
 from ._sim import cmd_collect, cmd_doctor
 
 __all__ = ["UsageError", "build_parser", "main"]
+
+
+_DEFAULTS = RecordingOptions()
+_COMPRESSION_HELP = "; ".join(f"{f}: {', '.join(cs)}" for f, cs in COMPRESSIONS_BY_FORMAT.items())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,17 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--format",
         choices=FORMATS,
-        default="packed",
+        default=_DEFAULTS.format,
         help="packed: many episodes per file (schema 2, the default); npz: one file per episode (schema 1)",
     )
-    c.add_argument(
-        "--compression",
-        choices=sorted({"none", *PACKED_COMPRESSIONS, *NPZ_COMPRESSIONS}),
-        default="none",
-        help="packed: none, lz4 or zstd; npz: none or deflate",
-    )
-    c.add_argument("--compression-level", type=int, default=1, help="npz deflate level 0-9")
-    c.add_argument("--writers", type=int, default=2, help="npz writer threads")
+    c.add_argument("--compression", choices=ALL_COMPRESSIONS, default=_DEFAULTS.compression, help=_COMPRESSION_HELP)
+    c.add_argument("--compression-level", type=int, default=_DEFAULTS.compression_level, help="npz deflate level 0-9")
+    c.add_argument("--writers", type=int, default=_DEFAULTS.writers, help="npz writer threads")
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
     c.add_argument(
         "--max-buffer-bytes",
@@ -94,12 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("run")
     v.add_argument("out", help="the new run directory")
     v.add_argument("--to", choices=FORMATS, required=True, help="packed (schema 2) or npz (schema 1)")
-    v.add_argument(
-        "--compression",
-        choices=sorted({"none", *PACKED_COMPRESSIONS, *NPZ_COMPRESSIONS}),
-        default="none",
-        help="packed: none, lz4 or zstd; npz: none or deflate",
-    )
+    v.add_argument("--compression", choices=ALL_COMPRESSIONS, default="none", help=_COMPRESSION_HELP)
     v.set_defaults(func=cmd_convert)
 
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")

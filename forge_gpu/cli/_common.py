@@ -12,8 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from forge_gpu._src.episode_format import COMPRESSIONS as NPZ_COMPRESSIONS
-from forge_gpu._src.packed import COMPRESSIONS as PACKED_COMPRESSIONS
+from forge_gpu._src.options import COMPRESSIONS_BY_FORMAT, OptionError, RecordingOptions
 
 
 class UsageError(Exception):
@@ -66,8 +65,23 @@ def check_run(path: str, *, dataset: bool = False) -> None:
         raise UsageError(f"{path}: not {what}: it holds no {' or '.join(manifests)}")
 
 
+def recording_options_of(args) -> RecordingOptions:
+    """The checked :class:`RecordingOptions` of ``collect``'s arguments; a bad one is a UsageError naming its
+    option as spelled on the command line."""
+    try:
+        return RecordingOptions(
+            format=args.format,
+            compression=args.compression,
+            compression_level=args.compression_level,
+            writers=args.writers,
+            max_buffer_bytes=args.max_buffer_bytes,
+        )
+    except OptionError as e:
+        raise UsageError(f"--{e.name.replace('_', '-')} {e.value}: {e.allowed}") from e
+
+
 def check_compression(format: str, compression: str) -> None:
-    allowed = PACKED_COMPRESSIONS if format == "packed" else NPZ_COMPRESSIONS
+    allowed = COMPRESSIONS_BY_FORMAT[format]
     if compression not in allowed:
         raise UsageError(f"--compression {compression}: the {format} format takes {', '.join(allowed)}")
 

@@ -8,7 +8,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._common import Progress, UsageError, check_compression, check_out, parse_set, signal_exit, stop_on_signals
+from ._common import (
+    Progress,
+    UsageError,
+    check_out,
+    parse_set,
+    recording_options_of,
+    signal_exit,
+    stop_on_signals,
+)
 
 
 def cmd_collect(args) -> int:
@@ -29,16 +37,14 @@ def cmd_collect(args) -> int:
         check_policy_name(args.policy)
     except ValueError as e:
         raise UsageError(str(e)) from e
-    for name in ("writers", "slots", "max_buffer_bytes", "episodes", "steps", "workers"):
+    for name in ("slots", "episodes", "steps", "workers"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
-    if not 0 <= args.compression_level <= 9:
-        raise UsageError(f"--compression-level {args.compression_level}: must be in [0, 9] (npz deflate)")
-    check_compression(args.format, args.compression)
+            raise UsageError(f"--{name} {value}: must be >= 1")
+    options = recording_options_of(args)
     out = check_out(args.out, args.task)
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
-        return cmd_collect_workers(args, config, overrides, out)
+        return cmd_collect_workers(args, config, overrides, out, options)
     try:
         began = time.perf_counter()
         env = forge_gpu.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
@@ -61,11 +67,7 @@ def cmd_collect(args) -> int:
                 episodes=episodes,
                 steps=args.steps,
                 slots=args.slots,
-                format=args.format,
-                max_buffer_bytes=args.max_buffer_bytes,
-                writers=args.writers,
-                compression=args.compression,
-                compression_level=args.compression_level,
+                options=options,
                 stop=stop,
                 progress=display.update,
             )
@@ -158,7 +160,7 @@ def cmd_doctor(args) -> int:
     return 0
 
 
-def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
+def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> int:
     """``forge-gpu collect --workers K`` (Ray workers, :func:`collect_distributed`): the checked arguments of
     ``cmd_collect`` -> exit status."""
     from forge_gpu._src.distributed import collect_distributed, import_ray, start_ray
@@ -196,11 +198,7 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path) -> int:
                 stop=stop,
                 progress=display.update,
                 slots=args.slots,
-                format=args.format,
-                max_buffer_bytes=args.max_buffer_bytes,
-                writers=args.writers,
-                compression=args.compression,
-                compression_level=args.compression_level,
+                options=options,
             )
     except ValueError as e:
         display.close()
