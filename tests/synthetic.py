@@ -227,3 +227,18 @@ def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2
     arrays["terminated"] = np.arange(steps) == steps - 1
     arrays["truncated"] = np.zeros(steps, bool)
     return arrays, make_marker(env_id, episode_id, steps)
+
+
+def make_description(num_envs=3, max_steps=6, *, transport="host_snapshot", **kwargs):
+    """The plain RunDescription a recorder takes, built directly (no env object); ``kwargs`` as make_env's."""
+    from forge_gpu._src.tracker import RunDescription
+
+    env = make_env(num_envs, max_steps, **kwargs)  # for the spec and config it describes
+    return RunDescription(
+        spec=env.spec,
+        config=env.config.to_dict(),
+        task="synthetic_push",
+        scene=Scene(),
+        seed=env.seed,
+        transport=transport,
+    )

@@ -19,7 +19,8 @@ import numpy as np
 from .options import RecordingOptions, recording_options
 from .packed_recorder import PackedRecorder
 from .recorder import EpisodeRecorder
-from .transport import HostSnapshotTransport, TransportClosed
+from .tracker import Recorder, describe_run
+from .transport import HostSnapshotTransport, Transport, TransportClosed
 
 
 @dataclass
@@ -58,7 +59,7 @@ class CollectionSummary:
 class _Consumer(threading.Thread):
     """The recorder thread: host batches -> recorder.append -> release."""
 
-    def __init__(self, transport: HostSnapshotTransport, recorder: EpisodeRecorder | PackedRecorder | None):
+    def __init__(self, transport: Transport, recorder: Recorder | None):
         super().__init__(name="forge-recorder", daemon=True)
         self.transport, self.recorder = transport, recorder
         self.ended = 0
@@ -87,10 +88,9 @@ class _Consumer(threading.Thread):
             self.transport.fail(exc)
 
 
-def make_recorder(
-    directory: str, env, options: RecordingOptions | None = None, **changes
-) -> EpisodeRecorder | PackedRecorder:
-    """The recorder of ``options.format`` for a new run directory; ``changes`` (RecordingOptions' fields, ``None``
+def make_recorder(directory: str, env, options: RecordingOptions | None = None, **changes) -> Recorder:
+    """The recorder of ``options.format`` for a new run directory, recording ``env`` (a :class:`RunDescription`
+    or an env to describe); ``changes`` (RecordingOptions' fields, ``None``
     keeping a field) override ``options``."""
     options = recording_options(options, **changes)
     budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
@@ -124,6 +124,7 @@ def collect(
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     progress_interval: float = 0.5,
+    transport: Callable[..., Transport] | None = None,
 ) -> CollectionSummary:
     """Run ``policy`` in ``env`` and record into the new run directory ``directory``.
 
@@ -140,6 +141,8 @@ def collect(
             each one given (not ``None``) overrides ``options``.
         stop: Set it (e.g. from a signal handler) to stop stepping and close cleanly.
         progress: Called about every ``progress_interval`` seconds with a dict of counters.
+        transport: A factory ``(env, slots=K) -> Transport`` (default :class:`HostSnapshotTransport`); the
+            transport's ``name`` goes to run.json.
     """
     if (episodes is None) == (steps is None):
         raise ValueError(f"give exactly one of episodes={episodes!r} and steps={steps!r}")
@@ -157,10 +160,10 @@ def collect(
     began = time.perf_counter()
     first = env.reset()  # compiles the step's kernels on first use and captures the step graph
     env.check_action(policy(env.observation))  # refuse a broken policy before anything is created
-    transport = HostSnapshotTransport(env, slots=slots)
+    transport = (transport or HostSnapshotTransport)(env, slots=slots)
     recorder = None
     if directory is not None:
-        recorder = make_recorder(directory, env, options)
+        recorder = make_recorder(directory, describe_run(env, transport=transport.name), options)
     stop = stop or threading.Event()
     consumer = _Consumer(transport, recorder)
     consumer.start()

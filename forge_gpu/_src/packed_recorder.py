@@ -29,7 +29,14 @@ from forge_gpu._src.packed import (
     run_columns,
 )
 from forge_gpu._src.stats import StatsAccumulator
-from forge_gpu._src.tracker import EpisodeTracker, RecorderBase, check_int, describe_env, initial_manifest
+from forge_gpu._src.tracker import (
+    EpisodeTracker,
+    RecorderBase,
+    RunDescription,
+    check_int,
+    describe_run,
+    initial_manifest,
+)
 
 #: Default ring size [bytes].
 DEFAULT_BUFFER_BYTES = 256 << 20
@@ -45,8 +52,7 @@ class PackedRecorder(RecorderBase):
 
     Args:
         directory: the run directory to create; it must not exist.
-        env: the env description: ``config`` (num_envs, max_steps, seed, ``to_dict()``), ``spec``,
-            ``calibration``, ``task.spec.id``, ``task.scene`` (a dataclass with ``kind``) and ``seed``.
+        env: the run's :class:`RunDescription`, or an env to describe (:func:`describe_run`).
         max_buffer_bytes: the ring of buffered batches [bytes]; must hold at least 2 batches.
         compression: ``"none"``, ``"lz4"`` or ``"zstd"`` (Arrow IPC buffer compression).
         segment_bytes: a segment file is closed and the next one started once it reaches this size.
@@ -58,7 +64,7 @@ class PackedRecorder(RecorderBase):
     def __init__(
         self,
         directory: str | os.PathLike,
-        env: Any,
+        env: RunDescription | Any,
         *,
         max_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         compression: str = "none",
@@ -71,8 +77,9 @@ class PackedRecorder(RecorderBase):
             raise ValueError(f"compression must be one of {list(COMPRESSIONS)} (packed), got {compression!r}")
         check_int("segment_bytes", segment_bytes, minimum=1)
         check_int("block_bytes", block_bytes, minimum=1)
-        num_envs, max_steps = describe_env(env)
-        tracker = EpisodeTracker(env.spec, num_envs, max_steps)
+        run = describe_run(env)
+        num_envs, max_steps = run.num_envs, run.max_steps
+        tracker = EpisodeTracker(run.spec, num_envs, max_steps)
         batch_bytes = num_envs * (tracker.frame_bytes + tracker.transition_bytes)
         capacity = max_buffer_bytes // batch_bytes
         if capacity < 2:
@@ -85,7 +92,7 @@ class PackedRecorder(RecorderBase):
         self._capacity = capacity
         self._block_steps = max(1, min(capacity // 2, block_bytes // batch_bytes))
         self._buffer_bytes = capacity * batch_bytes
-        manifest = initial_manifest(env, max_buffer_bytes, SCHEMA_VERSION)
+        manifest = initial_manifest(run, max_buffer_bytes, SCHEMA_VERSION)
         manifest["layout"] = LAYOUT
         manifest["recorder"] = {
             "compression": compression,
@@ -108,7 +115,7 @@ class PackedRecorder(RecorderBase):
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
 
-        super().__init__(directory, env, tracker, manifest)
+        super().__init__(directory, tracker, manifest)
         schema = arrow_schema(run_columns(tracker.fields, tracker.action_dim))
         self._writer = PackedWriter(self._directory, schema, compression=compression, segment_bytes=segment_bytes)
         self._thread = threading.Thread(target=self._writer_loop, name="forge-gpu-packed-writer", daemon=True)

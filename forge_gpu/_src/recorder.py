@@ -30,8 +30,9 @@ from forge_gpu._src.tracker import (
     REWARD_DTYPE,
     EpisodeTracker,
     RecorderBase,
+    RunDescription,
     check_int,
-    describe_env,
+    describe_run,
     initial_manifest,
 )
 
@@ -50,8 +51,7 @@ class EpisodeRecorder(RecorderBase):
 
     Args:
         directory: the run directory to create; it must not exist.
-        env: the env description: ``config`` (num_envs, max_steps, seed, device, ``to_dict()``), ``spec``,
-            ``calibration``, ``task.spec.id``, ``task.scene`` (a dataclass with ``kind``) and ``seed``.
+        env: the run's :class:`RunDescription`, or an env to describe (:func:`describe_run`).
         max_buffer_bytes: budget for all episode buffers [bytes]; must hold ``num_envs + 1`` slots.
         writers: number of writer threads.
         compression: ``"none"`` (stored members) or ``"deflate"``.
@@ -65,7 +65,7 @@ class EpisodeRecorder(RecorderBase):
     def __init__(
         self,
         directory: str | os.PathLike,
-        env: Any,
+        env: RunDescription | Any,
         *,
         max_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         writers: int = 2,
@@ -82,8 +82,9 @@ class EpisodeRecorder(RecorderBase):
         if spare_buffers is not None:
             check_int("spare_buffers", spare_buffers, minimum=1)
 
-        num_envs, max_steps = describe_env(env)
-        tracker = EpisodeTracker(env.spec, num_envs, max_steps)
+        run = describe_run(env)
+        num_envs, max_steps = run.num_envs, run.max_steps
+        tracker = EpisodeTracker(run.spec, num_envs, max_steps)
         slot_bytes = (max_steps + 1) * tracker.frame_bytes + max_steps * tracker.transition_bytes
         needed = (num_envs + 1) * slot_bytes
         if max_buffer_bytes < needed:
@@ -106,7 +107,7 @@ class EpisodeRecorder(RecorderBase):
         self._compression_level = compression_level
         self._spare_buffers = spare_buffers
         self._buffer_bytes = slot_count * slot_bytes
-        manifest = initial_manifest(env, max_buffer_bytes, SCHEMA_VERSION)
+        manifest = initial_manifest(run, max_buffer_bytes, SCHEMA_VERSION)
         manifest["recorder"] = {
             "writers": writers,
             "compression": compression,
@@ -137,7 +138,7 @@ class EpisodeRecorder(RecorderBase):
         self._wanted = 0  # free slots `append` waits for (0: not waiting); writers wake it only then
         self._dropped: list[dict] = []  # completed episodes dropped after a write failure
 
-        super().__init__(directory, env, tracker, manifest)
+        super().__init__(directory, tracker, manifest)
         self._threads = [
             threading.Thread(target=self._writer_loop, name=f"forge-gpu-writer-{i}", daemon=True)
             for i in range(writers)

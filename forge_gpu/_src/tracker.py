@@ -17,7 +17,7 @@ import platform
 import threading
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -155,16 +155,63 @@ class EpisodeTracker:
         return self.abandoned + in_progress
 
 
-def describe_env(env: Any) -> tuple[int, int]:
-    """``(num_envs, max_steps)`` of an env description, checked."""
-    num_envs = int(env.config.num_envs)
-    max_steps = int(env.config.max_steps)
-    if num_envs < 1 or max_steps < 1:
-        raise ValueError(f"env.config needs num_envs >= 1 and max_steps >= 1, got {num_envs}, {max_steps}")
-    return num_envs, max_steps
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunDescription:
+    """What a recorder needs to know of the run it records: plain data, no env object. :func:`describe_run`
+    builds one from a :class:`VectorEnv` (or anything with its description attributes)."""
+
+    spec: Mapping
+    """The env's spec: ``observation`` (field -> shape, dtype), ``action_shape`` [A], bounds, ... (env.spec)."""
+    config: Mapping
+    """The task config as a dict; ``num_envs`` and ``max_steps`` are read from it."""
+    task: str
+    """Task id."""
+    scene: Any
+    """The scene description: a dataclass with a ``kind`` field."""
+    seed: int
+    calibration: Mapping = dataclasses.field(default_factory=dict)
+    """Camera intrinsics and extrinsics, when the task renders."""
+    transport: str = "host_snapshot"
+    """How batches reached the recorder (run.json's ``transport``)."""
+    step_mode: str | None = None
+    """``graph`` or ``eager: <why>`` (VectorEnv.step_mode)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "max_steps"):
+            check_int(
+                f"config[{name!r}]", self.config.get(name) if isinstance(self.config, Mapping) else None, minimum=1
+            )
+        if not dataclasses.is_dataclass(self.scene) or not hasattr(self.scene, "kind"):
+            raise ValueError(f"scene must be a dataclass with a 'kind' field, got {self.scene!r}")
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.config["num_envs"])
+
+    @property
+    def max_steps(self) -> int:
+        return int(self.config["max_steps"])
 
 
-def initial_manifest(env: Any, max_buffer_bytes: int, schema_version: int) -> dict:
+def describe_run(env: Any, *, transport: str | None = None) -> RunDescription:
+    """The :class:`RunDescription` of ``env`` (its ``config``, ``spec``, ``calibration``, ``task.spec.id``,
+    ``task.scene``, ``seed`` and ``step_mode``); a description is returned as it is (with ``transport`` set
+    when given)."""
+    if isinstance(env, RunDescription):
+        return env if transport is None else dataclasses.replace(env, transport=transport)
+    return RunDescription(
+        spec=env.spec,
+        config=env.config.to_dict(),
+        task=env.task.spec.id,
+        scene=env.task.scene,
+        seed=int(env.seed),
+        calibration=env.calibration,
+        transport=transport or "host_snapshot",
+        step_mode=getattr(env, "step_mode", None),
+    )
+
+
+def initial_manifest(run: RunDescription, max_buffer_bytes: int, schema_version: int) -> dict:
     """run.json of a new run, before its first episode; checked to be writable as JSON."""
     packages, sources = {}, {}
     for name in RECORDED_PACKAGES:
@@ -179,24 +226,24 @@ def initial_manifest(env: Any, max_buffer_bytes: int, schema_version: int) -> di
                 sources[name] = json.loads(text)
             except ValueError:
                 pass
-    scene = env.task.scene
+    scene = run.scene
     manifest = {
         "schema_version": schema_version,
         "run_id": uuid.uuid4().hex,
-        "config": env.config.to_dict(),
-        "env_spec": env.spec,
-        "calibration": env.calibration,
+        "config": dict(run.config),
+        "env_spec": run.spec,
+        "calibration": run.calibration,
         "python": platform.python_version(),
         "packages": packages,
         "dependency_sources": sources,
         "status": "recording",
         "completed_episodes": 0,
-        "transport": "host_snapshot",
-        "step_mode": getattr(env, "step_mode", None),
+        "transport": run.transport,
+        "step_mode": run.step_mode,
         "scene": f"{scene.kind}:v1",
         "scene_spec": dataclasses.asdict(scene),
-        "task": env.task.spec.id,
-        "seed": int(env.seed),
+        "task": run.task,
+        "seed": int(run.seed),
         "max_buffer_bytes": max_buffer_bytes,
         "incomplete_episodes": [],
     }
@@ -274,6 +321,40 @@ def jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=_json_default))
 
 
+@runtime_checkable
+class Recorder(Protocol):
+    """What ``collect`` needs of a recorder (the seam for a run format): :class:`PackedRecorder` (schema 2) and
+    :class:`EpisodeRecorder` (schema 1) implement it, on :class:`RecorderBase`. A new format adds a class here,
+    a reader in reader.py behind ``open_run``, and its name in options.py's ``COMPRESSIONS_BY_FORMAT``."""
+
+    def append(self, observation: Mapping[str, np.ndarray], result: Any) -> None:
+        """Record one host batch (field -> [N, ...], and the step's reward, flags and info)."""
+
+    def flush(self) -> None:
+        """Block until everything appended is published."""
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Publish what is complete, close the manifest (``failed`` with ``error``)."""
+
+    @property
+    def directory(self) -> str: ...
+
+    @property
+    def completed_episodes(self) -> int: ...
+
+    @property
+    def backlog(self) -> int: ...
+
+    @property
+    def bytes_written(self) -> int: ...
+
+    @property
+    def stall_seconds(self) -> float: ...
+
+    @property
+    def incomplete_episodes(self) -> list[dict]: ...
+
+
 class RecorderBase:
     """The lifecycle both recorders share: the run directory and its manifest, progress counters, a
     write failure that reaches the caller, flush and close. A subclass starts its writer threads after
@@ -283,7 +364,7 @@ class RecorderBase:
     #: The normalization statistics a subclass feeds in ``append`` (``stats.json`` at close), or None.
     _stats: StatsAccumulator | None = None
 
-    def __init__(self, directory: str | os.PathLike, env: Any, tracker: EpisodeTracker, manifest: dict):
+    def __init__(self, directory: str | os.PathLike, tracker: EpisodeTracker, manifest: dict):
         self._directory = os.fspath(directory)
         self._tracker = tracker
         self._manifest = manifest

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import warp as wp
@@ -35,6 +36,32 @@ class TransportClosed(Exception):
     """Raised to a publisher when the consumer failed or the transport was closed."""
 
 
+@runtime_checkable
+class Transport(Protocol):
+    """How steps travel from the stepping thread to the recorder thread (the seam for a transport).
+
+    ``collect`` publishes each step's result, the recorder thread takes batches with ``get`` and gives each
+    back with ``release``; ``close`` ends the stream, ``fail`` stops the publisher (it raises
+    :class:`TransportClosed`). ``name`` is written to run.json's ``transport``. :class:`HostSnapshotTransport`
+    is the implementation; ``collect(transport=...)`` takes a factory ``(env, slots) -> Transport``."""
+
+    name: str
+    bytes_per_step: int
+    """Bytes copied per published step."""
+    stall_seconds: float
+    """Time ``publish`` waited for a free slot [s]."""
+
+    def publish(self, result: StepResult | None = None) -> None: ...
+
+    def get(self, timeout: float | None = None) -> HostBatch | None: ...
+
+    def release(self, batch: HostBatch) -> None: ...
+
+    def close(self) -> None: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+
 class HostSnapshotTransport:
     """Copies each step's batch (observation, executed action, reward, flags, active) to host slots.
 
@@ -42,6 +69,8 @@ class HostSnapshotTransport:
         env: The :class:`VectorEnv` whose ``result`` is published.
         slots: K, the number of host slots (at least 2 lets stepping overlap consumption).
     """
+
+    name = "host_snapshot"
 
     def __init__(self, env, slots: int = 4):
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:

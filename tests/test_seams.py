@@ -1,0 +1,61 @@
+"""The seams: a recorder records from a plain RunDescription, both recorders are Recorders, and collect takes a
+transport factory whose name reaches run.json."""
+
+import pytest
+from synthetic import SyntheticSim, make_batches, make_description, make_env, record
+
+import forge_gpu
+from forge_gpu._src.packed_recorder import PackedRecorder
+from forge_gpu._src.reader import read_episodes, read_manifest
+from forge_gpu._src.recorder import EpisodeRecorder
+from forge_gpu._src.tracker import Recorder, RunDescription
+
+
+@pytest.mark.parametrize("recorder", [PackedRecorder, EpisodeRecorder])
+def test_a_recorder_records_from_a_plain_description(tmp_path, recorder):
+    """Given a RunDescription (no env object) a recorder writes a run whose manifest says what it described."""
+    run = make_description(num_envs=3, max_steps=6, transport="elsewhere")
+    sim = SyntheticSim(make_env(num_envs=3, max_steps=6), seed=2, end_prob=0.4)
+    made = record(tmp_path / "run", run, make_batches(sim, 30), recorder=recorder)
+    assert isinstance(made, Recorder)
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest["transport"] == "elsewhere" and manifest["task"] == "synthetic_push"
+    assert manifest["status"] == "closed" and manifest["completed_episodes"] == len(sim.completed) > 0
+    assert len(list(read_episodes(tmp_path / "run"))) == len(sim.completed)
+
+
+def test_a_bad_description_is_refused_naming_the_value():
+    """A description without a usable num_envs, or with a scene that is no dataclass, is refused."""
+    good = make_description()
+    with pytest.raises(ValueError, match="num_envs"):
+        RunDescription(spec=good.spec, config={"max_steps": 3}, task="t", scene=good.scene, seed=0)
+    with pytest.raises(ValueError, match="scene"):
+        RunDescription(spec=good.spec, config=dict(good.config), task="t", scene="table", seed=0)
+
+
+def test_collect_takes_a_transport_factory(tmp_path):
+    """collect(transport=factory) moves the steps through the given Transport; its name is run.json's transport."""
+    from forge_gpu._src.transport import HostSnapshotTransport, Transport
+
+    made = []
+
+    class CountingTransport(HostSnapshotTransport):
+        """A test double: the host snapshot under another name, counting what it publishes."""
+
+        name = "counting_snapshot"
+
+        def __init__(self, env, slots=4):
+            super().__init__(env, slots=slots)
+            self.published = 0
+            made.append(self)
+
+        def publish(self, result=None):
+            self.published += 1
+            super().publish(result)
+
+    env = forge_gpu.make("cartpole", num_envs=2, device="cpu", max_steps=10)
+    policy = forge_gpu.make_policy("random", env)
+    summary = forge_gpu.collect(env, policy, str(tmp_path / "run"), steps=12, transport=CountingTransport)
+    assert isinstance(made[0], Transport) and made[0].published == 13  # the reset batch and 12 steps
+    assert read_manifest(tmp_path / "run")["transport"] == "counting_snapshot"
+    assert summary.status == "closed"
