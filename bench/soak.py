@@ -42,7 +42,7 @@ def rss_bytes() -> int:
 def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
-    from forge_gpu._src.reader import EpisodeReadOptions, _load_episode, _marked_episodes, open_run, read_manifest
+    from forge_gpu._src.reader import EpisodeReadOptions, _load_episode, marked_episodes, open_run, read_manifest
 
     manifest = read_manifest(run)
     if manifest["schema_version"] == 2:
@@ -54,7 +54,7 @@ def count_invalid(run: Path) -> tuple[set, int]:
             return set(), 1
     spec = manifest["env_spec"]
     try:
-        marked = _marked_episodes(str(run))
+        marked = marked_episodes(str(run))
     except ValueError:
         return set(), 1
     bad = 0

@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .episode_format import write_json_atomic
+from .episode_format import RUN_MANIFEST, write_json_atomic
 from .options import RecordingOptions, recording_options
-from .reader import DATASET_KIND, DATASET_MANIFEST
+from .reader import DATASET_KIND, DATASET_MANIFEST, DATASET_SCHEMA_VERSION
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
 
@@ -164,13 +164,13 @@ class _Worker:
 
 def _add_manifest_facts(result: dict, directory: str) -> None:
     """run_id and published episodes from the worker's run.json, when the run directory was made."""
-    from .reader import _load_json
+    from .reader import load_json  # noqa: PLC0415
 
-    path = os.path.join(directory, "run.json")
+    path = os.path.join(directory, RUN_MANIFEST)
     if not os.path.isfile(path):
         return
     try:
-        manifest = _load_json(path)
+        manifest = load_json(path)
         result["run_id"] = manifest["run_id"]
         result["episodes"] = int(manifest["completed_episodes"])
     except (ValueError, KeyError, TypeError) as e:
@@ -438,5 +438,5 @@ def write_dataset_manifest(root: str | os.PathLike, results: list[dict]) -> None
     made = [os.path.isdir(os.path.join(root, r["path"])) for r in results]
     runs = [{k: r[k] for k in keys} for r, m in zip(results, made, strict=True) if m]
     failed = [{"worker": r["worker"], "error": r["error"]} for r, m in zip(results, made, strict=True) if not m]
-    manifest = {"schema_version": 1, "kind": DATASET_KIND, "runs": runs, "failed_workers": failed}
+    manifest = {"schema_version": DATASET_SCHEMA_VERSION, "kind": DATASET_KIND, "runs": runs, "failed_workers": failed}
     write_json_atomic(os.path.join(root, DATASET_MANIFEST), manifest)

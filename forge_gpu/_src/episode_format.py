@@ -93,7 +93,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:
-        _remove_quietly(tmp)
+        remove_quietly(tmp)
         raise
 
 
@@ -106,7 +106,7 @@ def write_marker_atomic(path: str, marker: dict) -> None:
         _write_chunks(tmp, [data], len(data))
         os.replace(tmp, path)
     except BaseException:
-        _remove_quietly(tmp)
+        remove_quietly(tmp)
         raise
 
 
@@ -308,7 +308,7 @@ def write_episode_file(
                 nbytes = _write_chunks(tmp, chunks, sum(len(c) for c in chunks))
         os.replace(tmp, path)
     except BaseException:
-        _remove_quietly(tmp)
+        remove_quietly(tmp)
         raise
     return nbytes
 
@@ -478,7 +478,8 @@ def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:
     return f"{dtype}{list(shape)}"
 
 
-def _remove_quietly(path: str) -> None:
+def remove_quietly(path: str) -> None:
+    """Remove ``path`` if it is there; an error (already gone, no permission) is ignored."""
     try:
         os.remove(path)
     except OSError:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from forge_gpu._src.episode_format import RUN_MANIFEST
 from forge_gpu._src.reader import EpisodeReadOptions, episode_index, open_run, read_index, run_directories
 from forge_gpu._src.stats import StatsAccumulator, load_statistics
 from forge_gpu._src.tracker import observation_layout
@@ -161,7 +162,7 @@ def export_lerobot(
     runs = closed_runs(source)
     manifest = runs[0].manifest
     spec = manifest["env_spec"]
-    fps = frames_per_second(spec, os.path.join(runs[0].directory, "run.json"))
+    fps = frames_per_second(spec, os.path.join(runs[0].directory, RUN_MANIFEST))
     layout = observation_layout(spec)
     cameras = [f for f in CAMERA_FIELDS if f in layout]
     for camera in cameras:

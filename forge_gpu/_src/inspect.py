@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .episode_format import SCHEMA_VERSION as NPZ_SCHEMA_VERSION
+from .episode_format import episode_stem
 from .reader import EpisodeReadOptions, is_dataset, open_run, read_dataset_manifest
 
 
@@ -40,14 +42,15 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             # A task with success ends its successful episodes as terminated (e.g. reach: target reached).
             successes += bool(episode.terminated[-1])
     spec = manifest["env_spec"]
+    npz = manifest["schema_version"] == NPZ_SCHEMA_VERSION
     bytes_on_disk = sum(f.stat().st_size for f in Path(run_dir).iterdir() if f.is_file())
     report = {
         "run": run_dir,
         "status": manifest["status"],
         "task": manifest["task"],
         "run_id": manifest["run_id"],
-        "format": "npz" if manifest["schema_version"] == 1 else manifest["layout"],
-        "checked": ("markers" if manifest["schema_version"] == 1 else "commit log") if quick else "all episodes",
+        "format": "npz" if npz else manifest["layout"],
+        "checked": ("markers" if npz else "commit log") if quick else "all episodes",
         "episodes": len(run),
         "transitions": int(sum(lengths)),
         "episode_length": _stats(lengths),
@@ -185,7 +188,7 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
         some = ", ".join("{}:{}".format(*run.ids(k)[:2]) for k in range(min(5, len(run))))
         raise LookupError(f"{run_dir} holds no published {what}" + (f"; it holds {some}, ..." if some else ""))
     ep = next(run.read([chosen], EpisodeReadOptions()))
-    stem = f"env{ep.env_id:05d}-episode{ep.episode_id:08d}"
+    stem = episode_stem(ep.env_id, ep.episode_id)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -50,6 +50,8 @@ _CHECK_FIELDS = ("env_id", "episode_id", "step_id", "time")
 
 DATASET_MANIFEST = "dataset.json"
 DATASET_KIND = "forge_gpu.dataset"
+#: The version of dataset.json's own schema (not a run's).
+DATASET_SCHEMA_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +77,7 @@ class Episode:
 def read_manifest(run_dir: str | os.PathLike) -> dict:
     """Load and check ``run.json`` of a run directory."""
     path = os.path.join(os.fspath(run_dir), RUN_MANIFEST)
-    manifest = _load_json(path)
+    manifest = load_json(path)
     validate_manifest(manifest, name=path)
     spec = manifest["env_spec"]
     if not isinstance(spec, dict):
@@ -97,11 +99,13 @@ def read_dataset_manifest(root: str | os.PathLike) -> dict:
     """Load and check ``dataset.json`` of a dataset root."""
     root = os.fspath(root)
     path = os.path.join(root, DATASET_MANIFEST)
-    manifest = _load_json(path)
+    manifest = load_json(path)
     if not isinstance(manifest, dict):
         raise ValueError(f"{path}: must hold a JSON object")
-    if manifest.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version is {manifest.get('schema_version')!r}; this reader reads 1")
+    if manifest.get("schema_version") != DATASET_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema_version is {manifest.get('schema_version')!r}; this reader reads {DATASET_SCHEMA_VERSION}"
+        )
     if manifest.get("kind") != DATASET_KIND:
         raise ValueError(f"{path}: kind is {manifest.get('kind')!r}, expected {DATASET_KIND!r}")
     runs = manifest.get("runs")
@@ -201,7 +205,7 @@ class NpzRun:
 
     def __init__(self, run_dir: str, manifest: dict):
         self.directory, self.manifest = run_dir, manifest
-        self.marked = _marked_episodes(run_dir)
+        self.marked = marked_episodes(run_dir)
 
     def __len__(self) -> int:
         return len(self.marked)
@@ -349,7 +353,7 @@ def episode_windows(
                 yield window
 
 
-def _marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
+def marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
     """(episode path, marker) of every marked episode, in sorted file-name order; no archive is opened."""
     npz, markers = set(), set()
     for name in os.listdir(run_dir):
@@ -368,7 +372,7 @@ def _marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
     for stem in sorted(npz & markers):
         env_id, episode_id = parse_episode_stem(stem)
         marker_path = os.path.join(run_dir, stem + MARKER_SUFFIX)
-        marker = _load_json(marker_path)
+        marker = load_json(marker_path)
         validate_marker(marker, name=marker_path, env_id=env_id, episode_id=episode_id)
         marked.append((os.path.join(run_dir, stem + EPISODE_SUFFIX), marker))
     return marked
@@ -455,7 +459,7 @@ def _archive_errors(path: str) -> Iterator[None]:
         raise ValueError(f"{path}: cannot read episode archive: {type(exc).__name__}: {exc}") from exc
 
 
-def _load_json(path: str) -> Any:
+def load_json(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

@@ -21,6 +21,7 @@ from forge_gpu._src.episode_format import (
     SCHEMA_VERSION,
     episode_stem,
     make_marker,
+    remove_quietly,
     write_episode_file,
     write_marker_atomic,
 )
@@ -271,12 +272,12 @@ class EpisodeRecorder(RecorderBase):
                 compression_level=self._compression_level,
             )
         except BaseException:
-            _remove_quietly(base + ".npz.tmp")
+            remove_quietly(base + ".npz.tmp")
             raise
         try:
             write_marker_atomic(base + ".json", make_marker(env_id, episode_id, steps))
         except BaseException:
-            _remove_quietly(base + ".npz")  # an unmarked file is invisible anyway; do not leave it behind
+            remove_quietly(base + ".npz")  # an unmarked file is invisible anyway; do not leave it behind
             raise
         return nbytes
 
@@ -292,10 +293,3 @@ class EpisodeRecorder(RecorderBase):
     def _unwritten(self) -> list[dict]:
         with self._cond:
             return list(self._dropped)
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass

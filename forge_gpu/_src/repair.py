@@ -12,32 +12,28 @@ nothing.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 
 from .episode_format import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
     RUN_MANIFEST,
+    SCHEMA_VERSION,
     parse_episode_stem,
     validate_manifest,
     write_json_atomic,
 )
 from .packed import repair_packed
-from .reader import _marked_episodes, open_run
+from .reader import load_json, marked_episodes, open_run
 
 
 def repair_run(run_dir: str | os.PathLike) -> dict:
     """Close an interrupted run; return what was done. Raises ValueError for a directory that is not a run."""
     run_dir = os.fspath(run_dir)
     path = os.path.join(run_dir, RUN_MANIFEST)
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: cannot read the run manifest: {e}") from e
+    manifest = load_json(path)
     validate_manifest(manifest, name=path)
-    if manifest["schema_version"] != 1:
+    if manifest["schema_version"] != SCHEMA_VERSION:
         return _repair_packed_run(run_dir, path, manifest)
     removed = []
     for name in sorted(os.listdir(run_dir)):
@@ -50,7 +46,7 @@ def repair_run(run_dir: str | os.PathLike) -> dict:
         if name.endswith(".tmp") or unmarked:
             os.remove(os.path.join(run_dir, name))
             removed.append(name)
-    marked = _marked_episodes(run_dir)
+    marked = marked_episodes(run_dir)
     report = {"run": run_dir, "status_before": manifest["status"], "removed": removed, "episodes": len(marked)}
     if manifest["status"] != "recording":
         report["changed"] = bool(removed)

@@ -25,8 +25,8 @@ from forge_gpu._src.episode_format import (
     ID_FIELDS,
     REQUIRED_FIELDS,
     RUN_MANIFEST,
-    _remove_quietly,
     per_env_nbytes,
+    remove_quietly,
     write_json_atomic,
 )
 from forge_gpu._src.stats import STATS_FILE, StatsAccumulator
@@ -396,7 +396,7 @@ class RecorderBase:
             _preallocate(self._reserve, self._reserve_bytes())
         except OSError as exc:  # nothing was recorded: leave nothing behind
             for name in (self._reserve, os.path.join(self._directory, RUN_MANIFEST)):
-                _remove_quietly(name)
+                remove_quietly(name)
             with contextlib.suppress(OSError):
                 os.rmdir(self._directory)
             raise OSError(exc.errno, f"cannot start a run in {self._directory}: {exc.strerror}") from exc
@@ -476,7 +476,7 @@ class RecorderBase:
                 self._stats.write(self._directory, "recorded")
             except OSError as exc:
                 self._fail(exc, STATS_FILE)
-        _remove_quietly(self._reserve)  # the writers are done: the final manifest takes the room kept for it
+        remove_quietly(self._reserve)  # the writers are done: the final manifest takes the room kept for it
         try:
             self._write_manifest("failed" if self._error is not None or error is not None else "closed")
         except OSError as exc:

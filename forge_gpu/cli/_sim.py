@@ -100,16 +100,18 @@ def _print_failed_run(out: Path) -> None:
     (a disk that stayed full), what to run once it can be."""
     import json
 
+    from forge_gpu._src.episode_format import RUN_MANIFEST
+
     if not out.is_dir():
         return
     print(f"run directory: {out}", file=sys.stderr)
     try:
-        status = json.loads((out / "run.json").read_text())["status"]
+        status = json.loads((out / RUN_MANIFEST).read_text())["status"]
     except (OSError, ValueError, KeyError, TypeError):
         return
     if status == "recording":
         print(
-            f"run.json could not be updated and still says 'recording'; once space is freed (or the write error "
+            f"{RUN_MANIFEST} could not be updated and still says 'recording'; once space is freed (or the write error "
             f"above is fixed), run: forge-gpu repair {out}",
             file=sys.stderr,
         )
