@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from synthetic import make_episode
 
-from forge_gpu._src import episode_format
+from forge_gpu._src import npz_writer
 from forge_gpu._src.episode_format import (
     encode_marker,
     episode_stem,
@@ -16,9 +16,9 @@ from forge_gpu._src.episode_format import (
     parse_episode_stem,
     validate_episode,
     validate_marker,
-    write_episode_file,
     write_json_atomic,
 )
+from forge_gpu._src.npz_writer import write_episode_file
 
 
 def test_episode_stem_follows_the_file_name_pattern():
@@ -84,7 +84,7 @@ def test_episode_file_is_whole_after_short_writes_and_many_buffers(tmp_path, mon
     monkeypatch.setattr(os, "writev", short_writev)
     _write_synthetic(tmp_path / "short.npz", 6, compression)
     monkeypatch.undo()
-    monkeypatch.setattr(episode_format, "_IOV_MAX", 2)
+    monkeypatch.setattr(npz_writer, "_IOV_MAX", 2)
     _write_synthetic(tmp_path / "many.npz", 6, compression)
     whole = (tmp_path / "whole.npz").read_bytes()
     assert (tmp_path / "short.npz").read_bytes() == whole
@@ -199,10 +199,10 @@ def test_marker_round_trip():
 def test_episode_file_past_the_zip64_threshold_reads_back(tmp_path, monkeypatch, compression):
     """Episodes too large for plain zip headers go through zipfile with zip64 members and read back equal
     (the threshold is lowered so that a small episode takes that path)."""
-    monkeypatch.setattr(episode_format, "_ZIP64_THRESHOLD", 64)
+    monkeypatch.setattr(npz_writer, "_ZIP64_THRESHOLD", 64)
     calls = []
-    real = episode_format._write_large_npz
-    monkeypatch.setattr(episode_format, "_write_large_npz", lambda *a: calls.append(a[0]) or real(*a))
+    real = npz_writer._write_large_npz
+    monkeypatch.setattr(npz_writer, "_write_large_npz", lambda *a: calls.append(a[0]) or real(*a))
     path = tmp_path / "env00001-episode00000002.npz"
     arrays, marker, size = _write_synthetic(path, 5, compression)
     assert calls == [str(path) + ".tmp"]

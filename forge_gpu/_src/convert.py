@@ -18,10 +18,9 @@ from forge_gpu._src.episode_format import (
     RUN_MANIFEST,
     episode_stem,
     make_marker,
-    write_episode_file,
     write_json_atomic,
-    write_marker_atomic,
 )
+from forge_gpu._src.npz_writer import write_episode_file, write_marker_atomic
 from forge_gpu._src.options import COMPRESSIONS_BY_FORMAT, FORMATS
 from forge_gpu._src.packed import (
     COMMIT_LOG,

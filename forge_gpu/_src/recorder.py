@@ -22,9 +22,8 @@ from forge_gpu._src.episode_format import (
     episode_stem,
     make_marker,
     remove_quietly,
-    write_episode_file,
-    write_marker_atomic,
 )
+from forge_gpu._src.npz_writer import write_episode_file, write_marker_atomic
 from forge_gpu._src.stats import StatsAccumulator
 from forge_gpu._src.tracker import (
     ACTION_DTYPE,
