@@ -86,21 +86,7 @@ class EpisodeRecorder(RecorderBase):
         num_envs, max_steps = run.num_envs, run.max_steps
         tracker = EpisodeTracker(run.spec, num_envs, max_steps)
         slot_bytes = (max_steps + 1) * tracker.frame_bytes + max_steps * tracker.transition_bytes
-        needed = (num_envs + 1) * slot_bytes
-        if max_buffer_bytes < needed:
-            raise ValueError(
-                f"max_buffer_bytes={max_buffer_bytes} is too small: {num_envs} envs of max_steps={max_steps} "
-                f"plus 1 spare need {needed} bytes ({num_envs + 1} episode buffers of {slot_bytes} bytes); "
-                f"raise max_buffer_bytes to at least {needed}, record fewer envs or steps, or use the packed "
-                f"format, whose memory does not grow with episode length"
-            )
-        if spare_buffers is None:
-            spare_buffers = min(num_envs, max_buffer_bytes // slot_bytes - num_envs)
-        elif (num_envs + spare_buffers) * slot_bytes > max_buffer_bytes:
-            raise ValueError(
-                f"spare_buffers={spare_buffers} does not fit max_buffer_bytes={max_buffer_bytes}: "
-                f"{num_envs + spare_buffers} episode buffers need {(num_envs + spare_buffers) * slot_bytes} bytes"
-            )
+        spare_buffers = _spare_buffers(num_envs, max_steps, slot_bytes, max_buffer_bytes, spare_buffers)
         slot_count = num_envs + spare_buffers
 
         self._compression = compression
@@ -115,16 +101,7 @@ class EpisodeRecorder(RecorderBase):
             "spare_buffers": spare_buffers,
             "buffer_bytes": self._buffer_bytes,
         }
-
-        # Episode buffers, one row per slot; np.empty so untouched pages cost no memory.
-        self._frames = {
-            field: np.empty((slot_count, max_steps + 1, *shape), dtype)
-            for field, (shape, dtype) in tracker.fields.items()
-        }
-        self._action = np.empty((slot_count, max_steps, tracker.action_dim), ACTION_DTYPE)
-        self._reward = np.empty((slot_count, max_steps), REWARD_DTYPE)
-        self._terminated = np.empty((slot_count, max_steps), np.bool_)
-        self._truncated = np.empty((slot_count, max_steps), np.bool_)
+        self._allocate(tracker, slot_count, max_steps)
 
         # Each env's slot, shape (num_envs,); -1 once the slot went to the writers. Touched only by the
         # appending thread, like the tracker's state.
@@ -145,6 +122,17 @@ class EpisodeRecorder(RecorderBase):
         ]
         for thread in self._threads:
             thread.start()
+
+    def _allocate(self, tracker: EpisodeTracker, slot_count: int, max_steps: int) -> None:
+        """The episode buffers, one row per slot; np.empty, so untouched pages cost no memory."""
+        self._frames = {
+            field: np.empty((slot_count, max_steps + 1, *shape), dtype)
+            for field, (shape, dtype) in tracker.fields.items()
+        }
+        self._action = np.empty((slot_count, max_steps, tracker.action_dim), ACTION_DTYPE)
+        self._reward = np.empty((slot_count, max_steps), REWARD_DTYPE)
+        self._terminated = np.empty((slot_count, max_steps), np.bool_)
+        self._truncated = np.empty((slot_count, max_steps), np.bool_)
 
     # -- progress -------------------------------------------------------------------------------
 
@@ -292,3 +280,24 @@ class EpisodeRecorder(RecorderBase):
     def _unwritten(self) -> list[dict]:
         with self._cond:
             return list(self._dropped)
+
+
+def _spare_buffers(num_envs: int, max_steps: int, slot_bytes: int, max_buffer_bytes: int, spare: int | None) -> int:
+    """The spare episode buffers the budget holds (``spare``, checked to fit; or as many as fit, at most
+    ``num_envs``); ValueError saying what to change when not even one spare fits."""
+    needed = (num_envs + 1) * slot_bytes
+    if max_buffer_bytes < needed:
+        raise ValueError(
+            f"max_buffer_bytes={max_buffer_bytes} is too small: {num_envs} envs of max_steps={max_steps} "
+            f"plus 1 spare need {needed} bytes ({num_envs + 1} episode buffers of {slot_bytes} bytes); "
+            f"raise max_buffer_bytes to at least {needed}, record fewer envs or steps, or use the packed "
+            f"format, whose memory does not grow with episode length"
+        )
+    if spare is None:
+        return min(num_envs, max_buffer_bytes // slot_bytes - num_envs)
+    if (num_envs + spare) * slot_bytes > max_buffer_bytes:
+        raise ValueError(
+            f"spare_buffers={spare} does not fit max_buffer_bytes={max_buffer_bytes}: "
+            f"{num_envs + spare} episode buffers need {(num_envs + spare) * slot_bytes} bytes"
+        )
+    return spare
