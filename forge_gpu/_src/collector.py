@@ -88,6 +88,52 @@ class _Consumer(threading.Thread):
             self.transport.fail(exc)
 
 
+class _Loop:
+    """collect's stepping loop: publish each step until the target or ``stop``; the progress counters."""
+
+    def __init__(self, env, policy, transport: Transport, consumer: _Consumer, recorder, episodes, steps):
+        self.env, self.policy, self.transport = env, policy, transport
+        self.consumer, self.recorder = consumer, recorder
+        self.episodes, self.steps = episodes, steps
+        self.calls = 0
+        """``step`` calls so far."""
+        self.start = time.perf_counter()
+
+    def run(self, first, stop: threading.Event, progress, progress_interval: float) -> str:
+        """Publish ``first`` (the reset batch), then step until done or stopped: ``closed`` or ``interrupted``."""
+        env, last_report = self.env, time.perf_counter()
+        self.transport.publish(first)
+        while not stop.is_set():
+            if self.episodes is not None and self.consumer.ended >= self.episodes:
+                break
+            if self.steps is not None and self.calls >= self.steps:
+                break
+            self.transport.publish(env.step(self.policy(env.observation)))
+            self.calls += 1
+            if progress is not None and time.perf_counter() - last_report >= progress_interval:
+                last_report = time.perf_counter()
+                progress(self.counters())
+        return "interrupted" if stop.is_set() else "closed"
+
+    def counters(self) -> dict:
+        """The progress dict ``collect`` reports (and ``distributed.aggregate`` sums)."""
+        elapsed = time.perf_counter() - self.start
+        consumer, recorder, env_steps = self.consumer, self.recorder, self.calls * self.env.num_envs
+        return {
+            "episodes_ended": consumer.ended,
+            "episodes_published": recorder.completed_episodes if recorder else consumer.ended,
+            "target": self.episodes if self.episodes is not None else self.steps,
+            "unit": "episodes" if self.episodes is not None else "steps",
+            "steps": self.calls,
+            "env_steps": env_steps,
+            "seconds": elapsed,
+            "env_steps_per_s": env_steps / elapsed if elapsed > 0 else 0.0,
+            "stall_fraction": self.transport.stall_seconds / elapsed if elapsed > 0 else 0.0,
+            "backlog": recorder.backlog if recorder else 0,
+            "bytes_written": recorder.bytes_written if recorder else 0,
+        }
+
+
 def make_recorder(directory: str, env, options: RecordingOptions | None = None, **changes) -> Recorder:
     """The recorder of ``options.format`` for a new run directory, recording ``env`` (a :class:`RunDescription`
     or an env to describe); ``changes`` (RecordingOptions' fields, ``None``
@@ -164,44 +210,13 @@ def collect(
     recorder = None
     if directory is not None:
         recorder = make_recorder(directory, describe_run(env, transport=transport.name), options)
-    stop = stop or threading.Event()
     consumer = _Consumer(transport, recorder)
     consumer.start()
-    calls = 0
-    start = last_report = time.perf_counter()
-    warmup_seconds = start - began
+    loop = _Loop(env, policy, transport, consumer, recorder, episodes, steps)
+    warmup_seconds = loop.start - began
     status, error = "closed", None
-
-    def counters() -> dict:
-        elapsed = time.perf_counter() - start
-        return {
-            "episodes_ended": consumer.ended,
-            "episodes_published": recorder.completed_episodes if recorder else consumer.ended,
-            "target": target,
-            "unit": "episodes" if episodes is not None else "steps",
-            "steps": calls,
-            "env_steps": calls * env.num_envs,
-            "seconds": elapsed,
-            "env_steps_per_s": calls * env.num_envs / elapsed if elapsed > 0 else 0.0,
-            "stall_fraction": transport.stall_seconds / elapsed if elapsed > 0 else 0.0,
-            "backlog": recorder.backlog if recorder else 0,
-            "bytes_written": recorder.bytes_written if recorder else 0,
-        }
-
     try:
-        transport.publish(first)
-        while not stop.is_set():
-            if episodes is not None and consumer.ended >= episodes:
-                break
-            if steps is not None and calls >= steps:
-                break
-            transport.publish(env.step(policy(env.observation)))
-            calls += 1
-            if progress is not None and time.perf_counter() - last_report >= progress_interval:
-                last_report = time.perf_counter()
-                progress(counters())
-        if stop.is_set():
-            status = "interrupted"
+        status = loop.run(first, stop or threading.Event(), progress, progress_interval)
     except TransportClosed:
         status = "failed"
     except BaseException as exc:
@@ -210,13 +225,12 @@ def collect(
         transport.close()
         consumer.join()
     error = error or consumer.error
-    seconds = time.perf_counter() - start
     summary = CollectionSummary(
         directory=str(directory) if directory is not None else "",
         status=status,
         episodes=consumer.ended,
-        env_steps=calls * env.num_envs,
-        seconds=seconds,
+        env_steps=loop.calls * env.num_envs,
+        seconds=time.perf_counter() - loop.start,
         stall_seconds=transport.stall_seconds,
         bytes_written=0,
         episodes_ended=consumer.ended,
@@ -233,7 +247,7 @@ def collect(
         summary.bytes_written = recorder.bytes_written
         summary.incomplete_episodes = recorder.incomplete_episodes
     if progress is not None:
-        progress(counters())
+        progress(loop.counters())
     if error is not None:
         summary.error = f"{type(error).__name__}: {error}"
         raise error
