@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .options import RecordingOptions, recording_options
+from .options import RecordingOptions, check_int, recording_options
 from .packed_recorder import PackedRecorder
 from .recorder import EpisodeRecorder
 from .tracker import Recorder, describe_run
@@ -193,8 +193,7 @@ def collect(
     if (episodes is None) == (steps is None):
         raise ValueError(f"give exactly one of episodes={episodes!r} and steps={steps!r}")
     target = episodes if episodes is not None else steps
-    if not isinstance(target, int) or isinstance(target, bool) or target < 1:
-        raise ValueError(f"{'episodes' if episodes is not None else 'steps'}={target!r}: expected an integer >= 1")
+    check_int("episodes" if episodes is not None else "steps", target, minimum=1)
     options = recording_options(
         options,
         format=format,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .episode_format import RUN_MANIFEST, write_json_atomic
-from .options import RecordingOptions, recording_options
+from .options import RecordingOptions, check_int, recording_options
 from .reader import DATASET_KIND, DATASET_MANIFEST, DATASET_SCHEMA_VERSION
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
@@ -315,8 +315,7 @@ def collect_distributed(
     """
     if (episodes is None) == (steps is None):
         raise ValueError(f"give exactly one of episodes={episodes!r} and steps={steps!r}")
-    if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers={workers!r}: expected an integer >= 1")
+    check_int("workers", workers, minimum=1)
     if episodes is not None and episodes < workers:
         raise ValueError(f"episodes={episodes} is fewer than workers={workers}; every worker needs at least one")
     options = recording_options(options, **recording)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.episode_format import RUN_MANIFEST
+from forge_gpu._src.options import check_int
 from forge_gpu._src.reader import EpisodeReadOptions, episode_index, open_run, read_index, run_directories
 from forge_gpu._src.stats import StatsAccumulator, load_statistics
 from forge_gpu._src.tracker import observation_layout
@@ -153,8 +154,7 @@ def export_lerobot(
     """
     if codec not in CODECS:
         raise ValueError(f"codec must be one of {list(CODECS)}, got {codec!r}")
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    check_int("workers", workers, minimum=1)
     av = _require_av()
     if CODECS[codec][0] not in av.codecs_available:
         raise ValueError(f"this PyAV build has no {CODECS[codec][0]} encoder for {codec}")

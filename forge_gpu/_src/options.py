@@ -6,6 +6,7 @@ recorders or Warp."""
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,16 @@ class OptionError(ValueError):
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
+    """Refuse a ``value`` that is not an integer in ``[minimum, maximum]``, naming it: the one "integer >= 1"
+    check of the library."""
+    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+    if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

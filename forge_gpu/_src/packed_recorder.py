@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from forge_gpu._src.options import check_int
 from forge_gpu._src.packed import (
     COMPRESSIONS,
     LAYOUT,
@@ -33,7 +34,6 @@ from forge_gpu._src.tracker import (
     EpisodeTracker,
     RecorderBase,
     RunDescription,
-    check_int,
     describe_run,
     initial_manifest,
 )

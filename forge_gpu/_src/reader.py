@@ -44,6 +44,7 @@ from forge_gpu._src.episode_format import (
     validate_manifest,
     validate_marker,
 )
+from forge_gpu._src.options import check_int
 
 # Fields the value checks need even when a projection leaves them out.
 _CHECK_FIELDS = ("env_id", "episode_id", "step_id", "time")
@@ -143,8 +144,7 @@ class EpisodeReadOptions:
     """A member whose header claims more bytes is refused before anything is allocated."""
 
     def __post_init__(self):
-        if not isinstance(self.num_shards, int) or isinstance(self.num_shards, bool) or self.num_shards < 1:
-            raise ValueError(f"num_shards must be an integer >= 1, got {self.num_shards!r}")
+        check_int("num_shards", self.num_shards, minimum=1)
         index = self.shard_index
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.num_shards:
             raise ValueError(f"shard_index must be an integer in [0, {self.num_shards - 1}], got {index!r}")
@@ -332,8 +332,7 @@ def action_windows(
 
 def check_window(history: int, horizon: int) -> None:
     for name, value in (("history", history), ("horizon", horizon)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_int(name, value, minimum=1)
 
 
 def episode_windows(

@@ -24,6 +24,7 @@ from forge_gpu._src.episode_format import (
     remove_quietly,
 )
 from forge_gpu._src.npz_writer import write_episode_file, write_marker_atomic
+from forge_gpu._src.options import check_int
 from forge_gpu._src.stats import StatsAccumulator
 from forge_gpu._src.tracker import (
     ACTION_DTYPE,
@@ -31,7 +32,6 @@ from forge_gpu._src.tracker import (
     EpisodeTracker,
     RecorderBase,
     RunDescription,
-    check_int,
     describe_run,
     initial_manifest,
 )

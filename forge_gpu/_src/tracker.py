@@ -29,6 +29,7 @@ from forge_gpu._src.episode_format import (
     remove_quietly,
     write_json_atomic,
 )
+from forge_gpu._src.options import check_int
 from forge_gpu._src.stats import STATS_FILE, StatsAccumulator
 
 #: Distributions whose versions shape the data; recorded in run.json where installed.
@@ -296,18 +297,6 @@ def _reject(bad_rows: np.ndarray, message: str) -> None:
         rows = np.flatnonzero(bad_rows)
         shown = ", ".join(str(r) for r in rows[:10]) + (", ..." if rows.size > 10 else "")
         raise ValueError(f"{message} (env rows {shown})")
-
-
-def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
-    """Refuse a ``value`` that is not an integer in ``[minimum, maximum]``, naming it."""
-    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
-    if (
-        not isinstance(value, int | np.integer)
-        or isinstance(value, bool)
-        or value < minimum
-        or (maximum is not None and value > maximum)
-    ):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
 def _json_default(obj: Any) -> Any:

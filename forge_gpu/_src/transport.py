@@ -21,6 +21,7 @@ import numpy as np
 import warp as wp
 
 from .batch import StepResult
+from .options import check_int
 
 
 @dataclass
@@ -73,8 +74,7 @@ class HostSnapshotTransport:
     name = "host_snapshot"
 
     def __init__(self, env, slots: int = 4):
-        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
-            raise ValueError(f"slots={slots!r}: expected an integer >= 1")
+        check_int("slots", slots, minimum=1)
         self.env = env
         self.slots = slots
         self.device = env.device
