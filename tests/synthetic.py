@@ -1,4 +1,4 @@
-"""Test helpers: a fake env description and a numpy batch generator with the env's step semantics."""
+"""Test helpers: a run description and a numpy batch generator with the env's step semantics."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import types
 import numpy as np
 
 from forge_gpu._src.episode_format import make_marker
+from forge_gpu._src.tracker import RunDescription
 
 CONTROL_DT = 0.05
 INSTRUCTION = "push the red cube to the goal"
@@ -22,7 +23,7 @@ class Scene:
 
 
 def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=False, seed=7):
-    """A fake env description with the attributes the recorder reads."""
+    """The RunDescription a recorder takes, built directly: no env object, fake or real."""
     observation = {
         "env_id": {"shape": [], "dtype": "int32"},
         "episode_id": {"shape": [], "dtype": "int32"},
@@ -33,8 +34,7 @@ def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=Fal
     if images:
         observation["rgb"] = {"shape": [4, 5, 3], "dtype": "uint8"}
         observation["depth"] = {"shape": [4, 5], "dtype": "float32"}
-    config_dict = {"num_envs": num_envs, "max_steps": max_steps, "seed": seed, "device": "cpu"}
-    config = types.SimpleNamespace(**config_dict, to_dict=lambda: dict(config_dict))
+    config = {"num_envs": num_envs, "max_steps": max_steps, "seed": seed, "device": "cpu"}
     spec = {
         "action_shape": [action_dim],
         "action_low": [-1.0] * action_dim,
@@ -43,8 +43,7 @@ def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=Fal
         "instruction": INSTRUCTION,
         "control_dt": CONTROL_DT,
     }
-    task = types.SimpleNamespace(spec=types.SimpleNamespace(id="synthetic_push"), scene=Scene())
-    return types.SimpleNamespace(config=config, spec=spec, calibration={}, task=task, seed=seed)
+    return RunDescription(spec=spec, config=config, task="synthetic_push", scene=Scene(), seed=seed)
 
 
 def slot_bytes(env):
@@ -53,7 +52,7 @@ def slot_bytes(env):
     for entry in env.spec["observation"].values():
         frame += int(np.prod(entry["shape"], dtype=np.int64)) * np.dtype(entry["dtype"]).itemsize
     action_dim = env.spec["action_shape"][0]
-    steps = env.config.max_steps
+    steps = env.max_steps
     return (steps + 1) * frame + steps * (4 * action_dim + 4 + 1 + 1)
 
 
@@ -66,7 +65,7 @@ class SyntheticSim:
 
     def __init__(self, env, *, seed=0, end_prob=0.25):
         self.env = env
-        self.n = env.config.num_envs
+        self.n = env.num_envs
         self.rng = np.random.default_rng(seed)
         self.end_prob = end_prob
         self.episode_id = np.zeros(self.n, np.int32)
@@ -125,7 +124,7 @@ class SyntheticSim:
         self.step_id[self.ended] = 0
         self.step_id[active] += 1
         terminated = active & (self.rng.random(self.n) < self.end_prob)
-        truncated = active & ~terminated & (self.step_id == self.env.config.max_steps)
+        truncated = active & ~terminated & (self.step_id == self.env.max_steps)
         action = self.rng.uniform(-1, 1, (self.n, self.env.spec["action_shape"][0])).astype(np.float32)
         reward = np.where(active, self.rng.normal(size=self.n), 0).astype(np.float32)
         obs = self._observe()
@@ -230,15 +229,5 @@ def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2
 
 
 def make_description(num_envs=3, max_steps=6, *, transport="host_snapshot", **kwargs):
-    """The plain RunDescription a recorder takes, built directly (no env object); ``kwargs`` as make_env's."""
-    from forge_gpu._src.tracker import RunDescription
-
-    env = make_env(num_envs, max_steps, **kwargs)  # for the spec and config it describes
-    return RunDescription(
-        spec=env.spec,
-        config=env.config.to_dict(),
-        task="synthetic_push",
-        scene=Scene(),
-        seed=env.seed,
-        transport=transport,
-    )
+    """make_env's description with another transport name."""
+    return dataclasses.replace(make_env(num_envs, max_steps, **kwargs), transport=transport)

@@ -77,7 +77,7 @@ def test_manifest_keys_while_recording_and_after_close(tmp_path):
     assert manifest["scene_spec"] == {"kind": "tabletop", "table_height": 0.4}
     assert manifest["task"] == "synthetic_push"
     assert manifest["seed"] == 7
-    assert manifest["config"] == env.config.to_dict()
+    assert manifest["config"] == dict(env.config)
     assert manifest["env_spec"] == env.spec
     assert manifest["max_buffer_bytes"] == 10**6
     assert manifest["packages"]["numpy"] == np.__version__
