@@ -18,6 +18,8 @@ from forge_gpu._src.episode_format import (
     RUN_MANIFEST,
     episode_stem,
     make_marker,
+    new_partial,
+    publish_directory,
     write_json_atomic,
 )
 from forge_gpu._src.npz_writer import write_episode_file, write_marker_atomic
@@ -58,8 +60,6 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
         raise ValueError(
             f"{run_dir}: the run is still recording (or its process was killed: run forge-gpu repair {run_dir})"
         )
-    if os.path.exists(out):
-        raise FileExistsError(f"{out} already exists; give a new directory")
     manifest = dict(run.manifest)
     manifest.update(
         run_id=uuid.uuid4().hex,
@@ -73,10 +73,7 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
     )
     for key in ("layout", "recorder", "repaired"):
         manifest.pop(key, None)
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    work = os.path.join(parent, f".{os.path.basename(out)}.converting-{uuid.uuid4().hex[:8]}")
-    os.mkdir(work)
+    work = new_partial(out)
     try:
         episodes = run.read(list(range(len(run))), EpisodeReadOptions())
         if to == "npz":
@@ -88,7 +85,7 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
             manifest["recorder"] = {"compression": compression, "converted": True}
         manifest["completed_episodes"] = count
         write_json_atomic(os.path.join(work, RUN_MANIFEST), manifest)
-        os.rename(work, out)
+        publish_directory(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import tempfile
+import uuid
 import zipfile
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -92,6 +93,24 @@ _MARKER_JSON = (
     '{{\n  "schema_version": {schema_version},\n  "complete": true,\n  "steps": {steps},\n'
     '  "env_id": {env_id},\n  "episode_id": {episode_id}\n}}\n'
 )
+
+
+def publish_directory(partial: str, out: str) -> None:
+    """Rename the finished ``partial`` directory to ``out``, refusing to replace anything."""
+    if os.path.lexists(out):
+        raise FileExistsError(f"{out} appeared while it was written; the new one is left at {partial}")
+    os.rename(partial, out)
+
+
+def new_partial(out: str) -> str:
+    """A new temporary directory beside ``out``; FileExistsError when ``out`` exists."""
+    if os.path.lexists(out):
+        raise FileExistsError(f"{out} already exists; give a new directory")
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    partial = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.partial-{uuid.uuid4().hex[:8]}")
+    os.mkdir(partial)
+    return partial
 
 
 def encode_marker(marker: Mapping[str, Any]) -> bytes:

@@ -31,13 +31,12 @@ import math
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.episode_format import RUN_MANIFEST
+from forge_gpu._src.episode_format import RUN_MANIFEST, new_partial, publish_directory
 from forge_gpu._src.options import check_int
 from forge_gpu._src.reader import EpisodeReadOptions, episode_index, open_run, read_index, run_directories
 from forge_gpu._src.stats import StatsAccumulator, load_statistics
@@ -106,24 +105,6 @@ def source_statistics(source: str | os.PathLike) -> StatsAccumulator | None:
         return load_statistics(source)
     except LookupError:
         return None
-
-
-def publish_directory(partial: str, out: str) -> None:
-    """Rename the finished ``partial`` directory to ``out``, refusing to replace anything."""
-    if os.path.lexists(out):
-        raise FileExistsError(f"{out} appeared while exporting; the export is left at {partial}")
-    os.rename(partial, out)
-
-
-def new_partial(out: str) -> str:
-    """A new temporary directory beside ``out``; FileExistsError when ``out`` exists."""
-    if os.path.lexists(out):
-        raise FileExistsError(f"{out} already exists; give a new directory")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    partial = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.partial-{uuid.uuid4().hex[:8]}")
-    os.mkdir(partial)
-    return partial
 
 
 def export_lerobot(
