@@ -18,14 +18,13 @@ python bench/export.py --smoke           # seconds-long check that every figure 
                       (RGB-D, obs and next_obs, gzip 4). vs_raw: bytes / raw bytes.
   stats_TASK          pipeline efficiency (``collect`` env-steps/s recording packed / ``collect`` without
                       recording, whole call, same steps) with statistics (the default) and without
-                      (PackedRecorder(statistics=False)), alternated in ``rounds`` rounds; the medians.
+                      (RecordingOptions(statistics=False)), alternated in ``rounds`` rounds; the medians.
                       cartpole 1024 envs random (~25-step episodes); reach 64 envs at 64x64 RGB-D.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shutil
@@ -46,7 +45,6 @@ from forge_gpu._src import collector  # noqa: E402
 from forge_gpu._src.convert import convert_run  # noqa: E402
 from forge_gpu._src.export_lerobot import export_lerobot  # noqa: E402
 from forge_gpu._src.export_robomimic import export_robomimic  # noqa: E402
-from forge_gpu._src.packed_recorder import PackedRecorder  # noqa: E402
 from forge_gpu._src.reader import read_episodes  # noqa: E402
 
 FULL = {
@@ -171,7 +169,7 @@ def size(sizes: dict, parent: str) -> list[dict]:
 
 
 def stats_cost(sizes: dict, parent: str) -> list[dict]:
-    """Pipeline efficiency with and without statistics (collect's PackedRecorder, switched by a partial)."""
+    """Pipeline efficiency with and without statistics (``RecordingOptions.statistics``)."""
     rows = []
     for task, image_size in (("cartpole", None), ("reach", 64 if sizes["reach"][0] > 8 else 32)):
         num_envs, steps = sizes[task]
@@ -183,14 +181,9 @@ def stats_cost(sizes: dict, parent: str) -> list[dict]:
             for mode in ("with", "without"):
                 bare = collector.collect(env, policy, None, steps=steps)
                 os.sync()
-                original = collector.PackedRecorder
-                if mode == "without":
-                    collector.PackedRecorder = functools.partial(PackedRecorder, statistics=False)
-                try:
-                    out = os.path.join(parent, f"stats-{task}-{mode}-{k}")
-                    recorded = collector.collect(env, policy, out, steps=steps)
-                finally:
-                    collector.PackedRecorder = original
+                out = os.path.join(parent, f"stats-{task}-{mode}-{k}")
+                options = forge_gpu.RecordingOptions(statistics=mode == "with")
+                recorded = collector.collect(env, policy, out, steps=steps, options=options)
                 figures[mode].append(recorded.env_steps_per_second / bare.env_steps_per_second)
                 shutil.rmtree(out)
         row = {

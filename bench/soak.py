@@ -42,7 +42,8 @@ def rss_bytes() -> int:
 def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
-    from forge_gpu._src.reader import EpisodeReadOptions, _load_episode, marked_episodes, open_run, read_manifest
+    from forge_gpu._src.manifest import read_manifest
+    from forge_gpu._src.reader import EpisodeReadOptions, _load_episode, marked_episodes, open_run
 
     manifest = read_manifest(run)
     if manifest["schema_version"] == 2:

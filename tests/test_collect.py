@@ -7,7 +7,8 @@ import pytest
 
 import forge_gpu
 from forge_gpu._src.collector import collect
-from forge_gpu._src.reader import read_episodes, read_manifest
+from forge_gpu._src.manifest import read_manifest
+from forge_gpu._src.reader import read_episodes
 
 
 def expected_episodes(task, num_envs, seed, calls, **overrides):

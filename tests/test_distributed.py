@@ -16,7 +16,8 @@ pytest.importorskip("ray")
 from synthetic import published  # noqa: E402
 
 from forge_gpu._src.distributed import split_episodes, worker_seed  # noqa: E402
-from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes, read_manifest  # noqa: E402
+from forge_gpu._src.manifest import read_manifest  # noqa: E402
+from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes  # noqa: E402
 from forge_gpu.cli import main  # noqa: E402
 
 SMALL = ["collect", "cartpole", "--envs", "2", "--set", "max_steps=20", "--device", "cpu"]

@@ -16,8 +16,8 @@ from forge_gpu._src.episode_format import (
     parse_episode_stem,
     validate_episode,
     validate_marker,
-    write_json_atomic,
 )
+from forge_gpu._src.manifest import write_json_atomic
 from forge_gpu._src.npz_writer import write_episode_file
 
 

@@ -8,7 +8,8 @@ from envtools import DEVICES, rollout
 
 import forge_gpu
 from forge_gpu._src.collector import collect
-from forge_gpu._src.reader import read_episodes, read_manifest
+from forge_gpu._src.manifest import read_manifest
+from forge_gpu._src.reader import read_episodes
 
 SMALL = {"params.image_size": 32}
 

@@ -8,7 +8,8 @@ import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, make_env, record
 
 from forge_gpu._src.episode_format import episode_stem
-from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes, read_manifest
+from forge_gpu._src.manifest import read_manifest
+from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes
 
 
 @pytest.fixture(scope="module")

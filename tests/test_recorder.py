@@ -13,7 +13,8 @@ import pytest
 from synthetic import SyntheticSim, load_run, make_batches, make_env, record, slot_bytes
 
 import forge_gpu._src.recorder as recorder_module
-from forge_gpu._src.episode_format import MANIFEST_KEYS, episode_stem, validate_episode
+from forge_gpu._src.episode_format import episode_stem, validate_episode
+from forge_gpu._src.manifest import MANIFEST_KEYS
 from forge_gpu._src.recorder import EpisodeRecorder
 
 JOIN_TIMEOUT = 10.0  # seconds; only bounds a hang, never asserted as a duration
@@ -492,7 +493,7 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
     sys.modules[name] = module
 import forge_gpu._src.episode_format, forge_gpu._src.recorder, forge_gpu._src.reader, forge_gpu._src.torch_data
 import forge_gpu._src.packed, forge_gpu._src.packed_recorder, forge_gpu._src.windows, forge_gpu._src.convert
-import forge_gpu._src.repair, forge_gpu._src.inspect
+import forge_gpu._src.repair, forge_gpu._src.inspect, forge_gpu._src.manifest, forge_gpu._src.formats
 import forge_gpu._src.stats, forge_gpu._src.export_lerobot, forge_gpu._src.export_robomimic
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

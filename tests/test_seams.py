@@ -5,8 +5,9 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, make_env, record
 
 import forge_gpu
+from forge_gpu._src.manifest import read_manifest
 from forge_gpu._src.packed_recorder import PackedRecorder
-from forge_gpu._src.reader import read_episodes, read_manifest
+from forge_gpu._src.reader import read_episodes
 from forge_gpu._src.recorder import EpisodeRecorder
 from forge_gpu._src.tracker import Recorder, RunDescription
 

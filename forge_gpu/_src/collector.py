@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .formats import FORMATS
 from .options import RecordingOptions, check_int, recording_options
-from .packed_recorder import PackedRecorder
-from .recorder import EpisodeRecorder
 from .tracker import Recorder, describe_run
 from .transport import HostSnapshotTransport, Transport, TransportClosed
 
@@ -115,6 +114,21 @@ class _Loop:
                 progress(self.counters())
         return "interrupted" if stop.is_set() else "closed"
 
+    def summary(self, directory: str | None, status: str, warmup_seconds: float) -> CollectionSummary:
+        """What the loop did, before the recorder's figures (``_close_recorder``) are added."""
+        return CollectionSummary(
+            directory=str(directory) if directory is not None else "",
+            status=status,
+            episodes=self.consumer.ended,
+            env_steps=self.calls * self.env.num_envs,
+            seconds=time.perf_counter() - self.start,
+            stall_seconds=self.transport.stall_seconds,
+            bytes_written=0,
+            episodes_ended=self.consumer.ended,
+            step_mode=self.env.step_mode,
+            warmup_seconds=warmup_seconds,
+        )
+
     def counters(self) -> dict:
         """The progress dict ``collect`` reports (and ``distributed.aggregate`` sums)."""
         elapsed = time.perf_counter() - self.start
@@ -135,22 +149,11 @@ class _Loop:
 
 
 def make_recorder(directory: str, env, options: RecordingOptions | None = None, **changes) -> Recorder:
-    """The recorder of ``options.format`` for a new run directory, recording ``env`` (a :class:`RunDescription`
-    or an env to describe); ``changes`` (RecordingOptions' fields, ``None``
+    """The recorder of ``options.format`` (a registered :class:`RunFormat`) for a new run directory, recording
+    ``env`` (a :class:`RunDescription` or an env to describe); ``changes`` (RecordingOptions' fields, ``None``
     keeping a field) override ``options``."""
     options = recording_options(options, **changes)
-    budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
-    if options.format == "packed":
-        return PackedRecorder(directory, env, compression=options.compression, statistics=options.statistics, **budget)
-    return EpisodeRecorder(
-        directory,
-        env,
-        writers=options.writers,
-        compression=options.compression,
-        compression_level=options.compression_level,
-        statistics=options.statistics,
-        **budget,
-    )
+    return FORMATS[options.format].recorder(directory, env, options)
 
 
 def collect(
@@ -224,30 +227,26 @@ def collect(
         transport.close()
         consumer.join()
     error = error or consumer.error
-    summary = CollectionSummary(
-        directory=str(directory) if directory is not None else "",
-        status=status,
-        episodes=consumer.ended,
-        env_steps=loop.calls * env.num_envs,
-        seconds=time.perf_counter() - loop.start,
-        stall_seconds=transport.stall_seconds,
-        bytes_written=0,
-        episodes_ended=consumer.ended,
-        step_mode=env.step_mode,
-        warmup_seconds=warmup_seconds,
-    )
+    summary = loop.summary(directory, status, warmup_seconds)
     if recorder is not None:
-        try:
-            recorder.close(error=error)
-        except BaseException as exc:
-            error = error or exc
-            summary.status = "failed"
-        summary.episodes = recorder.completed_episodes
-        summary.bytes_written = recorder.bytes_written
-        summary.incomplete_episodes = recorder.incomplete_episodes
+        error = _close_recorder(recorder, summary, error)
     if progress is not None:
         progress(loop.counters())
     if error is not None:
         summary.error = f"{type(error).__name__}: {error}"
         raise error
     return summary
+
+
+def _close_recorder(recorder: Recorder, summary: CollectionSummary, error: BaseException | None):
+    """Close the run (``error``: why it failed, if it did) and put what it published into ``summary``; return
+    the first error, the recorder's own if there was none before."""
+    try:
+        recorder.close(error=error)
+    except BaseException as exc:
+        error = error or exc
+        summary.status = "failed"
+    summary.episodes = recorder.completed_episodes
+    summary.bytes_written = recorder.bytes_written
+    summary.incomplete_episodes = recorder.incomplete_episodes
+    return error

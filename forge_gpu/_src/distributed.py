@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .episode_format import RUN_MANIFEST, write_json_atomic
+from .manifest import RUN_MANIFEST, load_json, write_json_atomic
 from .options import RecordingOptions, check_int, recording_options
 from .reader import DATASET_KIND, DATASET_MANIFEST, DATASET_SCHEMA_VERSION
 
@@ -164,7 +164,6 @@ class _Worker:
 
 def _add_manifest_facts(result: dict, directory: str) -> None:
     """run_id and published episodes from the worker's run.json, when the run directory was made."""
-    from .reader import load_json  # noqa: PLC0415
 
     path = os.path.join(directory, RUN_MANIFEST)
     if not os.path.isfile(path):

@@ -1,30 +1,25 @@
 """The on-disk episode store, schema version 1 (see FORMAT.md): names and markers, the schema rules an
-episode must pass, and the checks of run.json and of untrusted member sizes.
+episode must pass, and the checks of untrusted member sizes.
 
-The writer of episode files and markers is :mod:`npz_writer`. Numpy and the standard library; shared by
-the recorder (which writes) and the reader (which checks).
+run.json, which both formats share, is :mod:`manifest`'s; the writer of episode files and markers is
+:mod:`npz_writer`. Numpy and the standard library; shared by the recorder (which writes) and the reader
+(which checks).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
-import uuid
 import zipfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from .options import COMPRESSIONS_BY_FORMAT
+from .formats import FORMATS
 
-SCHEMA_VERSION = 1
-#: Run manifests this reader reads: 1 (this file's layout) and 2 (the packed layout, docs/FORMAT.md).
-SCHEMA_VERSIONS = (1, 2)
-RUN_MANIFEST = "run.json"
+SCHEMA_VERSION = FORMATS["npz"].identity["schema_version"]  # 1
 EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
 EPISODE_SUFFIX = ".npz"
 MARKER_SUFFIX = ".json"
@@ -36,28 +31,7 @@ REQUIRED_FIELDS = ("env_id", "episode_id", "step_id", "time", "proprio")
 ID_FIELDS = ("env_id", "episode_id", "step_id")
 #: Per-transition members of an episode file.
 TRANSITION_MEMBERS = ("action", "reward", "terminated", "truncated")
-#: Keys run.json must hold (`incomplete_episodes` is complete only after close).
-MANIFEST_KEYS = (
-    "schema_version",
-    "run_id",
-    "config",
-    "env_spec",
-    "calibration",
-    "python",
-    "packages",
-    "dependency_sources",
-    "status",
-    "completed_episodes",
-    "transport",
-    "scene",
-    "scene_spec",
-    "task",
-    "seed",
-    "max_buffer_bytes",
-    "incomplete_episodes",
-)
-MANIFEST_STATUSES = ("recording", "closed", "failed")
-COMPRESSIONS = COMPRESSIONS_BY_FORMAT["npz"]
+COMPRESSIONS = FORMATS["npz"].compressions
 
 _NUMERIC_KINDS = "biuf"
 
@@ -73,44 +47,11 @@ def parse_episode_stem(stem: str) -> tuple[int, int] | None:
     return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented UTF-8 JSON to a temporary file in the same directory, then rename it."""
-    path = os.fspath(path)
-    directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=directory or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        remove_quietly(tmp)
-        raise
-
-
 # The indented JSON of a marker, as json.dumps(marker, indent=2) lays it out; a format string is 5x faster.
 _MARKER_JSON = (
     '{{\n  "schema_version": {schema_version},\n  "complete": true,\n  "steps": {steps},\n'
     '  "env_id": {env_id},\n  "episode_id": {episode_id}\n}}\n'
 )
-
-
-def publish_directory(partial: str, out: str) -> None:
-    """Rename the finished ``partial`` directory to ``out``, refusing to replace anything."""
-    if os.path.lexists(out):
-        raise FileExistsError(f"{out} appeared while it was written; the new one is left at {partial}")
-    os.rename(partial, out)
-
-
-def new_partial(out: str) -> str:
-    """A new temporary directory beside ``out``; FileExistsError when ``out`` exists."""
-    if os.path.lexists(out):
-        raise FileExistsError(f"{out} already exists; give a new directory")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    partial = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.partial-{uuid.uuid4().hex[:8]}")
-    os.mkdir(partial)
-    return partial
 
 
 def encode_marker(marker: Mapping[str, Any]) -> bytes:
@@ -283,69 +224,9 @@ def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:
     return f"{dtype}{list(shape)}"
 
 
-def remove_quietly(path: str) -> None:
-    """Remove ``path`` if it is there; an error (already gone, no permission) is ignored."""
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-
-
 #: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
 #: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
 MAX_MEMBER_BYTES = 4 << 30
-
-_MANIFEST_TYPES = {
-    "schema_version": int,
-    "run_id": str,
-    "config": dict,
-    "env_spec": dict,
-    "calibration": dict,
-    "python": str,
-    "packages": dict,
-    "dependency_sources": dict,
-    "status": str,
-    "completed_episodes": int,
-    "transport": str,
-    "scene": str,
-    "scene_spec": dict,
-    "task": str,
-    "seed": int,
-    "max_buffer_bytes": int,
-    "incomplete_episodes": list,
-}
-
-
-def validate_manifest(manifest: Any, *, name: str) -> None:
-    """Check run.json's keys and their types (FORMAT.md); raise ValueError naming the file and key."""
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{name}: must hold a JSON object, got {type(manifest).__name__}")
-    for key, kind in _MANIFEST_TYPES.items():
-        if key not in manifest:
-            if key == "incomplete_episodes" and manifest.get("status") == "recording":
-                continue  # written at close
-            raise ValueError(f"{name}: missing key {key!r}")
-        value = manifest[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ValueError(f"{name}: key {key!r} must be a {kind.__name__}, got {type(value).__name__}")
-    if manifest["schema_version"] not in SCHEMA_VERSIONS:
-        raise ValueError(
-            f"{name}: key 'schema_version' is {manifest['schema_version']!r}; this reader reads "
-            f"{' and '.join(map(str, SCHEMA_VERSIONS))}"
-        )
-    layout = manifest.get("layout", "npz" if manifest["schema_version"] == 1 else None)
-    if (manifest["schema_version"], layout) not in ((1, "npz"), (2, "packed")):
-        raise ValueError(
-            f"{name}: key 'layout' is {layout!r} with schema_version {manifest['schema_version']}; "
-            "expected 'packed' with schema version 2 (schema 1 has no layout key)"
-        )
-    if manifest["status"] not in MANIFEST_STATUSES:
-        raise ValueError(f"{name}: key 'status' is {manifest['status']!r}; allowed: {', '.join(MANIFEST_STATUSES)}")
-    if manifest["completed_episodes"] < 0:
-        raise ValueError(f"{name}: key 'completed_episodes' is negative")
-    for entry in manifest.get("incomplete_episodes", []):
-        if not isinstance(entry, dict) or not {"env_id", "episode_id", "steps"} <= entry.keys():
-            raise ValueError(f"{name}: key 'incomplete_episodes' holds {entry!r}; expected env_id, episode_id, steps")
 
 
 def check_member_sizes(

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.episode_format import RUN_MANIFEST, new_partial, publish_directory
+from forge_gpu._src.manifest import RUN_MANIFEST, new_partial, publish_directory
 from forge_gpu._src.options import check_int
 from forge_gpu._src.reader import EpisodeReadOptions, episode_index, open_run, read_index, run_directories
 from forge_gpu._src.stats import StatsAccumulator, load_statistics

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .episode_format import SCHEMA_VERSION as NPZ_SCHEMA_VERSION
 from .episode_format import episode_stem
+from .formats import format_of
 from .reader import EpisodeReadOptions, is_dataset, open_run, read_dataset_manifest
 
 
@@ -42,15 +42,15 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             # A task with success ends its successful episodes as terminated (e.g. reach: target reached).
             successes += bool(episode.terminated[-1])
     spec = manifest["env_spec"]
-    npz = manifest["schema_version"] == NPZ_SCHEMA_VERSION
+    fmt = format_of(manifest)
     bytes_on_disk = sum(f.stat().st_size for f in Path(run_dir).iterdir() if f.is_file())
     report = {
         "run": run_dir,
         "status": manifest["status"],
         "task": manifest["task"],
         "run_id": manifest["run_id"],
-        "format": "npz" if npz else manifest["layout"],
-        "checked": ("markers" if npz else "commit log") if quick else "all episodes",
+        "format": fmt.name,
+        "checked": fmt.published_by if quick else "all episodes",
         "episodes": len(run),
         "transitions": int(sum(lengths)),
         "episode_length": _stats(lengths),
@@ -99,7 +99,7 @@ def inspect_dataset(root: str | os.PathLike, *, quick: bool = False) -> dict:
     return {
         "kind": "dataset",
         "dataset": root,
-        "checked": "markers" if quick else "all episodes",
+        "checked": " and ".join(sorted({r["checked"] for r in runs})) or ("index" if quick else "all episodes"),
         "runs": runs,
         "failed_workers": manifest.get("failed_workers", []),
         "total": {

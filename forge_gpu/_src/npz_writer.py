@@ -2,8 +2,9 @@
 
 A hand-written zip: stored members are laid out straight from the episode buffers (``os.writev``, no
 stacked copies) with a precomputed layout per field set; deflated and large (zip64) members go through
-zlib and :mod:`zipfile`. Numpy and the standard library (plus ISA-L's CRC-32 where installed). The names,
-schema rules and manifest checks are in :mod:`episode_format`.
+zlib and :mod:`zipfile`. Also the schema-1 sides of ``convert`` (:func:`write_episodes`) and ``repair``
+(:func:`remove_unmarked`). Numpy and the standard library (plus ISA-L's CRC-32 where installed). The names
+and schema rules are in :mod:`episode_format`, run.json's in :mod:`manifest`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .episode_format import COMPRESSIONS, TRANSITION_MEMBERS, encode_marker, remove_quietly
+from .episode_format import (
+    COMPRESSIONS,
+    EPISODE_SUFFIX,
+    MARKER_SUFFIX,
+    TRANSITION_MEMBERS,
+    encode_marker,
+    episode_stem,
+    make_marker,
+    parse_episode_stem,
+)
+from .manifest import remove_quietly
 
 try:  # ISA-L's CRC-32 runs about 10x faster than zlib's; the values are the same
     from isal.isal_zlib import crc32 as _crc32
@@ -232,3 +243,40 @@ def write_marker_atomic(path: str, marker: dict) -> None:
     except BaseException:
         remove_quietly(tmp)
         raise
+
+
+def write_episodes(directory: str, episodes, compression: str) -> int:
+    """Write checked episodes (reader ``Episode`` objects) into ``directory`` as schema-1 episode files, each
+    published by its marker; return the count. The directory's run.json is the caller's (``convert_run``)."""
+    count = 0
+    for episode in episodes:
+        base = os.path.join(directory, episode_stem(episode.env_id, episode.episode_id))
+        frames = {f: np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in episode.obs}
+        write_episode_file(
+            base + EPISODE_SUFFIX,
+            frames,
+            episode.action,
+            episode.reward,
+            episode.terminated,
+            episode.truncated,
+            compression=compression,
+        )
+        write_marker_atomic(base + MARKER_SUFFIX, make_marker(episode.env_id, episode.episode_id, episode.steps))
+        count += 1
+    return count
+
+
+def remove_unmarked(run_dir: str) -> list[str]:
+    """Remove the episode files that have no marker (a killed writer's unpublished leftovers, never visible to
+    readers); return their names."""
+    removed = []
+    for name in sorted(os.listdir(run_dir)):
+        stem, suffix = os.path.splitext(name)
+        if (
+            suffix == EPISODE_SUFFIX
+            and parse_episode_stem(stem) is not None
+            and not os.path.exists(os.path.join(run_dir, stem + MARKER_SUFFIX))
+        ):
+            os.remove(os.path.join(run_dir, name))
+            removed.append(name)
+    return removed

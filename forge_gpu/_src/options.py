@@ -1,7 +1,7 @@
 """RecordingOptions: how a run is written (format, compression, writers, memory budget, statistics), one frozen
 value checked once and passed from the command line through ``collect``, ``collect_distributed`` and
-``make_recorder`` to the recorder. The standard library only: the command line checks it without numpy's
-recorders or Warp."""
+``make_recorder`` to the recorder. The formats and their compressions are :mod:`formats`' registry. The standard
+library only: the command line checks it without numpy's recorders or Warp."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-#: The run formats and the compressions each takes (packed: Arrow IPC buffers; npz: zip members).
-COMPRESSIONS_BY_FORMAT: dict[str, tuple[str, ...]] = {"packed": ("none", "lz4", "zstd"), "npz": ("none", "deflate")}
-FORMATS = tuple(COMPRESSIONS_BY_FORMAT)
-#: Every compression some format takes.
-ALL_COMPRESSIONS = tuple(sorted({c for cs in COMPRESSIONS_BY_FORMAT.values() for c in cs}))
+from .formats import FORMATS
 
 
 class OptionError(ValueError):
@@ -43,10 +39,11 @@ class RecordingOptions:
     """How a run is recorded; every field is checked when the value is made (:class:`OptionError`)."""
 
     format: str = "packed"
-    """``packed`` (schema 2, many episodes per file, :class:`PackedRecorder`) or ``npz`` (schema 1, one file per
-    episode, :class:`EpisodeRecorder`)."""
+    """A registered format (:data:`formats.FORMATS`): ``packed`` (schema 2, many episodes per file,
+    :class:`PackedRecorder`), ``npz`` (schema 1, one file per episode, :class:`EpisodeRecorder`), or one added by
+    ``register_format``."""
     compression: str = "none"
-    """packed: ``none``, ``lz4`` or ``zstd``; npz: ``none`` or ``deflate``."""
+    """One of the format's compressions: packed ``none``, ``lz4`` or ``zstd``; npz ``none`` or ``deflate``."""
     compression_level: int = 1
     """npz deflate level, 0-9 (packed ignores it)."""
     writers: int = 2
@@ -60,7 +57,7 @@ class RecordingOptions:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise OptionError("format", self.format, f"expected one of {', '.join(FORMATS)}")
-        allowed = COMPRESSIONS_BY_FORMAT[self.format]
+        allowed = FORMATS[self.format].compressions
         if self.compression not in allowed:
             raise OptionError("compression", self.compression, f"the {self.format} format takes {', '.join(allowed)}")
         if not _is_int(self.compression_level) or not 0 <= self.compression_level <= 9:

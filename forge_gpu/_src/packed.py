@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from .options import COMPRESSIONS_BY_FORMAT
+from .formats import FORMATS
 
-SCHEMA_VERSION = 2
-LAYOUT = "packed"
+SCHEMA_VERSION = FORMATS["packed"].identity["schema_version"]  # 2
+LAYOUT = FORMATS["packed"].identity["layout"]  # "packed"
 COMMIT_LOG = "commits.jsonl"
 SEGMENT_NAME = "segment-{index:06d}.arrows"
 SEGMENT_RE = re.compile(r"^segment-(\d{6})\.arrows$")
-COMPRESSIONS = COMPRESSIONS_BY_FORMAT["packed"]
+COMPRESSIONS = FORMATS["packed"].compressions
 TRANSITION_COLUMNS = ("action", "reward", "terminated", "truncated")
 #: Keys of an episode entry in a commit line, each a list with one integer per episode.
 EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")
@@ -233,6 +233,45 @@ def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
         "stride": np.ones(len(episodes), np.int64),
     }
     return fields, columns, table
+
+
+#: Bytes of episodes :func:`write_episodes` appends at once.
+_WRITE_BLOCK_BYTES = 8 << 20
+
+
+def write_episodes(directory: str, episodes, compression: str) -> int:
+    """Write checked episodes (reader ``Episode`` objects, all of one run) into the empty ``directory`` as
+    segments and a commit log, end to end (stride 1), a block of whole episodes at a time; return the count.
+    The directory's run.json is the caller's (``convert_run``)."""
+    writer = None
+    block: list = []
+    block_bytes = count = 0
+
+    def write_block() -> int:
+        _, columns, table = stack_episodes(block)
+        table["first_row"] += writer.rows
+        writer.write(columns, table)
+        return len(block)
+
+    try:
+        for episode in episodes:
+            if writer is None:
+                fields = {f: (a.shape[1:], a.dtype) for f, a in episode.obs.items()}
+                columns = run_columns(fields, episode.action.shape[1], episode.action.dtype, episode.reward.dtype)
+                writer = PackedWriter(directory, arrow_schema(columns), compression=compression)
+            block.append(episode)
+            block_bytes += sum(a.nbytes for a in episode.obs.values()) + episode.action.nbytes
+            if block_bytes >= _WRITE_BLOCK_BYTES:
+                count += write_block()
+                block, block_bytes = [], 0
+        if block:
+            count += write_block()
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:  # no episode: an empty commit log
+        open(os.path.join(directory, COMMIT_LOG), "wb").close()
+    return count
 
 
 # -- reading ------------------------------------------------------------------------------------------

@@ -19,11 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from forge_gpu._src.formats import FORMATS
 from forge_gpu._src.options import check_int
 from forge_gpu._src.packed import (
     COMPRESSIONS,
-    LAYOUT,
-    SCHEMA_VERSION,
     PackedWriter,
     arrow_schema,
     ended_episodes,
@@ -81,19 +80,12 @@ class PackedRecorder(RecorderBase):
         num_envs, max_steps = run.num_envs, run.max_steps
         tracker = EpisodeTracker(run.spec, num_envs, max_steps)
         batch_bytes = num_envs * (tracker.frame_bytes + tracker.transition_bytes)
-        capacity = max_buffer_bytes // batch_bytes
-        if capacity < 2:
-            raise ValueError(
-                f"max_buffer_bytes={max_buffer_bytes} is too small: the packed recorder buffers whole batches of "
-                f"{num_envs} envs ({batch_bytes} bytes each) and needs room for 2; raise it to at least "
-                f"{2 * batch_bytes}"
-            )
+        capacity = _ring_steps(max_buffer_bytes, batch_bytes, num_envs)
         self._num_envs = num_envs
         self._capacity = capacity
         self._block_steps = max(1, min(capacity // 2, block_bytes // batch_bytes))
         self._buffer_bytes = capacity * batch_bytes
-        manifest = initial_manifest(run, max_buffer_bytes, SCHEMA_VERSION)
-        manifest["layout"] = LAYOUT
+        manifest = initial_manifest(run, max_buffer_bytes, FORMATS["packed"].identity)
         manifest["recorder"] = {
             "compression": compression,
             "segment_bytes": segment_bytes,
@@ -102,15 +94,7 @@ class PackedRecorder(RecorderBase):
             "buffer_bytes": self._buffer_bytes,
         }
 
-        # The ring: step k of the run lives at index k % capacity; np.empty, so untouched pages cost nothing.
-        self._ring = {
-            f"obs/{name}": np.empty((capacity, num_envs, *shape), dtype)
-            for name, (shape, dtype) in tracker.fields.items()
-        }
-        self._ring["action"] = np.empty((capacity, num_envs, tracker.action_dim), np.float32)
-        self._ring["reward"] = np.empty((capacity, num_envs), np.float32)
-        self._ring["terminated"] = np.empty((capacity, num_envs), np.bool_)
-        self._ring["truncated"] = np.empty((capacity, num_envs), np.bool_)
+        self._ring = _allocate_ring(tracker, capacity)
         self._head = 0  # steps appended
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
@@ -187,9 +171,7 @@ class PackedRecorder(RecorderBase):
                 return
             with self._cond:
                 self._tail += count
-                self._completed += len(episodes["steps"])
-                self._transitions_published += int(episodes["steps"].sum())
-                self._bytes_written += nbytes
+                self._add_published(len(episodes["steps"]), int(episodes["steps"].sum()), nbytes)
                 self._cond.notify_all()
 
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
@@ -221,3 +203,26 @@ class PackedRecorder(RecorderBase):
             self._writer.close()
         except BaseException as exc:
             self._fail(exc, "the end of the segment")
+
+
+def _ring_steps(max_buffer_bytes: int, batch_bytes: int, num_envs: int) -> int:
+    """Batches the ring holds within ``max_buffer_bytes``; ValueError when fewer than 2 fit."""
+    capacity = max_buffer_bytes // batch_bytes
+    if capacity < 2:
+        raise ValueError(
+            f"max_buffer_bytes={max_buffer_bytes} is too small: the packed recorder buffers whole batches of "
+            f"{num_envs} envs ({batch_bytes} bytes each) and needs room for 2; raise it to at least {2 * batch_bytes}"
+        )
+    return capacity
+
+
+def _allocate_ring(tracker: EpisodeTracker, capacity: int) -> dict[str, np.ndarray]:
+    """The ring, column by column: step k of the run lives at index k % capacity; np.empty, so untouched pages
+    cost nothing."""
+    n = tracker.num_envs
+    ring = {f"obs/{name}": np.empty((capacity, n, *shape), dtype) for name, (shape, dtype) in tracker.fields.items()}
+    ring["action"] = np.empty((capacity, n, tracker.action_dim), np.float32)
+    ring["reward"] = np.empty((capacity, n), np.float32)
+    ring["terminated"] = np.empty((capacity, n), np.bool_)
+    ring["truncated"] = np.empty((capacity, n), np.bool_)
+    return ring

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import json
 import lzma
 import os
 import struct
@@ -31,8 +30,6 @@ from forge_gpu._src.episode_format import (
     MARKER_SUFFIX,
     MAX_MEMBER_BYTES,
     REQUIRED_FIELDS,
-    RUN_MANIFEST,
-    SCHEMA_VERSION,
     TRANSITION_MEMBERS,
     check_member_sizes,
     episode_stem,
@@ -41,9 +38,10 @@ from forge_gpu._src.episode_format import (
     read_npy_header,
     validate_episode_schema,
     validate_episode_values,
-    validate_manifest,
     validate_marker,
 )
+from forge_gpu._src.formats import RunReader, format_of
+from forge_gpu._src.manifest import RUN_MANIFEST, load_json, read_manifest
 from forge_gpu._src.options import check_int
 
 # Fields the value checks need even when a projection leaves them out.
@@ -73,22 +71,6 @@ class Episode:
     terminated: np.ndarray
     truncated: np.ndarray
     path: str
-
-
-def read_manifest(run_dir: str | os.PathLike) -> dict:
-    """Load and check ``run.json`` of a run directory."""
-    path = os.path.join(os.fspath(run_dir), RUN_MANIFEST)
-    manifest = load_json(path)
-    validate_manifest(manifest, name=path)
-    spec = manifest["env_spec"]
-    if not isinstance(spec, dict):
-        raise ValueError(f"{path}: env_spec must be an object")
-    action_shape = spec.get("action_shape")
-    if not isinstance(action_shape, list) or len(action_shape) != 1:
-        raise ValueError(f"{path}: env_spec.action_shape must be a list [A], got {action_shape!r}")
-    if not isinstance(spec.get("instruction"), str):
-        raise ValueError(f"{path}: env_spec.instruction must be a string")
-    return manifest
 
 
 def is_dataset(path: str | os.PathLike) -> bool:
@@ -192,12 +174,12 @@ def episode_index(path: str | os.PathLike) -> list[tuple[Any, int]]:
     return index
 
 
-def open_run(run_dir: str | os.PathLike) -> NpzRun | PackedRunReader:
-    """The published episodes of one run directory, of either layout (manifest, markers or commit log
-    read and checked; no episode data)."""
+def open_run(run_dir: str | os.PathLike) -> RunReader:
+    """The published episodes of one run directory, of any registered format (:mod:`formats`; manifest, and
+    markers or commit log, read and checked; no episode data)."""
     run_dir = os.fspath(run_dir)
     manifest = read_manifest(run_dir)
-    return (NpzRun if manifest["schema_version"] == SCHEMA_VERSION else PackedRunReader)(run_dir, manifest)
+    return format_of(manifest).open(run_dir, manifest)
 
 
 class NpzRun:
@@ -456,11 +438,3 @@ def _archive_errors(path: str) -> Iterator[None]:
         tokenize.TokenError,
     ) as exc:
         raise ValueError(f"{path}: cannot read episode archive: {type(exc).__name__}: {exc}") from exc
-
-
-def load_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read JSON: {exc}") from exc

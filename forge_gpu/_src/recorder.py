@@ -16,13 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.episode_format import (
-    COMPRESSIONS,
-    SCHEMA_VERSION,
-    episode_stem,
-    make_marker,
-    remove_quietly,
-)
+from forge_gpu._src.episode_format import COMPRESSIONS, episode_stem, make_marker
+from forge_gpu._src.formats import FORMATS
+from forge_gpu._src.manifest import remove_quietly
 from forge_gpu._src.npz_writer import write_episode_file, write_marker_atomic
 from forge_gpu._src.options import check_int
 from forge_gpu._src.stats import StatsAccumulator
@@ -93,7 +89,7 @@ class EpisodeRecorder(RecorderBase):
         self._compression_level = compression_level
         self._spare_buffers = spare_buffers
         self._buffer_bytes = slot_count * slot_bytes
-        manifest = initial_manifest(run, max_buffer_bytes, SCHEMA_VERSION)
+        manifest = initial_manifest(run, max_buffer_bytes, FORMATS["npz"].identity)
         manifest["recorder"] = {
             "writers": writers,
             "compression": compression,
@@ -237,9 +233,7 @@ class EpisodeRecorder(RecorderBase):
         if nbytes is None:
             self._dropped.append({"env_id": env_id, "episode_id": episode_id, "steps": steps})
         else:
-            self._completed += 1
-            self._transitions_published += steps
-            self._bytes_written += nbytes
+            self._add_published(1, steps, nbytes)
         self._pending -= 1
         self._free_slots.append(slot)
         if self._pending == 0 or 0 < self._wanted <= len(self._free_slots):

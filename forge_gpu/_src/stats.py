@@ -35,7 +35,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from forge_gpu._src.episode_format import ID_FIELDS, write_json_atomic
+from forge_gpu._src.episode_format import ID_FIELDS
+from forge_gpu._src.manifest import write_json_atomic
 
 #: The file in a run directory.
 STATS_FILE = "stats.json"

@@ -21,14 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from forge_gpu._src.episode_format import (
-    ID_FIELDS,
-    REQUIRED_FIELDS,
-    RUN_MANIFEST,
-    per_env_nbytes,
-    remove_quietly,
-    write_json_atomic,
-)
+from forge_gpu._src.episode_format import ID_FIELDS, REQUIRED_FIELDS, per_env_nbytes
+from forge_gpu._src.manifest import RUN_MANIFEST, remove_quietly, write_json_atomic
 from forge_gpu._src.options import check_int
 from forge_gpu._src.stats import STATS_FILE, StatsAccumulator
 
@@ -212,8 +206,9 @@ def describe_run(env: Any, *, transport: str | None = None) -> RunDescription:
     )
 
 
-def initial_manifest(run: RunDescription, max_buffer_bytes: int, schema_version: int) -> dict:
-    """run.json of a new run, before its first episode; checked to be writable as JSON."""
+def initial_manifest(run: RunDescription, max_buffer_bytes: int, identity: Mapping[str, Any]) -> dict:
+    """run.json of a new run, before its first episode; checked to be writable as JSON. ``identity``: the
+    keys that mark the run's format (``RunFormat.identity``: schema_version, layout)."""
     packages, sources = {}, {}
     for name in RECORDED_PACKAGES:
         try:
@@ -229,7 +224,7 @@ def initial_manifest(run: RunDescription, max_buffer_bytes: int, schema_version:
                 pass
     scene = run.scene
     manifest = {
-        "schema_version": schema_version,
+        **identity,
         "run_id": uuid.uuid4().hex,
         "config": dict(run.config),
         "env_spec": run.spec,
@@ -312,9 +307,9 @@ def jsonable(obj: Any) -> Any:
 
 @runtime_checkable
 class Recorder(Protocol):
-    """What ``collect`` needs of a recorder (the seam for a run format): :class:`PackedRecorder` (schema 2) and
-    :class:`EpisodeRecorder` (schema 1) implement it, on :class:`RecorderBase`. A new format adds a class here,
-    a reader in reader.py behind ``open_run``, and its name in options.py's ``COMPRESSIONS_BY_FORMAT``."""
+    """What ``collect`` needs of a recorder: :class:`PackedRecorder` (schema 2) and :class:`EpisodeRecorder`
+    (schema 1) implement it, on :class:`RecorderBase`. A run format (:class:`formats.RunFormat`) makes its
+    recorder."""
 
     def append(self, observation: Mapping[str, np.ndarray], result: Any) -> None:
         """Record one host batch (field -> [N, ...], and the step's reward, flags and info)."""
@@ -347,8 +342,8 @@ class Recorder(Protocol):
 class RecorderBase:
     """The lifecycle both recorders share: the run directory and its manifest, progress counters, a
     write failure that reaches the caller, flush and close. A subclass starts its writer threads after
-    ``__init__`` and says when work is pending (`_busy`), how to stop its threads (`_join`) and which
-    ended episodes a failure left unwritten (`_unwritten`)."""
+    ``__init__``, counts what its writers publish (`_add_published`), and says when work is pending (`_busy`),
+    how to stop its threads (`_join`) and which ended episodes a failure left unwritten (`_unwritten`)."""
 
     #: The normalization statistics a subclass feeds in ``append`` (``stats.json`` at close), or None.
     _stats: StatsAccumulator | None = None
@@ -403,6 +398,13 @@ class RecorderBase:
     def _unwritten(self) -> list[dict]:
         """Episodes that ended but, after a failure, will never be published."""
         raise NotImplementedError
+
+    def _add_published(self, episodes: int, transitions: int, nbytes: int) -> None:
+        """Count what a writer published (the counters run.json and ``collect`` report); the caller holds the
+        lock (``with self._cond``)."""
+        self._completed += episodes
+        self._transitions_published += transitions
+        self._bytes_written += nbytes
 
     # -- progress -------------------------------------------------------------------------------
 

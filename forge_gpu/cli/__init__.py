@@ -16,7 +16,8 @@ import os
 import signal
 import sys
 
-from forge_gpu._src.options import ALL_COMPRESSIONS, COMPRESSIONS_BY_FORMAT, FORMATS, RecordingOptions
+from forge_gpu._src.formats import FORMATS
+from forge_gpu._src.options import RecordingOptions
 from forge_gpu._src.warp_output import VERBOSE_ENV, set_verbose
 
 from ._common import UsageError
@@ -27,7 +28,6 @@ __all__ = ["UsageError", "build_parser", "main"]
 
 
 _DEFAULTS = RecordingOptions()
-_COMPRESSION_HELP = "; ".join(f"{f}: {', '.join(cs)}" for f, cs in COMPRESSIONS_BY_FORMAT.items())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +37,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="forge-gpu", description="Collect, inspect and render robot-learning runs.")
+    # The registered formats (forge_gpu._src.formats), read when the parser is built.
+    formats = tuple(FORMATS)
+    compressions = tuple(sorted({c for f in FORMATS.values() for c in f.compressions}))
+    compression_help = "; ".join(f"{f.name}: {', '.join(f.compressions)}" for f in FORMATS.values())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     c = sub.add_parser("collect", help="collect episodes of a task into a new run directory")
@@ -51,11 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument(
         "--format",
-        choices=FORMATS,
+        choices=formats,
         default=_DEFAULTS.format,
-        help="packed: many episodes per file (schema 2, the default); npz: one file per episode (schema 1)",
+        help=f"run format, one of {', '.join(formats)}; packed: many episodes per file (schema 2, the default); "
+        "npz: one file per episode (schema 1)",
     )
-    c.add_argument("--compression", choices=ALL_COMPRESSIONS, default=_DEFAULTS.compression, help=_COMPRESSION_HELP)
+    c.add_argument("--compression", choices=compressions, default=_DEFAULTS.compression, help=compression_help)
     c.add_argument("--compression-level", type=int, default=_DEFAULTS.compression_level, help="npz deflate level 0-9")
     c.add_argument("--writers", type=int, default=_DEFAULTS.writers, help="npz writer threads")
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
@@ -87,11 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="output file (default next to the run)")
     r.set_defaults(func=cmd_render)
 
-    v = sub.add_parser("convert", help="write a closed run's episodes as a new run in the other format")
+    v = sub.add_parser("convert", help="write a closed run's episodes as a new run in another format")
     v.add_argument("run")
     v.add_argument("out", help="the new run directory")
-    v.add_argument("--to", choices=FORMATS, required=True, help="packed (schema 2) or npz (schema 1)")
-    v.add_argument("--compression", choices=ALL_COMPRESSIONS, default="none", help=_COMPRESSION_HELP)
+    v.add_argument("--to", choices=formats, required=True, help=f"the new run's format: {', '.join(formats)}")
+    v.add_argument("--compression", choices=compressions, default="none", help=compression_help)
     v.set_defaults(func=cmd_convert)
 
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")

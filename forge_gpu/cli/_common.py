@@ -12,7 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from forge_gpu._src.options import COMPRESSIONS_BY_FORMAT, OptionError, RecordingOptions
+from forge_gpu._src.formats import FORMATS
+from forge_gpu._src.options import OptionError, RecordingOptions
 
 
 class UsageError(Exception):
@@ -54,7 +55,7 @@ def check_out(out: str | None, task: str) -> Path:
 def check_run(path: str, *, dataset: bool = False) -> None:
     """Refuse a path that holds no run (with ``dataset``: nor a dataset root) as bad input; a run whose files
     are damaged is the command's to report (exit 1)."""
-    from forge_gpu._src.episode_format import RUN_MANIFEST
+    from forge_gpu._src.manifest import RUN_MANIFEST
     from forge_gpu._src.reader import DATASET_MANIFEST
 
     what = "a run directory or dataset root" if dataset else "a run directory"
@@ -81,7 +82,7 @@ def recording_options_of(args) -> RecordingOptions:
 
 
 def check_compression(format: str, compression: str) -> None:
-    allowed = COMPRESSIONS_BY_FORMAT[format]
+    allowed = FORMATS[format].compressions
     if compression not in allowed:
         raise UsageError(f"--compression {compression}: the {format} format takes {', '.join(allowed)}")
 

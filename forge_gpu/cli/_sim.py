@@ -100,7 +100,7 @@ def _print_failed_run(out: Path) -> None:
     (a disk that stayed full), what to run once it can be."""
     import json
 
-    from forge_gpu._src.episode_format import RUN_MANIFEST
+    from forge_gpu._src.manifest import RUN_MANIFEST
 
     if not out.is_dir():
         return

@@ -1,0 +1,269 @@
+"""A run format registered from outside the package needs one class and one ``register_format`` call.
+
+``ListFormat``, a test double keeping a run's episodes in one pickle file, is registered for this module only;
+recording, reading, inspect, convert, repair and the command line then take it, with no library code edited.
+"""
+
+import dataclasses
+import os
+import pickle
+
+import numpy as np
+import pytest
+from synthetic import SyntheticSim, make_batches, make_description, record
+
+import forge_gpu
+from forge_gpu._src import formats
+from forge_gpu._src.collector import make_recorder
+from forge_gpu._src.convert import convert_run
+from forge_gpu._src.inspect import inspect_run
+from forge_gpu._src.manifest import RUN_MANIFEST, read_manifest, write_json_atomic
+from forge_gpu._src.packed_recorder import PackedRecorder
+from forge_gpu._src.reader import Episode, EpisodeReadOptions, read_episodes
+from forge_gpu._src.repair import repair_run
+from forge_gpu._src.tracker import EpisodeTracker, Recorder, RecorderBase, describe_run, initial_manifest
+from forge_gpu.cli import build_parser, main
+
+FILE = "episodes.pkl"
+MEMBERS = ("action", "reward", "terminated", "truncated")
+
+
+def dump(directory, episodes):
+    """Pickle a list of Episodes to FILE through a .tmp; return its size."""
+    path = os.path.join(directory, FILE)
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(episodes, f)
+    os.replace(path + ".tmp", path)
+    return os.path.getsize(path)
+
+
+class ListRecorder(RecorderBase):
+    """Keeps every checked batch in memory; writes the ended episodes to FILE at close."""
+
+    def __init__(self, directory, run, options):
+        run = describe_run(run)
+        tracker = EpisodeTracker(run.spec, run.num_envs, run.max_steps)
+        manifest = initial_manifest(run, options.max_buffer_bytes or 1 << 20, ListFormat.identity)
+        self._batches, self._ended = [], []  # member -> [N, ...] per batch; (env, first, last batch)
+        self._first = np.zeros(run.num_envs, np.int64)  # each env's reset batch
+        super().__init__(directory, tracker, manifest)
+
+    @property
+    def backlog(self):
+        return 0
+
+    def append(self, observation, result):
+        self._raise_if_unusable()
+        active, reward, terminated, truncated, action = self._tracker.check(observation, result)
+        ended = self._tracker.commit(observation, active, terminated, truncated)
+        b = len(self._batches)
+        arrays = {f"obs/{f}": a for f, a in observation.items()} | dict(
+            zip(MEMBERS, (action, reward, terminated, truncated), strict=True)
+        )
+        self._batches.append({m: np.array(a) for m, a in arrays.items()})
+        self._first[~active] = b
+        self._ended += [(int(e), int(self._first[e]), b) for e in ended]
+
+    def close(self, error=None):
+        if not self._closed:
+            episodes = []
+            if self._ended:
+                stacked = {m: np.stack([batch[m] for batch in self._batches]) for m in self._batches[0]}
+                path = os.path.join(self._directory, FILE)
+                episodes = [cut(stacked, path, *ended) for ended in self._ended]
+            nbytes = dump(self._directory, episodes)
+            with self._cond:
+                self._add_published(len(episodes), sum(e.steps for e in episodes), nbytes)
+        super().close(error)
+
+    def _busy(self):
+        return False
+
+    def _join(self):
+        pass
+
+    def _unwritten(self):
+        return []
+
+
+def cut(stacked, path, env, first, last):
+    """Env ``env``'s episode from its reset batch ``first`` to its ending batch ``last``."""
+    frames = {m[4:]: a[first : last + 1, env] for m, a in stacked.items() if m.startswith("obs/")}
+    return Episode(
+        env_id=env,
+        episode_id=int(frames["episode_id"][0]),
+        steps=last - first,
+        obs={f: a[:-1] for f, a in frames.items()},
+        next={f: a[1:] for f, a in frames.items()},
+        **{m: stacked[m][first + 1 : last + 1, env] for m in MEMBERS},
+        path=path,
+    )
+
+
+class ListReader:
+    """A RunReader of FILE (none yet: no episodes)."""
+
+    def __init__(self, run_dir, manifest):
+        self.directory, self.manifest = run_dir, manifest
+        self.path = os.path.join(run_dir, FILE)
+        self.episodes = []
+        if os.path.exists(self.path):
+            with open(self.path, "rb") as f:
+                self.episodes = pickle.load(f)
+
+    def __len__(self):
+        return len(self.episodes)
+
+    def ids(self, k):
+        e = self.episodes[k]
+        return e.env_id, e.episode_id, e.steps
+
+    def read(self, ks, options):
+        for e in (self.episodes[k] for k in ks):
+            keys = list(e.obs) if options.observation_keys is None else options.observation_keys
+            obs, nxt = {f: e.obs[f] for f in keys}, {f: e.next[f] for f in keys}
+            yield dataclasses.replace(e, obs=obs, next=nxt, path=self.path)
+
+
+class ListFormat:
+    """The test double format: every episode of a run in one pickled list."""
+
+    name = "pickled_test"
+    compressions = ("none",)
+    identity = {"schema_version": 9001, "layout": "pickled_test"}
+    published_by = "episode list"
+
+    def owns(self, manifest):
+        return all(manifest.get(k) == v for k, v in self.identity.items())
+
+    def recorder(self, directory, run, options):
+        return ListRecorder(directory, run, options)
+
+    def open(self, run_dir, manifest):
+        return ListReader(run_dir, manifest)
+
+    def repair(self, run_dir, manifest):
+        return {"removed": []}  # repair_run removes the *.tmp this format may leave
+
+    def write(self, directory, episodes, compression):
+        stored = list(episodes)
+        dump(directory, stored)
+        return len(stored), dict(self.identity)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    """ListFormat in the registry for this module's tests only."""
+    fmt = formats.register_format(ListFormat())
+    yield fmt
+    del formats.FORMATS[fmt.name]
+
+
+def simulate(num_envs=3, max_steps=6, steps=30, seed=3):
+    """A run description, its simulation and the batches it made (one mid-run reset)."""
+    run = make_description(num_envs, max_steps, images=True)
+    sim = SyntheticSim(run, seed=seed, end_prob=0.3)
+    return run, sim, make_batches(sim, steps, resets_at=(11,))
+
+
+def members(directory, **options):
+    """A run's episodes by (env_id, episode_id), each as member -> array like ``SyntheticSim.completed``."""
+    read = read_episodes(directory, options=EpisodeReadOptions(**options))
+    return {
+        (e.env_id, e.episode_id): {f"{p}/{f}": a for p in ("obs", "next") for f, a in getattr(e, p).items()}
+        | {m: getattr(e, m) for m in MEMBERS}
+        for e in read
+    }
+
+
+def assert_same(a, b):
+    """Two {id: {member: array}} maps hold the same episodes, bit for bit, dtypes included."""
+    assert a.keys() == b.keys() and a
+    for key, episode in a.items():
+        assert episode.keys() == b[key].keys(), key
+        for m, x in episode.items():
+            assert x.dtype == b[key][m].dtype and np.array_equal(x, b[key][m]), (key, m)
+
+
+def record_list(directory):
+    """Record a simulated run in the double's format through make_recorder; return the simulation."""
+    run, sim, batches = simulate()
+    recorder = make_recorder(str(directory), run, forge_gpu.RecordingOptions(format="pickled_test"))
+    assert isinstance(recorder, Recorder)
+    for observation, result in batches:
+        recorder.append(observation, result)
+    recorder.close()
+    return sim
+
+
+def test_register_format_refuses_an_incomplete_a_duplicate_or_a_clashing_format():
+    """Missing members, a taken name and an identity a built-in owns are refused; FORMATS is unchanged."""
+    before = dict(formats.FORMATS)
+
+    class Clashing(ListFormat):
+        name = "clashing_test"
+        identity = {"schema_version": 2, "layout": "packed"}
+
+    with pytest.raises(TypeError, match="RunFormat"):
+        formats.register_format(object())
+    with pytest.raises(ValueError, match="'pickled_test' is already registered"):
+        formats.register_format(ListFormat())
+    with pytest.raises(ValueError, match="'clashing_test'.*clashes with format 'packed'"):
+        formats.register_format(Clashing())
+    assert formats.FORMATS == before
+
+
+def test_a_registered_format_records_reads_and_inspects(tmp_path):
+    """RecordingOptions takes the format (and refuses a compression it lacks); its run reads back as simulated."""
+    with pytest.raises(ValueError, match="compression.*pickled_test format takes none"):
+        forge_gpu.RecordingOptions(format="pickled_test", compression="lz4")
+    sim = record_list(tmp_path / "run")
+    assert_same(members(tmp_path / "run"), sim.completed)
+    projected = members(tmp_path / "run", observation_keys=["proprio"])
+    assert all(e.keys() == {"obs/proprio", "next/proprio", *MEMBERS} for e in projected.values())
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest["status"] == "closed" and manifest["completed_episodes"] == len(sim.completed)
+    assert {k: manifest[k] for k in ListFormat.identity} == ListFormat.identity
+    report = inspect_run(tmp_path / "run")
+    assert report["format"] == "pickled_test" and report["episodes"] == len(sim.completed)
+    assert inspect_run(tmp_path / "run", quick=True)["checked"] == "episode list"
+
+
+def test_convert_from_packed_to_the_format_and_on_to_npz_keeps_every_bit(tmp_path):
+    """packed -> pickled_test -> npz: each run's episodes equal the previous run's, dtypes included."""
+    run, sim, batches = simulate(seed=5)
+    record(tmp_path / "packed", run, batches, recorder=PackedRecorder)
+    convert_run(tmp_path / "packed", tmp_path / "list", to="pickled_test")
+    convert_run(tmp_path / "list", tmp_path / "npz", to="npz")
+    packed, listed, npz = (members(tmp_path / name) for name in ("packed", "list", "npz"))
+    assert_same(packed, sim.completed)
+    assert_same(packed, listed)
+    assert_same(listed, npz)
+    assert inspect_run(tmp_path / "list")["format"] == "pickled_test"
+
+
+def test_repair_closes_a_run_of_the_format_and_keeps_its_episodes(tmp_path):
+    """A run left at status recording with a stray .tmp is closed, the .tmp removed, every episode kept."""
+    directory = tmp_path / "run"
+    sim = record_list(directory)
+    manifest = read_manifest(directory)
+    write_json_atomic(directory / RUN_MANIFEST, {**manifest, "status": "recording", "completed_episodes": 0})
+    (directory / "x.tmp").write_bytes(b"torn")
+    report = repair_run(directory)
+    assert report["status_before"] == "recording" and report["removed"] == ["x.tmp"]
+    assert report["episodes"] == len(sim.completed) and not (directory / "x.tmp").exists()
+    repaired = read_manifest(directory)
+    assert repaired["status"] == "closed" and repaired["completed_episodes"] == len(sim.completed)
+    assert "episode list" in repaired["repaired"]["note"]
+    assert_same(members(directory), sim.completed)
+
+
+def test_the_command_line_offers_a_registered_format(tmp_path, capsys):
+    """A parser built after registration takes --to pickled_test, and convert writes such a run."""
+    args = build_parser().parse_args(["convert", "a", "b", "--to", "pickled_test"])
+    assert args.to == "pickled_test"
+    run, sim, batches = simulate(seed=9)
+    record(tmp_path / "npz", run, batches)
+    assert main(["convert", str(tmp_path / "npz"), str(tmp_path / "list"), "--to", "pickled_test"]) == 0
+    assert f"wrote {len(sim.completed)} episodes" in capsys.readouterr().out
+    assert_same(members(tmp_path / "list"), members(tmp_path / "npz"))
