@@ -125,6 +125,23 @@ def test_bad_dataset_manifest_is_an_error_naming_it(dataset, tmp_path):
         read_episodes(root)
 
 
+@pytest.mark.parametrize("verbose", [True, False])
+def test_a_worker_lets_warp_print_only_when_the_driver_is_verbose(verbose):
+    """A worker built from a spec with verbose=True prints Warp's module loads; with False it stays quiet."""
+    code = f"""
+from forge_gpu._src.distributed import WorkerSpec, _Worker
+worker = _Worker(WorkerSpec(worker=0, task="cartpole", directory="unused", num_envs=2, seed=0, device="cpu",
+                            verbose={verbose}))
+worker.prepare()
+assert worker._error is None, worker._error
+worker._env.reset()
+"""
+    env = {k: v for k, v in os.environ.items() if k != "FORGE_GPU_VERBOSE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert ("load on device 'cpu'" in done.stdout + done.stderr) == verbose
+
+
 def test_failing_worker_is_reported_and_the_others_close(tmp_path, monkeypatch, capsys):
     """One worker's policy raises mid-run: it is reported with its error, the other closes its run, exit 1."""
     tests = os.path.dirname(os.path.abspath(__file__))

@@ -38,6 +38,7 @@ from pathlib import Path
 from .manifest import RUN_MANIFEST, load_json, write_json_atomic
 from .options import RecordingOptions, check_int, recording_options
 from .reader import DATASET_KIND, DATASET_MANIFEST, DATASET_SCHEMA_VERSION
+from .warp_output import is_verbose
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
 
@@ -72,6 +73,8 @@ class WorkerSpec:
     steps: int | None = None
     slots: int = 4
     recording: RecordingOptions = field(default_factory=RecordingOptions)
+    verbose: bool = False
+    """Let Warp print (module loads, kernel compilation), as the driver's ``--verbose``/FORGE_GPU_VERBOSE asks."""
 
 
 class _Worker:
@@ -89,8 +92,12 @@ class _Worker:
     def prepare(self) -> None:
         import warp as wp
 
-        wp.config.quiet = True
-        wp.config.log_level = wp.LOG_WARNING
+        from forge_gpu._src.warp_output import set_verbose
+
+        set_verbose(self.spec.verbose)
+        if not self.spec.verbose:
+            wp.config.quiet = True
+            wp.config.log_level = wp.LOG_WARNING
         import forge_gpu
         from forge_gpu._src.policies import load_policy
 
@@ -340,6 +347,7 @@ def collect_distributed(
                 steps=steps,
                 slots=slots,
                 recording=options,
+                verbose=is_verbose(),
             )
             for k in range(workers)
         ]
