@@ -2,7 +2,7 @@
 
 python bench/packed.py                   # CPU sizes, about 10 minutes on 2 cores
 python bench/packed.py --smoke           # seconds-long check that every figure is produced
-python bench/packed.py --only reader     # one section: ingest, pipeline, rss, reader
+python bench/packed.py --only reader     # one section: ingest, pipeline, rss, reader, windows_mmap
 
   ingest_SHAPE      PackedRecorder fed pre-made host batches (cartpole layout: proprio 4, action 1, 4096 envs,
                     compression none; no stepping), rows (env rows appended) per second over appends + close.
@@ -26,6 +26,11 @@ python bench/packed.py --only reader     # one section: ingest, pipeline, rss, r
                     batches of 256 from a global permutation); Windows' load time is given apart. Each rate is
                     the median of 3 repeats, after os.sync(), from the page cache.
                     cartpole: 1024 episodes of 200 steps; reach: 256 episodes of ~50 steps, 64x64 RGB-D.
+  windows_mmap      Windows(run, 2, 8) over one packed reach-layout run (64x64 RGB-D, 128 envs, 100 steps,
+                    ~370 MB of frames), loaded (the default) against mmap=True, each in a fresh process: the
+                    anonymous memory it holds after construction (RssAnon, over the process's before), the load
+                    time, and shuffled batches of 256 per second (median of 3, page cache warm: the run was
+                    just written). Ratios: mmap over loaded.
 """
 
 from __future__ import annotations
@@ -59,12 +64,14 @@ FULL = {
     "pipeline": {"num_envs": 1024, "steps": 300, "pairs": 3},
     "rss": {"num_envs": 256, "image_size": 128, "steps": 24},
     "reader": {"cartpole": (1024, 200, 0.0, None), "reach": (256, 50, 0.02, 64)},
+    "windows_mmap": {"num_envs": 128, "steps": 100, "image_size": 64},
 }
 SMOKE = {
     "ingest": {"num_envs": 64, "short_steps": 40, "long_steps": 22},
     "pipeline": {"num_envs": 16, "steps": 20, "pairs": 1},
     "rss": {"num_envs": 4, "image_size": 32, "steps": 3},
     "reader": {"cartpole": (32, 20, 0.0, None), "reach": (8, 10, 0.05, 16)},
+    "windows_mmap": {"num_envs": 8, "steps": 12, "image_size": 16},
 }
 
 
@@ -277,6 +284,54 @@ def reader(sizes: dict, parent: str) -> list[dict]:
     return rows
 
 
+_WINDOWS_PROBE = """
+import sys, time
+import pyarrow  # loaded before the first reading, so that it is not counted
+import numpy as np
+from forge_gpu._src.windows import Windows
+
+def anon():
+    return int([line.split()[1] for line in open("/proc/self/status") if line.startswith("RssAnon")][0]) * 1024
+
+before = anon()
+start = time.perf_counter()
+windows = Windows(sys.argv[1], 2, 8, mmap=sys.argv[2] == "mmap")
+load = time.perf_counter() - start
+held = anon() - before
+order = np.random.default_rng(0).permutation(len(windows))
+rates = []
+for _ in range(3):
+    start = time.perf_counter()
+    for at in range(0, len(order), 256):
+        windows.batch(order[at : at + 256])
+    rates.append(len(order) / (time.perf_counter() - start))
+print(load, held, float(np.median(rates)), len(windows))
+"""
+
+
+def windows_mmap(sizes: dict, parent: str) -> list[dict]:
+    steps = sizes["steps"]
+    env, batches = make_batches(sizes["num_envs"], steps, max_steps=steps, end_prob=0.02, image=sizes["image_size"])
+    figure = {"figure": "windows_mmap"}
+    with figure_directory(parent) as where:
+        run = new_directory(where, "packed")
+        record(PackedRecorder(run, env, max_buffer_bytes=1 << 30), batches)
+        del batches
+        figure["run_mb"] = sum(f.stat().st_size for f in Path(run).iterdir()) / 1e6
+        for mode in ("loaded", "mmap"):
+            done = subprocess.run(
+                [sys.executable, "-c", _WINDOWS_PROBE, run, mode], capture_output=True, text=True, check=True
+            )
+            load, held, rate, count = done.stdout.split()
+            figure[f"{mode}_held_mb"] = max(int(held), 0) / 1e6
+            figure[f"{mode}_load_s"] = float(load)
+            figure[f"{mode}_batch_shuffled_per_s"] = float(rate)
+        figure["windows"] = int(count)
+    figure["held_mmap_vs_loaded"] = figure["mmap_held_mb"] / max(figure["loaded_held_mb"], 1e-6)
+    figure["rate_mmap_vs_loaded"] = figure["mmap_batch_shuffled_per_s"] / figure["loaded_batch_shuffled_per_s"]
+    return [figure]
+
+
 def median_rate(count_items, repeats: int = 3) -> float:
     """Items per second of ``count_items()`` (which returns how many it handled), the median of ``repeats``."""
     rates = []
@@ -287,7 +342,7 @@ def median_rate(count_items, repeats: int = 3) -> float:
     return float(np.median(rates))
 
 
-SECTIONS = {"ingest": ingest, "pipeline": pipeline, "rss": rss, "reader": reader}
+SECTIONS = {"ingest": ingest, "pipeline": pipeline, "rss": rss, "reader": reader, "windows_mmap": windows_mmap}
 
 
 def main(argv=None) -> int:

@@ -124,6 +124,7 @@ def test_packed_smoke(out):
     rows = {r["figure"]: r for r in run_bench("packed", out)["rows"]}
     codecs = {f"ingest_{shape}_{codec}" for shape in ("short", "long") for codec in ("lz4", "zstd")}
     sections = {"ingest_short", "ingest_long", "files_per_100k", "pipeline_0", "rss", "reader_cartpole", "reader_reach"}
+    sections |= {"windows_mmap"}
     assert set(rows) == sections | codecs
     for name in codecs:
         check_figures(rows[name], {"rows_per_s": True, "vs_none": True, "size_vs_none": True})
@@ -136,6 +137,12 @@ def test_packed_smoke(out):
         figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]
         figures += ["packed_batch_in_order_per_s", "packed_batch_shuffled_per_s", "episodes_vs_npz", "windows_vs_npz"]
         check_figures(rows[name], dict.fromkeys(figures, True))
+    rates = [f"{mode}_{figure}" for mode in ("loaded", "mmap") for figure in ("load_s", "batch_shuffled_per_s")]
+    held = ["loaded_held_mb", "mmap_held_mb", "held_mmap_vs_loaded"]
+    check_figures(
+        rows["windows_mmap"],
+        dict.fromkeys(rates + ["rate_mmap_vs_loaded", "windows"], True) | dict.fromkeys(held, False),
+    )
 
 
 def test_export_smoke(out):

@@ -101,6 +101,11 @@ def test_windows_take_the_instruction_of_their_own_run(dataset, tmp_path):
 
     items = list(WindowDataset(root, history=2, horizon=3, observation_keys=["proprio"]))
     assert len(items) == len(windows) and items[-1]["instruction"] == "balance it, worker one"
+    mapped = list(WindowDataset(root, history=2, horizon=3, observation_keys=["proprio"], mmap=True))
+    assert len(mapped) == len(items)
+    for mine, theirs in zip(mapped, items, strict=True):  # the runs' rows follow one another in the mapped table
+        assert mine["instruction"] == theirs["instruction"] and int(mine["t"]) == int(theirs["t"])
+        assert all(np.array_equal(mine[k], theirs[k]) for k in ("obs/proprio", "action", "env_id", "episode_id"))
 
 
 def test_inspect_summarises_the_dataset_per_run_and_in_total(dataset, capsys):

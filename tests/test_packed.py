@@ -319,6 +319,38 @@ def test_padded_windows_repeat_the_edges_and_flag_them(recorded):
             i += 1
 
 
+@pytest.mark.parametrize("history, horizon, pad", [(1, 1, False), (2, 3, False), (3, 4, True)])
+def test_mapped_windows_equal_the_loaded_ones(recorded, history, horizon, pad):
+    """mmap=True serves the same windows as the loaded table, from read-only views of the segment files."""
+    directory, _ = recorded
+    loaded = Windows(directory, history, horizon, pad=pad)
+    mapped = Windows(directory, history, horizon, pad=pad, mmap=True)
+    assert len(mapped) == len(loaded) > 0 and len(mapped._obs) > 1  # several blocks, across segments
+    order = np.random.default_rng(0).permutation(len(loaded))
+    mine, theirs = mapped.batch(order), loaded.batch(order)
+    assert mine.keys() == theirs.keys()
+    for key, value in theirs.items():
+        assert key == "instruction" or (mine[key].dtype == value.dtype and np.array_equal(mine[key], value)), key
+    assert mine["instruction"] == theirs["instruction"]
+    for _, columns in mapped._obs:  # no block was copied into memory
+        assert all(not c.flags.owndata and not c.flags.writeable for c in columns.values())
+
+
+def test_mapped_windows_refuse_compressed_and_npz_runs(tmp_path):
+    """mmap=True needs uncompressed packed runs: an lz4 run and an npz run are refused, naming the fix."""
+    env = make_env(num_envs=3, max_steps=5)
+    batches = make_batches(SyntheticSim(env, seed=4), 20)
+    record_packed(tmp_path / "lz4", env, batches, compression="lz4")
+    record(tmp_path / "npz", env, batches)
+    with pytest.raises(ValueError, match="lz4-compressed and cannot be memory-mapped.*convert"):
+        Windows(tmp_path / "lz4", 2, 2, mmap=True)
+    with pytest.raises(ValueError, match="mmap=True reads packed runs.*--to packed"):
+        Windows(tmp_path / "npz", 2, 2, mmap=True)
+    with pytest.raises(ValueError, match="mmap must be True or False"):
+        Windows(tmp_path / "lz4", 2, 2, mmap="yes")
+    assert len(Windows(tmp_path / "lz4", 2, 2)) == len(Windows(tmp_path / "npz", 2, 2)) > 0
+
+
 def test_window_datasets_shuffle_globally_and_load_batches(recorded):
     """WindowMapDataset serves batches by index lists; WindowDataset's shuffle mixes episodes."""
     import torch
@@ -331,6 +363,9 @@ def test_window_datasets_shuffle_globally_and_load_batches(recorded):
     assert sum(len(b["t"]) for b in batches) == len(mapped)
     assert batches[0]["obs/proprio"].shape == (16, 2, 3) and len(batches[0]["instruction"]) == 16
     assert mapped[0]["action"].shape == (2, 2)
+    mmapped = forge_gpu.WindowMapDataset(directory, history=2, horizon=2, mmap=True)
+    indices = [int(i) for i in sampler.sampler][:16]
+    assert all(torch.equal(mmapped[indices][k], mapped[indices][k]) for k in ("obs/rgb", "action", "t"))
     shuffled = list(forge_gpu.WindowDataset(directory, history=2, horizon=2, shuffle=True, seed=1))
     first = {(int(w["env_id"]), int(w["episode_id"])) for w in shuffled[:10]}
     assert len(shuffled) == len(mapped) and len(first) >= 5  # in order, 10 windows span ~3 episodes

@@ -487,23 +487,27 @@ def check_gathered(
     fail(~first & ((terminated | truncated) != last), "terminated|truncated must be true at the last transition only")
 
 
-def _take(pieces: list[tuple[int, dict]], rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Every column at the run rows ``rows``, from consecutive blocks ``(first row, columns)``, without
-    joining the blocks (one copy: straight into the result)."""
+def take_rows(
+    pieces: list[tuple[int, dict]], rows: np.ndarray, starts: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Every column at the run rows ``rows`` (1-d, each held by one of the blocks), from the consecutive blocks
+    ``pieces`` (``(first row, columns)``, ascending; ``starts``: their first rows as an array, if at hand),
+    without joining the blocks: one copy, straight into the result, visiting only the blocks that hold rows."""
     if len(pieces) == 1:
         start, columns = pieces[0]
         return {name: values[rows - start] for name, values in columns.items()}
-    starts = np.array([start for start, _ in pieces])
+    if starts is None:
+        starts = np.array([start for start, _ in pieces])
     which = np.searchsorted(starts, rows, side="right") - 1
     order = np.argsort(which, kind="stable")
-    bounds = np.searchsorted(which[order], np.arange(len(pieces) + 1))
+    touched, lows = np.unique(which[order], return_index=True)
+    highs = np.append(lows[1:], rows.size)
     out = {name: np.empty((rows.size, *v.shape[1:]), v.dtype) for name, v in pieces[0][1].items()}
-    for b, (start, columns) in enumerate(pieces):
-        at = order[bounds[b] : bounds[b + 1]]
-        if at.size:
-            local = rows[at] - start
-            for name, values in columns.items():
-                out[name][at] = values[local]
+    for b, low, high in zip(touched.tolist(), lows.tolist(), highs.tolist(), strict=True):
+        at = order[low:high]
+        local = rows[at] - starts[b]
+        for name, values in pieces[b][1].items():
+            out[name][at] = values[local]
     return out
 
 
@@ -535,7 +539,7 @@ def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):
         rows, starts = episode_rows(group)
         if rows.min() < pieces[0][0]:
             raise ValueError(f"{run.directory}: an episode's first row precedes the rows the commit log allows")
-        gathered = _take(pieces, rows)
+        gathered = take_rows(pieces, rows)
         check_gathered(gathered, group, starts, name=run.directory)
         yield group, gathered, starts
         done = upto

@@ -229,6 +229,30 @@ class PackedRunReader:
         names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
         return fields, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
 
+    def mapped(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], list[tuple[int, dict]], dict]:
+        """For random access without loading the run: the observation fields, every committed block as
+        ``(first row, {"obs/<F>" and "action": [rows, ...] array})`` with the arrays read-only views of the
+        memory-mapped segments, and the entries (``env_id``, ``episode_id``, ``steps``, ``first_row``,
+        ``stride``) of episodes ``ks`` (ascending). The episodes are checked first, in one streaming pass as
+        :meth:`read` does. An uncompressed run only: compressed buffers cannot be mapped."""
+        from forge_gpu._src.packed import read_blocks  # noqa: PLC0415
+
+        compression = self.manifest.get("recorder", {}).get("compression", "none")
+        if compression != "none":
+            raise ValueError(
+                f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
+                f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
+            )
+        fields, groups = self.tables(ks, options)
+        for _ in groups:  # each group is checked as it is gathered, then let go
+            pass
+        names = [f"obs/{f}" for f in fields] + ["action"]
+        blocks = [
+            (commit["first_row"], columns) for commit, columns in read_blocks(self.directory, self.run.commits, names)
+        ]
+        episodes = {key: values[np.asarray(ks, dtype=np.int64)] for key, values in self.run.episodes.items()}
+        return fields, blocks, episodes
+
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
         fields, groups = self.tables(ks, options)
         for episodes, gathered, starts in groups:

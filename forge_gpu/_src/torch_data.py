@@ -26,9 +26,11 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     shuffle: bool = False,
     seed: int = 0,
     pad: bool = False,
+    mmap: bool = False,
 ) -> Any:
     """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
-    (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks).
+    (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks; ``mmap`` leaves
+    uncompressed packed runs in their memory-mapped files instead of loading each shard).
 
     Each item is a dict of torch tensors (``obs/<F>`` ``[history, ...]``, ``action`` ``[horizon, A]``,
     int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
@@ -39,8 +41,8 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     shuffle within the shard, not episode by episode); call ``set_epoch(epoch)`` before each epoch, as
     with a ``DistributedSampler``.
     """
-    _check(history, horizon, observation_keys, pad)
-    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad)
+    _check(history, horizon, observation_keys, pad, mmap)
+    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad, mmap)
 
 
 def WindowMapDataset(  # noqa: N802 - as WindowDataset
@@ -50,6 +52,7 @@ def WindowMapDataset(  # noqa: N802 - as WindowDataset
     horizon: int = 1,
     observation_keys: Sequence[str] | None = None,
     pad: bool = False,
+    mmap: bool = False,
 ) -> Any:
     """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`).
 
@@ -61,18 +64,20 @@ def WindowMapDataset(  # noqa: N802 - as WindowDataset
         loader = DataLoader(dataset, sampler=sampler, batch_size=None)
 
     Shuffling with a sampler is global over the whole run or dataset. The windows are loaded on first
-    access in each process (each DataLoader worker holds its own copy).
+    access in each process (each DataLoader worker holds its own copy); with ``mmap`` (uncompressed packed
+    runs) they stay in the files, whose pages the workers share.
     """
-    _check(history, horizon, observation_keys, pad)
-    return _map_dataset_class()(directory, history, horizon, observation_keys, pad)
+    _check(history, horizon, observation_keys, pad, mmap)
+    return _map_dataset_class()(directory, history, horizon, observation_keys, pad, mmap)
 
 
-def _check(history, horizon, observation_keys, pad) -> None:
+def _check(history, horizon, observation_keys, pad, mmap) -> None:
     """Check the arguments now, not in a worker."""
     check_window(history, horizon)
     EpisodeReadOptions(observation_keys=observation_keys)
-    if not isinstance(pad, bool):
-        raise ValueError(f"pad must be True or False, got {pad!r}")
+    for name, value in (("pad", pad), ("mmap", mmap)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def _rebuild(kind, *args):
@@ -91,10 +96,10 @@ def _window_dataset_class() -> type:
     import torch  # noqa: PLC0415 - torch is optional and heavy
 
     class _WindowDataset(torch.utils.data.IterableDataset):
-        def __init__(self, directory, history, horizon, observation_keys, shuffle, seed, pad, epoch=0):
+        def __init__(self, directory, history, horizon, observation_keys, shuffle, seed, pad, mmap=False, epoch=0):
             super().__init__()
             self.directory = os.fspath(directory)
-            self.history, self.horizon, self.pad = history, horizon, pad
+            self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
             self.observation_keys = None if observation_keys is None else list(observation_keys)
             self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
 
@@ -105,7 +110,7 @@ def _window_dataset_class() -> type:
         def __reduce__(self):
             # The class is made inside a function, so pickle (DataLoader workers under spawn) rebuilds it.
             args = (self.directory, self.history, self.horizon, self.observation_keys, self.shuffle, self.seed)
-            return _rebuild, ("iterable", *args, self.pad, self.epoch)
+            return _rebuild, ("iterable", *args, self.pad, self.mmap, self.epoch)
 
         def __iter__(self):
             worker = torch.utils.data.get_worker_info()
@@ -120,6 +125,7 @@ def _window_dataset_class() -> type:
                 self.horizon,
                 observation_keys=self.observation_keys,
                 pad=self.pad,
+                mmap=self.mmap,
                 shard_index=shard,
                 num_shards=world_size * num_workers,
             )
@@ -140,10 +146,10 @@ def _map_dataset_class() -> type:
     import torch  # noqa: PLC0415 - torch is optional and heavy
 
     class _WindowMapDataset(torch.utils.data.Dataset):
-        def __init__(self, directory, history, horizon, observation_keys, pad):
+        def __init__(self, directory, history, horizon, observation_keys, pad, mmap=False):
             super().__init__()
             self.directory = os.fspath(directory)
-            self.history, self.horizon, self.pad = history, horizon, pad
+            self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
             self.observation_keys = None if observation_keys is None else list(observation_keys)
             self._windows = None
 
@@ -156,11 +162,12 @@ def _map_dataset_class() -> type:
                     self.horizon,
                     observation_keys=self.observation_keys,
                     pad=self.pad,
+                    mmap=self.mmap,
                 )
             return self._windows
 
         def __reduce__(self):
-            args = (self.directory, self.history, self.horizon, self.observation_keys, self.pad)
+            args = (self.directory, self.history, self.horizon, self.observation_keys, self.pad, self.mmap)
             return _rebuild, ("map", *args)
 
         def __len__(self) -> int:

@@ -1,9 +1,11 @@
 """Training windows with random access: every window of a run or dataset by index, many at once.
 
-The selected episodes are read and checked once, into one frame table: each observation column with
-one row per frame, and the transition columns on the frame each transition leads to (a packed run's
-own layout, docs/FORMAT.md; schema-1 runs are laid out the same way in memory). A window is then a
-pair (episode, t), and a batch of windows is a few fancy-indexing operations per column.
+The selected episodes are read and checked once, into a frame table: each observation column with one
+row per frame, and the actions on the frame each transition leads to (a packed run's own layout,
+docs/FORMAT.md; schema-1 runs are laid out the same way in memory). A window is then a pair (episode, t),
+and a batch of windows is a few fancy-indexing operations per column. The table is held in memory, or,
+with ``mmap``, left in the packed runs' segments: every block a read-only view of its memory-mapped file,
+so the shard may be larger than memory.
 
 numpy and the standard library (pyarrow for packed runs).
 """
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.packed import TRANSITION_COLUMNS, stack_episodes
+from forge_gpu._src.packed import TRANSITION_COLUMNS, stack_episodes, take_rows
 from forge_gpu._src.reader import EpisodeReadOptions, check_window, episode_index
 
 
@@ -36,7 +38,10 @@ class Windows:
     ``t`` ``[B]`` int64, ``instruction`` (a list of B strings), and the pad masks with ``pad``.
 
     Memory: the selected observation fields and the actions of every episode of the shard are held in
-    memory (pick fields with ``observation_keys``).
+    memory (pick fields with ``observation_keys``). With ``mmap=True`` (uncompressed packed runs only) they
+    stay in the files: the operating system pages in what batches touch and can drop it again, so memory
+    holds the episode index and the blocks' views, whatever the shard's size; a batch then gathers from
+    each block its rows fall in (several per batch of a step-major run) and may wait on the disk.
     """
 
     def __init__(
@@ -49,13 +54,20 @@ class Windows:
         pad: bool = False,
         shard_index: int = 0,
         num_shards: int = 1,
+        mmap: bool = False,
     ):
         check_window(history, horizon)
-        if not isinstance(pad, bool):
-            raise ValueError(f"pad must be True or False, got {pad!r}")
+        for name, value in (("pad", pad), ("mmap", mmap)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         options = EpisodeReadOptions(observation_keys=observation_keys, shard_index=shard_index, num_shards=num_shards)
-        self.history, self.horizon, self.pad = history, horizon, pad
-        self.fields, self._columns, episodes, self.instructions = _frame_table(episode_index(directory), options)
+        self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+        index = episode_index(directory)[options.shard_index :: options.num_shards]
+        self.fields, blocks, episodes, self.instructions = (_mapped_table if mmap else _frame_table)(index, options)
+        # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
+        self._starts = np.array([start for start, _ in blocks], np.int64)
+        self._obs = [(start, {f"obs/{f}": c[f"obs/{f}"] for f in self.fields}) for start, c in blocks]
+        self._action = [(start, {"action": c["action"]}) for start, c in blocks]
         self._first_row, self._stride, self._steps = episodes["first_row"], episodes["stride"], episodes["steps"]
         self._env_id, self._episode_id, self._instruction = episodes["env_id"], episodes["episode_id"], episodes["run"]
         if pad:
@@ -97,8 +109,12 @@ class Windows:
         step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
         obs_rows = first + np.maximum(frame, 0) * stride
         action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
-        out: dict[str, Any] = {f"obs/{f}": self._columns[f"obs/{f}"][obs_rows] for f in self.fields}
-        out["action"] = self._columns["action"][action_rows]
+        out: dict[str, Any] = {
+            name: values.reshape(*obs_rows.shape, *values.shape[1:])
+            for name, values in take_rows(self._obs, obs_rows.ravel(), self._starts).items()
+        }
+        action = take_rows(self._action, action_rows.ravel(), self._starts)["action"]
+        out["action"] = action.reshape(*action_rows.shape, *action.shape[1:])
         if self.pad:
             out["obs_is_pad"] = frame < 0
             out["action_is_pad"] = step > last
@@ -109,9 +125,9 @@ class Windows:
         return out
 
 
-def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], dict, dict, list[str]]:
-    """The shard's episodes, checked, as one frame table: (fields, columns, episodes, instructions)."""
-    index = index[options.shard_index :: options.num_shards]
+def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], list, dict, list[str]]:
+    """The shard's episodes (``index``), checked, as one frame table in memory: (fields, [(0, columns)],
+    episodes, instructions)."""
     parts, episode_parts, instructions, fields, offset = [], [], [], None, 0
     for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
         ks = [k for _, k in group]
@@ -134,7 +150,7 @@ def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], d
         keys = ("env_id", "episode_id", "steps", "first_row", "stride", "run")
         return (
             list(options.observation_keys or []),
-            {"action": np.zeros((0, 1), np.float32)},
+            [(0, {"action": np.zeros((0, 1), np.float32)})],
             dict.fromkeys(keys, empty),
             [],
         )
@@ -145,7 +161,38 @@ def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], d
         except ValueError as exc:
             raise ValueError(f"the runs' {name} columns differ in shape or type: {exc}") from exc
     episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
-    return fields, columns, episodes, instructions
+    return fields, [(0, columns)], episodes, instructions
+
+
+def _mapped_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], list, dict, list[str]]:
+    """The shard's episodes (``index``), checked, with their frame table left in the packed runs' memory-mapped
+    segments: (fields, blocks, episodes, instructions); the runs' rows follow one another."""
+    blocks, episode_parts, instructions, fields, offset = [], [], [], None, 0
+    for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
+        if not hasattr(run, "mapped"):
+            raise ValueError(
+                f"{run.directory}: mmap=True reads packed runs; write a packed copy: "
+                f"forge-gpu convert {run.directory} OUT --to packed"
+            )
+        ks = [k for _, k in group]
+        run_fields, run_blocks, episodes = run.mapped(ks, options)
+        if fields is None:
+            fields = run_fields
+        elif run_fields != fields:
+            raise ValueError(f"{run.directory}: observation fields {run_fields} differ from the first run's {fields}")
+        if blocks and run_blocks:
+            layout = {n: (c.shape[1:], c.dtype) for n, c in run_blocks[0][1].items()}
+            first = {n: (c.shape[1:], c.dtype) for n, c in blocks[0][1].items()}
+            if layout != first:
+                raise ValueError(f"{run.directory}: its columns {layout} differ from the first run's {first}")
+        blocks += [(start + offset, columns) for start, columns in run_blocks]
+        episode_parts.append(dict(episodes, first_row=episodes["first_row"] + offset, run=np.full(len(ks), number)))
+        offset += run.run.rows
+        instructions.append(run.manifest["env_spec"]["instruction"])
+    if not episode_parts:
+        return _frame_table([], options)
+    episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
+    return fields, blocks, episodes, instructions
 
 
 def _joined(fields: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list[str], dict, dict]:
