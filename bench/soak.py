@@ -43,7 +43,8 @@ def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
     from forge_gpu._src.manifest import read_manifest
-    from forge_gpu._src.reader import EpisodeReadOptions, _load_episode, marked_episodes, open_run
+    from forge_gpu._src.npz_reader import load_episode, marked_episodes
+    from forge_gpu._src.reader import EpisodeReadOptions, open_run
 
     manifest = read_manifest(run)
     if manifest["schema_version"] == 2:
@@ -61,7 +62,7 @@ def count_invalid(run: Path) -> tuple[set, int]:
     bad = 0
     for path, marker in marked:
         try:
-            _load_episode(path, marker, spec, EpisodeReadOptions())
+            load_episode(path, marker, spec, EpisodeReadOptions())
         except ValueError:
             bad += 1
     return {(m["env_id"], m["episode_id"]) for _, m in marked}, bad

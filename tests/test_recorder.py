@@ -494,6 +494,7 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
 import forge_gpu._src.episode_format, forge_gpu._src.recorder, forge_gpu._src.reader, forge_gpu._src.torch_data
 import forge_gpu._src.packed, forge_gpu._src.packed_recorder, forge_gpu._src.windows, forge_gpu._src.convert
 import forge_gpu._src.repair, forge_gpu._src.inspect, forge_gpu._src.manifest, forge_gpu._src.formats
+import forge_gpu._src.npz_reader, forge_gpu._src.packed_reader
 import forge_gpu._src.stats, forge_gpu._src.export_lerobot, forge_gpu._src.export_robomimic
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

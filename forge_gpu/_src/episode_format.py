@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import zipfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -201,19 +200,6 @@ def validate_episode_values(arrays: Mapping[str, np.ndarray], marker: Mapping[st
                 raise ValueError(f"{name}: continuity broken: next/{field}[t] != obs/{field}[t+1] for some t")
 
 
-def read_npy_header(archive: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], np.dtype]:
-    """Shape and dtype of one ``.npy`` member of a zip, read from its header alone."""
-    with archive.open(member + ".npy") as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"member {member} uses unsupported .npy format version {version}")
-    return tuple(shape), dtype
-
-
 def per_env_nbytes(shape: Iterable[int], dtype: Any) -> int:
     """Bytes of one env's row of a field of per-env ``shape`` and ``dtype``."""
     return math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
@@ -227,32 +213,3 @@ def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:
 #: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
 #: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
 MAX_MEMBER_BYTES = 4 << 30
-
-
-def check_member_sizes(
-    archive: zipfile.ZipFile,
-    headers: Mapping[str, tuple[tuple[int, ...], np.dtype]],
-    *,
-    name: str,
-    max_member_bytes: int = MAX_MEMBER_BYTES,
-) -> None:
-    """Refuse members whose header claims more data than the member holds or than the limit allows.
-
-    Runs on the headers alone, before any array is allocated or decompressed. A deflate member can
-    never expand beyond its declared size: zipfile stops at the declared size and checks the CRC.
-    """
-    for member, (shape, dtype) in headers.items():
-        if any(int(s) < 0 for s in shape):
-            raise ValueError(f"{name}: member {member} has a negative dimension {tuple(shape)}")
-        claimed = math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
-        if claimed > max_member_bytes:
-            raise ValueError(
-                f"{name}: member {member} claims {claimed} bytes, over the per-member limit of {max_member_bytes}"
-            )
-        declared = archive.getinfo(member + ".npy").file_size
-        if claimed > declared:
-            raise ValueError(
-                f"{name}: member {member} claims {claimed} bytes but the archive holds only {declared} for it"
-            )
-        if declared > max_member_bytes + 65536:
-            raise ValueError(f"{name}: member {member} declares {declared} bytes, over the per-member limit")

@@ -94,7 +94,7 @@ class PackedFormat:
         return PackedRecorder(directory, run, compression=options.compression, statistics=options.statistics, **budget)
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
-        from .reader import PackedRunReader  # noqa: PLC0415
+        from .packed_reader import PackedRunReader  # noqa: PLC0415
 
         return PackedRunReader(run_dir, manifest)
 
@@ -137,7 +137,7 @@ class NpzFormat:
         )
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
-        from .reader import NpzRun  # noqa: PLC0415
+        from .npz_reader import NpzRun  # noqa: PLC0415
 
         return NpzRun(run_dir, manifest)
 

@@ -1,7 +1,8 @@
 """Read a run directory or a dataset of runs: the manifest, checked episodes, training windows.
 
-A run is schema 1 (FORMAT.md: one ``.npz`` per episode) or packed (schema 2, docs/FORMAT.md); both
-read back as the same :class:`Episode` objects. A dataset root is a directory holding ``dataset.json``
+A run is of any registered format (:mod:`formats`): schema 1 (FORMAT.md: one ``.npz`` per episode,
+read by :mod:`npz_reader`) or packed (schema 2, docs/FORMAT.md, read by :mod:`packed_reader`); all read
+back as the same :class:`Episode` objects. A dataset root is a directory holding ``dataset.json``
 (written by the distributed collector) and its run directories. Over a dataset, episodes are counted in
 the order of the runs in ``dataset.json``, then in each run's order (schema 1: file names; packed: the
 commit log); sharding applies to that whole sequence.
@@ -11,41 +12,18 @@ numpy and the standard library (pyarrow for packed runs).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
-import lzma
 import os
-import struct
-import tokenize
-import zipfile
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.episode_format import (
-    EPISODE_SUFFIX,
-    MARKER_SUFFIX,
-    MAX_MEMBER_BYTES,
-    REQUIRED_FIELDS,
-    TRANSITION_MEMBERS,
-    check_member_sizes,
-    episode_stem,
-    observation_fields,
-    parse_episode_stem,
-    read_npy_header,
-    validate_episode_schema,
-    validate_episode_values,
-    validate_marker,
-)
+from forge_gpu._src.episode_format import MAX_MEMBER_BYTES
 from forge_gpu._src.formats import RunReader, format_of
 from forge_gpu._src.manifest import RUN_MANIFEST, load_json, read_manifest
 from forge_gpu._src.options import check_int
-
-# Fields the value checks need even when a projection leaves them out.
-_CHECK_FIELDS = ("env_id", "episode_id", "step_id", "time")
 
 DATASET_MANIFEST = "dataset.json"
 DATASET_KIND = "forge_gpu.dataset"
@@ -182,140 +160,6 @@ def open_run(run_dir: str | os.PathLike) -> RunReader:
     return format_of(manifest).open(run_dir, manifest)
 
 
-class NpzRun:
-    """A schema-1 run: its marked episodes in file-name order."""
-
-    def __init__(self, run_dir: str, manifest: dict):
-        self.directory, self.manifest = run_dir, manifest
-        self.marked = marked_episodes(run_dir)
-
-    def __len__(self) -> int:
-        return len(self.marked)
-
-    def ids(self, k: int) -> tuple[int, int, int]:
-        """``(env_id, episode_id, steps)`` of the ``k``-th episode."""
-        marker = self.marked[k][1]
-        return marker["env_id"], marker["episode_id"], marker["steps"]
-
-    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        for k in ks:
-            path, marker = self.marked[k]
-            yield _load_episode(path, marker, self.manifest["env_spec"], options)
-
-
-class PackedRunReader:
-    """A packed run: its committed episodes in commit-log order."""
-
-    def __init__(self, run_dir: str, manifest: dict):
-        from forge_gpu._src.packed import PackedRun  # noqa: PLC0415 - pyarrow only for packed runs
-
-        self.directory, self.manifest = run_dir, manifest
-        self.run = PackedRun(run_dir)
-
-    def __len__(self) -> int:
-        return len(self.run)
-
-    def ids(self, k: int) -> tuple[int, int, int]:
-        """``(env_id, episode_id, steps)`` of the ``k``-th episode."""
-        episodes = self.run.episodes
-        return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
-
-    def tables(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], Iterator]:
-        """The observation fields to read, and the selected episodes (``ks`` ascending) in checked groups:
-        ``(episodes, gathered, starts)`` of ``packed.read_episode_tables``."""
-        from forge_gpu._src.packed import CHECK_COLUMNS, read_episode_tables  # noqa: PLC0415
-
-        fields = self._fields(options)
-        names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
-        return fields, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
-
-    def mapped(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], list[tuple[int, dict]], dict]:
-        """For random access without loading the run: the observation fields, every committed block as
-        ``(first row, {"obs/<F>" and "action": [rows, ...] array})`` with the arrays read-only views of the
-        memory-mapped segments, and the entries (``env_id``, ``episode_id``, ``steps``, ``first_row``,
-        ``stride``) of episodes ``ks`` (ascending). The episodes are checked first, in one streaming pass as
-        :meth:`read` does. An uncompressed run only: compressed buffers cannot be mapped."""
-        from forge_gpu._src.packed import read_blocks  # noqa: PLC0415
-
-        compression = self.manifest.get("recorder", {}).get("compression", "none")
-        if compression != "none":
-            raise ValueError(
-                f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
-                f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
-            )
-        fields, groups = self.tables(ks, options)
-        for _ in groups:  # each group is checked as it is gathered, then let go
-            pass
-        names = [f"obs/{f}" for f in fields] + ["action"]
-        blocks = [
-            (commit["first_row"], columns) for commit, columns in read_blocks(self.directory, self.run.commits, names)
-        ]
-        episodes = {key: values[np.asarray(ks, dtype=np.int64)] for key, values in self.run.episodes.items()}
-        return fields, blocks, episodes
-
-    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        fields, groups = self.tables(ks, options)
-        for episodes, gathered, starts in groups:
-            for i in range(len(starts) - 1):
-                s, e = int(starts[i]), int(starts[i + 1])
-                env_id, episode_id = int(episodes["env_id"][i]), int(episodes["episode_id"][i])
-                yield Episode(
-                    env_id=env_id,
-                    episode_id=episode_id,
-                    steps=e - s - 1,
-                    obs={f: gathered[f"obs/{f}"][s : e - 1] for f in fields},
-                    next={f: gathered[f"obs/{f}"][s + 1 : e] for f in fields},
-                    action=gathered["action"][s + 1 : e],
-                    reward=gathered["reward"][s + 1 : e],
-                    terminated=gathered["terminated"][s + 1 : e],
-                    truncated=gathered["truncated"][s + 1 : e],
-                    path=os.path.join(self.directory, episode_stem(env_id, episode_id)),
-                )
-
-    def _fields(self, options: EpisodeReadOptions) -> list[str]:
-        """The observation fields to read, after checking the segments' columns against run.json."""
-        columns = self.run.columns()
-        spec = self.manifest["env_spec"]
-        described = spec.get("observation") if isinstance(spec.get("observation"), dict) else {}
-        present = sorted(c[4:] for c in columns if c.startswith("obs/")) if columns else sorted(described)
-        if columns:
-            _check_packed_columns(columns, spec, described, present, self.directory)
-        wanted = present if options.observation_keys is None else list(options.observation_keys)
-        unknown = [f for f in wanted if f not in present]
-        if unknown:
-            raise ValueError(f"{self.directory}: requested field(s) {unknown} are not in the run (it has {present})")
-        return wanted
-
-
-def _check_packed_columns(columns: dict, spec: dict, described: dict, present: list[str], name: str) -> None:
-    """Check a packed run's segment columns against the format and run.json's env_spec."""
-    from forge_gpu._src.packed import TRANSITION_COLUMNS  # noqa: PLC0415
-
-    unknown = [c for c in columns if not c.startswith("obs/") and c not in TRANSITION_COLUMNS]
-    missing = [c for c in (*(f"obs/{f}" for f in REQUIRED_FIELDS), *TRANSITION_COLUMNS) if c not in columns]
-    if unknown or missing:
-        raise ValueError(f"{name}: segment columns: unknown {unknown}, missing {missing}")
-    if described and sorted(described) != present:
-        raise ValueError(f"{name}: observation fields {present} differ from run.json's {sorted(described)}")
-    expected = {f"obs/{f}": (tuple(e.get("shape", ())), e.get("dtype")) for f, e in described.items()}
-    expected["action"] = ((int(spec["action_shape"][0]),), "float32")
-    for column, (shape, dtype) in columns.items():
-        if column in expected and (shape, str(dtype)) != (expected[column][0], expected[column][1] or str(dtype)):
-            raise ValueError(
-                f"{name}: column {column} is {dtype}{list(shape)} per row; run.json says "
-                f"{expected[column][1]}{list(expected[column][0])}"
-            )
-    for column, kinds in (("reward", "iuf"), ("terminated", "b"), ("truncated", "b")):
-        if columns[column][0] != () or columns[column][1].kind not in kinds:
-            raise ValueError(f"{name}: column {column} is {columns[column][1]}{list(columns[column][0])} per row")
-    for field in ("env_id", "episode_id", "step_id", "time"):
-        shape, dtype = columns[f"obs/{field}"]
-        if shape != () or dtype.kind not in ("f" if field == "time" else "iu"):
-            raise ValueError(f"{name}: column obs/{field} is {dtype}{list(shape)} per row")
-    if len(columns["obs/proprio"][0]) != 1:
-        raise ValueError(f"{name}: column obs/proprio must have a per-row shape [P]")
-
-
 def action_windows(
     directory: str | os.PathLike,
     history: int = 1,
@@ -356,109 +200,3 @@ def episode_windows(
                 window["episode_id"] = episode.episode_id
                 window["t"] = t
                 yield window
-
-
-def marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
-    """(episode path, marker) of every marked episode, in sorted file-name order; no archive is opened."""
-    npz, markers = set(), set()
-    for name in os.listdir(run_dir):
-        stem, suffix = os.path.splitext(name)
-        if parse_episode_stem(stem) is None:
-            continue
-        if suffix == EPISODE_SUFFIX:
-            npz.add(stem)
-        elif suffix == MARKER_SUFFIX:
-            markers.add(stem)
-    orphans = sorted(markers - npz)
-    if orphans:
-        path = os.path.join(run_dir, orphans[0] + MARKER_SUFFIX)
-        raise ValueError(f"{path}: completion marker without its episode file {orphans[0] + EPISODE_SUFFIX}")
-    marked = []
-    for stem in sorted(npz & markers):
-        env_id, episode_id = parse_episode_stem(stem)
-        marker_path = os.path.join(run_dir, stem + MARKER_SUFFIX)
-        marker = load_json(marker_path)
-        validate_marker(marker, name=marker_path, env_id=env_id, episode_id=episode_id)
-        marked.append((os.path.join(run_dir, stem + EPISODE_SUFFIX), marker))
-    return marked
-
-
-def _load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOptions) -> Episode:
-    fields = options.observation_keys
-    with _archive_errors(path):
-        archive = np.load(path, allow_pickle=False)
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path}: not an .npz archive")
-    with archive:
-        with _archive_errors(path):
-            headers = {member: read_npy_header(archive.zip, member) for member in archive.files}
-            check_member_sizes(archive.zip, headers, name=path, max_member_bytes=options.max_member_bytes)
-        validate_episode_schema(headers, marker, name=path)
-        _check_against_spec(headers, env_spec, path)
-        present = observation_fields(headers)
-        wanted = present if fields is None else fields
-        unknown = [f for f in wanted if f not in present]
-        if unknown:
-            raise ValueError(f"{path}: requested field(s) {unknown} are not in the episode (it has {present})")
-        loaded = sorted(set(wanted) | set(_CHECK_FIELDS))
-        members = [f"{prefix}/{f}" for prefix in ("obs", "next") for f in loaded] + list(TRANSITION_MEMBERS)
-        with _archive_errors(path):
-            arrays = {member: archive[member] for member in members}
-    validate_episode_values(arrays, marker, name=path)
-    return Episode(
-        env_id=marker["env_id"],
-        episode_id=marker["episode_id"],
-        steps=marker["steps"],
-        obs={f: arrays[f"obs/{f}"] for f in wanted},
-        next={f: arrays[f"next/{f}"] for f in wanted},
-        action=arrays["action"],
-        reward=arrays["reward"],
-        terminated=arrays["terminated"],
-        truncated=arrays["truncated"],
-        path=path,
-    )
-
-
-def _check_against_spec(headers: dict, env_spec: dict, path: str) -> None:
-    """Check observation fields and action width against run.json's env_spec, where it describes them."""
-    action_dim = headers["action"][0][1]
-    if [action_dim] != list(env_spec["action_shape"]):
-        raise ValueError(f"{path}: action has width {action_dim}; run.json says {env_spec['action_shape']}")
-    described = env_spec.get("observation")
-    if not isinstance(described, dict):
-        return
-    present = observation_fields(headers)
-    if sorted(described) != present:
-        raise ValueError(f"{path}: observation fields {present} differ from run.json's {sorted(described)}")
-    for field, entry in described.items():
-        shape, dtype = headers[f"obs/{field}"]
-        if list(shape[1:]) != list(entry.get("shape", shape[1:])) or str(dtype) != entry.get("dtype", str(dtype)):
-            raise ValueError(
-                f"{path}: obs/{field} is {dtype}{list(shape[1:])} per transition; run.json says "
-                f"{entry.get('dtype')}{entry.get('shape')}"
-            )
-
-
-@contextlib.contextmanager
-def _archive_errors(path: str) -> Iterator[None]:
-    """Turn the ways a damaged archive fails to read into a ValueError naming it.
-
-    zipfile raises RuntimeError for an encrypted member and its subclass NotImplementedError for an unknown
-    compression method or patched data; a bzip2 member fails with OSError, an lzma one with LZMAError or
-    struct.error; numpy's header parser with ValueError, or tokenize.TokenError where it retries a header
-    as Python 2 wrote them."""
-    try:
-        yield
-    except (
-        OSError,
-        EOFError,
-        KeyError,
-        ValueError,
-        RuntimeError,
-        zipfile.BadZipFile,
-        zlib.error,
-        lzma.LZMAError,
-        struct.error,
-        tokenize.TokenError,
-    ) as exc:
-        raise ValueError(f"{path}: cannot read episode archive: {type(exc).__name__}: {exc}") from exc
