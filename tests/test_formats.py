@@ -197,7 +197,8 @@ def record_list(directory):
 
 
 def test_register_format_refuses_an_incomplete_a_duplicate_or_a_clashing_format():
-    """Missing members, a taken name and an identity a built-in owns are refused; FORMATS is unchanged."""
+    """Missing members, a taken name, an identity a built-in owns and one without a schema_version are refused;
+    FORMATS is unchanged."""
     before = dict(formats.FORMATS)
 
     class Clashing(ListFormat):
@@ -210,6 +211,13 @@ def test_register_format_refuses_an_incomplete_a_duplicate_or_a_clashing_format(
         formats.register_format(ListFormat())
     with pytest.raises(ValueError, match="'clashing_test'.*clashes with format 'packed'"):
         formats.register_format(Clashing())
+
+    class Unversioned(ListFormat):
+        name = "unversioned_test"
+        identity = ["layout", "unversioned_test"]
+
+    with pytest.raises(ValueError, match="'unversioned_test': identity must hold an integer schema_version"):
+        formats.register_format(Unversioned())
     assert formats.FORMATS == before
 
 

@@ -166,7 +166,7 @@ def register_format(fmt: RunFormat) -> RunFormat:
         raise ValueError(f"a format named {fmt.name!r} is already registered")
     if not fmt.compressions or not all(isinstance(c, str) for c in fmt.compressions):
         raise ValueError(f"format {fmt.name!r}: compressions must be a non-empty tuple of names")
-    if not isinstance(fmt.identity.get("schema_version"), int):
+    if not isinstance(fmt.identity, Mapping) or not isinstance(fmt.identity.get("schema_version"), int):
         raise ValueError(f"format {fmt.name!r}: identity must hold an integer schema_version")
     for other in FORMATS.values():
         if other.owns(fmt.identity) or fmt.owns(other.identity):
