@@ -2,6 +2,11 @@
 
 python bench/gpu_check.py --out DIR            # on a GPU machine; sized for at most ~8 minutes on one H200
 python bench/gpu_check.py --smoke --out DIR    # tiny sizes on whatever device there is (CI: the CPU)
+python bench/gpu_check.py --only pipeline --out DIR   # some sections again (doctor, tests, bandwidth, ...)
+
+A section that raises becomes an ``error`` row (its exception and the last lines of its traceback) and the
+next section runs; the table and JSON under --out are rewritten after every section, so a run stopped by
+a time limit still leaves what it measured. Exit status 1 when a check failed or a section raised.
 
 Sections, in order (each row of the table is one figure; JSON and markdown under --out):
   doctor          ``forge-gpu doctor``'s checks (device, driver, toolkit, conditional nodes, memory pools,
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +48,14 @@ FULL = {
     "reach": {"num_envs": 1024, "steps": 200},
     "bandwidth_publishes": 50,
     "sync_steps": 2000,
+    "tests_timeout_s": 300,
 }
 SMOKE = {
     "cartpole": {"num_envs": 16, "steps": 10},
     "reach": {"num_envs": 4, "steps": 4},
     "bandwidth_publishes": 3,
     "sync_steps": 10,
+    "tests_timeout_s": 300,
 }
 
 
@@ -57,17 +65,39 @@ def doctor() -> list[dict]:
     return [{"section": "doctor", "figure": c.name, "value": c.found, "ok": c.ok} for c in run_checks()]
 
 
-def cuda_tests(device) -> list[dict]:
+def cuda_tests(device, timeout_s: float) -> list[dict]:
     if not device.is_cuda:
         return [{"section": "tests", "figure": "pytest -k cuda", "value": "skipped: no CUDA device", "ok": True}]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider"],
-        cwd=HERE.parent,
-        capture_output=True,
-        text=True,
-    )
-    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-500:]
-    return [{"section": "tests", "figure": "pytest -k cuda", "value": summary, "ok": done.returncode == 0}]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider"],
+            cwd=HERE.parent,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stdout or b"")[-500:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return [
+            {
+                "section": "tests",
+                "figure": "pytest -k cuda",
+                "value": f"timed out after {timeout_s:.0f} s: {tail}",
+                "ok": False,
+            }
+        ]
+    lines = done.stdout.strip().splitlines()
+    failures = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+    summary = lines[-1] if lines else done.stderr[-500:]
+    return [
+        {
+            "section": "tests",
+            "figure": "pytest -k cuda",
+            "value": "; ".join([summary, *failures[:10]]),
+            "ok": done.returncode == 0,
+        }
+    ]
 
 
 def bandwidth(device, publishes: int) -> list[dict]:
@@ -207,12 +237,48 @@ def syncs(device, steps: int) -> list[dict]:
     ]
 
 
+def sections(device, sizes: dict, record_dir: str, smoke: bool) -> dict:
+    """Section name -> a callable returning its rows, in the order they run."""
+    steps = {
+        "doctor": doctor,
+        "tests": lambda: cuda_tests(device, sizes["tests_timeout_s"]),
+        "bandwidth": lambda: bandwidth(device, sizes["bandwidth_publishes"]),
+        "pipeline_cartpole": lambda: pipeline("cartpole", sizes["cartpole"], device, record_dir),
+        "pipeline_reach": lambda: pipeline("reach", sizes["reach"], device, record_dir),
+        "syncs": lambda: syncs(device, sizes["sync_steps"]),
+    }
+    if smoke:  # the CPU tests are the suite's own business
+        del steps["tests"]
+    return steps
+
+
+def run_section(name: str, step) -> list[dict]:
+    """The rows of one section, or one failed row with its error when it raised."""
+    started = time.perf_counter()
+    try:
+        rows = step()
+    except Exception as exc:  # noqa: BLE001 - one section's failure must not cost the others
+        where = "".join(traceback.format_exception(exc)[-3:]).strip().replace("\n", " | ")
+        rows = [
+            {"section": name, "figure": "error", "value": f"{type(exc).__name__}: {exc} ({where[-600:]})", "ok": False}
+        ]
+    for row in rows:
+        row["seconds"] = round(time.perf_counter() - started, 1)
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI runs this on the CPU)")
     parser.add_argument("--device", default=None, help="Warp device (default: cuda:0 if present, else cpu)")
     parser.add_argument("--record-dir", default=tempfile.gettempdir(), help="where the recordings go (local disk)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="PREFIX",
+        help="run the sections whose names start with PREFIX (doctor, tests, bandwidth, pipeline, syncs); repeatable",
+    )
     args = parser.parse_args(argv)
     import warp as wp
 
@@ -220,23 +286,24 @@ def main(argv=None) -> int:
 
     wp.config.quiet = True
     device = wp.get_device(args.device or forge_gpu.default_device())
-    sizes = SMOKE if args.smoke else FULL
+    steps = sections(device, SMOKE if args.smoke else FULL, args.record_dir, args.smoke)
+    if args.only:
+        steps = {name: step for name, step in steps.items() if name.startswith(tuple(args.only))}
+        if not steps:
+            parser.error(f"--only {args.only}: no section starts with that")
     started = time.perf_counter()
-    rows = doctor() + cuda_tests(device) if not args.smoke else doctor()
-    rows += bandwidth(device, sizes["bandwidth_publishes"])
-    for task in ("cartpole", "reach"):
-        rows += pipeline(task, sizes[task], device, args.record_dir)
-    rows += syncs(device, sizes["sync_steps"])
-    markdown = f"GPU check on {device} ({'smoke' if args.smoke else 'full'}), {time.perf_counter() - started:.0f} s\n\n"
-    markdown += table(rows, ["section", "figure", "value", "ratio", "target", "ok"])
-    save(
-        "gpu_check",
-        {"machine": machine(), "device": str(device), "smoke": args.smoke, "rows": rows},
-        markdown,
-        args.out,
-    )
+    rows: list[dict] = []
+    for name, step in steps.items():
+        rows += run_section(name, step)
+        markdown = (
+            f"GPU check on {device} ({'smoke' if args.smoke else 'full'}), {time.perf_counter() - started:.0f} s\n\n"
+        )
+        markdown += table(rows, ["section", "figure", "value", "ratio", "target", "ok", "seconds"])
+        payload = {"machine": machine(), "device": str(device), "smoke": args.smoke, "rows": rows}
+        save("gpu_check", payload, markdown, args.out)
+        print(f"{name}: done in {rows[-1]['seconds']} s", flush=True)
     print(markdown)
-    return 0
+    return 0 if all(row.get("ok", True) for row in rows) else 1
 
 
 if __name__ == "__main__":

@@ -175,3 +175,20 @@ def test_gpu_check_smoke(out):
     for row in payload["rows"]:
         if "ratio" in row:
             assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+
+
+def test_gpu_check_keeps_going_after_a_failing_section(tmp_path):
+    """A section that raises becomes an error row; the next section still runs, its rows are saved, exit 1."""
+    spec = importlib.util.spec_from_file_location("bench_gpu_check_failing", BENCH / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def broken(device, publishes):
+        raise RuntimeError("copy engine on fire")
+
+    module.bandwidth = broken
+    assert module.main(["--smoke", "--only", "bandwidth", "--only", "syncs", "--out", str(tmp_path)]) == 1
+    rows = json.loads((tmp_path / "gpu_check.json").read_text())["rows"]
+    assert [r["section"] for r in rows] == ["bandwidth", "syncs"]
+    assert rows[0]["figure"] == "error" and "RuntimeError: copy engine on fire" in rows[0]["value"]
+    assert rows[0]["ok"] is False and "ok" not in rows[1] and rows[1]["ratio"] > 0
