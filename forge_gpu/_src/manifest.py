@@ -16,28 +16,9 @@ from typing import Any
 from .formats import format_of
 
 RUN_MANIFEST = "run.json"
-#: Keys run.json must hold (`incomplete_episodes` is complete only after close).
-MANIFEST_KEYS = (
-    "schema_version",
-    "run_id",
-    "config",
-    "env_spec",
-    "calibration",
-    "python",
-    "packages",
-    "dependency_sources",
-    "status",
-    "completed_episodes",
-    "transport",
-    "scene",
-    "scene_spec",
-    "task",
-    "seed",
-    "max_buffer_bytes",
-    "incomplete_episodes",
-)
 MANIFEST_STATUSES = ("recording", "closed", "failed")
 
+#: The keys run.json must hold and their JSON types (`incomplete_episodes` is complete only after close).
 _MANIFEST_TYPES = {
     "schema_version": int,
     "run_id": str,
@@ -57,7 +38,7 @@ _MANIFEST_TYPES = {
     "max_buffer_bytes": int,
     "incomplete_episodes": list,
 }
-assert tuple(_MANIFEST_TYPES) == MANIFEST_KEYS
+MANIFEST_KEYS = tuple(_MANIFEST_TYPES)
 
 
 def validate_manifest(manifest: Any, *, name: str) -> None:

@@ -187,7 +187,8 @@ def _mapped_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], 
                 raise ValueError(f"{run.directory}: its columns {layout} differ from the first run's {first}")
         blocks += [(start + offset, columns) for start, columns in run_blocks]
         episode_parts.append(dict(episodes, first_row=episodes["first_row"] + offset, run=np.full(len(ks), number)))
-        offset += run.run.rows
+        if run_blocks:  # the next run's rows follow this one's last block
+            offset = blocks[-1][0] + len(blocks[-1][1]["action"])
         instructions.append(run.manifest["env_spec"]["instruction"])
     if not episode_parts:
         return _frame_table([], options)
