@@ -41,11 +41,11 @@ from common import machine, save, table  # noqa: E402
 from packed import fs_type  # noqa: E402
 
 import forge_gpu  # noqa: E402
-from forge_gpu._src import collector  # noqa: E402
-from forge_gpu._src.convert import convert_run  # noqa: E402
-from forge_gpu._src.export_lerobot import export_lerobot  # noqa: E402
-from forge_gpu._src.export_robomimic import export_robomimic  # noqa: E402
-from forge_gpu._src.reader import read_episodes  # noqa: E402
+from forge_gpu._src.collect import collector  # noqa: E402
+from forge_gpu._src.data.export.lerobot import export_lerobot  # noqa: E402
+from forge_gpu._src.data.export.robomimic import export_robomimic  # noqa: E402
+from forge_gpu._src.data.runs import read_episodes  # noqa: E402
+from forge_gpu._src.data.tools.convert import convert_run  # noqa: E402
 
 FULL = {
     "rate": {"cartpole": (256, 400, None), "reach": (64, 160, 64), "processes": [1, 2]},

@@ -42,9 +42,9 @@ def rss_bytes() -> int:
 def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
-    from forge_gpu._src.manifest import read_manifest
-    from forge_gpu._src.npz_reader import load_episode, marked_episodes
-    from forge_gpu._src.reader import EpisodeReadOptions, open_run
+    from forge_gpu._src.core.manifest import read_manifest
+    from forge_gpu._src.data.runs import EpisodeReadOptions, open_run
+    from forge_gpu._src.formats.npz.reader import load_episode, marked_episodes
 
     manifest = read_manifest(run)
     if manifest["schema_version"] == 2:
@@ -135,7 +135,7 @@ def kill_trials(kills: int, seed: int, envs: int, format: str) -> dict:
 
 def published(run: Path) -> bool:
     """Whether a reader sees at least one episode in the live run."""
-    from forge_gpu._src.reader import open_run
+    from forge_gpu._src.data.runs import open_run
 
     try:
         return len(open_run(run)) > 0
@@ -147,9 +147,9 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
     import warp as wp
 
     import forge_gpu
-    import forge_gpu._src.recorder as recorder_module
-    from forge_gpu._src.collector import collect
-    from forge_gpu._src.packed import PackedWriter
+    import forge_gpu._src.formats.npz.recorder as recorder_module
+    from forge_gpu._src.collect.collector import collect
+    from forge_gpu._src.formats.packed.layout import PackedWriter
 
     wp.config.quiet = True
     env = forge_gpu.make("cartpole", num_envs=envs, device="cpu", max_steps=50)

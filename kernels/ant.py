@@ -4,7 +4,7 @@ Per-world layout (Newton's ``nv_ant.xml``): joint coordinates ``[torso x, y, z (
 qx, qy, qz, qw, then 8 hinge angles (rad)]`` (15), joint velocities ``[torso COM linear velocity (m/s),
 angular velocity (rad/s), both in the world frame, then 8 hinge rates (rad/s)]`` (14). The hinges are
 ``hip_1, ankle_1, hip_2, ankle_2, hip_3, ankle_3, hip_4, ankle_4``: one hip (about the torso's z)
-and one ankle per leg. Launched by ``forge_gpu._src.tasks.ant``.
+and one ankle per leg. Launched by ``forge_gpu._src.sim.tasks.ant``.
 """
 
 import warp as wp

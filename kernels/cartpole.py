@@ -2,7 +2,7 @@
 
 Per-world layout: joint coordinates ``[cart position (m), pole angle (rad)]``, joint velocities
 ``[cart velocity (m/s), pole angular velocity (rad/s)]``. Launched by
-``forge_gpu._src.tasks.cartpole``.
+``forge_gpu._src.sim.tasks.cartpole``.
 """
 
 import warp as wp

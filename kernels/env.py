@@ -1,6 +1,6 @@
 """Task-independent kernels of the step: action checks and clipping, counters, flags.
 
-Launched by ``forge_gpu._src.env.VectorEnv``. World index first: ``worldid = wp.tid()``.
+Launched by ``forge_gpu._src.sim.env.VectorEnv``. World index first: ``worldid = wp.tid()``.
 """
 
 import warp as wp

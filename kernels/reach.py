@@ -3,7 +3,7 @@
 Per-world layout: joint coordinates ``[yaw, shoulder, elbow, wrist]`` [rad] (yaw about +z, the three
 pitch joints about the link's +y, each link extending along its local +z), joint velocities in the
 same order [rad/s]. ``proprio`` is ``[q (4), qd (4), end effector position (3), target position (3)]``
-with positions in the world frame [m]. Launched by ``forge_gpu._src.tasks.reach``.
+with positions in the world frame [m]. Launched by ``forge_gpu._src.sim.tasks.reach``.
 """
 
 import warp as wp

@@ -1,4 +1,4 @@
-"""A tiny kernel for ``forge-gpu doctor``'s capture-and-replay check (launched by ``forge_gpu._src.doctor``)."""
+"""A tiny kernel for ``forge-gpu doctor``'s capture-and-replay check (launched by ``forge_gpu._src.sim.doctor``)."""
 
 import warp as wp
 

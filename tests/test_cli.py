@@ -230,7 +230,7 @@ def test_doctor_checks_this_machine(capsys):
 
 def test_doctor_exits_1_and_says_what_to_do_when_a_check_fails(capsys, monkeypatch):
     """A failing check (here: a GPU present that Warp cannot use) is marked BAD with a fix, and the exit is 1."""
-    import forge_gpu._src.env as env_module
+    import forge_gpu._src.sim.env as env_module
 
     monkeypatch.setattr(env_module, "gpu_present", lambda: True)
     code = main(["doctor"])
@@ -282,7 +282,7 @@ def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
     trains needs no simulator to read its runs."""
     from synthetic import SyntheticSim, make_batches, make_env, record
 
-    from forge_gpu._src.packed_recorder import PackedRecorder
+    from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
     env = make_env(num_envs=3, max_steps=6)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30), recorder=PackedRecorder)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.collector import collect
-from forge_gpu._src.manifest import read_manifest
-from forge_gpu._src.reader import read_episodes
+from forge_gpu._src.collect.collector import collect
+from forge_gpu._src.core.manifest import read_manifest
+from forge_gpu._src.data.runs import read_episodes
 
 
 def expected_episodes(task, num_envs, seed, calls, **overrides):
@@ -130,8 +130,8 @@ def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, form
     """A slow writer and a tight budget make stepping wait (stall), yet every ended episode is published."""
     import time
 
-    import forge_gpu._src.recorder as recorder_module
-    from forge_gpu._src.packed import PackedWriter
+    import forge_gpu._src.formats.npz.recorder as recorder_module
+    from forge_gpu._src.formats.packed.layout import PackedWriter
 
     owner, name = (PackedWriter, "write") if format == "packed" else (recorder_module, "write_episode_file")
     real = getattr(owner, name)

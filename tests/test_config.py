@@ -3,8 +3,8 @@
 import pytest
 
 import forge_gpu
-from forge_gpu._src.config import load_config
-from forge_gpu._src.tasks.cartpole import CartpoleParams
+from forge_gpu._src.sim.config import load_config
+from forge_gpu._src.sim.tasks.cartpole import CartpoleParams
 
 
 def _write(tmp_path, text):

@@ -15,9 +15,9 @@ pytest.importorskip("ray")
 
 from synthetic import published  # noqa: E402
 
-from forge_gpu._src.distributed import split_episodes, worker_seed  # noqa: E402
-from forge_gpu._src.manifest import read_manifest  # noqa: E402
-from forge_gpu._src.reader import EpisodeReadOptions, action_windows, read_episodes  # noqa: E402
+from forge_gpu._src.collect.distributed import split_episodes, worker_seed  # noqa: E402
+from forge_gpu._src.core.manifest import read_manifest  # noqa: E402
+from forge_gpu._src.data.runs import EpisodeReadOptions, action_windows, read_episodes  # noqa: E402
 from forge_gpu.cli import main  # noqa: E402
 
 SMALL = ["collect", "cartpole", "--envs", "2", "--set", "max_steps=20", "--device", "cpu"]
@@ -134,7 +134,7 @@ def test_bad_dataset_manifest_is_an_error_naming_it(dataset, tmp_path):
 def test_a_worker_lets_warp_print_only_when_the_driver_is_verbose(verbose):
     """A worker built from a spec with verbose=True prints Warp's module loads; with False it stays quiet."""
     code = f"""
-from forge_gpu._src.distributed import WorkerSpec, _Worker
+from forge_gpu._src.collect.distributed import WorkerSpec, _Worker
 worker = _Worker(WorkerSpec(worker=0, task="cartpole", directory="unused", num_envs=2, seed=0, device="cpu",
                             verbose={verbose}))
 worker.prepare()

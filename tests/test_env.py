@@ -234,8 +234,8 @@ def test_non_finite_actions_are_flagged_by_the_step_itself(graph):
 
 def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypatch):
     """With the CUDA staging (no check before the step), collect still fails on a NaN action, naming the rows."""
-    from forge_gpu._src.collector import collect
-    from forge_gpu._src.env import VectorEnv
+    from forge_gpu._src.collect.collector import collect
+    from forge_gpu._src.sim.env import VectorEnv
 
     def stage_without_waiting(self, action, *, check_values=False):
         if check_values:  # collect's up-front check of the policy still runs
@@ -258,7 +258,7 @@ def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypa
 
 def test_a_present_but_unusable_gpu_is_not_a_silent_cpu_fallback(monkeypatch):
     """default_device() says why it falls back to the CPU when a GPU exists that Warp cannot use."""
-    import forge_gpu._src.env as env_module
+    import forge_gpu._src.sim.env as env_module
 
     monkeypatch.setattr(env_module, "gpu_present", lambda: True)
     monkeypatch.setattr(wp, "get_cuda_device_count", lambda: 0)

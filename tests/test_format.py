@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from synthetic import make_episode
 
-from forge_gpu._src import npz_writer
-from forge_gpu._src.episode_format import (
+from forge_gpu._src.core.manifest import write_json_atomic
+from forge_gpu._src.formats.npz import writer as npz_writer
+from forge_gpu._src.formats.npz.layout import (
     encode_marker,
     episode_stem,
     make_marker,
@@ -17,8 +18,7 @@ from forge_gpu._src.episode_format import (
     validate_episode,
     validate_marker,
 )
-from forge_gpu._src.manifest import write_json_atomic
-from forge_gpu._src.npz_writer import write_episode_file
+from forge_gpu._src.formats.npz.writer import write_episode_file
 
 
 def test_episode_stem_follows_the_file_name_pattern():

@@ -4,10 +4,10 @@ import dataclasses
 
 import pytest
 
-from forge_gpu._src.collector import make_recorder
-from forge_gpu._src.options import OptionError, RecordingOptions, recording_options
-from forge_gpu._src.packed_recorder import PackedRecorder
-from forge_gpu._src.recorder import EpisodeRecorder
+from forge_gpu._src.collect.collector import make_recorder
+from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
+from forge_gpu._src.formats.options import OptionError, RecordingOptions, recording_options
+from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from synthetic import SyntheticSim, make_batches, make_env, record
 
 import forge_gpu
-from forge_gpu._src.convert import convert_run
-from forge_gpu._src.packed import COMMIT_LOG, PackedWriter
-from forge_gpu._src.packed_recorder import PackedRecorder
-from forge_gpu._src.repair import repair_run
-from forge_gpu._src.windows import Windows
+from forge_gpu._src.data.tools.convert import convert_run
+from forge_gpu._src.data.tools.repair import repair_run
+from forge_gpu._src.data.windows import Windows
+from forge_gpu._src.formats.packed.layout import COMMIT_LOG, PackedWriter
+from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
 MEMBERS = ("action", "reward", "terminated", "truncated")
 

@@ -7,9 +7,9 @@ import pytest
 from envtools import DEVICES, rollout
 
 import forge_gpu
-from forge_gpu._src.collector import collect
-from forge_gpu._src.manifest import read_manifest
-from forge_gpu._src.reader import read_episodes
+from forge_gpu._src.collect.collector import collect
+from forge_gpu._src.core.manifest import read_manifest
+from forge_gpu._src.data.runs import read_episodes
 
 SMALL = {"params.image_size": 32}
 

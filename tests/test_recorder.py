@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from synthetic import SyntheticSim, load_run, make_batches, make_env, record, slot_bytes
 
-import forge_gpu._src.recorder as recorder_module
-from forge_gpu._src.episode_format import episode_stem, validate_episode
-from forge_gpu._src.manifest import MANIFEST_KEYS
-from forge_gpu._src.recorder import EpisodeRecorder
+import forge_gpu._src.formats.npz.recorder as recorder_module
+from forge_gpu._src.core.manifest import MANIFEST_KEYS
+from forge_gpu._src.formats.npz.layout import episode_stem, validate_episode
+from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
 
 JOIN_TIMEOUT = 10.0  # seconds; only bounds a hang, never asserted as a duration
 
@@ -491,11 +491,23 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
     module = types.ModuleType(name)
     module.__path__ = [{root!r} + '/' + sub]
     sys.modules[name] = module
-import forge_gpu._src.episode_format, forge_gpu._src.recorder, forge_gpu._src.reader, forge_gpu._src.torch_data
-import forge_gpu._src.packed, forge_gpu._src.packed_recorder, forge_gpu._src.windows, forge_gpu._src.convert
-import forge_gpu._src.repair, forge_gpu._src.inspect, forge_gpu._src.manifest, forge_gpu._src.formats
-import forge_gpu._src.npz_reader, forge_gpu._src.packed_reader
-import forge_gpu._src.stats, forge_gpu._src.export_lerobot, forge_gpu._src.export_robomimic
+import forge_gpu._src.formats.npz.layout
+import forge_gpu._src.formats.npz.recorder
+import forge_gpu._src.data.runs
+import forge_gpu._src.data.torch_data
+import forge_gpu._src.formats.packed.layout
+import forge_gpu._src.formats.packed.recorder
+import forge_gpu._src.data.windows
+import forge_gpu._src.data.tools.convert
+import forge_gpu._src.data.tools.repair
+import forge_gpu._src.data.tools.inspection
+import forge_gpu._src.core.manifest
+import forge_gpu._src.formats.registry
+import forge_gpu._src.formats.npz.reader
+import forge_gpu._src.formats.packed.reader
+import forge_gpu._src.recording.stats
+import forge_gpu._src.data.export.lerobot
+import forge_gpu._src.data.export.robomimic
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

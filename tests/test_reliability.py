@@ -133,8 +133,8 @@ def run_main_with_timeout(args, timeout=180):
 
 def inject_enospc(monkeypatch, format):
     """Make the recorder's writes fail with ENOSPC after a few (where no tmpfs can be mounted)."""
-    import forge_gpu._src.packed_recorder as packed_module
-    import forge_gpu._src.recorder as recorder_module
+    import forge_gpu._src.formats.npz.recorder as recorder_module
+    import forge_gpu._src.formats.packed.recorder as packed_module
 
     owner, name = (recorder_module, "write_episode_file") if format == "npz" else (packed_module.PackedWriter, "write")
     real, calls = getattr(owner, name), []
@@ -191,7 +191,7 @@ def test_full_disk_fails_fast_with_nothing_torn(tmp_path, capsys, monkeypatch, f
 def test_manifest_that_cannot_be_written_says_to_repair(tmp_path, capsys, monkeypatch):
     """When even the final run.json cannot be written, collect exits 1 saying so and naming the repair
     command, which then closes the run."""
-    import forge_gpu._src.tracker as tracker
+    import forge_gpu._src.recording.tracker as tracker
 
     inject_enospc(monkeypatch, "packed")
     real, calls = tracker.write_json_atomic, []
@@ -227,7 +227,7 @@ def fill(directory: Path) -> Path:
 def test_repair_on_a_full_disk(tmp_path, capsys, monkeypatch, reserve):
     """repair on a full disk: with the room a killed recorder kept for run.json (removed as a temporary) it
     closes the run; without it, one line and exit 1, then it succeeds once space is freed."""
-    from forge_gpu._src.tracker import MANIFEST_RESERVE
+    from forge_gpu._src.recording.tracker import MANIFEST_RESERVE
 
     env = make_env(num_envs=2, max_steps=5)
     killed = tmp_path / "killed"
@@ -240,7 +240,7 @@ def test_repair_on_a_full_disk(tmp_path, capsys, monkeypatch, reserve):
         if mount is None:
             if reserve:
                 pytest.skip("a full disk needs a tmpfs")
-            import forge_gpu._src.repair as repair_module
+            import forge_gpu._src.data.tools.repair as repair_module
 
             monkeypatch.setattr(repair_module, "write_json_atomic", inject_full_disk)
             run, filler = killed, None
@@ -270,8 +270,8 @@ def inject_full_disk(*args, **kwargs):
 def test_a_recorder_that_cannot_keep_room_for_its_manifest_leaves_nothing(tmp_path, monkeypatch):
     """A disk too full for the room kept for run.json: the recorder raises OSError naming the directory and
     leaves no directory behind."""
-    import forge_gpu._src.tracker as tracker
-    from forge_gpu._src.packed_recorder import PackedRecorder
+    import forge_gpu._src.recording.tracker as tracker
+    from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
     monkeypatch.setattr(tracker, "_preallocate", inject_full_disk)
     with pytest.raises(OSError, match="cannot start a run in .*run: No space left"):

@@ -5,11 +5,11 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, make_env, record
 
 import forge_gpu
-from forge_gpu._src.manifest import read_manifest
-from forge_gpu._src.packed_recorder import PackedRecorder
-from forge_gpu._src.reader import read_episodes
-from forge_gpu._src.recorder import EpisodeRecorder
-from forge_gpu._src.tracker import Recorder, RunDescription
+from forge_gpu._src.core.manifest import read_manifest
+from forge_gpu._src.data.runs import read_episodes
+from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
+from forge_gpu._src.formats.packed.recorder import PackedRecorder
+from forge_gpu._src.recording.tracker import Recorder, RunDescription
 
 
 @pytest.mark.parametrize("recorder", [PackedRecorder, EpisodeRecorder])
@@ -36,7 +36,7 @@ def test_a_bad_description_is_refused_naming_the_value():
 
 def test_collect_takes_a_transport_factory(tmp_path):
     """collect(transport=factory) moves the steps through the given Transport; its name is run.json's transport."""
-    from forge_gpu._src.transport import HostSnapshotTransport, Transport
+    from forge_gpu._src.collect.transport import HostSnapshotTransport, Transport
 
     made = []
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from synthetic import SyntheticSim, make_batches, make_env, record
 
-from forge_gpu._src.inspect import format_report, inspect_run
-from forge_gpu._src.packed_recorder import PackedRecorder
-from forge_gpu._src.reader import read_episodes
-from forge_gpu._src.recorder import EpisodeRecorder
-from forge_gpu._src.stats import (
+from forge_gpu._src.data.runs import read_episodes
+from forge_gpu._src.data.tools.inspection import format_report, inspect_run
+from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
+from forge_gpu._src.formats.packed.recorder import PackedRecorder
+from forge_gpu._src.recording.stats import (
     RELATIVE_ERROR,
     STATS_FILE,
     ChannelStats,
@@ -107,7 +107,7 @@ def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
     content["fields"]["obs/proprio"]["count"] = 4
     (tmp_path / STATS_FILE).write_text(json.dumps(content))
     (tmp_path / "run.json").write_text("{}")
-    from forge_gpu._src.stats import load_statistics
+    from forge_gpu._src.recording.stats import load_statistics
 
     with pytest.raises(ValueError, match="stats.json"):
         load_statistics(tmp_path)

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 
 import forge_gpu
-from forge_gpu._src.config import config_dir
-from forge_gpu._src.tasks import TASK_CONFIG_FILES
-from forge_gpu._src.tasks.cartpole import CartpoleTask
+from forge_gpu._src.sim.config import config_dir
+from forge_gpu._src.sim.tasks import TASK_CONFIG_FILES
+from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
 
 
 class ShortCartpole(CartpoleTask):

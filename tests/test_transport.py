@@ -7,8 +7,8 @@ import pytest
 from envtools import DEVICES
 
 import forge_gpu
-from forge_gpu._src.env import PACK_ALIGNMENT
-from forge_gpu._src.transport import HostSnapshotTransport, TransportClosed
+from forge_gpu._src.collect.transport import HostSnapshotTransport, TransportClosed
+from forge_gpu._src.sim.env import PACK_ALIGNMENT
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -16,9 +16,9 @@ import os
 import signal
 import sys
 
-from forge_gpu._src.formats import FORMATS
-from forge_gpu._src.options import RecordingOptions
-from forge_gpu._src.warp_output import VERBOSE_ENV, set_verbose
+from forge_gpu._src.formats.options import RecordingOptions
+from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 
 from ._common import UsageError
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats
@@ -37,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="forge-gpu", description="Collect, inspect and render robot-learning runs.")
-    # The registered formats (forge_gpu._src.formats), read when the parser is built.
+    # The registered formats (forge_gpu._src.formats.registry), read when the parser is built.
     formats = tuple(FORMATS)
     compressions = tuple(sorted({c for f in FORMATS.values() for c in f.compressions}))
     compression_help = "; ".join(f"{f.name}: {', '.join(f.compressions)}" for f in FORMATS.values())

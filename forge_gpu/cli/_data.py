@@ -16,7 +16,7 @@ from ._common import UsageError, check_compression, check_run
 def cmd_inspect(args) -> int:
     import json
 
-    from forge_gpu._src.inspect import inspect_run
+    from forge_gpu._src.data.tools.inspection import inspect_run
 
     check_run(args.run, dataset=True)
     try:
@@ -27,14 +27,14 @@ def cmd_inspect(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        from forge_gpu._src.inspect import format_report
+        from forge_gpu._src.data.tools.inspection import format_report
 
         print(format_report(report))
     return 0
 
 
 def cmd_render(args) -> int:
-    from forge_gpu._src.inspect import render_episode
+    from forge_gpu._src.data.tools.inspection import render_episode
 
     episode = None
     if args.episode:
@@ -55,7 +55,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_repair(args) -> int:
-    from forge_gpu._src.repair import repair_run
+    from forge_gpu._src.data.tools.repair import repair_run
 
     check_run(args.run)
     try:
@@ -85,7 +85,7 @@ def cmd_repair(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from forge_gpu._src.convert import convert_run
+    from forge_gpu._src.data.tools.convert import convert_run
 
     check_run(args.run)
     if Path(args.out).exists():
@@ -101,8 +101,8 @@ def cmd_convert(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from forge_gpu._src.export_lerobot import export_lerobot
-    from forge_gpu._src.export_robomimic import export_robomimic
+    from forge_gpu._src.data.export.lerobot import export_lerobot
+    from forge_gpu._src.data.export.robomimic import export_robomimic
 
     check_run(args.run, dataset=True)
     if os.path.lexists(args.out):
@@ -148,7 +148,7 @@ def cmd_export(args) -> int:
 def cmd_stats(args) -> int:
     import json
 
-    from forge_gpu._src.stats import compute_statistics, format_statistics, load_statistics
+    from forge_gpu._src.recording.stats import compute_statistics, format_statistics, load_statistics
 
     check_run(args.run, dataset=True)
     try:

@@ -21,8 +21,8 @@ from ._common import (
 
 def cmd_collect(args) -> int:
     import forge_gpu
-    from forge_gpu._src.collector import collect
-    from forge_gpu._src.policies import check_policy_name, load_policy
+    from forge_gpu._src.collect.collector import collect
+    from forge_gpu._src.sim.policies import check_policy_name, load_policy
 
     if args.task not in forge_gpu.TASKS:
         raise UsageError(f"unknown task {args.task!r}; known tasks are {', '.join(sorted(forge_gpu.TASKS))}")
@@ -100,7 +100,7 @@ def _print_failed_run(out: Path) -> None:
     (a disk that stayed full), what to run once it can be."""
     import json
 
-    from forge_gpu._src.manifest import RUN_MANIFEST
+    from forge_gpu._src.core.manifest import RUN_MANIFEST
 
     if not out.is_dir():
         return
@@ -121,7 +121,7 @@ def _device_line(requested: str | None, env) -> str:
     """Which device the collection runs on, and why, in one line."""
     if requested:
         return f"device: {env.device} (--device {requested})"
-    from forge_gpu._src.env import device_choice
+    from forge_gpu._src.sim.env import device_choice
 
     return f"device: {device_choice()[1]}"
 
@@ -148,7 +148,7 @@ def _print_summary(summary, env, make_seconds: float = 0.0) -> None:
 
 
 def cmd_doctor(args) -> int:
-    from forge_gpu._src.doctor import report, run_checks
+    from forge_gpu._src.sim.doctor import report, run_checks
 
     checks = run_checks()
     print(report(checks))
@@ -156,7 +156,7 @@ def cmd_doctor(args) -> int:
     if bad:
         print(f"forge-gpu: collection would not run as designed here ({', '.join(bad)})", file=sys.stderr)
         return 1
-    from forge_gpu._src.env import device_choice
+    from forge_gpu._src.sim.env import device_choice
 
     print(f"collection runs as designed here, on {device_choice()[0]} by default")
     return 0
@@ -165,7 +165,7 @@ def cmd_doctor(args) -> int:
 def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> int:
     """``forge-gpu collect --workers K`` (Ray workers, :func:`collect_distributed`): the checked arguments of
     ``cmd_collect`` -> exit status."""
-    from forge_gpu._src.distributed import collect_distributed, import_ray, start_ray
+    from forge_gpu._src.collect.distributed import collect_distributed, import_ray, start_ray
 
     try:
         import_ray()

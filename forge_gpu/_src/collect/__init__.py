@@ -1,0 +1,1 @@
+"""Collection: the transport, the collector and the distributed collector."""

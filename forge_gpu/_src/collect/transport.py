@@ -1,0 +1,213 @@
+"""HostSnapshotTransport: a ring of K host slots that each hold one step's batch.
+
+The env packs its whole result into one contiguous buffer at the end of each step
+(``VectorEnv.packed_result``), so publishing a step is one copy into one slot, and each field of the
+host batch is a view into that slot. On CUDA the slots are page-locked (Warp pinned arrays) and the
+copy is issued on the env's stream right after the step, with a completion event per slot: the CPU
+never waits for it, the next step is queued behind it, and the consumer waits on the slot's event.
+On the CPU the slots are numpy buffers. Taking a slot blocks while all K are held by the consumer or
+in flight: that wait is where backpressure throttles the stepping loop, and it is counted as stall time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import warp as wp
+
+from forge_gpu._src.formats.options import check_int
+from forge_gpu._src.sim.step_result import StepResult
+
+
+@dataclass
+class HostBatch:
+    """One received step: numpy views into slot ``slot``, valid until :meth:`HostSnapshotTransport.release`."""
+
+    slot: int
+    observation: dict[str, np.ndarray]
+    result: StepResult
+
+
+class TransportClosed(Exception):
+    """Raised to a publisher when the consumer failed or the transport was closed."""
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """How steps travel from the stepping thread to the recorder thread (the seam for a transport).
+
+    ``collect`` publishes each step's result, the recorder thread takes batches with ``get`` and gives each
+    back with ``release``; ``close`` ends the stream, ``fail`` stops the publisher (it raises
+    :class:`TransportClosed`). ``name`` is written to run.json's ``transport``. :class:`HostSnapshotTransport`
+    is the implementation; ``collect(transport=...)`` takes a factory ``(env, slots) -> Transport``."""
+
+    name: str
+    bytes_per_step: int
+    """Bytes copied per published step."""
+    stall_seconds: float
+    """Time ``publish`` waited for a free slot [s]."""
+
+    def publish(self, result: StepResult | None = None) -> None: ...
+
+    def get(self, timeout: float | None = None) -> HostBatch | None: ...
+
+    def release(self, batch: HostBatch) -> None: ...
+
+    def close(self) -> None: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+
+class HostSnapshotTransport:
+    """Copies each step's batch (observation, executed action, reward, flags, active) to host slots.
+
+    Args:
+        env: The :class:`VectorEnv` whose ``result`` is published.
+        slots: K, the number of host slots (at least 2 lets stepping overlap consumption).
+    """
+
+    name = "host_snapshot"
+
+    def __init__(self, env, slots: int = 4):
+        check_int("slots", slots, minimum=1)
+        self.env = env
+        self.slots = slots
+        self.device = env.device
+        self.bytes_per_step = int(env.packed_result.capacity)
+        """Bytes copied per published step."""
+        self._cuda = self.device.is_cuda
+        self._slots: list = []  # per slot: the bytes the copy lands in (pinned Warp array on CUDA, numpy on CPU)
+        self._views: list[dict[str, np.ndarray]] = []  # per slot: one typed view per field
+        for _ in range(slots):
+            if self._cuda:
+                pinned = wp.empty(self.bytes_per_step, dtype=wp.uint8, device="cpu", pinned=True)
+                self._slots.append(pinned)
+                raw = pinned.numpy()
+            else:
+                raw = np.empty(self.bytes_per_step, np.uint8)
+                self._slots.append(raw)
+            self._views.append(
+                {
+                    name: raw[offset : offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize]
+                    .view(dtype)
+                    .reshape(shape)
+                    for name, offset, shape, dtype in env.result_layout
+                }
+            )
+        self._packed = None if self._cuda else env.packed_result.numpy()  # a view, made once (CPU)
+        if self._cuda:
+            self._done = [wp.Event(self.device, enable_timing=True) for _ in range(slots)]
+            self._start = [wp.Event(self.device, enable_timing=True) for _ in range(slots)]
+        self._cond = threading.Condition()
+        self._free = deque(range(slots))
+        self._ready: deque[int] = deque()
+        self._closed = False
+        self._error: BaseException | None = None
+        self.steps = 0
+        """Steps published."""
+        self.stall_seconds = 0.0
+        """Time the publisher waited for a free slot [s]."""
+        self.copy_seconds = 0.0
+        """Time spent issuing copies (CPU: the copies themselves) [s]."""
+        self.device_copy_seconds = 0.0
+        """CUDA only: device-to-host copy time measured with events [s]."""
+
+    # -- producer ------------------------------------------------------------------------------
+
+    def publish(self, result: StepResult | None = None) -> None:
+        """Copy the env's current result (``result``, if given, must be ``env.result``) into a free slot;
+        block while none is free."""
+        if result is not None and result is not self.env.result:
+            raise ValueError("publish takes the env's own result (env.result): the transport copies its packed buffer")
+        with self._cond:
+            t0 = time.perf_counter()
+            while not self._free and not self._closed and self._error is None:
+                self._cond.wait()
+            self.stall_seconds += time.perf_counter() - t0
+            self._raise_if_stopped()
+            slot = self._free.popleft()
+        t0 = time.perf_counter()
+        if self._cuda:  # on the env's stream: ordered after the step, and the next step after the copy
+            stream = wp.get_stream(self.device)
+            stream.record_event(self._start[slot])
+            wp.copy(self._slots[slot], self.env.packed_result, stream=stream)
+            stream.record_event(self._done[slot])
+        else:
+            np.copyto(self._slots[slot], self._packed)
+        self.copy_seconds += time.perf_counter() - t0
+        with self._cond:
+            self._ready.append(slot)
+            self.steps += 1
+            self._cond.notify_all()
+
+    # -- consumer ------------------------------------------------------------------------------
+
+    def get(self, timeout: float | None = None) -> HostBatch | None:
+        """The oldest published step once its copy is complete; ``None`` after :meth:`close` drains.
+
+        Raises ``TimeoutError`` when nothing arrives within ``timeout`` seconds.
+        """
+        with self._cond:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self._ready and not self._closed:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("no step was published in time")
+                self._cond.wait(remaining)
+            if not self._ready:
+                return None
+            slot = self._ready.popleft()
+        if self._cuda:
+            while self.device.is_capturing:  # Warp refuses to wait on an event during any capture
+                time.sleep(1e-4)
+            wp.synchronize_event(self._done[slot])
+            self.device_copy_seconds += wp.get_event_elapsed_time(self._start[slot], self._done[slot]) / 1e3
+        host = self._views[slot]
+        observation = {k[4:]: v for k, v in host.items() if k.startswith("obs/")}
+        info = {k[5:]: v for k, v in host.items() if k.startswith("info/")}
+        result = StepResult(observation, host["reward"], host["terminated"], host["truncated"], info)
+        return HostBatch(slot, observation, result)
+
+    def release(self, batch: HostBatch) -> None:
+        """Give the slot of ``batch`` back to the publisher."""
+        with self._cond:
+            self._free.append(batch.slot)
+            self._cond.notify_all()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """No more steps: :meth:`get` returns ``None`` once the published ones are drained."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        """Called by the consumer: wake and stop the publisher, which raises ``TransportClosed``."""
+        with self._cond:
+            self._error = error
+            self._closed = True
+            self._ready.clear()
+            self._cond.notify_all()
+
+    def _raise_if_stopped(self) -> None:
+        if self._error is not None:
+            raise TransportClosed(f"the consumer failed: {self._error}") from self._error
+        if self._closed:
+            raise TransportClosed("the transport is closed")
+
+    def stats(self) -> dict:
+        """Counters for progress displays and manifests."""
+        return {
+            "steps": self.steps,
+            "slots": self.slots,
+            "bytes_per_step": self.bytes_per_step,
+            "stall_seconds": self.stall_seconds,
+            "copy_seconds": self.copy_seconds,
+            "device_copy_seconds": self.device_copy_seconds,
+        }

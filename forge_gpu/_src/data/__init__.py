@@ -1,0 +1,1 @@
+"""Reading runs: open_run, episodes, windows, torch datasets; tools and exports."""

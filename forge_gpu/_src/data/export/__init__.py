@@ -1,0 +1,1 @@
+"""Exports: LeRobot v3 and robomimic HDF5."""

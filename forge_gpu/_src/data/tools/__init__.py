@@ -1,0 +1,1 @@
+"""Tools over runs: inspect, repair, convert, statistics."""

@@ -1,0 +1,66 @@
+"""Convert a run between formats (:mod:`formats`: the packed layout, schema 2, docs/FORMAT.md; schema 1,
+FORMAT.md; or a registered one).
+
+Every episode is read and checked, then written unchanged: the episodes of the new run read back equal,
+bit for bit, to those of the old one. The new run is written into a temporary directory beside ``out``
+and renamed to ``out`` only when complete. numpy, pyarrow and the standard library.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import uuid
+
+from forge_gpu._src.core.manifest import RUN_MANIFEST, new_partial, publish_directory, write_json_atomic
+from forge_gpu._src.data.runs import EpisodeReadOptions, is_dataset, open_run
+from forge_gpu._src.formats.registry import FORMATS, format_of
+
+
+def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, compression: str = "none") -> dict:
+    """Write the episodes of the closed run ``run_dir`` as a new run ``out`` in format ``to``
+    (``"packed"``, ``"npz"`` or a registered format); return ``{"episodes": count, "out": out}``.
+
+    ``compression``: one of the format's (packed ``none``, ``lz4`` or ``zstd``; npz ``none`` or ``deflate``).
+    Raises ValueError for bad arguments, a run that is still recording, or invalid data; FileExistsError when
+    ``out`` exists. Nothing is left at ``out`` unless the conversion completed.
+    """
+    if to not in FORMATS:
+        raise ValueError(f"to must be one of {list(FORMATS)}, got {to!r}")
+    allowed = FORMATS[to].compressions
+    if compression not in allowed:
+        raise ValueError(f"compression {compression!r}: converting to {to} takes {', '.join(allowed)}")
+    run_dir, out = os.fspath(run_dir), os.fspath(out)
+    if is_dataset(run_dir):
+        raise ValueError(f"{run_dir} is a dataset root; convert its runs one by one")
+    run = open_run(run_dir)
+    if run.manifest["status"] == "recording":
+        raise ValueError(
+            f"{run_dir}: the run is still recording (or its process was killed: run forge-gpu repair {run_dir})"
+        )
+    manifest = dict(run.manifest)
+    manifest.update(
+        run_id=uuid.uuid4().hex,
+        status="closed",
+        converted_from={
+            "run_id": run.manifest["run_id"],
+            "path": os.path.abspath(run_dir),
+            "format": format_of(run.manifest).name,
+            "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        },
+    )
+    old_keys = [k for k in format_of(run.manifest).identity if k != "schema_version"]
+    for key in ("recorder", "repaired", *old_keys):  # the old format's own keys
+        manifest.pop(key, None)
+    work = new_partial(out)
+    try:
+        episodes = run.read(list(range(len(run))), EpisodeReadOptions())
+        count, keys = FORMATS[to].write(work, episodes, compression)
+        manifest.update(keys, completed_episodes=count)
+        write_json_atomic(os.path.join(work, RUN_MANIFEST), manifest)
+        publish_directory(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return {"episodes": count, "out": out}

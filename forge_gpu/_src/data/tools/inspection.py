@@ -1,0 +1,219 @@
+"""Summaries and drawings of a run directory, for ``forge-gpu inspect`` and ``forge-gpu render``.
+
+Data side: numpy, the reader, and matplotlib (imported when drawing).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from forge_gpu._src.data.runs import EpisodeReadOptions, is_dataset, open_run, read_dataset_manifest
+from forge_gpu._src.formats.npz.layout import episode_stem
+from forge_gpu._src.formats.registry import format_of
+
+
+def _stats(values: list[float]) -> dict:
+    if not values:
+        return {"mean": None, "min": None, "max": None}
+    a = np.asarray(values, dtype=np.float64)
+    return {"mean": float(a.mean()), "min": float(a.min()), "max": float(a.max())}
+
+
+def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
+    """Check a run and summarise it. ``quick`` checks the manifest and markers only.
+
+    Raises ``ValueError`` naming the offending file and the broken rule. Given a dataset root, returns
+    :func:`inspect_dataset`'s report.
+    """
+    run_dir = os.fspath(run_dir)
+    if is_dataset(run_dir):
+        return inspect_dataset(run_dir, quick=quick)
+    run = open_run(run_dir)
+    manifest = run.manifest
+    lengths = [run.ids(k)[2] for k in range(len(run))]
+    returns: list[float] = []
+    successes = 0
+    if not quick:
+        for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
+            returns.append(float(episode.reward.astype(np.float64).sum()))
+            # A task with success ends its successful episodes as terminated (e.g. reach: target reached).
+            successes += bool(episode.terminated[-1])
+    spec = manifest["env_spec"]
+    fmt = format_of(manifest)
+    bytes_on_disk = sum(f.stat().st_size for f in Path(run_dir).iterdir() if f.is_file())
+    report = {
+        "run": run_dir,
+        "status": manifest["status"],
+        "task": manifest["task"],
+        "run_id": manifest["run_id"],
+        "format": fmt.name,
+        "checked": fmt.published_by if quick else "all episodes",
+        "episodes": len(run),
+        "transitions": int(sum(lengths)),
+        "episode_length": _stats(lengths),
+        "episode_return": None if quick else _stats(returns),
+        "success_rate": None,
+        "fields": spec.get("observation", {}),
+        "action_shape": spec["action_shape"],
+        "bytes_on_disk": bytes_on_disk,
+        "incomplete_episodes": manifest.get("incomplete_episodes", []),
+    }
+    report["statistics"] = _statistics(run_dir)
+    if spec.get("has_success") and not quick and len(run):
+        report["success_rate"] = successes / len(run)
+    if manifest["status"] == "recording":
+        report["note"] = (
+            "the run was not closed: it is still being recorded, or its process was killed; "
+            f"if it was killed, run: forge-gpu repair {run_dir}"
+        )
+    return report
+
+
+def _statistics(run_dir: str) -> dict | None:
+    """The run's stored normalization statistics as plain lists, or None when it has none."""
+    from forge_gpu._src.recording.stats import load_statistics  # noqa: PLC0415
+
+    try:
+        summary = load_statistics(run_dir).summary()
+    except LookupError:
+        return None
+    return {key: {f: v if f == "count" else v.tolist() for f, v in figures.items()} for key, figures in summary.items()}
+
+
+def inspect_dataset(root: str | os.PathLike, *, quick: bool = False) -> dict:
+    """Check every run of a dataset root and summarise each one (``inspect_run``) and the whole."""
+    root = os.fspath(root)
+    manifest = read_dataset_manifest(root)
+    runs = []
+    for entry in manifest["runs"]:
+        report = inspect_run(os.path.join(root, entry["path"]), quick=quick)
+        report["worker"] = entry.get("worker")
+        report["collection_status"] = entry.get("status")
+        report["error"] = entry.get("error")
+        runs.append(report)
+    episodes = sum(r["episodes"] for r in runs)
+    transitions = sum(r["transitions"] for r in runs)
+    return {
+        "kind": "dataset",
+        "dataset": root,
+        "checked": " and ".join(sorted({r["checked"] for r in runs})) or ("index" if quick else "all episodes"),
+        "runs": runs,
+        "failed_workers": manifest.get("failed_workers", []),
+        "total": {
+            "runs": len(runs),
+            "episodes": episodes,
+            "transitions": transitions,
+            "mean_episode_length": transitions / episodes if episodes else None,
+            "bytes_on_disk": sum(r["bytes_on_disk"] for r in runs),
+            "incomplete_episodes": sum(len(r["incomplete_episodes"]) for r in runs),
+        },
+    }
+
+
+def _format_dataset_report(report: dict) -> str:
+    total = report["total"]
+    lines = [f"dataset        {report['dataset']}   checked {report['checked']}", "runs:"]
+    for r in report["runs"]:
+        line = (
+            f"  {os.path.basename(r['run'])}  {r['task']}  {r['collection_status'] or r['status']}  "
+            f"episodes {r['episodes']}  transitions {r['transitions']}  bytes {r['bytes_on_disk']:,}"
+        )
+        lines.append(line + (f"  error: {r['error']}" if r["error"] else ""))
+    lines += [f"  worker {f['worker']} made no run: {f['error']}" for f in report["failed_workers"]]
+    mean = total["mean_episode_length"]
+    lines += [
+        f"total          {total['runs']} runs   episodes {total['episodes']}   transitions {total['transitions']}",
+        f"mean length    {'n/a' if mean is None else f'{mean:.4g}'}",
+        f"bytes on disk  {total['bytes_on_disk']:,}",
+        f"incomplete     {total['incomplete_episodes']} episodes (never published)",
+    ]
+    return "\n".join(lines)
+
+
+def format_report(report: dict) -> str:
+    """A readable summary of :func:`inspect_run`'s (or :func:`inspect_dataset`'s) report."""
+    if report.get("kind") == "dataset":
+        return _format_dataset_report(report)
+
+    def stat(s):
+        if not s or s["mean"] is None:
+            return "n/a"
+        return f"mean {s['mean']:.4g}  min {s['min']:.4g}  max {s['max']:.4g}"
+
+    rate = report["success_rate"]
+    success = "n/a" if rate is None else f"{rate:.1%}"
+    lines = [
+        f"run            {report['run']}",
+        f"task           {report['task']}   status {report['status']}   checked {report['checked']}",
+        f"format         {report['format']}",
+        f"episodes       {report['episodes']}   transitions {report['transitions']}",
+        f"length         {stat(report['episode_length'])}",
+        f"return         {stat(report['episode_return'])}",
+        f"success rate   {success}",
+        f"bytes on disk  {report['bytes_on_disk']:,}",
+        f"incomplete     {len(report['incomplete_episodes'])} episodes (never published)",
+        f"action         {report['action_shape']}",
+        "fields:",
+    ]
+    lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["fields"].items()]
+    if report.get("statistics") is None:
+        lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
+    else:
+        from forge_gpu._src.recording.stats import format_statistics  # noqa: PLC0415
+
+        lines.append("statistics (per channel; q01/q99 within 0.4%):")
+        lines += format_statistics(report["statistics"])
+    if "note" in report:
+        lines.append(f"note: {report['note']}")
+    return "\n".join(lines)
+
+
+def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None) -> Path:
+    """Draw one episode: a GIF of its ``rgb`` frames, or a PNG plot of proprio, actions and reward.
+
+    Raises ``LookupError`` when the episode is not in the run.
+    """
+    run_dir = os.fspath(run_dir)
+    run = open_run(run_dir)
+    chosen = None
+    for k in range(len(run)):
+        if episode is None or run.ids(k)[:2] == tuple(episode):
+            chosen = k
+            break
+    if chosen is None:
+        what = f"episode {episode[0]}:{episode[1]}" if episode else "episode"
+        some = ", ".join("{}:{}".format(*run.ids(k)[:2]) for k in range(min(5, len(run))))
+        raise LookupError(f"{run_dir} holds no published {what}" + (f"; it holds {some}, ..." if some else ""))
+    ep = next(run.read([chosen], EpisodeReadOptions()))
+    stem = episode_stem(ep.env_id, ep.episode_id)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    if "rgb" in ep.obs:
+        from PIL import Image
+
+        out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.gif")
+        frames = np.concatenate([ep.obs["rgb"], ep.next["rgb"][-1:]])
+        images = [Image.fromarray(f) for f in frames]
+        images[0].save(out, save_all=True, append_images=images[1:], duration=40, loop=0)
+        return out
+    out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.png")
+    t = ep.obs["time"]
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    axes[0].plot(t, ep.obs["proprio"])
+    axes[0].set_ylabel("proprio")
+    axes[1].plot(t, ep.action)
+    axes[1].set_ylabel("action")
+    axes[2].plot(t, ep.reward)
+    axes[2].set_ylabel("reward")
+    axes[2].set_xlabel("time [s]")
+    fig.suptitle(f"{stem}: {ep.steps} steps")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,49 @@
+"""Repair a run left at ``status: recording`` by a killed process.
+
+The format's own part (:meth:`RunFormat.repair`) publishes what was written whole and removes unpublished
+leftovers. Schema 1: an episode file without a marker was never visible to readers and is removed. Packed
+runs: the blocks written whole but not yet committed are published (with the episodes that end in them) and
+torn bytes are cut off. Then, whatever the format, stale temporary files are removed, the episodes are
+recounted, and the manifest is closed (``repaired`` records when and what). A published episode is never
+deleted or rewritten, and running it twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from forge_gpu._src.core.manifest import RUN_MANIFEST, load_json, validate_manifest, write_json_atomic
+from forge_gpu._src.formats.registry import format_of
+
+
+def repair_run(run_dir: str | os.PathLike) -> dict:
+    """Close an interrupted run; return what was done. Raises ValueError for a directory that is not a run."""
+    run_dir = os.fspath(run_dir)
+    path = os.path.join(run_dir, RUN_MANIFEST)
+    manifest = load_json(path)
+    validate_manifest(manifest, name=path)
+    fmt = format_of(manifest, name=path)
+    temporaries = sorted(name for name in os.listdir(run_dir) if name.endswith(".tmp"))
+    for name in temporaries:
+        os.remove(os.path.join(run_dir, name))
+    done = fmt.repair(run_dir, manifest)
+    removed = sorted(temporaries + done.pop("removed"))
+    episodes = len(fmt.open(run_dir, manifest))
+    report = {"run": run_dir, "status_before": manifest["status"], "removed": removed, "episodes": episodes, **done}
+    if manifest["status"] != "recording":
+        report["changed"] = bool(removed or done.get("actions"))
+        return report
+    manifest.update(status="closed", completed_episodes=episodes)
+    manifest.setdefault("incomplete_episodes", [])
+    manifest["repaired"] = {
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "removed_files": removed,
+        **({"actions": done["actions"]} if "actions" in done else {}),
+        "note": "closed by forge-gpu repair after the recording process stopped without closing the run; "
+        f"every episode its {fmt.published_by} published is kept; episodes that were in progress were lost and "
+        "are not listed",
+    }
+    write_json_atomic(path, manifest)
+    report["changed"] = True
+    return report

@@ -1,0 +1,183 @@
+"""torch datasets of training windows, over :class:`Windows`. torch is imported on first use, not with
+this module."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from forge_gpu._src.data.runs import EpisodeReadOptions, check_window
+from forge_gpu._src.data.windows import Windows
+
+#: Windows fetched at once by the iterable dataset (one vectorized batch call).
+_CHUNK = 256
+
+
+def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that torch loads on first use
+    directory: str | os.PathLike,
+    *,
+    history: int = 1,
+    horizon: int = 1,
+    observation_keys: Sequence[str] | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    pad: bool = False,
+    mmap: bool = False,
+) -> Any:
+    """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
+    (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks; ``mmap`` leaves
+    uncompressed packed runs in their memory-mapped files instead of loading each shard).
+
+    Each item is a dict of torch tensors (``obs/<F>`` ``[history, ...]``, ``action`` ``[horizon, A]``,
+    int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
+    across DataLoader workers and, when torch.distributed is initialized, across ranks:
+    ``shard = rank * num_workers + worker_id`` of ``world_size * num_workers``; over a dataset the shards
+    split the episodes of all its runs, so each epoch visits every window exactly once. With ``shuffle``,
+    each shard visits all of its windows in one order drawn from ``(seed, epoch, shard)`` (a global
+    shuffle within the shard, not episode by episode); call ``set_epoch(epoch)`` before each epoch, as
+    with a ``DistributedSampler``.
+    """
+    _check(history, horizon, observation_keys, pad, mmap)
+    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad, mmap)
+
+
+def WindowMapDataset(  # noqa: N802 - as WindowDataset
+    directory: str | os.PathLike,
+    *,
+    history: int = 1,
+    horizon: int = 1,
+    observation_keys: Sequence[str] | None = None,
+    pad: bool = False,
+    mmap: bool = False,
+) -> Any:
+    """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`).
+
+    ``dataset[i]`` is one window (tensors as in :func:`WindowDataset`); ``dataset[indices]`` with a list
+    of indices is a whole batch in one vectorized call (``obs/<F>`` ``[B, history, ...]``, ...), so
+    the fastest loader hands it batches of indices::
+
+        sampler = BatchSampler(RandomSampler(dataset), batch_size=256, drop_last=False)
+        loader = DataLoader(dataset, sampler=sampler, batch_size=None)
+
+    Shuffling with a sampler is global over the whole run or dataset. The windows are loaded on first
+    access in each process (each DataLoader worker holds its own copy); with ``mmap`` (uncompressed packed
+    runs) they stay in the files, whose pages the workers share.
+    """
+    _check(history, horizon, observation_keys, pad, mmap)
+    return _map_dataset_class()(directory, history, horizon, observation_keys, pad, mmap)
+
+
+def _check(history, horizon, observation_keys, pad, mmap) -> None:
+    """Check the arguments now, not in a worker."""
+    check_window(history, horizon)
+    EpisodeReadOptions(observation_keys=observation_keys)
+    for name, value in (("pad", pad), ("mmap", mmap)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _rebuild(kind, *args):
+    return (_window_dataset_class() if kind == "iterable" else _map_dataset_class())(*args)
+
+
+def _to_torch(torch, batch: dict) -> dict:
+    return {
+        key: value if key == "instruction" else torch.from_numpy(np.ascontiguousarray(value))
+        for key, value in batch.items()
+    }
+
+
+@functools.cache
+def _window_dataset_class() -> type:
+    import torch  # noqa: PLC0415 - torch is optional and heavy
+
+    class _WindowDataset(torch.utils.data.IterableDataset):
+        def __init__(self, directory, history, horizon, observation_keys, shuffle, seed, pad, mmap=False, epoch=0):
+            super().__init__()
+            self.directory = os.fspath(directory)
+            self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+            self.observation_keys = None if observation_keys is None else list(observation_keys)
+            self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
+
+        def set_epoch(self, epoch: int) -> None:
+            """Choose the shuffled order of the next epoch."""
+            self.epoch = epoch
+
+        def __reduce__(self):
+            # The class is made inside a function, so pickle (DataLoader workers under spawn) rebuilds it.
+            args = (self.directory, self.history, self.horizon, self.observation_keys, self.shuffle, self.seed)
+            return _rebuild, ("iterable", *args, self.pad, self.mmap, self.epoch)
+
+        def __iter__(self):
+            worker = torch.utils.data.get_worker_info()
+            worker_id, num_workers = (0, 1) if worker is None else (worker.id, worker.num_workers)
+            rank, world_size = 0, 1
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            shard = rank * num_workers + worker_id
+            windows = Windows(
+                self.directory,
+                self.history,
+                self.horizon,
+                observation_keys=self.observation_keys,
+                pad=self.pad,
+                mmap=self.mmap,
+                shard_index=shard,
+                num_shards=world_size * num_workers,
+            )
+            order = np.arange(len(windows))
+            if self.shuffle:
+                order = np.random.default_rng([self.seed, self.epoch, shard]).permutation(len(windows))
+            for start in range(0, len(order), _CHUNK):
+                batch = _to_torch(torch, windows.batch(order[start : start + _CHUNK]))
+                for i in range(len(batch["t"])):
+                    yield {key: value[i] for key, value in batch.items()}
+
+    _WindowDataset.__name__ = _WindowDataset.__qualname__ = "WindowDataset"
+    return _WindowDataset
+
+
+@functools.cache
+def _map_dataset_class() -> type:
+    import torch  # noqa: PLC0415 - torch is optional and heavy
+
+    class _WindowMapDataset(torch.utils.data.Dataset):
+        def __init__(self, directory, history, horizon, observation_keys, pad, mmap=False):
+            super().__init__()
+            self.directory = os.fspath(directory)
+            self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+            self.observation_keys = None if observation_keys is None else list(observation_keys)
+            self._windows = None
+
+        @property
+        def windows(self) -> Windows:
+            if self._windows is None:
+                self._windows = Windows(
+                    self.directory,
+                    self.history,
+                    self.horizon,
+                    observation_keys=self.observation_keys,
+                    pad=self.pad,
+                    mmap=self.mmap,
+                )
+            return self._windows
+
+        def __reduce__(self):
+            args = (self.directory, self.history, self.horizon, self.observation_keys, self.pad, self.mmap)
+            return _rebuild, ("map", *args)
+
+        def __len__(self) -> int:
+            return len(self.windows)
+
+        def __getitem__(self, index):
+            if isinstance(index, int | np.integer):
+                one = self.windows.batch([index])
+                return {key: value[0] for key, value in _to_torch(torch, one).items()}
+            return _to_torch(torch, self.windows.batch(np.asarray(index, dtype=np.int64)))
+
+    _WindowMapDataset.__name__ = _WindowMapDataset.__qualname__ = "WindowMapDataset"
+    return _WindowMapDataset

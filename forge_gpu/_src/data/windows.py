@@ -1,0 +1,207 @@
+"""Training windows with random access: every window of a run or dataset by index, many at once.
+
+The selected episodes are read and checked once, into a frame table: each observation column with one
+row per frame, and the actions on the frame each transition leads to (a packed run's own layout,
+docs/FORMAT.md; schema-1 runs are laid out the same way in memory). A window is then a pair (episode, t),
+and a batch of windows is a few fancy-indexing operations per column. The table is held in memory, or,
+with ``mmap``, left in the packed runs' segments: every block a read-only view of its memory-mapped file,
+so the shard may be larger than memory.
+
+numpy and the standard library (pyarrow for packed runs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from forge_gpu._src.data.runs import EpisodeReadOptions, check_window, episode_index
+from forge_gpu._src.formats.packed.layout import TRANSITION_COLUMNS, stack_episodes, take_rows
+
+
+class Windows:
+    """Every training window of one shard of a run directory or a dataset root, by index.
+
+    Window ``i`` is ``(episode, t)``: the observation frames ``t-history+1 .. t`` and the actions
+    ``t .. t+horizon-1`` of the episode, in episode order and then by ``t``. Without ``pad``, ``t``
+    runs over ``[history-1, T-horizon]`` as in :func:`action_windows` (same windows, same order);
+    with ``pad``, over every transition ``[0, T-1]``, and frames before the episode's first or actions
+    after its last repeat the edge one, flagged in ``obs_is_pad`` ``[history]`` and
+    ``action_is_pad`` ``[horizon]`` (LeRobot's ``*_is_pad`` convention).
+
+    ``windows[i]`` gives one window; ``windows.batch(indices)`` (or ``windows[indices]``) gives many at
+    once: ``obs/<F>`` ``[B, history, ...]``, ``action`` ``[B, horizon, A]``, ``env_id``, ``episode_id``,
+    ``t`` ``[B]`` int64, ``instruction`` (a list of B strings), and the pad masks with ``pad``.
+
+    Memory: the selected observation fields and the actions of every episode of the shard are held in
+    memory (pick fields with ``observation_keys``). With ``mmap=True`` (uncompressed packed runs only) they
+    stay in the files: the operating system pages in what batches touch and can drop it again, so memory
+    holds the episode index and the blocks' views, whatever the shard's size; a batch then gathers from
+    each block its rows fall in (several per batch of a step-major run) and may wait on the disk.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        history: int = 1,
+        horizon: int = 1,
+        *,
+        observation_keys: Sequence[str] | None = None,
+        pad: bool = False,
+        shard_index: int = 0,
+        num_shards: int = 1,
+        mmap: bool = False,
+    ):
+        check_window(history, horizon)
+        for name, value in (("pad", pad), ("mmap", mmap)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
+        options = EpisodeReadOptions(observation_keys=observation_keys, shard_index=shard_index, num_shards=num_shards)
+        self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+        index = episode_index(directory)[options.shard_index :: options.num_shards]
+        self.fields, blocks, episodes, self.instructions = (_mapped_table if mmap else _frame_table)(index, options)
+        # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
+        self._starts = np.array([start for start, _ in blocks], np.int64)
+        self._obs = [(start, {f"obs/{f}": c[f"obs/{f}"] for f in self.fields}) for start, c in blocks]
+        self._action = [(start, {"action": c["action"]}) for start, c in blocks]
+        self._first_row, self._stride, self._steps = episodes["first_row"], episodes["stride"], episodes["steps"]
+        self._env_id, self._episode_id, self._instruction = episodes["env_id"], episodes["episode_id"], episodes["run"]
+        if pad:
+            counts, first_t = self._steps, np.zeros_like(self._steps)
+        else:
+            counts = np.maximum(self._steps - horizon - history + 2, 0)
+            first_t = np.full_like(self._steps, history - 1)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        self._window_episode = np.repeat(np.arange(counts.size), counts)
+        self._window_t = np.arange(starts[-1]) - np.repeat(starts[:-1] - first_t, counts)
+
+    def __len__(self) -> int:
+        return int(self._window_t.size)
+
+    @property
+    def episodes(self) -> int:
+        """Episodes the windows come from."""
+        return int(self._steps.size)
+
+    def __getitem__(self, index: Any) -> dict[str, Any]:
+        if isinstance(index, int | np.integer):
+            if not -len(self) <= index < len(self):
+                raise IndexError(f"window {index} out of range for {len(self)} windows")
+            one = self.batch(np.array([index]))
+            return {k: (v[0] if k == "instruction" else v[0] if v.ndim > 1 else v[0].item()) for k, v in one.items()}
+        return self.batch(index)
+
+    def batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        """Many windows at once (see the class doc); ``indices`` may repeat and come in any order."""
+        indices = np.asarray(indices)
+        if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
+            raise ValueError(f"indices must be a 1-d sequence of integers, got shape {indices.shape} {indices.dtype}")
+        if indices.size and (indices.min() < -len(self) or indices.max() >= len(self)):
+            raise IndexError(f"window indices must lie in [-{len(self)}, {len(self) - 1}]")
+        e = self._window_episode[indices]
+        t = self._window_t[indices]
+        first, stride, last = self._first_row[e, None], self._stride[e, None], self._steps[e, None] - 1
+        frame = t[:, None] + np.arange(1 - self.history, 1)  # [B, history]: t-h+1 .. t
+        step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
+        obs_rows = first + np.maximum(frame, 0) * stride
+        action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
+        out: dict[str, Any] = {
+            name: values.reshape(*obs_rows.shape, *values.shape[1:])
+            for name, values in take_rows(self._obs, obs_rows.ravel(), self._starts).items()
+        }
+        action = take_rows(self._action, action_rows.ravel(), self._starts)["action"]
+        out["action"] = action.reshape(*action_rows.shape, *action.shape[1:])
+        if self.pad:
+            out["obs_is_pad"] = frame < 0
+            out["action_is_pad"] = step > last
+        out["env_id"] = self._env_id[e]
+        out["episode_id"] = self._episode_id[e]
+        out["t"] = t.astype(np.int64)
+        out["instruction"] = [self.instructions[r] for r in self._instruction[e].tolist()]
+        return out
+
+
+def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], list, dict, list[str]]:
+    """The shard's episodes (``index``), checked, as one frame table in memory: (fields, [(0, columns)],
+    episodes, instructions)."""
+    parts, episode_parts, instructions, fields, offset = [], [], [], None, 0
+    for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
+        ks = [k for _, k in group]
+        if hasattr(run, "tables"):  # packed: the episodes' rows, gathered and checked group by group
+            run_fields, groups = run.tables(ks, options)
+            run_fields, columns, episodes = _joined(run_fields, list(groups))
+        else:
+            run_fields, columns, episodes = stack_episodes(list(run.read(ks, options)))
+        if fields is None:
+            fields = run_fields
+        elif run_fields != fields:
+            raise ValueError(f"{run.directory}: observation fields {run_fields} differ from the first run's {fields}")
+        episodes = dict(episodes, first_row=episodes["first_row"] + offset, run=np.full(len(ks), number))
+        offset += len(columns["action"])
+        parts.append(columns)
+        episode_parts.append(episodes)
+        instructions.append(run.manifest["env_spec"]["instruction"])
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        keys = ("env_id", "episode_id", "steps", "first_row", "stride", "run")
+        return (
+            list(options.observation_keys or []),
+            [(0, {"action": np.zeros((0, 1), np.float32)})],
+            dict.fromkeys(keys, empty),
+            [],
+        )
+    columns = {}
+    for name in parts[0]:
+        try:
+            columns[name] = parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
+        except ValueError as exc:
+            raise ValueError(f"the runs' {name} columns differ in shape or type: {exc}") from exc
+    episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
+    return fields, [(0, columns)], episodes, instructions
+
+
+def _mapped_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], list, dict, list[str]]:
+    """The shard's episodes (``index``), checked, with their frame table left in the packed runs' memory-mapped
+    segments: (fields, blocks, episodes, instructions); the runs' rows follow one another."""
+    blocks, episode_parts, instructions, fields, offset = [], [], [], None, 0
+    for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
+        if not hasattr(run, "mapped"):
+            raise ValueError(
+                f"{run.directory}: mmap=True reads packed runs; write a packed copy: "
+                f"forge-gpu convert {run.directory} OUT --to packed"
+            )
+        ks = [k for _, k in group]
+        run_fields, run_blocks, episodes = run.mapped(ks, options)
+        if fields is None:
+            fields = run_fields
+        elif run_fields != fields:
+            raise ValueError(f"{run.directory}: observation fields {run_fields} differ from the first run's {fields}")
+        if blocks and run_blocks:
+            layout = {n: (c.shape[1:], c.dtype) for n, c in run_blocks[0][1].items()}
+            first = {n: (c.shape[1:], c.dtype) for n, c in blocks[0][1].items()}
+            if layout != first:
+                raise ValueError(f"{run.directory}: its columns {layout} differ from the first run's {first}")
+        blocks += [(start + offset, columns) for start, columns in run_blocks]
+        episode_parts.append(dict(episodes, first_row=episodes["first_row"] + offset, run=np.full(len(ks), number)))
+        if run_blocks:  # the next run's rows follow this one's last block
+            offset = blocks[-1][0] + len(blocks[-1][1]["action"])
+        instructions.append(run.manifest["env_spec"]["instruction"])
+    if not episode_parts:
+        return _frame_table([], options)
+    episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
+    return fields, blocks, episodes, instructions
+
+
+def _joined(fields: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list[str], dict, dict]:
+    """Groups of gathered episodes (``read_episode_tables``) as one table laid end to end (stride 1)."""
+    names = [f"obs/{f}" for f in fields] + list(TRANSITION_COLUMNS)
+    columns = {n: np.concatenate([g[n] for _, g, _ in groups]) for n in names}
+    offsets = np.cumsum([0] + [int(s[-1]) for _, _, s in groups[:-1]])
+    episodes = {key: np.concatenate([e[key] for e, _, _ in groups]) for key in ("env_id", "episode_id", "steps")}
+    episodes["first_row"] = np.concatenate([s[:-1] + o for (_, _, s), o in zip(groups, offsets, strict=True)])
+    episodes["stride"] = np.ones(episodes["steps"].size, np.int64)
+    return fields, columns, episodes

@@ -1,0 +1,1 @@
+"""The npz layout (schema 1, docs/FORMAT-v1.md)."""

@@ -1,0 +1,215 @@
+"""The on-disk episode store, schema version 1 (see FORMAT.md): names and markers, the schema rules an
+episode must pass, and the checks of untrusted member sizes.
+
+run.json, which both formats share, is :mod:`manifest`'s; the writer of episode files and markers is
+:mod:`npz_writer`. Numpy and the standard library; shared by the recorder (which writes) and the reader
+(which checks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from forge_gpu._src.formats.registry import FORMATS
+
+SCHEMA_VERSION = FORMATS["npz"].identity["schema_version"]  # 1
+EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
+EPISODE_SUFFIX = ".npz"
+MARKER_SUFFIX = ".json"
+EPISODE_STEM_RE = re.compile(r"^env(\d{5})-episode(\d{8})$")
+
+#: Observation fields every episode holds, in `obs/` and `next/`.
+REQUIRED_FIELDS = ("env_id", "episode_id", "step_id", "time", "proprio")
+#: Integer bookkeeping fields among them: shape [T], non-negative.
+ID_FIELDS = ("env_id", "episode_id", "step_id")
+#: Per-transition members of an episode file.
+TRANSITION_MEMBERS = ("action", "reward", "terminated", "truncated")
+COMPRESSIONS = FORMATS["npz"].compressions
+
+_NUMERIC_KINDS = "biuf"
+
+
+def episode_stem(env_id: int, episode_id: int) -> str:
+    """File name of an episode without suffix, e.g. ``env00003-episode00000012``."""
+    return EPISODE_STEM.format(env_id=int(env_id), episode_id=int(episode_id))
+
+
+def parse_episode_stem(stem: str) -> tuple[int, int] | None:
+    """``(env_id, episode_id)`` of an episode file stem, or None if the name is not an episode's."""
+    match = EPISODE_STEM_RE.match(stem)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
+
+
+# The indented JSON of a marker, as json.dumps(marker, indent=2) lays it out; a format string is 5x faster.
+_MARKER_JSON = (
+    '{{\n  "schema_version": {schema_version},\n  "complete": true,\n  "steps": {steps},\n'
+    '  "env_id": {env_id},\n  "episode_id": {episode_id}\n}}\n'
+)
+
+
+def encode_marker(marker: Mapping[str, Any]) -> bytes:
+    """The UTF-8 JSON of a marker made by :func:`make_marker`."""
+    if marker.keys() != _MARKER_KEYS or marker["complete"] is not True:
+        return (json.dumps(marker, indent=2) + "\n").encode()
+    return _MARKER_JSON.format_map(marker).encode()
+
+
+_MARKER_KEYS = {"schema_version": 0, "complete": 0, "steps": 0, "env_id": 0, "episode_id": 0}.keys()
+
+
+def make_marker(env_id: int, episode_id: int, steps: int) -> dict:
+    """The completion marker of an episode."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "complete": True,
+        "steps": int(steps),
+        "env_id": int(env_id),
+        "episode_id": int(episode_id),
+    }
+
+
+def validate_marker(marker: Any, *, name: str, env_id: int | None = None, episode_id: int | None = None) -> int:
+    """Check a completion marker (and, if given, the ids its file name implies); return its ``steps``."""
+    if not isinstance(marker, dict):
+        raise ValueError(f"{name}: marker must be a JSON object, got {type(marker).__name__}")
+    expected = {"schema_version", "complete", "steps", "env_id", "episode_id"}
+    missing = expected - marker.keys()
+    if missing:
+        raise ValueError(f"{name}: marker lacks key(s) {sorted(missing)}")
+    if marker["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"{name}: marker schema_version is {marker['schema_version']!r}, expected 1")
+    if marker["complete"] is not True:
+        raise ValueError(f"{name}: marker 'complete' is {marker['complete']!r}, expected true")
+    for key in ("steps", "env_id", "episode_id"):
+        value = marker[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name}: marker {key!r} must be a non-negative integer, got {value!r}")
+    if marker["steps"] < 1:
+        raise ValueError(f"{name}: marker steps must be >= 1, got {marker['steps']}")
+    for key, value in (("env_id", env_id), ("episode_id", episode_id)):
+        if value is not None and marker[key] != value:
+            raise ValueError(f"{name}: marker {key} is {marker[key]}, but the file name says {value}")
+    return marker["steps"]
+
+
+def validate_episode(arrays: Mapping[str, np.ndarray], marker: Mapping[str, Any], *, name: str) -> None:
+    """Check one whole episode (member name -> array) against FORMAT.md; raise ValueError naming ``name``.
+
+    Every member must be present; use `validate_episode_schema` plus `validate_episode_values` to check
+    a projection (the schema of all members, the values of some).
+    """
+    validate_episode_schema({key: (a.shape, a.dtype) for key, a in arrays.items()}, marker, name=name)
+    validate_episode_values(arrays, marker, name=name)
+
+
+def observation_fields(members: Iterable[str]) -> list[str]:
+    """The observation field names among member names (those of ``obs/``), sorted."""
+    return sorted(m[4:] for m in members if m.startswith("obs/"))
+
+
+def validate_episode_schema(
+    headers: Mapping[str, tuple[tuple[int, ...], np.dtype]], marker: Mapping[str, Any], *, name: str
+) -> None:
+    """Check member names, shapes and dtypes (member -> (shape, dtype)), without looking at values."""
+    steps = validate_marker(marker, name=name)
+    obs = {m[4:] for m in headers if m.startswith("obs/")}
+    nxt = {m[5:] for m in headers if m.startswith("next/")}
+    unknown = sorted(m for m in headers if not m.startswith(("obs/", "next/")) and m not in TRANSITION_MEMBERS)
+    if unknown:
+        raise ValueError(f"{name}: unknown member(s) {unknown}")
+    fields = obs | nxt | set(REQUIRED_FIELDS)
+    required = [f"obs/{f}" for f in fields] + [f"next/{f}" for f in fields] + list(TRANSITION_MEMBERS)
+    missing = sorted(set(required) - headers.keys())
+    if missing:
+        raise ValueError(f"{name}: missing member(s) {missing}")
+    for member, (shape, dtype) in headers.items():
+        if len(shape) == 0 or shape[0] != steps:
+            raise ValueError(f"{name}: member {member} has shape {tuple(shape)}; its first dim must be T={steps}")
+        if dtype.kind not in _NUMERIC_KINDS:
+            raise ValueError(f"{name}: member {member} has non-numeric dtype {dtype}")
+    for field in obs:
+        if headers[f"obs/{field}"] != headers[f"next/{field}"]:
+            raise ValueError(
+                f"{name}: obs/{field} is {_describe(headers[f'obs/{field}'])} but "
+                f"next/{field} is {_describe(headers[f'next/{field}'])}; they must match"
+            )
+    for field in ID_FIELDS:
+        shape, dtype = headers[f"obs/{field}"]
+        if len(shape) != 1 or dtype.kind not in "iu":
+            raise ValueError(f"{name}: obs/{field} must be integers of shape [T], got {_describe((shape, dtype))}")
+    if len(headers["obs/time"][0]) != 1:
+        raise ValueError(f"{name}: obs/time must have shape [T], got {tuple(headers['obs/time'][0])}")
+    if len(headers["obs/proprio"][0]) != 2:
+        raise ValueError(f"{name}: obs/proprio must have shape [T, P], got {tuple(headers['obs/proprio'][0])}")
+    shape, dtype = headers["action"]
+    if len(shape) != 2 or dtype.kind != "f":
+        raise ValueError(f"{name}: action must be floating point of shape [T, A], got {_describe((shape, dtype))}")
+    shape, dtype = headers["reward"]
+    if len(shape) != 1 or dtype.kind not in "iuf":
+        raise ValueError(f"{name}: reward must be numbers of shape [T], got {_describe((shape, dtype))}")
+    for flag in ("terminated", "truncated"):
+        shape, dtype = headers[flag]
+        if len(shape) != 1 or dtype != np.bool_:
+            raise ValueError(f"{name}: {flag} must be bool of shape [T], got {_describe((shape, dtype))}")
+
+
+def validate_episode_values(arrays: Mapping[str, np.ndarray], marker: Mapping[str, Any], *, name: str) -> None:
+    """Check the values of the members present in ``arrays`` (whose schema is already checked).
+
+    The transition members and the ``env_id``, ``episode_id``, ``step_id`` and ``time`` fields must be
+    present; other observation fields are checked where present.
+    """
+    steps = marker["steps"]
+    for member, array in arrays.items():
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ValueError(f"{name}: member {member} holds non-finite values")
+    terminated, truncated = arrays["terminated"], arrays["truncated"]
+    if (terminated & truncated).any():
+        raise ValueError(
+            f"{name}: transition(s) {np.flatnonzero(terminated & truncated).tolist()} are both terminated and truncated"
+        )
+    done = terminated | truncated
+    if not done[-1] or done[:-1].any():
+        raise ValueError(
+            f"{name}: terminated|truncated must be true at the last transition only, "
+            f"but is true at {np.flatnonzero(done).tolist()} of T={steps}"
+        )
+    expected_steps = np.arange(steps + 1)
+    for prefix, expected in (("obs/", expected_steps[:-1]), ("next/", expected_steps[1:])):
+        if not np.array_equal(arrays[prefix + "step_id"], expected):
+            raise ValueError(
+                f"{name}: {prefix}step_id must be {expected[0]}..{expected[-1]}, "
+                f"got {arrays[prefix + 'step_id'].tolist()}"
+            )
+        for key in ("env_id", "episode_id"):
+            if (arrays[prefix + key] != marker[key]).any():
+                raise ValueError(f"{name}: {prefix}{key} must be {marker[key]} throughout (the marker's)")
+    later = arrays["next/time"] > arrays["obs/time"]
+    if not later.all():
+        raise ValueError(f"{name}: next/time must exceed obs/time; it does not at {np.flatnonzero(~later).tolist()}")
+    for member in arrays:
+        if member.startswith("obs/"):
+            field = member[4:]
+            if not np.array_equal(arrays[f"next/{field}"][:-1], arrays[member][1:]):
+                raise ValueError(f"{name}: continuity broken: next/{field}[t] != obs/{field}[t+1] for some t")
+
+
+def per_env_nbytes(shape: Iterable[int], dtype: Any) -> int:
+    """Bytes of one env's row of a field of per-env ``shape`` and ``dtype``."""
+    return math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
+
+
+def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:
+    shape, dtype = header
+    return f"{dtype}{list(shape)}"
+
+
+#: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
+#: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
+MAX_MEMBER_BYTES = 4 << 30

@@ -1,0 +1,206 @@
+"""Reading a schema-1 run (FORMAT.md): its marked episodes, each archive checked before it is trusted.
+
+An episode file is untrusted input: its members' headers are read and their claimed sizes checked against
+the archive and a per-member limit before any array is allocated; every way a damaged archive fails to read
+becomes a ValueError naming the file. numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import lzma
+import math
+import os
+import struct
+import tokenize
+import zipfile
+import zlib
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from forge_gpu._src.core.manifest import load_json
+from forge_gpu._src.data.runs import Episode, EpisodeReadOptions
+from forge_gpu._src.formats.npz.layout import (
+    EPISODE_SUFFIX,
+    MARKER_SUFFIX,
+    MAX_MEMBER_BYTES,
+    TRANSITION_MEMBERS,
+    observation_fields,
+    parse_episode_stem,
+    validate_episode_schema,
+    validate_episode_values,
+    validate_marker,
+)
+
+# Fields the value checks need even when a projection leaves them out.
+_CHECK_FIELDS = ("env_id", "episode_id", "step_id", "time")
+
+
+class NpzRun:
+    """A schema-1 run: its marked episodes in file-name order."""
+
+    def __init__(self, run_dir: str, manifest: dict):
+        self.directory, self.manifest = run_dir, manifest
+        self.marked = marked_episodes(run_dir)
+
+    def __len__(self) -> int:
+        return len(self.marked)
+
+    def ids(self, k: int) -> tuple[int, int, int]:
+        """``(env_id, episode_id, steps)`` of the ``k``-th episode."""
+        marker = self.marked[k][1]
+        return marker["env_id"], marker["episode_id"], marker["steps"]
+
+    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
+        for k in ks:
+            path, marker = self.marked[k]
+            yield load_episode(path, marker, self.manifest["env_spec"], options)
+
+
+def marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
+    """(episode path, marker) of every marked episode, in sorted file-name order; no archive is opened."""
+    npz, markers = set(), set()
+    for name in os.listdir(run_dir):
+        stem, suffix = os.path.splitext(name)
+        if parse_episode_stem(stem) is None:
+            continue
+        if suffix == EPISODE_SUFFIX:
+            npz.add(stem)
+        elif suffix == MARKER_SUFFIX:
+            markers.add(stem)
+    orphans = sorted(markers - npz)
+    if orphans:
+        path = os.path.join(run_dir, orphans[0] + MARKER_SUFFIX)
+        raise ValueError(f"{path}: completion marker without its episode file {orphans[0] + EPISODE_SUFFIX}")
+    marked = []
+    for stem in sorted(npz & markers):
+        env_id, episode_id = parse_episode_stem(stem)
+        marker_path = os.path.join(run_dir, stem + MARKER_SUFFIX)
+        marker = load_json(marker_path)
+        validate_marker(marker, name=marker_path, env_id=env_id, episode_id=episode_id)
+        marked.append((os.path.join(run_dir, stem + EPISODE_SUFFIX), marker))
+    return marked
+
+
+def load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOptions) -> Episode:
+    fields = options.observation_keys
+    with _archive_errors(path):
+        archive = np.load(path, allow_pickle=False)
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not an .npz archive")
+    with archive:
+        with _archive_errors(path):
+            headers = {member: read_npy_header(archive.zip, member) for member in archive.files}
+            check_member_sizes(archive.zip, headers, name=path, max_member_bytes=options.max_member_bytes)
+        validate_episode_schema(headers, marker, name=path)
+        _check_against_spec(headers, env_spec, path)
+        present = observation_fields(headers)
+        wanted = present if fields is None else fields
+        unknown = [f for f in wanted if f not in present]
+        if unknown:
+            raise ValueError(f"{path}: requested field(s) {unknown} are not in the episode (it has {present})")
+        loaded = sorted(set(wanted) | set(_CHECK_FIELDS))
+        members = [f"{prefix}/{f}" for prefix in ("obs", "next") for f in loaded] + list(TRANSITION_MEMBERS)
+        with _archive_errors(path):
+            arrays = {member: archive[member] for member in members}
+    validate_episode_values(arrays, marker, name=path)
+    return Episode(
+        env_id=marker["env_id"],
+        episode_id=marker["episode_id"],
+        steps=marker["steps"],
+        obs={f: arrays[f"obs/{f}"] for f in wanted},
+        next={f: arrays[f"next/{f}"] for f in wanted},
+        action=arrays["action"],
+        reward=arrays["reward"],
+        terminated=arrays["terminated"],
+        truncated=arrays["truncated"],
+        path=path,
+    )
+
+
+def _check_against_spec(headers: dict, env_spec: dict, path: str) -> None:
+    """Check observation fields and action width against run.json's env_spec, where it describes them."""
+    action_dim = headers["action"][0][1]
+    if [action_dim] != list(env_spec["action_shape"]):
+        raise ValueError(f"{path}: action has width {action_dim}; run.json says {env_spec['action_shape']}")
+    described = env_spec.get("observation")
+    if not isinstance(described, dict):
+        return
+    present = observation_fields(headers)
+    if sorted(described) != present:
+        raise ValueError(f"{path}: observation fields {present} differ from run.json's {sorted(described)}")
+    for field, entry in described.items():
+        shape, dtype = headers[f"obs/{field}"]
+        if list(shape[1:]) != list(entry.get("shape", shape[1:])) or str(dtype) != entry.get("dtype", str(dtype)):
+            raise ValueError(
+                f"{path}: obs/{field} is {dtype}{list(shape[1:])} per transition; run.json says "
+                f"{entry.get('dtype')}{entry.get('shape')}"
+            )
+
+
+@contextlib.contextmanager
+def _archive_errors(path: str) -> Iterator[None]:
+    """Turn the ways a damaged archive fails to read into a ValueError naming it.
+
+    zipfile raises RuntimeError for an encrypted member and its subclass NotImplementedError for an unknown
+    compression method or patched data; a bzip2 member fails with OSError, an lzma one with LZMAError or
+    struct.error; numpy's header parser with ValueError, or tokenize.TokenError where it retries a header
+    as Python 2 wrote them."""
+    try:
+        yield
+    except (
+        OSError,
+        EOFError,
+        KeyError,
+        ValueError,
+        RuntimeError,
+        zipfile.BadZipFile,
+        zlib.error,
+        lzma.LZMAError,
+        struct.error,
+        tokenize.TokenError,
+    ) as exc:
+        raise ValueError(f"{path}: cannot read episode archive: {type(exc).__name__}: {exc}") from exc
+
+
+def read_npy_header(archive: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of one ``.npy`` member of a zip, read from its header alone."""
+    with archive.open(member + ".npy") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"member {member} uses unsupported .npy format version {version}")
+    return tuple(shape), dtype
+
+
+def check_member_sizes(
+    archive: zipfile.ZipFile,
+    headers: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+    *,
+    name: str,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+) -> None:
+    """Refuse members whose header claims more data than the member holds or than the limit allows.
+
+    Runs on the headers alone, before any array is allocated or decompressed. A deflate member can
+    never expand beyond its declared size: zipfile stops at the declared size and checks the CRC.
+    """
+    for member, (shape, dtype) in headers.items():
+        if any(int(s) < 0 for s in shape):
+            raise ValueError(f"{name}: member {member} has a negative dimension {tuple(shape)}")
+        claimed = math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
+        if claimed > max_member_bytes:
+            raise ValueError(
+                f"{name}: member {member} claims {claimed} bytes, over the per-member limit of {max_member_bytes}"
+            )
+        declared = archive.getinfo(member + ".npy").file_size
+        if claimed > declared:
+            raise ValueError(
+                f"{name}: member {member} claims {claimed} bytes but the archive holds only {declared} for it"
+            )
+        if declared > max_member_bytes + 65536:
+            raise ValueError(f"{name}: member {member} declares {declared} bytes, over the per-member limit")

@@ -1,0 +1,83 @@
+"""RecordingOptions: how a run is written (format, compression, writers, memory budget, statistics), one frozen
+value checked once and passed from the command line through ``collect``, ``collect_distributed`` and
+``make_recorder`` to the recorder. The formats and their compressions are :mod:`formats`' registry. The standard
+library only: the command line checks it without numpy's recorders or Warp."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from forge_gpu._src.formats.registry import FORMATS
+
+
+class OptionError(ValueError):
+    """A recording option out of range: ``name`` (the field), ``value`` and what is ``allowed``."""
+
+    def __init__(self, name: str, value: Any, allowed: str):
+        super().__init__(f"{name}={value!r}: {allowed}")
+        self.name, self.value, self.allowed = name, value, allowed
+
+
+def _is_int(value: Any) -> bool:
+    """An integer (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
+    """Refuse a ``value`` that is not an integer in ``[minimum, maximum]``, naming it: the one "integer >= 1"
+    check of the library."""
+    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+    if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordingOptions:
+    """How a run is recorded; every field is checked when the value is made (:class:`OptionError`)."""
+
+    format: str = "packed"
+    """A registered format (:data:`formats.FORMATS`): ``packed`` (schema 2, many episodes per file,
+    :class:`PackedRecorder`), ``npz`` (schema 1, one file per episode, :class:`EpisodeRecorder`), or one added by
+    ``register_format``."""
+    compression: str = "none"
+    """One of the format's compressions: packed ``none``, ``lz4`` or ``zstd``; npz ``none`` or ``deflate``."""
+    compression_level: int = 1
+    """npz deflate level, 0-9 (packed ignores it)."""
+    writers: int = 2
+    """npz writer threads (packed has one writer)."""
+    max_buffer_bytes: int | None = None
+    """The recorder's memory budget [bytes]; ``None``: the format's default (packed 256 MiB of buffered batches,
+    npz 1 GiB of episode buffers)."""
+    statistics: bool = True
+    """Compute normalization statistics while recording and write them as ``stats.json`` at close."""
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise OptionError("format", self.format, f"expected one of {', '.join(FORMATS)}")
+        allowed = FORMATS[self.format].compressions
+        if self.compression not in allowed:
+            raise OptionError("compression", self.compression, f"the {self.format} format takes {', '.join(allowed)}")
+        if not _is_int(self.compression_level) or not 0 <= self.compression_level <= 9:
+            raise OptionError("compression_level", self.compression_level, "must be an integer in [0, 9] (npz deflate)")
+        if not _is_int(self.writers) or self.writers < 1:
+            raise OptionError("writers", self.writers, "must be an integer >= 1")
+        if self.max_buffer_bytes is not None and (not _is_int(self.max_buffer_bytes) or self.max_buffer_bytes < 1):
+            raise OptionError("max_buffer_bytes", self.max_buffer_bytes, "must be an integer >= 1 (or None)")
+        if not isinstance(self.statistics, bool):
+            raise OptionError("statistics", self.statistics, "must be True or False")
+
+    def replace(self, **changes: Any) -> RecordingOptions:
+        """A copy with ``changes``; a change of ``None`` keeps the field (so callers can pass their keyword
+        arguments through unfiltered)."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        return dataclasses.replace(self, **changes) if changes else self
+
+
+def recording_options(options: RecordingOptions | None = None, **changes: Any) -> RecordingOptions:
+    """``options`` (default :class:`RecordingOptions`) with the non-``None`` ``changes``, checked."""
+    if options is not None and not isinstance(options, RecordingOptions):
+        raise TypeError(f"options must be a RecordingOptions, got {type(options).__name__}")
+    return (options or RecordingOptions()).replace(**changes)

@@ -1,0 +1,1 @@
+"""The packed layout (schema 2, docs/FORMAT.md)."""

@@ -1,0 +1,126 @@
+"""Reading a packed run (schema 2, docs/FORMAT.md) as the reader's Episodes: the commit log's episodes,
+gathered from the blocks and checked whole-column, and, for random access, the blocks memory-mapped.
+numpy, pyarrow and the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from forge_gpu._src.data.runs import Episode, EpisodeReadOptions
+from forge_gpu._src.formats.npz.layout import REQUIRED_FIELDS, episode_stem
+from forge_gpu._src.formats.packed.layout import (
+    CHECK_COLUMNS,
+    TRANSITION_COLUMNS,
+    PackedRun,
+    read_blocks,
+    read_episode_tables,
+)
+
+
+class PackedRunReader:
+    """A packed run: its committed episodes in commit-log order."""
+
+    def __init__(self, run_dir: str, manifest: dict):
+        self.directory, self.manifest = run_dir, manifest
+        self.run = PackedRun(run_dir)
+
+    def __len__(self) -> int:
+        return len(self.run)
+
+    def ids(self, k: int) -> tuple[int, int, int]:
+        """``(env_id, episode_id, steps)`` of the ``k``-th episode."""
+        episodes = self.run.episodes
+        return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
+
+    def tables(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], Iterator]:
+        """The observation fields to read, and the selected episodes (``ks`` ascending) in checked groups:
+        ``(episodes, gathered, starts)`` of ``packed.read_episode_tables``."""
+        fields = self._fields(options)
+        names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
+        return fields, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
+
+    def mapped(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], list[tuple[int, dict]], dict]:
+        """For random access without loading the run: the observation fields, every committed block as
+        ``(first row, {"obs/<F>" and "action": [rows, ...] array})`` with the arrays read-only views of the
+        memory-mapped segments, and the entries (``env_id``, ``episode_id``, ``steps``, ``first_row``,
+        ``stride``) of episodes ``ks`` (ascending). The episodes are checked first, in one streaming pass as
+        :meth:`read` does. An uncompressed run only: compressed buffers cannot be mapped."""
+        compression = self.manifest.get("recorder", {}).get("compression", "none")
+        if compression != "none":
+            raise ValueError(
+                f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
+                f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
+            )
+        fields, groups = self.tables(ks, options)
+        for _ in groups:  # each group is checked as it is gathered, then let go
+            pass
+        names = [f"obs/{f}" for f in fields] + ["action"]
+        blocks = [
+            (commit["first_row"], columns) for commit, columns in read_blocks(self.directory, self.run.commits, names)
+        ]
+        episodes = {key: values[np.asarray(ks, dtype=np.int64)] for key, values in self.run.episodes.items()}
+        return fields, blocks, episodes
+
+    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
+        fields, groups = self.tables(ks, options)
+        for episodes, gathered, starts in groups:
+            for i in range(len(starts) - 1):
+                s, e = int(starts[i]), int(starts[i + 1])
+                env_id, episode_id = int(episodes["env_id"][i]), int(episodes["episode_id"][i])
+                yield Episode(
+                    env_id=env_id,
+                    episode_id=episode_id,
+                    steps=e - s - 1,
+                    obs={f: gathered[f"obs/{f}"][s : e - 1] for f in fields},
+                    next={f: gathered[f"obs/{f}"][s + 1 : e] for f in fields},
+                    action=gathered["action"][s + 1 : e],
+                    reward=gathered["reward"][s + 1 : e],
+                    terminated=gathered["terminated"][s + 1 : e],
+                    truncated=gathered["truncated"][s + 1 : e],
+                    path=os.path.join(self.directory, episode_stem(env_id, episode_id)),
+                )
+
+    def _fields(self, options: EpisodeReadOptions) -> list[str]:
+        """The observation fields to read, after checking the segments' columns against run.json."""
+        columns = self.run.columns()
+        spec = self.manifest["env_spec"]
+        described = spec.get("observation") if isinstance(spec.get("observation"), dict) else {}
+        present = sorted(c[4:] for c in columns if c.startswith("obs/")) if columns else sorted(described)
+        if columns:
+            _check_packed_columns(columns, spec, described, present, self.directory)
+        wanted = present if options.observation_keys is None else list(options.observation_keys)
+        unknown = [f for f in wanted if f not in present]
+        if unknown:
+            raise ValueError(f"{self.directory}: requested field(s) {unknown} are not in the run (it has {present})")
+        return wanted
+
+
+def _check_packed_columns(columns: dict, spec: dict, described: dict, present: list[str], name: str) -> None:
+    """Check a packed run's segment columns against the format and run.json's env_spec."""
+    unknown = [c for c in columns if not c.startswith("obs/") and c not in TRANSITION_COLUMNS]
+    missing = [c for c in (*(f"obs/{f}" for f in REQUIRED_FIELDS), *TRANSITION_COLUMNS) if c not in columns]
+    if unknown or missing:
+        raise ValueError(f"{name}: segment columns: unknown {unknown}, missing {missing}")
+    if described and sorted(described) != present:
+        raise ValueError(f"{name}: observation fields {present} differ from run.json's {sorted(described)}")
+    expected = {f"obs/{f}": (tuple(e.get("shape", ())), e.get("dtype")) for f, e in described.items()}
+    expected["action"] = ((int(spec["action_shape"][0]),), "float32")
+    for column, (shape, dtype) in columns.items():
+        if column in expected and (shape, str(dtype)) != (expected[column][0], expected[column][1] or str(dtype)):
+            raise ValueError(
+                f"{name}: column {column} is {dtype}{list(shape)} per row; run.json says "
+                f"{expected[column][1]}{list(expected[column][0])}"
+            )
+    for column, kinds in (("reward", "iuf"), ("terminated", "b"), ("truncated", "b")):
+        if columns[column][0] != () or columns[column][1].kind not in kinds:
+            raise ValueError(f"{name}: column {column} is {columns[column][1]}{list(columns[column][0])} per row")
+    for field in ("env_id", "episode_id", "step_id", "time"):
+        shape, dtype = columns[f"obs/{field}"]
+        if shape != () or dtype.kind not in ("f" if field == "time" else "iu"):
+            raise ValueError(f"{name}: column obs/{field} is {dtype}{list(shape)} per row")
+    if len(columns["obs/proprio"][0]) != 1:
+        raise ValueError(f"{name}: column obs/proprio must have a per-row shape [P]")

@@ -1,0 +1,228 @@
+"""PackedRecorder: stream host batches, step-major, into a packed run (schema 2, docs/FORMAT.md).
+
+Memory is one ring of whole batches (``max_buffer_bytes``), whatever the episode length: ``append``
+checks a batch, copies it into the ring and returns; one writer thread appends the buffered steps to
+the current segment as one Arrow record batch and then publishes them, with the episodes that ended in
+them, by one line in the commit log. When the ring is full, ``append`` waits (backpressure; the wait
+is counted in ``stall_seconds``).
+
+numpy, pyarrow and the standard library: the env is only read as a description.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from forge_gpu._src.formats.options import check_int
+from forge_gpu._src.formats.packed.layout import (
+    COMPRESSIONS,
+    PackedWriter,
+    arrow_schema,
+    ended_episodes,
+    run_columns,
+)
+from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.recording.stats import StatsAccumulator
+from forge_gpu._src.recording.tracker import (
+    EpisodeTracker,
+    RecorderBase,
+    RunDescription,
+    describe_run,
+    initial_manifest,
+)
+
+#: Default ring size [bytes].
+DEFAULT_BUFFER_BYTES = 256 << 20
+#: Default segment size at which a new segment file is started [bytes].
+DEFAULT_SEGMENT_BYTES = 1 << 30
+#: Default largest block the writer appends at once [bytes]; it bounds how long a finished episode
+#: waits to become visible (one block write) as much as how often a commit line is written.
+DEFAULT_BLOCK_BYTES = 8 << 20
+
+
+class PackedRecorder(RecorderBase):
+    """Records batches of ``num_envs`` env rows into a packed run; every ended episode is published once.
+
+    Args:
+        directory: the run directory to create; it must not exist.
+        env: the run's :class:`RunDescription`, or an env to describe (:func:`describe_run`).
+        max_buffer_bytes: the ring of buffered batches [bytes]; must hold at least 2 batches.
+        compression: ``"none"``, ``"lz4"`` or ``"zstd"`` (Arrow IPC buffer compression).
+        segment_bytes: a segment file is closed and the next one started once it reaches this size.
+        block_bytes: the writer appends at most this many bytes of buffered steps at once (at least one step).
+        statistics: compute normalization statistics from every batch and write them as ``stats.json``
+            at close (forge_gpu/_src/recording/stats.py).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        env: RunDescription | Any,
+        *,
+        max_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        compression: str = "none",
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        statistics: bool = True,
+    ) -> None:
+        check_int("max_buffer_bytes", max_buffer_bytes, minimum=1)
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {list(COMPRESSIONS)} (packed), got {compression!r}")
+        check_int("segment_bytes", segment_bytes, minimum=1)
+        check_int("block_bytes", block_bytes, minimum=1)
+        run = describe_run(env)
+        num_envs, max_steps = run.num_envs, run.max_steps
+        tracker = EpisodeTracker(run.spec, num_envs, max_steps)
+        batch_bytes = num_envs * (tracker.frame_bytes + tracker.transition_bytes)
+        capacity = _ring_steps(max_buffer_bytes, batch_bytes, num_envs)
+        self._num_envs = num_envs
+        self._capacity = capacity
+        self._block_steps = max(1, min(capacity // 2, block_bytes // batch_bytes))
+        self._buffer_bytes = capacity * batch_bytes
+        manifest = initial_manifest(run, max_buffer_bytes, FORMATS["packed"].identity)
+        manifest["recorder"] = {
+            "compression": compression,
+            "segment_bytes": segment_bytes,
+            "block_steps": self._block_steps,
+            "buffer_steps": capacity,
+            "buffer_bytes": self._buffer_bytes,
+        }
+
+        self._ring = _allocate_ring(tracker, capacity)
+        self._head = 0  # steps appended
+        self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
+        self._tail = 0  # steps written and published (both under the base's lock)
+
+        super().__init__(directory, tracker, manifest)
+        schema = arrow_schema(run_columns(tracker.fields, tracker.action_dim))
+        self._writer = PackedWriter(self._directory, schema, compression=compression, segment_bytes=segment_bytes)
+        self._thread = threading.Thread(target=self._writer_loop, name="forge-gpu-packed-writer", daemon=True)
+        self._thread.start()
+
+    # -- progress -------------------------------------------------------------------------------
+
+    @property
+    def backlog(self) -> int:
+        """Batches buffered and not yet published."""
+        return self._head - self._tail
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of the ring."""
+        return self._buffer_bytes
+
+    # -- recording ------------------------------------------------------------------------------
+
+    def append(self, observation: Mapping[str, np.ndarray], result: Any) -> None:
+        """Record one batch: ``observation`` (field -> [N, ...]) and ``result`` (reward, flags, info).
+
+        The batch is checked whole first; a bad batch raises ValueError and changes nothing. May wait for
+        the writer to free room in the ring. Raises RuntimeError after a write failure.
+        """
+        self._raise_if_unusable()
+        tracker = self._tracker
+        active, reward, terminated, truncated, action = tracker.check(observation, result)
+        with self._cond:
+            if self._head - self._tail >= self._capacity:
+                start = time.perf_counter()
+                while self._head - self._tail >= self._capacity and self._error is None:
+                    self._cond.wait()
+                self._stall_seconds += time.perf_counter() - start
+            if self._error is not None:
+                raise self._failure()
+            index = self._head % self._capacity
+        ring = self._ring
+        for field in tracker.fields:
+            ring[f"obs/{field}"][index] = observation[field]
+        ring["action"][index] = action
+        ring["reward"][index] = reward
+        ring["terminated"][index] = terminated
+        ring["truncated"][index] = truncated
+        if self._stats is not None:
+            self._stats.update_batch(observation, active, action, reward)
+        tracker.commit(observation, active, terminated, truncated)
+        with self._cond:
+            self._head += 1
+            self._work.notify()
+
+    # -- the writer -----------------------------------------------------------------------------
+
+    def _writer_loop(self) -> None:
+        """Append the buffered steps in blocks, each at most `_block_steps` and never across the ring's end."""
+        while True:
+            with self._cond:
+                while self._tail == self._head and not self._stopping:
+                    self._work.wait()
+                if self._tail == self._head or self._error is not None:
+                    return
+                first = self._tail
+                start = first % self._capacity
+                count = min(self._head - first, self._block_steps, self._capacity - start)
+            try:
+                nbytes, episodes = self._write_block(start, count, first)
+            except BaseException as exc:  # every error must reach the caller
+                self._fail(exc, f"steps {first}..{first + count - 1}")
+                return
+            with self._cond:
+                self._tail += count
+                self._add_published(len(episodes["steps"]), int(episodes["steps"].sum()), nbytes)
+                self._cond.notify_all()
+
+    def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
+        columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
+        episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
+        return self._writer.write(columns, episodes), episodes
+
+    def _unwritten(self) -> list[dict]:
+        """Episodes that ended in batches still in the ring (after a failure they are never published)."""
+        out = []
+        for step in range(self._tail, self._head):
+            index = step % self._capacity
+            block = {name: ring[index] for name, ring in self._ring.items()}
+            ended = ended_episodes(block, step * self._num_envs, self._num_envs)
+            out += [
+                {"env_id": int(e), "episode_id": int(k), "steps": int(s)}
+                for e, k, s in zip(ended["env_id"], ended["episode_id"], ended["steps"], strict=True)
+            ]
+        return out
+
+    # -- what the base asks -------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        return self._tail < self._head
+
+    def _join(self) -> None:
+        self._thread.join()
+        try:
+            self._writer.close()
+        except BaseException as exc:
+            self._fail(exc, "the end of the segment")
+
+
+def _ring_steps(max_buffer_bytes: int, batch_bytes: int, num_envs: int) -> int:
+    """Batches the ring holds within ``max_buffer_bytes``; ValueError when fewer than 2 fit."""
+    capacity = max_buffer_bytes // batch_bytes
+    if capacity < 2:
+        raise ValueError(
+            f"max_buffer_bytes={max_buffer_bytes} is too small: the packed recorder buffers whole batches of "
+            f"{num_envs} envs ({batch_bytes} bytes each) and needs room for 2; raise it to at least {2 * batch_bytes}"
+        )
+    return capacity
+
+
+def _allocate_ring(tracker: EpisodeTracker, capacity: int) -> dict[str, np.ndarray]:
+    """The ring, column by column: step k of the run lives at index k % capacity; np.empty, so untouched pages
+    cost nothing."""
+    n = tracker.num_envs
+    ring = {f"obs/{name}": np.empty((capacity, n, *shape), dtype) for name, (shape, dtype) in tracker.fields.items()}
+    ring["action"] = np.empty((capacity, n, tracker.action_dim), np.float32)
+    ring["reward"] = np.empty((capacity, n), np.float32)
+    ring["terminated"] = np.empty((capacity, n), np.bool_)
+    ring["truncated"] = np.empty((capacity, n), np.bool_)
+    return ring

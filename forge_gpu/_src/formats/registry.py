@@ -1,0 +1,187 @@
+"""Run formats: each way of laying a run out on disk, registered once.
+
+A format has a name (``RecordingOptions.format``, ``--format``), the compressions it takes, the keys that
+mark its run.json (``schema_version``, and ``layout`` where the version alone does not say), and four
+operations: a recorder for a new run, a reader of a run, the repair of a run a killed process left, and the
+writing of checked episodes as a new run (``convert``). ``make_recorder``, ``open_run``, ``repair_run``,
+``inspect_run``, ``convert_run``, run.json's checks and the command line's choices all look formats up
+here, so a new format is one class that satisfies :class:`RunFormat` and one :func:`register_format` call
+(tests/test_formats.py registers one from outside the package).
+
+Two are built in: ``packed`` (schema 2, many episodes per file, docs/FORMAT.md) and ``npz`` (schema 1, one
+file per episode, docs/FORMAT-v1.md). The standard library only at import: an implementation imports
+numpy and pyarrow when it is used, so the command line checks names without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class RunReader(Protocol):
+    """The published episodes of one run, in the format's reading order."""
+
+    directory: str
+    manifest: dict
+
+    def __len__(self) -> int: ...
+
+    def ids(self, k: int) -> tuple[int, int, int]:
+        """``(env_id, episode_id, steps)`` of the ``k``-th episode, from the index alone."""
+        ...
+
+    def read(self, ks: list[int], options: Any) -> Iterator[Any]:
+        """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``."""
+        ...
+
+
+@runtime_checkable
+class RunFormat(Protocol):
+    """What a run format provides; see the module docstring."""
+
+    name: str
+    """The format's name: ``RecordingOptions.format`` and what ``inspect`` reports."""
+    compressions: tuple[str, ...]
+    """The compressions it takes, the first one the default."""
+    identity: Mapping[str, Any]
+    """The run.json keys that mark a run of this format (``schema_version``, ``layout``)."""
+    published_by: str
+    """What publishes an episode (``inspect --quick`` checks it alone), e.g. ``markers``."""
+
+    def owns(self, manifest: Mapping[str, Any]) -> bool:
+        """Whether ``manifest`` (run.json, keys already type-checked) is a run of this format."""
+        ...
+
+    def recorder(self, directory: str, run: Any, options: Any) -> Any:
+        """A new :class:`Recorder` writing run ``directory`` (it must not exist), for the :class:`RunDescription`
+        (or env) ``run`` and the :class:`RecordingOptions` ``options``."""
+        ...
+
+    def open(self, run_dir: str, manifest: dict) -> RunReader:
+        """The published episodes of the run (its index read and checked, no episode data)."""
+        ...
+
+    def repair(self, run_dir: str, manifest: dict) -> dict:
+        """Publish what a killed recorder wrote whole and remove its unpublished leftovers; never touch a
+        published episode; idempotent. Returns ``{"removed": [names], ...}`` with what else it did; run.json
+        and ``*.tmp`` files are the caller's (``repair_run``)."""
+        ...
+
+    def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
+        """Write checked episodes into the empty ``directory`` as this format's episode files; return the
+        count and the run.json keys to set (the identity and any of the format's own). run.json is the
+        caller's (``convert_run``)."""
+        ...
+
+
+class PackedFormat:
+    """Schema 2: Arrow IPC segments and a commit log (docs/FORMAT.md)."""
+
+    name = "packed"
+    compressions = ("none", "lz4", "zstd")
+    identity = {"schema_version": 2, "layout": "packed"}
+    published_by = "commit log"
+
+    def owns(self, manifest: Mapping[str, Any]) -> bool:
+        return manifest.get("schema_version") == 2 and manifest.get("layout") == "packed"
+
+    def recorder(self, directory: str, run: Any, options: Any) -> Any:
+        from forge_gpu._src.formats.packed.recorder import PackedRecorder  # noqa: PLC0415
+
+        budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
+        return PackedRecorder(directory, run, compression=options.compression, statistics=options.statistics, **budget)
+
+    def open(self, run_dir: str, manifest: dict) -> RunReader:
+        from forge_gpu._src.formats.packed.reader import PackedRunReader  # noqa: PLC0415
+
+        return PackedRunReader(run_dir, manifest)
+
+    def repair(self, run_dir: str, manifest: dict) -> dict:
+        from forge_gpu._src.formats.packed.layout import repair_packed  # noqa: PLC0415
+
+        # The recorder writes step-major rows, num_envs to a step (converted runs are always closed).
+        return {"removed": [], **repair_packed(run_dir, int(manifest["config"]["num_envs"]))}
+
+    def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
+        from forge_gpu._src.formats.packed.layout import write_episodes  # noqa: PLC0415
+
+        count = write_episodes(directory, episodes, compression)
+        return count, {**self.identity, "recorder": {"compression": compression, "converted": True}}
+
+
+class NpzFormat:
+    """Schema 1: one ``.npz`` and one completion marker per episode (docs/FORMAT-v1.md)."""
+
+    name = "npz"
+    compressions = ("none", "deflate")
+    identity = {"schema_version": 1}  # schema 1 predates the layout key
+    published_by = "markers"
+
+    def owns(self, manifest: Mapping[str, Any]) -> bool:
+        return manifest.get("schema_version") == 1 and manifest.get("layout", "npz") == "npz"
+
+    def recorder(self, directory: str, run: Any, options: Any) -> Any:
+        from forge_gpu._src.formats.npz.recorder import EpisodeRecorder  # noqa: PLC0415
+
+        budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
+        return EpisodeRecorder(
+            directory,
+            run,
+            writers=options.writers,
+            compression=options.compression,
+            compression_level=options.compression_level,
+            statistics=options.statistics,
+            **budget,
+        )
+
+    def open(self, run_dir: str, manifest: dict) -> RunReader:
+        from forge_gpu._src.formats.npz.reader import NpzRun  # noqa: PLC0415
+
+        return NpzRun(run_dir, manifest)
+
+    def repair(self, run_dir: str, manifest: dict) -> dict:
+        from forge_gpu._src.formats.npz.writer import remove_unmarked  # noqa: PLC0415
+
+        return {"removed": remove_unmarked(run_dir)}
+
+    def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
+        from forge_gpu._src.formats.npz.writer import write_episodes  # noqa: PLC0415
+
+        return write_episodes(directory, episodes, compression), dict(self.identity)
+
+
+#: The registered formats by name; the first is the default of ``RecordingOptions``.
+FORMATS: dict[str, RunFormat] = {f.name: f for f in (PackedFormat(), NpzFormat())}
+
+
+def register_format(fmt: RunFormat) -> RunFormat:
+    """Add a run format (see :class:`RunFormat`); it must not reuse a registered name or identity."""
+    if not isinstance(fmt, RunFormat):
+        raise TypeError(f"{fmt!r} does not provide RunFormat's attributes and methods")
+    if not isinstance(fmt.name, str) or not fmt.name.isidentifier():
+        raise ValueError(f"format name must be an identifier, got {fmt.name!r}")
+    if fmt.name in FORMATS:
+        raise ValueError(f"a format named {fmt.name!r} is already registered")
+    if not fmt.compressions or not all(isinstance(c, str) for c in fmt.compressions):
+        raise ValueError(f"format {fmt.name!r}: compressions must be a non-empty tuple of names")
+    if not isinstance(fmt.identity, Mapping) or not isinstance(fmt.identity.get("schema_version"), int):
+        raise ValueError(f"format {fmt.name!r}: identity must hold an integer schema_version")
+    for other in FORMATS.values():
+        if other.owns(fmt.identity) or fmt.owns(other.identity):
+            raise ValueError(f"format {fmt.name!r}: identity {dict(fmt.identity)} clashes with format {other.name!r}")
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def format_of(manifest: Mapping[str, Any], *, name: str = "run.json") -> RunFormat:
+    """The registered format of a run.json; ValueError naming the file and the keys when none reads it."""
+    for fmt in FORMATS.values():
+        if fmt.owns(manifest):
+            return fmt
+    known = "; ".join(f"{f.name}: " + ", ".join(f"{k} {v!r}" for k, v in f.identity.items()) for f in FORMATS.values())
+    version, layout = manifest.get("schema_version"), manifest.get("layout")
+    raise ValueError(
+        f"{name}: key 'schema_version' is {version!r} and key 'layout' is {layout!r}; this reader reads {known}"
+    )

@@ -1,0 +1,1 @@
+"""Format-neutral recording: the episode tracker, the Recorder protocol and base, statistics."""

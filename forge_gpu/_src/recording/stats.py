@@ -1,0 +1,408 @@
+"""Normalization statistics of a run: count, mean, std, min, max and the 1st/99th percentiles, per channel.
+
+The recorders feed a :class:`StatsAccumulator` with every batch they append (whole-array numpy, one pass
+over the batch; no second read of the run) and write ``stats.json`` into the run directory when they
+close. ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded
+before statistics existed (or one closed by ``repair``).
+
+What is counted:
+  - observation fields other than the ids and ``time`` (``obs/proprio``, ``obs/rgb``, ``obs/depth``):
+    every frame (recording: every row of every batch, which includes the first frames of episodes and
+    frames of episodes that never ended; ``compute_statistics``: the T + 1 frames of each published
+    episode);
+  - ``action`` and ``reward``: every transition (recording: the active rows; computed: T per episode).
+Channels: the last axis of a field with 3 or more axes per row counts as channels (``rgb`` [H, W, 3]:
+3 channels, each over all its pixels); ``depth`` [H, W] is one channel; a vector [P] has P channels; a
+scalar one.
+
+Percentiles come from a mergeable quantile sketch. Integer fields of one byte (``rgb``) keep an exact
+256-bin histogram per channel, so their percentiles are exact. Other values are cast to float32 and
+counted in log-linear buckets: the sign, the 8 exponent bits and the top ``MANTISSA_BITS`` (7) mantissa
+bits of the float32, so each bucket spans a relative width of at most 2^-7 and the reported value (the
+bucket's midpoint, clipped to [min, max]) is within a relative 2^-8 (0.39%) of the exact percentile
+(numpy's ``method="inverted_cdf"``: the value of rank ceil(q * count)); values below float32's normal
+range (|x| < 1.2e-38) are within 1.2e-38 absolute. Mean and std are exact up to float64 rounding
+(per-batch means and squared deviations merged with Chan's formula); std is the population std (ddof 0).
+
+numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from forge_gpu._src.core.manifest import write_json_atomic
+from forge_gpu._src.formats.npz.layout import ID_FIELDS
+
+#: The file in a run directory.
+STATS_FILE = "stats.json"
+STATS_VERSION = 1
+#: Percentiles kept (fractions), with their names in the summaries.
+QUANTILES = {"q01": 0.01, "q99": 0.99}
+#: Mantissa bits a float bucket keeps: relative bucket width 2^-7, reported error at most 2^-8.
+MANTISSA_BITS = 7
+RELATIVE_ERROR = 2.0 ** -(MANTISSA_BITS + 1)
+_SHIFT = 23 - MANTISSA_BITS
+_HALF = 1 << (31 - _SHIFT)  # buckets per sign
+_FLOAT_BUCKETS = 2 * _HALF
+_SKIPPED = (*ID_FIELDS, "time")
+#: Values (rows x channels) gathered from small batches before they are counted together.
+BATCH_VALUES = 1 << 16
+
+
+def _channels(shape: tuple[int, ...]) -> int:
+    """Channels of a field whose per-row shape is ``shape`` (module docstring)."""
+    if len(shape) == 0:
+        return 1
+    if len(shape) == 1:
+        return shape[0]
+    return shape[-1] if len(shape) >= 3 else 1
+
+
+class ChannelStats:
+    """Running statistics of one field, per channel: feed it ``[rows, channels]`` arrays with ``update``.
+
+    ``kind``: ``"uint8"`` or ``"int8"`` (an exact 256-bin histogram per channel) or ``"float"`` (the
+    log-linear float32 sketch).
+    """
+
+    def __init__(self, channels: int, kind: str):
+        if kind not in ("uint8", "int8", "float"):
+            raise ValueError(f"kind must be uint8, int8 or float, got {kind!r}")
+        self.channels, self.kind = channels, kind
+        self.count = 0
+        self.mean = np.zeros(channels)
+        self.m2 = np.zeros(channels)  # sum of squared deviations from the mean
+        self.min = np.full(channels, np.inf)
+        self.max = np.full(channels, -np.inf)
+        self.offset = 128 if kind == "int8" else 0  # bucket = value + offset
+        self.hist = np.zeros((channels, _FLOAT_BUCKETS if kind == "float" else 256), np.int64)
+        self._pending: list[np.ndarray] = []  # small batches not counted yet
+        self._pending_values = 0
+
+    @classmethod
+    def for_dtype(cls, channels: int, dtype: np.dtype) -> ChannelStats:
+        dtype = np.dtype(dtype)
+        if dtype.itemsize == 1 and dtype.kind in "ub":
+            return cls(channels, "uint8")
+        if dtype.itemsize == 1 and dtype.kind == "i":
+            return cls(channels, "int8")
+        return cls(channels, "float")
+
+    def update(self, values: np.ndarray) -> None:
+        """Add ``values`` [rows, channels]. Small batches are copied and counted together once they hold
+        ``BATCH_VALUES`` values (the fixed cost of the numpy calls is then paid once for many batches)."""
+        if values.shape[0] == 0:
+            return
+        if values.size >= BATCH_VALUES and not self._pending:
+            self._add(values)
+            return
+        self._pending.append(np.array(values, copy=True))
+        self._pending_values += values.size
+        if self._pending_values >= BATCH_VALUES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Count the values held back by ``update``."""
+        if self._pending:
+            values = np.concatenate(self._pending)
+            self._pending, self._pending_values = [], 0
+            self._add(values)
+
+    def _add(self, values: np.ndarray) -> None:
+        rows = values.shape[0]
+        if self.kind != "float":
+            by_channel = values.T if self.channels > 1 else values.reshape(1, -1)
+            counts = np.stack([np.bincount(c.view(np.uint8), minlength=256) for c in by_channel])
+            if self.offset:  # int8 viewed as uint8: -128..-1 sit at 128..255
+                counts = np.roll(counts, 128, axis=1)
+            self.hist += counts
+            levels = np.arange(256, dtype=np.float64) - self.offset
+            mean = counts @ levels / rows
+            m2 = (counts * (levels[None, :] - mean[:, None]) ** 2).sum(axis=1)
+            seen = counts > 0
+            lo = levels[np.argmax(seen, axis=1)]
+            hi = levels[255 - np.argmax(seen[:, ::-1], axis=1)]
+        else:
+            x = values.reshape(-1) if self.channels == 1 else values
+            mean = np.atleast_1d(x.mean(axis=0, dtype=np.float64))
+            m2 = np.atleast_1d(x.var(axis=0, dtype=np.float64)) * rows
+            lo = np.atleast_1d(x.min(axis=0)).astype(np.float64)
+            hi = np.atleast_1d(x.max(axis=0)).astype(np.float64)
+            # Bucket = the float32's top 16 bits (sign, exponent, 7 mantissa bits); counted per channel over
+            # the range of buckets the batch spans, which is narrow for real data.
+            keys = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32) >> np.uint32(_SHIFT)
+            for c in range(self.channels):
+                key = keys[:, c]
+                first = int(key.min())
+                counts = np.bincount(key - np.uint32(first))
+                self.hist[c, first : first + counts.size] += counts
+        self._merge(rows, mean, m2, lo, hi)
+
+    def _merge(self, count, mean, m2, lo, hi) -> None:
+        total = self.count + count
+        delta = mean - self.mean
+        self.mean = self.mean + delta * (count / total)
+        self.m2 = self.m2 + m2 + delta**2 * (self.count * count / total)
+        self.count = total
+        self.min = np.minimum(self.min, lo)
+        self.max = np.maximum(self.max, hi)
+
+    def merge(self, other: ChannelStats) -> None:
+        """Add another accumulator of the same field (another run of a dataset, say)."""
+        self.flush()
+        other.flush()
+        if other.channels != self.channels or other.kind != self.kind:
+            raise ValueError(
+                f"cannot merge statistics of {other.channels} {other.kind} channels into {self.channels} {self.kind}"
+            )
+        if other.count == 0:
+            return
+        self.hist += other.hist
+        self._merge(other.count, other.mean, other.m2, other.min, other.max)
+
+    def quantile(self, q: float) -> np.ndarray:
+        """The ``q`` quantile per channel: numpy's ``inverted_cdf`` value, exact for bytes, else within a
+        relative ``RELATIVE_ERROR``."""
+        self.flush()
+        rank = max(int(np.ceil(q * self.count)), 1)
+        if self.kind != "float":
+            index = np.argmax(np.cumsum(self.hist, axis=1) >= rank, axis=1)
+            return (index - self.offset).astype(np.float64)
+        # Buckets by value: negative ones (keys _HALF.._FLOAT_BUCKETS-1) by decreasing magnitude, then positive.
+        ordered = np.concatenate([self.hist[:, : _HALF - 1 : -1], self.hist[:, :_HALF]], axis=1)
+        index = np.argmax(np.cumsum(ordered, axis=1) >= rank, axis=1)
+        key = np.where(index < _HALF, _FLOAT_BUCKETS - 1 - index, index - _HALF).astype(np.uint32)
+        middle = (key << np.uint32(_SHIFT)) | np.uint32(1 << (_SHIFT - 1))
+        value = middle.view(np.float32).astype(np.float64)
+        value[key & np.uint32(_HALF - 1) == 0] = 0.0  # the bucket of +-0 and the tiniest subnormals
+        return np.clip(value, self.min, self.max)
+
+    def summary(self) -> dict:
+        """``count`` and per-channel lists ``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``."""
+        self.flush()
+        out = {"count": int(self.count), "mean": self.mean, "std": np.sqrt(self.m2 / max(self.count, 1))}
+        out.update(min=self.min, max=self.max)
+        for name, q in QUANTILES.items():
+            out[name] = self.quantile(q)
+        return {k: v if k == "count" else np.asarray(v, np.float64).tolist() for k, v in out.items()}
+
+    def to_json(self) -> dict:
+        """The summary plus what merging needs: ``m2`` and the sketch (sparse: nonzero buckets, counts)."""
+        out = self.summary()  # flushes
+        out["m2"] = self.m2.tolist()
+        out["sketch"] = {
+            "kind": self.kind if self.kind != "float" else f"float32-log-linear-{MANTISSA_BITS}",
+            "buckets": [np.flatnonzero(h).tolist() for h in self.hist],
+            "counts": [h[h > 0].tolist() for h in self.hist],
+        }
+        return out
+
+    @classmethod
+    def from_json(cls, entry: Mapping, name: str) -> ChannelStats:
+        """Rebuild from ``to_json``'s dict; raises ValueError naming ``name`` when it does not fit."""
+        try:
+            sketch = entry["sketch"]
+            kind = {"uint8": "uint8", "int8": "int8", f"float32-log-linear-{MANTISSA_BITS}": "float"}.get(
+                sketch["kind"]
+            )
+            if kind is None:
+                raise ValueError(f"unknown sketch kind {sketch['kind']!r}")
+            mean = np.asarray(entry["mean"], np.float64)
+            if mean.ndim != 1:
+                raise ValueError("mean must be a list")
+            stats = cls(mean.shape[0], kind)
+            stats.count = int(entry["count"])
+            stats.mean = mean
+            for key in ("m2", "min", "max"):
+                setattr(stats, key, np.asarray(entry[key], np.float64).reshape(stats.channels))
+            if len(sketch["buckets"]) != stats.channels or len(sketch["counts"]) != stats.channels:
+                raise ValueError("the sketch needs one bucket list and one count list per channel")
+            for c in range(stats.channels):
+                buckets = np.asarray(sketch["buckets"][c], np.int64)
+                counts = np.asarray(sketch["counts"][c], np.int64)
+                bad = buckets.size and (buckets.min() < 0 or buckets.max() >= stats.hist.shape[1])
+                if buckets.shape != counts.shape or bad or (counts < 0).any():
+                    raise ValueError(f"the sketch of channel {c} is malformed")
+                stats.hist[c, buckets] = counts
+            if (stats.hist.sum(axis=1) != stats.count).any():
+                raise ValueError("the sketch's counts do not add up to count")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{name}: malformed statistics entry: {exc}") from exc
+        return stats
+
+
+class StatsAccumulator:
+    """Statistics of a recording: observation fields (every frame), ``action`` and ``reward`` (every
+    transition), keyed ``obs/<field>``, ``action`` and ``reward`` as the packed run's columns.
+
+    Args:
+        fields: observation field -> (per-row shape, dtype), as ``EpisodeTracker.fields``.
+        action_dim: A.
+    """
+
+    def __init__(self, fields: Mapping[str, tuple[tuple[int, ...], np.dtype]], action_dim: int):
+        self.fields = {f: (tuple(s), np.dtype(d)) for f, (s, d) in fields.items() if f not in _SKIPPED}
+        self.stats = {f"obs/{f}": ChannelStats.for_dtype(_channels(s), d) for f, (s, d) in self.fields.items()}
+        self.stats["action"] = ChannelStats(action_dim, "float")
+        self.stats["reward"] = ChannelStats(1, "float")
+
+    def update_frames(self, observation: Mapping[str, np.ndarray]) -> None:
+        """Add observation frames: field -> [rows, ...]."""
+        for field, (shape, _) in self.fields.items():
+            values = observation[field]
+            channels = self.stats[f"obs/{field}"].channels
+            self.stats[f"obs/{field}"].update(values.reshape(-1, channels) if len(shape) != 1 else values)
+
+    def update_transitions(self, action: np.ndarray, reward: np.ndarray) -> None:
+        """Add transitions: ``action`` [rows, A], ``reward`` [rows]."""
+        self.stats["action"].update(action)
+        self.stats["reward"].update(reward.reshape(-1, 1))
+
+    def update_episode(self, episode) -> None:
+        """Add a read episode (:class:`forge_gpu.Episode`): its T + 1 frames and T transitions."""
+        self.update_frames({f: np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in self.fields})
+        self.update_transitions(episode.action, episode.reward)
+
+    def update_batch(self, observation: Mapping[str, np.ndarray], active: np.ndarray, action, reward) -> None:
+        """Add one checked recorder batch: every row's frame; the transitions of the active rows."""
+        self.update_frames(observation)
+        if active.all():
+            self.update_transitions(action, reward)
+        else:
+            self.update_transitions(action[active], reward[active])
+
+    def merge(self, other: StatsAccumulator) -> None:
+        """Add another run's statistics (same fields)."""
+        if set(other.stats) != set(self.stats):
+            raise ValueError(f"cannot merge statistics of fields {sorted(other.stats)} into {sorted(self.stats)}")
+        for key, stats in other.stats.items():
+            self.stats[key].merge(stats)
+
+    def summary(self) -> dict[str, dict[str, np.ndarray]]:
+        """key -> {count, mean, std, min, max, q01, q99}: numpy arrays of shape [channels] (count an int)."""
+        out = {}
+        for key, stats in self.stats.items():
+            out[key] = {k: v if k == "count" else np.asarray(v) for k, v in stats.summary().items()}
+        return out
+
+    def to_json(self, source: str) -> dict:
+        """The content of ``stats.json``; ``source`` says how it was computed."""
+        return {
+            "version": STATS_VERSION,
+            "source": source,
+            "quantiles": QUANTILES,
+            "relative_error": RELATIVE_ERROR,
+            "fields": {key: stats.to_json() for key, stats in self.stats.items()},
+        }
+
+    def write(self, directory: str | os.PathLike, source: str) -> str:
+        """Write ``stats.json`` into ``directory`` (atomically); return its path."""
+        path = os.path.join(os.fspath(directory), STATS_FILE)
+        write_json_atomic(path, self.to_json(source))
+        return path
+
+    @classmethod
+    def from_json(cls, content: Mapping, name: str) -> StatsAccumulator:
+        """Rebuild from ``stats.json``'s content; ValueError naming ``name`` if it is malformed."""
+        if not isinstance(content, Mapping) or content.get("version") != STATS_VERSION:
+            raise ValueError(f"{name}: not a version-{STATS_VERSION} statistics file")
+        fields = content.get("fields")
+        if not isinstance(fields, Mapping) or "action" not in fields or "reward" not in fields:
+            raise ValueError(f"{name}: statistics need 'fields' with 'action' and 'reward'")
+        accumulator = cls.__new__(cls)
+        accumulator.fields = {}
+        accumulator.stats = {key: ChannelStats.from_json(entry, f"{name}: {key}") for key, entry in fields.items()}
+        return accumulator
+
+
+def load_statistics(path: str | os.PathLike) -> StatsAccumulator:
+    """The statistics stored with a run, or merged over the runs of a dataset root.
+
+    Raises LookupError when a run has none (recorded before statistics existed, or not closed by its
+    recorder) with the command that computes them, and ValueError for a malformed file.
+    """
+    from forge_gpu._src.data.runs import run_directories  # noqa: PLC0415 - the reader is the heavier import
+
+    merged = None
+    for run_dir in run_directories(path):
+        file = os.path.join(run_dir, STATS_FILE)
+        if not os.path.isfile(file):
+            raise LookupError(
+                f"{run_dir} has no {STATS_FILE} (recorded before statistics existed, or repaired); "
+                f"compute them with: forge-gpu stats {run_dir}"
+            )
+        try:
+            with open(file, "rb") as f:
+                content = json.loads(f.read())
+        except ValueError as exc:
+            raise ValueError(f"{file}: not valid JSON: {exc}") from exc
+        stats = StatsAccumulator.from_json(content, file)
+        if merged is None:
+            merged = stats
+        else:
+            merged.merge(stats)
+    if merged is None:
+        raise LookupError(f"{os.fspath(path)}: a dataset without runs has no statistics")
+    return merged
+
+
+def run_statistics(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
+    """Normalization statistics of a run directory or a dataset root, for training code.
+
+    Returns key -> {``count``, ``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``} with keys
+    ``obs/<field>`` (``proprio``, and ``rgb``/``depth`` where the task has a camera; per channel),
+    ``action`` [A] and ``reward`` [1]. Percentiles: see this module's docstring for their accuracy.
+    Raises LookupError when a run has none stored (``forge-gpu stats RUN`` computes them).
+    """
+    return load_statistics(path).summary()
+
+
+def compute_statistics(path: str | os.PathLike, *, write: bool = True) -> StatsAccumulator:
+    """Compute the statistics of a closed run from its published episodes (one read of the run) and,
+    with ``write``, store them as its ``stats.json``. A dataset root: each run in turn; the merged
+    statistics are returned."""
+    from forge_gpu._src.data.runs import open_run, run_directories  # noqa: PLC0415
+
+    merged = None
+    for run_dir in run_directories(path):
+        run = open_run(run_dir)
+        if run.manifest["status"] == "recording":
+            raise ValueError(
+                f"{run_dir}: the run is still recording (or its process was killed: run forge-gpu repair {run_dir})"
+            )
+        from forge_gpu._src.data.runs import EpisodeReadOptions  # noqa: PLC0415
+        from forge_gpu._src.recording.tracker import observation_layout  # noqa: PLC0415
+
+        spec = run.manifest["env_spec"]
+        stats = StatsAccumulator(observation_layout(spec), int(spec["action_shape"][0]))
+        for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
+            stats.update_episode(episode)
+        if write:
+            stats.write(run_dir, "computed from the published episodes")
+        if merged is None:
+            merged = stats
+        else:
+            merged.merge(stats)
+    return merged
+
+
+def format_statistics(summary: Mapping[str, Mapping]) -> list[str]:
+    """Readable lines: one per key, with each figure shown per channel (at most 6 channels)."""
+
+    def show(values) -> str:
+        values = np.atleast_1d(values)
+        text = " ".join(f"{v:.4g}" for v in values[:6])
+        return f"[{text}{' ...' if values.size > 6 else ''}]"
+
+    lines = []
+    for key, s in summary.items():
+        lines.append(
+            f"  {key:<12} count {s['count']:,}  mean {show(s['mean'])}  std {show(s['std'])}  "
+            f"min {show(s['min'])}  max {show(s['max'])}  q01 {show(s['q01'])}  q99 {show(s['q99'])}"
+        )
+    return lines

@@ -1,0 +1,1 @@
+"""The simulation: Warp and Newton (device, step results, config, env, tasks, policies, make, doctor)."""

@@ -1,0 +1,428 @@
+"""VectorEnv: ``num_envs`` copies of a task as the worlds of one Newton model, stepped by kernels."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from typing import Any
+
+import newton
+import numpy as np
+import warp as wp
+
+from forge_gpu._src.sim.config import TaskConfig
+from forge_gpu._src.sim.output import init_warp
+from forge_gpu._src.sim.step_result import StepResult
+from forge_gpu._src.sim.tasks import Task
+from forge_gpu.kernels import env as kernels
+
+
+def default_device() -> str:
+    """``cuda:0`` when Warp sees a CUDA device, else ``cpu`` (with a warning when a GPU is present but
+    unusable: see :func:`device_choice`)."""
+    device, reason = device_choice()
+    if device == "cpu" and gpu_present():
+        warnings.warn(f"forge_gpu: {reason}", RuntimeWarning, stacklevel=2)
+    return device
+
+
+def device_choice() -> tuple[str, str]:
+    """The default device and why it was chosen, in words."""
+    init_warp()
+    if wp.get_cuda_device_count() > 0:
+        cuda = wp.get_device("cuda:0")
+        return "cuda:0", f"Warp sees {wp.get_cuda_device_count()} CUDA device(s); using cuda:0 ({cuda.name})"
+    if not gpu_present():
+        return "cpu", "no NVIDIA GPU on this machine; using Warp's CPU device (every feature works, slower)"
+    if wp.get_cuda_toolkit_version() is None:
+        why = "this Warp build has no CUDA support (install the CUDA build of warp-lang)"
+    elif wp.get_cuda_driver_version() is None:
+        why = "Warp could not load or initialize the NVIDIA driver (check `nvidia-smi` and the driver install)"
+    else:
+        why = f"Warp finds no usable CUDA device (driver {wp.get_cuda_driver_version()})"
+    return "cpu", f"a GPU is present but not usable: {why}; falling back to the CPU device"
+
+
+def gpu_present() -> bool:
+    """Whether this machine has an NVIDIA GPU, whatever Warp makes of it (device nodes or nvidia-smi)."""
+    return os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
+
+
+#: Byte alignment of each field in ``VectorEnv.packed_result``.
+PACK_ALIGNMENT = 64
+
+
+def _packed_result(result: StepResult, device) -> tuple[wp.array, list[tuple], list[tuple]]:
+    """One contiguous byte buffer for every array of ``result``, so that a publish is one copy.
+
+    Returns the buffer (uint8), its layout (``(name, offset, shape, numpy dtype)`` per array of
+    ``result.arrays()``, offsets aligned to PACK_ALIGNMENT bytes) and ``(typed view, source)`` pairs.
+    """
+    layout, offset = [], 0
+    for name, array in result.arrays().items():
+        offset = -(-offset // PACK_ALIGNMENT) * PACK_ALIGNMENT
+        layout.append((name, offset, tuple(array.shape), np.dtype(wp.dtype_to_numpy(array.dtype))))
+        offset += array.capacity
+    packed = wp.zeros(max(offset, 1), dtype=wp.uint8, device=device)
+    pairs = [
+        (wp.array(ptr=packed.ptr + at, dtype=a.dtype, shape=a.shape, capacity=a.capacity, device=device), a)
+        for (_, at, _, _), a in zip(layout, result.arrays().values(), strict=True)
+    ]
+    return packed, layout, pairs
+
+
+def capture_unsupported(device, *, uses_conditional_nodes: bool) -> str | None:
+    """Why a step cannot be captured as one graph on ``device``, or None when it can.
+
+    On CUDA, MuJoCo Warp's solver loops are conditional graph nodes (CUDA driver and toolkit 12.4 or
+    newer) and the solver allocates inside the graph (stream-ordered memory pools).
+    """
+    if not device.is_cuda:
+        return None
+    if uses_conditional_nodes and not wp.is_conditional_graph_supported():
+        return (
+            "conditional graph nodes need a CUDA driver and toolkit 12.4 or newer (driver "
+            f"{wp.get_cuda_driver_version()}, Warp's toolkit {wp.get_cuda_toolkit_version()}); update the driver"
+        )
+    if not wp.is_mempool_enabled(device):
+        return f"memory pools are not enabled on {device} (allocations inside a graph need them)"
+    return None
+
+
+def _make_solver(model, config: TaskConfig, has_contacts: bool):
+    s = config.solver
+    if has_contacts and s.name != "mujoco":
+        # The other solvers need Newton's collision pipeline each substep, which VectorEnv does not run yet.
+        raise ValueError(
+            f"solver.name = {s.name!r}: task {config.task!r} has contacts, which only solver 'mujoco' handles here"
+        )
+    if s.name == "mujoco":
+        return newton.solvers.SolverMuJoCo(
+            model,
+            iterations=s.iterations,
+            ls_iterations=s.ls_iterations,
+            integrator=s.integrator,
+            disable_contacts=not has_contacts,
+        )
+    if s.name == "featherstone":
+        return newton.solvers.SolverFeatherstone(model)
+    if s.name == "semi_implicit":
+        return newton.solvers.SolverSemiImplicit(model)
+    return newton.solvers.SolverXPBD(model, iterations=s.iterations)
+
+
+class VectorEnv:
+    """``N`` environments of one task, stepped together on one device.
+
+    ``step(action)`` follows next-step auto-reset: an env whose previous transition ended is reset
+    during the call and its row is the first frame of its next episode, with ``active`` false.
+    The whole step (physics substeps and task kernels) is captured once as a graph and replayed:
+    a CUDA graph on CUDA, Warp's recorded launch graph on the CPU (``capture_graph = false`` steps
+    eagerly instead).
+    """
+
+    def __init__(self, task: Task, config: TaskConfig):
+        self.task = task
+        self.config = config
+        self.num_envs = config.num_envs
+        self.seed = config.seed
+        self.device = wp.get_device(config.device)
+        self.spec = self._make_spec()
+        self.calibration: dict[str, Any] = {}
+        n, a = self.num_envs, task.spec.action_dim
+
+        with wp.ScopedDevice(self.device):
+            world = newton.ModelBuilder()
+            if config.solver.name == "mujoco":
+                newton.solvers.SolverMuJoCo.register_custom_attributes(world)
+            task.build_world(world)
+            scene = newton.ModelBuilder()
+            scene.replicate(world, n)
+            self.model = scene.finalize(device=self.device)
+            self.solver = _make_solver(self.model, config, task.spec.has_contacts)
+            self.state_0, self.state_1 = self.model.state(), self.model.state()
+            self.control = self.model.control()
+            self.contacts = None
+            self._maximal_coordinates = config.solver.name in ("semi_implicit", "xpbd")
+
+            # Per-world views of the joint arrays: [N, coords], [N, dofs], [N, dofs].
+            self.joint_q = self.state_0.joint_q.reshape((n, -1))
+            self.joint_qd = self.state_0.joint_qd.reshape((n, -1))
+            self.joint_f = self.control.joint_f.reshape((n, -1))
+
+            def zeros(shape, dtype=float):
+                return wp.zeros(shape, dtype=dtype, device=self.device)
+
+            self.action_low = wp.array(np.asarray(config.action.low, np.float32), device=self.device)
+            self.action_high = wp.array(np.asarray(config.action.high, np.float32), device=self.device)
+            self.action_scale = wp.array(np.asarray(config.action.scale, np.float32), device=self.device)
+            self.env_id = wp.array(np.arange(n, dtype=np.int32), device=self.device)
+            self.episode_id = wp.full(n, -1, dtype=wp.int32, device=self.device)
+            """Episode counter per env, int32 [N]; -1 before the first reset."""
+            self.step_id = zeros(n, wp.int32)
+            """Transitions since the episode's first frame, int32 [N]."""
+            self.time = zeros(n)
+            """Episode time [s], float32 [N]."""
+            self.ended = zeros(n, wp.bool)
+            """The env's last transition ended its episode, bool [N]."""
+            self.reset_mask = zeros(n + 1, wp.bool)
+            """Worlds reset during this call, bool [N + 1] (the last entry, global world -1, stays false)."""
+            self.articulation_mask = zeros(self.model.articulation_count, wp.bool)
+            self.proprio = zeros((n, task.spec.proprio_dim))
+            self.task_fields: dict[str, wp.array] = {}
+            self.task_reward = zeros(n)
+            self.task_terminated = zeros(n, wp.bool)
+            self.reward = zeros(n)
+            self.terminated = zeros(n, wp.bool)
+            self.truncated = zeros(n, wp.bool)
+            self.active = zeros(n, wp.bool)
+            self.executed_action = zeros((n, a))
+            """The action after clipping, float32 [N, A]; zero on reset rows."""
+            self.action_nonfinite = zeros(n, wp.bool)
+            """The action given for the env this step held a NaN or inf (it executed zeros), bool [N]."""
+            self._action_in = zeros((n, a))
+            self._nonfinite = zeros(1, wp.int32)
+            task.bind(self)
+
+        self.result = StepResult(
+            observation={
+                "env_id": self.env_id,
+                "episode_id": self.episode_id,
+                "step_id": self.step_id,
+                "time": self.time,
+                "proprio": self.proprio,
+                **self.task_fields,
+            },
+            reward=self.reward,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            info={
+                "active": self.active,
+                "executed_action": self.executed_action,
+                "action_nonfinite": self.action_nonfinite,
+            },
+        )
+        self.packed_result, self.result_layout, self._pack_pairs = _packed_result(self.result, self.device)
+        self._graph = None
+        # Warp replays captured graphs on CUDA and, since Warp 1.19, on the CPU too, where replay
+        # skips the per-launch Python cost that dominates small batches (bench/stepping.py).
+        self._use_graph = config.capture_graph
+        self.step_mode = "graph" if config.capture_graph else "eager: capture_graph = false in the config"
+        """How ``step`` runs: ``graph`` (one captured graph per step) or ``eager: <why>``."""
+        self._started = False
+
+    # -- description ---------------------------------------------------------------------------
+
+    def _make_spec(self) -> dict:
+        spec, cfg = self.task.spec, self.config
+        fields = {
+            "env_id": ((), "int32"),
+            "episode_id": ((), "int32"),
+            "step_id": ((), "int32"),
+            "time": ((), "float32"),
+            "proprio": ((spec.proprio_dim,), "float32"),
+            **self.task.observation_fields(),
+        }
+        return {
+            "task": spec.id,
+            "action_shape": [spec.action_dim],
+            "action_low": list(cfg.action.low),
+            "action_high": list(cfg.action.high),
+            "observation": {k: {"shape": list(s), "dtype": d} for k, (s, d) in fields.items()},
+            "instruction": cfg.instruction,
+            "control_dt": cfg.control_dt,
+            "max_steps": cfg.max_steps,
+            "has_success": spec.has_success,
+        }
+
+    @property
+    def observation(self) -> dict[str, wp.array]:
+        """The current observation (device arrays, overwritten by the next call)."""
+        return self.result.observation
+
+    # -- stepping ------------------------------------------------------------------------------
+
+    def reset(self) -> StepResult:
+        """Start a fresh episode in every env (episode ids advance by one) and return the first frames."""
+        wp.launch(
+            kernels.mark_all_kernel,
+            dim=self.executed_action.shape,
+            outputs=[self.reset_mask, self.executed_action, self.action_nonfinite],
+            device=self.device,
+        )
+        self._reset_selected()
+        self._observe()
+        self._pack()
+        self._started = True
+        if self._use_graph and self._graph is None:
+            self._capture()  # now, before a consumer thread could wait on the device during the capture
+        return self.result
+
+    def step(self, action) -> StepResult:
+        """Advance every env by one control step with next-step auto-reset.
+
+        Args:
+            action: float32 ``[N, A]``: a Warp array or torch tensor on the env's device, or a numpy
+                array. Clipped to the action bounds. Bad input raises ``ValueError`` and changes nothing.
+        """
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        self._stage_action(action)
+        if self._use_graph:
+            wp.capture_launch(self._graph)
+        else:
+            self._step_body()
+        return self.result
+
+    def _capture(self) -> None:
+        """Capture the step as one graph; where that cannot work, step eagerly and say why, once."""
+        reason = capture_unsupported(self.device, uses_conditional_nodes=self.config.solver.name == "mujoco")
+        if reason is None:
+            try:
+                with wp.ScopedCapture(device=self.device) as capture:
+                    self._step_body()
+                self._graph = capture.graph
+                return
+            except Exception as exc:  # a failed capture must not stop the collection: eager stepping works
+                reason = f"graph capture failed ({type(exc).__name__}: {exc})"
+        self._use_graph = False
+        self.step_mode = f"eager: {reason}"
+        warnings.warn(
+            f"forge_gpu: stepping {self.device} eagerly because {reason}; every step then pays Python's "
+            "launch cost per kernel (on the CPU about 12x slower at 64 envs, less at thousands)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def check_action(self, action) -> None:
+        """Raise ``ValueError`` if ``step`` would refuse ``action``, non-finite values included (on CUDA
+        this waits for the device); changes no state."""
+        self._stage_action(action, check_values=True)
+
+    def _stage_action(self, action, *, check_values: bool = False) -> None:
+        """Check ``action`` and copy it into the step's input buffer; raise before any state changes.
+
+        Non-finite values are refused here where that costs no wait on the device (numpy actions, the
+        CPU, or ``check_values``). Otherwise (a device array on CUDA) the step's first kernel flags them
+        in ``action_nonfinite`` and executes zeros for those envs; ``collect`` raises when the flag
+        reaches the host with the step's batch.
+        """
+        shape = tuple(self._action_in.shape)
+        if isinstance(action, np.ndarray):
+            if action.dtype != np.float32 or action.shape != shape:
+                raise ValueError(f"action has dtype {action.dtype} and shape {action.shape}; expected float32 {shape}")
+            if not np.isfinite(action).all():
+                raise ValueError("action has non-finite values (NaN or inf); every value must be finite")
+            self._action_in.assign(action)
+            return
+        if not isinstance(action, wp.array):
+            if not type(action).__module__.startswith("torch"):
+                raise ValueError(
+                    f"action is a {type(action).__name__}; expected a Warp array, torch tensor or numpy array"
+                )
+            if str(action.device) != str(wp.device_to_torch(self.device)):
+                raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
+            action = self._from_torch(action)
+        if action.device != self.device:
+            raise ValueError(f"action is on {action.device}; expected the env's device {self.device}")
+        if action.dtype != wp.float32 or tuple(action.shape) != shape:
+            raise ValueError(
+                f"action has dtype {wp.types.type_repr(action.dtype)} and shape {tuple(action.shape)}; "
+                f"expected float32 {shape}"
+            )
+        if check_values or not self.device.is_cuda:
+            self._nonfinite.zero_()
+            wp.launch(
+                kernels.count_nonfinite_kernel,
+                dim=shape,
+                inputs=[action],
+                outputs=[self._nonfinite],
+                device=self.device,
+            )
+            bad = int(self._nonfinite.numpy()[0])
+            if bad:
+                raise ValueError(f"action has {bad} non-finite values (NaN or inf); every value must be finite")
+        wp.copy(self._action_in, action)
+
+    def _from_torch(self, action) -> wp.array:
+        """A Warp view of a torch action, ordered for the env's stream: on CUDA the contiguous copy (if any)
+        is made first, then the env's stream waits for the torch stream that made it, and the tensor's
+        memory is kept until the env's stream has used it."""
+        action = action.detach().contiguous()
+        if self.device.is_cuda:
+            import torch
+
+            torch_stream = torch.cuda.current_stream(action.device)
+            env_stream = wp.get_stream(self.device)
+            env_stream.wait_stream(wp.stream_from_torch(torch_stream))
+            action.record_stream(wp.stream_to_torch(env_stream))
+        return wp.from_torch(action, requires_grad=False)
+
+    def _step_body(self) -> None:
+        wp.launch(
+            kernels.begin_step_kernel,
+            dim=self.num_envs,
+            inputs=[self.action_low, self.action_high, self._action_in, self.ended],
+            outputs=[self.executed_action, self.reset_mask, self.action_nonfinite],
+            device=self.device,
+        )
+        self.task.apply_action(self)
+        dt = self.config.sim_dt
+        a, b = self.state_0, self.state_1
+        for _ in range(self.config.substeps):
+            a.clear_forces()
+            self.solver.step(a, b, self.control, self.contacts, dt)
+            a, b = b, a
+        if a is not self.state_0:
+            self.state_0.assign(a)
+        if self._maximal_coordinates:
+            newton.eval_ik(self.model, self.state_0, self.state_0.joint_q, self.state_0.joint_qd)
+        self._reset_selected()
+        self._observe()
+        self._pack()
+
+    def _pack(self) -> None:
+        """Copy every array of the result into ``packed_result`` (inside the captured step)."""
+        for view, array in self._pack_pairs:
+            wp.copy(view, array)
+
+    def _reset_selected(self) -> None:
+        """Reset the worlds in ``reset_mask`` to their randomized start state."""
+        self.solver.reset(self.state_0, world_mask=self.reset_mask)
+        self.task.reset_worlds(self)
+        wp.launch(
+            kernels.world_to_articulation_mask_kernel,
+            dim=self.model.articulation_count,
+            inputs=[self.model.articulation_world, self.reset_mask],
+            outputs=[self.articulation_mask],
+            device=self.device,
+        )
+        newton.eval_fk(
+            self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0, mask=self.articulation_mask
+        )
+
+    def _observe(self) -> None:
+        self.task.observe(self)
+        wp.launch(
+            kernels.finish_step_kernel,
+            dim=self.num_envs,
+            inputs=[
+                self.config.max_steps,
+                self.config.control_dt,
+                self.reset_mask,
+                self.task_reward,
+                self.task_terminated,
+            ],
+            outputs=[
+                self.episode_id,
+                self.step_id,
+                self.ended,
+                self.time,
+                self.reward,
+                self.terminated,
+                self.truncated,
+                self.active,
+            ],
+            device=self.device,
+        )

@@ -1,0 +1,40 @@
+"""``make``: a task id and options -> a ready :class:`VectorEnv`."""
+
+from __future__ import annotations
+
+import warp as wp
+
+from forge_gpu._src.sim.config import load_config
+from forge_gpu._src.sim.env import VectorEnv, default_device
+from forge_gpu._src.sim.output import init_warp
+from forge_gpu._src.sim.tasks import TASK_CONFIG_FILES, TASKS
+
+
+def task_config(task: str, **overrides):
+    """The checked :class:`TaskConfig` of ``task`` with ``overrides`` (dotted keys allowed)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; known tasks are {', '.join(sorted(TASKS))}")
+    return load_config(task, TASKS[task].params_type, overrides, path=TASK_CONFIG_FILES.get(task))
+
+
+def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, **overrides) -> VectorEnv:
+    """Build ``num_envs`` environments of ``task`` on ``device``.
+
+    Args:
+        task: Task id (a file ``configs/<task>.toml``).
+        num_envs: Number of environments.
+        device: Warp device; ``None`` means ``cuda:0`` when Warp sees a CUDA device, else ``cpu``.
+        seed: Seed of every random draw.
+        overrides: Config values, e.g. ``max_steps=100`` or ``**{"solver.name": "featherstone"}``.
+
+    Warp starts quietly: no greeting, no line per loaded kernel module, no warning that a machine
+    without a GPU has no CUDA driver. ``FORGE_GPU_VERBOSE=1`` in the environment shows them.
+    """
+    init_warp()
+    config = task_config(task, num_envs=num_envs, seed=seed, device=device or default_device(), **overrides)
+    try:
+        wp.get_device(config.device)
+    except (RuntimeError, ValueError) as e:
+        available = ", ".join(str(d) for d in wp.get_devices())
+        raise ValueError(f"device {config.device!r} is not available to Warp ({e}); available here: {available}") from e
+    return VectorEnv(TASKS[task](config), config)
