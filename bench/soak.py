@@ -42,9 +42,10 @@ def rss_bytes() -> int:
 def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
-    from forge_gpu._src.core.manifest import read_manifest
-    from forge_gpu._src.data.runs import EpisodeReadOptions, open_run
+    from forge_gpu._src.core.episode import EpisodeReadOptions
+    from forge_gpu._src.data.runs import open_run
     from forge_gpu._src.formats.npz.reader import load_episode, marked_episodes
+    from forge_gpu._src.formats.registry import read_manifest
 
     manifest = read_manifest(run)
     if manifest["schema_version"] == 2:

@@ -9,8 +9,8 @@ import types
 
 import numpy as np
 
+from forge_gpu._src.core.manifest import RunDescription
 from forge_gpu._src.formats.npz.layout import make_marker
-from forge_gpu._src.recording.tracker import RunDescription
 
 CONTROL_DT = 0.05
 INSTRUCTION = "push the red cube to the goal"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from synthetic import make_episode
 
-from forge_gpu._src.core.manifest import write_json_atomic
+from forge_gpu._src.core.files import write_json_atomic
 from forge_gpu._src.formats.npz import writer as npz_writer
 from forge_gpu._src.formats.npz.layout import (
     encode_marker,

@@ -14,14 +14,18 @@ from synthetic import SyntheticSim, make_batches, make_description, record
 
 import forge_gpu
 from forge_gpu._src.collect.collector import make_recorder
-from forge_gpu._src.core.manifest import RUN_MANIFEST, read_manifest, write_json_atomic
-from forge_gpu._src.data.runs import Episode, EpisodeReadOptions, read_episodes
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+from forge_gpu._src.core.files import write_json_atomic
+from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
+from forge_gpu._src.data.runs import read_episodes
 from forge_gpu._src.data.tools.convert import convert_run
 from forge_gpu._src.data.tools.inspection import inspect_run
 from forge_gpu._src.data.tools.repair import repair_run
 from forge_gpu._src.formats import registry as formats
 from forge_gpu._src.formats.packed.recorder import PackedRecorder
-from forge_gpu._src.recording.tracker import EpisodeTracker, Recorder, RecorderBase, describe_run, initial_manifest
+from forge_gpu._src.formats.registry import read_manifest
+from forge_gpu._src.recording.base import Recorder, RecorderBase
+from forge_gpu._src.recording.tracker import EpisodeTracker
 from forge_gpu.cli import build_parser, main
 
 FILE = "episodes.pkl"

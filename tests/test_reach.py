@@ -8,8 +8,8 @@ from envtools import DEVICES, rollout
 
 import forge_gpu
 from forge_gpu._src.collect.collector import collect
-from forge_gpu._src.core.manifest import read_manifest
 from forge_gpu._src.data.runs import read_episodes
+from forge_gpu._src.formats.registry import read_manifest
 
 SMALL = {"params.image_size": 32}
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, make_env, record
 
-from forge_gpu._src.core.manifest import read_manifest
-from forge_gpu._src.data.runs import EpisodeReadOptions, action_windows, read_episodes
+from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.data.runs import action_windows, read_episodes
 from forge_gpu._src.formats.npz.layout import episode_stem
+from forge_gpu._src.formats.registry import read_manifest
 
 
 @pytest.fixture(scope="module")

@@ -191,10 +191,10 @@ def test_full_disk_fails_fast_with_nothing_torn(tmp_path, capsys, monkeypatch, f
 def test_manifest_that_cannot_be_written_says_to_repair(tmp_path, capsys, monkeypatch):
     """When even the final run.json cannot be written, collect exits 1 saying so and naming the repair
     command, which then closes the run."""
-    import forge_gpu._src.recording.tracker as tracker
+    import forge_gpu._src.recording.base as recorder_base
 
     inject_enospc(monkeypatch, "packed")
-    real, calls = tracker.write_json_atomic, []
+    real, calls = recorder_base.write_json_atomic, []
 
     def first_only(path, obj):
         calls.append(path)
@@ -202,7 +202,7 @@ def test_manifest_that_cannot_be_written_says_to_repair(tmp_path, capsys, monkey
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path, obj)
 
-    monkeypatch.setattr(tracker, "write_json_atomic", first_only)
+    monkeypatch.setattr(recorder_base, "write_json_atomic", first_only)
     out = tmp_path / "run"
     args = ["collect", "cartpole", "--envs", "4", "--episodes", "1000", "--set", "max_steps=10", "--out", str(out)]
     assert run_main_with_timeout(args) == 1
@@ -227,7 +227,7 @@ def fill(directory: Path) -> Path:
 def test_repair_on_a_full_disk(tmp_path, capsys, monkeypatch, reserve):
     """repair on a full disk: with the room a killed recorder kept for run.json (removed as a temporary) it
     closes the run; without it, one line and exit 1, then it succeeds once space is freed."""
-    from forge_gpu._src.recording.tracker import MANIFEST_RESERVE
+    from forge_gpu._src.recording.base import MANIFEST_RESERVE
 
     env = make_env(num_envs=2, max_steps=5)
     killed = tmp_path / "killed"
@@ -270,10 +270,10 @@ def inject_full_disk(*args, **kwargs):
 def test_a_recorder_that_cannot_keep_room_for_its_manifest_leaves_nothing(tmp_path, monkeypatch):
     """A disk too full for the room kept for run.json: the recorder raises OSError naming the directory and
     leaves no directory behind."""
-    import forge_gpu._src.recording.tracker as tracker
+    import forge_gpu._src.recording.base as recorder_base
     from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
-    monkeypatch.setattr(tracker, "_preallocate", inject_full_disk)
+    monkeypatch.setattr(recorder_base, "_preallocate", inject_full_disk)
     with pytest.raises(OSError, match="cannot start a run in .*run: No space left"):
         PackedRecorder(tmp_path / "run", make_env())
     assert not (tmp_path / "run").exists()

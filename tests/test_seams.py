@@ -5,11 +5,12 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, make_env, record
 
 import forge_gpu
-from forge_gpu._src.core.manifest import read_manifest
+from forge_gpu._src.core.manifest import RunDescription
 from forge_gpu._src.data.runs import read_episodes
 from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
 from forge_gpu._src.formats.packed.recorder import PackedRecorder
-from forge_gpu._src.recording.tracker import Recorder, RunDescription
+from forge_gpu._src.formats.registry import read_manifest
+from forge_gpu._src.recording.base import Recorder
 
 
 @pytest.mark.parametrize("recorder", [PackedRecorder, EpisodeRecorder])

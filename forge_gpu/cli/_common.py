@@ -55,8 +55,8 @@ def check_out(out: str | None, task: str) -> Path:
 def check_run(path: str, *, dataset: bool = False) -> None:
     """Refuse a path that holds no run (with ``dataset``: nor a dataset root) as bad input; a run whose files
     are damaged is the command's to report (exit 1)."""
+    from forge_gpu._src.core.dataset import DATASET_MANIFEST
     from forge_gpu._src.core.manifest import RUN_MANIFEST
-    from forge_gpu._src.data.runs import DATASET_MANIFEST
 
     what = "a run directory or dataset root" if dataset else "a run directory"
     manifests = (RUN_MANIFEST, DATASET_MANIFEST) if dataset else (RUN_MANIFEST,)

@@ -148,7 +148,8 @@ def cmd_export(args) -> int:
 def cmd_stats(args) -> int:
     import json
 
-    from forge_gpu._src.recording.stats import compute_statistics, format_statistics, load_statistics
+    from forge_gpu._src.data.tools.statistics import compute_statistics, format_statistics
+    from forge_gpu._src.recording.stats import load_statistics
 
     check_run(args.run, dataset=True)
     try:

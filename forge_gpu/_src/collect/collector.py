@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from forge_gpu._src.collect.transport import HostSnapshotTransport, Transport, TransportClosed
-from forge_gpu._src.formats.options import RecordingOptions, check_int, recording_options
+from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.manifest import describe_run
+from forge_gpu._src.formats.options import RecordingOptions, recording_options
 from forge_gpu._src.formats.registry import FORMATS
-from forge_gpu._src.recording.tracker import Recorder, describe_run
+from forge_gpu._src.recording.base import Recorder
 
 
 @dataclass

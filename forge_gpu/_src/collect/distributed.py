@@ -35,9 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forge_gpu._src.core.manifest import RUN_MANIFEST, load_json, write_json_atomic
-from forge_gpu._src.data.runs import DATASET_KIND, DATASET_MANIFEST, DATASET_SCHEMA_VERSION
-from forge_gpu._src.formats.options import RecordingOptions, check_int, recording_options
+from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.dataset import write_dataset_manifest
+from forge_gpu._src.core.files import load_json
+from forge_gpu._src.core.manifest import RUN_MANIFEST
+from forge_gpu._src.formats.options import RecordingOptions, recording_options
 from forge_gpu._src.sim.output import is_verbose
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
@@ -436,13 +438,3 @@ def _result_of(ray, ref, worker: int, root: Path) -> dict:
         }  # fmt: skip
         _add_manifest_facts(result, str(root / worker_dir(worker)))
         return result
-
-
-def write_dataset_manifest(root: str | os.PathLike, results: list[dict]) -> None:
-    """Write ``dataset.json``: the runs whose directory exists, and the workers that failed before that."""
-    keys = ("path", "run_id", "worker", "device", "status", "episodes", "seed", "error")
-    made = [os.path.isdir(os.path.join(root, r["path"])) for r in results]
-    runs = [{k: r[k] for k in keys} for r, m in zip(results, made, strict=True) if m]
-    failed = [{"worker": r["worker"], "error": r["error"]} for r, m in zip(results, made, strict=True) if not m]
-    manifest = {"schema_version": DATASET_SCHEMA_VERSION, "kind": DATASET_KIND, "runs": runs, "failed_workers": failed}
-    write_json_atomic(os.path.join(root, DATASET_MANIFEST), manifest)

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.formats.options import check_int
+from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.sim.step_result import StepResult
 
 

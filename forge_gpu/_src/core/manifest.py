@@ -1,19 +1,21 @@
-"""run.json, which every run format shares: its keys and their checks, and the file operations that
-publish it (an atomic JSON write, a finished directory renamed into place).
+"""run.json, which every run format shares: its keys and their checks, the plain description of a run that a
+recorder writes into it (:class:`RunDescription`), and the first manifest of a new run.
 
-The format a manifest names (its ``schema_version`` and ``layout``) is looked up in :mod:`formats`.
-The standard library only.
+Which format a manifest names (its ``schema_version`` and ``layout``) is the format registry's question
+(:func:`formats.registry.read_manifest` checks both). The standard library only.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 import json
-import os
-import tempfile
+import platform
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
-from forge_gpu._src.formats.registry import format_of
+from forge_gpu._src.core.checks import check_int
 
 RUN_MANIFEST = "run.json"
 MANIFEST_STATUSES = ("recording", "closed", "failed")
@@ -42,8 +44,8 @@ MANIFEST_KEYS = tuple(_MANIFEST_TYPES)
 
 
 def validate_manifest(manifest: Any, *, name: str) -> None:
-    """Check run.json's keys and their types (FORMAT.md) and that a registered format reads it; raise
-    ValueError naming the file and the key."""
+    """Check run.json's keys and their types (docs/FORMAT.md); raise ValueError naming the file and the key.
+    Whether a registered format reads it is :func:`formats.registry.read_manifest`'s check."""
     if not isinstance(manifest, dict):
         raise ValueError(f"{name}: must hold a JSON object, got {type(manifest).__name__}")
     for key, kind in _MANIFEST_TYPES.items():
@@ -54,7 +56,6 @@ def validate_manifest(manifest: Any, *, name: str) -> None:
         value = manifest[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ValueError(f"{name}: key {key!r} must be a {kind.__name__}, got {type(value).__name__}")
-    format_of(manifest, name=name)
     if manifest["status"] not in MANIFEST_STATUSES:
         raise ValueError(f"{name}: key 'status' is {manifest['status']!r}; allowed: {', '.join(MANIFEST_STATUSES)}")
     if manifest["completed_episodes"] < 0:
@@ -64,65 +65,116 @@ def validate_manifest(manifest: Any, *, name: str) -> None:
             raise ValueError(f"{name}: key 'incomplete_episodes' holds {entry!r}; expected env_id, episode_id, steps")
 
 
-def read_manifest(run_dir: str | os.PathLike) -> dict:
-    """Load and check ``run.json`` of a run directory."""
-    path = os.path.join(os.fspath(run_dir), RUN_MANIFEST)
-    manifest = load_json(path)
-    validate_manifest(manifest, name=path)
-    spec = manifest["env_spec"]
-    action_shape = spec.get("action_shape")
-    if not isinstance(action_shape, list) or len(action_shape) != 1:
-        raise ValueError(f"{path}: env_spec.action_shape must be a list [A], got {action_shape!r}")
-    if not isinstance(spec.get("instruction"), str):
-        raise ValueError(f"{path}: env_spec.instruction must be a string")
+#: Distributions whose versions shape the data; recorded in run.json where installed.
+RECORDED_PACKAGES = ("numpy", "newton", "warp-lang", "mujoco", "mujoco-warp", "torch", "forge-gpu", "pyarrow")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunDescription:
+    """What a recorder needs to know of the run it records: plain data, no env object. :func:`describe_run`
+    builds one from a :class:`VectorEnv` (or anything with its description attributes)."""
+
+    spec: Mapping
+    """The env's spec: ``observation`` (field -> shape, dtype), ``action_shape`` [A], bounds, ... (env.spec)."""
+    config: Mapping
+    """The task config as a dict; ``num_envs`` and ``max_steps`` are read from it."""
+    task: str
+    """Task id."""
+    scene: Any
+    """The scene description: a dataclass with a ``kind`` field."""
+    seed: int
+    calibration: Mapping = dataclasses.field(default_factory=dict)
+    """Camera intrinsics and extrinsics, when the task renders."""
+    transport: str = "host_snapshot"
+    """How batches reached the recorder (run.json's ``transport``)."""
+    step_mode: str | None = None
+    """``graph`` or ``eager: <why>`` (VectorEnv.step_mode)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "max_steps"):
+            check_int(
+                f"config[{name!r}]", self.config.get(name) if isinstance(self.config, Mapping) else None, minimum=1
+            )
+        if not dataclasses.is_dataclass(self.scene) or not hasattr(self.scene, "kind"):
+            raise ValueError(f"scene must be a dataclass with a 'kind' field, got {self.scene!r}")
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.config["num_envs"])
+
+    @property
+    def max_steps(self) -> int:
+        return int(self.config["max_steps"])
+
+
+def describe_run(env: Any, *, transport: str | None = None) -> RunDescription:
+    """The :class:`RunDescription` of ``env`` (its ``config``, ``spec``, ``calibration``, ``task.spec.id``,
+    ``task.scene``, ``seed`` and ``step_mode``); a description is returned as it is (with ``transport`` set
+    when given)."""
+    if isinstance(env, RunDescription):
+        return env if transport is None else dataclasses.replace(env, transport=transport)
+    return RunDescription(
+        spec=env.spec,
+        config=env.config.to_dict(),
+        task=env.task.spec.id,
+        scene=env.task.scene,
+        seed=int(env.seed),
+        calibration=env.calibration,
+        transport=transport or "host_snapshot",
+        step_mode=getattr(env, "step_mode", None),
+    )
+
+
+def initial_manifest(run: RunDescription, max_buffer_bytes: int, identity: Mapping[str, Any]) -> dict:
+    """run.json of a new run, before its first episode; checked to be writable as JSON. ``identity``: the
+    keys that mark the run's format (``RunFormat.identity``: schema_version, layout)."""
+    packages, sources = {}, {}
+    for name in RECORDED_PACKAGES:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        packages[name] = dist.version
+        text = dist.read_text("direct_url.json")
+        if text:
+            try:
+                sources[name] = json.loads(text)
+            except ValueError:
+                pass
+    scene = run.scene
+    manifest = {
+        **identity,
+        "run_id": uuid.uuid4().hex,
+        "config": dict(run.config),
+        "env_spec": run.spec,
+        "calibration": run.calibration,
+        "python": platform.python_version(),
+        "packages": packages,
+        "dependency_sources": sources,
+        "status": "recording",
+        "completed_episodes": 0,
+        "transport": run.transport,
+        "step_mode": run.step_mode,
+        "scene": f"{scene.kind}:v1",
+        "scene_spec": dataclasses.asdict(scene),
+        "task": run.task,
+        "seed": int(run.seed),
+        "max_buffer_bytes": max_buffer_bytes,
+        "incomplete_episodes": [],
+    }
+    try:
+        json.dumps(manifest, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the env description cannot be written to run.json: {exc}") from exc
     return manifest
 
 
-def load_json(path: str) -> Any:
-    """The JSON value in ``path``; ValueError naming the file when it cannot be read or parsed."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read JSON: {exc}") from exc
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):  # numpy scalars and arrays, without importing numpy
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented UTF-8 JSON to a temporary file in the same directory, then rename it."""
-    path = os.fspath(path)
-    directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=directory or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        remove_quietly(tmp)
-        raise
-
-
-def new_partial(out: str) -> str:
-    """A new temporary directory beside ``out``; FileExistsError when ``out`` exists."""
-    if os.path.lexists(out):
-        raise FileExistsError(f"{out} already exists; give a new directory")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    partial = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.partial-{uuid.uuid4().hex[:8]}")
-    os.mkdir(partial)
-    return partial
-
-
-def publish_directory(partial: str, out: str) -> None:
-    """Rename the finished ``partial`` directory to ``out``, refusing to replace anything."""
-    if os.path.lexists(out):
-        raise FileExistsError(f"{out} appeared while it was written; the new one is left at {partial}")
-    os.rename(partial, out)
-
-
-def remove_quietly(path: str) -> None:
-    """Remove ``path`` if it is there; an error (already gone, no permission) is ignored."""
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+def jsonable(obj: Any) -> Any:
+    """``obj`` with numpy scalars and arrays turned into plain Python values."""
+    return json.loads(json.dumps(obj, default=_json_default))

@@ -12,109 +12,15 @@ numpy and the standard library (pyarrow for packed runs).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from forge_gpu._src.core.manifest import RUN_MANIFEST, load_json, read_manifest
-from forge_gpu._src.formats.npz.layout import MAX_MEMBER_BYTES
-from forge_gpu._src.formats.options import check_int
-from forge_gpu._src.formats.registry import RunReader, format_of
-
-DATASET_MANIFEST = "dataset.json"
-DATASET_KIND = "forge_gpu.dataset"
-#: The version of dataset.json's own schema (not a run's).
-DATASET_SCHEMA_VERSION = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Episode:
-    """One checked episode of ``steps`` (T) transitions.
-
-    ``obs[F]`` and ``next[F]`` are ``[T, ...]`` arrays of observation field ``F`` before and after each
-    transition; ``action`` is ``[T, A]``, ``reward``, ``terminated`` and ``truncated`` are ``[T]``.
-    """
-
-    env_id: int
-    episode_id: int
-    steps: int
-    obs: dict[str, np.ndarray]
-    next: dict[str, np.ndarray]
-    action: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    path: str
-
-
-def is_dataset(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a dataset root (holds ``dataset.json``) rather than a run directory."""
-    return os.path.isfile(os.path.join(os.fspath(path), DATASET_MANIFEST))
-
-
-def read_dataset_manifest(root: str | os.PathLike) -> dict:
-    """Load and check ``dataset.json`` of a dataset root."""
-    root = os.fspath(root)
-    path = os.path.join(root, DATASET_MANIFEST)
-    manifest = load_json(path)
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{path}: must hold a JSON object")
-    if manifest.get("schema_version") != DATASET_SCHEMA_VERSION:
-        raise ValueError(
-            f"{path}: schema_version is {manifest.get('schema_version')!r}; this reader reads {DATASET_SCHEMA_VERSION}"
-        )
-    if manifest.get("kind") != DATASET_KIND:
-        raise ValueError(f"{path}: kind is {manifest.get('kind')!r}, expected {DATASET_KIND!r}")
-    runs = manifest.get("runs")
-    if not isinstance(runs, list):
-        raise ValueError(f"{path}: runs must be a list")
-    for entry in runs:
-        name = entry.get("path") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or name in ("", ".", "..") or os.path.basename(name) != name:
-            raise ValueError(f"{path}: each run needs a path naming a directory beside dataset.json, got {entry!r}")
-    if os.path.isfile(os.path.join(root, RUN_MANIFEST)):
-        raise ValueError(f"{root}: holds both {RUN_MANIFEST} and {DATASET_MANIFEST}; it must be one or the other")
-    return manifest
-
-
-def run_directories(path: str | os.PathLike) -> list[str]:
-    """The run directories of a dataset root in ``dataset.json`` order, or ``[path]`` for a run directory."""
-    path = os.fspath(path)
-    if not is_dataset(path):
-        return [path]
-    return [os.path.join(path, entry["path"]) for entry in read_dataset_manifest(path)["runs"]]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class EpisodeReadOptions:
-    """What :func:`read_episodes` and :func:`action_windows` read, and which partition."""
-
-    observation_keys: Sequence[str] | None = None
-    """Observation fields to load and value-check; ``None`` loads all. The full member schema, the
-    required fields and the transition members are checked either way."""
-    shard_index: int = 0
-    """This reader's partition: the ``k``-th counted episode belongs to shard ``k % num_shards``."""
-    num_shards: int = 1
-    """Number of partitions."""
-    max_member_bytes: int = MAX_MEMBER_BYTES
-    """A member whose header claims more bytes is refused before anything is allocated."""
-
-    def __post_init__(self):
-        check_int("num_shards", self.num_shards, minimum=1)
-        index = self.shard_index
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.num_shards:
-            raise ValueError(f"shard_index must be an integer in [0, {self.num_shards - 1}], got {index!r}")
-        keys = self.observation_keys
-        if keys is not None:
-            if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
-                raise ValueError(f"observation_keys must be a sequence of field names, got {keys!r}")
-            object.__setattr__(self, "observation_keys", tuple(keys))
-        if not isinstance(self.max_member_bytes, int) or self.max_member_bytes < 1:
-            raise ValueError(f"max_member_bytes must be a positive integer, got {self.max_member_bytes!r}")
+from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.dataset import run_directories
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+from forge_gpu._src.formats.registry import RunReader, format_of, read_manifest
 
 
 def read_episodes(directory: str | os.PathLike, *, options: EpisodeReadOptions | None = None) -> Iterator[Episode]:

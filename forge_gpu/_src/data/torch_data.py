@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.data.runs import EpisodeReadOptions, check_window
+from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.data.runs import check_window
 from forge_gpu._src.data.windows import Windows
 
 #: Windows fetched at once by the iterable dataset (one vectorized batch call).

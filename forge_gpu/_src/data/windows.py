@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.data.runs import EpisodeReadOptions, check_window, episode_index
+from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.data.runs import check_window, episode_index
 from forge_gpu._src.formats.packed.layout import TRANSITION_COLUMNS, stack_episodes, take_rows
 
 

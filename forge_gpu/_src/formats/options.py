@@ -6,10 +6,10 @@ library only: the command line checks it without numpy's recorders or Warp."""
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass
 from typing import Any
 
+from forge_gpu._src.core.checks import is_int
 from forge_gpu._src.formats.registry import FORMATS
 
 
@@ -19,19 +19,6 @@ class OptionError(ValueError):
     def __init__(self, name: str, value: Any, allowed: str):
         super().__init__(f"{name}={value!r}: {allowed}")
         self.name, self.value, self.allowed = name, value, allowed
-
-
-def _is_int(value: Any) -> bool:
-    """An integer (numpy's too), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
-    """Refuse a ``value`` that is not an integer in ``[minimum, maximum]``, naming it: the one "integer >= 1"
-    check of the library."""
-    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
-    if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,11 +47,11 @@ class RecordingOptions:
         allowed = FORMATS[self.format].compressions
         if self.compression not in allowed:
             raise OptionError("compression", self.compression, f"the {self.format} format takes {', '.join(allowed)}")
-        if not _is_int(self.compression_level) or not 0 <= self.compression_level <= 9:
+        if not is_int(self.compression_level) or not 0 <= self.compression_level <= 9:
             raise OptionError("compression_level", self.compression_level, "must be an integer in [0, 9] (npz deflate)")
-        if not _is_int(self.writers) or self.writers < 1:
+        if not is_int(self.writers) or self.writers < 1:
             raise OptionError("writers", self.writers, "must be an integer >= 1")
-        if self.max_buffer_bytes is not None and (not _is_int(self.max_buffer_bytes) or self.max_buffer_bytes < 1):
+        if self.max_buffer_bytes is not None and (not is_int(self.max_buffer_bytes) or self.max_buffer_bytes < 1):
             raise OptionError("max_buffer_bytes", self.max_buffer_bytes, "must be an integer >= 1 (or None)")
         if not isinstance(self.statistics, bool):
             raise OptionError("statistics", self.statistics, "must be True or False")

@@ -15,8 +15,14 @@ numpy and pyarrow when it is used, so the command line checks names without them
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
+
+from forge_gpu._src.core.files import load_json
+from forge_gpu._src.core.manifest import RUN_MANIFEST, validate_manifest
+from forge_gpu._src.formats.npz import identity as npz
+from forge_gpu._src.formats.packed import identity as packed
 
 
 @runtime_checkable
@@ -80,12 +86,12 @@ class PackedFormat:
     """Schema 2: Arrow IPC segments and a commit log (docs/FORMAT.md)."""
 
     name = "packed"
-    compressions = ("none", "lz4", "zstd")
-    identity = {"schema_version": 2, "layout": "packed"}
+    compressions = packed.COMPRESSIONS
+    identity = packed.IDENTITY
     published_by = "commit log"
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
-        return manifest.get("schema_version") == 2 and manifest.get("layout") == "packed"
+        return all(manifest.get(key) == value for key, value in self.identity.items())
 
     def recorder(self, directory: str, run: Any, options: Any) -> Any:
         from forge_gpu._src.formats.packed.recorder import PackedRecorder  # noqa: PLC0415
@@ -115,12 +121,12 @@ class NpzFormat:
     """Schema 1: one ``.npz`` and one completion marker per episode (docs/FORMAT-v1.md)."""
 
     name = "npz"
-    compressions = ("none", "deflate")
-    identity = {"schema_version": 1}  # schema 1 predates the layout key
+    compressions = npz.COMPRESSIONS
+    identity = npz.IDENTITY
     published_by = "markers"
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
-        return manifest.get("schema_version") == 1 and manifest.get("layout", "npz") == "npz"
+        return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
 
     def recorder(self, directory: str, run: Any, options: Any) -> Any:
         from forge_gpu._src.formats.npz.recorder import EpisodeRecorder  # noqa: PLC0415
@@ -185,3 +191,19 @@ def format_of(manifest: Mapping[str, Any], *, name: str = "run.json") -> RunForm
     raise ValueError(
         f"{name}: key 'schema_version' is {version!r} and key 'layout' is {layout!r}; this reader reads {known}"
     )
+
+
+def read_manifest(run_dir: str | os.PathLike) -> dict:
+    """Load and check ``run.json`` of a run directory: its keys (:func:`core.manifest.validate_manifest`), that a
+    registered format reads it, and the spec's action shape and instruction."""
+    path = os.path.join(os.fspath(run_dir), RUN_MANIFEST)
+    manifest = load_json(path)
+    validate_manifest(manifest, name=path)
+    format_of(manifest, name=path)
+    spec = manifest["env_spec"]
+    action_shape = spec.get("action_shape")
+    if not isinstance(action_shape, list) or len(action_shape) != 1:
+        raise ValueError(f"{path}: env_spec.action_shape must be a list [A], got {action_shape!r}")
+    if not isinstance(spec.get("instruction"), str):
+        raise ValueError(f"{path}: env_spec.instruction must be a string")
+    return manifest

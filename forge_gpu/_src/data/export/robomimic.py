@@ -23,18 +23,19 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable
 
 import numpy as np
 
-from forge_gpu._src.data.export.lerobot import closed_runs, source_statistics
-from forge_gpu._src.data.runs import EpisodeReadOptions, episode_index, read_index
+from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
+from forge_gpu._src.core.files import partial_path, publish, remove_quietly
+from forge_gpu._src.data.export.common import closed_runs, source_statistics
+from forge_gpu._src.data.runs import episode_index, read_index
 from forge_gpu._src.recording.stats import StatsAccumulator
-from forge_gpu._src.recording.tracker import observation_layout
 
 #: Observation fields exported (ids and time are in the demo's attributes or implied by the index).
-SKIPPED_FIELDS = ("env_id", "episode_id", "step_id", "time")
+SKIPPED_FIELDS = BOOKKEEPING_FIELDS
 VALID_FRACTION = 0.1
 COMPRESSION = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
 ROBOMIMIC_GYM_TYPE = 2
@@ -81,9 +82,7 @@ def export_robomimic(
         raise ValueError(f"{source}: no published episode to export")
     total = sum(run.ids(k)[2] for run, k in index)
     start = time.perf_counter()
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    partial = os.path.join(parent, f".{os.path.basename(out)}.partial-{uuid.uuid4().hex[:8]}")
+    partial = partial_path(out)
     names, successful = [], []
     done = 0
     try:
@@ -136,12 +135,9 @@ def export_robomimic(
             for key, figures in stats.summary().items():
                 for figure, value in figures.items():
                     group.create_dataset(f"{key.replace('/', '.')}/{figure}", data=np.asarray(value))
-        if os.path.lexists(out):
-            raise FileExistsError(f"{out} appeared while exporting")
-        os.rename(partial, out)
+        publish(partial, out)
     except BaseException:
-        if os.path.exists(partial):
-            os.remove(partial)
+        remove_quietly(partial)
         raise
     seconds = time.perf_counter() - start
     return {

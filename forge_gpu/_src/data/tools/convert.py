@@ -13,8 +13,11 @@ import os
 import shutil
 import uuid
 
-from forge_gpu._src.core.manifest import RUN_MANIFEST, new_partial, publish_directory, write_json_atomic
-from forge_gpu._src.data.runs import EpisodeReadOptions, is_dataset, open_run
+from forge_gpu._src.core.dataset import is_dataset
+from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
+from forge_gpu._src.core.manifest import RUN_MANIFEST
+from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.registry import FORMATS, format_of
 
 
@@ -59,7 +62,7 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
         count, keys = FORMATS[to].write(work, episodes, compression)
         manifest.update(keys, completed_episodes=count)
         write_json_atomic(os.path.join(work, RUN_MANIFEST), manifest)
-        publish_directory(work, out)
+        publish(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

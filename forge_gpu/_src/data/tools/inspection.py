@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from forge_gpu._src.data.runs import EpisodeReadOptions, is_dataset, open_run, read_dataset_manifest
+from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
+from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.npz.layout import episode_stem
 from forge_gpu._src.formats.registry import format_of
 
@@ -162,7 +164,7 @@ def format_report(report: dict) -> str:
     if report.get("statistics") is None:
         lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
     else:
-        from forge_gpu._src.recording.stats import format_statistics  # noqa: PLC0415
+        from forge_gpu._src.data.tools.statistics import format_statistics  # noqa: PLC0415
 
         lines.append("statistics (per channel; q01/q99 within 0.4%):")
         lines += format_statistics(report["statistics"])

@@ -13,7 +13,8 @@ from __future__ import annotations
 import datetime
 import os
 
-from forge_gpu._src.core.manifest import RUN_MANIFEST, load_json, validate_manifest, write_json_atomic
+from forge_gpu._src.core.files import load_json, write_json_atomic
+from forge_gpu._src.core.manifest import RUN_MANIFEST, validate_manifest
 from forge_gpu._src.formats.registry import format_of
 
 

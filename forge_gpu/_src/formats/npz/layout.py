@@ -9,28 +9,22 @@ run.json, which both formats share, is :mod:`manifest`'s; the writer of episode 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.core.fields import ID_FIELDS, REQUIRED_FIELDS, TRANSITIONS
+from forge_gpu._src.formats.npz.identity import SCHEMA_VERSION
 
-SCHEMA_VERSION = FORMATS["npz"].identity["schema_version"]  # 1
 EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
 EPISODE_SUFFIX = ".npz"
 MARKER_SUFFIX = ".json"
 EPISODE_STEM_RE = re.compile(r"^env(\d{5})-episode(\d{8})$")
 
-#: Observation fields every episode holds, in `obs/` and `next/`.
-REQUIRED_FIELDS = ("env_id", "episode_id", "step_id", "time", "proprio")
-#: Integer bookkeeping fields among them: shape [T], non-negative.
-ID_FIELDS = ("env_id", "episode_id", "step_id")
 #: Per-transition members of an episode file.
-TRANSITION_MEMBERS = ("action", "reward", "terminated", "truncated")
-COMPRESSIONS = FORMATS["npz"].compressions
+TRANSITION_MEMBERS = TRANSITIONS
 
 _NUMERIC_KINDS = "biuf"
 
@@ -200,16 +194,6 @@ def validate_episode_values(arrays: Mapping[str, np.ndarray], marker: Mapping[st
                 raise ValueError(f"{name}: continuity broken: next/{field}[t] != obs/{field}[t+1] for some t")
 
 
-def per_env_nbytes(shape: Iterable[int], dtype: Any) -> int:
-    """Bytes of one env's row of a field of per-env ``shape`` and ``dtype``."""
-    return math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
-
-
 def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:
     shape, dtype = header
     return f"{dtype}{list(shape)}"
-
-
-#: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
-#: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
-MAX_MEMBER_BYTES = 4 << 30

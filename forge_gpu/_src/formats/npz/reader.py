@@ -19,12 +19,12 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from forge_gpu._src.core.manifest import load_json
-from forge_gpu._src.data.runs import Episode, EpisodeReadOptions
+from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOptions
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
+from forge_gpu._src.core.files import load_json
 from forge_gpu._src.formats.npz.layout import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
-    MAX_MEMBER_BYTES,
     TRANSITION_MEMBERS,
     observation_fields,
     parse_episode_stem,
@@ -34,7 +34,7 @@ from forge_gpu._src.formats.npz.layout import (
 )
 
 # Fields the value checks need even when a projection leaves them out.
-_CHECK_FIELDS = ("env_id", "episode_id", "step_id", "time")
+_CHECK_FIELDS = BOOKKEEPING_FIELDS
 
 
 class NpzRun:

@@ -16,21 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.manifest import remove_quietly
-from forge_gpu._src.formats.npz.layout import COMPRESSIONS, episode_stem, make_marker
+from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.files import remove_quietly
+from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
+from forge_gpu._src.formats.npz.identity import COMPRESSIONS, IDENTITY
+from forge_gpu._src.formats.npz.layout import episode_stem, make_marker
 from forge_gpu._src.formats.npz.writer import write_episode_file, write_marker_atomic
-from forge_gpu._src.formats.options import check_int
-from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
-from forge_gpu._src.recording.tracker import (
-    ACTION_DTYPE,
-    REWARD_DTYPE,
-    EpisodeTracker,
-    RecorderBase,
-    RunDescription,
-    describe_run,
-    initial_manifest,
-)
+from forge_gpu._src.recording.tracker import ACTION_DTYPE, REWARD_DTYPE, EpisodeTracker
 
 #: Default budget of all episode buffers [bytes].
 DEFAULT_BUFFER_BYTES = 1 << 30
@@ -89,7 +83,7 @@ class EpisodeRecorder(RecorderBase):
         self._compression_level = compression_level
         self._spare_buffers = spare_buffers
         self._buffer_bytes = slot_count * slot_bytes
-        manifest = initial_manifest(run, max_buffer_bytes, FORMATS["npz"].identity)
+        manifest = initial_manifest(run, max_buffer_bytes, IDENTITY)
         manifest["recorder"] = {
             "writers": writers,
             "compression": compression,

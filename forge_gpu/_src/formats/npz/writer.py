@@ -20,9 +20,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from forge_gpu._src.core.manifest import remove_quietly
+from forge_gpu._src.core.files import remove_quietly
+from forge_gpu._src.formats.npz.identity import COMPRESSIONS
 from forge_gpu._src.formats.npz.layout import (
-    COMPRESSIONS,
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
     TRANSITION_MEMBERS,

@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.core.fields import TRANSITIONS
+from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, SEGMENT_NAME, SEGMENT_RE
 
-SCHEMA_VERSION = FORMATS["packed"].identity["schema_version"]  # 2
-LAYOUT = FORMATS["packed"].identity["layout"]  # "packed"
-COMMIT_LOG = "commits.jsonl"
-SEGMENT_NAME = "segment-{index:06d}.arrows"
-SEGMENT_RE = re.compile(r"^segment-(\d{6})\.arrows$")
-COMPRESSIONS = FORMATS["packed"].compressions
-TRANSITION_COLUMNS = ("action", "reward", "terminated", "truncated")
+#: The per-row transition columns (the core's transition fields).
+TRANSITION_COLUMNS = TRANSITIONS
 #: Keys of an episode entry in a commit line, each a list with one integer per episode.
 EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")
 _COMMIT_KEYS = {"segment", "offset", "length", "first_row", "rows", "episodes"}

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from forge_gpu._src.data.runs import Episode, EpisodeReadOptions
-from forge_gpu._src.formats.npz.layout import REQUIRED_FIELDS, episode_stem
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, REQUIRED_FIELDS
+from forge_gpu._src.formats.npz.layout import episode_stem
 from forge_gpu._src.formats.packed.layout import (
     CHECK_COLUMNS,
     TRANSITION_COLUMNS,
@@ -118,7 +119,7 @@ def _check_packed_columns(columns: dict, spec: dict, described: dict, present: l
     for column, kinds in (("reward", "iuf"), ("terminated", "b"), ("truncated", "b")):
         if columns[column][0] != () or columns[column][1].kind not in kinds:
             raise ValueError(f"{name}: column {column} is {columns[column][1]}{list(columns[column][0])} per row")
-    for field in ("env_id", "episode_id", "step_id", "time"):
+    for field in BOOKKEEPING_FIELDS:
         shape, dtype = columns[f"obs/{field}"]
         if shape != () or dtype.kind not in ("f" if field == "time" else "iu"):
             raise ValueError(f"{name}: column obs/{field} is {dtype}{list(shape)} per row")

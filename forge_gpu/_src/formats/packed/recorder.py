@@ -19,23 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.formats.options import check_int
-from forge_gpu._src.formats.packed.layout import (
-    COMPRESSIONS,
-    PackedWriter,
-    arrow_schema,
-    ended_episodes,
-    run_columns,
-)
-from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
+from forge_gpu._src.formats.packed.identity import COMPRESSIONS, IDENTITY
+from forge_gpu._src.formats.packed.layout import PackedWriter, arrow_schema, ended_episodes, run_columns
+from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
-from forge_gpu._src.recording.tracker import (
-    EpisodeTracker,
-    RecorderBase,
-    RunDescription,
-    describe_run,
-    initial_manifest,
-)
+from forge_gpu._src.recording.tracker import EpisodeTracker
 
 #: Default ring size [bytes].
 DEFAULT_BUFFER_BYTES = 256 << 20
@@ -85,7 +75,7 @@ class PackedRecorder(RecorderBase):
         self._capacity = capacity
         self._block_steps = max(1, min(capacity // 2, block_bytes // batch_bytes))
         self._buffer_bytes = capacity * batch_bytes
-        manifest = initial_manifest(run, max_buffer_bytes, FORMATS["packed"].identity)
+        manifest = initial_manifest(run, max_buffer_bytes, IDENTITY)
         manifest["recorder"] = {
             "compression": compression,
             "segment_bytes": segment_bytes,

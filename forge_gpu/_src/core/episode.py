@@ -1,0 +1,63 @@
+"""What a reader gives back, whatever the run's format: :class:`Episode`, and the :class:`EpisodeReadOptions`
+that say which fields and which shard to read. numpy and the standard library."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from forge_gpu._src.core.checks import check_int
+
+#: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
+#: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
+MAX_MEMBER_BYTES = 4 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """One checked episode of ``steps`` (T) transitions.
+
+    ``obs[F]`` and ``next[F]`` are ``[T, ...]`` arrays of observation field ``F`` before and after each
+    transition; ``action`` is ``[T, A]``, ``reward``, ``terminated`` and ``truncated`` are ``[T]``.
+    """
+
+    env_id: int
+    episode_id: int
+    steps: int
+    obs: dict[str, np.ndarray]
+    next: dict[str, np.ndarray]
+    action: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    path: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EpisodeReadOptions:
+    """What :func:`read_episodes` and :func:`action_windows` read, and which partition."""
+
+    observation_keys: Sequence[str] | None = None
+    """Observation fields to load and value-check; ``None`` loads all. The full member schema, the
+    required fields and the transition members are checked either way."""
+    shard_index: int = 0
+    """This reader's partition: the ``k``-th counted episode belongs to shard ``k % num_shards``."""
+    num_shards: int = 1
+    """Number of partitions."""
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    """A member whose header claims more bytes is refused before anything is allocated."""
+
+    def __post_init__(self):
+        check_int("num_shards", self.num_shards, minimum=1)
+        index = self.shard_index
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.num_shards:
+            raise ValueError(f"shard_index must be an integer in [0, {self.num_shards - 1}], got {index!r}")
+        keys = self.observation_keys
+        if keys is not None:
+            if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+                raise ValueError(f"observation_keys must be a sequence of field names, got {keys!r}")
+            object.__setattr__(self, "observation_keys", tuple(keys))
+        if not isinstance(self.max_member_bytes, int) or self.max_member_bytes < 1:
+            raise ValueError(f"max_member_bytes must be a positive integer, got {self.max_member_bytes!r}")

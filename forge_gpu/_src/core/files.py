@@ -1,0 +1,67 @@
+"""File operations every writer shares: read JSON naming the file, write JSON atomically, and publish a new
+directory by writing it beside its final name and renaming it into place. The standard library only."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from typing import Any
+
+
+def load_json(path: str) -> Any:
+    """The JSON value in ``path``; ValueError naming the file when it cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read JSON: {exc}") from exc
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented UTF-8 JSON to a temporary file in the same directory, then rename it."""
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=directory or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def partial_path(out: str) -> str:
+    """A new, unused name beside ``out`` to write it under until it is whole (its parent is created);
+    FileExistsError when ``out`` exists. :func:`publish` then renames it into place."""
+    if os.path.lexists(out):
+        raise FileExistsError(f"{out} already exists; give a new path")
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    return os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.partial-{uuid.uuid4().hex[:8]}")
+
+
+def new_partial(out: str) -> str:
+    """A new temporary directory beside ``out`` (:func:`partial_path`); FileExistsError when ``out`` exists."""
+    partial = partial_path(out)
+    os.mkdir(partial)
+    return partial
+
+
+def publish(partial: str, out: str) -> None:
+    """Rename the finished ``partial`` (a file or a directory) to ``out``, refusing to replace anything: the
+    one way a whole new output appears at once."""
+    if os.path.lexists(out):
+        raise FileExistsError(f"{out} appeared while it was written; the new one is left at {partial}")
+    os.rename(partial, out)
+
+
+def remove_quietly(path: str) -> None:
+    """Remove ``path`` if it is there; an error (already gone, no permission) is ignored."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass

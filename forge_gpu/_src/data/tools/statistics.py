@@ -1,0 +1,70 @@
+"""Statistics over the published episodes of runs: ``compute_statistics`` (what ``forge-gpu stats`` runs),
+``run_statistics`` for training code, and their readable lines. The accumulator itself, which reads no run,
+is :mod:`recording.stats`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from forge_gpu._src.core.dataset import run_directories
+from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.fields import observation_layout
+from forge_gpu._src.data.runs import open_run
+from forge_gpu._src.recording.stats import StatsAccumulator, load_statistics
+
+
+def run_statistics(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
+    """Normalization statistics of a run directory or a dataset root, for training code.
+
+    Returns key -> {``count``, ``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``} with keys
+    ``obs/<field>`` (``proprio``, and ``rgb``/``depth`` where the task has a camera; per channel),
+    ``action`` [A] and ``reward`` [1]. Percentiles: see this module's docstring for their accuracy.
+    Raises LookupError when a run has none stored (``forge-gpu stats RUN`` computes them).
+    """
+    return load_statistics(path).summary()
+
+
+def compute_statistics(path: str | os.PathLike, *, write: bool = True) -> StatsAccumulator:
+    """Compute the statistics of a closed run from its published episodes (one read of the run) and,
+    with ``write``, store them as its ``stats.json``. A dataset root: each run in turn; the merged
+    statistics are returned."""
+
+    merged = None
+    for run_dir in run_directories(path):
+        run = open_run(run_dir)
+        if run.manifest["status"] == "recording":
+            raise ValueError(
+                f"{run_dir}: the run is still recording (or its process was killed: run forge-gpu repair {run_dir})"
+            )
+
+        spec = run.manifest["env_spec"]
+        stats = StatsAccumulator(observation_layout(spec), int(spec["action_shape"][0]))
+        for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
+            stats.update_episode(episode)
+        if write:
+            stats.write(run_dir, "computed from the published episodes")
+        if merged is None:
+            merged = stats
+        else:
+            merged.merge(stats)
+    return merged
+
+
+def format_statistics(summary: Mapping[str, Mapping]) -> list[str]:
+    """Readable lines: one per key, with each figure shown per channel (at most 6 channels)."""
+
+    def show(values) -> str:
+        values = np.atleast_1d(values)
+        text = " ".join(f"{v:.4g}" for v in values[:6])
+        return f"[{text}{' ...' if values.size > 6 else ''}]"
+
+    lines = []
+    for key, s in summary.items():
+        lines.append(
+            f"  {key:<12} count {s['count']:,}  mean {show(s['mean'])}  std {show(s['std'])}  "
+            f"min {show(s['min'])}  max {show(s['max'])}  q01 {show(s['q01'])}  q99 {show(s['q99'])}"
+        )
+    return lines
