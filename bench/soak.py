@@ -150,7 +150,7 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
     import forge_gpu
     import forge_gpu._src.formats.npz.recorder as recorder_module
     from forge_gpu._src.collect.collector import collect
-    from forge_gpu._src.formats.packed.layout import PackedWriter
+    from forge_gpu._src.formats.packed.writer import PackedWriter
 
     wp.config.quiet = True
     env = forge_gpu.make("cartpole", num_envs=envs, device="cpu", max_steps=50)

@@ -131,7 +131,7 @@ def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, form
     import time
 
     import forge_gpu._src.formats.npz.recorder as recorder_module
-    from forge_gpu._src.formats.packed.layout import PackedWriter
+    from forge_gpu._src.formats.packed.writer import PackedWriter
 
     owner, name = (PackedWriter, "write") if format == "packed" else (recorder_module, "write_episode_file")
     real = getattr(owner, name)

@@ -17,8 +17,8 @@ from forge_gpu._src.data.tools.convert import convert_run
 from forge_gpu._src.data.tools.repair import repair_run
 from forge_gpu._src.data.windows import Windows
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
-from forge_gpu._src.formats.packed.layout import PackedWriter
 from forge_gpu._src.formats.packed.recorder import PackedRecorder
+from forge_gpu._src.formats.packed.writer import PackedWriter
 
 MEMBERS = ("action", "reward", "terminated", "truncated")
 

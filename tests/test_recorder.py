@@ -495,7 +495,9 @@ import forge_gpu._src.formats.npz.layout
 import forge_gpu._src.formats.npz.recorder
 import forge_gpu._src.data.runs
 import forge_gpu._src.data.torch_data
-import forge_gpu._src.formats.packed.layout
+import forge_gpu._src.formats.packed.writer
+import forge_gpu._src.formats.packed.blocks
+import forge_gpu._src.formats.packed.repair
 import forge_gpu._src.formats.packed.recorder
 import forge_gpu._src.data.windows
 import forge_gpu._src.data.tools.convert

@@ -21,7 +21,9 @@ import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.data.runs import check_window, episode_index
-from forge_gpu._src.formats.packed.layout import TRANSITION_COLUMNS, stack_episodes, take_rows
+from forge_gpu._src.formats.packed.blocks import take_rows
+from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS
+from forge_gpu._src.formats.packed.writer import stack_episodes
 
 
 class Windows:

@@ -105,13 +105,13 @@ class PackedFormat:
         return PackedRunReader(run_dir, manifest)
 
     def repair(self, run_dir: str, manifest: dict) -> dict:
-        from forge_gpu._src.formats.packed.layout import repair_packed  # noqa: PLC0415
+        from forge_gpu._src.formats.packed.repair import repair_packed  # noqa: PLC0415
 
         # The recorder writes step-major rows, num_envs to a step (converted runs are always closed).
         return {"removed": [], **repair_packed(run_dir, int(manifest["config"]["num_envs"]))}
 
     def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
-        from forge_gpu._src.formats.packed.layout import write_episodes  # noqa: PLC0415
+        from forge_gpu._src.formats.packed.writer import write_episodes  # noqa: PLC0415
 
         count = write_episodes(directory, episodes, compression)
         return count, {**self.identity, "recorder": {"compression": compression, "converted": True}}

@@ -12,3 +12,8 @@ COMPRESSIONS = ("none", "lz4", "zstd")
 COMMIT_LOG = "commits.jsonl"
 SEGMENT_NAME = "segment-{index:06d}.arrows"
 SEGMENT_RE = re.compile(r"^segment-(\d{6})\.arrows$")
+
+
+def segment_name(index: int) -> str:
+    """The file name of segment ``index``."""
+    return SEGMENT_NAME.format(index=index)

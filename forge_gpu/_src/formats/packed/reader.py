@@ -13,13 +13,8 @@ import numpy as np
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, REQUIRED_FIELDS
 from forge_gpu._src.formats.npz.layout import episode_stem
-from forge_gpu._src.formats.packed.layout import (
-    CHECK_COLUMNS,
-    TRANSITION_COLUMNS,
-    PackedRun,
-    read_blocks,
-    read_episode_tables,
-)
+from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, PackedRun, read_blocks, read_episode_tables
+from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS
 
 
 class PackedRunReader:

@@ -22,7 +22,8 @@ import numpy as np
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
 from forge_gpu._src.formats.packed.identity import COMPRESSIONS, IDENTITY
-from forge_gpu._src.formats.packed.layout import PackedWriter, arrow_schema, ended_episodes, run_columns
+from forge_gpu._src.formats.packed.schema import arrow_schema, run_columns
+from forge_gpu._src.formats.packed.writer import PackedWriter, ended_episodes
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
 from forge_gpu._src.recording.tracker import EpisodeTracker

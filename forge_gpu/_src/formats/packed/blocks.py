@@ -1,0 +1,227 @@
+"""Reading a packed run's blocks (schema 2, docs/FORMAT.md): the committed record batches of its segments, the
+run as its commit log describes it (:class:`PackedRun`), and its episodes gathered from the blocks in one
+streaming pass, checked whole-column.
+
+numpy, pyarrow and the standard library; no Warp, Newton or torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from forge_gpu._src.formats.packed.commits import EPISODE_KEYS, read_commits
+from forge_gpu._src.formats.packed.identity import COMMIT_LOG, segment_name
+from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS, column_to_numpy, pyarrow, schema_columns
+
+
+def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
+    """Yield ``(commit, {column: [rows, ...] array})`` for every committed block, reading only ``names``.
+
+    Each segment is read as an Arrow stream up to its last committed block; the stream's position after
+    each block must match the commit log. Raises ValueError naming the segment on any disagreement.
+    """
+    pa = pyarrow()
+    by_segment: dict[int, list[dict]] = {}
+    for commit in commits:
+        by_segment.setdefault(commit["segment"], []).append(commit)
+    for segment, blocks in by_segment.items():
+        path = os.path.join(run_dir, segment_name(segment))
+        try:
+            source = pa.memory_map(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise ValueError(f"{path}: cannot open segment: {exc}") from exc
+        with source:
+            end = blocks[-1]["offset"] + blocks[-1]["length"]
+            if source.size() < end:
+                raise ValueError(f"{path}: holds {source.size()} bytes; the commit log says at least {end}")
+            try:
+                schema = pa.ipc.read_schema(source)
+                columns = schema_columns(schema, name=path)
+                indices = [schema.get_field_index(n) for n in names]
+                missing = [n for n, i in zip(names, indices, strict=True) if i < 0]
+                if missing:
+                    raise ValueError(f"{path}: lacks column(s) {missing}")
+                source.seek(0)
+                options = pa.ipc.IpcReadOptions(included_fields=indices, use_threads=False)
+                reader = pa.ipc.open_stream(source, options=options)
+                for commit in blocks:
+                    batch = reader.read_next_batch()
+                    if source.tell() != commit["offset"] + commit["length"] or batch.num_rows != commit["rows"]:
+                        raise ValueError(
+                            f"block at offset {commit['offset']} has {batch.num_rows} rows ending at byte "
+                            f"{source.tell()}; the commit log says {commit['rows']} rows ending at "
+                            f"{commit['offset'] + commit['length']}"
+                        )
+                    batch.validate(full=True)
+                    yield (
+                        commit,
+                        {n: column_to_numpy(batch.column(n), *columns[n], name=f"{path}: column {n!r}") for n in names},
+                    )
+            except (pa.ArrowException, StopIteration, OSError, EOFError) as exc:
+                raise ValueError(f"{path}: cannot read segment: {type(exc).__name__}: {exc}") from exc
+            except ValueError as exc:
+                raise ValueError(str(exc) if str(exc).startswith(path) else f"{path}: {exc}") from exc
+
+
+def segment_schema(run_dir: str, segment: int):
+    """The Arrow schema of one segment, checked (ValueError naming the file)."""
+    pa = pyarrow()
+    path = os.path.join(run_dir, segment_name(segment))
+    try:
+        with pa.memory_map(path) as source:
+            schema = pa.ipc.read_schema(source)
+        return schema, schema_columns(schema, name=path)
+    except (OSError, pa.ArrowException, EOFError, ValueError) as exc:  # ValueError: e.g. names that are not UTF-8
+        message = str(exc) if str(exc).startswith(path) else f"{path}: cannot read the segment's schema: {exc}"
+        raise ValueError(message) from exc
+
+
+#: Columns the episode checks read whatever a projection asks for.
+CHECK_COLUMNS = ("obs/env_id", "obs/episode_id", "obs/step_id", "obs/time", *TRANSITION_COLUMNS)
+
+
+class PackedRun:
+    """The committed episodes of one packed run, from its commit log; no segment is read until asked.
+
+    ``episodes`` maps ``env_id``, ``episode_id``, ``steps``, ``first_row`` and ``stride`` to int64 arrays
+    with one entry per episode, in commit order (the run's reading order).
+    """
+
+    def __init__(self, run_dir: str):
+        self.directory = run_dir
+        self.commits, self.torn = read_commits(run_dir)
+        self.rows = sum(c["rows"] for c in self.commits)
+        keys = EPISODE_KEYS
+        self.episodes = {
+            k: np.concatenate([c["episodes"][k] for c in self.commits]) if self.commits else np.zeros(0, np.int64)
+            for k in keys
+        }
+        counts = [len(c["episodes"]["steps"]) for c in self.commits]
+        self.episode_commit = np.repeat(np.arange(len(counts)), counts)  # the commit publishing each episode
+        pairs = self.episodes["env_id"] * (1 << 32) + self.episodes["episode_id"]
+        if np.unique(pairs).size != pairs.size:
+            raise ValueError(f"{os.path.join(run_dir, COMMIT_LOG)}: an (env_id, episode_id) pair is committed twice")
+
+    def __len__(self) -> int:
+        return len(self.episodes["steps"])
+
+    def columns(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """column -> (per-row shape, dtype) of the run's segments (all must agree); {} with no commit."""
+        found = None
+        for segment in sorted({c["segment"] for c in self.commits}):
+            _, columns = segment_schema(self.directory, segment)
+            if found is not None and columns != found:
+                path = os.path.join(self.directory, segment_name(segment))
+                raise ValueError(f"{path}: its columns differ from the run's first segment")
+            found = columns
+        return found or {}
+
+
+def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the given episodes (entries as in the commit log, one per episode), concatenated, and
+    the start of each episode's rows in them, the total appended: episode ``k``'s rows are
+    ``rows[starts[k]:starts[k+1]]``."""
+    counts = episodes["steps"] + 1
+    starts = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    j = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1], counts)
+    rows = np.repeat(episodes["first_row"], counts) + j * np.repeat(episodes["stride"], counts)
+    return rows, starts
+
+
+def check_gathered(
+    gathered: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray], starts: np.ndarray, *, name: str
+) -> None:
+    """Check episodes laid end to end (episode ``k``'s rows are ``[starts[k], starts[k+1])`` of every
+    column of ``gathered``, which holds CHECK_COLUMNS) against the schema-1 content rules, whole columns
+    at once, and every float value for finiteness; a break raises ValueError naming ``name``, the rule
+    and the episode."""
+    total = int(starts[-1])
+    counts = np.diff(starts)
+    owner = np.repeat(np.arange(counts.size), counts)  # the episode of each row
+    j = np.arange(total) - np.repeat(starts[:-1], counts)  # the frame index within its episode
+    first = j == 0
+    last = np.zeros(total, bool)
+    last[starts[1:] - 1] = True
+
+    def fail(bad: np.ndarray, rule: str) -> None:
+        if bad.any():
+            k = owner[np.argmax(bad)]
+            raise ValueError(f"{name}: episode env {episodes['env_id'][k]} episode {episodes['episode_id'][k]}: {rule}")
+
+    for column, values in gathered.items():
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            fail(~np.isfinite(values).reshape(total, -1).all(axis=1), f"{column} holds non-finite values")
+    fail(gathered["obs/step_id"] != j, "obs/step_id must count 0, 1, ..., T along the episode")
+    for key in ("env_id", "episode_id"):
+        fail(gathered[f"obs/{key}"] != np.repeat(episodes[key], counts), f"obs/{key} must be constant")
+    time = gathered["obs/time"]
+    fail(~first & ~(time > np.roll(time, 1)), "obs/time must increase along the episode")
+    terminated, truncated = gathered["terminated"], gathered["truncated"]
+    fail(~first & terminated & truncated, "a transition is both terminated and truncated")
+    fail(~first & ((terminated | truncated) != last), "terminated|truncated must be true at the last transition only")
+
+
+def take_rows(
+    pieces: list[tuple[int, dict]], rows: np.ndarray, starts: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Every column at the run rows ``rows`` (1-d, each held by one of the blocks), from the consecutive blocks
+    ``pieces`` (``(first row, columns)``, ascending; ``starts``: their first rows as an array, if at hand),
+    without joining the blocks: one copy, straight into the result, visiting only the blocks that hold rows."""
+    if len(pieces) == 1:
+        start, columns = pieces[0]
+        return {name: values[rows - start] for name, values in columns.items()}
+    if starts is None:
+        starts = np.array([start for start, _ in pieces])
+    which = np.searchsorted(starts, rows, side="right") - 1
+    order = np.argsort(which, kind="stable")
+    touched, lows = np.unique(which[order], return_index=True)
+    highs = np.append(lows[1:], rows.size)
+    out = {name: np.empty((rows.size, *v.shape[1:]), v.dtype) for name, v in pieces[0][1].items()}
+    for b, low, high in zip(touched.tolist(), lows.tolist(), highs.tolist(), strict=True):
+        at = order[low:high]
+        local = rows[at] - starts[b]
+        for name, values in pieces[b][1].items():
+            out[name][at] = values[local]
+    return out
+
+
+def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):
+    """Yield the selected episodes (indices into ``run.episodes``, ascending) in groups, each as
+    ``(episodes, gathered, starts)``: their entries, their rows of the ``names`` columns laid end to
+    end (episode ``k``'s are ``[starts[k], starts[k+1])``), checked by :func:`check_gathered`.
+
+    One pass over the blocks: a group is gathered as soon as the blocks holding its episodes' last rows
+    are read, and blocks are let go once no later episode needs their rows, so memory holds about the
+    rows one episode spans (an episode of T steps at stride N spans T * N rows), not the whole run.
+    """
+    if not select.size:
+        return
+    if (np.diff(select) < 0).any():
+        raise ValueError("episodes must be read in ascending order")
+    episodes = {key: values[select] for key, values in run.episodes.items()}
+    commit = run.episode_commit[select]  # non-decreasing: the commit that publishes each episode
+    first = episodes["first_row"]
+    needed = np.minimum.accumulate(first[::-1])[::-1]  # the lowest row an episode from k on needs
+    pieces: list[tuple[int, dict]] = []  # (first row, columns) of the blocks still needed
+    done = 0
+    for number, (block_commit, block) in enumerate(read_blocks(run.directory, run.commits[: commit[-1] + 1], names)):
+        pieces.append((block_commit["first_row"], block))
+        upto = int(np.searchsorted(commit, number, side="right"))  # episodes published by the blocks read
+        if upto == done:
+            continue
+        group = {key: values[done:upto] for key, values in episodes.items()}
+        rows, starts = episode_rows(group)
+        if rows.min() < pieces[0][0]:
+            raise ValueError(f"{run.directory}: an episode's first row precedes the rows the commit log allows")
+        gathered = take_rows(pieces, rows)
+        check_gathered(gathered, group, starts, name=run.directory)
+        yield group, gathered, starts
+        done = upto
+        if done == select.size:
+            return
+        while len(pieces) > 1 and pieces[1][0] <= needed[done]:
+            pieces.pop(0)

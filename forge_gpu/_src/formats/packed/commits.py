@@ -1,0 +1,111 @@
+"""The packed layout's commit log (schema 2, docs/FORMAT.md "The commit log and the commit rule"): one JSON
+line per block publishes it and the episodes that ended in it. The one encoder of a commit line, used by the
+writer and by repair; and the reader of the log, which trusts nothing past the last whole line and checks
+every line before it.
+
+numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from forge_gpu._src.formats.packed.identity import COMMIT_LOG
+
+#: Keys of an episode entry in a commit line, each a list with one integer per episode.
+EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")
+_COMMIT_KEYS = {"segment", "offset", "length", "first_row", "rows", "episodes"}
+
+
+def open_commit_log(directory: str, *, create: bool = False) -> int:
+    """The commit log of run ``directory``, opened for appending (created when ``create``): a descriptor."""
+    flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
+    return os.open(os.path.join(directory, COMMIT_LOG), flags, 0o644)
+
+
+def append_commit(
+    log: int, *, segment: int, offset: int, length: int, first_row: int, rows: int, episodes: Mapping[str, Any]
+) -> None:
+    """Publish one block: append its commit line to the open commit log ``log`` (:func:`open_commit_log`).
+
+    The block is ``length`` bytes at ``offset`` of segment ``segment`` and holds run rows ``first_row`` to
+    ``first_row + rows - 1``; ``episodes`` maps each of :data:`EPISODE_KEYS` to one integer per episode that
+    ended in it. The line is written whole, a short write continued: the bytes before its newline are never a
+    whole line, so a torn write stays unpublished.
+    """
+    commit = {
+        "segment": segment,
+        "offset": offset,
+        "length": length,
+        "first_row": first_row,
+        "rows": rows,
+        "episodes": {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS},
+    }
+    view = memoryview((json.dumps(commit, separators=(",", ":")) + "\n").encode())
+    while view:
+        view = view[os.write(log, view) :]
+
+
+def read_commits(run_dir: str) -> tuple[list[dict], bool]:
+    """The whole lines of the commit log, parsed and checked; and whether a torn last line was ignored."""
+    path = os.path.join(run_dir, COMMIT_LOG)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the commit log: {exc}") from exc
+    lines = data.split(b"\n")
+    torn = lines.pop() != b""  # a last line without its newline was being written: not published
+    commits, next_row = [], 0
+    previous = (-1, 0)  # (segment, end offset) of the previous commit
+    for number, line in enumerate(lines, 1):
+        where = f"{path}:{number}"
+        try:
+            commit = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{where}: not a JSON commit line: {exc}") from exc
+        if not isinstance(commit, dict) or commit.keys() != _COMMIT_KEYS:
+            raise ValueError(f"{where}: a commit must be an object with keys {sorted(_COMMIT_KEYS)}")
+        for key in ("segment", "offset", "length", "first_row", "rows"):
+            value, least = commit[key], int(key in ("length", "rows"))
+            if type(value) is not int or value < least:
+                raise ValueError(f"{where}: {key} must be an integer >= {least}, got {value!r}")
+        segment, offset = commit["segment"], commit["offset"]
+        if (segment, offset) != previous and (segment, offset) != (previous[0] + 1, 0):
+            raise ValueError(
+                f"{where}: the block at segment {segment} offset {offset} does not follow the previous one "
+                f"(segment {previous[0]} ending at {previous[1]})"
+            )
+        if commit["first_row"] != next_row:
+            raise ValueError(f"{where}: first_row is {commit['first_row']}, expected {next_row}")
+        commit["episodes"] = _episode_columns(commit["episodes"], where)
+        last = commit["episodes"]["first_row"] + commit["episodes"]["steps"] * commit["episodes"]["stride"]
+        if ((last < next_row) | (last >= next_row + commit["rows"])).any():
+            raise ValueError(f"{where}: an episode's last row is outside the block's rows")
+        previous = (segment, offset + commit["length"])
+        next_row += commit["rows"]
+        commits.append(commit)
+    return commits, torn
+
+
+# first_row + steps * stride stays below 2**63: int64 arithmetic on the commit log never overflows.
+_EPISODE_LIMITS = {"first_row": 1 << 62}  # the other keys: below 2**31 (ids, lengths and strides are int32)
+
+
+def _episode_columns(entry: Any, where: str) -> dict[str, np.ndarray]:
+    if not isinstance(entry, dict) or entry.keys() != set(EPISODE_KEYS):
+        raise ValueError(f"{where}: episodes must be an object with keys {list(EPISODE_KEYS)}")
+    out = {}
+    for key in EPISODE_KEYS:
+        values, least, limit = entry[key], int(key in ("steps", "stride")), _EPISODE_LIMITS.get(key, 1 << 31)
+        if not isinstance(values, list) or not all(type(v) is int and least <= v < limit for v in values):
+            raise ValueError(f"{where}: episodes.{key} must be a list of integers in [{least}, {limit})")
+        out[key] = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+    if len({len(v) for v in out.values()}) > 1:
+        raise ValueError(f"{where}: the lists under episodes differ in length")
+    return out

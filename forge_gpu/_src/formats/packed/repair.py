@@ -1,0 +1,114 @@
+"""Repairing a packed run a killed recorder left (schema 2, docs/FORMAT.md "Repair"): the torn last commit line
+cut off, the blocks written whole after it published, torn bytes cut off and the stream ended.
+
+numpy, pyarrow and the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+
+from forge_gpu._src.formats.packed.commits import append_commit, open_commit_log, read_commits
+from forge_gpu._src.formats.packed.identity import COMMIT_LOG, SEGMENT_RE, segment_name
+from forge_gpu._src.formats.packed.schema import column_to_numpy, pyarrow, schema_columns
+from forge_gpu._src.formats.packed.writer import ended_episodes
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def repair_packed(run_dir: str, rows_per_step: int) -> dict:
+    """Make a packed run left by a killed process whole again; return what was done.
+
+    A torn last commit line is cut off. Blocks that were written whole after the last commit line (the
+    process died between the block and its line) are published with the episodes that end in them,
+    ``rows_per_step`` rows per step as the recorder writes them. Bytes after the last whole block (a
+    torn block) are cut off and the stream is ended; segment files past it are removed. Published
+    blocks and episodes are never changed. Running it again changes nothing.
+    """
+    pa = pyarrow()
+    log = os.path.join(run_dir, COMMIT_LOG)
+    with open(log, "rb") as f:
+        data = f.read()
+    whole = data[: data.rfind(b"\n") + 1]
+    actions = []
+    if len(whole) != len(data):
+        os.truncate(log, len(whole))
+        actions.append(f"cut a torn line of {len(data) - len(whole)} bytes off {COMMIT_LOG}")
+    commits, _ = read_commits(run_dir)
+    segments = sorted(int(m.group(1)) for m in map(SEGMENT_RE.match, os.listdir(run_dir)) if m)
+    segment = commits[-1]["segment"] if commits else 0
+    committed = [c for c in commits if c["segment"] == segment]
+    next_row = sum(c["rows"] for c in commits)
+    recovered = 0
+    writer_log = open_commit_log(run_dir)
+    try:
+        while segment in segments:
+            path = os.path.join(run_dir, segment_name(segment))
+            blocks, end, clean = _whole_blocks(path, len(committed))
+            for offset, length, columns in blocks:
+                rows = len(columns["obs/step_id"])
+                ended = ended_episodes(columns, next_row, rows_per_step)
+                append_commit(
+                    writer_log,
+                    segment=segment,
+                    offset=offset,
+                    length=length,
+                    first_row=next_row,
+                    rows=rows,
+                    episodes=ended,
+                )
+                recovered += len(ended["steps"])
+                next_row += rows
+                actions.append(f"published a whole block of {rows} rows at {segment_name(segment)}:{offset}")
+            if not clean and end == 0:
+                os.remove(path)
+                actions.append(f"removed {segment_name(segment)} (it held no whole block)")
+            elif not clean:
+                with open(path, "r+b") as f:
+                    f.truncate(end)
+                    f.seek(end)
+                    f.write(_END_OF_STREAM)
+                actions.append(f"cut {segment_name(segment)} after byte {end} (a torn block) and ended its stream")
+            if not clean:
+                for later in [s for s in segments if s > segment]:
+                    os.remove(os.path.join(run_dir, segment_name(later)))
+                    actions.append(f"removed {segment_name(later)} (after a torn block)")
+                break
+            segment, committed = segment + 1, []
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{run_dir}: cannot repair the segments: {exc}") from exc
+    finally:
+        os.close(writer_log)
+    return {"actions": actions, "recovered_episodes": recovered}
+
+
+def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict]], int, bool]:
+    """The whole record batches of a segment after its first ``skip`` ones: ``(offset, length, columns)``
+    each; the end of the last whole message; and whether the stream ended cleanly (no torn bytes)."""
+    pa = pyarrow()
+    with pa.memory_map(path) as source:
+        size = source.size()
+        try:
+            schema = pa.ipc.read_schema(source)
+            columns = schema_columns(schema, name=path)
+            source.seek(0)
+            reader = pa.ipc.open_stream(source)
+        except (pa.ArrowException, EOFError, ValueError):
+            return [], 0, size == 0
+        end = 0  # a segment's first block starts at 0: it holds the stream's schema message too
+        for _ in range(skip):
+            reader.read_next_batch()
+            end = source.tell()
+        blocks = []
+        while True:
+            try:
+                batch = reader.read_next_batch()
+                batch.validate(full=True)
+            except StopIteration:
+                return blocks, source.tell(), source.tell() == size
+            except (pa.ArrowException, EOFError, ValueError, OSError):  # OSError: a message body cut short
+                return blocks, end, False
+            names = ["obs/env_id", "obs/episode_id", "obs/step_id", "terminated", "truncated"]
+            found = {n: column_to_numpy(batch.column(n), *columns[n], name=path) for n in names}
+            blocks.append((end, source.tell() - end, found))
+            end = source.tell()

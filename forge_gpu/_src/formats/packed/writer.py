@@ -1,0 +1,157 @@
+"""Writing a packed run (schema 2, docs/FORMAT.md): blocks of rows appended to rotating Arrow IPC segments,
+each published by one commit line; the episodes that end in a block; and checked episodes written end to end
+(``convert --to packed``).
+
+numpy, pyarrow and the standard library; no Warp, Newton or torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from forge_gpu._src.formats.packed.commits import append_commit, open_commit_log
+from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
+from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS, arrow_schema, pyarrow, run_columns, to_record_batch
+
+
+def ended_episodes(columns: Mapping[str, np.ndarray], first_row: int, stride: int) -> dict[str, np.ndarray]:
+    """The episodes that end in a block of step-major rows (``stride`` rows per step) starting at run row
+    ``first_row``: one entry per row whose transition terminated or truncated."""
+    rows = np.flatnonzero(columns["terminated"] | columns["truncated"])
+    steps = columns["obs/step_id"][rows].astype(np.int64)
+    return {
+        "env_id": columns["obs/env_id"][rows].astype(np.int64),
+        "episode_id": columns["obs/episode_id"][rows].astype(np.int64),
+        "steps": steps,
+        "first_row": first_row + rows - steps * stride,
+        "stride": np.full(rows.size, stride, np.int64),
+    }
+
+
+class PackedWriter:
+    """Appends blocks of rows to rotating segments and publishes each with one commit line.
+
+    Not thread-safe: one writer thread owns it. ``write`` returns the bytes it added to the segment.
+    """
+
+    def __init__(self, directory: str, schema, *, compression: str = "none", segment_bytes: int = 1 << 30):
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {compression!r}")
+        pa = pyarrow()
+        self._directory, self._schema = directory, schema
+        self._options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+        self._segment_bytes = segment_bytes
+        self._segment = -1
+        self._sink = self._stream = None
+        self._rows = 0  # run rows written so far
+        self._log = open_commit_log(directory, create=True)
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def write(self, columns: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray]) -> int:
+        """Append a block of rows, then publish it and ``episodes`` (those whose last row is in it)."""
+        pa = pyarrow()
+        if self._stream is None:
+            self._segment += 1
+            self._sink = pa.OSFile(os.path.join(self._directory, segment_name(self._segment)), "wb")
+            self._stream = pa.ipc.new_stream(self._sink, self._schema, options=self._options)
+        batch = to_record_batch(self._schema, columns)
+        offset = self._sink.tell()
+        self._stream.write_batch(batch)
+        length = self._sink.tell() - offset
+        append_commit(
+            self._log,
+            segment=self._segment,
+            offset=offset,
+            length=length,
+            first_row=self._rows,
+            rows=batch.num_rows,
+            episodes=episodes,
+        )
+        self._rows += batch.num_rows
+        if offset + length >= self._segment_bytes:
+            self._end_segment()
+        return length
+
+    def _end_segment(self) -> None:
+        if self._stream is not None:
+            stream, sink, self._stream, self._sink = self._stream, self._sink, None, None
+            try:
+                stream.close()
+            finally:
+                sink.close()
+
+    def close(self) -> None:
+        try:
+            self._end_segment()
+        finally:
+            if self._log >= 0:
+                os.close(self._log)
+                self._log = -1
+
+
+def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
+    """Episodes (reader ``Episode`` objects) laid end to end as rows, stride 1: (fields, columns, episodes).
+
+    Each episode gives its T + 1 frames; its transitions go on rows 1..T and row 0 holds zeros."""
+    fields = list(episodes[0].obs) if episodes else []
+    columns = {
+        f"obs/{f}": np.concatenate([part for ep in episodes for part in (ep.obs[f], ep.next[f][-1:])]) for f in fields
+    }
+    for name in TRANSITION_COLUMNS:
+        columns[name] = np.concatenate(
+            [part for ep in episodes for part in (np.zeros_like(getattr(ep, name)[:1]), getattr(ep, name))]
+        )
+    steps = np.array([ep.steps for ep in episodes], np.int64)
+    table = {
+        "env_id": np.array([ep.env_id for ep in episodes], np.int64),
+        "episode_id": np.array([ep.episode_id for ep in episodes], np.int64),
+        "steps": steps,
+        "first_row": np.concatenate([[0], np.cumsum(steps + 1)[:-1]]).astype(np.int64),
+        "stride": np.ones(len(episodes), np.int64),
+    }
+    return fields, columns, table
+
+
+#: Bytes of episodes :func:`write_episodes` appends at once.
+_WRITE_BLOCK_BYTES = 8 << 20
+
+
+def write_episodes(directory: str, episodes, compression: str) -> int:
+    """Write checked episodes (reader ``Episode`` objects, all of one run) into the empty ``directory`` as
+    segments and a commit log, end to end (stride 1), a block of whole episodes at a time; return the count.
+    The directory's run.json is the caller's (``convert_run``)."""
+    writer = None
+    block: list = []
+    block_bytes = count = 0
+
+    def write_block() -> int:
+        _, columns, table = stack_episodes(block)
+        table["first_row"] += writer.rows
+        writer.write(columns, table)
+        return len(block)
+
+    try:
+        for episode in episodes:
+            if writer is None:
+                fields = {f: (a.shape[1:], a.dtype) for f, a in episode.obs.items()}
+                columns = run_columns(fields, episode.action.shape[1], episode.action.dtype, episode.reward.dtype)
+                writer = PackedWriter(directory, arrow_schema(columns), compression=compression)
+            block.append(episode)
+            block_bytes += sum(a.nbytes for a in episode.obs.values()) + episode.action.nbytes
+            if block_bytes >= _WRITE_BLOCK_BYTES:
+                count += write_block()
+                block, block_bytes = [], 0
+        if block:
+            count += write_block()
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:  # no episode: an empty commit log
+        open(os.path.join(directory, COMMIT_LOG), "wb").close()
+    return count
