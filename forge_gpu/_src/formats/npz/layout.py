@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.fields import ID_FIELDS, REQUIRED_FIELDS, TRANSITIONS
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, ID_FIELDS, REQUIRED_FIELDS, TRANSITIONS
+from forge_gpu._src.core.rules import check_finite, check_transitions
 from forge_gpu._src.formats.npz.identity import SCHEMA_VERSION
 
 EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
@@ -154,44 +155,24 @@ def validate_episode_schema(
 
 
 def validate_episode_values(arrays: Mapping[str, np.ndarray], marker: Mapping[str, Any], *, name: str) -> None:
-    """Check the values of the members present in ``arrays`` (whose schema is already checked).
+    """Check the values of the members present in ``arrays`` (whose schema is already checked): the content rules
+    every episode keeps (:mod:`core.rules`), with ``obs/`` the frames before the transitions and ``next/`` those
+    after, then schema 1's own, continuity: ``next/F[t] == obs/F[t+1]`` for every field present.
 
     The transition members and the ``env_id``, ``episode_id``, ``step_id`` and ``time`` fields must be
     present; other observation fields are checked where present.
     """
-    steps = marker["steps"]
-    for member, array in arrays.items():
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
-            raise ValueError(f"{name}: member {member} holds non-finite values")
-    terminated, truncated = arrays["terminated"], arrays["truncated"]
-    if (terminated & truncated).any():
-        raise ValueError(
-            f"{name}: transition(s) {np.flatnonzero(terminated & truncated).tolist()} are both terminated and truncated"
-        )
-    done = terminated | truncated
-    if not done[-1] or done[:-1].any():
-        raise ValueError(
-            f"{name}: terminated|truncated must be true at the last transition only, "
-            f"but is true at {np.flatnonzero(done).tolist()} of T={steps}"
-        )
-    expected_steps = np.arange(steps + 1)
-    for prefix, expected in (("obs/", expected_steps[:-1]), ("next/", expected_steps[1:])):
-        if not np.array_equal(arrays[prefix + "step_id"], expected):
-            raise ValueError(
-                f"{name}: {prefix}step_id must be {expected[0]}..{expected[-1]}, "
-                f"got {arrays[prefix + 'step_id'].tolist()}"
-            )
-        for key in ("env_id", "episode_id"):
-            if (arrays[prefix + key] != marker[key]).any():
-                raise ValueError(f"{name}: {prefix}{key} must be {marker[key]} throughout (the marker's)")
-    later = arrays["next/time"] > arrays["obs/time"]
-    if not later.all():
-        raise ValueError(f"{name}: next/time must exceed obs/time; it does not at {np.flatnonzero(~later).tolist()}")
+    episode = {key: np.array([marker[key]], np.int64) for key in ("env_id", "episode_id", "steps")}
+    check_finite(arrays, episode["steps"], episode, name=name)
+    obs, nxt = ({f: arrays[prefix + f] for f in BOOKKEEPING_FIELDS} for prefix in ("obs/", "next/"))
+    check_transitions(episode, obs, nxt, arrays["terminated"], arrays["truncated"], name=name)
     for member in arrays:
         if member.startswith("obs/"):
             field = member[4:]
-            if not np.array_equal(arrays[f"next/{field}"][:-1], arrays[member][1:]):
-                raise ValueError(f"{name}: continuity broken: next/{field}[t] != obs/{field}[t+1] for some t")
+            later, earlier = arrays[f"next/{field}"][:-1], arrays[member][1:]
+            if not np.array_equal(later, earlier):
+                t = int(np.argmax((later != earlier).reshape(len(later), -1).any(axis=1)))
+                raise ValueError(f"{name}: continuity broken: next/{field}[t] != obs/{field}[t+1] at t={t}")
 
 
 def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
+from forge_gpu._src.core.rules import check_frames
 from forge_gpu._src.formats.packed.commits import EPISODE_KEYS, read_commits
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, segment_name
 from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS, column_to_numpy, pyarrow, schema_columns
@@ -79,8 +81,8 @@ def segment_schema(run_dir: str, segment: int):
         raise ValueError(message) from exc
 
 
-#: Columns the episode checks read whatever a projection asks for.
-CHECK_COLUMNS = ("obs/env_id", "obs/episode_id", "obs/step_id", "obs/time", *TRANSITION_COLUMNS)
+#: Columns the episode checks (:func:`core.rules.check_frames`) read whatever a projection asks for.
+CHECK_COLUMNS = (*(f"obs/{f}" for f in BOOKKEEPING_FIELDS), *TRANSITION_COLUMNS)
 
 
 class PackedRun:
@@ -132,39 +134,6 @@ def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nda
     return rows, starts
 
 
-def check_gathered(
-    gathered: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray], starts: np.ndarray, *, name: str
-) -> None:
-    """Check episodes laid end to end (episode ``k``'s rows are ``[starts[k], starts[k+1])`` of every
-    column of ``gathered``, which holds CHECK_COLUMNS) against the schema-1 content rules, whole columns
-    at once, and every float value for finiteness; a break raises ValueError naming ``name``, the rule
-    and the episode."""
-    total = int(starts[-1])
-    counts = np.diff(starts)
-    owner = np.repeat(np.arange(counts.size), counts)  # the episode of each row
-    j = np.arange(total) - np.repeat(starts[:-1], counts)  # the frame index within its episode
-    first = j == 0
-    last = np.zeros(total, bool)
-    last[starts[1:] - 1] = True
-
-    def fail(bad: np.ndarray, rule: str) -> None:
-        if bad.any():
-            k = owner[np.argmax(bad)]
-            raise ValueError(f"{name}: episode env {episodes['env_id'][k]} episode {episodes['episode_id'][k]}: {rule}")
-
-    for column, values in gathered.items():
-        if values.dtype.kind == "f" and not np.isfinite(values).all():
-            fail(~np.isfinite(values).reshape(total, -1).all(axis=1), f"{column} holds non-finite values")
-    fail(gathered["obs/step_id"] != j, "obs/step_id must count 0, 1, ..., T along the episode")
-    for key in ("env_id", "episode_id"):
-        fail(gathered[f"obs/{key}"] != np.repeat(episodes[key], counts), f"obs/{key} must be constant")
-    time = gathered["obs/time"]
-    fail(~first & ~(time > np.roll(time, 1)), "obs/time must increase along the episode")
-    terminated, truncated = gathered["terminated"], gathered["truncated"]
-    fail(~first & terminated & truncated, "a transition is both terminated and truncated")
-    fail(~first & ((terminated | truncated) != last), "terminated|truncated must be true at the last transition only")
-
-
 def take_rows(
     pieces: list[tuple[int, dict]], rows: np.ndarray, starts: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
@@ -192,7 +161,7 @@ def take_rows(
 def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):
     """Yield the selected episodes (indices into ``run.episodes``, ascending) in groups, each as
     ``(episodes, gathered, starts)``: their entries, their rows of the ``names`` columns laid end to
-    end (episode ``k``'s are ``[starts[k], starts[k+1])``), checked by :func:`check_gathered`.
+    end (episode ``k``'s are ``[starts[k], starts[k+1])``), checked by :func:`core.rules.check_frames`.
 
     One pass over the blocks: a group is gathered as soon as the blocks holding its episodes' last rows
     are read, and blocks are let go once no later episode needs their rows, so memory holds about the
@@ -218,7 +187,7 @@ def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):
         if rows.min() < pieces[0][0]:
             raise ValueError(f"{run.directory}: an episode's first row precedes the rows the commit log allows")
         gathered = take_rows(pieces, rows)
-        check_gathered(gathered, group, starts, name=run.directory)
+        check_frames(gathered, group, starts, name=run.directory)
         yield group, gathered, starts
         done = upto
         if done == select.size:
