@@ -246,7 +246,7 @@ def _reactivate_reset_row(observation, result):
 
 
 BAD_BATCHES = {
-    "missing field": (_drop_field, _any_active, "lacks field"),
+    "missing field": (_drop_field, _any_active, "missing field"),
     "undescribed field": (_extra_field, _any_active, "not described"),
     "wrong dtype": (_mutate_obs("proprio", lambda a, r: a.astype(np.float64)), _any_active, "proprio"),
     "wrong shape": (_mutate_obs("proprio", lambda a, r: a[:, :2].copy()), _any_active, "proprio"),

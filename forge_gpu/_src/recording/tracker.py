@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.fields import observation_layout, per_env_nbytes
+from forge_gpu._src.core.fields import check_layout, leading, observation_layout, per_env_nbytes
 
 # Action and reward are kept (and written) as float32, the dtype the env produces.
 ACTION_DTYPE = np.dtype(np.float32)
@@ -52,14 +52,13 @@ class EpisodeTracker:
         n = self.num_envs
         if not isinstance(observation, Mapping):
             raise ValueError(f"observation must be a dict of arrays, got {type(observation).__name__}")
-        missing = [f for f in self.fields if f not in observation]
-        if missing:
-            raise ValueError(f"observation lacks field(s) {missing}")
-        extra = [f for f in observation if f not in self.fields]
-        if extra:
-            raise ValueError(f"observation field(s) {extra} are not described by env.spec['observation']")
-        for field, (shape, dtype) in self.fields.items():
-            _check_array(f"observation[{field!r}]", observation[field], (n, *shape), dtype)
+        for field, array in observation.items():
+            if not isinstance(array, np.ndarray):
+                raise ValueError(f"observation[{field!r}] must be a numpy array, got {type(array).__name__}")
+        found = {field: (array.shape, array.dtype) for field, array in observation.items()}
+        check_layout(found, leading(self.fields, n), name="observation", what="field", source="env.spec['observation']")
+        for field in self.fields:
+            _check_finite(f"observation[{field!r}]", observation[field])
         info = getattr(result, "info", None)
         if not isinstance(info, Mapping) or "active" not in info or "executed_action" not in info:
             raise ValueError("result.info must be a dict with 'active' and 'executed_action'")
@@ -131,10 +130,14 @@ def _check_array(name: str, array: Any, shape: tuple[int, ...], dtype: Any) -> n
         raise ValueError(f"{name} must be a numpy array, got {type(array).__name__}")
     if array.shape != shape or array.dtype != dtype:
         raise ValueError(f"{name} must be {np.dtype(dtype)}{list(shape)}, got {array.dtype}{list(array.shape)}")
+    _check_finite(name, array)
+    return array
+
+
+def _check_finite(name: str, array: np.ndarray) -> None:
     if array.dtype.kind == "f":
         finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
         _reject(~finite, f"{name} holds non-finite values")
-    return array
 
 
 def _reject(bad_rows: np.ndarray, message: str) -> None:

@@ -15,7 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, ID_FIELDS, REQUIRED_FIELDS, TRANSITIONS
+from forge_gpu._src.core.fields import (
+    BOOKKEEPING_FIELDS,
+    NUMERIC,
+    REQUIRED_FIELDS,
+    REQUIRED_LAYOUT,
+    TRANSITION_LAYOUT,
+    TRANSITIONS,
+    check_layout,
+    describe,
+    leading,
+)
 from forge_gpu._src.core.rules import check_finite, check_transitions
 from forge_gpu._src.formats.npz.identity import SCHEMA_VERSION
 
@@ -26,8 +36,6 @@ EPISODE_STEM_RE = re.compile(r"^env(\d{5})-episode(\d{8})$")
 
 #: Per-transition members of an episode file.
 TRANSITION_MEMBERS = TRANSITIONS
-
-_NUMERIC_KINDS = "biuf"
 
 
 def episode_stem(env_id: int, episode_id: int) -> str:
@@ -113,45 +121,19 @@ def validate_episode_schema(
 ) -> None:
     """Check member names, shapes and dtypes (member -> (shape, dtype)), without looking at values."""
     steps = validate_marker(marker, name=name)
-    obs = {m[4:] for m in headers if m.startswith("obs/")}
-    nxt = {m[5:] for m in headers if m.startswith("next/")}
-    unknown = sorted(m for m in headers if not m.startswith(("obs/", "next/")) and m not in TRANSITION_MEMBERS)
-    if unknown:
-        raise ValueError(f"{name}: unknown member(s) {unknown}")
-    fields = obs | nxt | set(REQUIRED_FIELDS)
-    required = [f"obs/{f}" for f in fields] + [f"next/{f}" for f in fields] + list(TRANSITION_MEMBERS)
-    missing = sorted(set(required) - headers.keys())
-    if missing:
-        raise ValueError(f"{name}: missing member(s) {missing}")
-    for member, (shape, dtype) in headers.items():
+    for member, (shape, _) in headers.items():
         if len(shape) == 0 or shape[0] != steps:
             raise ValueError(f"{name}: member {member} has shape {tuple(shape)}; its first dim must be T={steps}")
-        if dtype.kind not in _NUMERIC_KINDS:
-            raise ValueError(f"{name}: member {member} has non-numeric dtype {dtype}")
-    for field in obs:
+    fields = {m.split("/", 1)[1] for m in headers if m.startswith(("obs/", "next/"))} | set(REQUIRED_FIELDS)
+    expected = {f"{prefix}{f}": (None, NUMERIC) for prefix in ("obs/", "next/") for f in sorted(fields)}
+    expected |= {f"{prefix}{f}": e for prefix in ("obs/", "next/") for f, e in REQUIRED_LAYOUT.items()}
+    check_layout(headers, leading(expected | TRANSITION_LAYOUT, "T"), name=name, what="member", source="schema 1")
+    for field in sorted(fields):
         if headers[f"obs/{field}"] != headers[f"next/{field}"]:
             raise ValueError(
-                f"{name}: obs/{field} is {_describe(headers[f'obs/{field}'])} but "
-                f"next/{field} is {_describe(headers[f'next/{field}'])}; they must match"
+                f"{name}: obs/{field} is {describe(*headers[f'obs/{field}'])} but "
+                f"next/{field} is {describe(*headers[f'next/{field}'])}; they must match"
             )
-    for field in ID_FIELDS:
-        shape, dtype = headers[f"obs/{field}"]
-        if len(shape) != 1 or dtype.kind not in "iu":
-            raise ValueError(f"{name}: obs/{field} must be integers of shape [T], got {_describe((shape, dtype))}")
-    if len(headers["obs/time"][0]) != 1:
-        raise ValueError(f"{name}: obs/time must have shape [T], got {tuple(headers['obs/time'][0])}")
-    if len(headers["obs/proprio"][0]) != 2:
-        raise ValueError(f"{name}: obs/proprio must have shape [T, P], got {tuple(headers['obs/proprio'][0])}")
-    shape, dtype = headers["action"]
-    if len(shape) != 2 or dtype.kind != "f":
-        raise ValueError(f"{name}: action must be floating point of shape [T, A], got {_describe((shape, dtype))}")
-    shape, dtype = headers["reward"]
-    if len(shape) != 1 or dtype.kind not in "iuf":
-        raise ValueError(f"{name}: reward must be numbers of shape [T], got {_describe((shape, dtype))}")
-    for flag in ("terminated", "truncated"):
-        shape, dtype = headers[flag]
-        if len(shape) != 1 or dtype != np.bool_:
-            raise ValueError(f"{name}: {flag} must be bool of shape [T], got {_describe((shape, dtype))}")
 
 
 def validate_episode_values(arrays: Mapping[str, np.ndarray], marker: Mapping[str, Any], *, name: str) -> None:
@@ -173,8 +155,3 @@ def validate_episode_values(arrays: Mapping[str, np.ndarray], marker: Mapping[st
             if not np.array_equal(later, earlier):
                 t = int(np.argmax((later != earlier).reshape(len(later), -1).any(axis=1)))
                 raise ValueError(f"{name}: continuity broken: next/{field}[t] != obs/{field}[t+1] at t={t}")
-
-
-def _describe(header: tuple[tuple[int, ...], np.dtype]) -> str:
-    shape, dtype = header
-    return f"{dtype}{list(shape)}"

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOptions
-from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, check_spec_layout
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.formats.npz.layout import (
     EPISODE_SUFFIX,
@@ -94,7 +94,7 @@ def load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOp
             headers = {member: read_npy_header(archive.zip, member) for member in archive.files}
             check_member_sizes(archive.zip, headers, name=path, max_member_bytes=options.max_member_bytes)
         validate_episode_schema(headers, marker, name=path)
-        _check_against_spec(headers, env_spec, path)
+        check_spec_layout(headers, env_spec, name=path, what="member", lead=("T",))
         present = observation_fields(headers)
         wanted = present if fields is None else fields
         unknown = [f for f in wanted if f not in present]
@@ -117,26 +117,6 @@ def load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOp
         truncated=arrays["truncated"],
         path=path,
     )
-
-
-def _check_against_spec(headers: dict, env_spec: dict, path: str) -> None:
-    """Check observation fields and action width against run.json's env_spec, where it describes them."""
-    action_dim = headers["action"][0][1]
-    if [action_dim] != list(env_spec["action_shape"]):
-        raise ValueError(f"{path}: action has width {action_dim}; run.json says {env_spec['action_shape']}")
-    described = env_spec.get("observation")
-    if not isinstance(described, dict):
-        return
-    present = observation_fields(headers)
-    if sorted(described) != present:
-        raise ValueError(f"{path}: observation fields {present} differ from run.json's {sorted(described)}")
-    for field, entry in described.items():
-        shape, dtype = headers[f"obs/{field}"]
-        if list(shape[1:]) != list(entry.get("shape", shape[1:])) or str(dtype) != entry.get("dtype", str(dtype)):
-            raise ValueError(
-                f"{path}: obs/{field} is {dtype}{list(shape[1:])} per transition; run.json says "
-                f"{entry.get('dtype')}{entry.get('shape')}"
-            )
 
 
 @contextlib.contextmanager

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
-from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, REQUIRED_FIELDS
+from forge_gpu._src.core.fields import check_layout, check_spec_layout
 from forge_gpu._src.formats.npz.layout import episode_stem
 from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, PackedRun, read_blocks, read_episode_tables
-from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS
+from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT
 
 
 class PackedRunReader:
@@ -87,36 +87,12 @@ class PackedRunReader:
         described = spec.get("observation") if isinstance(spec.get("observation"), dict) else {}
         present = sorted(c[4:] for c in columns if c.startswith("obs/")) if columns else sorted(described)
         if columns:
-            _check_packed_columns(columns, spec, described, present, self.directory)
+            check_layout(
+                columns, PACKED_LAYOUT, name=self.directory, what="column", source="the packed layout", extra=("obs/",)
+            )
+            check_spec_layout(columns, spec, name=self.directory, what="column", action_dtype=np.float32)
         wanted = present if options.observation_keys is None else list(options.observation_keys)
         unknown = [f for f in wanted if f not in present]
         if unknown:
             raise ValueError(f"{self.directory}: requested field(s) {unknown} are not in the run (it has {present})")
         return wanted
-
-
-def _check_packed_columns(columns: dict, spec: dict, described: dict, present: list[str], name: str) -> None:
-    """Check a packed run's segment columns against the format and run.json's env_spec."""
-    unknown = [c for c in columns if not c.startswith("obs/") and c not in TRANSITION_COLUMNS]
-    missing = [c for c in (*(f"obs/{f}" for f in REQUIRED_FIELDS), *TRANSITION_COLUMNS) if c not in columns]
-    if unknown or missing:
-        raise ValueError(f"{name}: segment columns: unknown {unknown}, missing {missing}")
-    if described and sorted(described) != present:
-        raise ValueError(f"{name}: observation fields {present} differ from run.json's {sorted(described)}")
-    expected = {f"obs/{f}": (tuple(e.get("shape", ())), e.get("dtype")) for f, e in described.items()}
-    expected["action"] = ((int(spec["action_shape"][0]),), "float32")
-    for column, (shape, dtype) in columns.items():
-        if column in expected and (shape, str(dtype)) != (expected[column][0], expected[column][1] or str(dtype)):
-            raise ValueError(
-                f"{name}: column {column} is {dtype}{list(shape)} per row; run.json says "
-                f"{expected[column][1]}{list(expected[column][0])}"
-            )
-    for column, kinds in (("reward", "iuf"), ("terminated", "b"), ("truncated", "b")):
-        if columns[column][0] != () or columns[column][1].kind not in kinds:
-            raise ValueError(f"{name}: column {column} is {columns[column][1]}{list(columns[column][0])} per row")
-    for field in BOOKKEEPING_FIELDS:
-        shape, dtype = columns[f"obs/{field}"]
-        if shape != () or dtype.kind not in ("f" if field == "time" else "iu"):
-            raise ValueError(f"{name}: column obs/{field} is {dtype}{list(shape)} per row")
-    if len(columns["obs/proprio"][0]) != 1:
-        raise ValueError(f"{name}: column obs/proprio must have a per-row shape [P]")

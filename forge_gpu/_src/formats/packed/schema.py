@@ -12,10 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.fields import TRANSITIONS
+from forge_gpu._src.core.fields import FLOATS, REQUIRED_LAYOUT, TRANSITION_LAYOUT, TRANSITIONS
 
 #: The per-row transition columns (the core's transition fields).
 TRANSITION_COLUMNS = TRANSITIONS
+#: The per-row layout every packed run's columns keep (:func:`core.fields.check_layout`): the required fields'
+#: ``obs/`` columns, ``time`` a float, and the transitions; other ``obs/`` columns are the run's own fields.
+PACKED_LAYOUT = {
+    **{f"obs/{f}": layout for f, layout in REQUIRED_LAYOUT.items()},
+    "obs/time": ((), FLOATS),
+    **TRANSITION_LAYOUT,
+}
 
 
 def pyarrow():
