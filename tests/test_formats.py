@@ -16,6 +16,7 @@ import forge_gpu
 from forge_gpu._src.collect.collector import make_recorder
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.files import write_json_atomic
+from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
 from forge_gpu._src.data.runs import read_episodes
 from forge_gpu._src.data.tools.convert import convert_run
@@ -128,6 +129,12 @@ class ListReader:
             obs, nxt = {f: e.obs[f] for f in keys}, {f: e.next[f] for f in keys}
             yield dataclasses.replace(e, obs=obs, next=nxt, path=self.path)
 
+    def frame_table(self, ks, options, *, mmap=False):
+        if mmap:
+            raise ValueError(f"{self.directory}: cannot be memory-mapped; forge-gpu convert it --to packed")
+        fields, columns, episodes = stack_episodes(list(self.read(ks, options)))
+        return fields, [(0, columns)], episodes
+
 
 class ListFormat:
     """The test double format: every episode of a run in one pickled list."""
@@ -147,7 +154,7 @@ class ListFormat:
         return ListReader(run_dir, manifest)
 
     def repair(self, run_dir, manifest):
-        return {"removed": []}  # repair_run removes the *.tmp this format may leave
+        return {"removed": [], "actions": [], "recovered_episodes": 0}  # repair_run removes the *.tmp it may leave
 
     def write(self, directory, episodes, compression):
         stored = list(episodes)
@@ -279,3 +286,20 @@ def test_the_command_line_offers_a_registered_format(tmp_path, capsys):
     assert main(["convert", str(tmp_path / "npz"), str(tmp_path / "list"), "--to", "pickled_test"]) == 0
     assert f"wrote {len(sim.completed)} episodes" in capsys.readouterr().out
     assert_same(members(tmp_path / "list"), members(tmp_path / "npz"))
+
+
+def test_windows_read_a_registered_format_through_its_frame_table(tmp_path):
+    """Windows over the double's run (its reader's frame_table) equal Windows over its npz copy; mmap=True is
+    refused with the reader's own message."""
+    record_list(tmp_path / "list")
+    convert_run(tmp_path / "list", tmp_path / "npz", to="npz")
+    listed, npz = (forge_gpu.Windows(tmp_path / name, history=2, horizon=3) for name in ("list", "npz"))
+    assert len(listed) == len(npz) > 0
+    a, b = (w.batch(np.arange(len(w))) for w in (listed, npz))  # the same windows, in each run's episode order
+    order = [np.lexsort((w["t"], w["episode_id"], w["env_id"])) for w in (a, b)]
+    assert a.keys() == b.keys()
+    for key in a.keys() - {"instruction"}:
+        x, y = a[key][order[0]], b[key][order[1]]
+        assert x.dtype == y.dtype and np.array_equal(x, y), key
+    with pytest.raises(ValueError, match="cannot be memory-mapped"):
+        forge_gpu.Windows(tmp_path / "list", mmap=True)

@@ -68,18 +68,15 @@ def cmd_repair(args) -> int:
         return 1
     if report["status_before"] != "recording":
         done = [f"removed {len(report['removed'])} stale files"] if report["removed"] else []
-        done += [f"made the segments whole ({'; '.join(report['actions'])})"] if report.get("actions") else []
+        done += [f"repaired: {'; '.join(report['actions'])}"] if report["actions"] else []
         print(f"{args.run}: status is {report['status_before']!r}; " + ("; ".join(done) or "nothing to repair"))
         return 0
-    if "recovered_episodes" in report:  # packed
-        print(
-            f"{args.run}: closed; {report['episodes']} published episodes, {report['recovered_episodes']} of them "
-            f"recovered from whole blocks written after the last commit; {len(report['actions'])} repairs"
-        )
-        return 0
+    recovered = report["recovered_episodes"]
+    recovered = f", {recovered} of them recovered by the repair" if recovered else ""
+    repairs = f"; {len(report['actions'])} repairs" if report["actions"] else ""
     print(
-        f"{args.run}: closed; {report['episodes']} published episodes kept, "
-        f"{len(report['removed'])} stale temporary or unmarked files removed"
+        f"{args.run}: closed; {report['episodes']} published episodes kept{recovered}; "
+        f"{len(report['removed'])} stale temporary or unpublished files removed{repairs}"
     )
     return 0
 

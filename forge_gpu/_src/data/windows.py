@@ -1,11 +1,11 @@
 """Training windows with random access: every window of a run or dataset by index, many at once.
 
-The selected episodes are read and checked once, into a frame table: each observation column with one
-row per frame, and the actions on the frame each transition leads to (a packed run's own layout,
-docs/FORMAT.md; schema-1 runs are laid out the same way in memory). A window is then a pair (episode, t),
-and a batch of windows is a few fancy-indexing operations per column. The table is held in memory, or,
-with ``mmap``, left in the packed runs' segments: every block a read-only view of its memory-mapped file,
-so the shard may be larger than memory.
+The selected episodes are read and checked once, into a frame table (:mod:`core.frames`): each observation
+column with one row per frame, and the actions on the frame each transition leads to, as every run's reader
+gives it (``RunReader.frame_table``). A window is then a pair (episode, t), and a batch of windows is a few
+fancy-indexing operations per column. The table is held in memory, or, with ``mmap``, left in the runs'
+files where their format can map them (uncompressed packed runs: every block a read-only view of its
+memory-mapped segment), so the shard may be larger than memory.
 
 numpy and the standard library (pyarrow for packed runs).
 """
@@ -20,10 +20,8 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.data.runs import check_window, episode_index
-from forge_gpu._src.formats.packed.blocks import take_rows
-from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS
-from forge_gpu._src.formats.packed.writer import stack_episodes
 
 
 class Windows:
@@ -66,7 +64,7 @@ class Windows:
         options = EpisodeReadOptions(observation_keys=observation_keys, shard_index=shard_index, num_shards=num_shards)
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
         index = episode_index(directory)[options.shard_index :: options.num_shards]
-        self.fields, blocks, episodes, self.instructions = (_mapped_table if mmap else _frame_table)(index, options)
+        self.fields, blocks, episodes, self.instructions = _frame_table(index, options, mmap)
         # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
         self._starts = np.array([start for start, _ in blocks], np.int64)
         self._obs = [(start, {f"obs/{f}": c[f"obs/{f}"] for f in self.fields}) for start, c in blocks]
@@ -128,61 +126,20 @@ class Windows:
         return out
 
 
-def _frame_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], list, dict, list[str]]:
-    """The shard's episodes (``index``), checked, as one frame table in memory: (fields, [(0, columns)],
-    episodes, instructions)."""
-    parts, episode_parts, instructions, fields, offset = [], [], [], None, 0
-    for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
-        ks = [k for _, k in group]
-        if hasattr(run, "tables"):  # packed: the episodes' rows, gathered and checked group by group
-            run_fields, groups = run.tables(ks, options)
-            run_fields, columns, episodes = _joined(run_fields, list(groups))
-        else:
-            run_fields, columns, episodes = stack_episodes(list(run.read(ks, options)))
-        if fields is None:
-            fields = run_fields
-        elif run_fields != fields:
-            raise ValueError(f"{run.directory}: observation fields {run_fields} differ from the first run's {fields}")
-        episodes = dict(episodes, first_row=episodes["first_row"] + offset, run=np.full(len(ks), number))
-        offset += len(columns["action"])
-        parts.append(columns)
-        episode_parts.append(episodes)
-        instructions.append(run.manifest["env_spec"]["instruction"])
-    if not parts:
-        empty = np.zeros(0, np.int64)
-        keys = ("env_id", "episode_id", "steps", "first_row", "stride", "run")
-        return (
-            list(options.observation_keys or []),
-            [(0, {"action": np.zeros((0, 1), np.float32)})],
-            dict.fromkeys(keys, empty),
-            [],
-        )
-    columns = {}
-    for name in parts[0]:
-        try:
-            columns[name] = parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
-        except ValueError as exc:
-            raise ValueError(f"the runs' {name} columns differ in shape or type: {exc}") from exc
-    episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
-    return fields, [(0, columns)], episodes, instructions
-
-
-def _mapped_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], list, dict, list[str]]:
-    """The shard's episodes (``index``), checked, with their frame table left in the packed runs' memory-mapped
-    segments: (fields, blocks, episodes, instructions); the runs' rows follow one another."""
+def _frame_table(index: list, options: EpisodeReadOptions, mmap: bool) -> tuple[list[str], list, dict, list[str]]:
+    """The shard's episodes (``index``), checked, as one frame table: (fields, blocks, episodes, instructions),
+    each run's table from its reader (``RunReader.frame_table``), the next run's rows after its last block. In
+    memory the runs' blocks are joined into one; with ``mmap`` they stay views of the runs' files."""
     blocks, episode_parts, instructions, fields, offset = [], [], [], None, 0
     for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
-        if not hasattr(run, "mapped"):
-            raise ValueError(
-                f"{run.directory}: mmap=True reads packed runs; write a packed copy: "
-                f"forge-gpu convert {run.directory} OUT --to packed"
-            )
         ks = [k for _, k in group]
-        run_fields, run_blocks, episodes = run.mapped(ks, options)
+        run_fields, run_blocks, episodes = run.frame_table(ks, options, mmap=mmap)
         if fields is None:
             fields = run_fields
         elif run_fields != fields:
             raise ValueError(f"{run.directory}: observation fields {run_fields} differ from the first run's {fields}")
+        names = [f"obs/{f}" for f in fields] + ["action"]
+        run_blocks = [(start, {n: columns[n] for n in names}) for start, columns in run_blocks]
         if blocks and run_blocks:
             layout = {n: (c.shape[1:], c.dtype) for n, c in run_blocks[0][1].items()}
             first = {n: (c.shape[1:], c.dtype) for n, c in blocks[0][1].items()}
@@ -194,17 +151,15 @@ def _mapped_table(index: list, options: EpisodeReadOptions) -> tuple[list[str], 
             offset = blocks[-1][0] + len(blocks[-1][1]["action"])
         instructions.append(run.manifest["env_spec"]["instruction"])
     if not episode_parts:
-        return _frame_table([], options)
+        empty = np.zeros(0, np.int64)
+        keys = ("env_id", "episode_id", "steps", "first_row", "stride", "run")
+        return (
+            list(options.observation_keys or []),
+            [(0, {"action": np.zeros((0, 1), np.float32)})],
+            dict.fromkeys(keys, empty),
+            [],
+        )
+    if not mmap and len(blocks) > 1:  # blocks in memory follow one another from row 0: one block gathers faster
+        blocks = [(0, {name: np.concatenate([c[name] for _, c in blocks]) for name in blocks[0][1]})]
     episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
     return fields, blocks, episodes, instructions
-
-
-def _joined(fields: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list[str], dict, dict]:
-    """Groups of gathered episodes (``read_episode_tables``) as one table laid end to end (stride 1)."""
-    names = [f"obs/{f}" for f in fields] + list(TRANSITION_COLUMNS)
-    columns = {n: np.concatenate([g[n] for _, g, _ in groups]) for n in names}
-    offsets = np.cumsum([0] + [int(s[-1]) for _, _, s in groups[:-1]])
-    episodes = {key: np.concatenate([e[key] for e, _, _ in groups]) for key in ("env_id", "episode_id", "steps")}
-    episodes["first_row"] = np.concatenate([s[:-1] + o for (_, _, s), o in zip(groups, offsets, strict=True)])
-    episodes["stride"] = np.ones(episodes["steps"].size, np.int64)
-    return fields, columns, episodes

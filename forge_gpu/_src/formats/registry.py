@@ -2,7 +2,8 @@
 
 A format has a name (``RecordingOptions.format``, ``--format``), the compressions it takes, the keys that
 mark its run.json (``schema_version``, and ``layout`` where the version alone does not say), and four
-operations: a recorder for a new run, a reader of a run, the repair of a run a killed process left, and the
+operations: a recorder for a new run, a reader of a run (:class:`RunReader`: its episodes one by one, or as a
+frame table for random access), the repair of a run a killed process left (a report of fixed keys), and the
 writing of checked episodes as a new run (``convert``). ``make_recorder``, ``open_run``, ``repair_run``,
 ``inspect_run``, ``convert_run``, run.json's checks and the command line's choices all look formats up
 here, so a new format is one class that satisfies :class:`RunFormat` and one :func:`register_format` call
@@ -42,6 +43,21 @@ class RunReader(Protocol):
         """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``."""
         ...
 
+    def frame_table(self, ks: list[int], options: Any, *, mmap: bool = False) -> tuple[list[str], list, dict]:
+        """The episodes ``ks`` (ascending, at least one), checked, as a frame table for random access
+        (:mod:`core.frames`; ``Windows`` reads it): the observation fields; the table's blocks, each
+        ``(first row, {"obs/<F>" for every field, "action", ...: [rows, ...] array})``, ascending and
+        contiguous; and the episodes' entries (``env_id``, ``episode_id``, ``steps``, ``first_row``,
+        ``stride``: int64 arrays). In memory by default (``core.frames.stack_episodes`` lays read episodes out
+        so); with ``mmap`` the blocks are read-only views of the run's files, so the table may be larger than
+        memory, and a run that cannot be mapped so raises ValueError naming the command that converts it to
+        one that can."""
+        ...
+
+
+#: The keys of the report every :meth:`RunFormat.repair` returns.
+REPAIR_KEYS = ("removed", "actions", "recovered_episodes")
+
 
 @runtime_checkable
 class RunFormat(Protocol):
@@ -71,8 +87,10 @@ class RunFormat(Protocol):
 
     def repair(self, run_dir: str, manifest: dict) -> dict:
         """Publish what a killed recorder wrote whole and remove its unpublished leftovers; never touch a
-        published episode; idempotent. Returns ``{"removed": [names], ...}`` with what else it did; run.json
-        and ``*.tmp`` files are the caller's (``repair_run``)."""
+        published episode; idempotent. Returns the report :data:`REPAIR_KEYS` name, every key filled:
+        ``removed`` (the names of the files it removed), ``actions`` (what else it did, a sentence each) and
+        ``recovered_episodes`` (how many episodes it published). run.json and ``*.tmp`` files are the caller's
+        (``repair_run``)."""
         ...
 
     def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
@@ -107,8 +125,7 @@ class PackedFormat:
     def repair(self, run_dir: str, manifest: dict) -> dict:
         from forge_gpu._src.formats.packed.repair import repair_packed  # noqa: PLC0415
 
-        # The recorder writes step-major rows, num_envs to a step (converted runs are always closed).
-        return {"removed": [], **repair_packed(run_dir, int(manifest["config"]["num_envs"]))}
+        return repair_packed(run_dir, manifest)
 
     def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
         from forge_gpu._src.formats.packed.writer import write_episodes  # noqa: PLC0415
@@ -150,7 +167,7 @@ class NpzFormat:
     def repair(self, run_dir: str, manifest: dict) -> dict:
         from forge_gpu._src.formats.npz.writer import remove_unmarked  # noqa: PLC0415
 
-        return {"removed": remove_unmarked(run_dir)}
+        return {"removed": remove_unmarked(run_dir), "actions": [], "recovered_episodes": 0}
 
     def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
         from forge_gpu._src.formats.npz.writer import write_episodes  # noqa: PLC0415

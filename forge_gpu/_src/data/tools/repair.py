@@ -15,11 +15,13 @@ import os
 
 from forge_gpu._src.core.files import load_json, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, validate_manifest
-from forge_gpu._src.formats.registry import format_of
+from forge_gpu._src.formats.registry import REPAIR_KEYS, format_of
 
 
 def repair_run(run_dir: str | os.PathLike) -> dict:
-    """Close an interrupted run; return what was done. Raises ValueError for a directory that is not a run."""
+    """Close an interrupted run; return what was done: ``run``, ``status_before``, ``episodes`` (published now),
+    the format's report (``removed``, the files removed, temporaries included; ``actions``;
+    ``recovered_episodes``) and ``changed``. Raises ValueError for a directory that is not a run."""
     run_dir = os.fspath(run_dir)
     path = os.path.join(run_dir, RUN_MANIFEST)
     manifest = load_json(path)
@@ -29,18 +31,20 @@ def repair_run(run_dir: str | os.PathLike) -> dict:
     for name in temporaries:
         os.remove(os.path.join(run_dir, name))
     done = fmt.repair(run_dir, manifest)
-    removed = sorted(temporaries + done.pop("removed"))
+    if not isinstance(done, dict) or set(done) != set(REPAIR_KEYS):
+        raise TypeError(f"format {fmt.name!r}: repair must return a dict with exactly the keys {list(REPAIR_KEYS)}")
+    removed = sorted(temporaries + done["removed"])
     episodes = len(fmt.open(run_dir, manifest))
-    report = {"run": run_dir, "status_before": manifest["status"], "removed": removed, "episodes": episodes, **done}
+    report = {"run": run_dir, "status_before": manifest["status"], "episodes": episodes, **done, "removed": removed}
     if manifest["status"] != "recording":
-        report["changed"] = bool(removed or done.get("actions"))
+        report["changed"] = bool(removed or done["actions"])
         return report
     manifest.update(status="closed", completed_episodes=episodes)
     manifest.setdefault("incomplete_episodes", [])
     manifest["repaired"] = {
         "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "removed_files": removed,
-        **({"actions": done["actions"]} if "actions" in done else {}),
+        **({"actions": done["actions"]} if done["actions"] else {}),
         "note": "closed by forge-gpu repair after the recording process stopped without closing the run; "
         f"every episode its {fmt.published_by} published is kept; episodes that were in progress were lost and "
         "are not listed",

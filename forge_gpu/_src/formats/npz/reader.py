@@ -22,6 +22,7 @@ import numpy as np
 from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, check_spec_layout
 from forge_gpu._src.core.files import load_json
+from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.formats.npz.layout import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
@@ -56,6 +57,20 @@ class NpzRun:
         for k in ks:
             path, marker = self.marked[k]
             yield load_episode(path, marker, self.manifest["env_spec"], options)
+
+    def frame_table(
+        self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
+    ) -> tuple[list[str], list[tuple[int, dict]], dict]:
+        """The episodes ``ks`` (ascending), read and checked, laid end to end in memory as one block of a frame
+        table (``RunReader.frame_table``). An episode archive cannot be memory-mapped as one: ``mmap`` is a
+        ValueError naming the convert command that writes a packed copy, which can."""
+        if mmap:
+            raise ValueError(
+                f"{self.directory}: a schema-1 (npz) run cannot be memory-mapped (mmap=True reads packed runs); "
+                f"write a packed copy: forge-gpu convert {self.directory} OUT --to packed"
+            )
+        fields, columns, episodes = stack_episodes(list(self.read(ks, options)))
+        return fields, [(0, columns)], episodes
 
 
 def marked_episodes(run_dir: str) -> list[tuple[str, dict]]:

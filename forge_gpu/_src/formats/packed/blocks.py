@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
+from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.rules import check_frames
 from forge_gpu._src.formats.packed.commits import EPISODE_KEYS, read_commits
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, segment_name
@@ -132,30 +133,6 @@ def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nda
     j = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1], counts)
     rows = np.repeat(episodes["first_row"], counts) + j * np.repeat(episodes["stride"], counts)
     return rows, starts
-
-
-def take_rows(
-    pieces: list[tuple[int, dict]], rows: np.ndarray, starts: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
-    """Every column at the run rows ``rows`` (1-d, each held by one of the blocks), from the consecutive blocks
-    ``pieces`` (``(first row, columns)``, ascending; ``starts``: their first rows as an array, if at hand),
-    without joining the blocks: one copy, straight into the result, visiting only the blocks that hold rows."""
-    if len(pieces) == 1:
-        start, columns = pieces[0]
-        return {name: values[rows - start] for name, values in columns.items()}
-    if starts is None:
-        starts = np.array([start for start, _ in pieces])
-    which = np.searchsorted(starts, rows, side="right") - 1
-    order = np.argsort(which, kind="stable")
-    touched, lows = np.unique(which[order], return_index=True)
-    highs = np.append(lows[1:], rows.size)
-    out = {name: np.empty((rows.size, *v.shape[1:]), v.dtype) for name, v in pieces[0][1].items()}
-    for b, low, high in zip(touched.tolist(), lows.tolist(), highs.tolist(), strict=True):
-        at = order[low:high]
-        local = rows[at] - starts[b]
-        for name, values in pieces[b][1].items():
-            out[name][at] = values[local]
-    return out
 
 
 def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):

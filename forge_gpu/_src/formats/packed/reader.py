@@ -14,7 +14,7 @@ from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import check_layout, check_spec_layout
 from forge_gpu._src.formats.npz.layout import episode_stem
 from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, PackedRun, read_blocks, read_episode_tables
-from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT
+from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT, TRANSITION_COLUMNS
 
 
 class PackedRunReader:
@@ -32,26 +32,33 @@ class PackedRunReader:
         episodes = self.run.episodes
         return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
 
-    def tables(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], Iterator]:
+    def groups(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], Iterator]:
         """The observation fields to read, and the selected episodes (``ks`` ascending) in checked groups:
-        ``(episodes, gathered, starts)`` of ``packed.read_episode_tables``."""
+        ``(episodes, gathered, starts)`` of :func:`blocks.read_episode_tables`."""
         fields = self._fields(options)
         names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
         return fields, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
 
-    def mapped(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], list[tuple[int, dict]], dict]:
-        """For random access without loading the run: the observation fields, every committed block as
-        ``(first row, {"obs/<F>" and "action": [rows, ...] array})`` with the arrays read-only views of the
-        memory-mapped segments, and the entries (``env_id``, ``episode_id``, ``steps``, ``first_row``,
-        ``stride``) of episodes ``ks`` (ascending). The episodes are checked first, in one streaming pass as
-        :meth:`read` does. An uncompressed run only: compressed buffers cannot be mapped."""
+    def frame_table(
+        self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
+    ) -> tuple[list[str], list[tuple[int, dict]], dict]:
+        """The episodes ``ks`` (ascending), checked, as a frame table (``RunReader.frame_table``).
+
+        In memory: the episodes' rows gathered group by group and joined end to end (stride 1), one block.
+        With ``mmap``: every committed block as ``(first row, {"obs/<F>" and "action": [rows, ...] array})``, the
+        arrays read-only views of the memory-mapped segments, and the episodes' own entries; the episodes are
+        checked first, in one streaming pass as :meth:`read` does. An uncompressed run only: compressed buffers
+        cannot be mapped (ValueError naming the convert command that writes an uncompressed copy)."""
+        if not mmap:
+            fields, groups = self.groups(ks, options)
+            return (fields, *_joined(fields, list(groups)))
         compression = self.manifest.get("recorder", {}).get("compression", "none")
         if compression != "none":
             raise ValueError(
                 f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
                 f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
             )
-        fields, groups = self.tables(ks, options)
+        fields, groups = self.groups(ks, options)
         for _ in groups:  # each group is checked as it is gathered, then let go
             pass
         names = [f"obs/{f}" for f in fields] + ["action"]
@@ -62,7 +69,7 @@ class PackedRunReader:
         return fields, blocks, episodes
 
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        fields, groups = self.tables(ks, options)
+        fields, groups = self.groups(ks, options)
         for episodes, gathered, starts in groups:
             for i in range(len(starts) - 1):
                 s, e = int(starts[i]), int(starts[i + 1])
@@ -96,3 +103,15 @@ class PackedRunReader:
         if unknown:
             raise ValueError(f"{self.directory}: requested field(s) {unknown} are not in the run (it has {present})")
         return wanted
+
+
+def _joined(fields: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list, dict]:
+    """Groups of gathered episodes (:func:`blocks.read_episode_tables`) as one block of a frame table laid end to
+    end (stride 1), and the episodes' entries in it."""
+    names = [f"obs/{f}" for f in fields] + list(TRANSITION_COLUMNS)
+    columns = {n: np.concatenate([g[n] for _, g, _ in groups]) for n in names}
+    offsets = np.cumsum([0] + [int(s[-1]) for _, _, s in groups[:-1]])
+    episodes = {key: np.concatenate([e[key] for e, _, _ in groups]) for key in ("env_id", "episode_id", "steps")}
+    episodes["first_row"] = np.concatenate([s[:-1] + o for (_, _, s), o in zip(groups, offsets, strict=True)])
+    episodes["stride"] = np.ones(episodes["steps"].size, np.int64)
+    return [(0, columns)], episodes

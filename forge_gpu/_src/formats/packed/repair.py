@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.packed.commits import append_commit, open_commit_log, read_commits
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, SEGMENT_RE, segment_name
 from forge_gpu._src.formats.packed.schema import column_to_numpy, pyarrow, schema_columns
@@ -16,16 +18,18 @@ from forge_gpu._src.formats.packed.writer import ended_episodes
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
-def repair_packed(run_dir: str, rows_per_step: int) -> dict:
-    """Make a packed run left by a killed process whole again; return what was done.
+def repair_packed(run_dir: str, manifest: dict) -> dict:
+    """Make a packed run left by a killed process whole again; return what was done (``RunFormat.repair``'s
+    report: ``removed`` files, ``actions``, ``recovered_episodes``).
 
     A torn last commit line is cut off. Blocks that were written whole after the last commit line (the
-    process died between the block and its line) are published with the episodes that end in them,
-    ``rows_per_step`` rows per step as the recorder writes them. Bytes after the last whole block (a
-    torn block) are cut off and the stream is ended; segment files past it are removed. Published
-    blocks and episodes are never changed. Running it again changes nothing.
+    process died between the block and its line) are published with the episodes that end in them, at the
+    recorder's stride (:func:`recorder_stride`). Bytes after the last whole block (a torn block) are cut off
+    and the stream is ended; segment files past it are removed. Published blocks and episodes are never
+    changed. Running it again changes nothing.
     """
     pa = pyarrow()
+    rows_per_step = recorder_stride(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
     log = os.path.join(run_dir, COMMIT_LOG)
     with open(log, "rb") as f:
         data = f.read()
@@ -79,7 +83,16 @@ def repair_packed(run_dir: str, rows_per_step: int) -> dict:
         raise ValueError(f"{run_dir}: cannot repair the segments: {exc}") from exc
     finally:
         os.close(writer_log)
-    return {"actions": actions, "recovered_episodes": recovered}
+    return {"removed": [], "actions": actions, "recovered_episodes": recovered}
+
+
+def recorder_stride(manifest: dict, *, name: str) -> int:
+    """The rows per step of the recorder that wrote the run: its ``config.num_envs`` (it appends one row per env
+    and step; a converted run, stride 1, is always closed, so repair never needs its stride). ValueError
+    naming ``name`` when run.json does not hold one."""
+    num_envs = manifest["config"].get("num_envs")
+    check_int(f"{name}: config.num_envs", num_envs, minimum=1)
+    return int(num_envs)
 
 
 def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict]], int, bool]:

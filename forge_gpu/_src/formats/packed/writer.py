@@ -12,9 +12,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.formats.packed.commits import append_commit, open_commit_log
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
-from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS, arrow_schema, pyarrow, run_columns, to_record_batch
+from forge_gpu._src.formats.packed.schema import arrow_schema, pyarrow, run_columns, to_record_batch
 
 
 def ended_episodes(columns: Mapping[str, np.ndarray], first_row: int, stride: int) -> dict[str, np.ndarray]:
@@ -93,29 +94,6 @@ class PackedWriter:
             if self._log >= 0:
                 os.close(self._log)
                 self._log = -1
-
-
-def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
-    """Episodes (reader ``Episode`` objects) laid end to end as rows, stride 1: (fields, columns, episodes).
-
-    Each episode gives its T + 1 frames; its transitions go on rows 1..T and row 0 holds zeros."""
-    fields = list(episodes[0].obs) if episodes else []
-    columns = {
-        f"obs/{f}": np.concatenate([part for ep in episodes for part in (ep.obs[f], ep.next[f][-1:])]) for f in fields
-    }
-    for name in TRANSITION_COLUMNS:
-        columns[name] = np.concatenate(
-            [part for ep in episodes for part in (np.zeros_like(getattr(ep, name)[:1]), getattr(ep, name))]
-        )
-    steps = np.array([ep.steps for ep in episodes], np.int64)
-    table = {
-        "env_id": np.array([ep.env_id for ep in episodes], np.int64),
-        "episode_id": np.array([ep.episode_id for ep in episodes], np.int64),
-        "steps": steps,
-        "first_row": np.concatenate([[0], np.cumsum(steps + 1)[:-1]]).astype(np.int64),
-        "stride": np.ones(len(episodes), np.int64),
-    }
-    return fields, columns, table
 
 
 #: Bytes of episodes :func:`write_episodes` appends at once.

@@ -1,0 +1,58 @@
+"""The frame table: episodes laid end to end as rows, one per observation frame, each transition's values on the
+frame it leads to (an episode's first row holds zeros there). It is a packed run's row layout (docs/FORMAT.md
+"Rows") and what every reader gives :class:`Windows` (``RunReader.frame_table``); :func:`take_rows` gathers
+rows from a table held in several blocks. numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forge_gpu._src.core.fields import TRANSITIONS
+
+
+def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
+    """Episodes (reader ``Episode`` objects) laid end to end as rows, stride 1: (fields, columns, episodes).
+
+    Each episode gives its T + 1 frames; its transitions go on rows 1..T and row 0 holds zeros."""
+    fields = list(episodes[0].obs) if episodes else []
+    columns = {
+        f"obs/{f}": np.concatenate([part for ep in episodes for part in (ep.obs[f], ep.next[f][-1:])]) for f in fields
+    }
+    for name in TRANSITIONS:
+        columns[name] = np.concatenate(
+            [part for ep in episodes for part in (np.zeros_like(getattr(ep, name)[:1]), getattr(ep, name))]
+        )
+    steps = np.array([ep.steps for ep in episodes], np.int64)
+    table = {
+        "env_id": np.array([ep.env_id for ep in episodes], np.int64),
+        "episode_id": np.array([ep.episode_id for ep in episodes], np.int64),
+        "steps": steps,
+        "first_row": np.concatenate([[0], np.cumsum(steps + 1)[:-1]]).astype(np.int64),
+        "stride": np.ones(len(episodes), np.int64),
+    }
+    return fields, columns, table
+
+
+def take_rows(
+    pieces: list[tuple[int, dict]], rows: np.ndarray, starts: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Every column at the run rows ``rows`` (1-d, each held by one of the blocks), from the consecutive blocks
+    ``pieces`` (``(first row, columns)``, ascending; ``starts``: their first rows as an array, if at hand),
+    without joining the blocks: one copy, straight into the result, visiting only the blocks that hold rows."""
+    if len(pieces) == 1:
+        start, columns = pieces[0]
+        return {name: values[rows - start] for name, values in columns.items()}
+    if starts is None:
+        starts = np.array([start for start, _ in pieces])
+    which = np.searchsorted(starts, rows, side="right") - 1
+    order = np.argsort(which, kind="stable")
+    touched, lows = np.unique(which[order], return_index=True)
+    highs = np.append(lows[1:], rows.size)
+    out = {name: np.empty((rows.size, *v.shape[1:]), v.dtype) for name, v in pieces[0][1].items()}
+    for b, low, high in zip(touched.tolist(), lows.tolist(), highs.tolist(), strict=True):
+        at = order[low:high]
+        local = rows[at] - starts[b]
+        for name, values in pieces[b][1].items():
+            out[name][at] = values[local]
+    return out
