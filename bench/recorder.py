@@ -62,7 +62,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from common import machine, save, table  # noqa: E402
 from synthetic import SyntheticSim, make_batches, make_env  # noqa: E402
 
-from forge_gpu._src.formats.npz.layout import episode_stem, make_marker  # noqa: E402
+from forge_gpu._src.core.episode import episode_stem  # noqa: E402
+from forge_gpu._src.formats.npz.episode_file import make_marker  # noqa: E402
 from forge_gpu._src.formats.npz.recorder import EpisodeRecorder  # noqa: E402
 
 FULL = {

@@ -31,6 +31,7 @@ _EXPORTS = {
     "CollectionSummary": "forge_gpu._src.collect.collector",
     "RecordingOptions": "forge_gpu._src.formats.options",
     "EpisodeRecorder": "forge_gpu._src.formats.npz.recorder",
+    "NpzRecorder": "forge_gpu._src.formats.npz.recorder",
     "Episode": "forge_gpu._src.core.episode",
     "read_episodes": "forge_gpu._src.data.runs",
     "EpisodeReadOptions": "forge_gpu._src.core.episode",
@@ -49,8 +50,8 @@ _EXPORTS = {
     "export_robomimic": "forge_gpu._src.data.export.robomimic",
     "run_statistics": "forge_gpu._src.data.tools.statistics",
     "compute_statistics": "forge_gpu._src.data.tools.statistics",
-    "validate_episode": "forge_gpu._src.formats.npz.layout",
-    "SCHEMA_VERSION": "forge_gpu._src.formats.npz.layout",
+    "validate_episode": "forge_gpu._src.formats.npz.episode_file",
+    "SCHEMA_VERSION": "forge_gpu._src.formats.npz.identity",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,7 +10,7 @@ import types
 import numpy as np
 
 from forge_gpu._src.core.manifest import RunDescription
-from forge_gpu._src.formats.npz.layout import make_marker
+from forge_gpu._src.formats.npz.episode_file import make_marker
 
 CONTROL_DT = 0.05
 INSTRUCTION = "push the red cube to the goal"

@@ -8,16 +8,10 @@ import numpy as np
 import pytest
 from synthetic import make_episode
 
+from forge_gpu._src.core.episode import episode_stem, parse_episode_stem
 from forge_gpu._src.core.files import write_json_atomic
 from forge_gpu._src.formats.npz import writer as npz_writer
-from forge_gpu._src.formats.npz.layout import (
-    encode_marker,
-    episode_stem,
-    make_marker,
-    parse_episode_stem,
-    validate_episode,
-    validate_marker,
-)
+from forge_gpu._src.formats.npz.episode_file import encode_marker, make_marker, validate_episode, validate_marker
 from forge_gpu._src.formats.npz.writer import write_episode_file
 
 

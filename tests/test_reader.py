@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, make_env, record
 
-from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.episode import EpisodeReadOptions, episode_stem
 from forge_gpu._src.data.runs import action_windows, read_episodes
-from forge_gpu._src.formats.npz.layout import episode_stem
 from forge_gpu._src.formats.registry import read_manifest
 
 

@@ -13,8 +13,9 @@ import pytest
 from synthetic import SyntheticSim, load_run, make_batches, make_env, record, slot_bytes
 
 import forge_gpu._src.formats.npz.recorder as recorder_module
+from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.manifest import MANIFEST_KEYS
-from forge_gpu._src.formats.npz.layout import episode_stem, validate_episode
+from forge_gpu._src.formats.npz.episode_file import validate_episode
 from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
 
 JOIN_TIMEOUT = 10.0  # seconds; only bounds a hang, never asserted as a duration
@@ -491,7 +492,7 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
     module = types.ModuleType(name)
     module.__path__ = [{root!r} + '/' + sub]
     sys.modules[name] = module
-import forge_gpu._src.formats.npz.layout
+import forge_gpu._src.formats.npz.episode_file
 import forge_gpu._src.formats.npz.recorder
 import forge_gpu._src.data.runs
 import forge_gpu._src.data.torch_data

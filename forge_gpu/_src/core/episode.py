@@ -1,9 +1,12 @@
 """What a reader gives back, whatever the run's format: :class:`Episode`, and the :class:`EpisodeReadOptions`
-that say which fields and which shard to read. numpy and the standard library."""
+that say which fields and which shard to read; and an episode's name, ``env{E:05d}-episode{K:08d}`` (schema 1's
+file stem, docs/FORMAT-v1.md, and the name every reader gives its episodes' ``path``). numpy and the standard
+library."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,6 +16,20 @@ from forge_gpu._src.core.checks import check_int
 #: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
 #: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
 MAX_MEMBER_BYTES = 4 << 30
+
+EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
+EPISODE_STEM_RE = re.compile(r"^env(\d{5})-episode(\d{8})$")
+
+
+def episode_stem(env_id: int, episode_id: int) -> str:
+    """The name of an episode, e.g. ``env00003-episode00000012`` (schema 1's file name without suffix)."""
+    return EPISODE_STEM.format(env_id=int(env_id), episode_id=int(episode_id))
+
+
+def parse_episode_stem(stem: str) -> tuple[int, int] | None:
+    """``(env_id, episode_id)`` of an episode name, or None if the name is not an episode's."""
+    match = EPISODE_STEM_RE.match(stem)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 @dataclasses.dataclass(frozen=True)

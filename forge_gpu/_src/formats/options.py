@@ -27,7 +27,7 @@ class RecordingOptions:
 
     format: str = "packed"
     """A registered format (:data:`formats.FORMATS`): ``packed`` (schema 2, many episodes per file,
-    :class:`PackedRecorder`), ``npz`` (schema 1, one file per episode, :class:`EpisodeRecorder`), or one added by
+    :class:`PackedRecorder`), ``npz`` (schema 1, one file per episode, :class:`NpzRecorder`), or one added by
     ``register_format``."""
     compression: str = "none"
     """One of the format's compressions: packed ``none``, ``lz4`` or ``zstd``; npz ``none`` or ``deflate``."""

@@ -146,10 +146,10 @@ class NpzFormat:
         return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
 
     def recorder(self, directory: str, run: Any, options: Any) -> Any:
-        from forge_gpu._src.formats.npz.recorder import EpisodeRecorder  # noqa: PLC0415
+        from forge_gpu._src.formats.npz.recorder import NpzRecorder  # noqa: PLC0415
 
         budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
-        return EpisodeRecorder(
+        return NpzRecorder(
             directory,
             run,
             writers=options.writers,
@@ -160,9 +160,9 @@ class NpzFormat:
         )
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
-        from forge_gpu._src.formats.npz.reader import NpzRun  # noqa: PLC0415
+        from forge_gpu._src.formats.npz.reader import NpzRunReader  # noqa: PLC0415
 
-        return NpzRun(run_dir, manifest)
+        return NpzRunReader(run_dir, manifest)
 
     def repair(self, run_dir: str, manifest: dict) -> dict:
         from forge_gpu._src.formats.npz.writer import remove_unmarked  # noqa: PLC0415

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
-from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.episode import EpisodeReadOptions, episode_stem
 from forge_gpu._src.data.runs import open_run
-from forge_gpu._src.formats.npz.layout import episode_stem
 from forge_gpu._src.formats.registry import format_of
 
 

@@ -19,16 +19,15 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOptions
+from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOptions, parse_episode_stem
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, check_spec_layout
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.core.frames import stack_episodes
-from forge_gpu._src.formats.npz.layout import (
+from forge_gpu._src.formats.npz.episode_file import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
     TRANSITION_MEMBERS,
     observation_fields,
-    parse_episode_stem,
     validate_episode_schema,
     validate_episode_values,
     validate_marker,
@@ -38,8 +37,8 @@ from forge_gpu._src.formats.npz.layout import (
 _CHECK_FIELDS = BOOKKEEPING_FIELDS
 
 
-class NpzRun:
-    """A schema-1 run: its marked episodes in file-name order."""
+class NpzRunReader:
+    """A schema-1 run: its marked episodes in file-name order (a ``RunReader``, as ``PackedRunReader`` is)."""
 
     def __init__(self, run_dir: str, manifest: dict):
         self.directory, self.manifest = run_dir, manifest

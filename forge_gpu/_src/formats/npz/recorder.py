@@ -1,4 +1,4 @@
-"""EpisodeRecorder: append host batches into preallocated per-env episode buffers and publish complete
+"""NpzRecorder: append host batches into preallocated per-env episode buffers and publish complete
 episodes to a run directory (FORMAT.md) from a pool of writer threads, with bounded memory.
 
 Pure numpy and the standard library: the env is only read as a description (config, spec, calibration,
@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.files import remove_quietly
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
+from forge_gpu._src.formats.npz.episode_file import make_marker
 from forge_gpu._src.formats.npz.identity import COMPRESSIONS, IDENTITY
-from forge_gpu._src.formats.npz.layout import episode_stem, make_marker
 from forge_gpu._src.formats.npz.writer import write_episode_file, write_marker_atomic
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
@@ -30,7 +31,7 @@ from forge_gpu._src.recording.tracker import ACTION_DTYPE, REWARD_DTYPE, Episode
 DEFAULT_BUFFER_BYTES = 1 << 30
 
 
-class EpisodeRecorder(RecorderBase):
+class NpzRecorder(RecorderBase):
     """Records batches of ``num_envs`` env rows and publishes each completed episode exactly once.
 
     Memory is preallocated once: ``num_envs + spare_buffers`` episode buffers ("slots"), each with room
@@ -289,3 +290,7 @@ def _spare_buffers(num_envs: int, max_steps: int, slot_bytes: int, max_buffer_by
             f"{num_envs + spare} episode buffers need {(num_envs + spare) * slot_bytes} bytes"
         )
     return spare
+
+
+#: The name NpzRecorder had while it was the only recorder (``forge_gpu.EpisodeRecorder`` keeps working).
+EpisodeRecorder = NpzRecorder

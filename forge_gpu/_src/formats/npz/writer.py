@@ -20,17 +20,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from forge_gpu._src.core.episode import episode_stem, parse_episode_stem
 from forge_gpu._src.core.files import remove_quietly
-from forge_gpu._src.formats.npz.identity import COMPRESSIONS
-from forge_gpu._src.formats.npz.layout import (
+from forge_gpu._src.formats.npz.episode_file import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
     TRANSITION_MEMBERS,
     encode_marker,
-    episode_stem,
     make_marker,
-    parse_episode_stem,
 )
+from forge_gpu._src.formats.npz.identity import COMPRESSIONS
 
 try:  # ISA-L's CRC-32 runs about 10x faster than zlib's; the values are the same
     from isal.isal_zlib import crc32 as _crc32

@@ -10,9 +10,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_stem
 from forge_gpu._src.core.fields import check_layout, check_spec_layout
-from forge_gpu._src.formats.npz.layout import episode_stem
 from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, PackedRun, read_blocks, read_episode_tables
 from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT, TRANSITION_COLUMNS
 

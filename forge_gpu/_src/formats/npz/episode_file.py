@@ -1,15 +1,16 @@
-"""The on-disk episode store, schema version 1 (see FORMAT.md): names and markers, the schema rules an
-episode must pass, and the checks of untrusted member sizes.
+"""A schema-1 episode file and its completion marker (docs/FORMAT-v1.md): their names, the marker, and the rules
+the file's members must pass (their names, shapes and dtypes; their values: the content rules every episode
+keeps, :mod:`core.rules`, and schema 1's continuity).
 
-run.json, which both formats share, is :mod:`manifest`'s; the writer of episode files and markers is
-:mod:`npz_writer`. Numpy and the standard library; shared by the recorder (which writes) and the reader
-(which checks).
+The episode's file stem is :func:`core.episode.episode_stem`; run.json, which both formats share, is
+:mod:`core.manifest`'s; the writer of episode files and markers is :mod:`formats.npz.writer`, the reader (with
+the checks of untrusted member sizes) :mod:`formats.npz.reader`. numpy and the standard library; shared by the
+recorder (which writes) and the reader (which checks).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,24 +30,11 @@ from forge_gpu._src.core.fields import (
 from forge_gpu._src.core.rules import check_finite, check_transitions
 from forge_gpu._src.formats.npz.identity import SCHEMA_VERSION
 
-EPISODE_STEM = "env{env_id:05d}-episode{episode_id:08d}"
 EPISODE_SUFFIX = ".npz"
 MARKER_SUFFIX = ".json"
-EPISODE_STEM_RE = re.compile(r"^env(\d{5})-episode(\d{8})$")
 
 #: Per-transition members of an episode file.
 TRANSITION_MEMBERS = TRANSITIONS
-
-
-def episode_stem(env_id: int, episode_id: int) -> str:
-    """File name of an episode without suffix, e.g. ``env00003-episode00000012``."""
-    return EPISODE_STEM.format(env_id=int(env_id), episode_id=int(episode_id))
-
-
-def parse_episode_stem(stem: str) -> tuple[int, int] | None:
-    """``(env_id, episode_id)`` of an episode file stem, or None if the name is not an episode's."""
-    match = EPISODE_STEM_RE.match(stem)
-    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 # The indented JSON of a marker, as json.dumps(marker, indent=2) lays it out; a format string is 5x faster.
@@ -102,7 +90,7 @@ def validate_marker(marker: Any, *, name: str, env_id: int | None = None, episod
 
 
 def validate_episode(arrays: Mapping[str, np.ndarray], marker: Mapping[str, Any], *, name: str) -> None:
-    """Check one whole episode (member name -> array) against FORMAT.md; raise ValueError naming ``name``.
+    """Check one whole episode (member name -> array) against docs/FORMAT-v1.md; raise ValueError naming ``name``.
 
     Every member must be present; use `validate_episode_schema` plus `validate_episode_values` to check
     a projection (the schema of all members, the values of some).
