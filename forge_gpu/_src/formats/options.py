@@ -1,6 +1,6 @@
 """RecordingOptions: how a run is written (format, compression, writers, memory budget, statistics), one frozen
 value checked once and passed from the command line through ``collect``, ``collect_distributed`` and
-``make_recorder`` to the recorder. The formats and their compressions are :mod:`formats`' registry. The standard
+``make_recorder`` to the recorder. The formats and their compressions are :mod:`formats.registry`'s. The standard
 library only: the command line checks it without numpy's recorders or Warp."""
 
 from __future__ import annotations

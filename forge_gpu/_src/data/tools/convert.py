@@ -1,5 +1,5 @@
-"""Convert a run between formats (:mod:`formats`: the packed layout, schema 2, docs/FORMAT.md; schema 1,
-FORMAT.md; or a registered one).
+"""Convert a run between formats (:mod:`formats.registry`: the packed layout, schema 2, docs/FORMAT.md; npz,
+schema 1, docs/FORMAT-v1.md; or a registered one).
 
 Every episode is read and checked, then written unchanged: the episodes of the new run read back equal,
 bit for bit, to those of the old one. The new run is written into a temporary directory beside ``out``

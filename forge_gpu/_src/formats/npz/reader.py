@@ -1,4 +1,4 @@
-"""Reading a schema-1 run (FORMAT.md): its marked episodes, each archive checked before it is trusted.
+"""Reading a schema-1 run (docs/FORMAT-v1.md): its marked episodes, each archive checked before it is trusted.
 
 An episode file is untrusted input: its members' headers are read and their claimed sizes checked against
 the archive and a per-member limit before any array is allocated; every way a damaged archive fails to read

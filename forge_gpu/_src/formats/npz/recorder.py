@@ -1,5 +1,5 @@
 """NpzRecorder: append host batches into preallocated per-env episode buffers and publish complete
-episodes to a run directory (FORMAT.md) from a pool of writer threads, with bounded memory.
+episodes to a run directory (docs/FORMAT-v1.md) from a pool of writer threads, with bounded memory.
 
 Pure numpy and the standard library: the env is only read as a description (config, spec, calibration,
 task, seed), so this module never imports Warp or Newton.

@@ -1,10 +1,10 @@
-"""The schema-1 episode file writer (FORMAT.md): one ``.npz`` per episode, written atomically.
+"""The schema-1 episode file writer (docs/FORMAT-v1.md): one ``.npz`` per episode, written atomically.
 
 A hand-written zip: stored members are laid out straight from the episode buffers (``os.writev``, no
 stacked copies) with a precomputed layout per field set; deflated and large (zip64) members go through
 zlib and :mod:`zipfile`. Also the schema-1 sides of ``convert`` (:func:`write_episodes`) and ``repair``
 (:func:`remove_unmarked`). Numpy and the standard library (plus ISA-L's CRC-32 where installed). The names
-and schema rules are in :mod:`episode_format`, run.json's in :mod:`manifest`.
+and schema rules are in :mod:`formats.npz.episode_file`, run.json's in :mod:`core.manifest`.
 """
 
 from __future__ import annotations
