@@ -220,7 +220,7 @@ def test_non_finite_actions_are_flagged_by_the_step_itself(graph):
     env.reset()
     action = np.full((4, 1), 0.5, np.float32)
     action[1, 0], action[3, 0] = np.nan, np.inf
-    env._action_in.assign(action)  # what a CUDA step stages without waiting to check it
+    env.action_input.assign(action)  # what a CUDA step stages without waiting to check it
     if graph:
         wp.capture_launch(env._graph)
     else:
@@ -240,7 +240,7 @@ def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypa
     def stage_without_waiting(self, action, *, check_values=False):
         if check_values:  # collect's up-front check of the policy still runs
             return
-        wp.copy(self._action_in, action)
+        wp.copy(self.action_input, action)
 
     monkeypatch.setattr(VectorEnv, "_stage_action", stage_without_waiting)
     env = forge_gpu.make("cartpole", num_envs=3, device="cpu", max_steps=50)

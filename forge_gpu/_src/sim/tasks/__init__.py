@@ -1,9 +1,10 @@
 """Task registry: task id -> Task class.
 
 Adding a task is one recipe (docs/ARCHITECTURE.md): a config ``configs/<id>.toml``, its Warp kernels in
-``kernels/<id>.py``, a module ``forge_gpu/_src/sim/tasks/<id>.py`` with a :class:`Task` subclass, and a
-registration: the tuple below for a task shipped with forge_gpu, or :func:`register_task` (with the config
-file's path) for a task that lives in another package.
+``kernels/<id>.py``, a module ``forge_gpu/_src/sim/tasks/<id>.py`` with a :class:`Task` subclass (its hooks
+take the :class:`~forge_gpu._src.sim.world.World`: see ``base.py``), and a registration: the tuple below for
+a task shipped with forge_gpu, or :func:`register_task` (with the config file's path) for a task that lives
+in another package.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from pathlib import Path
 
 from forge_gpu._src.sim.tasks.ant import AntTask
-from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
 from forge_gpu._src.sim.tasks.reach import ReachTask
 
@@ -47,4 +48,4 @@ def register_task(cls: type[Task], *, config: str | os.PathLike | None = None) -
     return cls
 
 
-__all__ = ["TASKS", "TASK_CONFIG_FILES", "Task", "TaskSpec", "register_task"]
+__all__ = ["TASKS", "TASK_CONFIG_FILES", "Task", "TaskBinding", "TaskSpec", "register_task"]
