@@ -14,8 +14,9 @@ import warp as wp
 import forge_gpu
 from forge_gpu._src.sim.config import config_dir
 from forge_gpu._src.sim.env import SHARED, VectorEnv
-from forge_gpu._src.sim.tasks import TASK_CONFIG_FILES, TaskBinding
+from forge_gpu._src.sim.tasks.base import TaskBinding
 from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
+from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES
 from forge_gpu._src.sim.world import World
 
 
@@ -105,7 +106,13 @@ def test_the_env_imports_the_task_interface_not_the_registry():
     assert "forge_gpu._src.sim.tasks.base" in names and "forge_gpu._src.sim.world" in names
     tasks = {n for n in names if n.startswith("forge_gpu._src.sim.tasks")}
     assert all(n.startswith("forge_gpu._src.sim.tasks.base") for n in tasks), sorted(tasks)
-    code = "import sys, forge_gpu._src.sim.tasks; assert 'forge_gpu._src.sim.env' not in sys.modules, 'tasks load env'"
+    code = "import sys, forge_gpu._src.sim.tasks.registry; assert 'forge_gpu._src.sim.env' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    code = (
+        "import sys, forge_gpu._src.sim.env; "
+        "loaded = sorted(m for m in sys.modules if m.startswith('forge_gpu._src.sim.tasks.') and m != "
+        "'forge_gpu._src.sim.tasks.base'); assert not loaded, loaded"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
