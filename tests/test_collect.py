@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.collect.collector import collect
-from forge_gpu._src.data.runs import read_episodes
-from forge_gpu._src.formats.registry import read_manifest
+from forge_gpu import collect, read_episodes, read_manifest
 
 
 def expected_episodes(task, num_envs, seed, calls, **overrides):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from synthetic import make_episode
 
+from forge_gpu import validate_episode
 from forge_gpu._src.core.files import write_json_atomic
 from forge_gpu._src.formats.npz import writer as npz_writer
 from forge_gpu._src.formats.npz.layout import (
@@ -15,7 +16,6 @@ from forge_gpu._src.formats.npz.layout import (
     episode_stem,
     make_marker,
     parse_episode_stem,
-    validate_episode,
     validate_marker,
 )
 from forge_gpu._src.formats.npz.writer import write_episode_file

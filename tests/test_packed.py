@@ -13,12 +13,10 @@ from hypothesis import strategies as st
 from synthetic import SyntheticSim, make_batches, make_env, record
 
 import forge_gpu
-from forge_gpu._src.data.tools.convert import convert_run
+from forge_gpu import PackedRecorder, Windows, convert_run
 from forge_gpu._src.data.tools.repair import repair_run
-from forge_gpu._src.data.windows import Windows
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 from forge_gpu._src.formats.packed.layout import PackedWriter
-from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
 MEMBERS = ("action", "reward", "terminated", "truncated")
 

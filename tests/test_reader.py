@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, make_env, record
 
-from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.data.runs import action_windows, read_episodes
+from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest
 from forge_gpu._src.formats.npz.layout import episode_stem
-from forge_gpu._src.formats.registry import read_manifest
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +279,7 @@ def test_window_dataset_with_dataloader(run):
     """WindowDataset feeds a DataLoader batches of tensors matching action_windows, with the instruction."""
     import torch
 
-    from forge_gpu._src.data.torch_data import WindowDataset
+    from forge_gpu import WindowDataset
 
     directory, _ = run
     expected = list(
@@ -306,7 +304,7 @@ def test_window_dataset_splits_episodes_across_workers(run):
 
     import torch
 
-    from forge_gpu._src.data.torch_data import WindowDataset
+    from forge_gpu import WindowDataset
 
     directory, _ = run
     dataset = WindowDataset(directory, history=1, horizon=2, observation_keys=["time"])
@@ -324,7 +322,7 @@ def test_window_dataset_shuffles_by_seed_and_epoch(run):
     """Shuffled epochs still yield every window once; the order depends on (seed, epoch) alone."""
     import torch
 
-    from forge_gpu._src.data.torch_data import WindowDataset
+    from forge_gpu import WindowDataset
 
     directory, _ = run
 

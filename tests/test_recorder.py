@@ -13,9 +13,9 @@ import pytest
 from synthetic import SyntheticSim, load_run, make_batches, make_env, record, slot_bytes
 
 import forge_gpu._src.formats.npz.recorder as recorder_module
+from forge_gpu import EpisodeRecorder, validate_episode
 from forge_gpu._src.core.manifest import MANIFEST_KEYS
-from forge_gpu._src.formats.npz.layout import episode_stem, validate_episode
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
+from forge_gpu._src.formats.npz.layout import episode_stem
 
 JOIN_TIMEOUT = 10.0  # seconds; only bounds a hang, never asserted as a duration
 

@@ -7,7 +7,8 @@ import pytest
 from envtools import DEVICES
 
 import forge_gpu
-from forge_gpu._src.collect.transport import HostSnapshotTransport, TransportClosed
+from forge_gpu import HostSnapshotTransport
+from forge_gpu._src.collect.transport import TransportClosed
 from forge_gpu._src.sim.env import PACK_ALIGNMENT
 
 
