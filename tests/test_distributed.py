@@ -68,6 +68,7 @@ def test_dataset_reads_back_whole_run_by_run(dataset):
 def test_shards_over_the_dataset_cover_every_episode_once(dataset, num_shards):
     """The k-th episode over the whole dataset goes to shard k % num_shards; shards are disjoint and complete."""
     order = [ep.path for ep in read_episodes(dataset, options=EpisodeReadOptions(observation_keys=["time"]))]
+    assert len(set(order)) == len(order) > num_shards  # distinct episodes, some in every shard
     for shard in range(num_shards):
         got = [
             ep.path

@@ -51,7 +51,9 @@ def test_read_episodes_returns_every_episode_in_file_name_order(run):
 def test_projection_returns_only_the_requested_fields(run):
     """With fields=[...] only those observation fields are returned, with unchanged values."""
     directory, sim = run
-    for episode in read_episodes(directory, options=EpisodeReadOptions(observation_keys=["proprio"])):
+    episodes = list(read_episodes(directory, options=EpisodeReadOptions(observation_keys=["proprio"])))
+    assert len(episodes) == len(sim.completed) > 0
+    for episode in episodes:
         assert list(episode.obs) == ["proprio"] and list(episode.next) == ["proprio"]
         expected = sim.completed[(episode.env_id, episode.episode_id)]
         np.testing.assert_array_equal(episode.obs["proprio"], expected["obs/proprio"])
