@@ -41,11 +41,7 @@ from common import machine, save, table  # noqa: E402
 from packed import fs_type  # noqa: E402
 
 import forge_gpu  # noqa: E402
-from forge_gpu._src.collect import collector  # noqa: E402
-from forge_gpu._src.data.export.lerobot import export_lerobot  # noqa: E402
-from forge_gpu._src.data.export.robomimic import export_robomimic  # noqa: E402
-from forge_gpu._src.data.runs import read_episodes  # noqa: E402
-from forge_gpu._src.data.tools.convert import convert_run  # noqa: E402
+from forge_gpu import convert_run, export_lerobot, export_robomimic, read_episodes  # noqa: E402
 
 FULL = {
     "rate": {"cartpole": (256, 400, None), "reach": (64, 160, 64), "processes": [1, 2]},
@@ -175,15 +171,15 @@ def stats_cost(sizes: dict, parent: str) -> list[dict]:
         num_envs, steps = sizes[task]
         env = make_env(task, num_envs, image_size)
         policy = forge_gpu.make_policy("random", env)
-        collector.collect(env, policy, None, steps=3)  # compile and warm up
+        forge_gpu.collect(env, policy, None, steps=3)  # compile and warm up
         figures = {"with": [], "without": []}
         for k in range(sizes["rounds"]):
             for mode in ("with", "without"):
-                bare = collector.collect(env, policy, None, steps=steps)
+                bare = forge_gpu.collect(env, policy, None, steps=steps)
                 os.sync()
                 out = os.path.join(parent, f"stats-{task}-{mode}-{k}")
                 options = forge_gpu.RecordingOptions(statistics=mode == "with")
-                recorded = collector.collect(env, policy, out, steps=steps, options=options)
+                recorded = forge_gpu.collect(env, policy, out, steps=steps, options=options)
                 figures[mode].append(recorded.env_steps_per_second / bare.env_steps_per_second)
                 shutil.rmtree(out)
         row = {

@@ -104,7 +104,7 @@ def bandwidth(device, publishes: int) -> list[dict]:
     import warp as wp
 
     import forge_gpu
-    from forge_gpu._src.collect.transport import HostSnapshotTransport
+    from forge_gpu import HostSnapshotTransport
 
     env = forge_gpu.make("reach", num_envs=4 if device.is_cpu else 1024, device=str(device), **{"params.render": False})
     env.reset()
@@ -165,7 +165,7 @@ def pipeline(task: str, size: dict, device, record_dir: str) -> list[dict]:
     import warp as wp
 
     import forge_gpu
-    from forge_gpu._src.collect.collector import collect
+    from forge_gpu import collect
 
     env = forge_gpu.make(task, num_envs=size["num_envs"], device=str(device), max_steps=200)
     policy = forge_gpu.make_policy("random", env)

@@ -54,10 +54,7 @@ from recorder import PerRowRecorder, figure_directory, new_directory, record  # 
 from synthetic import make_env  # noqa: E402
 
 import forge_gpu  # noqa: E402
-from forge_gpu._src.data.tools.convert import convert_run  # noqa: E402
-from forge_gpu._src.data.windows import Windows  # noqa: E402
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder  # noqa: E402
-from forge_gpu._src.formats.packed.recorder import PackedRecorder  # noqa: E402
+from forge_gpu import EpisodeRecorder, PackedRecorder, Windows, convert_run  # noqa: E402
 
 FULL = {
     "ingest": {"num_envs": 4096, "short_steps": 400, "long_steps": 402},
@@ -195,7 +192,7 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
 
 
 def pipeline(sizes: dict, parent: str) -> list[dict]:
-    from forge_gpu._src.collect.collector import collect
+    from forge_gpu import collect
 
     env = forge_gpu.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0)
     policy = forge_gpu.make_policy("random", env)
@@ -224,7 +221,7 @@ def rss(sizes: dict, parent: str) -> list[dict]:
     with figure_directory(parent) as where:
         for max_steps in (100, 1000):
             script = (
-                "import forge_gpu; from forge_gpu._src.collect.collector import collect; "
+                "import forge_gpu; from forge_gpu import collect; "
                 f"env = forge_gpu.make('reach', num_envs={sizes['num_envs']}, device='cpu', max_steps={max_steps}, "
                 f"**{{'params.image_size': {sizes['image_size']}}}); "
                 f"collect(env, forge_gpu.make_policy('random', env), {new_directory(where, 'rss')!r}, "
@@ -288,7 +285,7 @@ _WINDOWS_PROBE = """
 import sys, time
 import pyarrow  # loaded before the first reading, so that it is not counted
 import numpy as np
-from forge_gpu._src.data.windows import Windows
+from forge_gpu import Windows
 
 def anon():
     return int([line.split()[1] for line in open("/proc/self/status") if line.startswith("RssAnon")][0]) * 1024

@@ -65,7 +65,7 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
     import warp as wp
 
     import forge_gpu
-    from forge_gpu._src.collect.collector import collect
+    from forge_gpu import collect
 
     overrides = {"max_steps": args.max_steps} if args.max_steps > 0 else {}
     env = forge_gpu.make(task, num_envs=num_envs, device=device, **overrides)

@@ -62,9 +62,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from common import machine, save, table  # noqa: E402
 from synthetic import SyntheticSim, make_batches, make_env  # noqa: E402
 
+from forge_gpu import EpisodeRecorder  # noqa: E402
 from forge_gpu._src.core.episode import episode_stem  # noqa: E402
 from forge_gpu._src.formats.npz.episode_file import make_marker  # noqa: E402
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder  # noqa: E402
 
 FULL = {
     "long": {"num_envs": 1024, "max_steps": 200, "steps": 402, "reference_batches": 201, "append_batches": 100},
@@ -451,7 +451,7 @@ def measure_collect(
     import warp as wp
 
     import forge_gpu
-    from forge_gpu._src.collect.collector import collect
+    from forge_gpu import collect
 
     env = forge_gpu.make("cartpole", num_envs=num_envs, device="cpu", **overrides)
     policy = forge_gpu.make_policy(policy_name, env)

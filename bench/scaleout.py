@@ -22,7 +22,7 @@ from common import machine, save, table  # noqa: E402
 
 
 def measure(task: str, workers: int, num_envs: int, steps: int, device: str, max_steps: int) -> dict:
-    from forge_gpu._src.collect.distributed import collect_distributed
+    from forge_gpu import collect_distributed
 
     with tempfile.TemporaryDirectory(prefix="forge-scaleout-") as tmp:
         summary = collect_distributed(

@@ -42,10 +42,8 @@ def rss_bytes() -> int:
 def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
-    from forge_gpu._src.core.episode import EpisodeReadOptions
-    from forge_gpu._src.data.runs import open_run
+    from forge_gpu import EpisodeReadOptions, open_run, read_manifest
     from forge_gpu._src.formats.npz.reader import load_episode, marked_episodes
-    from forge_gpu._src.formats.registry import read_manifest
 
     manifest = read_manifest(run)
     if manifest["schema_version"] == 2:
@@ -136,7 +134,7 @@ def kill_trials(kills: int, seed: int, envs: int, format: str) -> dict:
 
 def published(run: Path) -> bool:
     """Whether a reader sees at least one episode in the live run."""
-    from forge_gpu._src.data.runs import open_run
+    from forge_gpu import open_run
 
     try:
         return len(open_run(run)) > 0
@@ -149,7 +147,7 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
 
     import forge_gpu
     import forge_gpu._src.formats.npz.recorder as recorder_module
-    from forge_gpu._src.collect.collector import collect
+    from forge_gpu import collect
     from forge_gpu._src.formats.packed.writer import PackedWriter
 
     wp.config.quiet = True

@@ -85,7 +85,7 @@ class HostSnapshot:
     """HostSnapshotTransport with a consumer thread that only gets and releases slots."""
 
     def __init__(self, env, slots: int):
-        from forge_gpu._src.collect.transport import HostSnapshotTransport
+        from forge_gpu import HostSnapshotTransport
 
         self.transport = HostSnapshotTransport(env, slots=slots)
         self.bytes_per_step = self.transport.bytes_per_step

@@ -1,9 +1,19 @@
 """Test helpers for the simulation side: the devices every device test runs on, and a host rollout."""
 
-import warp as wp
+import pytest
 
-DEVICES = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
-"""The CPU always, CUDA when Warp sees a device."""
+from forge_gpu._src.sim.env import device_choice
+
+
+def _devices() -> list:
+    """``cpu``, and ``cuda:0``: run where Warp sees a CUDA device, else listed as skipped with the reason."""
+    device, why = device_choice()
+    cuda = pytest.param("cuda:0", marks=pytest.mark.skipif(device != "cuda:0", reason=f"no CUDA device: {why}"))
+    return ["cpu", cuda]
+
+
+DEVICES = _devices()
+"""The CPU always; ``cuda:0`` always listed, skipped (saying why) where Warp sees no CUDA device."""
 
 
 def rollout(env, policy, steps):
@@ -12,3 +22,13 @@ def rollout(env, policy, steps):
     for _ in range(steps):
         out.append(env.step(policy(env.observation)).numpy())
     return out
+
+
+def assert_graph(env):
+    """Assert that ``env`` steps as one captured graph; skip, saying why, on a device that cannot capture one."""
+    from forge_gpu._src.sim.env import capture_unsupported
+
+    reason = capture_unsupported(env.device, uses_conditional_nodes=env.config.solver.name == "mujoco")
+    if reason is not None:
+        pytest.skip(f"{env.device} cannot capture the step as a graph: {reason}")
+    assert env.step_mode == "graph", env.step_mode

@@ -9,7 +9,7 @@ import types
 
 import numpy as np
 
-from forge_gpu._src.core.manifest import RunDescription
+from forge_gpu import RunDescription
 from forge_gpu._src.formats.npz.episode_file import make_marker
 
 CONTROL_DT = 0.05
@@ -174,7 +174,7 @@ def make_batches(sim, steps, *, resets_at=()):
 def record(directory, env, batches, *, recorder=None, **kwargs):
     """Record ``batches`` into a new run directory with ``recorder`` (a class; default the schema-1
     EpisodeRecorder) and close; return the recorder."""
-    from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
+    from forge_gpu import EpisodeRecorder
 
     recorder = (recorder or EpisodeRecorder)(directory, env, **kwargs)
     for observation, result in batches:
@@ -199,7 +199,7 @@ def load_run(directory):
 
 def published(directory) -> int:
     """Episodes a reader sees in a run directory of either layout now (0 while it holds no readable run)."""
-    from forge_gpu._src.data.runs import open_run
+    from forge_gpu import open_run
 
     try:
         return len(open_run(directory))

@@ -282,7 +282,7 @@ def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
     trains needs no simulator to read its runs."""
     from synthetic import SyntheticSim, make_batches, make_env, record
 
-    from forge_gpu._src.formats.packed.recorder import PackedRecorder
+    from forge_gpu import PackedRecorder
 
     env = make_env(num_envs=3, max_steps=6)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30), recorder=PackedRecorder)

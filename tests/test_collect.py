@@ -4,11 +4,12 @@ import threading
 
 import numpy as np
 import pytest
+from blocking import wait_until_blocked
 
 import forge_gpu
-from forge_gpu._src.collect.collector import collect
-from forge_gpu._src.data.runs import read_episodes
-from forge_gpu._src.formats.registry import read_manifest
+from forge_gpu import collect, read_episodes, read_manifest
+
+HANG = 120.0  # seconds; only bounds a hang (the first collect compiles the kernels), never asserted
 
 
 def expected_episodes(task, num_envs, seed, calls, **overrides):
@@ -126,8 +127,9 @@ def test_policy_failure_marks_run_failed_and_keeps_episodes(tmp_path):
 
 
 @pytest.mark.parametrize("format", ["packed", "npz"])
-def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, format):
-    """A slow writer and a tight budget make stepping wait (stall), yet every ended episode is published."""
+def test_held_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, format):
+    """A held writer and a tight budget make stepping wait (stall: at least as long as the test held the writer
+    once both append and publish were waiting on it), yet every ended episode is published."""
     import time
 
     import forge_gpu._src.formats.npz.recorder as recorder_module
@@ -135,17 +137,34 @@ def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, form
 
     owner, name = (PackedWriter, "write") if format == "packed" else (recorder_module, "write_episode_file")
     real = getattr(owner, name)
+    gate, held = threading.Event(), {}
 
-    def slow(*args, **kwargs):
-        time.sleep(0.03)
+    def gated(*args, **kwargs):
+        if not gate.wait(HANG):
+            raise AssertionError("the writer was never let go")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(owner, name, slow)
+    def hold(stepping):
+        """Once the recorder thread waits in append (on the held writer: it can free no slot) and then the
+        stepping thread waits in publish (on those slots), hold them a while, then let the writer go."""
+        try:
+            wait_until_blocked("append", timeout=HANG)
+            held["since"] = wait_until_blocked("publish", stepping, timeout=HANG)
+            gate.wait(0.2)  # any length: only the span measured here is asserted
+            held["until"] = time.perf_counter()
+        except BaseException as exc:
+            held["error"] = exc
+        finally:
+            gate.set()
+
+    monkeypatch.setattr(owner, name, gated)
     env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=3)
     if format == "packed":  # a ring of 2 batches of 4 env rows: 5 fields (4 + 16 bytes) and a transition
         budget = 2 * 4 * (4 * 4 + 4 * 4 + 4 + 4 + 2)
     else:  # every env's episode buffer plus one spare: frames (4 steps x 5 fields) and transitions
         budget = (4 + 1) * (4 * (4 * 4 + 4 * 4) + 3 * (4 + 4 + 2))
+    holder = threading.Thread(target=hold, args=(threading.current_thread(),), daemon=True)
+    holder.start()
     summary = collect(
         env,
         forge_gpu.make_policy("expert", env),
@@ -156,7 +175,9 @@ def test_slow_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, form
         writers=1,
         max_buffer_bytes=budget,
     )
-    assert summary.stall_seconds > 0, "the slow writer should have held stepping back"
+    holder.join(HANG)
+    assert "error" not in held, held.get("error")
+    assert summary.stall_seconds >= held["until"] - held["since"] > 0, "the held writer should hold stepping back"
     # Each env ends an episode every 4 calls (3 steps, then the reset row): 7 in 30 calls.
     assert summary.episodes == summary.episodes_ended == len(list(read_episodes(tmp_path / "run"))) == 4 * 7
     assert read_manifest(tmp_path / "run")["recorder"]["buffer_bytes"] <= budget

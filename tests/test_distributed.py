@@ -15,10 +15,8 @@ pytest.importorskip("ray")
 
 from synthetic import published  # noqa: E402
 
+from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest  # noqa: E402
 from forge_gpu._src.collect.distributed import split_episodes, worker_seed  # noqa: E402
-from forge_gpu._src.core.episode import EpisodeReadOptions  # noqa: E402
-from forge_gpu._src.data.runs import action_windows, read_episodes  # noqa: E402
-from forge_gpu._src.formats.registry import read_manifest  # noqa: E402
 from forge_gpu.cli import main  # noqa: E402
 
 SMALL = ["collect", "cartpole", "--envs", "2", "--set", "max_steps=20", "--device", "cpu"]
@@ -70,6 +68,7 @@ def test_dataset_reads_back_whole_run_by_run(dataset):
 def test_shards_over_the_dataset_cover_every_episode_once(dataset, num_shards):
     """The k-th episode over the whole dataset goes to shard k % num_shards; shards are disjoint and complete."""
     order = [ep.path for ep in read_episodes(dataset, options=EpisodeReadOptions(observation_keys=["time"]))]
+    assert len(set(order)) == len(order) > num_shards  # distinct episodes, some in every shard
     for shard in range(num_shards):
         got = [
             ep.path

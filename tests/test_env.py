@@ -1,9 +1,13 @@
 """VectorEnv on the cartpole task: shapes, step semantics, determinism, policies, bad actions."""
 
+import re
+import warnings
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import warp as wp
-from envtools import DEVICES, rollout
+from envtools import DEVICES, assert_graph, rollout
 
 import forge_gpu
 
@@ -187,6 +191,9 @@ def test_graph_replay_equals_eager_stepping(device):
     for capture in (False, True):
         env = forge_gpu.make("cartpole", num_envs=6, device=device, seed=2, max_steps=9, capture_graph=capture)
         runs.append(rollout(env, forge_gpu.make_policy("random", env), 25))
+        if not capture:
+            assert env.step_mode == "eager: capture_graph = false in the config"
+    assert_graph(env)
     for eager, graph in zip(*runs, strict=True):
         for name, value in eager.arrays().items():
             np.testing.assert_array_equal(value, graph.arrays()[name])
@@ -220,8 +227,9 @@ def test_non_finite_actions_are_flagged_by_the_step_itself(graph):
     env.reset()
     action = np.full((4, 1), 0.5, np.float32)
     action[1, 0], action[3, 0] = np.nan, np.inf
-    env._action_in.assign(action)  # what a CUDA step stages without waiting to check it
+    env.action_input.assign(action)  # what a CUDA step stages without waiting to check it
     if graph:
+        assert_graph(env)
         wp.capture_launch(env._graph)
     else:
         env._step_body()
@@ -240,7 +248,7 @@ def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypa
     def stage_without_waiting(self, action, *, check_values=False):
         if check_values:  # collect's up-front check of the policy still runs
             return
-        wp.copy(self._action_in, action)
+        wp.copy(self.action_input, action)
 
     monkeypatch.setattr(VectorEnv, "_stage_action", stage_without_waiting)
     env = forge_gpu.make("cartpole", num_envs=3, device="cpu", max_steps=50)
@@ -256,14 +264,56 @@ def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypa
     assert forge_gpu.read_manifest(tmp_path / "run")["status"] == "failed"
 
 
+def test_device_choice_on_this_machine_says_why():
+    """Unpatched: cuda:0 where Warp sees a CUDA device, else the CPU, with the reason for the choice."""
+    import forge_gpu._src.sim.env as env_module
+
+    device, why = env_module.device_choice()
+    if wp.get_cuda_device_count() > 0:
+        assert device == "cuda:0" and why.startswith(f"Warp sees {wp.get_cuda_device_count()} CUDA device(s)")
+    elif env_module.gpu_present():
+        assert device == "cpu" and why.startswith("a GPU is present but not usable: ")
+    else:
+        assert device == "cpu"
+        assert why == "no NVIDIA GPU on this machine; using Warp's CPU device (every feature works, slower)"
+
+
 def test_a_present_but_unusable_gpu_is_not_a_silent_cpu_fallback(monkeypatch):
-    """default_device() says why it falls back to the CPU when a GPU exists that Warp cannot use."""
+    """default_device() says why it falls back to the CPU when a GPU exists that Warp cannot use, each cause in
+    its own words; without a GPU, or with a usable one, it chooses without a warning."""
     import forge_gpu._src.sim.env as env_module
 
     monkeypatch.setattr(env_module, "gpu_present", lambda: True)
     monkeypatch.setattr(wp, "get_cuda_device_count", lambda: 0)
     with pytest.warns(RuntimeWarning, match="a GPU is present but not usable"):
         assert env_module.default_device() == "cpu"
+    causes = [
+        (None, None, "this Warp build has no CUDA support (install the CUDA build of warp-lang)"),
+        ((12, 8), None, "Warp could not load or initialize the NVIDIA driver (check `nvidia-smi`"),
+        ((12, 8), (12, 4), "Warp finds no usable CUDA device (driver (12, 4))"),
+    ]
+    for toolkit, driver, cause in causes:
+        monkeypatch.setattr(wp, "get_cuda_toolkit_version", lambda toolkit=toolkit: toolkit)
+        monkeypatch.setattr(wp, "get_cuda_driver_version", lambda driver=driver: driver)
+        device, why = env_module.device_choice()
+        assert device == "cpu" and why.startswith(f"a GPU is present but not usable: {cause}")
+        assert why.endswith("; falling back to the CPU device")
+        with pytest.warns(RuntimeWarning, match=re.escape(f"forge_gpu: {why}")):
+            assert env_module.default_device() == "cpu"
+
     monkeypatch.setattr(env_module, "gpu_present", lambda: False)
-    assert env_module.device_choice() == ("cpu", env_module.device_choice()[1])
-    assert "no NVIDIA GPU" in env_module.device_choice()[1]
+    device, why = env_module.device_choice()
+    assert device == "cpu" and "no NVIDIA GPU" in why
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert env_module.default_device() == "cpu"
+
+    real_get_device = wp.get_device
+    monkeypatch.setattr(wp, "get_cuda_device_count", lambda: 2)
+    monkeypatch.setattr(
+        wp, "get_device", lambda name=None: SimpleNamespace(name="H200") if name == "cuda:0" else real_get_device(name)
+    )
+    assert env_module.device_choice() == ("cuda:0", "Warp sees 2 CUDA device(s); using cuda:0 (H200)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert env_module.default_device() == "cuda:0"

@@ -7,12 +7,7 @@ import numpy as np
 import pytest
 from synthetic import SyntheticSim, make_batches, make_env, record
 
-from forge_gpu._src.data.export.lerobot import export_lerobot
-from forge_gpu._src.data.export.robomimic import export_robomimic
-from forge_gpu._src.data.runs import read_episodes
-from forge_gpu._src.data.tools.statistics import run_statistics
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
-from forge_gpu._src.formats.packed.recorder import PackedRecorder
+from forge_gpu import EpisodeRecorder, PackedRecorder, export_lerobot, export_robomimic, read_episodes, run_statistics
 from forge_gpu.cli import main
 
 pa = pytest.importorskip("pyarrow")

@@ -2,16 +2,18 @@
 
 import json
 import os
+import struct
 import zipfile
 
 import numpy as np
 import pytest
 from synthetic import make_episode
 
+from forge_gpu import validate_episode
 from forge_gpu._src.core.episode import episode_stem, parse_episode_stem
 from forge_gpu._src.core.files import write_json_atomic
 from forge_gpu._src.formats.npz import writer as npz_writer
-from forge_gpu._src.formats.npz.episode_file import encode_marker, make_marker, validate_episode, validate_marker
+from forge_gpu._src.formats.npz.episode_file import encode_marker, make_marker, validate_marker
 from forge_gpu._src.formats.npz.writer import write_episode_file
 
 
@@ -189,22 +191,59 @@ def test_marker_round_trip():
     assert validate_marker(make_marker(4, 2, 9), name="m.json", env_id=4, episode_id=2) == 9
 
 
+def zip64_members(path) -> dict[str, tuple[int, int]]:
+    """The members whose local header carries a zip64 extra field (header id 1), read from the file's raw
+    bytes: member -> (size, compressed size) as that field records them."""
+    raw = open(path, "rb").read()
+    found = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            header = struct.unpack_from("<4s2B4HL2L2H", raw, info.header_offset)
+            assert header[0] == b"PK\x03\x04", info.filename
+            start = info.header_offset + struct.calcsize("<4s2B4HL2L2H") + header[10]
+            extra = raw[start : start + header[11]]
+            while extra:
+                kind, length = struct.unpack_from("<HH", extra)
+                if kind == 1:
+                    assert header[8] == header[9] == 0xFFFFFFFF, "a zip64 member's 32-bit sizes point to the field"
+                    found[info.filename] = struct.unpack_from("<QQ", extra, 4)
+                extra = extra[4 + length :]
+    return found
+
+
 @pytest.mark.parametrize("compression", ["none", "deflate"])
 def test_episode_file_past_the_zip64_threshold_reads_back(tmp_path, monkeypatch, compression):
     """Episodes too large for plain zip headers go through zipfile with zip64 members and read back equal
-    (the threshold is lowered so that a small episode takes that path)."""
+    (the threshold is lowered to 64 bytes so that a small episode takes that path: its members over 64 bytes
+    are written with zip64 headers, the others with plain ones)."""
     monkeypatch.setattr(npz_writer, "_ZIP64_THRESHOLD", 64)
     calls = []
     real = npz_writer._write_large_npz
     monkeypatch.setattr(npz_writer, "_write_large_npz", lambda *a: calls.append(a[0]) or real(*a))
     path = tmp_path / "env00001-episode00000002.npz"
-    arrays, marker, size = _write_synthetic(path, 5, compression)
+    arrays, marker, size = _write_synthetic(path, 20, compression)
     assert calls == [str(path) + ".tmp"]
     assert size == os.path.getsize(path)
+    large = {key + ".npy" for key, array in arrays.items() if array.nbytes > 64}
+    assert large and large != {key + ".npy" for key in arrays}  # both kinds of member are in the file
     with zipfile.ZipFile(path) as archive:
         assert archive.testzip() is None
+        sizes = {info.filename: (info.file_size, info.compress_size) for info in archive.infolist()}
+    zip64 = zip64_members(path)
+    assert set(zip64) == large
+    assert zip64 == {name: sizes[name] for name in large}
     with np.load(path, allow_pickle=False) as archive:
         loaded = {key: archive[key] for key in archive.files}
     validate_episode(loaded, marker, name=str(path))
     for key, array in arrays.items():
         np.testing.assert_array_equal(loaded[key], array, err_msg=key)
+
+
+def test_zip64_members_reads_only_zip64_headers(tmp_path):
+    """The zip64 check above sees a member forced to zip64 and no other (so it cannot pass on plain files)."""
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("plain", b"x" * 100)
+        with archive.open("forced", "w", force_zip64=True) as f:
+            f.write(b"y" * 10)
+    assert zip64_members(path) == {"forced": (10, 10)}

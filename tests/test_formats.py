@@ -13,19 +13,24 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, record
 
 import forge_gpu
-from forge_gpu._src.collect.collector import make_recorder
-from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+from forge_gpu import (
+    Episode,
+    EpisodeReadOptions,
+    PackedRecorder,
+    Recorder,
+    convert_run,
+    describe_run,
+    make_recorder,
+    read_episodes,
+    read_manifest,
+)
 from forge_gpu._src.core.files import write_json_atomic
 from forge_gpu._src.core.frames import stack_episodes
-from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
-from forge_gpu._src.data.runs import read_episodes
-from forge_gpu._src.data.tools.convert import convert_run
+from forge_gpu._src.core.manifest import RUN_MANIFEST, initial_manifest
 from forge_gpu._src.data.tools.inspection import inspect_run
 from forge_gpu._src.data.tools.repair import repair_run
 from forge_gpu._src.formats import registry as formats
-from forge_gpu._src.formats.packed.recorder import PackedRecorder
-from forge_gpu._src.formats.registry import read_manifest
-from forge_gpu._src.recording.base import Recorder, RecorderBase
+from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.tracker import EpisodeTracker
 from forge_gpu.cli import build_parser, main
 
@@ -165,7 +170,7 @@ class ListFormat:
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     """ListFormat in the registry for this module's tests only."""
-    fmt = formats.register_format(ListFormat())
+    fmt = forge_gpu.register_format(ListFormat())
     yield fmt
     del formats.FORMATS[fmt.name]
 
@@ -217,18 +222,18 @@ def test_register_format_refuses_an_incomplete_a_duplicate_or_a_clashing_format(
         identity = {"schema_version": 2, "layout": "packed"}
 
     with pytest.raises(TypeError, match="RunFormat"):
-        formats.register_format(object())
+        forge_gpu.register_format(object())
     with pytest.raises(ValueError, match="'pickled_test' is already registered"):
-        formats.register_format(ListFormat())
+        forge_gpu.register_format(ListFormat())
     with pytest.raises(ValueError, match="'clashing_test'.*clashes with format 'packed'"):
-        formats.register_format(Clashing())
+        forge_gpu.register_format(Clashing())
 
     class Unversioned(ListFormat):
         name = "unversioned_test"
         identity = ["layout", "unversioned_test"]
 
     with pytest.raises(ValueError, match="'unversioned_test': identity must hold an integer schema_version"):
-        formats.register_format(Unversioned())
+        forge_gpu.register_format(Unversioned())
     assert formats.FORMATS == before
 
 

@@ -4,10 +4,8 @@ import dataclasses
 
 import pytest
 
-from forge_gpu._src.collect.collector import make_recorder
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
-from forge_gpu._src.formats.options import OptionError, RecordingOptions, recording_options
-from forge_gpu._src.formats.packed.recorder import PackedRecorder
+from forge_gpu import EpisodeRecorder, PackedRecorder, RecordingOptions, make_recorder
+from forge_gpu._src.formats.options import OptionError, recording_options
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,9 @@ from hypothesis import strategies as st
 from synthetic import SyntheticSim, make_batches, make_env, record
 
 import forge_gpu
-from forge_gpu._src.data.tools.convert import convert_run
+from forge_gpu import PackedRecorder, Windows, convert_run
 from forge_gpu._src.data.tools.repair import repair_run
-from forge_gpu._src.data.windows import Windows
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
-from forge_gpu._src.formats.packed.recorder import PackedRecorder
 from forge_gpu._src.formats.packed.writer import PackedWriter
 
 MEMBERS = ("action", "reward", "terminated", "truncated")
@@ -409,7 +407,7 @@ def test_commit_values_past_int64_are_value_errors(recorded, tmp_path, key, valu
 MUTATIONS = ["flip", "truncate", "log_line", "log_value", "log_bytes"]
 
 
-@settings(max_examples=60, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(MUTATIONS), seed=st.integers(0, 2**31 - 1))
 def test_fuzzed_packed_runs_only_raise_value_error(recorded, tmp_path, kind, seed):
     """Mutated segments and commit logs give valid episodes or ValueError naming a file, never another error."""

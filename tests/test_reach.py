@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from envtools import DEVICES, rollout
+from envtools import DEVICES, assert_graph, rollout
 
 import forge_gpu
 from forge_gpu._src.collect.collector import collect
@@ -117,7 +117,12 @@ def test_rendering_inside_the_captured_step_graph(device):
         env = forge_gpu.make(
             "reach", num_envs=3, device=device, seed=2, max_steps=4, capture_graph=capture_graph, **SMALL
         )
-        return rollout(env, forge_gpu.make_policy("random", env), 10)
+        out = rollout(env, forge_gpu.make_policy("random", env), 10)
+        if capture_graph:
+            assert_graph(env)
+        else:
+            assert env.step_mode == "eager: capture_graph = false in the config"
+        return out
 
     replayed, eager = frames(True), frames(False)
     assert (replayed[-1].observation["episode_id"] == 2).all()

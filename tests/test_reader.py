@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, make_env, record
 
-from forge_gpu._src.core.episode import EpisodeReadOptions, episode_stem
-from forge_gpu._src.data.runs import action_windows, read_episodes
-from forge_gpu._src.formats.registry import read_manifest
+from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest
+from forge_gpu._src.core.episode import episode_stem
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,9 @@ def test_read_episodes_returns_every_episode_in_file_name_order(run):
 def test_projection_returns_only_the_requested_fields(run):
     """With fields=[...] only those observation fields are returned, with unchanged values."""
     directory, sim = run
-    for episode in read_episodes(directory, options=EpisodeReadOptions(observation_keys=["proprio"])):
+    episodes = list(read_episodes(directory, options=EpisodeReadOptions(observation_keys=["proprio"])))
+    assert len(episodes) == len(sim.completed) > 0
+    for episode in episodes:
         assert list(episode.obs) == ["proprio"] and list(episode.next) == ["proprio"]
         expected = sim.completed[(episode.env_id, episode.episode_id)]
         np.testing.assert_array_equal(episode.obs["proprio"], expected["obs/proprio"])
@@ -280,7 +281,7 @@ def test_window_dataset_with_dataloader(run):
     """WindowDataset feeds a DataLoader batches of tensors matching action_windows, with the instruction."""
     import torch
 
-    from forge_gpu._src.data.torch_data import WindowDataset
+    from forge_gpu import WindowDataset
 
     directory, _ = run
     expected = list(
@@ -305,7 +306,7 @@ def test_window_dataset_splits_episodes_across_workers(run):
 
     import torch
 
-    from forge_gpu._src.data.torch_data import WindowDataset
+    from forge_gpu import WindowDataset
 
     directory, _ = run
     dataset = WindowDataset(directory, history=1, horizon=2, observation_keys=["time"])
@@ -323,7 +324,7 @@ def test_window_dataset_shuffles_by_seed_and_epoch(run):
     """Shuffled epochs still yield every window once; the order depends on (seed, epoch) alone."""
     import torch
 
-    from forge_gpu._src.data.torch_data import WindowDataset
+    from forge_gpu import WindowDataset
 
     directory, _ = run
 

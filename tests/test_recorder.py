@@ -7,16 +7,17 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
+from blocking import wait_until_blocked
 from synthetic import SyntheticSim, load_run, make_batches, make_env, record, slot_bytes
 
 import forge_gpu._src.formats.npz.recorder as recorder_module
+from forge_gpu import EpisodeRecorder, PackedRecorder, read_episodes, validate_episode
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.manifest import MANIFEST_KEYS
-from forge_gpu._src.formats.npz.episode_file import validate_episode
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
 
 JOIN_TIMEOUT = 10.0  # seconds; only bounds a hang, never asserted as a duration
 
@@ -351,7 +352,8 @@ def _gated_writer(gate, calls):
 
 
 def test_backpressure_blocks_append_until_a_writer_frees_a_buffer(tmp_path, monkeypatch):
-    """With the writer held and one spare, append waits instead of dropping data, then finishes losslessly."""
+    """With the writer held and one spare, append waits instead of dropping data (counted as stall: at least as
+    long as the test held the writer once append was waiting), then finishes losslessly."""
     gate, calls = threading.Event(), []
     monkeypatch.setattr(recorder_module, "write_episode_file", _gated_writer(gate, calls))
     env = make_env(num_envs=3, max_steps=6)
@@ -367,15 +369,17 @@ def test_backpressure_blocks_append_until_a_writer_frees_a_buffer(tmp_path, monk
 
     thread = threading.Thread(target=feed)
     thread.start()
+    since = wait_until_blocked("append", thread, JOIN_TIMEOUT)
     thread.join(0.5)
     # Held writer: at most one completed episode's env got the spare, so the feeder is stuck.
     assert thread.is_alive()
     assert len(progress) < len(batches)
+    until = time.perf_counter()
     gate.set()
     thread.join(JOIN_TIMEOUT)
     assert not thread.is_alive()
     recorder.close()
-    assert recorder.stall_seconds > 0
+    assert recorder.stall_seconds >= until - since > 0  # append waited at least as long as the writer was held
     assert recorder.completed_episodes == len(sim.completed)
     assert len(_published(tmp_path / "run")) == 2 * len(sim.completed)
 
@@ -476,9 +480,14 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
     assert _read_manifest(tmp_path / "run")["status"] == "failed"
 
 
-def test_data_side_imports_neither_warp_newton_nor_torch():
+def test_data_side_imports_neither_warp_newton_nor_torch(tmp_path):
     """The data side (formats, both recorders, reader, windows, conversion, torch_data, statistics, exports) loads
-    without warp, newton or torch, and reads a packed run that way."""
+    without warp, newton or torch, and reads a packed run that way: the episodes it reads are those read here."""
+    env = make_env(num_envs=3, max_steps=6)
+    sim = SyntheticSim(env, seed=4, end_prob=0.3)
+    record(tmp_path / "run", env, make_batches(sim, 25), recorder=PackedRecorder)
+    expected = [[e.env_id, e.episode_id, e.steps, e.action.tolist()] for e in read_episodes(tmp_path / "run")]
+    assert len(expected) == len(sim.completed) > 0
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = f"""
 import sys, types
@@ -511,8 +520,14 @@ import forge_gpu._src.formats.packed.reader
 import forge_gpu._src.recording.stats
 import forge_gpu._src.data.export.lerobot
 import forge_gpu._src.data.export.robomimic
+import json
+from forge_gpu._src.data.runs import read_episodes
+episodes = read_episodes({str(tmp_path / "run")!r})
+print(json.dumps([[e.env_id, e.episode_id, e.steps, e.action.tolist()] for e in episodes]))
 """
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == expected
 
 
 @pytest.mark.parametrize("writers", [1, 4])

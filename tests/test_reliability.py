@@ -271,7 +271,7 @@ def test_a_recorder_that_cannot_keep_room_for_its_manifest_leaves_nothing(tmp_pa
     """A disk too full for the room kept for run.json: the recorder raises OSError naming the directory and
     leaves no directory behind."""
     import forge_gpu._src.recording.base as recorder_base
-    from forge_gpu._src.formats.packed.recorder import PackedRecorder
+    from forge_gpu import PackedRecorder
 
     monkeypatch.setattr(recorder_base, "_preallocate", inject_full_disk)
     with pytest.raises(OSError, match="cannot start a run in .*run: No space left"):

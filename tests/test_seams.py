@@ -5,12 +5,7 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, make_env, record
 
 import forge_gpu
-from forge_gpu._src.core.manifest import RunDescription
-from forge_gpu._src.data.runs import read_episodes
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
-from forge_gpu._src.formats.packed.recorder import PackedRecorder
-from forge_gpu._src.formats.registry import read_manifest
-from forge_gpu._src.recording.base import Recorder
+from forge_gpu import EpisodeRecorder, PackedRecorder, Recorder, RunDescription, read_episodes, read_manifest
 
 
 @pytest.mark.parametrize("recorder", [PackedRecorder, EpisodeRecorder])
@@ -37,7 +32,7 @@ def test_a_bad_description_is_refused_naming_the_value():
 
 def test_collect_takes_a_transport_factory(tmp_path):
     """collect(transport=factory) moves the steps through the given Transport; its name is run.json's transport."""
-    from forge_gpu._src.collect.transport import HostSnapshotTransport, Transport
+    from forge_gpu import HostSnapshotTransport, Transport
 
     made = []
 

@@ -6,11 +6,8 @@ import numpy as np
 import pytest
 from synthetic import SyntheticSim, make_batches, make_env, record
 
-from forge_gpu._src.data.runs import read_episodes
+from forge_gpu import EpisodeRecorder, PackedRecorder, compute_statistics, read_episodes, run_statistics
 from forge_gpu._src.data.tools.inspection import format_report, inspect_run
-from forge_gpu._src.data.tools.statistics import compute_statistics, run_statistics
-from forge_gpu._src.formats.npz.recorder import EpisodeRecorder
-from forge_gpu._src.formats.packed.recorder import PackedRecorder
 from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
 from forge_gpu.cli import main
 

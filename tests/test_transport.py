@@ -1,13 +1,16 @@
 """HostSnapshotTransport: exact copies, slot order, backpressure, and failure propagation."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
+from blocking import wait_until_blocked
 from envtools import DEVICES
 
 import forge_gpu
-from forge_gpu._src.collect.transport import HostSnapshotTransport, TransportClosed
+from forge_gpu import HostSnapshotTransport
+from forge_gpu._src.collect.transport import TransportClosed
 from forge_gpu._src.sim.env import PACK_ALIGNMENT
 
 
@@ -45,21 +48,25 @@ def test_batches_arrive_exact_and_in_order(device):
 
 
 def test_publish_blocks_when_all_slots_are_held():
-    """With K slots held by the consumer, publish waits until one is released (backpressure)."""
+    """With K slots held by the consumer, publish waits until one is released (backpressure), and counts as
+    stall at least the time the test held it blocked (measured by the test from when publish was waiting)."""
     env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
     transport = HostSnapshotTransport(env, slots=2)
     env.reset()
     transport.publish(env.result)
     transport.publish(env.result)
     held = [transport.get(timeout=5), transport.get(timeout=5)]
+    stall_before = transport.stall_seconds
     third = threading.Thread(target=transport.publish, args=(env.result,))
     third.start()
+    since = wait_until_blocked("publish", third)
     third.join(timeout=0.3)
     assert third.is_alive(), "publish must wait while every slot is held"
+    until = time.perf_counter()
     transport.release(held[0])
     third.join(timeout=10)
     assert not third.is_alive() and transport.steps == 3
-    assert transport.stall_seconds > 0
+    assert transport.stall_seconds - stall_before >= until - since > 0
 
 
 def test_consumer_failure_wakes_blocked_publisher():

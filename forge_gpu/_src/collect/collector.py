@@ -1,9 +1,9 @@
 """collect: step a VectorEnv with a policy and record every episode through the host snapshot.
 
 Threads: the caller's thread steps the env and publishes each step into the transport; one
-recorder thread takes the host batches, appends them to the :class:`EpisodeRecorder` and releases
+recorder thread takes the host batches, appends them to the run format's :class:`Recorder` and releases
 the slots; the recorder's writer threads publish episodes. Backpressure chain: slow writers ->
-``append`` waits for a free episode buffer -> the recorder thread holds its slot -> ``publish``
+``append`` waits for room in its buffers -> the recorder thread holds its slot -> ``publish``
 waits for a free slot -> stepping stops. Exceptions in any thread reach the caller.
 """
 
@@ -42,7 +42,6 @@ class CollectionSummary:
     episodes_ended: int = 0
     """Episodes that ended in the stepped batches; all of them are published unless the run failed."""
     incomplete_episodes: list = field(default_factory=list)
-    error: str | None = None
     step_mode: str = ""
     """``graph`` (each step one captured graph) or ``eager: <why>`` (see ``VectorEnv.step_mode``)."""
     warmup_seconds: float = 0.0
@@ -235,7 +234,6 @@ def collect(
     if progress is not None:
         progress(loop.counters())
     if error is not None:
-        summary.error = f"{type(error).__name__}: {error}"
         raise error
     return summary
 

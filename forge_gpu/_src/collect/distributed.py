@@ -100,14 +100,12 @@ class _Worker:
         if not self.spec.verbose:
             wp.config.quiet = True
             wp.config.log_level = wp.LOG_WARNING
-        import forge_gpu
+        from forge_gpu._src.sim.make import make
         from forge_gpu._src.sim.policies import load_policy
 
         spec = self.spec
         try:
-            env = forge_gpu.make(
-                spec.task, num_envs=spec.num_envs, device=spec.device, seed=spec.seed, **spec.overrides
-            )
+            env = make(spec.task, num_envs=spec.num_envs, device=spec.device, seed=spec.seed, **spec.overrides)
             policy = load_policy(spec.policy, env)
             self._env, self._policy = env, policy
         except BaseException as e:  # reported by run()

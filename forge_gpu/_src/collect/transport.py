@@ -200,14 +200,3 @@ class HostSnapshotTransport:
             raise TransportClosed(f"the consumer failed: {self._error}") from self._error
         if self._closed:
             raise TransportClosed("the transport is closed")
-
-    def stats(self) -> dict:
-        """Counters for progress displays and manifests."""
-        return {
-            "steps": self.steps,
-            "slots": self.slots,
-            "bytes_per_step": self.bytes_per_step,
-            "stall_seconds": self.stall_seconds,
-            "copy_seconds": self.copy_seconds,
-            "device_copy_seconds": self.device_copy_seconds,
-        }

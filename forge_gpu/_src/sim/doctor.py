@@ -92,7 +92,7 @@ def _pinned_copy(wp, device: str) -> Check:
 
 
 def _capture_replay(wp, device: str) -> Check:
-    from forge_gpu.kernels.selftest import increment_kernel
+    from forge_gpu.kernels.doctor import increment_kernel
 
     name = f"capture and replay on {device}"
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from typing import Any
 
 import newton
 import numpy as np
@@ -14,7 +13,8 @@ import warp as wp
 from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.output import init_warp
 from forge_gpu._src.sim.step_result import StepResult
-from forge_gpu._src.sim.tasks import Task
+from forge_gpu._src.sim.tasks.base import Task, bind_task
+from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import env as kernels
 
 
@@ -112,6 +112,19 @@ def _make_solver(model, config: TaskConfig, has_contacts: bool):
     return newton.solvers.SolverXPBD(model, iterations=s.iterations)
 
 
+class _FromWorld:
+    """A read-only attribute of :class:`VectorEnv`: the attribute of the same name of its ``world``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, env, owner=None):
+        return self if env is None else getattr(env.world, self.name)
+
+    def __set__(self, env, value) -> None:
+        raise AttributeError(f"VectorEnv.{self.name} is read-only (it is env.world.{self.name})")
+
+
 class VectorEnv:
     """``N`` environments of one task, stepped together on one device.
 
@@ -120,70 +133,53 @@ class VectorEnv:
     The whole step (physics substeps and task kernels) is captured once as a graph and replayed:
     a CUDA graph on CUDA, Warp's recorded launch graph on the CPU (``capture_graph = false`` steps
     eagerly instead).
+
+    The buffers the task shares live in ``world`` (:class:`World`); the env shows the ones named in
+    ``SHARED`` read-only under the same names (``env.executed_action`` is ``env.world.executed_action``).
     """
 
     def __init__(self, task: Task, config: TaskConfig):
         self.task = task
-        self.config = config
-        self.num_envs = config.num_envs
-        self.seed = config.seed
-        self.device = wp.get_device(config.device)
-        self.spec = self._make_spec()
-        self.calibration: dict[str, Any] = {}
-        n, a = self.num_envs, task.spec.action_dim
+        n = config.num_envs
+        device = wp.get_device(config.device)
 
-        with wp.ScopedDevice(self.device):
-            world = newton.ModelBuilder()
+        with wp.ScopedDevice(device):
+            builder = newton.ModelBuilder()
             if config.solver.name == "mujoco":
-                newton.solvers.SolverMuJoCo.register_custom_attributes(world)
-            task.build_world(world)
+                newton.solvers.SolverMuJoCo.register_custom_attributes(builder)
+            task.build_world(builder)
             scene = newton.ModelBuilder()
-            scene.replicate(world, n)
-            self.model = scene.finalize(device=self.device)
-            self.solver = _make_solver(self.model, config, task.spec.has_contacts)
-            self.state_0, self.state_1 = self.model.state(), self.model.state()
-            self.control = self.model.control()
+            scene.replicate(builder, n)
+            model = scene.finalize(device=device)
+            self.solver = _make_solver(model, config, task.spec.has_contacts)
+            self.world = World(config, model, proprio_dim=task.spec.proprio_dim, action_dim=task.spec.action_dim)
+            """What the task's hooks read and write: model, state, control, action and observation buffers."""
+            self.state_1 = model.state()
             self.contacts = None
             self._maximal_coordinates = config.solver.name in ("semi_implicit", "xpbd")
 
-            # Per-world views of the joint arrays: [N, coords], [N, dofs], [N, dofs].
-            self.joint_q = self.state_0.joint_q.reshape((n, -1))
-            self.joint_qd = self.state_0.joint_qd.reshape((n, -1))
-            self.joint_f = self.control.joint_f.reshape((n, -1))
-
             def zeros(shape, dtype=float):
-                return wp.zeros(shape, dtype=dtype, device=self.device)
+                return wp.zeros(shape, dtype=dtype, device=device)
 
-            self.action_low = wp.array(np.asarray(config.action.low, np.float32), device=self.device)
-            self.action_high = wp.array(np.asarray(config.action.high, np.float32), device=self.device)
-            self.action_scale = wp.array(np.asarray(config.action.scale, np.float32), device=self.device)
-            self.env_id = wp.array(np.arange(n, dtype=np.int32), device=self.device)
-            self.episode_id = wp.full(n, -1, dtype=wp.int32, device=self.device)
-            """Episode counter per env, int32 [N]; -1 before the first reset."""
+            self.env_id = wp.array(np.arange(n, dtype=np.int32), device=device)
             self.step_id = zeros(n, wp.int32)
             """Transitions since the episode's first frame, int32 [N]."""
             self.time = zeros(n)
             """Episode time [s], float32 [N]."""
             self.ended = zeros(n, wp.bool)
             """The env's last transition ended its episode, bool [N]."""
-            self.reset_mask = zeros(n + 1, wp.bool)
-            """Worlds reset during this call, bool [N + 1] (the last entry, global world -1, stays false)."""
-            self.articulation_mask = zeros(self.model.articulation_count, wp.bool)
-            self.proprio = zeros((n, task.spec.proprio_dim))
-            self.task_fields: dict[str, wp.array] = {}
-            self.task_reward = zeros(n)
-            self.task_terminated = zeros(n, wp.bool)
+            self.articulation_mask = zeros(model.articulation_count, wp.bool)
             self.reward = zeros(n)
             self.terminated = zeros(n, wp.bool)
             self.truncated = zeros(n, wp.bool)
             self.active = zeros(n, wp.bool)
-            self.executed_action = zeros((n, a))
-            """The action after clipping, float32 [N, A]; zero on reset rows."""
             self.action_nonfinite = zeros(n, wp.bool)
             """The action given for the env this step held a NaN or inf (it executed zeros), bool [N]."""
-            self._action_in = zeros((n, a))
             self._nonfinite = zeros(1, wp.int32)
-            task.bind(self)
+            binding = bind_task(task, self.world)
+            self.world.task_fields = dict(binding.fields)
+            self.world.calibration = dict(binding.calibration)
+        self.spec = self._make_spec()
 
         self.result = StepResult(
             observation={
@@ -308,13 +304,13 @@ class VectorEnv:
         in ``action_nonfinite`` and executes zeros for those envs; ``collect`` raises when the flag
         reaches the host with the step's batch.
         """
-        shape = tuple(self._action_in.shape)
+        shape = tuple(self.action_input.shape)
         if isinstance(action, np.ndarray):
             if action.dtype != np.float32 or action.shape != shape:
                 raise ValueError(f"action has dtype {action.dtype} and shape {action.shape}; expected float32 {shape}")
             if not np.isfinite(action).all():
                 raise ValueError("action has non-finite values (NaN or inf); every value must be finite")
-            self._action_in.assign(action)
+            self.action_input.assign(action)
             return
         if not isinstance(action, wp.array):
             if not type(action).__module__.startswith("torch"):
@@ -343,7 +339,7 @@ class VectorEnv:
             bad = int(self._nonfinite.numpy()[0])
             if bad:
                 raise ValueError(f"action has {bad} non-finite values (NaN or inf); every value must be finite")
-        wp.copy(self._action_in, action)
+        wp.copy(self.action_input, action)
 
     def _from_torch(self, action) -> wp.array:
         """A Warp view of a torch action, ordered for the env's stream: on CUDA the contiguous copy (if any)
@@ -363,11 +359,11 @@ class VectorEnv:
         wp.launch(
             kernels.begin_step_kernel,
             dim=self.num_envs,
-            inputs=[self.action_low, self.action_high, self._action_in, self.ended],
+            inputs=[self.action_low, self.action_high, self.action_input, self.ended],
             outputs=[self.executed_action, self.reset_mask, self.action_nonfinite],
             device=self.device,
         )
-        self.task.apply_action(self)
+        self.task.apply_action(self.world)
         dt = self.config.sim_dt
         a, b = self.state_0, self.state_1
         for _ in range(self.config.substeps):
@@ -390,7 +386,7 @@ class VectorEnv:
     def _reset_selected(self) -> None:
         """Reset the worlds in ``reset_mask`` to their randomized start state."""
         self.solver.reset(self.state_0, world_mask=self.reset_mask)
-        self.task.reset_worlds(self)
+        self.task.reset_worlds(self.world)
         wp.launch(
             kernels.world_to_articulation_mask_kernel,
             dim=self.model.articulation_count,
@@ -403,7 +399,7 @@ class VectorEnv:
         )
 
     def _observe(self) -> None:
-        self.task.observe(self)
+        self.task.observe(self.world)
         wp.launch(
             kernels.finish_step_kernel,
             dim=self.num_envs,
@@ -426,3 +422,13 @@ class VectorEnv:
             ],
             device=self.device,
         )
+
+
+SHARED = (
+    "config", "device", "num_envs", "seed", "model", "state_0", "control", "joint_q", "joint_qd", "joint_f",
+    "action_low", "action_high", "action_scale", "action_input", "executed_action", "reset_mask", "episode_id",
+    "proprio", "task_reward", "task_terminated", "task_fields", "calibration",
+)  # fmt: skip
+"""The :class:`World` attributes that :class:`VectorEnv` shows under the same names."""
+for _name in SHARED:
+    setattr(VectorEnv, _name, _FromWorld(_name))

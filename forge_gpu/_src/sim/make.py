@@ -7,7 +7,7 @@ import warp as wp
 from forge_gpu._src.sim.config import load_config
 from forge_gpu._src.sim.env import VectorEnv, default_device
 from forge_gpu._src.sim.output import init_warp
-from forge_gpu._src.sim.tasks import TASK_CONFIG_FILES, TASKS
+from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES, TASKS
 
 
 def task_config(task: str, **overrides):

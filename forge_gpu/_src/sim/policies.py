@@ -1,6 +1,7 @@
 """Built-in policies: ``random`` and the task's ``expert``, both Warp kernels.
 
-A policy is a callable ``(observation: dict[str, wp.array]) -> wp.array [N, A]`` on the env's device.
+A policy is a callable ``(observation: dict[str, wp.array]) -> wp.array [N, A]`` on the env's device, of the
+shape of ``env.action_input`` (the buffer ``step`` stages actions in).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class RandomPolicy:
 
     def __init__(self, env):
         self.env = env
-        self.action = wp.zeros(env._action_in.shape, dtype=float, device=env.device)
+        self.action = wp.zeros(env.action_input.shape, dtype=float, device=env.device)
 
     def __call__(self, observation: dict) -> wp.array:
         env = self.env
@@ -44,7 +45,7 @@ def make_policy(name: str, env):
     if name == "random":
         return RandomPolicy(env)
     if name == "expert":
-        policy = env.task.expert(env)
+        policy = env.task.expert(env.world)
         if policy is None:
             raise ValueError(f"task {env.task.spec.id!r} has no expert policy; use 'random'")
         return policy
@@ -93,7 +94,7 @@ class TorchPolicy:
         if not callable(self.fn):
             raise ValueError(f"policy factory {factory!r} returned {self.fn!r}, which is not callable")
         self.observation = {k: wp.to_torch(v) for k, v in env.observation.items()}
-        self.shape = tuple(env._action_in.shape)
+        self.shape = tuple(env.action_input.shape)
         self._torch = torch
         # On CUDA torch runs on the env's Warp stream, so that the policy reads observations after the
         # step that wrote them and the step reads the action after the policy wrote it, without a sync.

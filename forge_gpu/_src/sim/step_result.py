@@ -24,8 +24,9 @@ class StepResult:
     truncated: Any
     """The transition ended the episode at ``max_steps``, bool ``[N]``."""
     info: dict[str, Any]
-    """``active`` bool ``[N]`` (false on rows that are the first frame of an episode) and
-    ``executed_action`` float32 ``[N, A]`` (the action after clipping; zero on reset rows)."""
+    """``active`` bool ``[N]`` (false on rows that are the first frame of an episode),
+    ``executed_action`` float32 ``[N, A]`` (the action after clipping; zero on reset rows) and
+    ``action_nonfinite`` bool ``[N]`` (the given action held a NaN or inf; zeros were executed)."""
 
     def arrays(self) -> dict[str, Any]:
         """Every array of the result, flattened to ``obs/<field>``, ``reward``, ... ``info/<key>``."""

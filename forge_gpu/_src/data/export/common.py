@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.data.runs import open_run
@@ -36,3 +37,19 @@ def source_statistics(source: str | os.PathLike) -> StatsAccumulator | None:
         return load_statistics(source)
     except LookupError:
         return None
+
+
+def export_report(out: str, fmt: str, episodes: int, frames: int, nbytes: int, start: float, *, computed: bool) -> dict:
+    """What every export returns: where and what it wrote, how long it took since ``start``
+    (``time.perf_counter()``) [s], and where the statistics came from."""
+    seconds = time.perf_counter() - start
+    return {
+        "out": out,
+        "format": fmt,
+        "episodes": episodes,
+        "frames": frames,
+        "bytes": nbytes,
+        "seconds": seconds,
+        "frames_per_s": frames / seconds if seconds > 0 else 0.0,
+        "statistics": "computed while exporting" if computed else "stored with the run",
+    }

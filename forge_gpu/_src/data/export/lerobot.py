@@ -38,7 +38,7 @@ from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.data.export.common import closed_runs, source_statistics
+from forge_gpu._src.data.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.data.export.lerobot_meta import (
     DATA_FILE_MB,
     VIDEO_FILE_MB,
@@ -168,19 +168,11 @@ def export_lerobot(
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    seconds = time.perf_counter() - start
     return {
-        "out": out,
-        "format": "lerobot",
-        "episodes": len(episodes),
-        "frames": total,
+        **export_report(out, "lerobot", len(episodes), total, nbytes, start, computed=settings["compute_stats"]),
         "files": len(parts),
-        "bytes": nbytes,
-        "seconds": seconds,
-        "frames_per_s": total / seconds if seconds > 0 else 0.0,
         "codec": codec,
         "workers": len(jobs),
-        "statistics": "computed while exporting" if settings["compute_stats"] else "stored with the run",
         "left_out": [f for f in LEFT_OUT_FIELDS if f in layout],
     }
 

@@ -30,7 +30,7 @@ import numpy as np
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
 from forge_gpu._src.core.files import partial_path, publish, remove_quietly
-from forge_gpu._src.data.export.common import closed_runs, source_statistics
+from forge_gpu._src.data.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.data.runs import episode_index, read_index
 from forge_gpu._src.recording.stats import StatsAccumulator
 
@@ -139,17 +139,7 @@ def export_robomimic(
     except BaseException:
         remove_quietly(partial)
         raise
-    seconds = time.perf_counter() - start
-    return {
-        "out": out,
-        "format": "robomimic",
-        "episodes": len(names),
-        "frames": total,
-        "bytes": os.path.getsize(out),
-        "seconds": seconds,
-        "frames_per_s": total / seconds if seconds > 0 else 0.0,
-        "statistics": "computed while exporting" if computed else "stored with the run",
-    }
+    return export_report(out, "robomimic", len(names), total, os.path.getsize(out), start, computed=computed)
 
 
 def _dataset(group, name: str, values: np.ndarray) -> None:

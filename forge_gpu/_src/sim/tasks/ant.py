@@ -10,6 +10,7 @@ import warp as wp
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import ant as kernels
 
 STANDING_ANKLES = (1.0, -1.0, -1.0, 1.0)
@@ -75,82 +76,82 @@ class AntTask(Task):
             builder.joint_q[start + kernels.FREE_COORDS + 2 * leg + 1] = angle
         builder.add_ground_plane()
 
-    def bind(self, env) -> None:
-        n = env.num_envs
-        coords = env.joint_q.shape[1]
+    def bind(self, world: World) -> None:
+        n = world.num_envs
+        coords = world.joint_q.shape[1]
         if coords != kernels.FREE_COORDS + kernels.HINGE_COUNT:
             raise ValueError(f"ant world has {coords} joint coordinates; expected 15 (free joint + 8 hinges)")
-        self.default_q = wp.array(env.model.joint_q.numpy().reshape(n, coords), dtype=float, device=env.device)
+        self.default_q = wp.array(world.model.joint_q.numpy().reshape(n, coords), dtype=float, device=world.device)
         """Start pose per world: torso position and orientation, standing hinge angles, float32 [N, 15]."""
 
-    def apply_action(self, env) -> None:
+    def apply_action(self, world: World) -> None:
         wp.launch(
             kernels.apply_action_kernel,
-            dim=env.executed_action.shape,
-            inputs=[env.action_scale, env.executed_action],
-            outputs=[env.joint_f],
-            device=env.device,
+            dim=world.executed_action.shape,
+            inputs=[world.action_scale, world.executed_action],
+            outputs=[world.joint_f],
+            device=world.device,
         )
 
-    def reset_worlds(self, env) -> None:
+    def reset_worlds(self, world: World) -> None:
         p = self.params
         wp.launch(
             kernels.reset_kernel,
-            dim=env.num_envs,
+            dim=world.num_envs,
             inputs=[
-                env.seed,
+                world.seed,
                 p.reset_joint_position,
                 p.reset_joint_velocity,
                 self.default_q,
-                env.reset_mask,
-                env.episode_id,
+                world.reset_mask,
+                world.episode_id,
             ],
-            outputs=[env.joint_q, env.joint_qd],
-            device=env.device,
+            outputs=[world.joint_q, world.joint_qd],
+            device=world.device,
         )
 
-    def observe(self, env) -> None:
+    def observe(self, world: World) -> None:
         p = self.params
         wp.launch(
             kernels.observe_kernel,
-            dim=env.num_envs,
+            dim=world.num_envs,
             inputs=[
                 p.min_height,
                 p.min_upright,
                 p.forward_weight,
                 p.action_cost,
-                env.joint_q,
-                env.joint_qd,
-                env.executed_action,
+                world.joint_q,
+                world.joint_qd,
+                world.executed_action,
             ],
-            outputs=[env.proprio, env.task_reward, env.task_terminated],
-            device=env.device,
+            outputs=[world.proprio, world.task_reward, world.task_terminated],
+            device=world.device,
         )
 
-    def expert(self, env):
+    def expert(self, world: World):
         p = self.params
-        action = wp.zeros((env.num_envs, self.spec.action_dim), dtype=float, device=env.device)
+        action = wp.zeros((world.num_envs, self.spec.action_dim), dtype=float, device=world.device)
 
         def act(observation: dict) -> wp.array:
             wp.launch(
                 kernels.expert_kernel,
-                dim=(env.num_envs, 4),
+                dim=(world.num_envs, 4),
                 inputs=[
-                    env.config.control_dt,
+                    world.config.control_dt,
                     p.gait_frequency,
                     p.gait_hip_amplitude,
                     p.gait_ankle_amplitude,
                     p.gait_stiffness,
                     p.gait_damping,
                     self.default_q,
-                    env.action_scale,
-                    env.action_low,
-                    env.action_high,
+                    world.action_scale,
+                    world.action_low,
+                    world.action_high,
                     observation["step_id"],
                     observation["proprio"],
                 ],
                 outputs=[action],
-                device=env.device,
+                device=world.device,
             )
             return action
 

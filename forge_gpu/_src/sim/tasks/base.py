@@ -1,18 +1,27 @@
-"""What a task provides to :class:`~forge_gpu._src.sim.env.VectorEnv`.
+"""What a task provides to the env: a spec, a scene builder for one world, and hooks over all worlds.
 
-A task is data plus a few kernels: a config file ``configs/<id>.toml``, a scene builder for one
-world, and launches of its action, reset and observation kernels over all worlds at once.
+A task is data plus a few kernels: a config file ``configs/<id>.toml``, a scene builder for one world,
+and launches of its action, reset and observation kernels over all worlds at once. Every hook takes the
+:class:`~forge_gpu._src.sim.world.World` (the model, state, control and per-world buffers it shares with
+the env), never the env. A task changes the world only through the device arrays its launches write; it
+assigns no attribute of the world. What it adds (observation fields, calibration) it returns from
+:meth:`Task.bind` as a :class:`TaskBinding`, which the env checks (:func:`bind_task`) and stores in the
+world (``world.task_fields``, ``world.calibration``).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import warp as wp
 
 if TYPE_CHECKING:
     import newton
 
-    from forge_gpu._src.sim.env import VectorEnv
+    from forge_gpu._src.sim.world import World
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +42,18 @@ class TaskSpec:
     """Whether the scene needs contact handling."""
     has_success: bool = False
     """Whether the task defines success; a successful episode ends terminated (with success reached)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskBinding:
+    """What :meth:`Task.bind` contributes to the env, which checks it and stores it in the world."""
+
+    fields: dict[str, wp.array] = field(default_factory=dict)
+    """The task's observation fields: name -> device array ``[N, *shape]``, one per entry of
+    :meth:`Task.observation_fields` with its shape and dtype. ``observe`` (or its kernels) fills them."""
+    calibration: dict[str, Any] = field(default_factory=dict)
+    """Sensor calibration (camera intrinsics and poses, ...), JSON-serializable; ``env.calibration`` and
+    run.json's ``calibration``."""
 
 
 class Task:
@@ -58,21 +79,55 @@ class Task:
         """Add one world's bodies, joints and shapes to ``builder``."""
         raise NotImplementedError
 
-    def bind(self, env: VectorEnv) -> None:
-        """Allocate task buffers once the model exists (device arrays, gains, cameras)."""
-
-    def apply_action(self, env: VectorEnv) -> None:
-        """Write ``env.executed_action`` into the control (efforts or targets) of every world."""
-        raise NotImplementedError
-
-    def reset_worlds(self, env: VectorEnv) -> None:
-        """Write the randomized start state of the worlds selected by ``env.reset_mask``."""
-        raise NotImplementedError
-
-    def observe(self, env: VectorEnv) -> None:
-        """Fill ``env.proprio``, task fields, ``env.task_reward`` and ``env.task_terminated``."""
-        raise NotImplementedError
-
-    def expert(self, env: VectorEnv):
-        """A scripted policy ``(observation) -> wp.array [N, A]`` on the env's device; ``None`` if none."""
+    def bind(self, world: World) -> TaskBinding | None:
+        """Allocate task buffers once the model exists (device arrays, gains, cameras) and return what the
+        task contributes: its observation fields and calibration (``None``: nothing)."""
         return None
+
+    def apply_action(self, world: World) -> None:
+        """Write ``world.executed_action`` into the control (efforts or targets) of every world."""
+        raise NotImplementedError
+
+    def reset_worlds(self, world: World) -> None:
+        """Write the randomized start state of the worlds selected by ``world.reset_mask``."""
+        raise NotImplementedError
+
+    def observe(self, world: World) -> None:
+        """Fill ``world.proprio``, the task's fields, ``world.task_reward`` and ``world.task_terminated``."""
+        raise NotImplementedError
+
+    def expert(self, world: World):
+        """A scripted policy ``(observation) -> wp.array [N, A]`` on the world's device; ``None`` if none."""
+        return None
+
+
+def bind_task(task: Task, world: World) -> TaskBinding:
+    """``task.bind(world)``, checked: ``ValueError`` names a field that ``observation_fields`` does not
+    declare, or that is missing, or has another shape, dtype or device, and a calibration JSON cannot hold."""
+    binding = task.bind(world)
+    name = type(task).__name__
+    if binding is None:
+        binding = TaskBinding()
+    if not isinstance(binding, TaskBinding):
+        raise ValueError(f"{name}.bind returned {binding!r}; expected a TaskBinding or None")
+    declared = task.observation_fields()
+    if set(binding.fields) != set(declared):
+        raise ValueError(
+            f"{name}.bind returned fields {sorted(binding.fields)}; observation_fields() declares {sorted(declared)}"
+        )
+    for key, (shape, dtype) in declared.items():
+        array = binding.fields[key]
+        want = (world.num_envs, *shape)
+        if not isinstance(array, wp.array):
+            raise ValueError(f"{name}.bind: field {key!r} is a {type(array).__name__}; expected a Warp array")
+        got = np.dtype(wp.dtype_to_numpy(array.dtype))
+        if tuple(array.shape) != want or got != np.dtype(dtype) or array.device != world.device:
+            raise ValueError(
+                f"{name}.bind: field {key!r} is {got} {tuple(array.shape)} on {array.device}; "
+                f"expected {np.dtype(dtype)} {want} on {world.device}"
+            )
+    try:
+        json.dumps(binding.calibration)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}.bind: calibration is not JSON-serializable ({e})") from e
+    return binding

@@ -10,6 +10,7 @@ import warp as wp
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import cartpole as kernels
 
 
@@ -108,65 +109,65 @@ class CartpoleTask(Task):
         for shape in range(builder.shape_count):
             builder.shape_flags[shape] &= ~newton.ShapeFlags.COLLIDE_SHAPES
 
-    def bind(self, env) -> None:
+    def bind(self, world: World) -> None:
         cfg = self.config
         gain = lqr_gain(self.params, cfg.action.scale[0], cfg.control_dt)
-        self.expert_gain = wp.array(gain.astype(np.float32), dtype=float, device=env.device)
+        self.expert_gain = wp.array(gain.astype(np.float32), dtype=float, device=world.device)
 
-    def apply_action(self, env) -> None:
+    def apply_action(self, world: World) -> None:
         wp.launch(
             kernels.apply_action_kernel,
-            dim=env.num_envs,
-            inputs=[env.action_scale, env.executed_action],
-            outputs=[env.joint_f],
-            device=env.device,
+            dim=world.num_envs,
+            inputs=[world.action_scale, world.executed_action],
+            outputs=[world.joint_f],
+            device=world.device,
         )
 
-    def reset_worlds(self, env) -> None:
+    def reset_worlds(self, world: World) -> None:
         p = self.params
         wp.launch(
             kernels.reset_kernel,
-            dim=env.num_envs,
+            dim=world.num_envs,
             inputs=[
-                env.seed,
+                world.seed,
                 p.reset_cart_position,
                 p.reset_pole_angle,
                 p.reset_velocity,
-                env.reset_mask,
-                env.episode_id,
+                world.reset_mask,
+                world.episode_id,
             ],
-            outputs=[env.joint_q, env.joint_qd],
-            device=env.device,
+            outputs=[world.joint_q, world.joint_qd],
+            device=world.device,
         )
 
-    def observe(self, env) -> None:
+    def observe(self, world: World) -> None:
         p = self.params
         wp.launch(
             kernels.observe_kernel,
-            dim=env.num_envs,
+            dim=world.num_envs,
             inputs=[
                 p.cart_limit,
                 p.pole_angle_limit,
                 p.angle_cost,
                 p.action_cost,
-                env.joint_q,
-                env.joint_qd,
-                env.executed_action,
+                world.joint_q,
+                world.joint_qd,
+                world.executed_action,
             ],
-            outputs=[env.proprio, env.task_reward, env.task_terminated],
-            device=env.device,
+            outputs=[world.proprio, world.task_reward, world.task_terminated],
+            device=world.device,
         )
 
-    def expert(self, env):
-        action = wp.zeros((env.num_envs, self.spec.action_dim), dtype=float, device=env.device)
+    def expert(self, world: World):
+        action = wp.zeros((world.num_envs, self.spec.action_dim), dtype=float, device=world.device)
 
         def act(observation: dict) -> wp.array:
             wp.launch(
                 kernels.expert_kernel,
-                dim=env.num_envs,
-                inputs=[self.expert_gain, env.action_low, env.action_high, observation["proprio"]],
+                dim=world.num_envs,
+                inputs=[self.expert_gain, world.action_low, world.action_high, observation["proprio"]],
                 outputs=[action],
-                device=env.device,
+                device=world.device,
             )
             return action
 

@@ -17,7 +17,8 @@ import warp as wp
 from newton.sensors import SensorCamera
 
 from forge_gpu._src.sim.config import bounded
-from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
+from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import reach as kernels
 
 IMAGE_SIZES = (32, 64, 128, 256)
@@ -287,8 +288,9 @@ class ReachTask(Task):
         for shape in range(builder.shape_count):
             builder.shape_flags[shape] &= ~newton.ShapeFlags.COLLIDE_SHAPES
 
-    def bind(self, env) -> None:
-        p, model, n = self.params, env.model, env.num_envs
+    def bind(self, world: World) -> TaskBinding:
+        """The arm's buffers and the camera; contributes ``rgb``, ``depth`` and the camera's calibration."""
+        p, model, n = self.params, world.model, world.num_envs
         size = p.image_size
         labels = np.array([label.rsplit("/", 1)[-1] for label in model.shape_label])
         target_shapes = np.flatnonzero(labels == "target")
@@ -296,16 +298,16 @@ class ReachTask(Task):
         hands = np.flatnonzero(body_labels == "hand")
         # replicate() adds the worlds in order, so the i-th match belongs to world i.
         assert len(target_shapes) == n and len(hands) == n
-        self.target_shape = wp.array(target_shapes.astype(np.int32), device=env.device)
-        self.ee_body = wp.array(hands.astype(np.int32), device=env.device)
-        self.target_pos = wp.zeros(n, dtype=wp.vec3, device=env.device)
+        self.target_shape = wp.array(target_shapes.astype(np.int32), device=world.device)
+        self.ee_body = wp.array(hands.astype(np.int32), device=world.device)
+        self.target_pos = wp.zeros(n, dtype=wp.vec3, device=world.device)
         """Target centre per world [m], shape (N,)."""
-        self.home_q = wp.array(np.asarray(p.home_q, np.float32), device=env.device)
-        self.joint_target_q = env.control.joint_target_q.reshape((n, -1))
+        self.home_q = wp.array(np.asarray(p.home_q, np.float32), device=world.device)
+        self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
 
         pose = camera_to_world(p.camera_position, p.camera_look_at)
         intrinsics = pinhole_intrinsics(size, p.camera_fov)
-        env.calibration = {
+        calibration = {
             "cameras": {
                 "front": {
                     "intrinsics": intrinsics,
@@ -319,76 +321,75 @@ class ReachTask(Task):
         # Newton's camera frame is OpenGL's (x right, y up, looking along -z): flip y and z.
         gl = pose[:3, :3] @ np.diag([1.0, -1.0, -1.0])
         xform = wp.transform(wp.vec3(*pose[:3, 3]), wp.quat_from_matrix(wp.mat33(*gl.flatten())))
-        self.camera_transforms = wp.array([xform] * n, dtype=wp.transformf, device=env.device)
+        self.camera_transforms = wp.array([xform] * n, dtype=wp.transformf, device=world.device)
         self.camera = SensorCamera(model, load_textures=False)
         self.camera.create_default_light(enable_shadows=False)
         self.camera.default_clear_data = SensorCamera.ClearData(clear_color=_BACKGROUND, clear_depth=0.0)
         self.camera_rays = SensorCamera.compute_camera_rays_pinhole(
-            size, size, camera_fov=math.radians(p.camera_fov), device=env.device
+            size, size, camera_fov=math.radians(p.camera_fov), device=world.device
         )
         self.color = self.camera.allocate_image_color(n, size, size)
-        self.rgb = wp.zeros((n, size, size, 3), dtype=wp.uint8, device=env.device)
+        self.rgb = wp.zeros((n, size, size, 3), dtype=wp.uint8, device=world.device)
         """RGB image per world, uint8 [N, H, W, 3]."""
         self.depth = self.camera.allocate_image_depth_forward(n, size, size)
         """Depth along the optical axis per world [m], float32 [N, H, W]; 0 where nothing is hit."""
-        env.task_fields["rgb"] = self.rgb
-        env.task_fields["depth"] = self.depth
+        return TaskBinding(fields={"rgb": self.rgb, "depth": self.depth}, calibration=calibration)
 
-    def apply_action(self, env) -> None:
+    def apply_action(self, world: World) -> None:
         wp.launch(
             kernels.apply_action_kernel,
-            dim=env.executed_action.shape,
-            inputs=[env.action_scale, env.executed_action],
+            dim=world.executed_action.shape,
+            inputs=[world.action_scale, world.executed_action],
             outputs=[self.joint_target_q],
-            device=env.device,
+            device=world.device,
         )
 
-    def reset_worlds(self, env) -> None:
+    def reset_worlds(self, world: World) -> None:
         p = self.params
         wp.launch(
             kernels.reset_kernel,
-            dim=env.num_envs,
+            dim=world.num_envs,
             inputs=[
-                env.seed,
+                world.seed,
                 self.home_q,
                 p.reset_noise,
                 p.target_yaw_range,
                 wp.vec2(*p.target_radius),
                 wp.vec2(*p.target_height),
                 self.target_shape,
-                env.reset_mask,
-                env.episode_id,
+                world.reset_mask,
+                world.episode_id,
             ],
-            outputs=[env.joint_q, env.joint_qd, self.target_pos, env.model.shape_transform],
-            device=env.device,
+            outputs=[world.joint_q, world.joint_qd, self.target_pos, world.model.shape_transform],
+            device=world.device,
         )
 
-    def observe(self, env) -> None:
+    def observe(self, world: World) -> None:
         p = self.params
         wp.launch(
             kernels.observe_kernel,
-            dim=env.num_envs,
+            dim=world.num_envs,
             inputs=[
                 self.ee_body,
                 wp.vec3(0.0, 0.0, p.hand_length),
                 p.tolerance,
                 p.success_bonus,
-                env.joint_q,
-                env.joint_qd,
-                env.state_0.body_q,
+                world.joint_q,
+                world.joint_qd,
+                world.state_0.body_q,
                 self.target_pos,
             ],
-            outputs=[env.proprio, env.task_reward, env.task_terminated],
-            device=env.device,
+            outputs=[world.proprio, world.task_reward, world.task_terminated],
+            device=world.device,
         )
         if p.render:
-            self.render(env)
+            self.render(world)
 
-    def render(self, env) -> None:
+    def render(self, world: World) -> None:
         """Render every world's camera into ``rgb`` and ``depth`` with one ``SensorCamera`` call."""
-        env.model.bvh_refit_shapes(env.state_0)
+        world.model.bvh_refit_shapes(world.state_0)
         self.camera.update(
-            env.state_0,
+            world.state_0,
             self.camera_transforms,
             self.camera_rays,
             color_image=self.color,
@@ -400,30 +401,30 @@ class ReachTask(Task):
             dim=self.color.shape,
             inputs=[self.color],
             outputs=[self.rgb],
-            device=env.device,
+            device=world.device,
         )
 
-    def expert(self, env):
+    def expert(self, world: World):
         p = self.params
-        action = wp.zeros((env.num_envs, self.spec.action_dim), dtype=float, device=env.device)
+        action = wp.zeros((world.num_envs, self.spec.action_dim), dtype=float, device=world.device)
 
         def act(observation: dict) -> wp.array:
             wp.launch(
                 kernels.expert_kernel,
-                dim=env.num_envs,
+                dim=world.num_envs,
                 inputs=[
                     p.shoulder_height,
                     p.upper_arm_length,
                     p.forearm_length,
                     p.hand_length,
                     p.expert_max_step,
-                    env.action_low,
-                    env.action_high,
-                    env.action_scale,
+                    world.action_low,
+                    world.action_high,
+                    world.action_scale,
                     observation["proprio"],
                 ],
                 outputs=[action],
-                device=env.device,
+                device=world.device,
             )
             return action
 

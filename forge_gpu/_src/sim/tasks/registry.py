@@ -1,0 +1,48 @@
+"""The task registry: task id -> Task class, for :func:`forge_gpu.make` and ``forge-gpu collect``.
+
+Adding a task is one recipe (docs/ARCHITECTURE.md): a config ``configs/<id>.toml``, its Warp kernels in
+``kernels/<id>.py``, a module ``forge_gpu/_src/sim/tasks/<id>.py`` with a :class:`Task` subclass (its hooks
+take the :class:`~forge_gpu._src.sim.world.World`: see ``base.py``), and a registration: the tuple below for
+a task shipped with forge_gpu, or :func:`register_task` (with the config file's path) for a task that lives
+in another package. The env imports :mod:`tasks.base` alone, so it never loads this registry or the tasks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from forge_gpu._src.sim.tasks.ant import AntTask
+from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
+from forge_gpu._src.sim.tasks.reach import ReachTask
+
+TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (AntTask, CartpoleTask, ReachTask)}
+TASK_CONFIG_FILES: dict[str, Path] = {}
+"""Config files of the tasks registered with a ``config`` path; the others use ``configs/<id>.toml``."""
+
+
+def register_task(cls: type[Task], *, config: str | os.PathLike | None = None) -> type[Task]:
+    """Make ``cls`` a task of :func:`forge_gpu.make` and ``forge-gpu collect`` under ``cls.spec.id``.
+
+    Args:
+        cls: A :class:`Task` subclass with class attributes ``spec`` (a :class:`TaskSpec`) and
+            ``params_type`` (the frozen dataclass of its config's ``[params]`` table).
+        config: Its TOML config file; default ``configs/<id>.toml`` among forge_gpu's configs.
+
+    Raises ValueError for a class that is not such a task, an id already taken, or a missing config file.
+    Returns ``cls``, so it also serves as a class decorator (without ``config``).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ValueError(f"register_task({cls!r}): expected a subclass of forge_gpu.Task")
+    spec = getattr(cls, "spec", None)
+    if not isinstance(spec, TaskSpec) or not isinstance(getattr(cls, "params_type", None), type):
+        raise ValueError(f"{cls.__name__}: a task class needs spec = TaskSpec(...) and params_type = <dataclass>")
+    if spec.id in TASKS:
+        raise ValueError(f"task {spec.id!r} is already registered ({TASKS[spec.id].__name__}); choose another id")
+    if config is not None:
+        if not Path(config).is_file():
+            raise ValueError(f"register_task({cls.__name__}, config={str(config)!r}): no such file")
+        TASK_CONFIG_FILES[spec.id] = Path(config)
+    TASKS[spec.id] = cls
+    return cls
