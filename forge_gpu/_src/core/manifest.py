@@ -44,8 +44,9 @@ MANIFEST_KEYS = tuple(_MANIFEST_TYPES)
 
 
 def validate_manifest(manifest: Any, *, name: str) -> None:
-    """Check run.json's keys and their types (docs/FORMAT.md); raise ValueError naming the file and the key.
-    Whether a registered format reads it is :func:`formats.registry.read_manifest`'s check."""
+    """Check run.json's keys and their types (docs/FORMAT-v1.md, "run.json"; docs/FORMAT.md adds the packed
+    keys); raise ValueError naming the file and the key. Whether a registered format reads it is
+    :func:`formats.registry.read_manifest`'s check."""
     if not isinstance(manifest, dict):
         raise ValueError(f"{name}: must hold a JSON object, got {type(manifest).__name__}")
     for key, kind in _MANIFEST_TYPES.items():

@@ -1,7 +1,8 @@
 """Read a run directory or a dataset of runs: the manifest, checked episodes, training windows.
 
-A run is of any registered format (:mod:`formats`): schema 1 (FORMAT.md: one ``.npz`` per episode,
-read by :mod:`npz_reader`) or packed (schema 2, docs/FORMAT.md, read by :mod:`packed_reader`); all read
+A run is of any registered format (:mod:`formats.registry`): schema 1 (docs/FORMAT-v1.md: one ``.npz`` per
+episode, read by :mod:`formats.npz.reader`) or packed (schema 2, docs/FORMAT.md, read by
+:mod:`formats.packed.reader`); all read
 back as the same :class:`Episode` objects. A dataset root is a directory holding ``dataset.json``
 (written by the distributed collector) and its run directories. Over a dataset, episodes are counted in
 the order of the runs in ``dataset.json``, then in each run's order (schema 1: file names; packed: the
@@ -73,7 +74,7 @@ def action_windows(
     *,
     options: EpisodeReadOptions | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield training windows (FORMAT.md "Training windows") of the episodes of one shard.
+    """Yield training windows (docs/FORMAT-v1.md, "Training windows") of the episodes of one shard.
 
     ``directory`` is a run directory or a dataset root; episodes and shards are as in :func:`read_episodes`.
     For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict

@@ -27,8 +27,8 @@ MANIFEST_RESERVE = RUN_MANIFEST + ".reserve.tmp"
 
 @runtime_checkable
 class Recorder(Protocol):
-    """What ``collect`` needs of a recorder: :class:`PackedRecorder` (schema 2) and :class:`EpisodeRecorder`
-    (schema 1) implement it, on :class:`RecorderBase`. A run format (:class:`formats.RunFormat`) makes its
+    """What ``collect`` needs of a recorder: :class:`PackedRecorder` (schema 2) and :class:`NpzRecorder`
+    (schema 1) implement it, on :class:`RecorderBase`. A run format (:class:`formats.registry.RunFormat`) makes its
     recorder."""
 
     def append(self, observation: Mapping[str, np.ndarray], result: Any) -> None:
