@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.core.manifest import RUN_MANIFEST, validate_manifest
 from forge_gpu._src.formats.npz import identity as npz
 from forge_gpu._src.formats.packed import identity as packed
+
+if TYPE_CHECKING:  # types only: the registry loads with the standard library alone
+    from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+    from forge_gpu._src.core.manifest import RunDescription
+    from forge_gpu._src.recording.base import Recorder
 
 
 @runtime_checkable
@@ -39,11 +44,13 @@ class RunReader(Protocol):
         """``(env_id, episode_id, steps)`` of the ``k``-th episode, from the index alone."""
         ...
 
-    def read(self, ks: list[int], options: Any) -> Iterator[Any]:
+    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
         """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``."""
         ...
 
-    def frame_table(self, ks: list[int], options: Any, *, mmap: bool = False) -> tuple[list[str], list, dict]:
+    def frame_table(
+        self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
+    ) -> tuple[list[str], list[tuple[int, dict]], dict]:
         """The episodes ``ks`` (ascending, at least one), checked, as a frame table for random access
         (:mod:`core.frames`; ``Windows`` reads it): the observation fields; the table's blocks, each
         ``(first row, {"obs/<F>" for every field, "action", ...: [rows, ...] array})``, ascending and
@@ -76,9 +83,10 @@ class RunFormat(Protocol):
         """Whether ``manifest`` (run.json, keys already type-checked) is a run of this format."""
         ...
 
-    def recorder(self, directory: str, run: Any, options: Any) -> Any:
+    def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
         """A new :class:`Recorder` writing run ``directory`` (it must not exist), for the :class:`RunDescription`
-        (or env) ``run`` and the :class:`RecordingOptions` ``options``."""
+        (or env) ``run`` and the :class:`RecordingOptions` ``options`` (typed ``Any``: ``formats.options``
+        imports this registry for its checks, so naming its type here would close a cycle)."""
         ...
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
@@ -93,7 +101,7 @@ class RunFormat(Protocol):
         (``repair_run``)."""
         ...
 
-    def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
+    def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
         """Write checked episodes into the empty ``directory`` as this format's episode files; return the
         count and the run.json keys to set (the identity and any of the format's own). run.json is the
         caller's (``convert_run``)."""
@@ -111,7 +119,7 @@ class PackedFormat:
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return all(manifest.get(key) == value for key, value in self.identity.items())
 
-    def recorder(self, directory: str, run: Any, options: Any) -> Any:
+    def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
         from forge_gpu._src.formats.packed.recorder import PackedRecorder  # noqa: PLC0415
 
         budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
@@ -127,7 +135,7 @@ class PackedFormat:
 
         return repair_packed(run_dir, manifest)
 
-    def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
+    def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
         from forge_gpu._src.formats.packed.writer import write_episodes  # noqa: PLC0415
 
         count = write_episodes(directory, episodes, compression)
@@ -145,7 +153,7 @@ class NpzFormat:
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
 
-    def recorder(self, directory: str, run: Any, options: Any) -> Any:
+    def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
         from forge_gpu._src.formats.npz.recorder import NpzRecorder  # noqa: PLC0415
 
         budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
@@ -169,7 +177,7 @@ class NpzFormat:
 
         return {"removed": remove_unmarked(run_dir), "actions": [], "recovered_episodes": 0}
 
-    def write(self, directory: str, episodes: Iterable[Any], compression: str) -> tuple[int, dict]:
+    def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
         from forge_gpu._src.formats.npz.writer import write_episodes  # noqa: PLC0415
 
         return write_episodes(directory, episodes, compression), dict(self.identity)
