@@ -7,7 +7,7 @@ frame table for random access), the repair of a run a killed process left (a rep
 writing of checked episodes as a new run (``convert``). ``make_recorder``, ``open_run``, ``repair_run``,
 ``inspect_run``, ``convert_run``, run.json's checks and the command line's choices all look formats up
 here, so a new format is one class that satisfies :class:`RunFormat` and one :func:`register_format` call
-(tests/test_formats.py registers one from outside the package).
+(tests/test_registry.py registers one from outside the package).
 
 Two are built in: ``packed`` (schema 2, many episodes per file, docs/FORMAT.md) and ``npz`` (schema 1, one
 file per episode, docs/FORMAT-v1.md). The standard library only at import: an implementation imports
