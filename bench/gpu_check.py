@@ -28,6 +28,7 @@ Sections, in order (each row of the table is one figure; JSON and markdown under
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,9 @@ def cuda_tests(device, timeout_s: float) -> list[dict]:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider"],
             cwd=HERE.parent,
+            # Keep the repository's root off sys.path: its forge_gpu/ would shadow an installed one
+            # (bench/offline.py install, PYTHONPATH), and without an install it has no forge_gpu.kernels.
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
             capture_output=True,
             text=True,
             timeout=timeout_s,
