@@ -1,35 +1,60 @@
-"""One prepared GPU check: the CUDA tests, then the GPU figures, in one command (issue 13).
+"""One prepared GPU check: warm-up, the CUDA and torch tests, then the GPU figures, in one command (issues 13, 21).
 
-python bench/gpu_check.py --out DIR            # on a GPU machine; sized for at most ~8 minutes on one H200
+python bench/gpu_check.py --out DIR            # on a GPU machine; sized for ~8 minutes on one H200, cold kernel cache
 python bench/gpu_check.py --smoke --out DIR    # tiny sizes on whatever device there is (CI: the CPU)
-python bench/gpu_check.py --only pipeline --out DIR   # some sections again (doctor, tests, bandwidth, ...)
+python bench/gpu_check.py --only pipeline --out DIR   # some sections again (warmup, doctor, tests, torch, ...)
 
-A section that raises becomes an ``error`` row (its exception and the last lines of its traceback) and the
-next section runs; the table and JSON under --out are rewritten after every section, so a run stopped by
-a time limit still leaves what it measured. Exit status 1 when a check failed or a section raised.
+Built for one try on a scarce machine. Every section runs in its own process (this script again, with
+``--section NAME``), Python unbuffered, its output in ``DIR/gpu_check_logs/NAME.log``, under its own
+timeout (ESTIMATES below, with margin). A section that raises gives an ``error`` row with its exception; one
+that crashes, hangs or meets a sticky CUDA error costs only its own row: a process cut at its timeout (SIGTERM,
+then SIGKILL, its whole process group) gives a ``timeout`` row, one that died an ``error`` row, each with the
+last lines of its log and, for a hang, where Python was (a faulthandler dump just before the cut). Rows a
+section gave before it failed are kept. Then the next section runs. This process never touches the GPU. The
+table and JSON under --out are rewritten after every section, so a run stopped early keeps what it
+measured. Exit status 1 when a check failed, a section raised, crashed or timed out.
 
-Sections, in order (each row of the table is one figure; JSON and markdown under --out):
-  doctor          ``forge-gpu doctor``'s checks (device, driver, toolkit, conditional nodes, memory pools,
-                  a page-locked copy, capture and replay)
-  tests           ``pytest -k cuda``: every device-parametrized test, on cuda:0 (skipped without a GPU)
+Sections, in order (one row per figure):
+  machine         platform, Python, CPUs, load, GPU, package versions, which forge_gpu was imported, the device
+  warmup_TASK     cartpole, reach and ant at 2 envs: make, reset (compiles every kernel module imported, on first
+                  use, and captures the step graph), 2 steps; timed per task. Fills the kernel cache for the
+                  sections after it, so their times are their own, and a compile failure names its task
+  doctor          ``forge-gpu doctor``'s checks (device, driver, toolkit, conditional nodes, memory pools, a
+                  page-locked copy, capture and replay)
+  tests           pytest -k "cuda or torch": every device-parametrized test on cuda:0 and the torch tests, -v -rA,
+                  a per-test timeout where pytest-timeout is importable, junit XML in the logs folder; passed,
+                  failed and skipped counted from the XML (stopped at its deadline with SIGINT, pytest still
+                  writes what finished)
   bandwidth       the transport's copy of one reach 64x64 batch (1024 envs, 29 MB) into a pinned slot, timed
                   with the slot's CUDA events, against the page-locked device-to-host peak (one 256 MiB
                   ``wp.copy``); target 0.8. On the CPU: np.copyto of the same bytes
   pipeline_TASK   env-steps/s of stepping only, with the transport (``collect`` without recording) and with
-                  recording (packed, to --record-dir); efficiency = recording / stepping, target 0.9.
-                  cartpole at 4096 envs, reach 64x64 RGB-D at 1024 envs
-  syncs           host waits per step, by timing: S steps (policy + step) are queued with no synchronization;
-                  ``queue_s`` is the time until the last call returns, ``total_s`` until the device finishes.
-                  A step that waited on the device would make queue_s about total_s; a fraction well below 1
-                  means the CPU ran ahead (0 host syncs per step in steady state). Not meaningful on the CPU
-                  device, whose launches run synchronously.
+                  recording (packed, statistics off, to --record-dir); efficiency = recording / stepping, target
+                  0.9. cartpole at 4096 envs, reach 64x64 RGB-D at 1024 envs
+  torch           ``collect`` of cartpole on the device driven by torch: a torch callable whose CUDA float32
+                  tensors the env stages itself, every other one strided (a column of a wider tensor), then the
+                  same through ``load_policy("MODULE:FACTORY")`` (TorchPolicy); each run is read back
+                  (``read_episodes``) and every recorded action must equal the policy's output for that row's
+                  observation, clipped to the action bounds. On the CPU the same with CPU tensors
+  syncs           does the stepping loop (policy + step) wait on the device? See syncs() below. Not meaningful
+                  on the CPU device, whose launches run synchronously
+
+Test hook: ``--test-section hang`` / ``--test-section crash`` (hidden from --help) add a section, run first, that
+hangs ignoring SIGTERM (cut after HOOK_TIMEOUTS["hang"] s) or aborts after one row; tests/test_bench_smoke.py
+uses them to show that the other sections still run and report.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import functools
+import json
 import os
+import platform
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,80 +62,272 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import machine, save, table  # noqa: E402
+from common import RESULTS, save, table  # noqa: E402
 
 FULL = {
-    "cartpole": {"num_envs": 4096, "steps": 2000},
-    "reach": {"num_envs": 1024, "steps": 200},
-    "bandwidth_publishes": 50,
-    "sync_steps": 2000,
-    "tests_timeout_s": 300,
+    "cartpole": {"num_envs": 4096, "steps": 1000},
+    "reach": {"num_envs": 1024, "steps": 100},
+    "bandwidth": {"num_envs": 1024, "publishes": 50},
+    "torch": {"num_envs": 1024, "steps": 150, "max_steps": 50},
+    "syncs": {"num_envs": 64, "burst": 32, "delay_s": 0.25},
+    "tests": {"paths": ["tests"], "per_test_timeout_s": 45},
 }
 SMOKE = {
     "cartpole": {"num_envs": 16, "steps": 10},
     "reach": {"num_envs": 4, "steps": 4},
-    "bandwidth_publishes": 3,
-    "sync_steps": 10,
-    "tests_timeout_s": 300,
+    "bandwidth": {"num_envs": 4, "publishes": 3},
+    "torch": {"num_envs": 8, "steps": 30, "max_steps": 10},
+    "syncs": {"num_envs": 16, "burst": 8, "delay_s": 0.05},
+    "tests": {"paths": ["tests/test_env.py"], "per_test_timeout_s": 120},
 }
+WARMUP_TASKS = ("cartpole", "reach", "ant")
+
+# Seconds each section is expected to take, process start-up included: (full run on one H200 from a cold kernel
+# cache, --smoke on a 2-core CPU with a warm cache). Not yet measured on a GPU: the full column is a budget, with
+# the cold compilation of MuJoCo Warp's and Newton's kernels (about 60 s on this 2-core CPU, NVRTC's time
+# unknown) put in warmup_cartpole. Rerun with the per-section seconds of the first GPU run.
+ESTIMATES = {
+    "machine": (8, 4),
+    "warmup_cartpole": (90, 8),
+    "warmup_reach": (25, 8),
+    "warmup_ant": (25, 8),
+    "doctor": (10, 8),
+    "tests": (70, 20),
+    "bandwidth": (15, 8),
+    "pipeline_cartpole": (25, 8),
+    "pipeline_reach": (35, 10),
+    "torch": (15, 10),
+    "syncs": (10, 6),
+}
+HOOK_TIMEOUTS = {"hang": 4.0, "crash": 60.0}
+"""Timeouts of the test-hook sections [s]."""
+TERM_GRACE_S = 3.0
+"""From SIGTERM to SIGKILL when a section is cut."""
+TESTS_GRACE_S = 15.0
+"""The tests section stops pytest (SIGINT) this long before its own timeout, so pytest can write its junit XML."""
 
 
-def doctor() -> list[dict]:
+def timeout_for(name: str, smoke: bool) -> float:
+    """A section's timeout [s]: 1.3 x its estimate + 10 s in a full run (the full sum stays under 9 minutes);
+    generous in --smoke, where a CI machine may compile the CPU kernels cold and nothing is scarce."""
+    if name in HOOK_TIMEOUTS:
+        return HOOK_TIMEOUTS[name]
+    full, small = ESTIMATES[name]
+    return float(round(120 + 4 * small) if smoke else round(1.3 * full + 10))
+
+
+def estimate_for(name: str, smoke: bool) -> float:
+    if name in HOOK_TIMEOUTS:
+        return 1.0
+    return float(ESTIMATES[name][1 if smoke else 0])
+
+
+# -- the sections (each runs in its own process; a generator of rows) ------------------------------------------
+
+
+def say(ctx, message: str) -> None:
+    """A progress line in the section's log (the last ones go into a timeout row)."""
+    print(f"[{time.perf_counter() - ctx.started:7.1f} s] {message}", flush=True)
+
+
+def device_of(ctx):
+    """The Warp device of this run (Warp starts here, in the section's process)."""
+    import warp as wp
+
+    import forge_gpu
+
+    return wp.get_device(ctx.device or forge_gpu.default_device())
+
+
+def machine_section(ctx):
+    """What the figures were measured on; the parent keeps these rows as the JSON's ``machine``."""
+    import importlib.metadata
+
+    import warp as wp
+
+    import forge_gpu
+    from forge_gpu._src.sim.env import device_choice
+
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count()}
+    if hasattr(os, "getloadavg"):
+        info["load_average_1m"] = os.getloadavg()[0]  # other processes on a shared machine skew the figures
+    for name in ("warp-lang", "newton", "mujoco-warp", "torch", "pytest", "pytest-timeout"):
+        try:
+            info[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            info[name] = "-"
+    info["forge_gpu"] = str(Path(forge_gpu.__file__).parent)
+    choice, why = device_choice()
+    if wp.get_cuda_device_count() > 0:
+        gpu = wp.get_device("cuda:0")
+        info["gpu"] = f"{gpu.name}, sm_{gpu.arch}, {gpu.total_memory / 2**30:.0f} GiB"
+        driver = wp.get_cuda_driver_version()
+        info["cuda_driver"] = ".".join(map(str, driver)) if driver else "none"
+    info["device"] = ctx.device or choice
+    info["device_choice"] = why
+    for key, value in info.items():
+        yield {"figure": key, "value": value}
+
+
+def warmup(task: str, ctx):
+    import warp as wp
+
+    import forge_gpu
+
+    device = device_of(ctx)
+    say(ctx, f"make {task} x2 on {device}")
+    t0 = time.perf_counter()
+    env = forge_gpu.make(task, num_envs=2, device=str(device))
+    t1 = time.perf_counter()
+    say(ctx, "reset: compiles the kernels on first use and captures the step")
+    env.reset()
+    t2 = time.perf_counter()
+    policy = forge_gpu.make_policy("random", env)
+    for _ in range(2):
+        env.step(policy(env.observation))
+    wp.synchronize_device(device)
+    t3 = time.perf_counter()
+    graph = env.step_mode == "graph"
+    yield {
+        "figure": f"{task} x2 on {device}: make, reset, 2 steps",
+        "value": f"make {t1 - t0:.1f} s, reset {t2 - t1:.1f} s, 2 steps {t3 - t2:.2f} s; step {env.step_mode}",
+        "ok": graph,
+    }
+
+
+def doctor(ctx):
     from forge_gpu._src.sim.doctor import run_checks
 
-    return [{"section": "doctor", "figure": c.name, "value": c.found, "ok": c.ok} for c in run_checks()]
+    for check in run_checks():
+        yield {"figure": check.name, "value": check.found, "ok": check.ok}
 
 
-def cuda_tests(device, timeout_s: float) -> list[dict]:
-    if not device.is_cuda:
-        return [{"section": "tests", "figure": "pytest -k cuda", "value": "skipped: no CUDA device", "ok": True}]
+def junit_counts(path: Path) -> dict | None:
+    """passed / failed / errors / skipped and the failed tests' ids of a pytest junit XML; None if unreadable."""
+    import xml.etree.ElementTree as ET
+
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider"],
-            cwd=HERE.parent,
-            # Keep the repository's root off sys.path: its forge_gpu/ would shadow an installed one
-            # (bench/offline.py install, PYTHONPATH), and without an install it has no forge_gpu.kernels.
-            env={**os.environ, "PYTHONSAFEPATH": "1"},
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired as exc:
-        tail = (exc.stdout or b"")[-500:]
-        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
-        return [
-            {
-                "section": "tests",
-                "figure": "pytest -k cuda",
-                "value": f"timed out after {timeout_s:.0f} s: {tail}",
-                "ok": False,
-            }
-        ]
-    lines = done.stdout.strip().splitlines()
-    failures = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
-    summary = lines[-1] if lines else done.stderr[-500:]
-    return [
-        {
-            "section": "tests",
-            "figure": "pytest -k cuda",
-            "value": "; ".join([summary, *failures[:10]]),
-            "ok": done.returncode == 0,
-        }
-    ]
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "failures": []}
+    for case in root.iter("testcase"):
+        if not case.get("name"):
+            continue  # the test that was running when pytest was interrupted
+        name = f"{case.get('classname', '')}::{case.get('name')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+            counts["failed" if bad.tag == "failure" else "errors"] += 1
+            message = (bad.get("message") or "").splitlines()[0][:120] if bad.get("message") else ""
+            counts["failures"].append(f"{name} ({message})" if message else name)
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts
 
 
-def bandwidth(device, publishes: int) -> list[dict]:
+VERBOSE_RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.M)
+COLLECTED = re.compile(r"collected (\d+) items?(?: / (\d+) deselected)?(?: / (\d+) selected)?")
+
+
+def tests(ctx):
+    """pytest -k "cuda or torch" in a child process, stopped with SIGINT at the section's deadline."""
+    import importlib.util
+
+    size = ctx.sizes["tests"]
+    junit = ctx.logs / "tests-junit.xml"
+    junit.unlink(missing_ok=True)
+    selection = "cuda or torch"
+    command = [sys.executable, "-P", "-u", "-m", "pytest", *size["paths"], "-k", selection, "-v", "-rA"]
+    command += ["-p", "no:cacheprovider", f"--junitxml={junit}", "--ignore=tests/test_bench_smoke.py"]
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        per_test = f"per-test timeout {size['per_test_timeout_s']} s (pytest-timeout)"
+        command += ["-p", "timeout", "--timeout", str(size["per_test_timeout_s"])]
+    else:
+        per_test = "no per-test timeout: pytest-timeout is not importable"
+    deadline = max(10.0, ctx.timeout - TESTS_GRACE_S)
+    say(ctx, " ".join(command))
+    env = {k: v for k, v in os.environ.items() if k != "FORGE_GPU_VERBOSE"}  # tests check Warp's quiet start
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_child_setup,  # noqa: PLW1509 - no threads yet; SIGINT must reach pytest's handler
+    )
+    chunks: list[bytes] = []
+
+    def copy_output():
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            chunks.append(chunk)
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+
+    reader = threading.Thread(target=copy_output, daemon=True)
+    reader.start()
+    stopped = ""
+    try:
+        proc.wait(deadline)
+    except subprocess.TimeoutExpired:
+        running = b"".join(chunks).decode(errors="replace").rsplit("\n", 1)[-1].strip()
+        stopped = f"stopped at its deadline of {deadline:.0f} s" + (f" during {running}" if "::" in running else "")
+        say(ctx, f"{stopped}: SIGINT")
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(TESTS_GRACE_S - 5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            stopped += ", killed (no answer to SIGINT)"
+    reader.join(5)
+    seconds = time.perf_counter() - started
+    output = b"".join(chunks).decode(errors="replace")
+    counts = junit_counts(junit)
+    source = "junit XML"
+    if counts is None:  # killed before it wrote the XML: count the -v lines
+        source = "-v output (no junit XML)"
+        counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "failures": []}
+        for nodeid, result in VERBOSE_RESULT.findall(output):
+            key = {"PASSED": "passed", "XPASS": "passed", "FAILED": "failed", "ERROR": "errors"}.get(result, "skipped")
+            counts[key] += 1
+            if key in ("failed", "errors"):
+                counts["failures"].append(nodeid)
+    collected, selected = COLLECTED.search(output), "?"
+    if collected:
+        selected = collected.group(3) or str(int(collected.group(1)) - int(collected.group(2) or 0))
+    summary = f"{selected} selected: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    summary += f", {counts['errors']} errors in {seconds:.0f} s (from the {source}; exit {proc.returncode}); {per_test}"
+    if stopped:
+        summary += f"; {stopped}"
+    failures = counts["failures"]
+    total = counts["passed"] + counts["failed"] + counts["errors"] + counts["skipped"]
+    yield {
+        "figure": f"pytest {' '.join(size['paths'])} -k '{selection}'",
+        "value": "; ".join([summary, *failures[:10], *([f"{len(failures) - 10} more"] if len(failures) > 10 else [])]),
+        "ok": not stopped and proc.returncode == 0 and not failures and total > 0,
+    }
+
+
+def bandwidth(ctx):
     import warp as wp
 
     import forge_gpu
     from forge_gpu import HostSnapshotTransport
 
-    env = forge_gpu.make("reach", num_envs=4 if device.is_cpu else 1024, device=str(device), **{"params.render": False})
+    device, size = device_of(ctx), ctx.sizes["bandwidth"]
+    publishes = size["publishes"]
+    env = forge_gpu.make("reach", num_envs=size["num_envs"], device=str(device), **{"params.render": False})
     env.reset()
     transport = HostSnapshotTransport(env, slots=4)
     seen = []
@@ -122,6 +339,7 @@ def bandwidth(device, publishes: int) -> list[dict]:
 
     consumer = threading.Thread(target=consume)
     consumer.start()
+    say(ctx, f"{publishes} publishes")
     start = time.perf_counter()
     for _ in range(publishes):
         transport.publish()
@@ -153,122 +371,504 @@ def bandwidth(device, publishes: int) -> list[dict]:
             times.append(time.perf_counter() - t0)
         peak, reference = nbytes / min(times), "np.copyto of the same bytes"
     rate = nbytes / copy
-    return [
-        {
-            "section": "bandwidth",
-            "figure": f"transport copy, reach 64x64 x{env.num_envs} ({nbytes / 1e6:.1f} MB)",
-            "value": f"{rate / 1e9:.2f} GB/s against {peak / 1e9:.2f} GB/s ({reference})",
-            "ratio": rate / peak,
-            "target": 0.8,
-            "ok": len(seen) == publishes,
-        }
-    ]
+    yield {
+        "figure": f"transport copy, reach 64x64 x{env.num_envs} ({nbytes / 1e6:.1f} MB)",
+        "value": f"{rate / 1e9:.2f} GB/s against {peak / 1e9:.2f} GB/s ({reference})",
+        "ratio": rate / peak,
+        "target": 0.8,
+        "ok": len(seen) == publishes,
+    }
 
 
-def pipeline(task: str, size: dict, device, record_dir: str) -> list[dict]:
+def pipeline(task: str, ctx):
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import collect
+    from forge_gpu import RecordingOptions, collect
 
+    device, size = device_of(ctx), ctx.sizes[task]
+    section = f"pipeline_{task}"
+    say(ctx, f"make {task} x{size['num_envs']}")
     env = forge_gpu.make(task, num_envs=size["num_envs"], device=str(device), max_steps=200)
     policy = forge_gpu.make_policy("random", env)
     collect(env, policy, None, steps=3)  # compile and capture outside the timed runs
     env.reset()
+    say(ctx, f"stepping only, {size['steps']} steps")
     start = time.perf_counter()
     for _ in range(size["steps"]):
         env.step(policy(env.observation))
     wp.synchronize_device(device)
     stepping = size["num_envs"] * size["steps"] / (time.perf_counter() - start)
+    name = f"{task} x{size['num_envs']} on {device}, step {env.step_mode}"
+    yield {"section": section, "figure": f"{name}: stepping only", "value": f"{stepping:,.0f} env-steps/s"}
+    say(ctx, "with the transport")
     transport = collect(env, policy, None, steps=size["steps"]).env_steps_per_second
-    directory = tempfile.mkdtemp(prefix=f"gpu-check-{task}-", dir=record_dir)
+    yield {"section": section, "figure": "with the transport", "value": f"{transport:,.0f} env-steps/s"}
+    directory = tempfile.mkdtemp(prefix=f"gpu-check-{task}-", dir=ctx.record_dir)
     Path(directory).rmdir()
+    say(ctx, f"recording to {directory}")
     try:
-        recorded = collect(env, policy, directory, steps=size["steps"])
+        recorded = collect(env, policy, directory, steps=size["steps"], options=RecordingOptions(statistics=False))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    name = f"{task} x{size['num_envs']} on {device}, step {recorded.step_mode}"
-    rows = [
-        {"section": f"pipeline_{task}", "figure": f"{name}: stepping only", "value": f"{stepping:,.0f} env-steps/s"},
-        {"section": f"pipeline_{task}", "figure": "with the transport", "value": f"{transport:,.0f} env-steps/s"},
-        {
-            "section": f"pipeline_{task}",
-            "figure": "with recording (packed)",
-            "value": f"{recorded.env_steps_per_second:,.0f} env-steps/s, stall {recorded.stall_fraction:.1%}",
-        },
-        {
-            "section": f"pipeline_{task}",
-            "figure": "pipeline efficiency",
-            "value": f"{recorded.env_steps_per_second / stepping:.3f}",
-            "ratio": recorded.env_steps_per_second / stepping,
-            "target": 0.9,
-        },
-    ]
-    return rows
+    yield {
+        "section": section,
+        "figure": "with recording (packed, statistics off)",
+        "value": f"{recorded.env_steps_per_second:,.0f} env-steps/s, stall {recorded.stall_fraction:.1%}",
+    }
+    yield {
+        "section": section,
+        "figure": "pipeline efficiency",
+        "value": f"{recorded.env_steps_per_second / stepping:.3f}",
+        "ratio": recorded.env_steps_per_second / stepping,
+        "target": 0.9,
+    }
 
 
-def syncs(device, steps: int) -> list[dict]:
+def action_pattern(env_id, episode_id, step_id):
+    """The torch section's policy as a function of the observation: multiples of 0.25 in [-1.5, 1.5] (exact in
+    float32, a third of them outside the action bounds), computed the same way from torch or numpy ids."""
+    return (((env_id * 3 + episode_id * 5 + step_id * 7) % 13) - 6) * 0.25
+
+
+def torch_action(observation: dict, counter: dict):
+    """``action_pattern`` of torch observation views, as float32 ``[N, 1]`` on their device; every other call
+    a strided tensor (the first column of a wider one, whose second column would give the wrong action)."""
+    import torch
+
+    action = action_pattern(observation["env_id"], observation["episode_id"], observation["step_id"])
+    action = action.to(torch.float32)[:, None]
+    counter["calls"] += 1
+    if counter["calls"] % 2:
+        wide = torch.full((action.shape[0], 2), 9.0, dtype=torch.float32, device=action.device)
+        wide[:, :1] = action
+        action = wide[:, :1]
+        if action.is_contiguous():
+            raise AssertionError("the strided action came out contiguous")
+        counter["strided"] += 1
+    return action
+
+
+def strided_torch_policy(spec, device):
+    """A ``MODULE:FACTORY`` torch policy (``load_policy``): ``torch_action`` of TorchPolicy's observation views."""
+    counter = {"calls": 0, "strided": 0}
+
+    def policy(observation):
+        return torch_action(observation, counter)
+
+    policy.counter = counter
+    return policy
+
+
+def check_recorded_actions(directory: str, low: np.ndarray, high: np.ndarray) -> tuple[bool, str]:
+    """Read a run back; every recorded action must be ``clip(action_pattern(observation))``."""
+    import forge_gpu
+
+    episodes = rows = clipped = mismatched = 0
+    first = ""
+    for episode in forge_gpu.read_episodes(directory):
+        episodes += 1
+        obs = episode.obs
+        raw = action_pattern(obs["env_id"].astype(np.int64), obs["episode_id"].astype(np.int64), obs["step_id"])
+        want = np.clip(raw.astype(np.float32)[:, None], low, high)
+        bad = np.flatnonzero(np.any(episode.action != want, axis=1))
+        rows += len(want)
+        clipped += int(np.count_nonzero(np.any(raw[:, None] != want, axis=1)))
+        mismatched += len(bad)
+        if len(bad) and not first:
+            t = bad[0]
+            first = (
+                f"; first: env {episode.env_id} episode {episode.episode_id} step {obs['step_id'][t]}: "
+                f"recorded {episode.action[t].tolist()}, policy {want[t].tolist()}"
+            )
+    ok = episodes > 0 and mismatched == 0 and clipped > 0
+    verdict = "every one equals" if mismatched == 0 else f"{mismatched} differ from"
+    return ok, f"{episodes} episodes, {rows} actions read back: {verdict} the policy's, clipped ({clipped} were){first}"
+
+
+def torch_section(ctx):
+    import torch
+    import warp as wp
+
+    import forge_gpu
+    from forge_gpu import RecordingOptions
+
+    device, size = device_of(ctx), ctx.sizes["torch"]
+    usable = device.is_cpu or torch.cuda.is_available()
+    yield {
+        "figure": "torch",
+        "value": f"{torch.__version__} (CUDA build {torch.version.cuda}), CUDA available {torch.cuda.is_available()}",
+        "ok": usable,
+    }
+    if not usable:
+        return
+    env = forge_gpu.make("cartpole", num_envs=size["num_envs"], device=str(device), max_steps=size["max_steps"])
+    low, high = (np.asarray(env.spec[key], dtype=np.float32) for key in ("action_low", "action_high"))
+    counter = {"calls": 0, "strided": 0}
+
+    def staged(observation):
+        # StepResult.to_torch() orders torch's current stream after the env's; the env orders its stream after
+        # the tensor's (VectorEnv._from_torch) and makes a strided one contiguous.
+        return torch_action(env.result.to_torch().observation, counter)
+
+    policies = [(f"a torch callable on {wp.device_to_torch(device)}: the env stages its tensors", staged, counter)]
+    loaded = forge_gpu.load_policy(f"{__name__}:strided_torch_policy", env)
+    policies.append(("load_policy('MODULE:FACTORY'), TorchPolicy", loaded, loaded.fn.counter))
+    for label, policy, calls in policies:
+        directory = tempfile.mkdtemp(prefix="gpu-check-torch-", dir=ctx.record_dir)
+        Path(directory).rmdir()
+        say(ctx, f"{label}: {size['steps']} steps recorded to {directory}")
+        try:
+            summary = forge_gpu.collect(
+                env, policy, directory, steps=size["steps"], options=RecordingOptions(statistics=False)
+            )
+            ok, found = check_recorded_actions(directory, low, high)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        yield {
+            "figure": f"{label}, cartpole x{env.num_envs}",
+            "value": f"{found}; {calls['strided']} of {calls['calls']} calls strided; "
+            f"{summary.env_steps_per_second:,.0f} env-steps/s, step {summary.step_mode}",
+            "ok": ok and calls["strided"] > 0,
+        }
+
+
+@functools.cache
+def delay_kernel():
+    """A one-thread kernel that runs for about ``iterations`` dependent multiply-adds: work the device is busy
+    with while the host queues the burst."""
+    import warp as wp
+
+    def delay(iterations, out):
+        x = out[0]
+        for _ in range(iterations):
+            x = x * 0.9999999 + 1.0
+        out[0] = x
+
+    # Types, not the strings that ``from __future__ import annotations`` would make of them (wp is local here).
+    delay.__annotations__ = {"iterations": int, "out": wp.array(dtype=wp.float32)}
+    return wp.kernel(delay)
+
+
+def syncs(ctx):
+    """Does the stepping loop (policy + step) wait on the device? A short burst of B steps of a small env.
+
+    Short, because CUDA lets only so many launches be pending on a stream (about a thousand) before a launch
+    blocks the host until the device retires one; a step is about three launches (the policy's kernel, the
+    action's copy, the step graph), so B = 32 stays far below that, while the 2000 steps queued before this
+    check filled the queue, and the host then waited on the queue, not on a sync, making queue_s about total_s
+    whatever the loop did. Small (64 envs), because the queue is what is measured, not the physics.
+
+    Two rows: (1) the burst alone: the time until the host returned from the last step (queue_s) against the
+    time until the device finished it (total_s, ``wp.synchronize_event`` on an event recorded after the
+    burst); with a device faster than Python both are close, so this row is a figure, not a check. (2) the
+    check: the same burst queued behind a delay kernel that keeps the device busy for about ``delay_s``
+    (calibrated with CUDA events). A step that waited on the device (any host sync) would wait for the delay
+    kernel too, so the host returns before the device has finished the delay kernel, an event recorded after
+    it still pending (``Event.is_complete`` false), exactly when no step waited; queue_s / total_s is then far
+    below 1. On the CPU device launches run synchronously: the figure is given and said to be not meaningful.
+    """
     import warp as wp
 
     import forge_gpu
 
-    env = forge_gpu.make("cartpole", num_envs=16 if device.is_cpu else 4096, device=str(device))
+    device, size = device_of(ctx), ctx.sizes["syncs"]
+    burst = size["burst"]
+    env = forge_gpu.make("cartpole", num_envs=size["num_envs"], device=str(device))
     policy = forge_gpu.make_policy("random", env)
     env.reset()
     for _ in range(3):
         env.step(policy(env.observation))
     wp.synchronize_device(device)
+    name = f"{burst} steps of cartpole x{env.num_envs} (step {env.step_mode})"
+    if not device.is_cuda:
+        start = time.perf_counter()
+        for _ in range(burst):
+            env.step(policy(env.observation))
+        queued = time.perf_counter() - start
+        wp.synchronize_device(device)
+        total = time.perf_counter() - start
+        yield {
+            "figure": f"{name} queued without synchronizing",
+            "value": f"queue {queued:.4f} s of {total:.4f} s: not meaningful on the CPU (launches run synchronously)",
+            "ratio": queued / total,
+            "target": "well below 1 (on CUDA)",
+        }
+        return
+    stream = wp.get_stream(device)
+
+    def event():
+        return wp.Event(device, enable_timing=True)
+
+    # (1) the burst alone
+    begin, end = event(), event()
+    stream.record_event(begin)
     start = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(burst):
         env.step(policy(env.observation))
     queued = time.perf_counter() - start
-    wp.synchronize_device(device)
+    stream.record_event(end)
+    wp.synchronize_event(end)
     total = time.perf_counter() - start
-    fraction = queued / total
-    verdict = (
-        "CPU device: launches run synchronously"
-        if device.is_cpu
-        else ("0 host syncs per step (the CPU ran ahead)" if fraction < 0.5 else "the loop waits on the device")
-    )
-    return [
-        {
-            "section": "syncs",
-            "figure": f"{steps} steps of cartpole x{env.num_envs} queued without synchronizing",
-            "value": f"queue {queued:.3f} s of {total:.3f} s: {verdict}",
-            "ratio": fraction,
-            "target": "well below 1",
-        }
-    ]
-
-
-def sections(device, sizes: dict, record_dir: str, smoke: bool) -> dict:
-    """Section name -> a callable returning its rows, in the order they run."""
-    steps = {
-        "doctor": doctor,
-        "tests": lambda: cuda_tests(device, sizes["tests_timeout_s"]),
-        "bandwidth": lambda: bandwidth(device, sizes["bandwidth_publishes"]),
-        "pipeline_cartpole": lambda: pipeline("cartpole", sizes["cartpole"], device, record_dir),
-        "pipeline_reach": lambda: pipeline("reach", sizes["reach"], device, record_dir),
-        "syncs": lambda: syncs(device, sizes["sync_steps"]),
+    device_ms = wp.get_event_elapsed_time(begin, end)
+    yield {
+        "figure": f"{name} queued without synchronizing",
+        "value": f"host {queued * 1e6 / burst:.0f} us/step; the host returned after {queued * 1e3:.2f} ms, the "
+        f"device finished after {total * 1e3:.2f} ms ({device_ms:.2f} ms between events around the burst)",
+        "ratio": queued / total,
+        "target": "< 1",
     }
-    if smoke:  # the CPU tests are the suite's own business
-        del steps["tests"]
-    return steps
+    # (2) behind a delay kernel: calibrate it to about delay_s
+    delay, out = delay_kernel(), wp.zeros(1, dtype=wp.float32, device=device)
+    iterations, most = 1 << 16, 2**31 - 1  # an int32 argument
+    while True:
+        stream.record_event(begin)
+        wp.launch(delay, dim=1, inputs=[iterations, out], device=device)
+        stream.record_event(end)
+        ms = wp.get_event_elapsed_time(begin, end)
+        if ms >= 20.0 or iterations >= most:
+            break
+        iterations = min(most, iterations * 8)
+    iterations = int(min(most, iterations * size["delay_s"] * 1e3 / max(ms, 1e-3)))
+    say(ctx, f"delay kernel: {iterations} iterations for about {size['delay_s']} s")
+    delayed, done = event(), event()
+    stream.record_event(begin)
+    start = time.perf_counter()
+    wp.launch(delay, dim=1, inputs=[iterations, out], device=device)
+    stream.record_event(delayed)
+    for _ in range(burst):
+        env.step(policy(env.observation))
+    stream.record_event(done)
+    queued = time.perf_counter() - start
+    delay_pending, burst_pending = not delayed.is_complete, not done.is_complete
+    wp.synchronize_event(done)
+    total = time.perf_counter() - start
+    delay_ms = wp.get_event_elapsed_time(begin, delayed)
+    verdict = (
+        "0 host syncs: the host had queued every step while the device was still on the delay kernel"
+        if delay_pending
+        else "the loop waited on the device: the delay kernel had finished when the host returned"
+    )
+    yield {
+        "figure": f"{name} queued behind a {delay_ms:.0f} ms delay kernel",
+        "value": f"host returned after {queued * 1e3:.2f} ms, device finished after {total * 1e3:.1f} ms "
+        f"(burst still pending at return: {burst_pending}): {verdict}",
+        "ratio": queued / total,
+        "target": "well below 1",
+        "ok": delay_pending,
+    }
 
 
-def run_section(name: str, step) -> list[dict]:
-    """The rows of one section, or one failed row with its error when it raised."""
-    started = time.perf_counter()
+def hang_section(ctx):
+    """Test hook: hang, deaf to SIGTERM and SIGINT, as a process stuck in a CUDA call would."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    say(ctx, "hang: a test hook (tests/test_bench_smoke.py), sleeping until killed")
+    while True:
+        time.sleep(3600)
+    yield  # a generator, like the other sections
+
+
+def crash_section(ctx):
+    """Test hook: one row, then the process aborts (SIGABRT), as on a fatal CUDA error."""
+    yield {"figure": "before the crash", "value": "a row given before the process died"}
+    say(ctx, "crash: a test hook (tests/test_bench_smoke.py), aborting")
+    os.abort()
+
+
+SECTIONS = {
+    "machine": machine_section,
+    **{f"warmup_{task}": functools.partial(warmup, task) for task in WARMUP_TASKS},
+    "doctor": doctor,
+    "tests": tests,
+    "bandwidth": bandwidth,
+    "pipeline_cartpole": functools.partial(pipeline, "cartpole"),
+    "pipeline_reach": functools.partial(pipeline, "reach"),
+    "torch": torch_section,
+    "syncs": syncs,
+}
+HOOKS = {"hang": hang_section, "crash": crash_section}
+assert list(SECTIONS) == list(ESTIMATES)
+
+
+# -- one section, in its own process ------------------------------------------------------------------------------
+
+
+def error_row(name: str, exc: BaseException) -> dict:
+    lines = "".join(traceback.format_exception(exc)[-3:]).strip().splitlines()
+    where = " | ".join(line for line in lines if line.strip(" ^~"))  # without the caret lines under the code
+    return {"section": name, "figure": "error", "value": f"{type(exc).__name__}: {exc} ({where[-600:]})", "ok": False}
+
+
+def write_rows(path: Path, rows: list[dict], done: bool) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"rows": rows, "done": done}, default=str))
+    os.replace(tmp, path)
+
+
+def run_section_here(args) -> int:
+    """The child: run one section, writing its rows to --rows-file after each one; exit without cleanup."""
+    name, timeout = args.section, args.section_timeout
+    if timeout:  # where Python is, in the log, just before the parent cuts this process
+        faulthandler.dump_traceback_later(timeout - min(2.0, 0.2 * timeout), exit=False)
+    ctx = SimpleNamespace(
+        device=args.device,
+        sizes=SMOKE if args.smoke else FULL,
+        smoke=args.smoke,
+        record_dir=args.record_dir,
+        logs=Path(args.rows_file).parent,
+        timeout=timeout or 600.0,
+        started=time.perf_counter(),
+    )
+    path = Path(args.rows_file)
+    rows: list[dict] = []
+    write_rows(path, rows, done=False)
+    say(ctx, f"section {name} (pid {os.getpid()}, timeout {timeout:.0f} s)")
     try:
-        rows = step()
-    except Exception as exc:  # noqa: BLE001 - one section's failure must not cost the others
-        where = "".join(traceback.format_exception(exc)[-3:]).strip().replace("\n", " | ")
-        rows = [
-            {"section": name, "figure": "error", "value": f"{type(exc).__name__}: {exc} ({where[-600:]})", "ok": False}
-        ]
+        for row in {**SECTIONS, **HOOKS}[name](ctx):
+            row = {"section": name, **row}
+            rows.append(row)
+            write_rows(path, rows, done=False)
+            say(ctx, f"row: {row['figure']}: {row['value']}")
+    except Exception as exc:  # noqa: BLE001 - one section's failure must not cost its other rows
+        traceback.print_exc()
+        rows.append(error_row(name, exc))
+    write_rows(path, rows, done=True)
+    say(ctx, "done")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no interpreter teardown (CUDA, torch, threads) that could hang after the rows are safe
+
+
+# -- the parent: each section in a child process, under its timeout ----------------------------------------------
+
+
+def _child_setup() -> None:
+    """In a child before exec: SIGINT back to its default (a background shell ignores it, and pytest must be
+    able to stop on it), and on Linux SIGKILL when the parent dies, so no orphan keeps the GPU."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001 - without it an orphan may outlive a killed parent; nothing worse
+            pass
+
+
+FAULT_HEADER = re.compile(r"^(Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!|Fatal Python error: .*)$", re.M)
+
+
+def log_tail(text: str, lines: int = 6, chars: int = 700) -> tuple[str, str]:
+    """The last lines of a section's log before any faulthandler dump, and the innermost frames of the dump
+    (the thread that crashed, or the main thread, listed last, for a timeout)."""
+    where = ""
+    match = FAULT_HEADER.search(text)
+    before = text if match is None else text[: match.start()]
+    if match is not None:
+        dump = text[match.start() :]
+        if match.group(0).startswith("Timeout"):
+            block = dump.rsplit("(most recent call first):", 1)[-1]
+        else:
+            block = dump.split("Current thread", 1)[-1].split("(most recent call first):", 1)[-1]
+        frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File")][:4]
+        where = f"{match.group(0)} " + " <- ".join(frames)
+    last = [line.strip() for line in before.splitlines() if line.strip()][-lines:]
+    return " | ".join(last)[-chars:], where[:chars]
+
+
+def _kill_group(proc: subprocess.Popen) -> str:
+    """SIGTERM to the child's process group, SIGKILL after TERM_GRACE_S; what it took."""
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return "exited"
+        try:
+            proc.wait(wait)
+            return "exited on SIGTERM" if sig == signal.SIGTERM else "killed (SIGTERM ignored)"
+        except subprocess.TimeoutExpired:
+            continue
+    return "still there after SIGKILL (stuck in the kernel driver?)"
+
+
+def run_child(name: str, args, logs: Path) -> tuple[list[dict], dict]:
+    """Run one section in its own process under its timeout: its rows, and what became of it."""
+    estimate, timeout = estimate_for(name, args.smoke), timeout_for(name, args.smoke)
+    log_path, rows_path = logs / f"{name}.log", logs / f"{name}.rows.json"
+    log_path.unlink(missing_ok=True)
+    rows_path.unlink(missing_ok=True)
+    command = [sys.executable, "-u", str(Path(__file__).resolve()), "--section", name]
+    command += ["--rows-file", str(rows_path), "--section-timeout", str(timeout), "--record-dir", args.record_dir]
+    command += ["--smoke"] if args.smoke else []
+    command += ["--device", args.device] if args.device else []
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1", FORGE_GPU_VERBOSE="1")
+    started = time.perf_counter()
+    status, note = "done", ""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: a cut takes its children (pytest) too
+            preexec_fn=_child_setup,  # noqa: PLW1509 - this process runs no threads
+        )
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            status, note = "timeout", _kill_group(proc)
+        except BaseException:  # Ctrl-C: stop the section, then let the caller save and stop
+            _kill_group(proc)
+            raise
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # anything it left running
+            except (ProcessLookupError, PermissionError):
+                pass
+    seconds = time.perf_counter() - started
+    try:
+        payload = json.loads(rows_path.read_text())
+    except (OSError, ValueError):
+        payload = {"rows": [], "done": False}
+    rows = payload["rows"]
+    tail, where = log_tail(log_path.read_text(errors="replace"))
+    detail = f"; last output: {tail}" + (f"; {where}" if where else "") + f" (log {log_path})"
+    if status == "timeout":
+        rows.append(
+            {
+                "section": name,
+                "figure": "timeout",
+                "value": f"cut at its timeout of {timeout:.0f} s (estimate {estimate:.0f} s), {note}{detail}",
+                "ok": False,
+            }
+        )
+    elif proc.returncode != 0 or not payload["done"]:
+        code = proc.returncode
+        how = f"died of {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        status = "error"
+        rows.append({"section": name, "figure": "error", "value": f"the process {how}{detail}", "ok": False})
+    elif any(row["figure"] == "error" for row in rows):
+        status = "error"
+    elif not all(row.get("ok", True) for row in rows):
+        status = "failed"
     for row in rows:
-        row["seconds"] = round(time.perf_counter() - started, 1)
-    return rows
+        row["seconds"] = round(seconds, 1)
+    info = {"section": name, "estimate_s": estimate, "timeout_s": timeout, "seconds": round(seconds, 1)}
+    return rows, info | {"status": status, "log": str(log_path)}
+
+
+def plan(names: list[str], smoke: bool) -> str:
+    lines = [{"section": n, "estimate_s": estimate_for(n, smoke), "timeout_s": timeout_for(n, smoke)} for n in names]
+    lines.append(
+        {
+            "section": "total",
+            "estimate_s": sum(r["estimate_s"] for r in lines),
+            "timeout_s": sum(r["timeout_s"] for r in lines),
+        }
+    )
+    return table(lines, ["section", "estimate_s", "timeout_s"])
 
 
 def main(argv=None) -> int:
@@ -276,36 +876,53 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI runs this on the CPU)")
     parser.add_argument("--device", default=None, help="Warp device (default: cuda:0 if present, else cpu)")
     parser.add_argument("--record-dir", default=tempfile.gettempdir(), help="where the recordings go (local disk)")
-    parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    parser.add_argument("--out", default=None, help="results folder (default bench/results); logs: OUT/gpu_check_logs")
     parser.add_argument(
         "--only",
         action="append",
         metavar="PREFIX",
-        help="run the sections whose names start with PREFIX (doctor, tests, bandwidth, pipeline, syncs); repeatable",
+        help="run the sections whose names start with PREFIX (warmup, doctor, tests, bandwidth, pipeline, torch, "
+        "syncs); repeatable; machine always runs",
     )
+    parser.add_argument("--test-section", action="append", choices=sorted(HOOKS), default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--section", choices=[*SECTIONS, *HOOKS], help=argparse.SUPPRESS)  # the child's
+    parser.add_argument("--rows-file", help=argparse.SUPPRESS)
+    parser.add_argument("--section-timeout", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    import warp as wp
+    if args.section:
+        return run_section_here(args)
 
-    import forge_gpu
-
-    wp.config.quiet = True
-    device = wp.get_device(args.device or forge_gpu.default_device())
-    steps = sections(device, SMOKE if args.smoke else FULL, args.record_dir, args.smoke)
+    names = [name for name in SECTIONS if name != "machine"]
     if args.only:
-        steps = {name: step for name, step in steps.items() if name.startswith(tuple(args.only))}
-        if not steps:
+        names = [name for name in names if name.startswith(tuple(args.only))]
+        if not names:
             parser.error(f"--only {args.only}: no section starts with that")
-    started = time.perf_counter()
+    names = [*dict.fromkeys(args.test_section), "machine", *names]
+    out = Path(args.out or RESULTS)
+    logs = out / "gpu_check_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    mode = "smoke" if args.smoke else "full"
+    print(f"GPU check ({mode}): {len(names)} sections, each in its own process; logs in {logs}", flush=True)
+    print(plan(names, args.smoke), flush=True)
+    machine = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count()}
     rows: list[dict] = []
-    for name, step in steps.items():
-        rows += run_section(name, step)
-        markdown = (
-            f"GPU check on {device} ({'smoke' if args.smoke else 'full'}), {time.perf_counter() - started:.0f} s\n\n"
-        )
+    sections: list[dict] = []
+    started = time.perf_counter()
+    markdown = ""
+    for index, name in enumerate(names, 1):
+        print(f"[{index}/{len(names)}] {name} ...", flush=True)
+        section_rows, info = run_child(name, args, logs)
+        rows += section_rows
+        sections.append(info)
+        if name == "machine":
+            machine |= {r["figure"]: r["value"] for r in section_rows if r["figure"] not in ("error", "timeout")}
+        device = machine.get("device", args.device or "the default device")
+        markdown = f"GPU check on {device} ({mode}), {time.perf_counter() - started:.0f} s\n\n"
         markdown += table(rows, ["section", "figure", "value", "ratio", "target", "ok", "seconds"])
-        payload = {"machine": machine(), "device": str(device), "smoke": args.smoke, "rows": rows}
-        save("gpu_check", payload, markdown, args.out)
-        print(f"{name}: done in {rows[-1]['seconds']} s", flush=True)
+        markdown += "\n\n" + table(sections, ["section", "status", "seconds", "estimate_s", "timeout_s"])
+        payload = {"machine": machine, "device": device, "smoke": args.smoke, "sections": sections, "rows": rows}
+        save("gpu_check", payload, markdown, out)
+        print(f"    {info['status']} in {info['seconds']} s (estimate {info['estimate_s']:.0f} s)", flush=True)
     print(markdown)
     return 0 if all(row.get("ok", True) for row in rows) else 1
 

@@ -167,28 +167,71 @@ def test_export_smoke(out):
 
 
 def test_gpu_check_smoke(out):
-    """bench/gpu_check.py --smoke runs every section on this machine's device and every check passes."""
+    """bench/gpu_check.py --smoke runs every section, each in its own process with its own log, on this machine's
+    device, and every check passes."""
     payload = run_bench("gpu_check", out)
-    sections = {r["section"] for r in payload["rows"]}
-    assert {"doctor", "bandwidth", "pipeline_cartpole", "pipeline_reach", "syncs"} <= sections
-    assert all(r.get("ok", True) for r in payload["rows"]), payload["rows"]
-    for row in payload["rows"]:
+    rows, sections = payload["rows"], payload["sections"]
+    names = ["machine", "warmup_cartpole", "warmup_reach", "warmup_ant", "doctor", "tests", "bandwidth"]
+    names += ["pipeline_cartpole", "pipeline_reach", "torch", "syncs"]
+    assert [s["section"] for s in sections] == names
+    assert all(s["status"] == "done" and 0 < s["seconds"] <= s["timeout_s"] for s in sections), sections
+    assert {r["section"] for r in rows} == set(names)
+    assert all(r.get("ok", True) for r in rows), rows
+    for row in rows:
         if "ratio" in row:
             assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+    logs = out / "gpu_check_logs"
+    assert all((logs / f"{name}.log").stat().st_size > 0 for name in names)
+    assert payload["machine"]["device"] == payload["device"] and payload["machine"]["forge_gpu"]
+    (tests_row,) = [r for r in rows if r["section"] == "tests"]
+    assert "0 failed" in tests_row["value"] and "junit XML" in tests_row["value"], tests_row
+    assert (logs / "tests-junit.xml").exists()
+    torch_rows = [r for r in rows if r["section"] == "torch" and "actions read back" in r["value"]]
+    assert len(torch_rows) == 2 and all(r["ok"] for r in torch_rows), torch_rows
 
 
-def test_gpu_check_keeps_going_after_a_failing_section(tmp_path):
-    """A section that raises becomes an error row; the next section still runs, its rows are saved, exit 1."""
-    spec = importlib.util.spec_from_file_location("bench_gpu_check_failing", BENCH / "gpu_check.py")
+def test_gpu_check_cuts_a_hanging_section_and_keeps_going(tmp_path):
+    """A section that hangs (deaf to SIGTERM) is cut at its timeout and reported with where it hung, one that
+    aborts keeps the row it gave and gets an error row, one that raises keeps its rows too; the other sections
+    still run and report, the results are saved, and the exit status is 1."""
+    spec = importlib.util.spec_from_file_location("bench_gpu_check_isolation", BENCH / "gpu_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    args = ["--smoke", "--test-section", "hang", "--test-section", "crash", "--only", "pipeline_cartpole"]
+    args += ["--only", "syncs", "--record-dir", str(tmp_path / "missing"), "--out", str(tmp_path)]
+    assert module.main(args) == 1
+    payload = json.loads((tmp_path / "gpu_check.json").read_text())
+    statuses = {s["section"]: s["status"] for s in payload["sections"]}
+    assert statuses == {"hang": "timeout", "crash": "error", "machine": "done", "pipeline_cartpole": "error"} | {
+        "syncs": "done"
+    }
+    rows = {}
+    for row in payload["rows"]:
+        rows.setdefault(row["section"], []).append(row)
+    (hang,) = rows["hang"]
+    timeout = module.HOOK_TIMEOUTS["hang"]
+    assert hang["figure"] == "timeout" and hang["ok"] is False
+    assert f"cut at its timeout of {timeout:.0f} s" in hang["value"] and "SIGTERM ignored" in hang["value"]
+    assert "sleeping until killed" in hang["value"] and "in hang_section" in hang["value"], hang
+    assert timeout <= hang["seconds"] < timeout + module.TERM_GRACE_S + 5
+    assert [r["figure"] for r in rows["crash"]] == ["before the crash", "error"]
+    assert "SIGABRT" in rows["crash"][1]["value"] and "in crash_section" in rows["crash"][1]["value"]
+    assert [r["figure"] for r in rows["pipeline_cartpole"]][1:] == ["with the transport", "error"]
+    assert "FileNotFoundError" in rows["pipeline_cartpole"][-1]["value"]
+    (sync,) = rows["syncs"]
+    assert "ok" not in sync and sync["ratio"] > 0
+    assert payload["machine"]["device"] and (tmp_path / "gpu_check_logs" / "hang.log").exists()
 
-    def broken(device, publishes):
-        raise RuntimeError("copy engine on fire")
 
-    module.bandwidth = broken
-    assert module.main(["--smoke", "--only", "bandwidth", "--only", "syncs", "--out", str(tmp_path)]) == 1
-    rows = json.loads((tmp_path / "gpu_check.json").read_text())["rows"]
-    assert [r["section"] for r in rows] == ["bandwidth", "syncs"]
-    assert rows[0]["figure"] == "error" and "RuntimeError: copy engine on fire" in rows[0]["value"]
-    assert rows[0]["ok"] is False and "ok" not in rows[1] and rows[1]["ratio"] > 0
+def test_gpu_check_fits_its_budget():
+    """A full bench/gpu_check.py run is estimated at under 8 minutes from a cold kernel cache, every timeout is above
+    its section's estimate and the timeouts sum to under 9 minutes: the most a lent GPU can lose to it."""
+    spec = importlib.util.spec_from_file_location("bench_gpu_check_budget", BENCH / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    names = list(module.SECTIONS)
+    assert names == list(module.ESTIMATES)
+    estimates = [module.estimate_for(name, smoke=False) for name in names]
+    timeouts = [module.timeout_for(name, smoke=False) for name in names]
+    assert all(t > e for t, e in zip(timeouts, estimates, strict=True))
+    assert sum(estimates) < 8 * 60 and sum(timeouts) < 9 * 60, (sum(estimates), sum(timeouts))
