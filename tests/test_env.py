@@ -116,7 +116,11 @@ def test_expert_outlives_random_policy():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_bad_actions_raise_and_change_nothing(device):
-    """Wrong shape, dtype, device or non-finite actions raise ValueError and leave the env untouched."""
+    """Wrong shape, dtype, device or non-finite actions raise ValueError and leave the env untouched.
+
+    But for one case on CUDA, where checking a device array's values before the step would wait for the device:
+    there the step itself flags the env whose action holds a NaN (``info["action_nonfinite"]``) and executes
+    zeros for it; ``check_action`` (which may wait) still refuses it on every device."""
     env = forge_gpu.make("cartpole", num_envs=4, device=device, seed=1)
     twin = forge_gpu.make("cartpole", num_envs=4, device=device, seed=1)
     env.reset(), twin.reset()
@@ -124,23 +128,35 @@ def test_bad_actions_raise_and_change_nothing(device):
     before = env.result.numpy()
     nan = good.copy()
     nan[2, 0] = np.nan
+    device_nan = wp.array(nan, device=device)
     bad = [
         np.zeros((4, 2), np.float32),
         np.zeros((3, 1), np.float32),
         good.astype(np.float64),
         nan,
-        wp.array(nan, device=device),
         wp.zeros((4, 1), dtype=wp.float64, device=device),
         [[0.0]] * 4,
     ]
+    if not env.device.is_cuda:
+        bad.append(device_nan)  # refused on the host: the CPU check costs no wait
     for action in bad:
         with pytest.raises(ValueError):
             env.step(action)
         after = env.result.numpy()
         for name in before.observation:
             np.testing.assert_array_equal(before.observation[name], after.observation[name])
+    with pytest.raises(ValueError, match="1 non-finite"):
+        env.check_action(device_nan)
     a, b = env.step(good).numpy(), twin.step(good).numpy()
     np.testing.assert_array_equal(a.observation["proprio"], b.observation["proprio"])
+    if env.device.is_cuda:
+        zeroed = good.copy()
+        zeroed[2, 0] = 0.0  # what the env executes for the flagged row
+        a, b = env.step(device_nan).numpy(), twin.step(zeroed).numpy()
+        np.testing.assert_array_equal(a.info["action_nonfinite"], [False, False, True, False])
+        assert not b.info["action_nonfinite"].any()
+        np.testing.assert_array_equal(a.info["executed_action"], zeroed)
+        np.testing.assert_array_equal(a.observation["proprio"], b.observation["proprio"])
 
 
 def test_action_is_clipped_to_bounds():
