@@ -215,27 +215,6 @@ def test_graph_replay_equals_eager_stepping(device):
             np.testing.assert_array_equal(value, graph.arrays()[name])
 
 
-def test_failed_capture_falls_back_to_eager_stepping_with_one_warning(monkeypatch):
-    """A capture that raises leaves a working env that steps eagerly, says why once, and gives the same steps."""
-
-    class Broken:
-        def __init__(self, *args, **kwargs):
-            raise RuntimeError("no graphs today")
-
-    reference = forge_gpu.make("cartpole", num_envs=3, device="cpu", seed=4)
-    policy = forge_gpu.make_policy("random", reference)
-    want = rollout(reference, policy, 6)
-    monkeypatch.setattr(wp, "ScopedCapture", Broken)
-    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", seed=4)
-    with pytest.warns(RuntimeWarning, match="eagerly because graph capture failed.*no graphs today") as caught:
-        got = rollout(env, forge_gpu.make_policy("random", env), 6)
-    assert len(caught) == 1
-    assert env.step_mode.startswith("eager: graph capture failed") and reference.step_mode == "graph"
-    for a, b in zip(got, want, strict=True):
-        for name, value in b.arrays().items():
-            np.testing.assert_array_equal(a.arrays()[name], value)
-
-
 @pytest.mark.parametrize("graph", [True, False])
 def test_non_finite_actions_are_flagged_by_the_step_itself(graph):
     """The step's first kernel flags envs whose action holds a NaN or inf and executes zeros for them."""

@@ -10,6 +10,7 @@ import newton
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.sim.capture import capture_step, capture_unsupported
 from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.output import init_warp
 from forge_gpu._src.sim.step_result import StepResult
@@ -70,24 +71,6 @@ def _packed_result(result: StepResult, device) -> tuple[wp.array, list[tuple], l
         for (_, at, _, _), a in zip(layout, result.arrays().values(), strict=True)
     ]
     return packed, layout, pairs
-
-
-def capture_unsupported(device, *, uses_conditional_nodes: bool) -> str | None:
-    """Why a step cannot be captured as one graph on ``device``, or None when it can.
-
-    On CUDA, MuJoCo Warp's solver loops are conditional graph nodes (CUDA driver and toolkit 12.4 or
-    newer) and the solver allocates inside the graph (stream-ordered memory pools).
-    """
-    if not device.is_cuda:
-        return None
-    if uses_conditional_nodes and not wp.is_conditional_graph_supported():
-        return (
-            "conditional graph nodes need a CUDA driver and toolkit 12.4 or newer (driver "
-            f"{wp.get_cuda_driver_version()}, Warp's toolkit {wp.get_cuda_toolkit_version()}); update the driver"
-        )
-    if not wp.is_mempool_enabled(device):
-        return f"memory pools are not enabled on {device} (allocations inside a graph need them)"
-    return None
 
 
 def _make_solver(model, config: TaskConfig, has_contacts: bool):
@@ -201,6 +184,7 @@ class VectorEnv:
         )
         self.packed_result, self.result_layout, self._pack_pairs = _packed_result(self.result, self.device)
         self._graph = None
+        self._graph_launched = False  # its first launch is guarded like the capture (step)
         # Warp replays captured graphs on CUDA and, since Warp 1.19, on the CPU too, where replay
         # skips the per-launch Python cost that dominates small batches (bench/stepping.py).
         self._use_graph = config.capture_graph
@@ -265,30 +249,46 @@ class VectorEnv:
         if not self._started:
             raise RuntimeError("call reset() before step()")
         self._stage_action(action)
-        if self._use_graph:
+        if self._graph_launched:
             wp.capture_launch(self._graph)
+        elif self._use_graph:
+            self._first_launch()
         else:
             self._step_body()
         return self.result
 
     def _capture(self) -> None:
-        """Capture the step as one graph; where that cannot work, step eagerly and say why, once."""
+        """Capture the step as one graph, instantiated at once (a driver's refusal is a failed capture); where
+        that cannot work, step eagerly and say why, once."""
         reason = capture_unsupported(self.device, uses_conditional_nodes=self.config.solver.name == "mujoco")
         if reason is None:
             try:
-                with wp.ScopedCapture(device=self.device) as capture:
-                    self._step_body()
-                self._graph = capture.graph
+                self._graph = capture_step(self.device, self._step_body)
                 return
             except Exception as exc:  # a failed capture must not stop the collection: eager stepping works
                 reason = f"graph capture failed ({type(exc).__name__}: {exc})"
-        self._use_graph = False
+        self._fall_back(reason)
+
+    def _first_launch(self) -> None:
+        """The graph's first launch, guarded like its capture: where it is refused (Warp instantiates there
+        when it could not earlier; a refused launch runs nothing), this step and the next run eagerly."""
+        try:
+            wp.capture_launch(self._graph)
+        except Exception as exc:  # the collection goes on eagerly, as after a failed capture
+            self._fall_back(f"the captured graph's first launch failed ({type(exc).__name__}: {exc})")
+            self._step_body()
+            return
+        self._graph_launched = True
+
+    def _fall_back(self, reason: str) -> None:
+        """Step eagerly from now on; ``step_mode`` says why and one warning tells the caller of reset/step."""
+        self._graph, self._use_graph = None, False
         self.step_mode = f"eager: {reason}"
         warnings.warn(
             f"forge_gpu: stepping {self.device} eagerly because {reason}; every step then pays Python's "
             "launch cost per kernel (on the CPU about 12x slower at 64 envs, less at thousands)",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
     def check_action(self, action) -> None:
