@@ -7,6 +7,14 @@ copy is issued on the env's stream right after the step, with a completion event
 never waits for it, the next step is queued behind it, and the consumer waits on the slot's event.
 On the CPU the slots are numpy buffers. Taking a slot blocks while all K are held by the consumer or
 in flight: that wait is where backpressure throttles the stepping loop, and it is counted as stall time.
+
+No wait is blind: ``publish(timeout=...)`` and ``get(timeout=...)`` raise ``TimeoutError`` naming the step
+(and the slots) they waited for, and with or without a timeout a waiting side looks every
+``PEER_POLL_SECONDS`` whether the other side is still there: a publish whose consumer threads have all
+ended without closing or failing the transport (they will release nothing), or a get whose publisher
+threads have all ended without closing it, raises :class:`TransportClosed` instead of waiting forever. A
+consumer should still give its error to :meth:`fail` (``collect``'s recorder thread does), so that the
+publisher raises at once and says why.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -34,7 +43,12 @@ class HostBatch:
 
 
 class TransportClosed(Exception):
-    """Raised to a publisher when the consumer failed or the transport was closed."""
+    """Raised to a publisher when the consumer failed or ended or the transport was closed; to a consumer when
+    every publisher ended without closing the transport."""
+
+
+PEER_POLL_SECONDS = 0.05
+"""How often a waiting ``publish`` or ``get`` looks whether the threads on the other side still run [s]."""
 
 
 @runtime_checkable
@@ -43,7 +57,8 @@ class Transport(Protocol):
 
     ``collect`` publishes each step's result, the recorder thread takes batches with ``get`` and gives each
     back with ``release``; ``close`` ends the stream, ``fail`` stops the publisher (it raises
-    :class:`TransportClosed`). ``name`` is written to run.json's ``transport``. :class:`HostSnapshotTransport`
+    :class:`TransportClosed`). ``publish`` and ``get`` take a ``timeout`` [s] past which they raise
+    ``TimeoutError``. ``name`` is written to run.json's ``transport``. :class:`HostSnapshotTransport`
     is the implementation; ``collect(transport=...)`` takes a factory ``(env, slots) -> Transport``."""
 
     name: str
@@ -52,7 +67,7 @@ class Transport(Protocol):
     stall_seconds: float
     """Time ``publish`` waited for a free slot [s]."""
 
-    def publish(self, result: StepResult | None = None) -> None: ...
+    def publish(self, result: StepResult | None = None, timeout: float | None = None) -> None: ...
 
     def get(self, timeout: float | None = None) -> HostBatch | None: ...
 
@@ -108,6 +123,9 @@ class HostSnapshotTransport:
         self._ready: deque[int] = deque()
         self._closed = False
         self._error: BaseException | None = None
+        self._publishers: set[threading.Thread] = set()  # threads that published: a waiting get checks them
+        self._consumers: set[threading.Thread] = set()  # threads that took batches: a waiting publish checks them
+        self._taken = 0  # batches handed out by get: the step the next get waits for
         self.steps = 0
         """Steps published."""
         self.stall_seconds = 0.0
@@ -119,16 +137,23 @@ class HostSnapshotTransport:
 
     # -- producer ------------------------------------------------------------------------------
 
-    def publish(self, result: StepResult | None = None) -> None:
+    def publish(self, result: StepResult | None = None, timeout: float | None = None) -> None:
         """Copy the env's current result (``result``, if given, must be ``env.result``) into a free slot;
-        block while none is free."""
+        block while none is free.
+
+        Raises :class:`TransportClosed` when the transport was closed or failed, or when every thread that took
+        batches has ended without closing or failing it (no slot would come free); ``TimeoutError`` when no slot
+        came free within ``timeout`` seconds.
+        """
         if result is not None and result is not self.env.result:
             raise ValueError("publish takes the env's own result (env.result): the transport copies its packed buffer")
         with self._cond:
+            self._publishers.add(threading.current_thread())
             t0 = time.perf_counter()
-            while not self._free and not self._closed and self._error is None:
-                self._cond.wait()
-            self.stall_seconds += time.perf_counter() - t0
+            try:
+                self._wait(lambda: self._free or self._stopped(), timeout, self._consumers, self._publish_waits)
+            finally:
+                self.stall_seconds += time.perf_counter() - t0
             self._raise_if_stopped()
             slot = self._free.popleft()
         t0 = time.perf_counter()
@@ -145,33 +170,53 @@ class HostSnapshotTransport:
             self.steps += 1
             self._cond.notify_all()
 
+    def _publish_waits(self) -> str:
+        held = self.slots - len(self._free) - len(self._ready)
+        return (
+            f"publish of step {self.steps}, waiting for a free slot (all {self.slots} held: {len(self._ready)} "
+            f"published and not yet taken by get, {held} taken and not yet released),"
+        )
+
     # -- consumer ------------------------------------------------------------------------------
 
     def get(self, timeout: float | None = None) -> HostBatch | None:
         """The oldest published step once its copy is complete; ``None`` after :meth:`close` drains.
 
-        Raises ``TimeoutError`` when nothing arrives within ``timeout`` seconds.
+        Raises ``TimeoutError`` when nothing arrives within ``timeout`` seconds (the step stays to be taken),
+        and :class:`TransportClosed` when every thread that published has ended without closing the transport.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._ready and not self._closed:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError("no step was published in time")
-                self._cond.wait(remaining)
+            self._consumers.add(threading.current_thread())
+            self._wait(lambda: self._ready or self._closed, timeout, self._publishers, self._get_waits)
             if not self._ready:
                 return None
             slot = self._ready.popleft()
+            step = self._taken
+            self._taken += 1
         if self._cuda:
-            while self.device.is_capturing:  # Warp refuses to wait on an event during any capture
-                time.sleep(1e-4)
-            wp.synchronize_event(self._done[slot])
-            self.device_copy_seconds += wp.get_event_elapsed_time(self._start[slot], self._done[slot]) / 1e3
+            self._wait_for_copy(slot, step, deadline)
         host = self._views[slot]
         observation = {k[4:]: v for k, v in host.items() if k.startswith("obs/")}
         info = {k[5:]: v for k, v in host.items() if k.startswith("info/")}
         result = StepResult(observation, host["reward"], host["terminated"], host["truncated"], info)
         return HostBatch(slot, observation, result)
+
+    def _get_waits(self) -> str:
+        return f"get of step {self._taken}, waiting for it to be published ({self.steps} published so far),"
+
+    def _wait_for_copy(self, slot: int, step: int, deadline: float | None) -> None:
+        """CUDA: wait until the copy of ``step`` into ``slot`` is complete, and time it. Past ``deadline`` (while
+        a graph capture keeps Warp from waiting on the event) the step goes back to be taken again."""
+        while self.device.is_capturing:  # Warp refuses to wait on an event during any capture
+            if deadline is not None and time.monotonic() >= deadline:
+                with self._cond:
+                    self._ready.appendleft(slot)
+                    self._taken -= 1
+                raise TimeoutError(f"get of step {step} (slot {slot}) waited for a capture on {self.device} to end")
+            time.sleep(1e-4)
+        wp.synchronize_event(self._done[slot])
+        self.device_copy_seconds += wp.get_event_elapsed_time(self._start[slot], self._done[slot]) / 1e3
 
     def release(self, batch: HostBatch) -> None:
         """Give the slot of ``batch`` back to the publisher."""
@@ -194,6 +239,26 @@ class HostSnapshotTransport:
             self._closed = True
             self._ready.clear()
             self._cond.notify_all()
+
+    def _wait(self, done: Callable[[], object], timeout: float | None, peers: set, waiting: Callable[[], str]):
+        """Wait on the condition (held) until ``done()``, at most ``timeout`` seconds, looking every
+        PEER_POLL_SECONDS whether a thread of ``peers`` (the other side; none seen yet: no check) still runs."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            if peers and not any(thread.is_alive() for thread in peers):
+                side = "took batches" if peers is self._consumers else "published"
+                names = ", ".join(sorted(thread.name for thread in peers))
+                raise TransportClosed(
+                    f"{waiting()} cannot end: every thread that {side} ({names}) has ended without closing or "
+                    "failing the transport"
+                )
+            wait = PEER_POLL_SECONDS if deadline is None else min(deadline - time.monotonic(), PEER_POLL_SECONDS)
+            if wait <= 0:
+                raise TimeoutError(f"{waiting()} timed out after {timeout:g} s")
+            self._cond.wait(wait)
+
+    def _stopped(self) -> bool:
+        return self._closed or self._error is not None
 
     def _raise_if_stopped(self) -> None:
         if self._error is not None:
