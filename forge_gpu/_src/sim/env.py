@@ -14,6 +14,7 @@ from forge_gpu._src.sim.capture import capture_step, capture_unsupported
 from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.output import init_warp
 from forge_gpu._src.sim.step_result import StepResult
+from forge_gpu._src.sim.streams import torch_stream_of, warp_stream_of
 from forge_gpu._src.sim.tasks.base import Task, bind_task
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import env as kernels
@@ -342,18 +343,21 @@ class VectorEnv:
         wp.copy(self.action_input, action)
 
     def _from_torch(self, action) -> wp.array:
-        """A Warp view of a torch action, ordered for the env's stream: on CUDA the contiguous copy (if any)
-        is made first, then the env's stream waits for the torch stream that made it, and the tensor's
-        memory is kept until the env's stream has used it."""
+        """A Warp view of a torch action, ordered for the env's stream (on CUDA: :meth:`_order_after_torch`)."""
         action = action.detach().contiguous()
         if self.device.is_cuda:
-            import torch
-
-            torch_stream = torch.cuda.current_stream(action.device)
-            env_stream = wp.get_stream(self.device)
-            env_stream.wait_stream(wp.stream_from_torch(torch_stream))
-            action.record_stream(wp.stream_to_torch(env_stream))
+            self._order_after_torch(action)
         return wp.from_torch(action, requires_grad=False)
+
+    def _order_after_torch(self, action) -> None:
+        """CUDA: the contiguous copy (if any) is made first, then the env's stream waits for the torch stream
+        that made it, and the tensor's memory is kept until the env's stream has used it. The wrappers of the
+        two streams are made once per stream (``sim/streams.py``), not once per step."""
+        import torch
+
+        env_stream = wp.get_stream(self.device)
+        env_stream.wait_stream(warp_stream_of(torch.cuda.current_stream(action.device)))
+        action.record_stream(torch_stream_of(env_stream))
 
     def _step_body(self) -> None:
         wp.launch(

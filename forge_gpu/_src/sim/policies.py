@@ -10,6 +10,7 @@ import contextlib
 
 import warp as wp
 
+from forge_gpu._src.sim.streams import torch_stream_of
 from forge_gpu.kernels import policies as kernels
 
 BUILTIN_POLICIES = ("random", "expert")
@@ -98,7 +99,7 @@ class TorchPolicy:
         self._torch = torch
         # On CUDA torch runs on the env's Warp stream, so that the policy reads observations after the
         # step that wrote them and the step reads the action after the policy wrote it, without a sync.
-        self._stream = wp.stream_to_torch(wp.get_stream(env.device)) if env.device.is_cuda else None
+        self._stream = torch_stream_of(wp.get_stream(env.device)) if env.device.is_cuda else None
 
     def __call__(self, observation: dict):
         torch = self._torch

@@ -48,10 +48,12 @@ class StepResult:
         import torch
         import warp as wp
 
+        from forge_gpu._src.sim.streams import torch_stream_of
+
         for device in {str(a.device): a.device for a in self.arrays().values()}.values():
             if device.is_cuda:
                 stream = torch.cuda.current_stream(wp.device_to_torch(device))
-                stream.wait_stream(wp.stream_to_torch(wp.get_stream(device)))
+                stream.wait_stream(torch_stream_of(wp.get_stream(device)))
         return self.map(wp.to_torch)
 
     def map(self, fn) -> StepResult:
