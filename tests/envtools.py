@@ -16,6 +16,15 @@ DEVICES = _devices()
 """The CPU always; ``cuda:0`` always listed, skipped (saying why) where Warp sees no CUDA device."""
 
 
+def torch_on(device: str):
+    """torch (skipped where it is not installed) and the torch device of the Warp device ``device``; on CUDA,
+    skipped (saying why) where torch has no CUDA."""
+    torch = pytest.importorskip("torch")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        pytest.skip(f"torch {torch.__version__} has no CUDA device (a CPU-only build or no driver)")
+    return torch, device
+
+
 def rollout(env, policy, steps):
     """Host copies of the reset result and of ``steps`` step results."""
     out = [env.reset().numpy()]

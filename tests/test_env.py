@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import warp as wp
-from envtools import DEVICES, assert_graph, rollout
+from envtools import DEVICES, assert_graph, rollout, torch_on
 
 import forge_gpu
 
@@ -167,28 +167,40 @@ def test_action_is_clipped_to_bounds():
     np.testing.assert_array_equal(r.info["executed_action"], [[1.0], [-0.25]])
 
 
-def test_torch_views_share_memory():
-    """to_torch() gives zero-copy views of the device buffers and torch actions are accepted."""
-    torch = pytest.importorskip("torch")
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_views_share_memory(device):
+    """to_torch() gives zero-copy views of the device buffers (on CUDA ordered after the env's stream) and torch
+    actions are accepted; on CUDA one made on another torch stream is ordered after it (wait_stream)."""
+    torch, torch_device = torch_on(device)
+    env = forge_gpu.make("cartpole", num_envs=2, device=device)
     env.reset()
     views = env.result.to_torch()
-    r = env.step(torch.zeros((2, 1), dtype=torch.float32))
-    np.testing.assert_array_equal(views.observation["proprio"].numpy(), r.observation["proprio"].numpy())
+    assert views.observation["proprio"].device == torch.device(torch_device)
+    r = env.step(torch.zeros((2, 1), dtype=torch.float32, device=torch_device))
+    env.result.to_torch()  # torch's current stream waits for this step (on CUDA), as a caller must
+    np.testing.assert_array_equal(views.observation["proprio"].cpu().numpy(), r.observation["proprio"].numpy())
     with pytest.raises(ValueError):
-        env.step(torch.zeros((2, 1), dtype=torch.float64))
+        env.step(torch.zeros((2, 1), dtype=torch.float64, device=torch_device))
+    if env.device.is_cuda:
+        side = torch.cuda.Stream(device=torch_device)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(10_000_000)  # the action is written well after the step is queued behind it
+            action = torch.full((2, 1), 0.25, dtype=torch.float32, device=torch_device)
+            executed = env.step(action).info["executed_action"].numpy()
+        np.testing.assert_array_equal(executed, 0.25)
 
 
-def test_non_contiguous_torch_action_executes_its_values():
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_torch_action_executes_its_values(device):
     """A strided torch action (a column of a wider tensor) is made contiguous before the step reads it."""
-    torch = pytest.importorskip("torch")
-    env = forge_gpu.make("cartpole", num_envs=3, device="cpu")
+    torch, torch_device = torch_on(device)
+    env = forge_gpu.make("cartpole", num_envs=3, device=device)
     env.reset()
-    wide = torch.tensor([[0.1, 9.0], [-0.2, 9.0], [0.3, 9.0]], dtype=torch.float32)
+    wide = torch.tensor([[0.1, 9.0], [-0.2, 9.0], [0.3, 9.0]], dtype=torch.float32, device=torch_device)
     action = wide[:, :1]
     assert not action.is_contiguous()
     executed = env.step(action).info["executed_action"].numpy()
-    np.testing.assert_array_equal(executed, action.numpy())
+    np.testing.assert_array_equal(executed, action.cpu().numpy())
 
 
 def test_import_does_not_pull_torch():
