@@ -139,3 +139,20 @@ def test_instantiate_makes_the_executable_capture_launch_would(monkeypatch):
     cpu = SimpleNamespace(device=SimpleNamespace(is_cuda=False), graph_exec=None)
     capture_module.instantiate(cpu)
     assert cpu.graph_exec is None
+
+
+def test_eager_cost_says_what_an_eager_step_pays_in_the_configs_numbers():
+    """On CUDA with the mujoco solver, the host waits for the device before each solver iteration and once more
+    to stop, every substep: 4 x (10 + 1) = 44 for the cartpole defaults; not on the CPU, nor without that loop."""
+    from forge_gpu._src.sim.make import task_config
+
+    cuda, cpu = SimpleNamespace(is_cuda=True), SimpleNamespace(is_cuda=False)
+    cartpole = task_config("cartpole")
+    assert capture_module.solver_syncs_per_step(cartpole) == 44
+    words = capture_module.eager_cost(cartpole, cuda)
+    assert "waits for the device up to 44 times" in words and "up to 10 iterations" in words and "4 substeps" in words
+    assert "12x" in capture_module.eager_cost(cartpole, cpu) and "waits" not in capture_module.eager_cost(cartpole, cpu)
+    featherstone = task_config("cartpole", **{"solver.name": "featherstone", "substeps": 8})
+    assert capture_module.solver_syncs_per_step(featherstone) == 0
+    assert "waits" not in capture_module.eager_cost(featherstone, cuda)
+    assert capture_module.solver_syncs_per_step(task_config("cartpole", substeps=2, **{"solver.iterations": 3})) == 8

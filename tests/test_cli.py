@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -225,7 +226,44 @@ def test_doctor_checks_this_machine(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "capture and replay on cpu" in out and "kernel cache" in out and "default device" in out
+    assert "ok   solver loop capture on cpu" in out and "capture_while loop (10 iterations)" in out
     assert "collection runs as designed here" in out and "BAD" not in out
+
+
+def test_doctor_says_what_eager_stepping_costs_when_the_solver_loop_cannot_be_captured(capsys, monkeypatch):
+    """A capture_while that cannot be captured (here: made to raise) is BAD, with the eager cost as the fix."""
+    import warp as wp
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("conditional nodes are not supported")
+
+    monkeypatch.setattr(wp, "capture_while", refuse)
+    code = main(["doctor"])
+    out = capsys.readouterr().out
+    assert code == 1 and "BAD  solver loop capture on cpu" in out and "conditional nodes are not supported" in out
+    assert "-> the step will run eagerly: every step then pays Python's launch cost" in out
+
+
+def test_doctor_solver_loop_on_cuda_counts_the_host_syncs_eager_stepping_would_make(monkeypatch):
+    """On CUDA the solver-loop check adds what eager stepping costs, in the default cartpole config's numbers
+    (4 substeps x (10 solver iterations + 1) = 44 waits a step); run here on the CPU as if it were CUDA."""
+    import warp as wp
+
+    from forge_gpu._src.sim import capture
+    from forge_gpu._src.sim.doctor import _solver_loop_capture
+    from forge_gpu._src.sim.make import task_config
+
+    cpu = wp.get_device("cpu")
+    as_cuda = SimpleNamespace(is_cuda=True)  # what the check asks of its device, besides handing it to capture_step
+    warp_as_cuda = SimpleNamespace(**{k: getattr(wp, k) for k in dir(wp) if not k.startswith("__")})
+    warp_as_cuda.get_device = lambda name=None: as_cuda
+    real_capture_step = capture.capture_step
+    monkeypatch.setattr(capture, "capture_step", lambda device, body: real_capture_step(cpu, body))
+    check = _solver_loop_capture(warp_as_cuda, "cpu", task_config("cartpole"))
+    assert check.ok, check
+    assert "wait for the GPU up to 44 times a step (cartpole defaults: 4 substeps x (10 solver iterations + 1))" in (
+        check.found
+    )
 
 
 def test_doctor_exits_1_and_says_what_to_do_when_a_check_fails(capsys, monkeypatch):

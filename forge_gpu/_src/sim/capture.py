@@ -64,3 +64,25 @@ def instantiate(graph) -> None:
     if not create(graph.device.context, stream.cuda_stream, graph.graph, ctypes.byref(executable)):
         raise RuntimeError(f"the driver refused to instantiate the captured graph: {runtime.get_error_string()}")
     graph.graph_exec = executable
+
+
+def solver_syncs_per_step(config) -> int:
+    """At most how often an eager CUDA step waits for the device in MuJoCo Warp's solver loop alone: outside a
+    graph ``wp.capture_while`` copies the loop's condition to the host and synchronizes before each iteration
+    and once more to stop, ``iterations + 1`` times per substep. 0 for the other solvers (no such loop)."""
+    if config.solver.name != "mujoco":
+        return 0
+    return config.substeps * (config.solver.iterations + 1)
+
+
+def eager_cost(config, device) -> str:
+    """What stepping eagerly costs on ``device`` with ``config``, in words and in the config's numbers."""
+    launches = "every step then pays Python's launch cost for each of its kernels"
+    syncs = solver_syncs_per_step(config) if device.is_cuda else 0
+    if not syncs:
+        return f"{launches} (on the CPU about 12x slower at 64 envs, less at thousands)"
+    return (
+        f"{launches} and waits for the device up to {syncs} times: outside a graph, MuJoCo Warp's solver loop "
+        f"copies its condition to the host and synchronizes before each of up to {config.solver.iterations} "
+        f"iterations and once to stop, in each of {config.substeps} substeps, so the host never runs ahead of the GPU"
+    )

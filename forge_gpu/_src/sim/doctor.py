@@ -3,9 +3,11 @@ a problem, what to do about it.
 
 On a GPU machine: the device, driver and toolkit versions, conditional graph nodes (MuJoCo Warp's
 solver loops inside a captured step), memory pools (allocations inside a graph), a page-locked
-allocation with a copy into it, a tiny capture and replay. On any machine: the same capture on the
-CPU device, and the kernel cache. A problem that stops collection from running as designed makes the
-command exit 1.
+allocation with a copy into it, a tiny capture and replay, and a graph shaped like the solver's (an
+allocation, then a ``wp.capture_while`` loop) captured, instantiated and replayed, with what stepping
+eagerly instead would cost. On any machine: the same two captures on the CPU device (Warp records
+``capture_while`` in CPU graphs too), and the kernel cache. A problem that stops collection from running
+as designed makes the command exit 1.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ def run_checks() -> list[Check]:
     """Every check, in order; Warp is initialized on the way."""
     import warp as wp
 
-    from forge_gpu._src.sim.env import capture_unsupported, device_choice, gpu_present
+    from forge_gpu._src.sim.capture import capture_unsupported, eager_cost
+    from forge_gpu._src.sim.env import device_choice, gpu_present
+    from forge_gpu._src.sim.make import task_config
 
     checks = [Check("python", True, f"{platform.python_version()} on {platform.platform()}")]
     versions = []
@@ -44,6 +48,7 @@ def run_checks() -> list[Check]:
     usable = device != "cpu" or not gpu_present()
     fix = "" if usable else "make Warp see the GPU (driver, CUDA build of warp-lang), or pass --device cpu"
     checks.append(Check("default device", usable, why, fix))
+    cartpole = task_config("cartpole")  # the numbers of what eager stepping costs
     if device != "cpu":
         cuda = wp.get_device(device)
         memory = cuda.total_memory / 2**30
@@ -56,12 +61,14 @@ def run_checks() -> list[Check]:
                 "step capture requirements",
                 reason is None,
                 "conditional graph nodes and memory pools available" if reason is None else reason,
-                "" if reason is None else "without them the step runs eagerly: much slower at small batches",
+                "" if reason is None else f"without them the step runs eagerly: {eager_cost(cartpole, cuda)}",
             )
         )
         checks.append(_pinned_copy(wp, device))
         checks.append(_capture_replay(wp, device))
+        checks.append(_solver_loop_capture(wp, device, cartpole))
     checks.append(_capture_replay(wp, "cpu"))
+    checks.append(_solver_loop_capture(wp, "cpu", cartpole))
     cache = wp.config.kernel_cache_dir
     writable = bool(cache) and os.access(cache, os.W_OK)
     checks.append(
@@ -105,6 +112,50 @@ def _capture_replay(wp, device: str) -> Check:
         return Check(name, ok, "a captured kernel replayed 3 times, right result" if ok else "wrong result")
     except Exception as exc:
         return Check(name, False, f"{type(exc).__name__}: {exc}", "the step will run eagerly (slower)")
+
+
+def _solver_loop_capture(wp, device: str, config) -> Check:
+    """The step's hard part in miniature: inside one graph, an allocation, then a ``wp.capture_while`` loop of
+    ``config.solver.iterations`` iterations (MuJoCo Warp's solver loop is one), captured and instantiated as the
+    env does (``capture_step``), replayed twice; the result is checked."""
+    from forge_gpu._src.sim.capture import capture_step, eager_cost, solver_syncs_per_step
+    from forge_gpu.kernels import doctor as kernels
+
+    name, size, iterations = f"solver loop capture on {device}", 8, config.solver.iterations
+    where = wp.get_device(device)
+    try:
+        counter = wp.zeros(1, dtype=wp.int32, device=device)
+        values = wp.zeros(size, dtype=float, device=device)
+
+        def step():
+            scratch = wp.empty(size, dtype=float, device=device)  # allocated inside the graph, as the solver does
+            start = kernels.start_countdown_kernel
+            wp.launch(start, dim=size, inputs=[iterations], outputs=[counter, scratch], device=device)
+
+            def iteration():
+                wp.launch(kernels.countdown_iteration_kernel, dim=size, inputs=[counter, scratch], device=device)
+
+            wp.capture_while(counter, iteration)
+            wp.launch(kernels.accumulate_kernel, dim=size, inputs=[scratch], outputs=[values], device=device)
+
+        with wp.ScopedDevice(device):
+            graph = capture_step(where, step)
+            for _ in range(2):
+                wp.capture_launch(graph)
+        got = values.numpy()
+    except Exception as exc:
+        fix = f"the step will run eagerly: {eager_cost(config, where)}"
+        return Check(name, False, f"{type(exc).__name__}: {exc}", fix)
+    if not (got == 2.0 * iterations).all():
+        found = f"wrong result: {got.tolist()}, expected {2 * iterations}.0 each"
+        return Check(name, False, found, "collect with --set capture_graph=false; report the versions above")
+    found = f"an allocation and a capture_while loop ({iterations} iterations) in a graph, replayed twice, right result"
+    if where.is_cuda:
+        found += (
+            f"; eager stepping would instead wait for the GPU up to {solver_syncs_per_step(config)} times a step "
+            f"({config.task} defaults: {config.substeps} substeps x ({iterations} solver iterations + 1))"
+        )
+    return Check(name, True, found)
 
 
 def report(checks: list[Check]) -> str:

@@ -10,7 +10,7 @@ import newton
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.sim.capture import capture_step, capture_unsupported
+from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_cost
 from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.output import init_warp
 from forge_gpu._src.sim.step_result import StepResult
@@ -286,8 +286,7 @@ class VectorEnv:
         self._graph, self._use_graph = None, False
         self.step_mode = f"eager: {reason}"
         warnings.warn(
-            f"forge_gpu: stepping {self.device} eagerly because {reason}; every step then pays Python's "
-            "launch cost per kernel (on the CPU about 12x slower at 64 envs, less at thousands)",
+            f"forge_gpu: stepping {self.device} eagerly because {reason}; {eager_cost(self.config, self.device)}",
             RuntimeWarning,
             stacklevel=4,
         )
