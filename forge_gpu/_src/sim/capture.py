@@ -53,8 +53,10 @@ def instantiate(graph) -> None:
     """
     if not graph.device.is_cuda or graph.graph_exec is not None:
         return
-    from warp._src import context as warp_context
-
+    try:
+        from warp._src import context as warp_context  # noqa: PLC0415 - Warp's internals, only on CUDA
+    except ImportError:  # another Warp layout: its first launch instantiates, as Warp does by default
+        return
     runtime = warp_context.runtime
     create = getattr(getattr(runtime, "core", None), "wp_cuda_graph_create_exec", None)
     if create is None:
