@@ -92,6 +92,20 @@ def _to_torch(torch, batch: dict) -> dict:
     }
 
 
+def _open_windows(dataset, **shard) -> Windows:
+    """The :class:`Windows` of either torch dataset (its directory, sizes, fields, padding and mapping), of the
+    ``shard`` (``shard_index``, ``num_shards``) where one is given."""
+    return Windows(
+        dataset.directory,
+        dataset.history,
+        dataset.horizon,
+        observation_keys=dataset.observation_keys,
+        pad=dataset.pad,
+        mmap=dataset.mmap,
+        **shard,
+    )
+
+
 @functools.cache
 def _window_dataset_class() -> type:
     import torch  # noqa: PLC0415 - torch is optional and heavy
@@ -120,16 +134,7 @@ def _window_dataset_class() -> type:
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
             shard = rank * num_workers + worker_id
-            windows = Windows(
-                self.directory,
-                self.history,
-                self.horizon,
-                observation_keys=self.observation_keys,
-                pad=self.pad,
-                mmap=self.mmap,
-                shard_index=shard,
-                num_shards=world_size * num_workers,
-            )
+            windows = _open_windows(self, shard_index=shard, num_shards=world_size * num_workers)
             order = np.arange(len(windows))
             if self.shuffle:
                 order = np.random.default_rng([self.seed, self.epoch, shard]).permutation(len(windows))
@@ -157,14 +162,7 @@ def _map_dataset_class() -> type:
         @property
         def windows(self) -> Windows:
             if self._windows is None:
-                self._windows = Windows(
-                    self.directory,
-                    self.history,
-                    self.horizon,
-                    observation_keys=self.observation_keys,
-                    pad=self.pad,
-                    mmap=self.mmap,
-                )
+                self._windows = _open_windows(self)
             return self._windows
 
         def __reduce__(self):

@@ -108,6 +108,11 @@ class RunFormat(Protocol):
         ...
 
 
+def _budget(options: Any) -> dict:
+    """The recorder's ``max_buffer_bytes`` keyword where the options set one; none keeps the format's default."""
+    return {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
+
+
 class PackedFormat:
     """Schema 2: Arrow IPC segments and a commit log (docs/FORMAT.md)."""
 
@@ -122,7 +127,7 @@ class PackedFormat:
     def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
         from forge_gpu._src.formats.packed.recorder import PackedRecorder  # noqa: PLC0415
 
-        budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
+        budget = _budget(options)
         return PackedRecorder(directory, run, compression=options.compression, statistics=options.statistics, **budget)
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
@@ -156,7 +161,7 @@ class NpzFormat:
     def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
         from forge_gpu._src.formats.npz.recorder import NpzRecorder  # noqa: PLC0415
 
-        budget = {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
+        budget = _budget(options)
         return NpzRecorder(
             directory,
             run,
