@@ -29,6 +29,7 @@ class EpisodeTracker:
             raise ValueError(f"env.spec['action_shape'] must be [A] with A >= 1, got {action_shape!r}")
         self.action_dim = int(action_shape[0])
         self.num_envs, self.max_steps = num_envs, max_steps
+        self._batch_layout = leading(self.fields, num_envs)  # what every batch's fields must be: [N, ...]
         self.episode = np.full(num_envs, -1, np.int64)  # -1 before the env's first frame
         self.steps = np.zeros(num_envs, np.int64)  # transitions recorded in the current episode
         self.last_time = np.zeros(num_envs, np.float64)  # time of the last frame [s]
@@ -56,7 +57,7 @@ class EpisodeTracker:
             if not isinstance(array, np.ndarray):
                 raise ValueError(f"observation[{field!r}] must be a numpy array, got {type(array).__name__}")
         found = {field: (array.shape, array.dtype) for field, array in observation.items()}
-        check_layout(found, leading(self.fields, n), name="observation", what="field", source="env.spec['observation']")
+        check_layout(found, self._batch_layout, name="observation", what="field", source="env.spec['observation']")
         for field in self.fields:
             _check_finite(f"observation[{field!r}]", observation[field])
         info = getattr(result, "info", None)
