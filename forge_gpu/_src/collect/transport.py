@@ -197,10 +197,8 @@ class HostSnapshotTransport:
         if self._cuda:
             self._wait_for_copy(slot, step, deadline)
         host = self._views[slot]
-        observation = {k[4:]: v for k, v in host.items() if k.startswith("obs/")}
-        info = {k[5:]: v for k, v in host.items() if k.startswith("info/")}
-        result = StepResult(observation, host["reward"], host["terminated"], host["truncated"], info)
-        return HostBatch(slot, observation, result)
+        result = StepResult.from_arrays(host)
+        return HostBatch(slot, result.observation, result)
 
     def _get_waits(self) -> str:
         return f"get of step {self._taken}, waiting for it to be published ({self.steps} published so far),"

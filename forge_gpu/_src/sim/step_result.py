@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,13 +27,36 @@ class StepResult:
     """``active`` bool ``[N]`` (false on rows that are the first frame of an episode),
     ``executed_action`` float32 ``[N, A]`` (the action after clipping; zero on reset rows) and
     ``action_nonfinite`` bool ``[N]`` (the given action held a NaN or inf; zeros were executed)."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """The simulator state of each env after the step, each ``[N, ...]`` (``joint_q``, ``joint_qd`` and the
+    task's own, e.g. ``target_pos``): what restores the world exactly (env.spec's ``state``); empty when the
+    config's ``record_state`` is false."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The randomized values of each env's current episode, each ``[N, ...]`` float32 (env.spec's ``params``),
+    drawn at the episode's reset and constant until its end; empty without a ``[randomize]`` table."""
+
+    #: The prefixes of the flattened names of :meth:`arrays` that hold a dict of the result.
+    GROUPS = {"obs/": "observation", "info/": "info", "state/": "state", "params/": "params"}
 
     def arrays(self) -> dict[str, Any]:
-        """Every array of the result, flattened to ``obs/<field>``, ``reward``, ... ``info/<key>``."""
+        """Every array of the result, flattened to ``obs/<field>``, ``reward``, ... ``info/<key>``,
+        ``state/<name>``, ``params/<name>``."""
         out = {f"obs/{k}": v for k, v in self.observation.items()}
         out.update(reward=self.reward, terminated=self.terminated, truncated=self.truncated)
         out.update({f"info/{k}": v for k, v in self.info.items()})
+        out.update({f"state/{k}": v for k, v in self.state.items()})
+        out.update({f"params/{k}": v for k, v in self.params.items()})
         return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, Any]) -> StepResult:
+        """The result whose :meth:`arrays` are ``arrays`` (the inverse of :meth:`arrays`)."""
+        groups: dict[str, dict] = {name: {} for name in cls.GROUPS.values()}
+        for key, value in arrays.items():
+            prefix = key[: key.find("/") + 1]
+            if prefix in cls.GROUPS:
+                groups[cls.GROUPS[prefix]][key[len(prefix) :]] = value
+        return cls(reward=arrays["reward"], terminated=arrays["terminated"], truncated=arrays["truncated"], **groups)
 
     def numpy(self) -> StepResult:
         """A host copy (numpy arrays), safe to keep across steps."""
@@ -64,4 +87,6 @@ class StepResult:
             terminated=fn(self.terminated),
             truncated=fn(self.truncated),
             info={k: fn(v) for k, v in self.info.items()},
+            state={k: fn(v) for k, v in self.state.items()},
+            params={k: fn(v) for k, v in self.params.items()},
         )
