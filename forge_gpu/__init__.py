@@ -10,7 +10,7 @@ _EXPORTS = {
     "make": "forge_gpu._src.sim.make",
     "task_config": "forge_gpu._src.sim.make",
     "VectorEnv": "forge_gpu._src.sim.env",
-    "default_device": "forge_gpu._src.sim.env",
+    "default_device": "forge_gpu._src.sim.device",
     "StepResult": "forge_gpu._src.sim.step_result",
     "TaskConfig": "forge_gpu._src.sim.config",
     "make_policy": "forge_gpu._src.sim.policies",

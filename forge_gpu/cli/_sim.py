@@ -121,7 +121,7 @@ def _device_line(requested: str | None, env) -> str:
     """Which device the collection runs on, and why, in one line."""
     if requested:
         return f"device: {env.device} (--device {requested})"
-    from forge_gpu._src.sim.env import device_choice
+    from forge_gpu._src.sim.device import device_choice
 
     return f"device: {device_choice()[1]}"
 
@@ -156,7 +156,7 @@ def cmd_doctor(args) -> int:
     if bad:
         print(f"forge-gpu: collection would not run as designed here ({', '.join(bad)})", file=sys.stderr)
         return 1
-    from forge_gpu._src.sim.env import device_choice
+    from forge_gpu._src.sim.device import device_choice
 
     print(f"collection runs as designed here, on {device_choice()[0]} by default")
     return 0
