@@ -211,19 +211,14 @@ def apply_params_kernel(
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    shape_color_out[target_shape[worldid]] = wp.vec3(
-        target_color_in[worldid, 0], target_color_in[worldid, 1], target_color_in[worldid, 2]
-    )
-    shape_color_out[table_shape[worldid]] = wp.vec3(
-        table_color_in[worldid, 0], table_color_in[worldid, 1], table_color_in[worldid, 2]
-    )
+    target, table = target_color_in[worldid], table_color_in[worldid]
+    shape_color_out[target_shape[worldid]] = wp.vec3(target[0], target[1], target[2])
+    shape_color_out[table_shape[worldid]] = wp.vec3(table[0], table[1], table[2])
     if move_camera != 0:
-        eye = camera_position + wp.vec3(
-            camera_position_offset_in[worldid, 0], camera_position_offset_in[worldid, 1], camera_position_offset_in[worldid, 2]
-        )
-        look = camera_look_at + wp.vec3(
-            camera_look_at_offset_in[worldid, 0], camera_look_at_offset_in[worldid, 1], camera_look_at_offset_in[worldid, 2]
-        )
+        eye_offset = camera_position_offset_in[worldid]
+        look_offset = camera_look_at_offset_in[worldid]
+        eye = camera_position + wp.vec3(eye_offset[0], eye_offset[1], eye_offset[2])
+        look = camera_look_at + wp.vec3(look_offset[0], look_offset[1], look_offset[2])
         camera_transform_out[worldid] = look_at_transform(eye, look)
 
 

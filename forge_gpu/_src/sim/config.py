@@ -75,6 +75,7 @@ class RandomRange:
 
     def to_table(self) -> dict:
         """The TOML/JSON form: ``{"low": ..., "high": ..., "dist": ...}`` (scalars for one component)."""
+
         def plain(values):
             return values[0] if len(values) == 1 else list(values)
 

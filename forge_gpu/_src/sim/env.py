@@ -385,8 +385,7 @@ class VectorEnv:
         if state is None or params is not None:
             randomizer.draw(self.reset_mask, self.episode_id)
             if params is not None:
-                given = {k: wp.array(np.ascontiguousarray(v), dtype=float, device=self.device) for k, v in params.items()}
-                randomizer.restore(self.reset_mask, given)
+                randomizer.restore(self.reset_mask, params)
             randomizer.apply(self.reset_mask)
             self.task.apply_params(self.world)
         self.task.reset_worlds(self.world)

@@ -8,7 +8,6 @@ import warp as wp
 
 from forge_gpu._src.sim.step_result import StepResult
 
-
 #: Byte alignment of each field in ``VectorEnv.packed_result``.
 PACK_ALIGNMENT = 64
 

@@ -146,15 +146,16 @@ class Randomizer:
                 device=w.device,
             )
 
-    def restore(self, reset_mask: wp.array, values: dict[str, wp.array]) -> None:
-        """Set the recorded parameters of the worlds in ``reset_mask`` to ``values`` (name -> [N, ...] arrays)."""
+    def restore(self, reset_mask: wp.array, values: dict) -> None:
+        """Set the recorded parameters of the worlds in ``reset_mask`` to ``values`` (name -> [N, ...] numpy)."""
         w = self.world
         for name in self.ranges:
             target = _rows(self.values[name])
+            given = wp.array(np.ascontiguousarray(values[name], np.float32).reshape(target.shape), device=w.device)
             wp.launch(
                 kernels.copy_rows_kernel,
                 dim=target.shape,
-                inputs=[reset_mask, _rows(values[name])],
+                inputs=[reset_mask, given],
                 outputs=[target],
                 device=w.device,
             )
@@ -162,12 +163,12 @@ class Randomizer:
     def apply(self, reset_mask: wp.array) -> None:
         """Write the physics parameters of the worlds in ``reset_mask`` into the model (the task applies its own).
         The solver's notification (:attr:`notify_flags`) is the env's, once per step."""
-        w, model, per = self.world, self.world.model, self._per_world
+        w, model, per, nominal = self.world, self.world.model, self._per_world, self._nominal
         if "mass_scale" in self.ranges:
             wp.launch(
                 kernels.scale_mass_kernel,
                 dim=(w.num_envs, per["body"]),
-                inputs=[per["body"], self._nominal["mass"], self._nominal["inertia"], reset_mask, self.values["mass_scale"]],
+                inputs=[per["body"], nominal["mass"], nominal["inertia"], reset_mask, self.values["mass_scale"]],
                 outputs=[model.body_mass, model.body_inv_mass, model.body_inertia, model.body_inv_inertia],
                 device=w.device,
             )

@@ -66,7 +66,8 @@ class AntTask(Task):
 
     def randomizable(self) -> dict:
         """Physics: mass_scale, friction, joint_armature_scale, actuator_gain_scale."""
-        return {name: PHYSICS[name] for name in ("mass_scale", "friction", "joint_armature_scale", "actuator_gain_scale")}
+        names = ("mass_scale", "friction", "joint_armature_scale", "actuator_gain_scale")
+        return {name: PHYSICS[name] for name in names}
 
     def build_world(self, builder) -> None:
         start = len(builder.joint_q)

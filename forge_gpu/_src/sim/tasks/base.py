@@ -136,7 +136,9 @@ def bind_task(task: Task, world: World) -> TaskBinding:
         )
     for key, array in binding.state.items():
         if not isinstance(array, wp.array) or array.dtype != wp.float32 or array.shape[0] != world.num_envs:
-            raise ValueError(f"{name}.bind: state {key!r} must be a float32 Warp array [N, ...] of N = {world.num_envs}")
+            raise ValueError(
+                f"{name}.bind: state {key!r} must be a float32 Warp array [N, ...] of N = {world.num_envs}"
+            )
         if key in ("joint_q", "joint_qd"):
             raise ValueError(f"{name}.bind: state {key!r} is the env's; name the task's state otherwise")
     for key, (shape, dtype) in declared.items():
