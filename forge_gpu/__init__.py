@@ -26,6 +26,7 @@ _EXPORTS = {
     "describe_run": "forge_gpu._src.core.manifest",
     "make_recorder": "forge_gpu._src.collect.collector",
     "collect": "forge_gpu._src.collect.collector",
+    "replay": "forge_gpu._src.collect.replay",
     "collect_distributed": "forge_gpu._src.collect.distributed",
     "DatasetSummary": "forge_gpu._src.collect.distributed",
     "CollectionSummary": "forge_gpu._src.collect.collector",
