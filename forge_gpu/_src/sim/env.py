@@ -12,33 +12,12 @@ from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_
 from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.pack import packed_result
 from forge_gpu._src.sim.randomize import Randomizer
+from forge_gpu._src.sim.solver import make_solver
 from forge_gpu._src.sim.step_result import StepResult
 from forge_gpu._src.sim.streams import torch_stream_of, warp_stream_of
 from forge_gpu._src.sim.tasks.base import Task, bind_task
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import env as kernels
-
-
-def _make_solver(model, config: TaskConfig, has_contacts: bool):
-    s = config.solver
-    if has_contacts and s.name != "mujoco":
-        # The other solvers need Newton's collision pipeline each substep, which VectorEnv does not run yet.
-        raise ValueError(
-            f"solver.name = {s.name!r}: task {config.task!r} has contacts, which only solver 'mujoco' handles here"
-        )
-    if s.name == "mujoco":
-        return newton.solvers.SolverMuJoCo(
-            model,
-            iterations=s.iterations,
-            ls_iterations=s.ls_iterations,
-            integrator=s.integrator,
-            disable_contacts=not has_contacts,
-        )
-    if s.name == "featherstone":
-        return newton.solvers.SolverFeatherstone(model)
-    if s.name == "semi_implicit":
-        return newton.solvers.SolverSemiImplicit(model)
-    return newton.solvers.SolverXPBD(model, iterations=s.iterations)
 
 
 def _described(array: wp.array) -> dict:
@@ -85,7 +64,7 @@ class VectorEnv:
             scene = newton.ModelBuilder()
             scene.replicate(builder, n)
             model = scene.finalize(device=device)
-            self.solver = _make_solver(model, config, task.spec.has_contacts)
+            self.solver = make_solver(model, config, task.spec.has_contacts)
             self.world = World(config, model, proprio_dim=task.spec.proprio_dim, action_dim=task.spec.action_dim)
             """What the task's hooks read and write: model, state, control, action and observation buffers."""
             self.state_1 = model.state()
