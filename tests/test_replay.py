@@ -107,7 +107,7 @@ def test_a_larger_re_render_is_a_readable_run_with_the_new_images(tmp_path):
         for name in ("action", "reward", "terminated", "truncated"):
             assert np.array_equal(getattr(a, name), getattr(b, name)), name
     windows = forge_gpu.Windows(tmp_path / "big", history=2, horizon=2)
-    assert windows[0]["obs"]["rgb"].shape[-3:] == (128, 128, 3)
+    assert windows.batch(np.arange(len(windows)))["obs/rgb"].shape[-3:] == (128, 128, 3)
 
 
 def test_rendering_switched_on_for_a_run_recorded_without_it(tmp_path):
