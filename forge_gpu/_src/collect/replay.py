@@ -23,13 +23,16 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import numpy as np
+import warp as wp
 
+from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
-from forge_gpu._src.sim.make import make
+from forge_gpu._src.sim.device import default_device
+from forge_gpu._src.sim.make import make, task_config
 from forge_gpu._src.sim.tasks.registry import TASKS
 
 SOURCES = ("state", "actions")
@@ -47,6 +50,7 @@ def replay(
     successful: bool = False,
     limit: int | None = None,
     batch: int = 1024,
+    max_batch_bytes: int = 1 << 30,
     device: str | None = None,
     tolerance: float = 1e-5,
     task: str | None = None,
@@ -61,7 +65,8 @@ def replay(
         overrides: config changes (dotted keys, as ``--set``), e.g. ``{"params.image_size": 128}``.
         episodes: only these ``(env_id, episode_id)`` pairs; ``successful``: only episodes that ended in success
             (tasks with success); ``limit``: at most this many (after the other filters).
-        batch: worlds per batch (episodes re-simulated at once).
+        batch: worlds per batch (episodes re-simulated at once), at most as many as the observations of whole
+            episodes that fit in ``max_batch_bytes`` (a batch holds its observations until written).
         tolerance: ``actions``: the largest absolute state difference that still counts as equal.
         task: when given, the run must be of this task.
         stop: set it to stop after the current batch; the output run holds the episodes done.
@@ -80,7 +85,10 @@ def replay(
     manifest = read_manifest(run_dir)
     reader = _open(run_dir, manifest, task)
     selected = _select(reader, episodes, limit if not successful else None)
-    env = _make_env(manifest, overrides or {}, min(batch, max(len(selected), 1)), device)
+    check_int("max_batch_bytes", max_batch_bytes, minimum=1)
+    config = _config(manifest, overrides or {}, device)
+    worlds = min(batch, max(len(selected), 1), max(1, max_batch_bytes // _episode_bytes(config)))
+    env = make(manifest["task"], **{**_flatten(config.to_dict()), "num_envs": worlds})
     _check_compatible(manifest, env, run_dir)
     stop = stop or threading.Event()
     report = {"episodes": 0, "frames": 0, "seconds": 0.0, "interrupted": False, "divergence": []}
@@ -171,16 +179,23 @@ def _select(reader, episodes: list[tuple[int, int]] | None, limit: int | None) -
     return chosen if limit is None else chosen[:limit]
 
 
-def _make_env(manifest: dict, overrides: dict, num_envs: int, device: str | None):
-    """An env of the run's task with the recorded config, changed by ``overrides``, of ``num_envs`` worlds."""
-    config = {k: v for k, v in manifest["config"].items() if k not in (*_NOT_REPLAYED, "task", "seed")}
+def _config(manifest: dict, overrides: dict, device: str | None):
+    """The run's recorded config changed by ``overrides`` (and the device), checked."""
+    config = {k: v for k, v in manifest["config"].items() if k not in (*_NOT_REPLAYED, "task")}
     for key in overrides:
         if key.split(".")[0] in ("num_envs", "seed", "task", "randomize"):
             raise ValueError(
                 f"--set {key}: replay keeps the run's {key.split('.')[0]} (it restores the recorded episodes)"
             )
-    merged = {**_flatten(config), **overrides}
-    return make(manifest["task"], num_envs=num_envs, device=device, seed=int(manifest["seed"]), **merged)
+    return task_config(manifest["task"], **{**_flatten(config), **overrides, "device": device or default_device()})
+
+
+def _episode_bytes(config) -> int:
+    """Host bytes of one world's observations over a longest episode (max_steps + 1 frames) under ``config``."""
+    fields = TASKS[config.task](config).observation_fields()
+    frame = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
+    frame += 4 * (4 + TASKS[config.task].spec.proprio_dim)  # the ids, time and proprio
+    return frame * (config.max_steps + 1)
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:
@@ -240,26 +255,40 @@ def _params(group: list[Episode], n: int) -> dict:
     return {name: np.stack([np.asarray(group[i].params[name], np.float32) for i in index]) for name in group[0].params}
 
 
-def _observed(frames: list[dict], group: list[Episode]) -> list[Episode]:
-    """The group's episodes with the observation fields of ``frames`` (one host copy of the env's observation per
-    frame), the bookkeeping fields and everything else as recorded."""
-    stacked = {name: np.stack([f[name] for f in frames], axis=1) for name in frames[0]}  # [n, frames, ...]
-    out = []
-    for i, episode in enumerate(group):
-        steps = episode.steps
-        obs = {name: array[i, : steps + 1] for name, array in stacked.items()}
-        for name in BOOKKEEPING_FIELDS:
-            obs[name] = np.concatenate([episode.obs[name], episode.next[name][-1:]])
-        out.append(
-            dataclasses.replace(
-                episode, obs={k: v[:steps] for k, v in obs.items()}, next={k: v[1:] for k, v in obs.items()}
+class _Frames:
+    """The observations of a batch: name -> [worlds, frames, ...] host arrays, filled frame by frame from the
+    env's observation (one copy per field and frame, whole arrays)."""
+
+    def __init__(self, env, frames: int):
+        self.env = env
+        self.arrays = {
+            name: np.empty((env.num_envs, frames, *array.shape[1:]), wp_numpy_dtype(array))
+            for name, array in env.observation.items()
+        }
+
+    def put(self, t: int) -> None:
+        for name, array in self.env.observation.items():
+            self.arrays[name][:, t] = array.numpy()
+
+    def episodes(self, group: list[Episode]) -> list[Episode]:
+        """The group's episodes with these observations, the bookkeeping fields and everything else as recorded."""
+        out = []
+        for i, episode in enumerate(group):
+            steps = episode.steps
+            obs = {name: array[i, : steps + 1] for name, array in self.arrays.items()}
+            for name in BOOKKEEPING_FIELDS:
+                obs[name] = np.concatenate([episode.obs[name], episode.next[name][-1:]])
+            out.append(
+                dataclasses.replace(
+                    episode, obs={k: v[:steps] for k, v in obs.items()}, next={k: v[1:] for k, v in obs.items()}
+                )
             )
-        )
-    return out
+        return out
 
 
-def _host_observation(env) -> dict:
-    return {name: array.numpy().copy() for name, array in env.observation.items()}
+def wp_numpy_dtype(array) -> np.dtype:
+    """The numpy dtype of a Warp array's elements."""
+    return np.dtype(wp.dtype_to_numpy(array.dtype))
 
 
 def _state_at(states: dict, t: np.ndarray) -> dict:
@@ -271,11 +300,11 @@ def _state_at(states: dict, t: np.ndarray) -> dict:
 def _from_state(env, group: list[Episode]) -> list[Episode]:
     n = env.num_envs
     states = _padded(group, n, lambda e: e.state)
-    frames = []
+    frames = _Frames(env, max(e.steps for e in group) + 1)
     for t in range(max(e.steps for e in group) + 1):
         env.restore(_state_at(states, np.full(n, t)), _params(group, n) if t == 0 else None)
-        frames.append(_host_observation(env))
-    return _observed(frames, group)
+        frames.put(t)
+    return frames.episodes(group)
 
 
 def _from_actions(env, group: list[Episode], tolerance: float) -> tuple[list[Episode], list[dict]]:
@@ -286,7 +315,8 @@ def _from_actions(env, group: list[Episode], tolerance: float) -> tuple[list[Epi
     first_step = np.full(size, -1, np.int64)
     max_error = np.zeros(size, np.float64)
     env.restore(_state_at(states, np.zeros(n, np.int64)), _params(group, n))
-    frames = [_host_observation(env)]
+    frames = _Frames(env, int(steps.max()) + 1)
+    frames.put(0)
     for t in range(1, int(steps.max()) + 1):
         result = env.step(np.ascontiguousarray(actions[:, t - 1]))
         recorded = _state_at(states, np.full(n, t))
@@ -298,7 +328,7 @@ def _from_actions(env, group: list[Episode], tolerance: float) -> tuple[list[Epi
         error = np.where(live, error, 0.0)
         max_error = np.maximum(max_error, error)
         first_step = np.where((first_step < 0) & live & (error > tolerance), t, first_step)
-        frames.append(_host_observation(env))
+        frames.put(t)
     divergence = [
         {
             "env_id": e.env_id,
@@ -308,7 +338,7 @@ def _from_actions(env, group: list[Episode], tolerance: float) -> tuple[list[Epi
         }
         for i, e in enumerate(group)
     ]
-    replayed = _observed(frames, group)
+    replayed = frames.episodes(group)
     return [replayed[i] for i in range(size) if first_step[i] < 0], divergence
 
 
