@@ -88,7 +88,8 @@ def replay(
     check_int("max_batch_bytes", max_batch_bytes, minimum=1)
     config = _config(manifest, overrides or {}, device)
     worlds = min(batch, max(len(selected), 1), max(1, max_batch_bytes // _episode_bytes(config)))
-    env = make(manifest["task"], **{**_flatten(config.to_dict()), "num_envs": worlds})
+    settings = {k: v for k, v in _flatten(config.to_dict()).items() if k != "task"}
+    env = make(config.task, **{**settings, "num_envs": worlds})
     _check_compatible(manifest, env, run_dir)
     stop = stop or threading.Event()
     report = {"episodes": 0, "frames": 0, "seconds": 0.0, "interrupted": False, "divergence": []}
