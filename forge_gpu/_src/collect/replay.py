@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from queue import Full, Queue
 
 import numpy as np
 import warp as wp
@@ -96,7 +97,8 @@ def replay(
     has_success = bool(manifest["env_spec"].get("has_success"))
     if successful and not has_success:
         raise ValueError(f"{run_dir}: task {manifest['task']!r} defines no success; drop --successful")
-    options = EpisodeReadOptions(state=True)
+    # The source's observations are observed again: read only the bookkeeping fields, the state and the rest.
+    options = EpisodeReadOptions(observation_keys=list(BOOKKEEPING_FIELDS), state=True)
     began = time.perf_counter()
 
     def chosen() -> Iterator[Episode]:
@@ -109,8 +111,8 @@ def replay(
             if limit is not None and count >= limit:
                 return
 
-    def replayed() -> Iterator[Episode]:
-        for group in _batches(chosen(), env.num_envs):
+    def replayed() -> Iterator[list[Episode]]:
+        for group in _batches(_background(chosen(), depth=env.num_envs), env.num_envs):
             if stop.is_set():
                 report["interrupted"] = True
                 return
@@ -124,11 +126,13 @@ def replay(
             report["seconds"] = time.perf_counter() - began
             if progress is not None:
                 progress({"episodes": report["episodes"], "total": len(selected), **_rates(report)})
-            yield from done
+            yield done
 
     work = new_partial(out)
     try:
-        count, keys = FORMATS["packed"].write(work, replayed(), "none")
+        # Three stages at once: reading the source, re-simulating a batch, writing the previous one.
+        batches = _background(replayed(), depth=1)
+        count, keys = FORMATS["packed"].write(work, (e for done in batches for e in done), "none")
         report["seconds"] = time.perf_counter() - began
         report.update(_rates(report), episodes=count)
         if from_ == "actions":
@@ -142,6 +146,46 @@ def replay(
     if from_ == "state":
         report.pop("divergence")
     return report
+
+
+def _background(items: Iterator, *, depth: int) -> Iterator:
+    """``items``, produced by a thread of their own at most ``depth`` ahead of the consumer; the producer's
+    exception is raised here, and a consumer that stops early stops the producer."""
+    queue: Queue = Queue(maxsize=depth)
+    done, gone = object(), threading.Event()
+
+    def put(entry) -> bool:
+        """Queue ``entry`` unless the consumer is gone; whether it was queued."""
+        while not gone.is_set():
+            try:
+                queue.put(entry, timeout=0.1)
+                return True
+            except Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((done, None))
+        except BaseException as exc:  # reaches the consumer
+            put((done, exc))
+
+    thread = threading.Thread(target=produce, name="forge-gpu-replay", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = queue.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        gone.set()
+        thread.join()
 
 
 def _rates(report: dict) -> dict:
