@@ -13,7 +13,6 @@ Per batch of ``B`` episodes, each frame is one ``VectorEnv.restore`` (``state``)
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import os
 import shutil
@@ -24,8 +23,8 @@ from collections.abc import Callable, Iterator
 from queue import Full, Queue
 
 import numpy as np
-import warp as wp
 
+from forge_gpu._src.collect.resimulate import frame_bytes, from_actions, from_state, waves
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
@@ -66,8 +65,10 @@ def replay(
         overrides: config changes (dotted keys, as ``--set``), e.g. ``{"params.image_size": 128}``.
         episodes: only these ``(env_id, episode_id)`` pairs; ``successful``: only episodes that ended in success
             (tasks with success); ``limit``: at most this many (after the other filters).
-        batch: worlds per batch (episodes re-simulated at once), at most as many as the observations of whole
-            episodes that fit in ``max_batch_bytes`` (a batch holds its observations until written).
+        batch: worlds (episodes re-simulated at once). ``state``: a world that finishes an episode takes the next,
+            in waves whose observations fit in ``max_batch_bytes``; ``actions``: the episodes of a batch start
+            together, and a batch is at most as many whole episodes as fit in ``max_batch_bytes``. About three
+            waves or batches are in memory at once (one read, one re-simulated, one written).
         tolerance: ``actions``: the largest absolute state difference that still counts as equal.
         task: when given, the run must be of this task.
         stop: set it to stop after the current batch; the output run holds the episodes done.
@@ -88,7 +89,9 @@ def replay(
     selected = _select(reader, episodes, limit if not successful else None)
     check_int("max_batch_bytes", max_batch_bytes, minimum=1)
     config = _config(manifest, overrides or {}, device)
-    worlds = min(batch, max(len(selected), 1), max(1, max_batch_bytes // _episode_bytes(config)))
+    worlds = min(batch, max(len(selected), 1))
+    if from_ == "actions":  # a batch holds one whole episode per world
+        worlds = min(worlds, max(1, max_batch_bytes // _episode_bytes(config)))
     settings = {k: v for k, v in _flatten(config.to_dict()).items() if k != "task"}
     env = make(config.task, **{**settings, "num_envs": worlds})
     _check_compatible(manifest, env, run_dir)
@@ -111,21 +114,34 @@ def replay(
             if limit is not None and count >= limit:
                 return
 
+    last_report = [-1.0]
+
+    def count(episodes: int, frames: int, *, final: bool = False) -> None:
+        """Count what a batch finished; report progress every half second and at the end of a batch."""
+        report["episodes"] += episodes
+        report["frames"] += frames
+        report["seconds"] = time.perf_counter() - began
+        if progress is not None and (final or report["seconds"] - last_report[0] >= 0.5):
+            last_report[0] = report["seconds"]
+            progress({"episodes": report["episodes"], "total": len(selected), **_rates(report)})
+
     def replayed() -> Iterator[list[Episode]]:
-        for group in _batches(_background(chosen(), depth=env.num_envs), env.num_envs):
+        source = _background(chosen(), depth=env.num_envs)
+        if from_ == "state":  # waves of many episodes per world, bounded by the observations they hold
+            groups = waves(source, capacity=max(1, max_batch_bytes // frame_bytes(env)), most=8 * env.num_envs)
+        else:  # one episode per world, all starting together
+            groups = batches(source, env.num_envs)
+        for group in groups:
             if stop.is_set():
                 report["interrupted"] = True
                 return
             if from_ == "state":
-                done = _from_state(env, group)
+                done = from_state(env, group, stop, count)
+                report["interrupted"] = len(done) < len(group)
             else:
-                done, divergence = _from_actions(env, group, tolerance)
+                done, divergence = from_actions(env, group, tolerance)
                 report["divergence"] += divergence
-            report["episodes"] += len(done)
-            report["frames"] += sum(e.steps + 1 for e in group)
-            report["seconds"] = time.perf_counter() - began
-            if progress is not None:
-                progress({"episodes": report["episodes"], "total": len(selected), **_rates(report)})
+                count(len(done), sum(e.steps + 1 for e in group), final=True)
             yield done
 
     work = new_partial(out)
@@ -270,121 +286,6 @@ def _check_compatible(manifest: dict, env, run_dir: str) -> None:
             f"{run_dir}: incompatible config: the action is {recorded.get('action_shape')} in the run and "
             f"{spec['action_shape']} with this config"
         )
-
-
-def _batches(episodes: Iterator[Episode], size: int) -> Iterator[list[Episode]]:
-    group: list[Episode] = []
-    for episode in episodes:
-        group.append(episode)
-        if len(group) == size:
-            yield group
-            group = []
-    if group:
-        yield group
-
-
-def _padded(group: list[Episode], n: int, arrays: Callable[[Episode], dict]) -> dict:
-    """Each episode's ``arrays`` (name -> [frames, ...]) stacked as name -> [n, most frames, ...]: an episode's
-    last frame repeats past its end and the last episode fills the worlds past the group's (once per batch)."""
-    longest = max(len(next(iter(arrays(e).values()))) for e in group)
-    index = np.minimum(np.arange(n), len(group) - 1)
-    out = {}
-    for name in arrays(group[0]):
-        rows = [arrays(group[i])[name] for i in index]
-        out[name] = np.stack([np.concatenate([r, np.repeat(r[-1:], longest - len(r), axis=0)]) for r in rows])
-    return out
-
-
-def _params(group: list[Episode], n: int) -> dict:
-    index = np.minimum(np.arange(n), len(group) - 1)
-    return {name: np.stack([np.asarray(group[i].params[name], np.float32) for i in index]) for name in group[0].params}
-
-
-class _Frames:
-    """The observations of a batch: name -> [worlds, frames, ...] host arrays, filled frame by frame from the
-    env's observation (one copy per field and frame, whole arrays)."""
-
-    def __init__(self, env, frames: int):
-        self.env = env
-        self.arrays = {
-            name: np.empty((env.num_envs, frames, *array.shape[1:]), wp_numpy_dtype(array))
-            for name, array in env.observation.items()
-        }
-
-    def put(self, t: int) -> None:
-        for name, array in self.env.observation.items():
-            self.arrays[name][:, t] = array.numpy()
-
-    def episodes(self, group: list[Episode]) -> list[Episode]:
-        """The group's episodes with these observations, the bookkeeping fields and everything else as recorded."""
-        out = []
-        for i, episode in enumerate(group):
-            steps = episode.steps
-            obs = {name: array[i, : steps + 1] for name, array in self.arrays.items()}
-            for name in BOOKKEEPING_FIELDS:
-                obs[name] = np.concatenate([episode.obs[name], episode.next[name][-1:]])
-            out.append(
-                dataclasses.replace(
-                    episode, obs={k: v[:steps] for k, v in obs.items()}, next={k: v[1:] for k, v in obs.items()}
-                )
-            )
-        return out
-
-
-def wp_numpy_dtype(array) -> np.dtype:
-    """The numpy dtype of a Warp array's elements."""
-    return np.dtype(wp.dtype_to_numpy(array.dtype))
-
-
-def _state_at(states: dict, t: np.ndarray) -> dict:
-    """Frame ``t[i]`` of world ``i`` of the padded states: name -> [n, ...]."""
-    worlds = np.arange(len(t))
-    return {name: array[worlds, t] for name, array in states.items()}
-
-
-def _from_state(env, group: list[Episode]) -> list[Episode]:
-    n = env.num_envs
-    states = _padded(group, n, lambda e: e.state)
-    frames = _Frames(env, max(e.steps for e in group) + 1)
-    for t in range(max(e.steps for e in group) + 1):
-        env.restore(_state_at(states, np.full(n, t)), _params(group, n) if t == 0 else None)
-        frames.put(t)
-    return frames.episodes(group)
-
-
-def _from_actions(env, group: list[Episode], tolerance: float) -> tuple[list[Episode], list[dict]]:
-    n, size = env.num_envs, len(group)
-    states = _padded(group, n, lambda e: e.state)
-    actions = _padded(group, n, lambda e: {"action": e.action})["action"]
-    steps = np.array([e.steps for e in group])
-    first_step = np.full(size, -1, np.int64)
-    max_error = np.zeros(size, np.float64)
-    env.restore(_state_at(states, np.zeros(n, np.int64)), _params(group, n))
-    frames = _Frames(env, int(steps.max()) + 1)
-    frames.put(0)
-    for t in range(1, int(steps.max()) + 1):
-        result = env.step(np.ascontiguousarray(actions[:, t - 1]))
-        recorded = _state_at(states, np.full(n, t))
-        error = np.zeros(size)
-        for name, array in result.state.items():
-            diff = np.abs(array.numpy()[:size].astype(np.float64) - recorded[name][:size])
-            error = np.maximum(error, diff.reshape(size, -1).max(axis=1))
-        live = t <= steps
-        error = np.where(live, error, 0.0)
-        max_error = np.maximum(max_error, error)
-        first_step = np.where((first_step < 0) & live & (error > tolerance), t, first_step)
-        frames.put(t)
-    divergence = [
-        {
-            "env_id": e.env_id,
-            "episode_id": e.episode_id,
-            "first_step": None if first_step[i] < 0 else int(first_step[i]),
-            "max_error": float(max_error[i]),
-        }
-        for i, e in enumerate(group)
-    ]
-    replayed = frames.episodes(group)
-    return [replayed[i] for i in range(size) if first_step[i] < 0], divergence
 
 
 def _manifest(source: dict, env, keys: dict, count: int, run_dir: str, from_: str, report: dict) -> dict:

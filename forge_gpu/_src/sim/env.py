@@ -339,34 +339,40 @@ class VectorEnv:
         for view, array in self._pack_pairs:
             wp.copy(view, array)
 
-    def restore(self, state: dict, params: dict | None = None) -> StepResult:
+    def restore(self, state: dict, params: dict | None = None, worlds=None) -> StepResult:
         """Reset every world to exactly ``state`` (name -> [N, ...] numpy arrays, one per entry of
-        ``state_fields``) and, when given, the drawn values ``params`` (name -> [N, ...], one per recorded
-        parameter; ``None`` keeps the current ones), then observe; the result is a reset frame (episode ids
-        advance). Steps taken after it replay the recorded episodes (``forge_gpu.replay``). Eager (not
-        captured): a few dozen launches and the copies of ``state``. ValueError names a missing or
-        misshapen entry and changes nothing."""
+        ``state_fields``) and, when given, set the drawn values ``params`` (name -> [N, ...], one per recorded
+        parameter) of the worlds in ``worlds`` (bool [N]; default all; the others keep theirs), then observe;
+        the result is a reset frame (episode ids advance). Steps taken after it replay the recorded episodes
+        (``forge_gpu.replay``). Eager (not captured): a few dozen launches and the copies of ``state``.
+        ValueError names a missing or misshapen entry and changes nothing."""
         _check_given("state", state, self.state_fields)
         if params is not None:
             _check_given("params", params, self.randomizer.recorded)
+        if worlds is not None and np.shape(worlds) != (self.num_envs,):
+            raise ValueError(f"restore: worlds has shape {np.shape(worlds)}; expected ({self.num_envs},)")
         self._mark_all()
-        self._reset_selected(state=state, params=params)
+        self._reset_selected(state=state, params=params, worlds=worlds)
         self._observe()
         self._pack()
         self._start()
         return self.result
 
-    def _reset_selected(self, state: dict | None = None, params: dict | None = None) -> None:
+    def _reset_selected(self, state: dict | None = None, params: dict | None = None, worlds=None) -> None:
         """Reset the worlds in ``reset_mask`` to their randomized start state (or, from :meth:`restore`, to
-        ``state`` and ``params``)."""
+        ``state``, and the values ``params`` of ``worlds``)."""
         self.solver.reset(self.state_0, world_mask=self.reset_mask)
         randomizer = self.randomizer
         if state is None or params is not None:
+            if worlds is not None:  # the values of these worlds only
+                self.reset_mask.assign(np.append(np.asarray(worlds, bool), False))
             randomizer.draw(self.reset_mask, self.episode_id)
             if params is not None:
                 randomizer.restore(self.reset_mask, params)
             randomizer.apply(self.reset_mask)
             self.task.apply_params(self.world)
+            if worlds is not None:
+                self._mark_all()
         self.task.reset_worlds(self.world)
         if state is not None:
             for name, array in self.state_fields.items():
