@@ -147,8 +147,8 @@ def replay(
     work = new_partial(out)
     try:
         # Three stages at once: reading the source, re-simulating a batch, writing the previous one.
-        batches = _background(replayed(), depth=1)
-        count, keys = FORMATS["packed"].write(work, (e for done in batches for e in done), "none")
+        produced = _background(replayed(), depth=1)
+        count, keys = FORMATS["packed"].write(work, (e for done in produced for e in done), "none")
         report["seconds"] = time.perf_counter() - began
         report.update(_rates(report), episodes=count)
         if from_ == "actions":
