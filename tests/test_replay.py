@@ -110,6 +110,16 @@ def test_a_larger_re_render_is_a_readable_run_with_the_new_images(tmp_path):
     assert windows.batch(np.arange(len(windows)))["obs/rgb"].shape[-3:] == (128, 128, 3)
 
 
+def test_another_camera_pose_changes_the_images_and_nothing_else(tmp_path, reach_run):
+    forge_gpu.replay(reach_run, tmp_path / "moved", overrides={"params.camera_position": [0.9, -0.6, 0.7]})
+    for a, b in zip(_episodes(reach_run), _episodes(tmp_path / "moved"), strict=True):
+        assert not np.array_equal(a.obs["rgb"], b.obs["rgb"]) and not np.array_equal(a.obs["depth"], b.obs["depth"])
+        assert np.array_equal(a.obs["proprio"], b.obs["proprio"]) and np.array_equal(a.reward, b.reward)
+        assert all(np.array_equal(a.state[k], b.state[k]) for k in a.state)
+    calibration = forge_gpu.read_manifest(tmp_path / "moved")["calibration"]["cameras"]["front"]
+    assert calibration["camera_to_world"][0][3] == pytest.approx(0.9)
+
+
 def test_rendering_switched_on_for_a_run_recorded_without_it(tmp_path):
     run = _record(
         tmp_path / "run", "reach", envs=2, episodes=2, max_steps=5, **{"params.image_size": 32, "params.render": False}
@@ -139,6 +149,8 @@ def test_refusals_name_what_differs(tmp_path, reach_run):
         forge_gpu.replay(reach_run, tmp_path / "x", task="cartpole")
     with pytest.raises(ValueError, match="replay keeps the run's randomize"):
         forge_gpu.replay(reach_run, tmp_path / "x", overrides={"randomize.mass_scale": [1.0, 2.0]})
+    with pytest.raises(ValueError, match=r"incompatible config: state 'body_q' is \{.*\} in the run and None"):
+        forge_gpu.replay(reach_run, tmp_path / "x", overrides={"record_state": False})
     stateless = _record(tmp_path / "stateless", "cartpole", envs=2, episodes=2, max_steps=5, record_state=False)
     with pytest.raises(ValueError, match="records no simulator state"):
         forge_gpu.replay(stateless, tmp_path / "x")
