@@ -37,10 +37,16 @@ def run_columns(
     action_dim: int,
     action_dtype: Any = np.float32,
     reward_dtype: Any = np.float32,
+    *,
+    state: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None,
 ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """column -> (per-row shape, dtype) of a run: ``obs/<field>`` per observation field, then the
-    transition columns."""
-    columns = {f"obs/{name}": (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in fields.items()}
+    """column -> (per-row shape, dtype) of a run: ``obs/<field>`` per observation field, ``state/<name>`` per
+    entry of the simulator ``state``, then the transition columns."""
+    columns = {
+        f"{group}/{name}": (tuple(shape), np.dtype(dtype))
+        for group, layout in (("obs", fields), ("state", state or {}))
+        for name, (shape, dtype) in layout.items()
+    }
     columns["action"] = ((action_dim,), np.dtype(action_dtype))
     columns["reward"] = ((), np.dtype(reward_dtype))
     columns["terminated"] = ((), np.dtype(np.bool_))
