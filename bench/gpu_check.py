@@ -153,7 +153,7 @@ def machine_section(ctx):
     import warp as wp
 
     import forge_gpu
-    from forge_gpu._src.sim.env import device_choice
+    from forge_gpu._src.sim.device import device_choice
 
     info = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count()}
     if hasattr(os, "getloadavg"):

@@ -24,13 +24,15 @@ def apply_action_kernel(
     # Model:
     action_scale: wp.array[float],
     # Data in:
+    actuator_gain_in: wp.array[float],
     executed_action_in: wp.array2d[float],
     # Data out:
     joint_f_out: wp.array2d[float],
 ):
-    """Hinge torque [N m] = executed action * scale; the free joint gets no effort."""
+    """Hinge torque [N m] = executed action * scale * the world's actuator gain; the free joint gets no effort."""
     worldid, actid = wp.tid()
-    joint_f_out[worldid, FREE_DOFS + actid] = executed_action_in[worldid, actid] * action_scale[actid]
+    torque = executed_action_in[worldid, actid] * action_scale[actid] * actuator_gain_in[worldid]
+    joint_f_out[worldid, FREE_DOFS + actid] = torque
 
 
 @wp.kernel

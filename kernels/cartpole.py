@@ -15,13 +15,14 @@ def apply_action_kernel(
     # Model:
     action_scale: wp.array[float],
     # Data in:
+    actuator_gain_in: wp.array[float],
     executed_action_in: wp.array2d[float],
     # Data out:
     joint_f_out: wp.array2d[float],
 ):
-    """Cart force [N] = executed action * scale; the pole hinge is passive."""
+    """Cart force [N] = executed action * scale * the world's actuator gain; the pole hinge is passive."""
     worldid = wp.tid()
-    joint_f_out[worldid, 0] = executed_action_in[worldid, 0] * action_scale[0]
+    joint_f_out[worldid, 0] = executed_action_in[worldid, 0] * action_scale[0] * actuator_gain_in[worldid]
     joint_f_out[worldid, 1] = 0.0
 
 

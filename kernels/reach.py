@@ -172,3 +172,67 @@ def unpack_color_kernel(
     rgb_out[worldid, y, x, 0] = wp.uint8(c & wp.uint32(0xFF))
     rgb_out[worldid, y, x, 1] = wp.uint8((c >> wp.uint32(8)) & wp.uint32(0xFF))
     rgb_out[worldid, y, x, 2] = wp.uint8((c >> wp.uint32(16)) & wp.uint32(0xFF))
+
+
+@wp.func
+def look_at_transform(eye: wp.vec3, look_at: wp.vec3) -> wp.transform:
+    """The camera frame in Newton's (OpenGL) convention at ``eye`` looking at ``look_at``, image up toward +z:
+    columns right, up, backward (``reach.camera_to_world`` with y and z flipped)."""
+    forward = wp.normalize(look_at - eye)
+    right = wp.normalize(wp.cross(forward, wp.vec3(0.0, 0.0, 1.0)))
+    up = -wp.cross(forward, right)
+    rotation = wp.mat33(
+        right[0], up[0], -forward[0],
+        right[1], up[1], -forward[1],
+        right[2], up[2], -forward[2],
+    )  # fmt: skip
+    return wp.transform(eye, wp.quat_from_matrix(rotation))
+
+
+@wp.kernel
+def apply_params_kernel(
+    # Model:
+    target_shape: wp.array[wp.int32],
+    table_shape: wp.array[wp.int32],
+    camera_position: wp.vec3,
+    camera_look_at: wp.vec3,
+    move_camera: int,
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    target_color_in: wp.array2d[float],
+    table_color_in: wp.array2d[float],
+    camera_position_offset_in: wp.array2d[float],
+    camera_look_at_offset_in: wp.array2d[float],
+    # Data out:
+    shape_color_out: wp.array[wp.vec3],
+    camera_transform_out: wp.array[wp.transform],
+):
+    """The world's drawn colours (linear RGB in [0, 1]) and, when its camera is randomized, its camera pose."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    target, table = target_color_in[worldid], table_color_in[worldid]
+    shape_color_out[target_shape[worldid]] = wp.vec3(target[0], target[1], target[2])
+    shape_color_out[table_shape[worldid]] = wp.vec3(table[0], table[1], table[2])
+    if move_camera != 0:
+        eye_offset = camera_position_offset_in[worldid]
+        look_offset = camera_look_at_offset_in[worldid]
+        eye = camera_position + wp.vec3(eye_offset[0], eye_offset[1], eye_offset[2])
+        look = camera_look_at + wp.vec3(look_offset[0], look_offset[1], look_offset[2])
+        camera_transform_out[worldid] = look_at_transform(eye, look)
+
+
+@wp.kernel
+def place_target_kernel(
+    # Model:
+    target_shape: wp.array[wp.int32],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    target_pos_in: wp.array[wp.vec3],
+    # Data out:
+    shape_transform_out: wp.array[wp.transform],
+):
+    """The target marker's shape transform from its (restored) position."""
+    worldid = wp.tid()
+    if reset_mask_in[worldid]:
+        shape_transform_out[target_shape[worldid]] = wp.transform(target_pos_in[worldid], wp.quat_identity())

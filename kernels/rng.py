@@ -7,9 +7,11 @@ beside it, nor on the order in which threads run.
 import warp as wp
 
 STREAM_RESET = wp.constant(1)
-"""Reset noise and per-episode randomization."""
+"""Reset noise (start states, targets)."""
 STREAM_POLICY = wp.constant(2)
 """The built-in random policy."""
+STREAM_RANDOMIZE = wp.constant(3)
+"""Domain randomization (``kernels/randomize.py``): one draw per value component."""
 
 
 @wp.func

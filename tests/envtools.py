@@ -2,7 +2,7 @@
 
 import pytest
 
-from forge_gpu._src.sim.env import device_choice
+from forge_gpu._src.sim.device import device_choice
 
 
 def _devices() -> list:

@@ -235,3 +235,26 @@ def test_gpu_check_fits_its_budget():
     timeouts = [module.timeout_for(name, smoke=False) for name in names]
     assert all(t > e for t, e in zip(timeouts, estimates, strict=True))
     assert sum(estimates) < 8 * 60 and sum(timeouts) < 9 * 60, (sum(estimates), sum(timeouts))
+
+
+def test_replay_smoke(out):
+    """bench/replay.py --smoke gives replay's frames/s against collection's and the K-successful workflow's times."""
+    payload = run_bench("replay", out)
+    assert [r["mode"] for r in payload["throughput"]] == ["collect", "replay_state", "replay_actions"]
+    for row in payload["throughput"]:
+        check_figures(row, {"frames": True, "seconds": True, "frames_per_s": True, "vs_collect": True})
+    assert [r["policy"] for r in payload["workflow"]] == ["expert", "random"]
+    for row in payload["workflow"]:
+        figures = {"episodes": True, "successful_K": False, "success_rate": False, "render_all_s": True}
+        figures |= {"state_only_s": True, "replay_s": True, "state_then_replay_s": True, "speedup": True}
+        check_figures(row, figures)
+
+
+def test_randomize_smoke(out):
+    """bench/randomize.py --smoke gives the step time with and without randomization, and their ratio."""
+    rows = run_bench("randomize", out)["rows"]
+    assert [(r["task"], r["randomize"]) for r in rows] == [
+        ("cartpole", "none"), ("cartpole", "physics"), ("reach", "none"), ("reach", "physics"), ("reach", "visual")
+    ]  # fmt: skip
+    for row in rows:
+        check_figures(row, STEPPING | {"vs_none": True})

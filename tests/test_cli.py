@@ -268,7 +268,7 @@ def test_doctor_solver_loop_on_cuda_counts_the_host_syncs_eager_stepping_would_m
 
 def test_doctor_exits_1_and_says_what_to_do_when_a_check_fails(capsys, monkeypatch):
     """A failing check (here: a GPU present that Warp cannot use) is marked BAD with a fix, and the exit is 1."""
-    import forge_gpu._src.sim.env as env_module
+    import forge_gpu._src.sim.device as env_module
 
     monkeypatch.setattr(env_module, "gpu_present", lambda: True)
     code = main(["doctor"])

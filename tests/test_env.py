@@ -273,7 +273,7 @@ def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypa
 
 def test_device_choice_on_this_machine_says_why():
     """Unpatched: cuda:0 where Warp sees a CUDA device, else the CPU, with the reason for the choice."""
-    import forge_gpu._src.sim.env as env_module
+    import forge_gpu._src.sim.device as env_module
 
     device, why = env_module.device_choice()
     if wp.get_cuda_device_count() > 0:
@@ -288,7 +288,7 @@ def test_device_choice_on_this_machine_says_why():
 def test_a_present_but_unusable_gpu_is_not_a_silent_cpu_fallback(monkeypatch):
     """default_device() says why it falls back to the CPU when a GPU exists that Warp cannot use, each cause in
     its own words; without a GPU, or with a usable one, it chooses without a warning."""
-    import forge_gpu._src.sim.env as env_module
+    import forge_gpu._src.sim.device as env_module
 
     monkeypatch.setattr(env_module, "gpu_present", lambda: True)
     monkeypatch.setattr(wp, "get_cuda_device_count", lambda: 0)

@@ -11,7 +11,7 @@ from envtools import DEVICES
 import forge_gpu
 from forge_gpu import HostSnapshotTransport
 from forge_gpu._src.collect.transport import TransportClosed
-from forge_gpu._src.sim.env import PACK_ALIGNMENT
+from forge_gpu._src.sim.pack import PACK_ALIGNMENT
 
 
 @pytest.mark.parametrize("device", DEVICES)

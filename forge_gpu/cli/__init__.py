@@ -1,4 +1,4 @@
-"""The ``forge-gpu`` command: collect, inspect and render runs.
+"""The ``forge-gpu`` command: collect, replay, inspect and render runs.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
@@ -22,7 +22,7 @@ from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 
 from ._common import UsageError
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats
-from ._sim import cmd_collect, cmd_doctor
+from ._sim import cmd_collect, cmd_doctor, cmd_replay
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -98,6 +98,28 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--to", choices=formats, required=True, help=f"the new run's format: {', '.join(formats)}")
     v.add_argument("--compression", choices=compressions, default="none", help=compression_help)
     v.set_defaults(func=cmd_convert)
+
+    y = sub.add_parser(
+        "replay", help="re-simulate a run's episodes: observe again from its state, or check its actions"
+    )
+    y.add_argument("run", help="a closed run that records state (packed)")
+    y.add_argument("out", help="the new run directory")
+    y.add_argument(
+        "--from",
+        dest="source",
+        choices=["state", "actions"],
+        default="state",
+        help="state: restore every frame and observe again (under --set changes); actions: restore the first frame, "
+        "apply the recorded actions and report where the state differs",
+    )
+    y.add_argument("--set", action="append", metavar="KEY=VALUE", help="config change, e.g. params.image_size=128")
+    y.add_argument("--episodes", default=None, metavar="ENV:EPISODE,...", help="only these episodes")
+    y.add_argument("--successful", action="store_true", help="only episodes that ended in success")
+    y.add_argument("--limit", type=int, default=None, help="at most this many episodes")
+    y.add_argument("--batch", type=int, default=1024, help="worlds per batch (episodes replayed at once)")
+    y.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
+    y.add_argument("--tolerance", type=float, default=1e-5, help="--from actions: largest state error counted equal")
+    y.set_defaults(func=cmd_replay)
 
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")
     d.set_defaults(func=cmd_doctor)

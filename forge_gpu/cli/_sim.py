@@ -121,7 +121,7 @@ def _device_line(requested: str | None, env) -> str:
     """Which device the collection runs on, and why, in one line."""
     if requested:
         return f"device: {env.device} (--device {requested})"
-    from forge_gpu._src.sim.env import device_choice
+    from forge_gpu._src.sim.device import device_choice
 
     return f"device: {device_choice()[1]}"
 
@@ -156,7 +156,7 @@ def cmd_doctor(args) -> int:
     if bad:
         print(f"forge-gpu: collection would not run as designed here ({', '.join(bad)})", file=sys.stderr)
         return 1
-    from forge_gpu._src.sim.env import device_choice
+    from forge_gpu._src.sim.device import device_choice
 
     print(f"collection runs as designed here, on {device_choice()[0]} by default")
     return 0
@@ -247,3 +247,67 @@ def print_dataset_summary(summary) -> None:
     print(f"env-steps/s         {summary.env_steps_per_second:,.0f} (all workers, over {summary.seconds:.1f} s)")
     print(f"stall               {summary.stall_fraction:.1%}")
     print(f"dataset: {summary.directory}")
+
+
+def cmd_replay(args) -> int:
+    from forge_gpu._src.collect.replay import replay
+
+    overrides = parse_set(args.set or [])
+    episodes = None
+    if args.episodes:
+        try:
+            episodes = [tuple(int(x) for x in item.split(":")) for item in args.episodes.split(",")]
+        except ValueError:
+            episodes = None
+        if not episodes or any(len(pair) != 2 for pair in episodes):
+            raise UsageError(f"--episodes {args.episodes!r}: expected ENV:EPISODE[,ENV:EPISODE...], e.g. 3:0,5:2")
+    for name in ("limit", "batch"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value}: must be >= 1")
+    if Path(args.out).exists():
+        raise UsageError(f"{args.out} already exists; replay writes a new run")
+
+    def show(c: dict) -> None:
+        print(
+            f"replay {args.source}: {c['episodes']}/{c['total']} episodes  {c['frames']:,} frames  "
+            f"{c['frames_per_second']:,.0f} frames/s  {c['seconds']:.0f} s",
+            flush=True,
+        )
+
+    with stop_on_signals() as (stop, caught):
+        try:
+            report = replay(
+                args.run,
+                args.out,
+                from_=args.source,
+                overrides=overrides,
+                episodes=episodes,
+                successful=args.successful,
+                limit=args.limit,
+                batch=args.batch,
+                device=args.device,
+                tolerance=args.tolerance,
+                stop=stop,
+                progress=show,
+            )
+        except (ValueError, FileNotFoundError, FileExistsError) as e:
+            raise UsageError(str(e)) from e
+    print(f"wrote {report['episodes']} episodes to {args.out} ({report['frames_per_second']:,.0f} frames/s)")
+    if args.source == "actions":
+        diverged = [d for d in report["divergence"] if d["first_step"] is not None]
+        largest = max((d["max_error"] for d in report["divergence"]), default=0.0)
+        print(
+            f"divergence: {len(diverged)} of {len(report['divergence'])} episodes beyond {args.tolerance:g}; "
+            f"largest state error {largest:.3g}"
+        )
+        for d in diverged[:20]:
+            print(
+                f"  env {d['env_id']} episode {d['episode_id']}: first at step {d['first_step']}, "
+                f"max error {d['max_error']:.3g}"
+            )
+    if caught:
+        name, status = signal_exit(caught[0])
+        print(f"stopped by {name}: the output holds the {report['episodes']} episodes replayed")
+        return status
+    return 1 if args.source == "actions" and report.get("diverged") else 0

@@ -56,6 +56,60 @@ class ActionConfig:
     """Multiplier from the clipped action to the joint effort [N or N m] or target, shape (A,)."""
 
 
+DISTRIBUTIONS = ("uniform", "log_uniform")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomRange:
+    """One entry of a config's ``[randomize]`` table: the range each world's value is drawn from at every
+    reset (per component for a vector value)."""
+
+    name: str
+    """The randomized parameter (the task's :meth:`Task.randomizable` names them)."""
+    low: tuple[float, ...]
+    """Lower bound per component."""
+    high: tuple[float, ...]
+    """Upper bound per component (>= low)."""
+    dist: str = "uniform"
+    """``uniform``, or ``log_uniform`` (uniform in log space; needs low > 0)."""
+
+    def to_table(self) -> dict:
+        """The TOML/JSON form: ``{"low": ..., "high": ..., "dist": ...}`` (scalars for one component)."""
+
+        def plain(values):
+            return values[0] if len(values) == 1 else list(values)
+
+        return {"low": plain(self.low), "high": plain(self.high), "dist": self.dist}
+
+
+def parse_randomize(table: Any, source: str) -> tuple[RandomRange, ...]:
+    """The ``[randomize]`` table: ``name = [low, high]`` or ``name = {low = ..., high = ..., dist = ...}``, low and
+    high numbers or equal-length lists of numbers. ValueError naming the key, the value and what is allowed."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{source}: [randomize] must be a table of name = {{low, high, dist}}, got {table!r}")
+    out = []
+    for name, entry in table.items():
+        where = f"{source}: randomize.{name}"
+        if isinstance(entry, list) and len(entry) == 2:
+            entry = {"low": entry[0], "high": entry[1]}
+        if not isinstance(entry, dict) or not {"low", "high"} <= entry.keys() <= {"low", "high", "dist"}:
+            raise ValueError(
+                f"{where} = {entry!r}: expected [low, high] or a table with keys low, high and optionally dist"
+            )
+        low = _coerce(entry["low"], tuple[float, ...], f"{where}.low")
+        high = _coerce(entry["high"], tuple[float, ...], f"{where}.high")
+        dist = _coerce(entry.get("dist", "uniform"), str, f"{where}.dist")
+        _check_range(dist, bounded(choices=DISTRIBUTIONS), f"{where}.dist")
+        if len(low) != len(high):
+            raise ValueError(f"{where}: low {list(low)} and high {list(high)} must have the same length")
+        if any(lo > hi for lo, hi in zip(low, high, strict=True)):
+            raise ValueError(f"{where}: low {list(low)} must not exceed high {list(high)}")
+        if dist == "log_uniform" and min(low) <= 0.0:
+            raise ValueError(f"{where}: a log_uniform range needs low > 0, got {list(low)}")
+        out.append(RandomRange(name=name, low=low, high=high, dist=dist))
+    return tuple(out)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskConfig:
     """A task's whole configuration. ``params`` is the task's own frozen dataclass."""
@@ -78,6 +132,11 @@ class TaskConfig:
     """Physics substeps per control step."""
     capture_graph: bool = True
     """Capture the step once as a graph and replay it (CUDA graph on CUDA, Warp's CPU graph on the CPU)."""
+    record_state: bool = True
+    """Give every step's simulator state (``joint_q``, ``joint_qd``, the task's own) to the recorder, so a run
+    can be replayed and re-rendered (``state/<name>`` columns of a packed run)."""
+    randomize: tuple[RandomRange, ...] = ()
+    """The ``[randomize]`` table: per-world, per-episode ranges of physical and visual parameters."""
     solver: SolverConfig = field(default_factory=SolverConfig)
     action: ActionConfig = field(default_factory=ActionConfig)
     params: Any = None
@@ -89,8 +148,11 @@ class TaskConfig:
         return self.control_dt / self.substeps
 
     def to_dict(self) -> dict:
-        """The configuration as a plain, JSON-serializable dict."""
-        return _to_plain(self)
+        """The configuration as a plain, JSON-serializable dict (``randomize`` as its TOML table), which
+        :func:`load_config` takes back as overrides."""
+        plain = _to_plain(self)
+        plain["randomize"] = {r.name: r.to_table() for r in self.randomize}
+        return plain
 
 
 def _to_plain(value: Any) -> Any:
@@ -230,7 +292,8 @@ def load_config(task: str, params_type: type, overrides: dict | None = None, pat
         table = _merge(table, overrides, f"{source} (overrides)")
         source = f"{source} (with overrides)"
     params = table.pop("params", {})
-    config = build_dataclass(TaskConfig, table, source)
+    randomize = parse_randomize(table.pop("randomize", {}), source)
+    config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize)
     if config.task != task:
         raise ValueError(f"{source}: task = {config.task!r} does not match the file's task {task!r}")
     dims = {len(config.action.low), len(config.action.high), len(config.action.scale)}

@@ -33,7 +33,7 @@ def run_checks() -> list[Check]:
     import warp as wp
 
     from forge_gpu._src.sim.capture import capture_unsupported, eager_cost
-    from forge_gpu._src.sim.env import device_choice, gpu_present
+    from forge_gpu._src.sim.device import device_choice, gpu_present
     from forge_gpu._src.sim.make import task_config
 
     checks = [Check("python", True, f"{platform.python_version()} on {platform.platform()}")]

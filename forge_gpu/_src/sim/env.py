@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import warnings
 
 import newton
@@ -12,66 +10,13 @@ import warp as wp
 
 from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_cost
 from forge_gpu._src.sim.config import TaskConfig
-from forge_gpu._src.sim.output import init_warp
+from forge_gpu._src.sim.pack import packed_result
+from forge_gpu._src.sim.randomize import Randomizer
 from forge_gpu._src.sim.step_result import StepResult
 from forge_gpu._src.sim.streams import torch_stream_of, warp_stream_of
 from forge_gpu._src.sim.tasks.base import Task, bind_task
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import env as kernels
-
-
-def default_device() -> str:
-    """``cuda:0`` when Warp sees a CUDA device, else ``cpu`` (with a warning when a GPU is present but
-    unusable: see :func:`device_choice`)."""
-    device, reason = device_choice()
-    if device == "cpu" and gpu_present():
-        warnings.warn(f"forge_gpu: {reason}", RuntimeWarning, stacklevel=2)
-    return device
-
-
-def device_choice() -> tuple[str, str]:
-    """The default device and why it was chosen, in words."""
-    init_warp()
-    if wp.get_cuda_device_count() > 0:
-        cuda = wp.get_device("cuda:0")
-        return "cuda:0", f"Warp sees {wp.get_cuda_device_count()} CUDA device(s); using cuda:0 ({cuda.name})"
-    if not gpu_present():
-        return "cpu", "no NVIDIA GPU on this machine; using Warp's CPU device (every feature works, slower)"
-    if wp.get_cuda_toolkit_version() is None:
-        why = "this Warp build has no CUDA support (install the CUDA build of warp-lang)"
-    elif wp.get_cuda_driver_version() is None:
-        why = "Warp could not load or initialize the NVIDIA driver (check `nvidia-smi` and the driver install)"
-    else:
-        why = f"Warp finds no usable CUDA device (driver {wp.get_cuda_driver_version()})"
-    return "cpu", f"a GPU is present but not usable: {why}; falling back to the CPU device"
-
-
-def gpu_present() -> bool:
-    """Whether this machine has an NVIDIA GPU, whatever Warp makes of it (device nodes or nvidia-smi)."""
-    return os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
-
-
-#: Byte alignment of each field in ``VectorEnv.packed_result``.
-PACK_ALIGNMENT = 64
-
-
-def _packed_result(result: StepResult, device) -> tuple[wp.array, list[tuple], list[tuple]]:
-    """One contiguous byte buffer for every array of ``result``, so that a publish is one copy.
-
-    Returns the buffer (uint8), its layout (``(name, offset, shape, numpy dtype)`` per array of
-    ``result.arrays()``, offsets aligned to PACK_ALIGNMENT bytes) and ``(typed view, source)`` pairs.
-    """
-    layout, offset = [], 0
-    for name, array in result.arrays().items():
-        offset = -(-offset // PACK_ALIGNMENT) * PACK_ALIGNMENT
-        layout.append((name, offset, tuple(array.shape), np.dtype(wp.dtype_to_numpy(array.dtype))))
-        offset += array.capacity
-    packed = wp.zeros(max(offset, 1), dtype=wp.uint8, device=device)
-    pairs = [
-        (wp.array(ptr=packed.ptr + at, dtype=a.dtype, shape=a.shape, capacity=a.capacity, device=device), a)
-        for (_, at, _, _), a in zip(layout, result.arrays().values(), strict=True)
-    ]
-    return packed, layout, pairs
 
 
 def _make_solver(model, config: TaskConfig, has_contacts: bool):
@@ -94,6 +39,11 @@ def _make_solver(model, config: TaskConfig, has_contacts: bool):
     if s.name == "semi_implicit":
         return newton.solvers.SolverSemiImplicit(model)
     return newton.solvers.SolverXPBD(model, iterations=s.iterations)
+
+
+def _described(array: wp.array) -> dict:
+    """env.spec's entry of a per-env array: its shape without the env dimension and its dtype."""
+    return {"shape": list(array.shape[1:]), "dtype": str(np.dtype(wp.dtype_to_numpy(array.dtype)))}
 
 
 class _FromWorld:
@@ -160,9 +110,20 @@ class VectorEnv:
             self.action_nonfinite = zeros(n, wp.bool)
             """The action given for the env this step held a NaN or inf (it executed zeros), bool [N]."""
             self._nonfinite = zeros(1, wp.int32)
+            self.randomizer = Randomizer(self.world, task.randomizable(), config.randomize)
+            """The per-world randomized values, their draws at reset and their writes into the model."""
+            self.world.params = dict(self.randomizer.values)
             binding = bind_task(task, self.world)
             self.world.task_fields = dict(binding.fields)
             self.world.calibration = dict(binding.calibration)
+            self.task_state = dict(binding.state)
+            """The task's own state arrays (name -> [N, ...]), beside ``joint_q`` and ``joint_qd``."""
+        body_q = wp.array(ptr=self.state_0.body_q.ptr, dtype=float, shape=(n, model.body_count // n, 7), device=device)
+        self.state_fields = {"joint_q": self.joint_q, "joint_qd": self.joint_qd, "body_q": body_q, **self.task_state}
+        """Every state array a frame records and :meth:`restore` writes back: name -> [N, ...] device array.
+        ``body_q`` (each body's position and quaternion xyzw, float32 [N, bodies, 7]) is what the solver made of
+        ``joint_q``; restoring it as recorded makes observations and images of a restored frame equal the
+        recorded ones bit for bit."""
         self.spec = self._make_spec()
 
         self.result = StepResult(
@@ -182,8 +143,10 @@ class VectorEnv:
                 "executed_action": self.executed_action,
                 "action_nonfinite": self.action_nonfinite,
             },
+            state=dict(self.state_fields) if config.record_state else {},
+            params=dict(self.randomizer.recorded),
         )
-        self.packed_result, self.result_layout, self._pack_pairs = _packed_result(self.result, self.device)
+        self.packed_result, self.result_layout, self._pack_pairs = packed_result(self.result, self.device)
         self._graph = None
         self._graph_launched = False  # its first launch is guarded like the capture (step)
         # Warp replays captured graphs on CUDA and, since Warp 1.19, on the CPU too, where replay
@@ -215,6 +178,8 @@ class VectorEnv:
             "control_dt": cfg.control_dt,
             "max_steps": cfg.max_steps,
             "has_success": spec.has_success,
+            "state": {k: _described(a) for k, a in self.state_fields.items()} if cfg.record_state else {},
+            "params": self.randomizer.spec(),
         }
 
     @property
@@ -226,19 +191,28 @@ class VectorEnv:
 
     def reset(self) -> StepResult:
         """Start a fresh episode in every env (episode ids advance by one) and return the first frames."""
+        self._mark_all()
+        self._reset_selected()
+        self._observe()
+        self._pack()
+        self._start()
+        return self.result
+
+    def _mark_all(self) -> None:
+        """Select every world for reset, with zero executed actions."""
         wp.launch(
             kernels.mark_all_kernel,
             dim=self.executed_action.shape,
             outputs=[self.reset_mask, self.executed_action, self.action_nonfinite],
             device=self.device,
         )
-        self._reset_selected()
-        self._observe()
-        self._pack()
+
+    def _start(self) -> None:
+        """After the first frames: stepping may begin; the step graph is captured now, before a consumer thread
+        could wait on the device during the capture."""
         self._started = True
         if self._use_graph and self._graph is None:
-            self._capture()  # now, before a consumer thread could wait on the device during the capture
-        return self.result
+            self._capture()
 
     def step(self, action) -> StepResult:
         """Advance every env by one control step with next-step auto-reset.
@@ -386,10 +360,40 @@ class VectorEnv:
         for view, array in self._pack_pairs:
             wp.copy(view, array)
 
-    def _reset_selected(self) -> None:
-        """Reset the worlds in ``reset_mask`` to their randomized start state."""
+    def restore(self, state: dict, params: dict | None = None) -> StepResult:
+        """Reset every world to exactly ``state`` (name -> [N, ...] numpy arrays, one per entry of
+        ``state_fields``) and, when given, the drawn values ``params`` (name -> [N, ...], one per recorded
+        parameter; ``None`` keeps the current ones), then observe; the result is a reset frame (episode ids
+        advance). Steps taken after it replay the recorded episodes (``forge_gpu.replay``). Eager (not
+        captured): a few dozen launches and the copies of ``state``. ValueError names a missing or
+        misshapen entry and changes nothing."""
+        _check_given("state", state, self.state_fields)
+        if params is not None:
+            _check_given("params", params, self.randomizer.recorded)
+        self._mark_all()
+        self._reset_selected(state=state, params=params)
+        self._observe()
+        self._pack()
+        self._start()
+        return self.result
+
+    def _reset_selected(self, state: dict | None = None, params: dict | None = None) -> None:
+        """Reset the worlds in ``reset_mask`` to their randomized start state (or, from :meth:`restore`, to
+        ``state`` and ``params``)."""
         self.solver.reset(self.state_0, world_mask=self.reset_mask)
+        randomizer = self.randomizer
+        if state is None or params is not None:
+            randomizer.draw(self.reset_mask, self.episode_id)
+            if params is not None:
+                randomizer.restore(self.reset_mask, params)
+            randomizer.apply(self.reset_mask)
+            self.task.apply_params(self.world)
         self.task.reset_worlds(self.world)
+        if state is not None:
+            for name, array in self.state_fields.items():
+                if name != "body_q":  # forward kinematics writes it: restored after
+                    array.assign(np.ascontiguousarray(state[name], dtype=np.float32))
+            self.task.restore_state(self.world)
         wp.launch(
             kernels.world_to_articulation_mask_kernel,
             dim=self.model.articulation_count,
@@ -400,6 +404,10 @@ class VectorEnv:
         newton.eval_fk(
             self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0, mask=self.articulation_mask
         )
+        if state is not None:
+            self.state_fields["body_q"].assign(np.ascontiguousarray(state["body_q"], dtype=np.float32))
+        if randomizer.notify_flags and (state is None or params is not None):  # once per step, in the graph
+            self.solver.notify_model_changed(randomizer.notify_flags)
 
     def _observe(self) -> None:
         self.task.observe(self.world)
@@ -425,6 +433,17 @@ class VectorEnv:
             ],
             device=self.device,
         )
+
+
+def _check_given(what: str, given, expected: dict) -> None:
+    """ValueError unless ``given`` maps exactly ``expected``'s names to arrays of their shapes."""
+    if not isinstance(given, dict) or set(given) != set(expected):
+        names = sorted(given) if isinstance(given, dict) else type(given).__name__
+        raise ValueError(f"restore: {what} must hold exactly {sorted(expected)}, got {names}")
+    for name, array in expected.items():
+        shape = np.shape(given[name])
+        if shape != tuple(array.shape):
+            raise ValueError(f"restore: {what}[{name!r}] has shape {shape}; expected {tuple(array.shape)}")
 
 
 SHARED = (

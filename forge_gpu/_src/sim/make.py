@@ -5,7 +5,8 @@ from __future__ import annotations
 import warp as wp
 
 from forge_gpu._src.sim.config import load_config
-from forge_gpu._src.sim.env import VectorEnv, default_device
+from forge_gpu._src.sim.device import default_device
+from forge_gpu._src.sim.env import VectorEnv
 from forge_gpu._src.sim.output import init_warp
 from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES, TASKS
 

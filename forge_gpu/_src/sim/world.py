@@ -80,6 +80,10 @@ class World:
         """The task's terminal condition, bool [N]; ``observe`` writes it."""
         self.task_fields: dict[str, wp.array] = {}
         """The task's observation fields (name -> [N, ...] array), from its ``bind``; set by the env."""
+        self.params: dict[str, wp.array] = {}
+        """The current episode's value of every parameter the task can randomize (name -> float32 [N, ...]; the
+        nominal value where the config does not randomize it), set by the env before ``bind``; reset draws
+        them (``sim/randomize.py``) and the task's kernels read its own."""
         self.calibration: dict[str, Any] = {}
         """The task's sensor calibration (JSON-serializable, recorded in run.json), from its ``bind``; set by
         the env."""

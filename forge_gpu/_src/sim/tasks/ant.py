@@ -9,6 +9,7 @@ import newton.examples
 import warp as wp
 
 from forge_gpu._src.sim.config import bounded
+from forge_gpu._src.sim.randomize import PHYSICS
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import ant as kernels
@@ -63,6 +64,11 @@ class AntTask(Task):
     def make_scene(self) -> AntScene:
         return AntScene(start_height=self.params.start_height)
 
+    def randomizable(self) -> dict:
+        """Physics: mass_scale, friction, joint_armature_scale, actuator_gain_scale."""
+        names = ("mass_scale", "friction", "joint_armature_scale", "actuator_gain_scale")
+        return {name: PHYSICS[name] for name in names}
+
     def build_world(self, builder) -> None:
         start = len(builder.joint_q)
         builder.add_mjcf(
@@ -88,7 +94,7 @@ class AntTask(Task):
         wp.launch(
             kernels.apply_action_kernel,
             dim=world.executed_action.shape,
-            inputs=[world.action_scale, world.executed_action],
+            inputs=[world.action_scale, world.params["actuator_gain_scale"], world.executed_action],
             outputs=[world.joint_f],
             device=world.device,
         )

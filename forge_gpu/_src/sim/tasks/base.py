@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.sim.randomize import Parameter, check_ranges
+
 if TYPE_CHECKING:
     import newton
 
@@ -54,6 +56,10 @@ class TaskBinding:
     calibration: dict[str, Any] = field(default_factory=dict)
     """Sensor calibration (camera intrinsics and poses, ...), JSON-serializable; ``env.calibration`` and
     run.json's ``calibration``."""
+    state: dict[str, wp.array] = field(default_factory=dict)
+    """The task's own simulator state beyond ``joint_q`` and ``joint_qd`` (the reach target's position, object
+    poses): name -> float32 device array ``[N, ...]``, recorded with every frame (``state/<name>``) and written
+    back by ``VectorEnv.restore`` (then :meth:`Task.restore_state` re-derives what follows from it)."""
 
 
 class Task:
@@ -66,6 +72,12 @@ class Task:
         self.config = config
         self.params = config.params
         self.scene = self.make_scene()
+        check_ranges(config.randomize, self.randomizable(), self.spec.id)
+
+    def randomizable(self) -> dict[str, Parameter]:
+        """The parameters a ``[randomize]`` table may name: a subset of ``randomize.PHYSICS`` (the env applies
+        them) and the task's own (its :meth:`apply_params` applies them). Default: none."""
+        return {}
 
     def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """This instance's observation fields beyond the required ones (default ``spec.extra_fields``)."""
@@ -92,6 +104,13 @@ class Task:
         """Write the randomized start state of the worlds selected by ``world.reset_mask``."""
         raise NotImplementedError
 
+    def apply_params(self, world: World) -> None:
+        """Apply the task's own randomized values (``world.params``) of the worlds in ``world.reset_mask``."""
+
+    def restore_state(self, world: World) -> None:
+        """After ``VectorEnv.restore`` wrote the state of the worlds in ``world.reset_mask``: re-derive what follows
+        from the task's state (a marker's shape transform from its recorded position)."""
+
     def observe(self, world: World) -> None:
         """Fill ``world.proprio``, the task's fields, ``world.task_reward`` and ``world.task_terminated``."""
         raise NotImplementedError
@@ -115,6 +134,13 @@ def bind_task(task: Task, world: World) -> TaskBinding:
         raise ValueError(
             f"{name}.bind returned fields {sorted(binding.fields)}; observation_fields() declares {sorted(declared)}"
         )
+    for key, array in binding.state.items():
+        if not isinstance(array, wp.array) or array.dtype != wp.float32 or array.shape[0] != world.num_envs:
+            raise ValueError(
+                f"{name}.bind: state {key!r} must be a float32 Warp array [N, ...] of N = {world.num_envs}"
+            )
+        if key in ("joint_q", "joint_qd"):
+            raise ValueError(f"{name}.bind: state {key!r} is the env's; name the task's state otherwise")
     for key, (shape, dtype) in declared.items():
         array = binding.fields[key]
         want = (world.num_envs, *shape)

@@ -9,6 +9,7 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.config import bounded
+from forge_gpu._src.sim.randomize import PHYSICS
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import cartpole as kernels
@@ -82,6 +83,10 @@ class CartpoleTask(Task):
         p = self.params
         return CartpoleScene(cart_mass=p.cart_mass, pole_mass=p.pole_mass, pole_length=p.pole_length)
 
+    def randomizable(self) -> dict:
+        """Physics: mass_scale, actuator_gain_scale."""
+        return {name: PHYSICS[name] for name in ("mass_scale", "actuator_gain_scale")}
+
     def build_world(self, builder) -> None:
         p = self.params
         half = 0.5 * p.pole_length
@@ -118,7 +123,7 @@ class CartpoleTask(Task):
         wp.launch(
             kernels.apply_action_kernel,
             dim=world.num_envs,
-            inputs=[world.action_scale, world.executed_action],
+            inputs=[world.action_scale, world.params["actuator_gain_scale"], world.executed_action],
             outputs=[world.joint_f],
             device=world.device,
         )

@@ -17,6 +17,7 @@ import warp as wp
 from newton.sensors import SensorCamera
 
 from forge_gpu._src.sim.config import bounded
+from forge_gpu._src.sim.randomize import PHYSICS, Parameter
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import reach as kernels
@@ -26,6 +27,19 @@ IMAGE_SIZES = (32, 64, 128, 256)
 tested ones so that recorded datasets come in a few known shapes."""
 
 _BACKGROUND = 0xFF << 24 | 52 << 16 | 44 << 8 | 40
+TABLE_COLOR = (0.75, 0.75, 0.72)
+TARGET_COLOR = (1.0, 0.0, 0.0)
+
+VISUALS = {
+    "target_color": Parameter((3,), TARGET_COLOR, "the target sphere's colour (linear RGB in [0, 1])"),
+    "table_color": Parameter((3,), TABLE_COLOR, "the table top's colour (linear RGB in [0, 1])"),
+    "camera_position_offset": Parameter((3,), (0.0, 0.0, 0.0), "added to params.camera_position [m]"),
+    "camera_look_at_offset": Parameter((3,), (0.0, 0.0, 0.0), "added to params.camera_look_at [m]"),
+}
+"""reach's own randomizable parameters (applied by ``kernels.reach.apply_params_kernel``). Newton's
+``SensorCamera`` shares its lights and its rays (hence the field of view) across worlds, so neither can vary
+per world."""
+CAMERA_PARAMS = ("camera_position_offset", "camera_look_at_offset")
 """Packed RGBA clear color of pixels that see no surface (dark blue-gray)."""
 
 
@@ -169,6 +183,11 @@ class ReachTask(Task):
                 f"(action bounds times scale) {lo.tolist()} .. {hi.tolist()}"
             )
 
+    def randomizable(self) -> dict[str, Parameter]:
+        """Physics: mass_scale and the joint drives' gains and armature; visuals: :data:`VISUALS`."""
+        physics = ("mass_scale", "joint_stiffness_scale", "joint_damping_scale", "joint_armature_scale")
+        return {**{name: PHYSICS[name] for name in physics}, **VISUALS}
+
     def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S = ``params.image_size``."""
         s = self.params.image_size
@@ -207,7 +226,7 @@ class ReachTask(Task):
             hy=0.6,
             hz=0.02,
             cfg=static,
-            color=(0.75, 0.75, 0.72),
+            color=TABLE_COLOR,
             label="table",
         )
         pedestal = 0.5 * p.shoulder_height
@@ -227,7 +246,7 @@ class ReachTask(Task):
             xform=wp.transform((0.3, 0.0, 0.15), wp.quat_identity()),
             radius=p.target_radius_m,
             cfg=static,
-            color=(1.0, 0.0, 0.0),
+            color=TARGET_COLOR,
             label="target",
         )
 
@@ -294,14 +313,18 @@ class ReachTask(Task):
         size = p.image_size
         labels = np.array([label.rsplit("/", 1)[-1] for label in model.shape_label])
         target_shapes = np.flatnonzero(labels == "target")
+        table_shapes = np.flatnonzero(labels == "table")
         body_labels = np.array([label.rsplit("/", 1)[-1] for label in model.body_label])
         hands = np.flatnonzero(body_labels == "hand")
         # replicate() adds the worlds in order, so the i-th match belongs to world i.
-        assert len(target_shapes) == n and len(hands) == n
+        assert len(target_shapes) == n and len(hands) == n and len(table_shapes) == n
         self.target_shape = wp.array(target_shapes.astype(np.int32), device=world.device)
+        self.table_shape = wp.array(table_shapes.astype(np.int32), device=world.device)
         self.ee_body = wp.array(hands.astype(np.int32), device=world.device)
         self.target_pos = wp.zeros(n, dtype=wp.vec3, device=world.device)
         """Target centre per world [m], shape (N,)."""
+        target_state = wp.array(ptr=self.target_pos.ptr, dtype=float, shape=(n, 3), device=world.device)
+        self._target_state = target_state  # a float32 [N, 3] view of target_pos: the task's recorded state
         self.home_q = wp.array(np.asarray(p.home_q, np.float32), device=world.device)
         self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
 
@@ -314,7 +337,9 @@ class ReachTask(Task):
                     "camera_to_world": pose.tolist(),
                     "axes": "OpenCV: x right, y down, z forward (optical axis); pixel (0, 0) centre at (0, 0)",
                     "depth": "distance along the optical axis (camera z) [m]; 0 where the ray hits nothing",
-                    "same_for_all_worlds": True,
+                    "same_for_all_worlds": not any(r.name in CAMERA_PARAMS for r in self.config.randomize),
+                    "randomized": "camera_to_world of an episode: the camera at params.camera_position + its "
+                    "camera_position_offset looking at params.camera_look_at + its camera_look_at_offset",
                 }
             }
         }
@@ -333,7 +358,11 @@ class ReachTask(Task):
         """RGB image per world, uint8 [N, H, W, 3]."""
         self.depth = self.camera.allocate_image_depth_forward(n, size, size)
         """Depth along the optical axis per world [m], float32 [N, H, W]; 0 where nothing is hit."""
-        return TaskBinding(fields={"rgb": self.rgb, "depth": self.depth}, calibration=calibration)
+        return TaskBinding(
+            fields={"rgb": self.rgb, "depth": self.depth},
+            calibration=calibration,
+            state={"target_pos": self._target_state},
+        )
 
     def apply_action(self, world: World) -> None:
         wp.launch(
@@ -361,6 +390,33 @@ class ReachTask(Task):
                 world.episode_id,
             ],
             outputs=[world.joint_q, world.joint_qd, self.target_pos, world.model.shape_transform],
+            device=world.device,
+        )
+
+    def apply_params(self, world: World) -> None:
+        p, values = self.params, world.params
+        wp.launch(
+            kernels.apply_params_kernel,
+            dim=world.num_envs,
+            inputs=[
+                self.target_shape,
+                self.table_shape,
+                wp.vec3(*p.camera_position),
+                wp.vec3(*p.camera_look_at),
+                int(any(r.name in CAMERA_PARAMS for r in self.config.randomize)),
+                world.reset_mask,
+                *(values[name].reshape((world.num_envs, -1)) for name in VISUALS),
+            ],
+            outputs=[world.model.shape_color, self.camera_transforms],
+            device=world.device,
+        )
+
+    def restore_state(self, world: World) -> None:
+        wp.launch(
+            kernels.place_target_kernel,
+            dim=world.num_envs,
+            inputs=[self.target_shape, world.reset_mask, self.target_pos],
+            outputs=[world.model.shape_transform],
             device=world.device,
         )
 
