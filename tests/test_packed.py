@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, make_env, record, standard_read
 
 import forge_gpu
 from forge_gpu import PackedRecorder, Windows, convert_run
@@ -372,15 +372,8 @@ def test_window_datasets_shuffle_globally_and_load_batches(recorded):
 
 def test_a_standard_arrow_reader_opens_the_segments(recorded):
     """pyarrow alone, following docs/FORMAT.md, reads the same frames the reader returns."""
-    import pyarrow as pa
-
     directory, _ = recorded
-    commits = [json.loads(line) for line in (directory / COMMIT_LOG).read_bytes().split(b"\n")[:-1]]
-    tables = []
-    for segment in sorted({c["segment"] for c in commits}):
-        reader = pa.ipc.open_stream(pa.memory_map(str(directory / f"segment-{segment:06d}.arrows")))
-        tables.append(pa.Table.from_batches([reader.read_next_batch() for c in commits if c["segment"] == segment]))
-    table = pa.concat_tables(tables)
+    commits, table = standard_read(directory)
     proprio = table.column("obs/proprio").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
     entry = commits[-1]["episodes"]
     first, stride, steps = entry["first_row"][0], entry["stride"][0], entry["steps"][0]

@@ -45,20 +45,21 @@ class RunReader(Protocol):
         ...
 
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``."""
+        """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``: their params
+        always, their state where ``options.state`` asks for it."""
         ...
 
     def frame_table(
         self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
     ) -> tuple[list[str], list[tuple[int, dict]], dict]:
         """The episodes ``ks`` (ascending, at least one), checked, as a frame table for random access
-        (:mod:`core.frames`; ``Windows`` reads it): the observation fields; the table's blocks, each
-        ``(first row, {"obs/<F>" for every field, "action", ...: [rows, ...] array})``, ascending and
-        contiguous; and the episodes' entries (``env_id``, ``episode_id``, ``steps``, ``first_row``,
-        ``stride``: int64 arrays). In memory by default (``core.frames.stack_episodes`` lays read episodes out
-        so); with ``mmap`` the blocks are read-only views of the run's files, so the table may be larger than
-        memory, and a run that cannot be mapped so raises ValueError naming the command that converts it to
-        one that can."""
+        (:mod:`core.frames`; ``Windows`` reads it): the observation fields; the table's blocks, each ``(first row,
+        {"obs/<F>" for every field, "state/<S>" for the state ``options.state`` asks for, "action", ...: [rows,
+        ...] array})``, ascending and contiguous; and the episodes' entries (``env_id``, ``episode_id``, ``steps``,
+        ``first_row``, ``stride``: int64 arrays; ``params/<P>``: one row each). In memory by default
+        (``core.frames.stack_episodes`` lays read episodes out so); with ``mmap`` the blocks are read-only views
+        of the run's files, so the table may be larger than memory, and a run that cannot be mapped so raises
+        ValueError naming the command that converts it to one that can."""
         ...
 
 

@@ -15,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.fields import group_layout
-from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.formats.packed.identity import COMMIT_LOG, layout_version
+from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 
 #: Keys of an episode entry in a commit line, each a list with one integer per episode.
 EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")
@@ -70,12 +68,10 @@ def append_commit(
         view = view[os.write(log, view) :]
 
 
-def read_commits(run_dir: str, manifest: Mapping) -> tuple[list[dict], bool]:
-    """The whole lines of the commit log, parsed and checked against run.json (``manifest``: its layout_version and
-    the params its env_spec describes); and whether a torn last line was ignored. Each line's ``episodes`` holds
-    int64 arrays, and ``params/<name>`` arrays of the described dtype, one row per episode."""
-    layout_version(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
-    params = group_layout(manifest["env_spec"], "params", name=f"{os.path.join(run_dir, RUN_MANIFEST)}: env_spec")
+def read_commits(run_dir: str, params: Mapping) -> tuple[list[dict], bool]:
+    """The whole lines of the commit log, parsed and checked, their episodes' params against ``params`` (name ->
+    per-episode shape, dtype: ``schema.run_groups``'s); and whether a torn last line was ignored. Each line's
+    ``episodes`` holds int64 arrays, and ``params/<name>`` arrays of the described dtype, one row per episode."""
     path = os.path.join(run_dir, COMMIT_LOG)
     try:
         with open(path, "rb") as f:

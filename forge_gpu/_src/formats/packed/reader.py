@@ -12,8 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, chosen, episode_stem
-from forge_gpu._src.core.fields import check_layout, check_spec_layout, group_layout
-from forge_gpu._src.core.manifest import RUN_MANIFEST
+from forge_gpu._src.core.fields import check_layout, check_spec_layout
 from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, PackedRun, read_blocks, read_episode_tables
 from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
 from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT, TRANSITION_COLUMNS
@@ -25,8 +24,7 @@ class PackedRunReader:
     def __init__(self, run_dir: str, manifest: dict):
         self.directory, self.manifest = run_dir, manifest
         self.run = PackedRun(run_dir, manifest)
-        spec_name = f"{os.path.join(run_dir, RUN_MANIFEST)}: env_spec"
-        self.state = group_layout(manifest["env_spec"], "state", name=spec_name)  # the state/<S> columns
+        self.state = self.run.groups["state"]  # the state/<S> columns
 
     def __len__(self) -> int:
         return len(self.run)

@@ -11,11 +11,10 @@ import json
 import os
 
 from forge_gpu._src.core.checks import check_int
-from forge_gpu._src.core.fields import group_layout
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.packed.commits import PARAMS, append_commit, decode_params, open_commit_log, read_commits
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, SEGMENT_RE, segment_name
-from forge_gpu._src.formats.packed.schema import column_to_numpy, pyarrow, schema_columns
+from forge_gpu._src.formats.packed.schema import column_to_numpy, pyarrow, run_groups, schema_columns
 from forge_gpu._src.formats.packed.writer import ended_episodes
 
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -41,8 +40,8 @@ def repair_packed(run_dir: str, manifest: dict) -> dict:
     if len(whole) != len(data):
         os.truncate(log, len(whole))
         actions.append(f"cut a torn line of {len(data) - len(whole)} bytes off {COMMIT_LOG}")
-    commits, _ = read_commits(run_dir, manifest)
-    params = group_layout(manifest["env_spec"], "params")  # read_commits checked it
+    params = run_groups(run_dir, manifest)["params"]
+    commits, _ = read_commits(run_dir, params)
     segments = sorted(int(m.group(1)) for m in map(SEGMENT_RE.match, os.listdir(run_dir)) if m)
     segment = commits[-1]["segment"] if commits else 0
     committed = [c for c in commits if c["segment"] == segment]
