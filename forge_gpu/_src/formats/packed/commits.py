@@ -146,7 +146,7 @@ def decode_params(entry: Any, layout: Mapping, count: int, *, where: str) -> dic
             found = np.array(values) if values else np.zeros((0, *shape), dtype)
         except (ValueError, TypeError, RecursionError) as exc:  # ragged lists; nesting deeper than numpy goes
             raise ValueError(f"{where}.{name}: not a list of {list(shape)} values: {exc}") from exc
-        kinds = "b" if dtype.kind == "b" else "iu" + ("f" if dtype.kind == "f" else "")
+        kinds = {"b": "b", "f": "iuf"}.get(dtype.kind, "iu")  # the JSON values a dtype takes: no bool as a number
         if not isinstance(values, list) or found.shape != due or found.dtype.kind not in kinds:
             raise ValueError(f"{where}.{name}: must be a list of {count} {dtype} values of shape {list(shape)}")
         with np.errstate(over="ignore", invalid="ignore"):  # a float past the dtype's range: inf, refused below

@@ -47,11 +47,11 @@ class PackedRunReader:
         """The episodes ``ks`` (ascending), checked, as a frame table (``RunReader.frame_table``).
 
         In memory: the episodes' rows gathered group by group and joined end to end (stride 1), one block.
-        With ``mmap``: every committed block as ``(first row, {"obs/<F>", "state/<S>" asked for and "action": [rows,
-        ...] array})``, the
-        arrays read-only views of the memory-mapped segments, and the episodes' own entries; the episodes are
-        checked first, in one streaming pass as :meth:`read` does. An uncompressed run only: compressed buffers
-        cannot be mapped (ValueError naming the convert command that writes an uncompressed copy)."""
+        With ``mmap``: every committed block as ``(first row, {"obs/<F>", "state/<S>" asked for and "action":
+        [rows, ...] array})``, the arrays read-only views of the memory-mapped segments, and the episodes' own
+        entries; the episodes are checked first, in one streaming pass as :meth:`read` does. An uncompressed run
+        only: compressed buffers cannot be mapped (ValueError naming the convert command that writes an
+        uncompressed copy)."""
         if not mmap:
             fields, state, groups = self.groups(ks, options)
             return (fields, *_joined(_names(fields, state) + list(TRANSITION_COLUMNS), list(groups)))
