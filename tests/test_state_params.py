@@ -2,6 +2,7 @@
 episode in the commit log), read back bit for bit, windowed, converted, repaired, inspected and exported;
 schema-1 runs and runs without them read as before."""
 
+import itertools
 import json
 import shutil
 
@@ -99,7 +100,7 @@ def test_state_is_read_where_asked_and_params_always(recorded):
 def test_a_run_without_state_or_params_reads_as_before(tmp_path):
     """A run whose spec has neither writes no state/ column and no params in its commit lines, and reads with
     empty state and params; so does a run of layout 1 (before state was stored), whatever its env_spec says; a
-    newer layout is refused in one line naming it."""
+    newer layout is refused in one line naming it, by readers and by repair (which then changes nothing)."""
     env = make_env(num_envs=3, max_steps=5)
     sim = SyntheticSim(env, seed=2)
     record(tmp_path / "run", env, make_batches(sim, 20), recorder=PackedRecorder)
@@ -113,9 +114,15 @@ def test_a_run_without_state_or_params_reads_as_before(tmp_path):
     assert episodes.keys() == sim.completed.keys()
     assert all(e.state == {} and e.params == {} for e in episodes.values())
     assert len(Windows(tmp_path / "run", 2, 2, state=True, params=True)) > 0
-    (tmp_path / "run" / "run.json").write_text(json.dumps(dict(manifest, layout_version=3)))
+    (tmp_path / "run" / "run.json").write_text(json.dumps(dict(manifest, layout_version=3, status="recording")))
     with pytest.raises(ValueError, match=r"run.json: layout_version 3 is newer than this reader reads \(up to 2\)"):
         forge_gpu.open_run(tmp_path / "run")
+    with open(tmp_path / "run" / COMMIT_LOG, "ab") as log:  # what a newer writer might be writing
+        log.write(b'{"segment": 0, "checks')
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "run").iterdir())
+    with pytest.raises(ValueError, match="layout_version 3 is newer"):
+        repair_run(tmp_path / "run")
+    assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "run").iterdir()) == before
 
 
 def bad_results(result):
@@ -240,7 +247,7 @@ def test_a_bad_params_entry_in_the_commit_log_is_refused_naming_the_line(recorde
 @pytest.mark.parametrize("mmap", [False, True])
 def test_windows_carry_state_history_and_episode_params(recorded, mmap):
     """state=True adds state/<S> [B, history, ...] at the observation's frames, params=True params/<P> of each
-    window's episode; neither by default; torch datasets pass both through."""
+    window's episode; neither by default; action_windows and the torch datasets pass state (and params) through."""
     directory, _ = recorded
     history, horizon = 3, 2
     windows = Windows(directory, history, horizon, pad=True, state=True, params=True, mmap=mmap)
@@ -258,6 +265,11 @@ def test_windows_carry_state_history_and_episode_params(recorded, mmap):
                 assert_bits(batch[f"params/{name}"][i], episode.params[name])
             i += 1
     assert i == len(windows)
+    unpadded = Windows(directory, history, horizon, state=True, mmap=mmap).batch(np.arange(3))
+    options = EpisodeReadOptions(state=["body_q"])
+    reference = itertools.islice(forge_gpu.action_windows(directory, history, horizon, options=options), 3)
+    for k, window in enumerate(reference):  # action_windows' windows alike
+        assert_bits(unpadded["state/body_q"][k], window["state/body_q"])
     assert not [k for k in Windows(directory, history, horizon).batch([0]) if k.startswith(("state/", "params/"))]
     dataset = forge_gpu.WindowMapDataset(directory, history=2, horizon=2, state=["joint_q"], params=True)
     item = dataset[[0, 1]]

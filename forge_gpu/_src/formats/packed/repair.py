@@ -31,6 +31,7 @@ def repair_packed(run_dir: str, manifest: dict) -> dict:
     are removed. Published blocks and episodes are never changed. Running it again changes nothing.
     """
     pa = pyarrow()
+    params = run_groups(run_dir, manifest)["params"]  # first: a layout this code does not know is left as it is
     rows_per_step = recorder_stride(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
     log = os.path.join(run_dir, COMMIT_LOG)
     with open(log, "rb") as f:
@@ -40,7 +41,6 @@ def repair_packed(run_dir: str, manifest: dict) -> dict:
     if len(whole) != len(data):
         os.truncate(log, len(whole))
         actions.append(f"cut a torn line of {len(data) - len(whole)} bytes off {COMMIT_LOG}")
-    params = run_groups(run_dir, manifest)["params"]
     commits, _ = read_commits(run_dir, params)
     segments = sorted(int(m.group(1)) for m in map(SEGMENT_RE.match, os.listdir(run_dir)) if m)
     segment = commits[-1]["segment"] if commits else 0
