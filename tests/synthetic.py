@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import types
 
 import numpy as np
@@ -257,6 +258,60 @@ def standard_read(directory):
         reader = pa.ipc.open_stream(pa.memory_map(str(directory / f"segment-{segment:06d}.arrows")))
         tables.append(pa.Table.from_batches([reader.read_next_batch() for c in commits if c["segment"] == segment]))
     return commits, pa.concat_tables(tables)
+
+
+#: The ways :func:`fuzz_packed_run` damages a run.
+FUZZ_KINDS = ("flip", "truncate", "log_line", "log_value", "log_bytes")
+
+
+def fuzz_packed_run(directory, run, kind, seed):
+    """Copy the packed run ``directory`` to ``run``, damage it one way (``kind``: ``flip`` or ``truncate`` a segment,
+    drop a ``log_line``, change a ``log_value``, change ``log_bytes``) drawn from ``seed``, and read it: valid
+    episodes (state included) or a ValueError naming the run, never another error."""
+    import forge_gpu
+
+    rng = np.random.default_rng(seed)
+    if run.exists():
+        shutil.rmtree(run)
+    shutil.copytree(directory, run)
+    segments = sorted(run.glob("segment-*.arrows"))
+    log = run / "commits.jsonl"
+    if kind in ("flip", "truncate"):
+        victim = segments[rng.integers(len(segments))]
+        data = bytearray(victim.read_bytes())
+        if kind == "flip":
+            for _ in range(1 + rng.integers(8)):
+                data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+        else:
+            data = data[: rng.integers(len(data))]
+        victim.write_bytes(bytes(data))
+    elif kind == "log_line":
+        lines = log.read_bytes().split(b"\n")[:-1]
+        del lines[rng.integers(len(lines))]
+        log.write_bytes(b"\n".join(lines) + b"\n")
+    elif kind == "log_value":
+        lines = log.read_text().splitlines()
+        k = rng.integers(len(lines))
+        commit = json.loads(lines[k])
+        key = sorted(commit)[rng.integers(len(commit))]
+        if key == "episodes" and commit["episodes"]["steps"]:
+            entry = commit["episodes"]
+            inner = sorted(entry)[rng.integers(len(entry))]
+            lists = entry["params"] if inner == "params" else {inner: entry[inner]}
+            lists[sorted(lists)[0]][0] = [None, -1, 10**12, 0, 1, "x", 2**63, 2**62][rng.integers(8)]
+        else:
+            commit[key] = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63][rng.integers(8)]
+        lines[k] = json.dumps(commit)
+        log.write_text("\n".join(lines) + "\n")
+    else:
+        data = bytearray(log.read_bytes())
+        data[rng.integers(len(data))] = int(rng.integers(256))
+        log.write_bytes(bytes(data))
+    try:
+        for episode in forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(state=True)):
+            assert episode.steps >= 1
+    except ValueError as exc:
+        assert str(run) in str(exc)
 
 
 def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2, seed=0):

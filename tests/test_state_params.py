@@ -8,7 +8,19 @@ import shutil
 
 import numpy as np
 import pytest
-from synthetic import PARAMS, STATE, SyntheticSim, make_batches, make_env, record, standard_read
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from synthetic import (
+    FUZZ_KINDS,
+    PARAMS,
+    STATE,
+    SyntheticSim,
+    fuzz_packed_run,
+    make_batches,
+    make_env,
+    record,
+    standard_read,
+)
 
 import forge_gpu
 from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run
@@ -242,6 +254,13 @@ def test_a_bad_params_entry_in_the_commit_log_is_refused_naming_the_line(recorde
     (run / COMMIT_LOG).write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=rf"{COMMIT_LOG}:{k + 1}: episodes.params.mass_scale: .*{words}"):
         forge_gpu.open_run(run)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(FUZZ_KINDS), seed=st.integers(0, 2**31 - 1))
+def test_fuzzed_runs_with_state_and_params_only_raise_value_error(recorded, tmp_path, kind, seed):
+    """A damaged run with state and params gives valid episodes or a ValueError naming it, never another error."""
+    fuzz_packed_run(recorded[0], tmp_path / "run", kind, seed)
 
 
 @pytest.mark.parametrize("mmap", [False, True])
