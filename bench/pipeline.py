@@ -2,6 +2,7 @@
 
 python bench/pipeline.py                 # CPU: cartpole 256..4096 envs, other tasks fewer; CUDA up to 16384
 python bench/pipeline.py --smoke         # seconds-long check that every figure is produced
+python bench/pipeline.py --tasks cartpole --envs 1024 --set record_state=false   # without the state columns
 
 Modes, each S step calls of the same env with the same policy. S is fixed per row: from a warm-up, so that
 stepping only takes about --seconds, but at least 2 * max_steps so that every env publishes episodes;
@@ -36,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, plot, save, table  # noqa: E402
+from stepping import parse_override  # noqa: E402
 
 CPU_ENVS = {"cartpole": [256, 1024, 4096]}
 CPU_ENVS_OTHER = [64, 256]  # tasks with contacts or cameras step far slower on the CPU
@@ -67,7 +69,7 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
     import forge_gpu
     from forge_gpu import collect
 
-    overrides = {"max_steps": args.max_steps} if args.max_steps > 0 else {}
+    overrides = ({"max_steps": args.max_steps} if args.max_steps > 0 else {}) | dict(args.overrides)
     env = forge_gpu.make(task, num_envs=num_envs, device=device, **overrides)
     policy = forge_gpu.make_policy(args.policy, env)
     env.reset()
@@ -165,6 +167,15 @@ def main(argv=None) -> int:
     parser.add_argument("--max-steps", type=int, default=50, help="episode length override (0: the task's own)")
     parser.add_argument("--record-dir", default=None, help="parent of the temporary run directories")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        type=parse_override,
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override, e.g. record_state=false (every frame's state is recorded by default)",
+    )
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True

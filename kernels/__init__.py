@@ -1,6 +1,6 @@
 """Warp kernels and functions of forge_gpu, one module per concern.
 
 Installed as ``forge_gpu.kernels``. Each module is paired with the module that launches it:
-``rng`` (shared), ``env`` with ``forge_gpu._src.sim.env``, ``policies`` with ``forge_gpu._src.sim.policies``
+``rng`` and ``camera`` (shared), ``env`` with ``forge_gpu._src.sim.env``, ``policies`` with ``forge_gpu._src.sim.policies``
 and one module per task with ``forge_gpu._src.sim.tasks.<task>``.
 """

@@ -243,9 +243,19 @@ def test_replay_smoke(out):
     assert [r["mode"] for r in payload["throughput"]] == ["collect", "replay_state", "replay_actions"]
     for row in payload["throughput"]:
         check_figures(row, {"frames": True, "seconds": True, "frames_per_s": True, "vs_collect": True})
-    assert [r["policy"] for r in payload["workflow"]] == ["expert", "random"]
+    assert [(r["policy"], r["max_steps"]) for r in payload["workflow"]] == [
+        ("expert", 100),
+        ("expert", 40),
+        ("random", 100),
+    ]
     for row in payload["workflow"]:
-        figures = {"episodes": True, "successful_K": False, "success_rate": False, "render_all_s": True}
+        figures = {
+            "max_steps": True,
+            "episodes": True,
+            "successful_K": False,
+            "success_rate": False,
+            "render_all_s": True,
+        }
         figures |= {"state_only_s": True, "replay_s": True, "state_then_replay_s": True, "speedup": True}
         check_figures(row, figures)
 

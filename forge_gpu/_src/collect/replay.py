@@ -13,7 +13,6 @@ Per batch of ``B`` episodes, each frame is one ``VectorEnv.restore`` (``state``)
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import os
 import shutil
@@ -21,15 +20,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from queue import Full, Queue
 
 import numpy as np
 
+from forge_gpu._src.collect.resimulate import batches, frame_bytes, from_actions, from_state, waves
+from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
-from forge_gpu._src.sim.make import make
+from forge_gpu._src.sim.device import default_device
+from forge_gpu._src.sim.make import make, task_config
 from forge_gpu._src.sim.tasks.registry import TASKS
 
 SOURCES = ("state", "actions")
@@ -47,6 +50,7 @@ def replay(
     successful: bool = False,
     limit: int | None = None,
     batch: int = 1024,
+    max_batch_bytes: int = 1 << 30,
     device: str | None = None,
     tolerance: float = 1e-5,
     task: str | None = None,
@@ -61,7 +65,10 @@ def replay(
         overrides: config changes (dotted keys, as ``--set``), e.g. ``{"params.image_size": 128}``.
         episodes: only these ``(env_id, episode_id)`` pairs; ``successful``: only episodes that ended in success
             (tasks with success); ``limit``: at most this many (after the other filters).
-        batch: worlds per batch (episodes re-simulated at once).
+        batch: worlds (episodes re-simulated at once). ``state``: a world that finishes an episode takes the next,
+            in waves whose observations fit in ``max_batch_bytes``; ``actions``: the episodes of a batch start
+            together, and a batch is at most as many whole episodes as fit in ``max_batch_bytes``. About three
+            waves or batches are in memory at once (one read, one re-simulated, one written).
         tolerance: ``actions``: the largest absolute state difference that still counts as equal.
         task: when given, the run must be of this task.
         stop: set it to stop after the current batch; the output run holds the episodes done.
@@ -80,14 +87,21 @@ def replay(
     manifest = read_manifest(run_dir)
     reader = _open(run_dir, manifest, task)
     selected = _select(reader, episodes, limit if not successful else None)
-    env = _make_env(manifest, overrides or {}, min(batch, max(len(selected), 1)), device)
+    check_int("max_batch_bytes", max_batch_bytes, minimum=1)
+    config = _config(manifest, overrides or {}, device)
+    worlds = min(batch, max(len(selected), 1))
+    if from_ == "actions":  # a batch holds one whole episode per world
+        worlds = min(worlds, max(1, max_batch_bytes // _episode_bytes(config)))
+    settings = {k: v for k, v in _flatten(config.to_dict()).items() if k != "task"}
+    env = make(config.task, **{**settings, "num_envs": worlds})
     _check_compatible(manifest, env, run_dir)
     stop = stop or threading.Event()
     report = {"episodes": 0, "frames": 0, "seconds": 0.0, "interrupted": False, "divergence": []}
     has_success = bool(manifest["env_spec"].get("has_success"))
     if successful and not has_success:
         raise ValueError(f"{run_dir}: task {manifest['task']!r} defines no success; drop --successful")
-    options = EpisodeReadOptions(state=True)
+    # The source's observations are observed again: read only the bookkeeping fields, the state and the rest.
+    options = EpisodeReadOptions(observation_keys=list(BOOKKEEPING_FIELDS), state=True)
     began = time.perf_counter()
 
     def chosen() -> Iterator[Episode]:
@@ -100,26 +114,41 @@ def replay(
             if limit is not None and count >= limit:
                 return
 
-    def replayed() -> Iterator[Episode]:
-        for group in _batches(chosen(), env.num_envs):
+    last_report = [-1.0]
+
+    def count(episodes: int, frames: int, *, final: bool = False) -> None:
+        """Count what a batch finished; report progress every half second and at the end of a batch."""
+        report["episodes"] += episodes
+        report["frames"] += frames
+        report["seconds"] = time.perf_counter() - began
+        if progress is not None and (final or report["seconds"] - last_report[0] >= 0.5):
+            last_report[0] = report["seconds"]
+            progress({"episodes": report["episodes"], "total": len(selected), **_rates(report)})
+
+    def replayed() -> Iterator[list[Episode]]:
+        source = _background(chosen(), depth=env.num_envs)
+        if from_ == "state":  # waves of many episodes per world, bounded by the observations they hold
+            groups = waves(source, capacity=max(1, max_batch_bytes // frame_bytes(env)), most=8 * env.num_envs)
+        else:  # one episode per world, all starting together
+            groups = batches(source, env.num_envs)
+        for group in groups:
             if stop.is_set():
                 report["interrupted"] = True
                 return
             if from_ == "state":
-                done = _from_state(env, group)
+                done = from_state(env, group, stop, count)
+                report["interrupted"] = len(done) < len(group)
             else:
-                done, divergence = _from_actions(env, group, tolerance)
+                done, divergence = from_actions(env, group, tolerance)
                 report["divergence"] += divergence
-            report["episodes"] += len(done)
-            report["frames"] += sum(e.steps + 1 for e in group)
-            report["seconds"] = time.perf_counter() - began
-            if progress is not None:
-                progress({"episodes": report["episodes"], "total": len(selected), **_rates(report)})
-            yield from done
+                count(len(done), sum(e.steps + 1 for e in group), final=True)
+            yield done
 
     work = new_partial(out)
     try:
-        count, keys = FORMATS["packed"].write(work, replayed(), "none")
+        # Three stages at once: reading the source, re-simulating a batch, writing the previous one.
+        produced = _background(replayed(), depth=1)
+        count, keys = FORMATS["packed"].write(work, (e for done in produced for e in done), "none")
         report["seconds"] = time.perf_counter() - began
         report.update(_rates(report), episodes=count)
         if from_ == "actions":
@@ -133,6 +162,46 @@ def replay(
     if from_ == "state":
         report.pop("divergence")
     return report
+
+
+def _background(items: Iterator, *, depth: int) -> Iterator:
+    """``items``, produced by a thread of their own at most ``depth`` ahead of the consumer; the producer's
+    exception is raised here, and a consumer that stops early stops the producer."""
+    queue: Queue = Queue(maxsize=depth)
+    done, gone = object(), threading.Event()
+
+    def put(entry) -> bool:
+        """Queue ``entry`` unless the consumer is gone; whether it was queued."""
+        while not gone.is_set():
+            try:
+                queue.put(entry, timeout=0.1)
+                return True
+            except Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((done, None))
+        except BaseException as exc:  # reaches the consumer
+            put((done, exc))
+
+    thread = threading.Thread(target=produce, name="forge-gpu-replay", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = queue.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        gone.set()
+        thread.join()
 
 
 def _rates(report: dict) -> dict:
@@ -171,16 +240,23 @@ def _select(reader, episodes: list[tuple[int, int]] | None, limit: int | None) -
     return chosen if limit is None else chosen[:limit]
 
 
-def _make_env(manifest: dict, overrides: dict, num_envs: int, device: str | None):
-    """An env of the run's task with the recorded config, changed by ``overrides``, of ``num_envs`` worlds."""
-    config = {k: v for k, v in manifest["config"].items() if k not in (*_NOT_REPLAYED, "task", "seed")}
+def _config(manifest: dict, overrides: dict, device: str | None):
+    """The run's recorded config changed by ``overrides`` (and the device), checked."""
+    config = {k: v for k, v in manifest["config"].items() if k not in (*_NOT_REPLAYED, "task")}
     for key in overrides:
         if key.split(".")[0] in ("num_envs", "seed", "task", "randomize"):
             raise ValueError(
                 f"--set {key}: replay keeps the run's {key.split('.')[0]} (it restores the recorded episodes)"
             )
-    merged = {**_flatten(config), **overrides}
-    return make(manifest["task"], num_envs=num_envs, device=device, seed=int(manifest["seed"]), **merged)
+    return task_config(manifest["task"], **{**_flatten(config), **overrides, "device": device or default_device()})
+
+
+def _episode_bytes(config) -> int:
+    """Host bytes of one world's observations over a longest episode (max_steps + 1 frames) under ``config``."""
+    fields = TASKS[config.task](config).observation_fields()
+    frame = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
+    frame += 4 * (4 + TASKS[config.task].spec.proprio_dim)  # the ids, time and proprio
+    return frame * (config.max_steps + 1)
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:
@@ -210,106 +286,6 @@ def _check_compatible(manifest: dict, env, run_dir: str) -> None:
             f"{run_dir}: incompatible config: the action is {recorded.get('action_shape')} in the run and "
             f"{spec['action_shape']} with this config"
         )
-
-
-def _batches(episodes: Iterator[Episode], size: int) -> Iterator[list[Episode]]:
-    group: list[Episode] = []
-    for episode in episodes:
-        group.append(episode)
-        if len(group) == size:
-            yield group
-            group = []
-    if group:
-        yield group
-
-
-def _padded(group: list[Episode], n: int, arrays: Callable[[Episode], dict]) -> dict:
-    """Each episode's ``arrays`` (name -> [frames, ...]) stacked as name -> [n, most frames, ...]: an episode's
-    last frame repeats past its end and the last episode fills the worlds past the group's (once per batch)."""
-    longest = max(len(next(iter(arrays(e).values()))) for e in group)
-    index = np.minimum(np.arange(n), len(group) - 1)
-    out = {}
-    for name in arrays(group[0]):
-        rows = [arrays(group[i])[name] for i in index]
-        out[name] = np.stack([np.concatenate([r, np.repeat(r[-1:], longest - len(r), axis=0)]) for r in rows])
-    return out
-
-
-def _params(group: list[Episode], n: int) -> dict:
-    index = np.minimum(np.arange(n), len(group) - 1)
-    return {name: np.stack([np.asarray(group[i].params[name], np.float32) for i in index]) for name in group[0].params}
-
-
-def _observed(frames: list[dict], group: list[Episode]) -> list[Episode]:
-    """The group's episodes with the observation fields of ``frames`` (one host copy of the env's observation per
-    frame), the bookkeeping fields and everything else as recorded."""
-    stacked = {name: np.stack([f[name] for f in frames], axis=1) for name in frames[0]}  # [n, frames, ...]
-    out = []
-    for i, episode in enumerate(group):
-        steps = episode.steps
-        obs = {name: array[i, : steps + 1] for name, array in stacked.items()}
-        for name in BOOKKEEPING_FIELDS:
-            obs[name] = np.concatenate([episode.obs[name], episode.next[name][-1:]])
-        out.append(
-            dataclasses.replace(
-                episode, obs={k: v[:steps] for k, v in obs.items()}, next={k: v[1:] for k, v in obs.items()}
-            )
-        )
-    return out
-
-
-def _host_observation(env) -> dict:
-    return {name: array.numpy().copy() for name, array in env.observation.items()}
-
-
-def _state_at(states: dict, t: np.ndarray) -> dict:
-    """Frame ``t[i]`` of world ``i`` of the padded states: name -> [n, ...]."""
-    worlds = np.arange(len(t))
-    return {name: array[worlds, t] for name, array in states.items()}
-
-
-def _from_state(env, group: list[Episode]) -> list[Episode]:
-    n = env.num_envs
-    states = _padded(group, n, lambda e: e.state)
-    frames = []
-    for t in range(max(e.steps for e in group) + 1):
-        env.restore(_state_at(states, np.full(n, t)), _params(group, n) if t == 0 else None)
-        frames.append(_host_observation(env))
-    return _observed(frames, group)
-
-
-def _from_actions(env, group: list[Episode], tolerance: float) -> tuple[list[Episode], list[dict]]:
-    n, size = env.num_envs, len(group)
-    states = _padded(group, n, lambda e: e.state)
-    actions = _padded(group, n, lambda e: {"action": e.action})["action"]
-    steps = np.array([e.steps for e in group])
-    first_step = np.full(size, -1, np.int64)
-    max_error = np.zeros(size, np.float64)
-    env.restore(_state_at(states, np.zeros(n, np.int64)), _params(group, n))
-    frames = [_host_observation(env)]
-    for t in range(1, int(steps.max()) + 1):
-        result = env.step(np.ascontiguousarray(actions[:, t - 1]))
-        recorded = _state_at(states, np.full(n, t))
-        error = np.zeros(size)
-        for name, array in result.state.items():
-            diff = np.abs(array.numpy()[:size].astype(np.float64) - recorded[name][:size])
-            error = np.maximum(error, diff.reshape(size, -1).max(axis=1))
-        live = t <= steps
-        error = np.where(live, error, 0.0)
-        max_error = np.maximum(max_error, error)
-        first_step = np.where((first_step < 0) & live & (error > tolerance), t, first_step)
-        frames.append(_host_observation(env))
-    divergence = [
-        {
-            "env_id": e.env_id,
-            "episode_id": e.episode_id,
-            "first_step": None if first_step[i] < 0 else int(first_step[i]),
-            "max_error": float(max_error[i]),
-        }
-        for i, e in enumerate(group)
-    ]
-    replayed = _observed(frames, group)
-    return [replayed[i] for i in range(size) if first_step[i] < 0], divergence
 
 
 def _manifest(source: dict, env, keys: dict, count: int, run_dir: str, from_: str, report: dict) -> dict:

@@ -12,33 +12,12 @@ from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_
 from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.pack import packed_result
 from forge_gpu._src.sim.randomize import Randomizer
+from forge_gpu._src.sim.solver import make_solver
 from forge_gpu._src.sim.step_result import StepResult
 from forge_gpu._src.sim.streams import torch_stream_of, warp_stream_of
 from forge_gpu._src.sim.tasks.base import Task, bind_task
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import env as kernels
-
-
-def _make_solver(model, config: TaskConfig, has_contacts: bool):
-    s = config.solver
-    if has_contacts and s.name != "mujoco":
-        # The other solvers need Newton's collision pipeline each substep, which VectorEnv does not run yet.
-        raise ValueError(
-            f"solver.name = {s.name!r}: task {config.task!r} has contacts, which only solver 'mujoco' handles here"
-        )
-    if s.name == "mujoco":
-        return newton.solvers.SolverMuJoCo(
-            model,
-            iterations=s.iterations,
-            ls_iterations=s.ls_iterations,
-            integrator=s.integrator,
-            disable_contacts=not has_contacts,
-        )
-    if s.name == "featherstone":
-        return newton.solvers.SolverFeatherstone(model)
-    if s.name == "semi_implicit":
-        return newton.solvers.SolverSemiImplicit(model)
-    return newton.solvers.SolverXPBD(model, iterations=s.iterations)
 
 
 def _described(array: wp.array) -> dict:
@@ -85,7 +64,7 @@ class VectorEnv:
             scene = newton.ModelBuilder()
             scene.replicate(builder, n)
             model = scene.finalize(device=device)
-            self.solver = _make_solver(model, config, task.spec.has_contacts)
+            self.solver = make_solver(model, config, task.spec.has_contacts)
             self.world = World(config, model, proprio_dim=task.spec.proprio_dim, action_dim=task.spec.action_dim)
             """What the task's hooks read and write: model, state, control, action and observation buffers."""
             self.state_1 = model.state()
@@ -360,34 +339,40 @@ class VectorEnv:
         for view, array in self._pack_pairs:
             wp.copy(view, array)
 
-    def restore(self, state: dict, params: dict | None = None) -> StepResult:
+    def restore(self, state: dict, params: dict | None = None, worlds=None) -> StepResult:
         """Reset every world to exactly ``state`` (name -> [N, ...] numpy arrays, one per entry of
-        ``state_fields``) and, when given, the drawn values ``params`` (name -> [N, ...], one per recorded
-        parameter; ``None`` keeps the current ones), then observe; the result is a reset frame (episode ids
-        advance). Steps taken after it replay the recorded episodes (``forge_gpu.replay``). Eager (not
-        captured): a few dozen launches and the copies of ``state``. ValueError names a missing or
-        misshapen entry and changes nothing."""
+        ``state_fields``) and, when given, set the drawn values ``params`` (name -> [N, ...], one per recorded
+        parameter) of the worlds in ``worlds`` (bool [N]; default all; the others keep theirs), then observe;
+        the result is a reset frame (episode ids advance). Steps taken after it replay the recorded episodes
+        (``forge_gpu.replay``). Eager (not captured): a few dozen launches and the copies of ``state``.
+        ValueError names a missing or misshapen entry and changes nothing."""
         _check_given("state", state, self.state_fields)
         if params is not None:
             _check_given("params", params, self.randomizer.recorded)
+        if worlds is not None and np.shape(worlds) != (self.num_envs,):
+            raise ValueError(f"restore: worlds has shape {np.shape(worlds)}; expected ({self.num_envs},)")
         self._mark_all()
-        self._reset_selected(state=state, params=params)
+        self._reset_selected(state=state, params=params, worlds=worlds)
         self._observe()
         self._pack()
         self._start()
         return self.result
 
-    def _reset_selected(self, state: dict | None = None, params: dict | None = None) -> None:
+    def _reset_selected(self, state: dict | None = None, params: dict | None = None, worlds=None) -> None:
         """Reset the worlds in ``reset_mask`` to their randomized start state (or, from :meth:`restore`, to
-        ``state`` and ``params``)."""
+        ``state``, and the values ``params`` of ``worlds``)."""
         self.solver.reset(self.state_0, world_mask=self.reset_mask)
         randomizer = self.randomizer
         if state is None or params is not None:
+            if worlds is not None:  # the values of these worlds only
+                self.reset_mask.assign(np.append(np.asarray(worlds, bool), False))
             randomizer.draw(self.reset_mask, self.episode_id)
             if params is not None:
                 randomizer.restore(self.reset_mask, params)
             randomizer.apply(self.reset_mask)
             self.task.apply_params(self.world)
+            if worlds is not None:
+                self._mark_all()
         self.task.reset_worlds(self.world)
         if state is not None:
             for name, array in self.state_fields.items():

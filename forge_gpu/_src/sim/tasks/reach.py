@@ -8,17 +8,16 @@ the workspace; all worlds are rendered in one call of Newton's ``SensorCamera`` 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import newton
 import numpy as np
 import warp as wp
-from newton.sensors import SensorCamera
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
+from forge_gpu._src.sim.tasks.camera import WorldCameras
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import reach as kernels
 
@@ -27,6 +26,7 @@ IMAGE_SIZES = (32, 64, 128, 256)
 tested ones so that recorded datasets come in a few known shapes."""
 
 _BACKGROUND = 0xFF << 24 | 52 << 16 | 44 << 8 | 40
+"""Packed RGBA clear color of pixels that see no surface (dark blue-gray)."""
 TABLE_COLOR = (0.75, 0.75, 0.72)
 TARGET_COLOR = (1.0, 0.0, 0.0)
 
@@ -129,31 +129,6 @@ def _joint_limits(config) -> tuple[np.ndarray, np.ndarray]:
     a = config.action
     low, high = np.asarray(a.low) * np.asarray(a.scale), np.asarray(a.high) * np.asarray(a.scale)
     return np.minimum(low, high), np.maximum(low, high)
-
-
-def camera_to_world(position, look_at) -> np.ndarray:
-    """Camera-to-world 4x4 transform in the OpenCV axis convention (x right, y down, z forward)."""
-    eye = np.asarray(position, np.float64)
-    forward = np.asarray(look_at, np.float64) - eye
-    forward /= np.linalg.norm(forward)
-    right = np.cross(forward, (0.0, 0.0, 1.0))
-    right /= np.linalg.norm(right)
-    down = np.cross(forward, right)
-    pose = np.eye(4)
-    pose[:3, 0], pose[:3, 1], pose[:3, 2], pose[:3, 3] = right, down, forward, eye
-    return pose
-
-
-def pinhole_intrinsics(size: int, fov_deg: float) -> dict:
-    """OpenCV pinhole intrinsics of Newton's ``compute_camera_rays_pinhole`` rays for a square image.
-
-    Newton shoots pixel ``(px, py)``'s ray through ``px + 0.5, py + 0.5`` with focal length
-    ``(size / 2) / tan(fov / 2)``; in OpenCV's convention (pixel centres at integers) the principal
-    point is therefore ``(size - 1) / 2``.
-    """
-    f = 0.5 * size / math.tan(0.5 * math.radians(fov_deg))
-    c = 0.5 * (size - 1)
-    return {"model": "pinhole", "width": size, "height": size, "fx": f, "fy": f, "cx": c, "cy": c}
 
 
 class ReachTask(Task):
@@ -328,36 +303,17 @@ class ReachTask(Task):
         self.home_q = wp.array(np.asarray(p.home_q, np.float32), device=world.device)
         self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
 
-        pose = camera_to_world(p.camera_position, p.camera_look_at)
-        intrinsics = pinhole_intrinsics(size, p.camera_fov)
-        calibration = {
-            "cameras": {
-                "front": {
-                    "intrinsics": intrinsics,
-                    "camera_to_world": pose.tolist(),
-                    "axes": "OpenCV: x right, y down, z forward (optical axis); pixel (0, 0) centre at (0, 0)",
-                    "depth": "distance along the optical axis (camera z) [m]; 0 where the ray hits nothing",
-                    "same_for_all_worlds": not any(r.name in CAMERA_PARAMS for r in self.config.randomize),
-                    "randomized": "camera_to_world of an episode: the camera at params.camera_position + its "
-                    "camera_position_offset looking at params.camera_look_at + its camera_look_at_offset",
-                }
-            }
-        }
-        # Newton's camera frame is OpenGL's (x right, y up, looking along -z): flip y and z.
-        gl = pose[:3, :3] @ np.diag([1.0, -1.0, -1.0])
-        xform = wp.transform(wp.vec3(*pose[:3, 3]), wp.quat_from_matrix(wp.mat33(*gl.flatten())))
-        self.camera_transforms = wp.array([xform] * n, dtype=wp.transformf, device=world.device)
-        self.camera = SensorCamera(model, load_textures=False)
-        self.camera.create_default_light(enable_shadows=False)
-        self.camera.default_clear_data = SensorCamera.ClearData(clear_color=_BACKGROUND, clear_depth=0.0)
-        self.camera_rays = SensorCamera.compute_camera_rays_pinhole(
-            size, size, camera_fov=math.radians(p.camera_fov), device=world.device
+        randomized = any(r.name in CAMERA_PARAMS for r in self.config.randomize)
+        self.camera = WorldCameras(
+            model, n, size, p.camera_fov, p.camera_position, p.camera_look_at, background=_BACKGROUND
         )
-        self.color = self.camera.allocate_image_color(n, size, size)
-        self.rgb = wp.zeros((n, size, size, 3), dtype=wp.uint8, device=world.device)
-        """RGB image per world, uint8 [N, H, W, 3]."""
-        self.depth = self.camera.allocate_image_depth_forward(n, size, size)
-        """Depth along the optical axis per world [m], float32 [N, H, W]; 0 where nothing is hit."""
+        calibration = {"cameras": {"front": self.camera.calibration(randomized=randomized)}}
+        if randomized:
+            calibration["cameras"]["front"]["randomized"] = (
+                "camera_to_world of an episode: the camera at params.camera_position + its camera_position_offset "
+                "looking at params.camera_look_at + its camera_look_at_offset"
+            )
+        self.rgb, self.depth = self.camera.rgb, self.camera.depth
         return TaskBinding(
             fields={"rgb": self.rgb, "depth": self.depth},
             calibration=calibration,
@@ -407,7 +363,7 @@ class ReachTask(Task):
                 world.reset_mask,
                 *(values[name].reshape((world.num_envs, -1)) for name in VISUALS),
             ],
-            outputs=[world.model.shape_color, self.camera_transforms],
+            outputs=[world.model.shape_color, self.camera.transforms],
             device=world.device,
         )
 
@@ -443,22 +399,7 @@ class ReachTask(Task):
 
     def render(self, world: World) -> None:
         """Render every world's camera into ``rgb`` and ``depth`` with one ``SensorCamera`` call."""
-        world.model.bvh_refit_shapes(world.state_0)
-        self.camera.update(
-            world.state_0,
-            self.camera_transforms,
-            self.camera_rays,
-            color_image=self.color,
-            forward_depth_image=self.depth,
-            sync_deformables=False,
-        )
-        wp.launch(
-            kernels.unpack_color_kernel,
-            dim=self.color.shape,
-            inputs=[self.color],
-            outputs=[self.rgb],
-            device=world.device,
-        )
+        self.camera.render(world)
 
     def expert(self, world: World):
         p = self.params

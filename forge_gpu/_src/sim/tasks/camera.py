@@ -1,0 +1,92 @@
+"""One pinhole RGB-D camera per world, all rendered in one call of Newton's ``SensorCamera``, and its
+calibration in OpenCV's conventions. Used by the camera tasks (``reach``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import warp as wp
+from newton.sensors import SensorCamera
+
+from forge_gpu.kernels import camera as kernels
+
+
+def camera_to_world(position, look_at) -> np.ndarray:
+    """Camera-to-world 4x4 transform in the OpenCV axis convention (x right, y down, z forward)."""
+    eye = np.asarray(position, np.float64)
+    forward = np.asarray(look_at, np.float64) - eye
+    forward /= np.linalg.norm(forward)
+    right = np.cross(forward, (0.0, 0.0, 1.0))
+    right /= np.linalg.norm(right)
+    down = np.cross(forward, right)
+    pose = np.eye(4)
+    pose[:3, 0], pose[:3, 1], pose[:3, 2], pose[:3, 3] = right, down, forward, eye
+    return pose
+
+
+def pinhole_intrinsics(size: int, fov_deg: float) -> dict:
+    """OpenCV pinhole intrinsics of Newton's ``compute_camera_rays_pinhole`` rays for a square image.
+
+    Newton shoots pixel ``(px, py)``'s ray through ``px + 0.5, py + 0.5`` with focal length
+    ``(size / 2) / tan(fov / 2)``; in OpenCV's convention (pixel centres at integers) the principal
+    point is therefore ``(size - 1) / 2``.
+    """
+    f = 0.5 * size / math.tan(0.5 * math.radians(fov_deg))
+    c = 0.5 * (size - 1)
+    return {"model": "pinhole", "width": size, "height": size, "fx": f, "fy": f, "cx": c, "cy": c}
+
+
+class WorldCameras:
+    """A square ``size`` camera in each of ``n`` worlds, all at ``position`` looking at ``look_at`` (image up
+    toward +z) until a kernel moves one (``transforms``); ``rgb`` and ``depth`` hold the last render."""
+
+    def __init__(self, model, n: int, size: int, fov_deg: float, position, look_at, *, background: int):
+        device = model.device
+        self.size, self.fov_deg = size, fov_deg
+        self.pose = camera_to_world(position, look_at)
+        # Newton's camera frame is OpenGL's (x right, y up, looking along -z): flip y and z.
+        gl = self.pose[:3, :3] @ np.diag([1.0, -1.0, -1.0])
+        xform = wp.transform(wp.vec3(*self.pose[:3, 3]), wp.quat_from_matrix(wp.mat33(*gl.flatten())))
+        self.transforms = wp.array([xform] * n, dtype=wp.transformf, device=device)
+        """Each world's camera pose in Newton's convention, [N] transforms."""
+        self.sensor = SensorCamera(model, load_textures=False)
+        self.sensor.create_default_light(enable_shadows=False)
+        self.sensor.default_clear_data = SensorCamera.ClearData(clear_color=background, clear_depth=0.0)
+        self.rays = SensorCamera.compute_camera_rays_pinhole(
+            size, size, camera_fov=math.radians(fov_deg), device=device
+        )
+        self.color = self.sensor.allocate_image_color(n, size, size)
+        self.rgb = wp.zeros((n, size, size, 3), dtype=wp.uint8, device=device)
+        """RGB image per world, uint8 [N, H, W, 3]."""
+        self.depth = self.sensor.allocate_image_depth_forward(n, size, size)
+        """Depth along the optical axis per world [m], float32 [N, H, W]; 0 where nothing is hit."""
+
+    def calibration(self, *, randomized: bool) -> dict:
+        """run.json's entry of the camera: intrinsics, the (nominal) camera-to-world pose, the conventions."""
+        return {
+            "intrinsics": pinhole_intrinsics(self.size, self.fov_deg),
+            "camera_to_world": self.pose.tolist(),
+            "axes": "OpenCV: x right, y down, z forward (optical axis); pixel (0, 0) centre at (0, 0)",
+            "depth": "distance along the optical axis (camera z) [m]; 0 where the ray hits nothing",
+            "same_for_all_worlds": not randomized,
+        }
+
+    def render(self, world) -> None:
+        """Render every world's camera into ``rgb`` and ``depth`` with one ``SensorCamera`` call."""
+        world.model.bvh_refit_shapes(world.state_0)
+        self.sensor.update(
+            world.state_0,
+            self.transforms,
+            self.rays,
+            color_image=self.color,
+            forward_depth_image=self.depth,
+            sync_deformables=False,
+        )
+        wp.launch(
+            kernels.unpack_color_kernel,
+            dim=self.color.shape,
+            inputs=[self.color],
+            outputs=[self.rgb],
+            device=world.device,
+        )

@@ -1,0 +1,36 @@
+"""Camera kernels: a camera pose from its eye and look-at point, and Newton's packed colours as RGB bytes.
+
+Launched by ``forge_gpu._src.sim.tasks.camera`` (and the tasks whose randomization moves a camera).
+"""
+
+import warp as wp
+
+
+@wp.func
+def look_at_transform(eye: wp.vec3, look_at: wp.vec3) -> wp.transform:
+    """The camera frame in Newton's (OpenGL) convention at ``eye`` looking at ``look_at``, image up toward +z:
+    columns right, up, backward (``reach.camera_to_world`` with y and z flipped)."""
+    forward = wp.normalize(look_at - eye)
+    right = wp.normalize(wp.cross(forward, wp.vec3(0.0, 0.0, 1.0)))
+    up = -wp.cross(forward, right)
+    rotation = wp.mat33(
+        right[0], up[0], -forward[0],
+        right[1], up[1], -forward[1],
+        right[2], up[2], -forward[2],
+    )  # fmt: skip
+    return wp.transform(eye, wp.quat_from_matrix(rotation))
+
+
+@wp.kernel
+def unpack_color_kernel(
+    # Data in:
+    color_in: wp.array3d[wp.uint32],
+    # Data out:
+    rgb_out: wp.array4d[wp.uint8],
+):
+    """Packed ``R | G << 8 | B << 16 | A << 24`` [N, H, W] -> uint8 RGB [N, H, W, 3]."""
+    worldid, y, x = wp.tid()
+    c = color_in[worldid, y, x]
+    rgb_out[worldid, y, x, 0] = wp.uint8(c & wp.uint32(0xFF))
+    rgb_out[worldid, y, x, 1] = wp.uint8((c >> wp.uint32(8)) & wp.uint32(0xFF))
+    rgb_out[worldid, y, x, 2] = wp.uint8((c >> wp.uint32(16)) & wp.uint32(0xFF))
