@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import types
 
 import numpy as np
@@ -22,8 +23,14 @@ class Scene:
     table_height: float = 0.4
 
 
-def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=False, seed=7):
-    """The RunDescription a recorder takes, built directly: no env object, fake or real."""
+#: The simulator state and the randomized params of ``make_env(..., state=True, params=True)``, as env.spec's.
+STATE = {"joint_q": {"shape": [2], "dtype": "float32"}, "body_q": {"shape": [2, 7], "dtype": "float32"}}
+PARAMS = {"mass_scale": {"shape": [], "dtype": "float32"}, "target_color": {"shape": [3], "dtype": "float32"}}
+
+
+def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=False, seed=7, state=False, params=False):
+    """The RunDescription a recorder takes, built directly: no env object, fake or real; with ``state`` and
+    ``params``, its spec describes :data:`STATE` and :data:`PARAMS`."""
     observation = {
         "env_id": {"shape": [], "dtype": "int32"},
         "episode_id": {"shape": [], "dtype": "int32"},
@@ -43,6 +50,7 @@ def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=Fal
         "instruction": INSTRUCTION,
         "control_dt": CONTROL_DT,
     }
+    spec.update({key: group for key, group, wanted in (("state", STATE, state), ("params", PARAMS, params)) if wanted})
     return RunDescription(spec=spec, config=config, task="synthetic_push", scene=Scene(), seed=seed)
 
 
@@ -59,8 +67,9 @@ def slot_bytes(env):
 class SyntheticSim:
     """Makes host batches like the env (next-step auto-reset) and remembers the episodes they form.
 
-    ``completed`` maps (env_id, episode_id) to the expected episode members; ``abandoned`` lists the
-    episodes given up by a `reset` with at least one transition.
+    ``completed`` maps (env_id, episode_id) to the expected episode members (with ``state/<S>`` [T+1, ...] and
+    ``params/<P>`` where the spec has state and params); ``abandoned`` lists the episodes given up by a `reset`
+    with at least one transition. State is drawn anew every frame, params at every episode's first frame.
     """
 
     def __init__(self, env, *, seed=0, end_prob=0.25):
@@ -76,6 +85,9 @@ class SyntheticSim:
         self.transitions = [[] for _ in range(self.n)]
         self.completed = {}
         self.abandoned = []
+        self.params = {
+            name: np.zeros((self.n, *e["shape"]), np.float32) for name, e in env.spec.get("params", {}).items()
+        }
 
     def _observe(self):
         n, obs = self.n, {}
@@ -91,11 +103,32 @@ class SyntheticSim:
         obs["time"] = (self.step_id * np.float32(CONTROL_DT)).astype(np.float32)
         return obs
 
-    def _result(self, obs, active, action, reward, terminated, truncated):
+    def _groups(self, starts):
+        """The batch's state (drawn anew) and params (drawn anew on the rows ``starts`` that begin an episode), for
+        the groups the spec has."""
+        state = {
+            name: self.rng.normal(size=(self.n, *e["shape"])).astype(np.float32)
+            for name, e in self.env.spec.get("state", {}).items()
+        }
+        for values in self.params.values():
+            values[starts] = self.rng.uniform(0.5, 1.5, values[starts].shape).astype(np.float32)
+        groups = {"state": state, "params": {name: values.copy() for name, values in self.params.items()}}
+        return {group: values for group, values in groups.items() if group in self.env.spec}
+
+    def _frame(self, obs, groups, i):
+        """Env ``i``'s frame: its observation fields, and ``state/<S>`` and ``params/<P>``."""
+        frame = {f: a[i].copy() for f, a in obs.items()}
+        frame.update({f"{group}/{k}": v[i].copy() for group, values in groups.items() for k, v in values.items()})
+        return frame
+
+    def _result(self, obs, active, action, reward, terminated, truncated, groups):
         info = {"active": active, "executed_action": action}
-        return types.SimpleNamespace(
+        result = types.SimpleNamespace(
             observation=obs, reward=reward, terminated=terminated, truncated=truncated, info=info
         )
+        for group, values in groups.items():  # only the groups the spec has: results without them lack the key
+            setattr(result, group, values)
+        return result
 
     def reset(self):
         """The batch of ``env.reset()``: every env starts a new episode."""
@@ -110,12 +143,13 @@ class SyntheticSim:
         self.step_id[:] = 0
         self.ended[:] = False
         obs = self._observe()
+        groups = self._groups(np.ones(self.n, bool))
         for i in range(self.n):
-            self.frames[i] = [{f: a[i].copy() for f, a in obs.items()}]
+            self.frames[i] = [self._frame(obs, groups, i)]
             self.transitions[i] = []
         zeros = np.zeros(self.n, bool)
         action = np.zeros((self.n, self.env.spec["action_shape"][0]), np.float32)
-        return obs, self._result(obs, zeros, action, np.zeros(self.n, np.float32), zeros, zeros.copy())
+        return obs, self._result(obs, zeros, action, np.zeros(self.n, np.float32), zeros, zeros.copy(), groups)
 
     def step(self):
         """The batch of ``env.step(a)``."""
@@ -128,8 +162,9 @@ class SyntheticSim:
         action = self.rng.uniform(-1, 1, (self.n, self.env.spec["action_shape"][0])).astype(np.float32)
         reward = np.where(active, self.rng.normal(size=self.n), 0).astype(np.float32)
         obs = self._observe()
+        groups = self._groups(~active)
         for i in range(self.n):
-            frame = {f: a[i].copy() for f, a in obs.items()}
+            frame = self._frame(obs, groups, i)
             if not active[i]:
                 self.frames[i] = [frame]
                 self.transitions[i] = []
@@ -139,7 +174,7 @@ class SyntheticSim:
             if terminated[i] or truncated[i]:
                 self.completed[(i, int(self.episode_id[i]))] = _episode_members(self.frames[i], self.transitions[i])
         self.ended = terminated | truncated
-        return obs, self._result(obs, active, action, reward, terminated, truncated)
+        return obs, self._result(obs, active, action, reward, terminated, truncated, groups)
 
     def in_progress(self):
         """Episodes with at least one transition that have not ended."""
@@ -154,8 +189,13 @@ def _episode_members(frames, transitions):
     members = {}
     for field in frames[0]:
         stacked = np.stack([frame[field] for frame in frames])
-        members[f"obs/{field}"] = stacked[:-1]
-        members[f"next/{field}"] = stacked[1:]
+        if field.startswith("state/"):  # every frame's
+            members[field] = stacked
+        elif field.startswith("params/"):  # the episode's (its last frame's)
+            members[field] = stacked[-1]
+        else:
+            members[f"obs/{field}"] = stacked[:-1]
+            members[f"next/{field}"] = stacked[1:]
     members["action"] = np.stack([t[0] for t in transitions])
     members["reward"] = np.array([t[1] for t in transitions], np.float32)
     members["terminated"] = np.array([t[2] for t in transitions], bool)
@@ -205,6 +245,73 @@ def published(directory) -> int:
         return len(open_run(directory))
     except (ValueError, OSError):
         return 0
+
+
+def standard_read(directory):
+    """A packed run read with pyarrow and json alone, as docs/FORMAT.md shows: its commit lines and one table of
+    every committed row."""
+    import pyarrow as pa
+
+    commits = [json.loads(line) for line in (directory / "commits.jsonl").read_bytes().split(b"\n")[:-1]]
+    tables = []
+    for segment in sorted({c["segment"] for c in commits}):
+        reader = pa.ipc.open_stream(pa.memory_map(str(directory / f"segment-{segment:06d}.arrows")))
+        tables.append(pa.Table.from_batches([reader.read_next_batch() for c in commits if c["segment"] == segment]))
+    return commits, pa.concat_tables(tables)
+
+
+#: The ways :func:`fuzz_packed_run` damages a run.
+FUZZ_KINDS = ("flip", "truncate", "log_line", "log_value", "log_bytes")
+
+
+def fuzz_packed_run(directory, run, kind, seed):
+    """Copy the packed run ``directory`` to ``run``, damage it one way (``kind``: ``flip`` or ``truncate`` a segment,
+    drop a ``log_line``, change a ``log_value``, change ``log_bytes``) drawn from ``seed``, and read it: valid
+    episodes (state included) or a ValueError naming the run, never another error."""
+    import forge_gpu
+
+    rng = np.random.default_rng(seed)
+    if run.exists():
+        shutil.rmtree(run)
+    shutil.copytree(directory, run)
+    segments = sorted(run.glob("segment-*.arrows"))
+    log = run / "commits.jsonl"
+    if kind in ("flip", "truncate"):
+        victim = segments[rng.integers(len(segments))]
+        data = bytearray(victim.read_bytes())
+        if kind == "flip":
+            for _ in range(1 + rng.integers(8)):
+                data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+        else:
+            data = data[: rng.integers(len(data))]
+        victim.write_bytes(bytes(data))
+    elif kind == "log_line":
+        lines = log.read_bytes().split(b"\n")[:-1]
+        del lines[rng.integers(len(lines))]
+        log.write_bytes(b"\n".join(lines) + b"\n")
+    elif kind == "log_value":
+        lines = log.read_text().splitlines()
+        k = rng.integers(len(lines))
+        commit = json.loads(lines[k])
+        key = sorted(commit)[rng.integers(len(commit))]
+        if key == "episodes" and commit["episodes"]["steps"]:
+            entry = commit["episodes"]
+            inner = sorted(entry)[rng.integers(len(entry))]
+            lists = entry["params"] if inner == "params" else {inner: entry[inner]}
+            lists[sorted(lists)[0]][0] = [None, -1, 10**12, 0, 1, "x", 2**63, 2**62][rng.integers(8)]
+        else:
+            commit[key] = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63][rng.integers(8)]
+        lines[k] = json.dumps(commit)
+        log.write_text("\n".join(lines) + "\n")
+    else:
+        data = bytearray(log.read_bytes())
+        data[rng.integers(len(data))] = int(rng.integers(256))
+        log.write_bytes(bytes(data))
+    try:
+        for episode in forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(state=True)):
+            assert episode.steps >= 1
+    except ValueError as exc:
+        assert str(run) in str(exc)
 
 
 def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2, seed=0):

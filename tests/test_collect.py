@@ -159,8 +159,9 @@ def test_held_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, form
 
     monkeypatch.setattr(owner, name, gated)
     env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=3)
-    if format == "packed":  # a ring of 2 batches of 4 env rows: 5 fields (4 + 16 bytes) and a transition
-        budget = 2 * 4 * (4 * 4 + 4 * 4 + 4 + 4 + 2)
+    if format == "packed":  # a ring of 2 batches of 4 env rows: 5 fields (4 + 16 bytes), the state, a transition
+        state = sum(4 * int(np.prod(e["shape"])) for e in env.spec.get("state", {}).values())  # float32 entries
+        budget = 2 * 4 * (4 * 4 + 4 * 4 + state + 4 + 4 + 2)
     else:  # every env's episode buffer plus one spare: frames (4 steps x 5 fields) and transitions
         budget = (4 + 1) * (4 * (4 * 4 + 4 * 4) + 3 * (4 + 4 + 2))
     holder = threading.Thread(target=hold, args=(threading.current_thread(),), daemon=True)

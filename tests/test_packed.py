@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import FUZZ_KINDS, SyntheticSim, fuzz_packed_run, make_batches, make_env, record, standard_read
 
 import forge_gpu
 from forge_gpu import PackedRecorder, Windows, convert_run
@@ -372,15 +372,8 @@ def test_window_datasets_shuffle_globally_and_load_batches(recorded):
 
 def test_a_standard_arrow_reader_opens_the_segments(recorded):
     """pyarrow alone, following docs/FORMAT.md, reads the same frames the reader returns."""
-    import pyarrow as pa
-
     directory, _ = recorded
-    commits = [json.loads(line) for line in (directory / COMMIT_LOG).read_bytes().split(b"\n")[:-1]]
-    tables = []
-    for segment in sorted({c["segment"] for c in commits}):
-        reader = pa.ipc.open_stream(pa.memory_map(str(directory / f"segment-{segment:06d}.arrows")))
-        tables.append(pa.Table.from_batches([reader.read_next_batch() for c in commits if c["segment"] == segment]))
-    table = pa.concat_tables(tables)
+    commits, table = standard_read(directory)
     proprio = table.column("obs/proprio").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
     entry = commits[-1]["episodes"]
     first, stride, steps = entry["first_row"][0], entry["stride"][0], entry["steps"][0]
@@ -404,52 +397,8 @@ def test_commit_values_past_int64_are_value_errors(recorded, tmp_path, key, valu
         list(forge_gpu.read_episodes(run))
 
 
-MUTATIONS = ["flip", "truncate", "log_line", "log_value", "log_bytes"]
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=st.sampled_from(MUTATIONS), seed=st.integers(0, 2**31 - 1))
+@given(kind=st.sampled_from(FUZZ_KINDS), seed=st.integers(0, 2**31 - 1))
 def test_fuzzed_packed_runs_only_raise_value_error(recorded, tmp_path, kind, seed):
     """Mutated segments and commit logs give valid episodes or ValueError naming a file, never another error."""
-    directory, _ = recorded
-    rng = np.random.default_rng(seed)
-    run = tmp_path / "run"
-    if run.exists():
-        shutil.rmtree(run)
-    shutil.copytree(directory, run)
-    segments = sorted(run.glob("segment-*.arrows"))
-    log = run / COMMIT_LOG
-    if kind in ("flip", "truncate"):
-        victim = segments[rng.integers(len(segments))]
-        data = bytearray(victim.read_bytes())
-        if kind == "flip":
-            for _ in range(1 + rng.integers(8)):
-                data[rng.integers(len(data))] ^= 1 << rng.integers(8)
-        else:
-            data = data[: rng.integers(len(data))]
-        victim.write_bytes(bytes(data))
-    elif kind == "log_line":
-        lines = log.read_bytes().split(b"\n")[:-1]
-        del lines[rng.integers(len(lines))]
-        log.write_bytes(b"\n".join(lines) + b"\n")
-    elif kind == "log_value":
-        lines = log.read_text().splitlines()
-        k = rng.integers(len(lines))
-        commit = json.loads(lines[k])
-        key = sorted(commit)[rng.integers(len(commit))]
-        if key == "episodes" and commit["episodes"]["steps"]:
-            inner = sorted(commit["episodes"])[rng.integers(5)]
-            commit["episodes"][inner][0] = [None, -1, 10**12, 0, 1, "x", 2**63, 2**62][rng.integers(8)]
-        else:
-            commit[key] = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63][rng.integers(8)]
-        lines[k] = json.dumps(commit)
-        log.write_text("\n".join(lines) + "\n")
-    else:
-        data = bytearray(log.read_bytes())
-        data[rng.integers(len(data))] = int(rng.integers(256))
-        log.write_bytes(bytes(data))
-    try:
-        for episode in forge_gpu.read_episodes(run):
-            assert episode.steps >= 1
-    except ValueError as exc:
-        assert str(run) in str(exc)
+    fuzz_packed_run(recorded[0], tmp_path / "run", kind, seed)

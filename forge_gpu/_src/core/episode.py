@@ -1,7 +1,7 @@
 """What a reader gives back, whatever the run's format: :class:`Episode`, and the :class:`EpisodeReadOptions`
-that say which fields and which shard to read; and an episode's name, ``env{E:05d}-episode{K:08d}`` (schema 1's
-file stem, docs/FORMAT-v1.md, and the name every reader gives its episodes' ``path``). numpy and the standard
-library."""
+that say which fields, which state and which shard to read; the choice of entries a reader makes from them
+(:func:`chosen`); and an episode's name, ``env{E:05d}-episode{K:08d}`` (schema 1's file stem, docs/FORMAT-v1.md,
+and the name every reader gives its episodes' ``path``). numpy and the standard library."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ class Episode:
 
     ``obs[F]`` and ``next[F]`` are ``[T, ...]`` arrays of observation field ``F`` before and after each
     transition; ``action`` is ``[T, A]``, ``reward``, ``terminated`` and ``truncated`` are ``[T]``.
+    ``state[S]`` is ``[T + 1, ...]``: the simulator state ``S`` at every frame ``0..T`` (read where
+    ``EpisodeReadOptions.state`` asks for it); ``params[P]`` the episode's randomized value ``P``, of its
+    per-episode shape (``[]`` for a scalar, ``[3]`` for a colour, ...). Both are empty where the run has none.
     """
 
     env_id: int
@@ -50,6 +53,8 @@ class Episode:
     terminated: np.ndarray
     truncated: np.ndarray
     path: str
+    state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    params: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,6 +70,9 @@ class EpisodeReadOptions:
     """Number of partitions."""
     max_member_bytes: int = MAX_MEMBER_BYTES
     """A member whose header claims more bytes is refused before anything is allocated."""
+    state: bool | Sequence[str] = False
+    """The simulator state to read into ``Episode.state``: none (``False``, the default), every entry the run has
+    (``True``) or the named ones. ``Episode.params`` is always filled (it costs nothing to read)."""
 
     def __post_init__(self):
         check_int("num_shards", self.num_shards, minimum=1)
@@ -76,5 +84,23 @@ class EpisodeReadOptions:
             if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
                 raise ValueError(f"observation_keys must be a sequence of field names, got {keys!r}")
             object.__setattr__(self, "observation_keys", tuple(keys))
+        state = self.state
+        if not isinstance(state, bool):
+            if isinstance(state, str) or not isinstance(state, Sequence) or not all(isinstance(k, str) for k in state):
+                raise ValueError(f"state must be True, False or a sequence of state names, got {state!r}")
+            object.__setattr__(self, "state", tuple(state))
         if not isinstance(self.max_member_bytes, int) or self.max_member_bytes < 1:
             raise ValueError(f"max_member_bytes must be a positive integer, got {self.max_member_bytes!r}")
+
+
+def chosen(requested: bool | Sequence[str] | None, present: Sequence[str], *, what: str, name: str) -> list[str]:
+    """The entries a reader reads of those ``present``: all for ``None`` or ``True``, none for ``False``, else the
+    ``requested`` ones, each of which must be present (ValueError naming ``name``, the ``what`` and both lists)."""
+    if requested is None or requested is True:
+        return list(present)
+    if requested is False:
+        return []
+    unknown = [k for k in requested if k not in present]
+    if unknown:
+        raise ValueError(f"{name}: requested {what}(s) {unknown} are not there (it has {list(present)})")
+    return list(requested)

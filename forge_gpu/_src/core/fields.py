@@ -155,19 +155,46 @@ def per_env_nbytes(shape: Iterable[int], dtype: Any) -> int:
     return math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
 
 
+#: The env_spec groups beside the observation, each ``{name: {"shape": [...], "dtype": "..."}}`` and each empty where
+#: missing: ``state``, the simulator state of every frame (what restores the world), and ``params``, the values an
+#: episode was randomized with (drawn at its reset, constant through it).
+SPEC_GROUPS = ("state", "params")
+
+
+def without_groups(spec: Mapping, keep: tuple[str, ...] = ()) -> dict:
+    """``spec`` without those of its :data:`SPEC_GROUPS` not in ``keep``: the env_spec of a run that stores neither
+    (schema 1), or only some."""
+    return {key: value for key, value in spec.items() if key not in SPEC_GROUPS or key in keep}
+
+
+def group_layout(spec: Mapping, group: str, *, name: str = "env.spec") -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """entry -> (per-env shape, dtype) of ``spec[group]`` (``observation`` or one of :data:`SPEC_GROUPS`), {} where
+    the spec has none; ValueError naming ``name``, the group and the entry for one that is not a shape (a list of
+    sizes) and a numeric dtype."""
+    described = spec.get(group) if isinstance(spec, Mapping) else None
+    if described is None:
+        return {}
+    if not isinstance(described, Mapping):
+        raise ValueError(f"{name}[{group!r}] must be {{name: {{'shape': [...], 'dtype': '...'}}}}, got {described!r}")
+    layout = {}
+    for key, entry in described.items():
+        try:
+            shape, dtype = entry["shape"], np.dtype(entry["dtype"])
+            if not isinstance(shape, list | tuple) or not all(is_int(s) and s >= 0 for s in shape):
+                raise ValueError(f"shape must be a list of sizes, got {shape!r}")
+            if dtype.kind not in NUMERIC.codes:
+                raise ValueError(f"dtype {dtype} is not numeric")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{name}[{group!r}][{key!r}] needs 'shape' and a numeric 'dtype': {exc}") from exc
+        layout[key] = (tuple(int(s) for s in shape), dtype)
+    return layout
+
+
 def observation_layout(spec: Mapping) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """field -> (per-env shape, dtype) from ``spec['observation']``, checked."""
-    described = spec.get("observation") if isinstance(spec, Mapping) else None
-    if not isinstance(described, Mapping):
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("observation"), Mapping):
         raise ValueError("env.spec must hold 'observation': {field: {'shape': [...], 'dtype': '...'}}")
-    layout = {}
-    for field, entry in described.items():
-        try:
-            shape = tuple(int(s) for s in entry["shape"])
-            dtype = np.dtype(entry["dtype"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"env.spec['observation'][{field!r}] needs 'shape' and 'dtype': {exc}") from exc
-        layout[field] = (shape, dtype)
+    layout = group_layout(spec, "observation")
     check_layout(
         layout, REQUIRED_LAYOUT, name="env.spec['observation']", what="field", source="the required fields", extra=True
     )

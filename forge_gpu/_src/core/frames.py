@@ -1,5 +1,6 @@
-"""The frame table: episodes laid end to end as rows, one per observation frame, each transition's values on the
-frame it leads to (an episode's first row holds zeros there). It is a packed run's row layout (docs/FORMAT.md
+"""The frame table: episodes laid end to end as rows, one per observation frame (its observation fields and
+simulator state), each transition's values on the frame it leads to (an episode's first row holds zeros there),
+and one entry per episode (its ids, rows and params). It is a packed run's row layout (docs/FORMAT.md
 "Rows") and what every reader gives :class:`Windows` (``RunReader.frame_table``); :func:`take_rows` gathers
 rows from a table held in several blocks. numpy and the standard library.
 """
@@ -12,13 +13,17 @@ from forge_gpu._src.core.fields import TRANSITIONS
 
 
 def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
-    """Episodes (reader ``Episode`` objects) laid end to end as rows, stride 1: (fields, columns, episodes).
+    """Episodes (reader ``Episode`` objects, all with the first one's fields, state and params) laid end to end as
+    rows, stride 1: (fields, columns, episodes).
 
-    Each episode gives its T + 1 frames; its transitions go on rows 1..T and row 0 holds zeros."""
+    Each episode gives its T + 1 frames (``obs/<F>``, and ``state/<S>`` where it has state); its transitions go on
+    rows 1..T and row 0 holds zeros. Its entry holds its ``params/<P>`` where it has params."""
     fields = list(episodes[0].obs) if episodes else []
     columns = {
         f"obs/{f}": np.concatenate([part for ep in episodes for part in (ep.obs[f], ep.next[f][-1:])]) for f in fields
     }
+    for name in episodes[0].state if episodes else []:
+        columns[f"state/{name}"] = np.concatenate([ep.state[name] for ep in episodes])
     for name in TRANSITIONS:
         columns[name] = np.concatenate(
             [part for ep in episodes for part in (np.zeros_like(getattr(ep, name)[:1]), getattr(ep, name))]
@@ -31,6 +36,8 @@ def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
         "first_row": np.concatenate([[0], np.cumsum(steps + 1)[:-1]]).astype(np.int64),
         "stride": np.ones(len(episodes), np.int64),
     }
+    for name in episodes[0].params if episodes else []:
+        table[f"params/{name}"] = np.stack([ep.params[name] for ep in episodes])
     return fields, columns, table
 
 

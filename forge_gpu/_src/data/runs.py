@@ -78,7 +78,8 @@ def action_windows(
 
     ``directory`` is a run directory or a dataset root; episodes and shards are as in :func:`read_episodes`.
     For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
-    with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``), ``action`` =
+    with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where
+    ``options.state`` asks for it), ``action`` =
     ``action[t : t+horizon]`` (``[horizon, A]``), the ``instruction`` of the episode's run and the ints
     ``env_id``, ``episode_id`` and ``t``. The arrays are views of the episode's arrays.
     """
@@ -101,6 +102,7 @@ def episode_windows(
         for episode in run.read([k for _, k in group], options):
             for t in range(history - 1, episode.steps - horizon + 1):
                 window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
+                window.update({f"state/{n}": a[t - history + 1 : t + 1] for n, a in episode.state.items()})
                 window["action"] = episode.action[t : t + horizon]
                 window["instruction"] = instruction
                 window["env_id"] = episode.env_id

@@ -12,7 +12,7 @@ import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.data.runs import check_window
-from forge_gpu._src.data.windows import Windows
+from forge_gpu._src.data.windows import Windows, check_flags
 
 #: Windows fetched at once by the iterable dataset (one vectorized batch call).
 _CHUNK = 256
@@ -28,10 +28,13 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     seed: int = 0,
     pad: bool = False,
     mmap: bool = False,
+    state: bool | Sequence[str] = False,
+    params: bool = False,
 ) -> Any:
     """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
     (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks; ``mmap`` leaves
-    uncompressed packed runs in their memory-mapped files instead of loading each shard).
+    uncompressed packed runs in their memory-mapped files instead of loading each shard; ``state`` and ``params``
+    add ``state/<S>`` ``[history, ...]`` and ``params/<P>`` to each item).
 
     Each item is a dict of torch tensors (``obs/<F>`` ``[history, ...]``, ``action`` ``[horizon, A]``,
     int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
@@ -42,8 +45,9 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     shuffle within the shard, not episode by episode); call ``set_epoch(epoch)`` before each epoch, as
     with a ``DistributedSampler``.
     """
-    _check(history, horizon, observation_keys, pad, mmap)
-    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad, mmap)
+    _check(history, horizon, observation_keys, pad, mmap, state, params)
+    extras = {"state": state, "params": params}
+    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad, mmap, extras)
 
 
 def WindowMapDataset(  # noqa: N802 - as WindowDataset
@@ -54,8 +58,11 @@ def WindowMapDataset(  # noqa: N802 - as WindowDataset
     observation_keys: Sequence[str] | None = None,
     pad: bool = False,
     mmap: bool = False,
+    state: bool | Sequence[str] = False,
+    params: bool = False,
 ) -> Any:
-    """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`).
+    """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`, and
+    :func:`WindowDataset` for ``state`` and ``params``).
 
     ``dataset[i]`` is one window (tensors as in :func:`WindowDataset`); ``dataset[indices]`` with a list
     of indices is a whole batch in one vectorized call (``obs/<F>`` ``[B, history, ...]``, ...), so
@@ -68,17 +75,17 @@ def WindowMapDataset(  # noqa: N802 - as WindowDataset
     access in each process (each DataLoader worker holds its own copy); with ``mmap`` (uncompressed packed
     runs) they stay in the files, whose pages the workers share.
     """
-    _check(history, horizon, observation_keys, pad, mmap)
-    return _map_dataset_class()(directory, history, horizon, observation_keys, pad, mmap)
+    _check(history, horizon, observation_keys, pad, mmap, state, params)
+    return _map_dataset_class()(
+        directory, history, horizon, observation_keys, pad, mmap, {"state": state, "params": params}
+    )
 
 
-def _check(history, horizon, observation_keys, pad, mmap) -> None:
+def _check(history, horizon, observation_keys, pad, mmap, state, params) -> None:
     """Check the arguments now, not in a worker."""
     check_window(history, horizon)
-    EpisodeReadOptions(observation_keys=observation_keys)
-    for name, value in (("pad", pad), ("mmap", mmap)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
+    EpisodeReadOptions(observation_keys=observation_keys, state=state)
+    check_flags(pad=pad, mmap=mmap, params=params)
 
 
 def _rebuild(kind, *args):
@@ -102,6 +109,7 @@ def _open_windows(dataset, **shard) -> Windows:
         observation_keys=dataset.observation_keys,
         pad=dataset.pad,
         mmap=dataset.mmap,
+        **dataset.extras,
         **shard,
     )
 
@@ -111,10 +119,13 @@ def _window_dataset_class() -> type:
     import torch  # noqa: PLC0415 - torch is optional and heavy
 
     class _WindowDataset(torch.utils.data.IterableDataset):
-        def __init__(self, directory, history, horizon, observation_keys, shuffle, seed, pad, mmap=False, epoch=0):
+        def __init__(
+            self, directory, history, horizon, observation_keys, shuffle, seed, pad, mmap=False, extras=None, epoch=0
+        ):
             super().__init__()
             self.directory = os.fspath(directory)
             self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+            self.extras = dict(extras or {})  # state, params
             self.observation_keys = None if observation_keys is None else list(observation_keys)
             self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
 
@@ -125,7 +136,7 @@ def _window_dataset_class() -> type:
         def __reduce__(self):
             # The class is made inside a function, so pickle (DataLoader workers under spawn) rebuilds it.
             args = (self.directory, self.history, self.horizon, self.observation_keys, self.shuffle, self.seed)
-            return _rebuild, ("iterable", *args, self.pad, self.mmap, self.epoch)
+            return _rebuild, ("iterable", *args, self.pad, self.mmap, self.extras, self.epoch)
 
         def __iter__(self):
             worker = torch.utils.data.get_worker_info()
@@ -152,10 +163,11 @@ def _map_dataset_class() -> type:
     import torch  # noqa: PLC0415 - torch is optional and heavy
 
     class _WindowMapDataset(torch.utils.data.Dataset):
-        def __init__(self, directory, history, horizon, observation_keys, pad, mmap=False):
+        def __init__(self, directory, history, horizon, observation_keys, pad, mmap=False, extras=None):
             super().__init__()
             self.directory = os.fspath(directory)
             self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+            self.extras = dict(extras or {})  # state, params
             self.observation_keys = None if observation_keys is None else list(observation_keys)
             self._windows = None
 
@@ -167,7 +179,7 @@ def _map_dataset_class() -> type:
 
         def __reduce__(self):
             args = (self.directory, self.history, self.horizon, self.observation_keys, self.pad, self.mmap)
-            return _rebuild, ("map", *args)
+            return _rebuild, ("map", *args, self.extras)
 
         def __len__(self) -> int:
             return len(self.windows)

@@ -36,7 +36,10 @@ class Windows:
 
     ``windows[i]`` gives one window; ``windows.batch(indices)`` (or ``windows[indices]``) gives many at
     once: ``obs/<F>`` ``[B, history, ...]``, ``action`` ``[B, horizon, A]``, ``env_id``, ``episode_id``,
-    ``t`` ``[B]`` int64, ``instruction`` (a list of B strings), and the pad masks with ``pad``.
+    ``t`` ``[B]`` int64, ``instruction`` (a list of B strings), and the pad masks with ``pad``. With ``state``
+    (``True``: every entry the runs have; or a list of names) also ``state/<S>`` ``[B, history, ...]``, the
+    simulator state at the same frames as the observation; with ``params``, ``params/<P>`` ``[B, ...]``, the
+    params of each window's episode.
 
     Memory: the selected observation fields and the actions of every episode of the shard are held in
     memory (pick fields with ``observation_keys``). With ``mmap=True`` (uncompressed packed runs only) they
@@ -56,19 +59,22 @@ class Windows:
         shard_index: int = 0,
         num_shards: int = 1,
         mmap: bool = False,
+        state: bool | Sequence[str] = False,
+        params: bool = False,
     ):
         check_window(history, horizon)
-        for name, value in (("pad", pad), ("mmap", mmap)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be True or False, got {value!r}")
-        options = EpisodeReadOptions(observation_keys=observation_keys, shard_index=shard_index, num_shards=num_shards)
+        check_flags(pad=pad, mmap=mmap, params=params)
+        options = EpisodeReadOptions(
+            observation_keys=observation_keys, shard_index=shard_index, num_shards=num_shards, state=state
+        )
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
         index = episode_index(directory)[options.shard_index :: options.num_shards]
-        self.fields, blocks, episodes, self.instructions = _frame_table(index, options, mmap)
+        self.fields, blocks, episodes, self.instructions = _frame_table(index, options, mmap, params)
         # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
         self._starts = np.array([start for start, _ in blocks], np.int64)
-        self._obs = [(start, {f"obs/{f}": c[f"obs/{f}"] for f in self.fields}) for start, c in blocks]
+        self._obs = [(start, {n: c for n, c in columns.items() if n != "action"}) for start, columns in blocks]
         self._action = [(start, {"action": c["action"]}) for start, c in blocks]
+        self._params = {k: v for k, v in episodes.items() if k.startswith("params/")}
         self._first_row, self._stride, self._steps = episodes["first_row"], episodes["stride"], episodes["steps"]
         self._env_id, self._episode_id, self._instruction = episodes["env_id"], episodes["episode_id"], episodes["run"]
         if pad:
@@ -119,6 +125,7 @@ class Windows:
         if self.pad:
             out["obs_is_pad"] = frame < 0
             out["action_is_pad"] = step > last
+        out.update({name: values[e] for name, values in self._params.items()})
         out["env_id"] = self._env_id[e]
         out["episode_id"] = self._episode_id[e]
         out["t"] = t.astype(np.int64)
@@ -126,10 +133,21 @@ class Windows:
         return out
 
 
-def _frame_table(index: list, options: EpisodeReadOptions, mmap: bool) -> tuple[list[str], list, dict, list[str]]:
+def check_flags(**flags: Any) -> None:
+    """Each keyword must be True or False (ValueError naming it)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _frame_table(
+    index: list, options: EpisodeReadOptions, mmap: bool, params: bool
+) -> tuple[list[str], list, dict, list[str]]:
     """The shard's episodes (``index``), checked, as one frame table: (fields, blocks, episodes, instructions),
     each run's table from its reader (``RunReader.frame_table``), the next run's rows after its last block. In
-    memory the runs' blocks are joined into one; with ``mmap`` they stay views of the runs' files."""
+    memory the runs' blocks are joined into one; with ``mmap`` they stay views of the runs' files. The blocks hold
+    the ``obs/`` columns, the ``state/`` ones asked for and ``action``; the episodes their ``params/`` with
+    ``params``."""
     blocks, episode_parts, instructions, fields, offset = [], [], [], None, 0
     for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
         ks = [k for _, k in group]
@@ -138,14 +156,19 @@ def _frame_table(index: list, options: EpisodeReadOptions, mmap: bool) -> tuple[
             fields = run_fields
         elif run_fields != fields:
             raise ValueError(f"{run.directory}: observation fields {run_fields} differ from the first run's {fields}")
-        names = [f"obs/{f}" for f in fields] + ["action"]
-        run_blocks = [(start, {n: columns[n] for n in names}) for start, columns in run_blocks]
+        run_blocks = [
+            (start, {n: c for n, c in columns.items() if n.startswith(("obs/", "state/")) or n == "action"})
+            for start, columns in run_blocks
+        ]
         if blocks and run_blocks:
             layout = {n: (c.shape[1:], c.dtype) for n, c in run_blocks[0][1].items()}
             first = {n: (c.shape[1:], c.dtype) for n, c in blocks[0][1].items()}
             if layout != first:
                 raise ValueError(f"{run.directory}: its columns {layout} differ from the first run's {first}")
         blocks += [(start + offset, columns) for start, columns in run_blocks]
+        episodes = {k: v for k, v in episodes.items() if params or not k.startswith("params/")}
+        if episode_parts and episodes.keys() != episode_parts[0].keys() - {"run"}:
+            raise ValueError(f"{run.directory}: its params {sorted(episodes)} differ from the first run's")
         episode_parts.append(dict(episodes, first_row=episodes["first_row"] + offset, run=np.full(len(ks), number)))
         if run_blocks:  # the next run's rows follow this one's last block
             offset = blocks[-1][0] + len(blocks[-1][1]["action"])
@@ -161,5 +184,6 @@ def _frame_table(index: list, options: EpisodeReadOptions, mmap: bool) -> tuple[
         )
     if not mmap and len(blocks) > 1:  # blocks in memory follow one another from row 0: one block gathers faster
         blocks = [(0, {name: np.concatenate([c[name] for _, c in blocks]) for name in blocks[0][1]})]
-    episodes = {key: np.concatenate([p[key] for p in episode_parts]).astype(np.int64) for key in episode_parts[0]}
+    joined = {key: np.concatenate([p[key] for p in episode_parts]) for key in episode_parts[0]}
+    episodes = {k: v if k.startswith("params/") else v.astype(np.int64) for k, v in joined.items()}
     return fields, blocks, episodes, instructions

@@ -45,20 +45,21 @@ class RunReader(Protocol):
         ...
 
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``."""
+        """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``: their params
+        always, their state where ``options.state`` asks for it."""
         ...
 
     def frame_table(
         self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
     ) -> tuple[list[str], list[tuple[int, dict]], dict]:
         """The episodes ``ks`` (ascending, at least one), checked, as a frame table for random access
-        (:mod:`core.frames`; ``Windows`` reads it): the observation fields; the table's blocks, each
-        ``(first row, {"obs/<F>" for every field, "action", ...: [rows, ...] array})``, ascending and
-        contiguous; and the episodes' entries (``env_id``, ``episode_id``, ``steps``, ``first_row``,
-        ``stride``: int64 arrays). In memory by default (``core.frames.stack_episodes`` lays read episodes out
-        so); with ``mmap`` the blocks are read-only views of the run's files, so the table may be larger than
-        memory, and a run that cannot be mapped so raises ValueError naming the command that converts it to
-        one that can."""
+        (:mod:`core.frames`; ``Windows`` reads it): the observation fields; the table's blocks, each ``(first row,
+        {"obs/<F>" for every field, "state/<S>" for the state ``options.state`` asks for, "action", ...: [rows,
+        ...] array})``, ascending and contiguous; and the episodes' entries (``env_id``, ``episode_id``, ``steps``,
+        ``first_row``, ``stride``: int64 arrays; ``params/<P>``: one row each). In memory by default
+        (``core.frames.stack_episodes`` lays read episodes out so); with ``mmap`` the blocks are read-only views
+        of the run's files, so the table may be larger than memory, and a run that cannot be mapped so raises
+        ValueError naming the command that converts it to one that can."""
         ...
 
 
@@ -68,7 +69,9 @@ REPAIR_KEYS = ("removed", "actions", "recovered_episodes")
 
 @runtime_checkable
 class RunFormat(Protocol):
-    """What a run format provides; see the module docstring."""
+    """What a run format provides; see the module docstring. A format whose runs store an episode's ``state`` or
+    ``params`` (``core.fields.SPEC_GROUPS``) says so in an optional ``spec_groups`` tuple (none where it has
+    none); ``convert`` keeps only those in the env_spec it writes (:func:`stored_groups`)."""
 
     name: str
     """The format's name: ``RecordingOptions.format`` and what ``inspect`` reports."""
@@ -120,6 +123,7 @@ class PackedFormat:
     compressions = packed.COMPRESSIONS
     identity = packed.IDENTITY
     published_by = "commit log"
+    spec_groups = ("state", "params")
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return all(manifest.get(key) == value for key, value in self.identity.items())
@@ -144,7 +148,8 @@ class PackedFormat:
         from forge_gpu._src.formats.packed.writer import write_episodes  # noqa: PLC0415
 
         count = write_episodes(directory, episodes, compression)
-        return count, {**self.identity, "recorder": {"compression": compression, "converted": True}}
+        recorder = {"compression": compression, "converted": True}
+        return count, {**self.identity, "layout_version": packed.LAYOUT_VERSION, "recorder": recorder}
 
 
 class NpzFormat:
@@ -154,6 +159,7 @@ class NpzFormat:
     compressions = npz.COMPRESSIONS
     identity = npz.IDENTITY
     published_by = "markers"
+    spec_groups = ()  # schema 1 stores neither (docs/FORMAT.md "State and params")
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
@@ -186,6 +192,11 @@ class NpzFormat:
         from forge_gpu._src.formats.npz.writer import write_episodes  # noqa: PLC0415
 
         return write_episodes(directory, episodes, compression), dict(self.identity)
+
+
+def stored_groups(fmt: RunFormat) -> tuple[str, ...]:
+    """Which of ``state`` and ``params`` the runs of ``fmt`` store (its optional ``spec_groups``)."""
+    return tuple(getattr(fmt, "spec_groups", ()))
 
 
 #: The registered formats by name; the first is the default of ``RecordingOptions``.

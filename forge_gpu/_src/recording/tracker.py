@@ -8,11 +8,24 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.fields import check_layout, leading, observation_layout, per_env_nbytes
+from forge_gpu._src.core.fields import (
+    SPEC_GROUPS,
+    check_layout,
+    group_layout,
+    leading,
+    observation_layout,
+    per_env_nbytes,
+)
 
 # Action and reward are kept (and written) as float32, the dtype the env produces.
 ACTION_DTYPE = np.dtype(np.float32)
 REWARD_DTYPE = np.dtype(np.float32)
+
+
+def result_groups(result: Any) -> dict[str, Any]:
+    """The result's ``state`` and ``params`` dicts (:data:`core.fields.SPEC_GROUPS`); {} where it has none."""
+    groups = {group: getattr(result, group, None) for group in SPEC_GROUPS}
+    return {group: {} if value is None else value for group, value in groups.items()}
 
 
 class EpisodeTracker:
@@ -20,16 +33,27 @@ class EpisodeTracker:
 
     ``check`` looks at a batch without changing anything; ``commit`` then advances the state. All
     state is ``(num_envs,)`` arrays, updated with whole-array operations.
+
+    ``fields`` is the observation's layout (field -> per-env shape, dtype), ``state`` and ``params`` the
+    layouts of the result's ``state`` and ``params`` (env.spec's, {} where it has none).
     """
 
     def __init__(self, spec: Mapping, num_envs: int, max_steps: int):
         self.fields = observation_layout(spec)
+        self.state = group_layout(spec, "state")
+        self.params = group_layout(spec, "params")
         action_shape = spec.get("action_shape")
         if not isinstance(action_shape, list | tuple) or len(action_shape) != 1 or int(action_shape[0]) < 1:
             raise ValueError(f"env.spec['action_shape'] must be [A] with A >= 1, got {action_shape!r}")
         self.action_dim = int(action_shape[0])
         self.num_envs, self.max_steps = num_envs, max_steps
-        self._batch_layout = leading(self.fields, num_envs)  # what every batch's fields must be: [N, ...]
+        # What every batch's observation fields, state and params must be: [N, ...].
+        self._batch_layouts = {
+            group: leading(layout, num_envs)
+            for group, layout in (("observation", self.fields), ("state", self.state), ("params", self.params))
+        }
+        # The params of each env's current episode, which every active row must repeat.
+        self._params = {name: np.zeros((num_envs, *shape), dtype) for name, (shape, dtype) in self.params.items()}
         self.episode = np.full(num_envs, -1, np.int64)  # -1 before the env's first frame
         self.steps = np.zeros(num_envs, np.int64)  # transitions recorded in the current episode
         self.last_time = np.zeros(num_envs, np.float64)  # time of the last frame [s]
@@ -43,6 +67,11 @@ class EpisodeTracker:
         return sum(per_env_nbytes(shape, dtype) for shape, dtype in self.fields.values())
 
     @property
+    def state_bytes(self) -> int:
+        """Bytes of one env's state and params."""
+        return sum(per_env_nbytes(shape, dtype) for shape, dtype in (*self.state.values(), *self.params.values()))
+
+    @property
     def transition_bytes(self) -> int:
         """Bytes of one transition: action, reward and the two flags."""
         return self.action_dim * ACTION_DTYPE.itemsize + REWARD_DTYPE.itemsize + 2
@@ -51,15 +80,9 @@ class EpisodeTracker:
         """Check a batch against the spec and each env's state; return (active, reward, terminated,
         truncated, action). Raises ValueError naming the rule and the env rows; changes nothing."""
         n = self.num_envs
-        if not isinstance(observation, Mapping):
-            raise ValueError(f"observation must be a dict of arrays, got {type(observation).__name__}")
-        for field, array in observation.items():
-            if not isinstance(array, np.ndarray):
-                raise ValueError(f"observation[{field!r}] must be a numpy array, got {type(array).__name__}")
-        found = {field: (array.shape, array.dtype) for field, array in observation.items()}
-        check_layout(found, self._batch_layout, name="observation", what="field", source="env.spec['observation']")
-        for field in self.fields:
-            _check_finite(f"observation[{field!r}]", observation[field])
+        groups = {"observation": observation, **result_groups(result)}
+        for group, arrays in groups.items():
+            _check_group(group, arrays, self._batch_layouts[group])
         info = getattr(result, "info", None)
         if not isinstance(info, Mapping) or "active" not in info or "executed_action" not in info:
             raise ValueError("result.info must be a dict with 'active' and 'executed_action'")
@@ -101,10 +124,16 @@ class EpisodeTracker:
             f"an active row's step_id exceeds max_steps={self.max_steps} (episodes must truncate there)",
         )
         _reject(known & ~(observation["time"] > self.last_time), "an active row's time does not advance")
+        for name, now in self._params.items():
+            _reject(
+                known & (groups["params"][name] != now).reshape(n, -1).any(axis=1),
+                f"result.params[{name!r}] changed within an episode (an episode's params are drawn at its reset)",
+            )
         return active, reward, terminated, truncated, action
 
-    def commit(self, observation, active, terminated, truncated) -> np.ndarray:
-        """Advance the state by a checked batch; return the env rows whose episode ended in it."""
+    def commit(self, observation, active, terminated, truncated, params: Mapping | None = None) -> np.ndarray:
+        """Advance the state by a checked batch (``params``: its result's, where the spec has some); return the env
+        rows whose episode ended in it."""
         for env_id in np.flatnonzero(~active & ~self.ended & (self.steps >= 1)):
             self.abandoned.append(
                 {"env_id": int(env_id), "episode_id": int(self.episode[env_id]), "steps": int(self.steps[env_id])}
@@ -112,6 +141,8 @@ class EpisodeTracker:
         self.steps[:] = np.where(active, self.steps + 1, 0)
         self.episode[:] = observation["episode_id"]
         self.last_time[:] = observation["time"]
+        for name, now in self._params.items():
+            now[:] = params[name]
         self.ended[:] = active & (terminated | truncated)
         self.transitions += int(np.count_nonzero(active))
         return np.flatnonzero(self.ended)
@@ -124,6 +155,22 @@ class EpisodeTracker:
             {"env_id": int(e), "episode_id": int(self.episode[e]), "steps": int(self.steps[e])} for e in running
         ]
         return self.abandoned + in_progress
+
+
+def _check_group(group: str, arrays: Any, layout: Mapping) -> None:
+    """A batch's observation, state or params (``group``): a dict of numpy arrays, each of the ``layout`` (the
+    spec's, ``N`` rows before), and finite."""
+    name = "observation" if group == "observation" else f"result.{group}"
+    if not isinstance(arrays, Mapping):
+        raise ValueError(f"{name} must be a dict of arrays, got {type(arrays).__name__}")
+    for key, array in arrays.items():
+        if not isinstance(array, np.ndarray):
+            raise ValueError(f"{name}[{key!r}] must be a numpy array, got {type(array).__name__}")
+    found = {key: (array.shape, array.dtype) for key, array in arrays.items()}
+    what = "field" if group == "observation" else "entry"
+    check_layout(found, layout, name=name, what=what, source=f"env.spec[{group!r}]")
+    for key in found:
+        _check_finite(f"{name}[{key!r}]", arrays[key])
 
 
 def _check_array(name: str, array: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:

@@ -6,7 +6,8 @@ Written with pyarrow and PyAV alone (the ``export`` extra: ``pip install "forge-
     meta/info.json                       codebase_version "v3.0", fps, features, totals, paths
     meta/stats.json                      normalization statistics (the run's stats.json, renamed)
     meta/tasks.parquet                   one row per task (the run's instruction), index "task"
-    meta/episodes/chunk-000/file-000.parquet   one row per episode: length, where its rows and video lie
+    meta/episodes/chunk-000/file-000.parquet   one row per episode: length, where its rows and video lie, and
+                                         ``params/<name>``: the values it was randomized with (where it was)
     data/chunk-CCC/file-FFF.parquet      the frames, many episodes per file, one row group per episode
     videos/observation.images.rgb/chunk-CCC/file-FFF.mp4   the camera, episodes one after another
 
@@ -16,7 +17,8 @@ transition t, ``next.reward`` = its reward, ``next.done`` = whether it ended the
 truncated; true on the last frame only) and, for tasks with success, ``next.success`` = terminated;
 ``timestamp = frame_index / fps`` with fps = 1 / control_dt. The episode's last observation (the frame
 after its last transition) has no action and is not a LeRobot frame. ``depth`` is left out: LeRobot v3.0
-stores depth as quantized video with its own encoder settings, which this exporter does not write.
+stores depth as quantized video with its own encoder settings, which this exporter does not write; so is
+the simulator state (``state/``), which LeRobot has no feature for.
 
 Videos: each camera's frames of an episode are encoded once and their packets appended to the open mp4
 file of its part; a file is never re-encoded. Episodes are split into contiguous parts, one process
@@ -374,6 +376,7 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
                 "worker": job["worker"],
                 "env_id": episode.env_id,
                 "source_episode_id": episode.episode_id,
+                **{f"params/{name}": value for name, value in episode.params.items()},
             }
             for key, video in videos.items():
                 first, end = video.append(episode.obs[key.rsplit(".", 1)[1]])

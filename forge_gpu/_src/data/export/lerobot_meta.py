@@ -165,10 +165,24 @@ def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, s
             columns[f"videos/{key}/{name}"] = pa.array([m[f"videos/{key}/{name}"] for m in episodes], pa.float64())
     columns["meta/episodes/chunk_index"] = pa.array(np.zeros(len(episodes), np.int64))
     columns["meta/episodes/file_index"] = pa.array(np.zeros(len(episodes), np.int64))
-    # Where each episode came from in the forge_gpu run (extra columns; LeRobot ignores them).
+    # Where each episode came from in the forge_gpu run, and the values it was randomized with (extra columns;
+    # LeRobot ignores them).
     columns["forge_gpu/env_id"] = pa.array([m["env_id"] for m in episodes], pa.int64())
     columns["forge_gpu/episode_id"] = pa.array([m["source_episode_id"] for m in episodes], pa.int64())
+    for name in [k for k in episodes[0] if k.startswith("params/")]:
+        columns[name] = nested_array(np.stack([m[name] for m in episodes]))
     pq.write_table(pa.table(columns), os.path.join(partial, EPISODES_PATH))
+
+
+def nested_array(values: np.ndarray):
+    """[E, ...] values as an Arrow column of E rows of their own dtype: a primitive column for [E], else fixed-size
+    lists, nested once per dimension past the first (a [E, 2, 3] array: lists of 2 lists of 3)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    column = pa.array(np.ascontiguousarray(values).reshape(-1))
+    for size in reversed(values.shape[1:]):
+        column = pa.FixedSizeListArray.from_arrays(column, size)
+    return column
 
 
 def _write_tasks(path: str, instruction: str) -> None:

@@ -3,7 +3,8 @@
 Written with h5py (the ``export`` extra). robomimic's layout:
 
     data                      attrs: total (transitions), env_args (JSON: env_name, type, env_kwargs)
-    data/demo_N               attrs: num_samples (T), forge_gpu_env_id, forge_gpu_episode_id
+    data/demo_N               attrs: num_samples (T), forge_gpu_env_id, forge_gpu_episode_id, and
+                              params/<name>: the values the episode was randomized with (where it was)
       obs/<field>             [T, ...] observation before each transition (proprio, rgb, depth)
       next_obs/<field>        [T, ...] observation after it
       actions [T, A] float32, rewards [T] float32, dones [T] uint8 (1 on the last transition)
@@ -11,11 +12,11 @@ Written with h5py (the ``export`` extra). robomimic's layout:
     mask/successful           demos that ended in success (tasks with success only)
     forge_gpu/stats/<key>/<figure>   the normalization statistics (forge_gpu/_src/recording/stats.py)
 
-``demo_N`` is the N-th episode in reading order. Every dataset is chunked along time and compressed with
-gzip (level 4) after byte shuffling. ``env_args["type"]`` is 2 (robomimic's gym type) with
-``env_name`` ``forge_gpu/<task>``: robomimic cannot create forge_gpu envs itself, so rollouts during
-training need an env wrapper of the user's; training from the file does not. The file is written under
-a temporary name beside ``out`` and renamed when complete.
+``demo_N`` is the N-th episode in reading order. The simulator state (``state/``) is not exported. Every
+dataset is chunked along time and compressed with gzip (level 4) after byte shuffling. ``env_args["type"]`` is
+2 (robomimic's gym type) with ``env_name`` ``forge_gpu/<task>``: robomimic cannot create forge_gpu envs
+itself, so rollouts during training need an env wrapper of the user's; training from the file does not. The
+file is written under a temporary name beside ``out`` and renamed when complete.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def export_robomimic(
                 demo.attrs["num_samples"] = steps
                 demo.attrs["forge_gpu_env_id"] = episode.env_id
                 demo.attrs["forge_gpu_episode_id"] = episode.episode_id
+                for key, value in episode.params.items():
+                    demo.attrs[f"params/{key}"] = value
                 for group, frames in (("obs", episode.obs), ("next_obs", episode.next)):
                     for field in fields:
                         _dataset(demo, f"{group}/{field}", frames[field])

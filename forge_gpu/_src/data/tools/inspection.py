@@ -36,12 +36,15 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     manifest = run.manifest
     lengths = [run.ids(k)[2] for k in range(len(run))]
     returns: list[float] = []
+    params: dict[str, list] = {}
     successes = 0
     if not quick:
         for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
             returns.append(float(episode.reward.astype(np.float64).sum()))
             # A task with success ends its successful episodes as terminated (e.g. reach: target reached).
             successes += bool(episode.terminated[-1])
+            for name, value in episode.params.items():
+                params.setdefault(name, []).append(value)
     spec = manifest["env_spec"]
     fmt = format_of(manifest)
     bytes_on_disk = sum(f.stat().st_size for f in Path(run_dir).iterdir() if f.is_file())
@@ -58,6 +61,8 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "episode_return": None if quick else _stats(returns),
         "success_rate": None,
         "fields": spec.get("observation", {}),
+        "state": spec.get("state", {}),
+        "params": None if quick else {name: _param_stats(values) for name, values in params.items()},
         "action_shape": spec["action_shape"],
         "bytes_on_disk": bytes_on_disk,
         "incomplete_episodes": manifest.get("incomplete_episodes", []),
@@ -71,6 +76,13 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             f"if it was killed, run: forge-gpu repair {run_dir}"
         )
     return report
+
+
+def _param_stats(values: list[np.ndarray]) -> dict:
+    """A param's shape and its min, mean and max over the episodes (per component, of the param's shape)."""
+    a = np.stack(values).astype(np.float64)
+    figures = {"min": a.min(axis=0), "mean": a.mean(axis=0), "max": a.max(axis=0)}
+    return {"shape": list(a.shape[1:]), **{k: v.tolist() for k, v in figures.items()}}
 
 
 def _statistics(run_dir: str) -> dict | None:
@@ -160,6 +172,15 @@ def format_report(report: dict) -> str:
         "fields:",
     ]
     lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["fields"].items()]
+    if report.get("state"):
+        lines.append("state (every frame):")
+        lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["state"].items()]
+    if report.get("params"):
+        lines.append("params (per episode, over the episodes):")
+        lines += [
+            f"  {name:<12} {p['shape']}  min {_figure(p['min'])}  mean {_figure(p['mean'])}  max {_figure(p['max'])}"
+            for name, p in report["params"].items()
+        ]
     if report.get("statistics") is None:
         lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
     else:
@@ -170,6 +191,11 @@ def format_report(report: dict) -> str:
     if "note" in report:
         lines.append(f"note: {report['note']}")
     return "\n".join(lines)
+
+
+def _figure(value) -> str:
+    """A param's figure (a number, or nested lists of numbers) as text: 4 significant digits, 4 decimals in lists."""
+    return np.array2string(np.asarray(value), precision=4, separator=", ") if np.ndim(value) else f"{value:.4g}"
 
 
 def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None) -> Path:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOptions, parse_episode_stem
+from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOptions, chosen, parse_episode_stem
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, check_spec_layout
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.core.frames import stack_episodes
@@ -109,11 +109,8 @@ def load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOp
             check_member_sizes(archive.zip, headers, name=path, max_member_bytes=options.max_member_bytes)
         validate_episode_schema(headers, marker, name=path)
         check_spec_layout(headers, env_spec, name=path, what="member", lead=("T",))
-        present = observation_fields(headers)
-        wanted = present if fields is None else fields
-        unknown = [f for f in wanted if f not in present]
-        if unknown:
-            raise ValueError(f"{path}: requested field(s) {unknown} are not in the episode (it has {present})")
+        wanted = chosen(fields, observation_fields(headers), what="field", name=path)
+        chosen(options.state, [], what="state entry", name=path)  # schema 1 holds no state (docs/FORMAT.md)
         loaded = sorted(set(wanted) | set(_CHECK_FIELDS))
         members = [f"{prefix}/{f}" for prefix in ("obs", "next") for f in loaded] + list(TRANSITION_MEMBERS)
         with _archive_errors(path):

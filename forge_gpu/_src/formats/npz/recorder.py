@@ -7,6 +7,7 @@ task, seed), so this module never imports Warp or Newton.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ import numpy as np
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import episode_stem
+from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import remove_quietly
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
 from forge_gpu._src.formats.npz.episode_file import make_marker
@@ -25,7 +27,7 @@ from forge_gpu._src.formats.npz.identity import COMPRESSIONS, IDENTITY
 from forge_gpu._src.formats.npz.writer import write_episode_file, write_marker_atomic
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
-from forge_gpu._src.recording.tracker import ACTION_DTYPE, REWARD_DTYPE, EpisodeTracker
+from forge_gpu._src.recording.tracker import ACTION_DTYPE, REWARD_DTYPE, EpisodeTracker, result_groups
 
 #: Default budget of all episode buffers [bytes].
 DEFAULT_BUFFER_BYTES = 1 << 30
@@ -84,7 +86,8 @@ class NpzRecorder(RecorderBase):
         self._compression_level = compression_level
         self._spare_buffers = spare_buffers
         self._buffer_bytes = slot_count * slot_bytes
-        manifest = initial_manifest(run, max_buffer_bytes, IDENTITY)
+        # Schema 1 stores no state or params (docs/FORMAT.md): its env_spec does not describe them.
+        manifest = initial_manifest(dataclasses.replace(run, spec=without_groups(run.spec)), max_buffer_bytes, IDENTITY)
         manifest["recorder"] = {
             "writers": writers,
             "compression": compression,
@@ -145,7 +148,8 @@ class NpzRecorder(RecorderBase):
     # -- recording ------------------------------------------------------------------------------
 
     def append(self, observation: Mapping[str, np.ndarray], result: Any) -> None:
-        """Record one batch: ``observation`` (field -> [N, ...]) and ``result`` (reward, flags, info).
+        """Record one batch: ``observation`` (field -> [N, ...]) and ``result`` (reward, flags, info; its
+        ``state`` and ``params`` are checked, not stored: schema 1 holds neither).
 
         The batch is checked whole first; a bad batch raises ValueError and changes nothing. May wait
         for a writer to free an episode buffer. Raises RuntimeError after a write failure.
@@ -173,7 +177,7 @@ class NpzRecorder(RecorderBase):
             self._truncated[at] = truncated[rows]
         if self._stats is not None:
             self._stats.update_batch(observation, active, action, reward)
-        ended = tracker.commit(observation, active, terminated, truncated)
+        ended = tracker.commit(observation, active, terminated, truncated, result_groups(result)["params"])
         if ended.size:
             columns = (slot[ended], ended, tracker.episode[ended], tracker.steps[ended])
             episodes = zip(*(a.tolist() for a in columns), strict=True)

@@ -15,9 +15,15 @@ import numpy as np
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.rules import check_frames
-from forge_gpu._src.formats.packed.commits import EPISODE_KEYS, read_commits
+from forge_gpu._src.formats.packed.commits import EPISODE_KEYS, PARAMS_PREFIX, read_commits
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, segment_name
-from forge_gpu._src.formats.packed.schema import TRANSITION_COLUMNS, column_to_numpy, pyarrow, schema_columns
+from forge_gpu._src.formats.packed.schema import (
+    TRANSITION_COLUMNS,
+    column_to_numpy,
+    pyarrow,
+    run_groups,
+    schema_columns,
+)
 
 
 def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
@@ -87,20 +93,25 @@ CHECK_COLUMNS = (*(f"obs/{f}" for f in BOOKKEEPING_FIELDS), *TRANSITION_COLUMNS)
 
 
 class PackedRun:
-    """The committed episodes of one packed run, from its commit log; no segment is read until asked.
+    """The committed episodes of one packed run, from its commit log (checked against its run.json, ``manifest``);
+    no segment is read until asked.
 
     ``episodes`` maps ``env_id``, ``episode_id``, ``steps``, ``first_row`` and ``stride`` to int64 arrays
-    with one entry per episode, in commit order (the run's reading order).
+    with one entry per episode, in commit order (the run's reading order), and ``params/<name>`` to the
+    episodes' params (one row each) where the run has them. ``groups`` is :func:`schema.run_groups`'s.
     """
 
-    def __init__(self, run_dir: str):
+    def __init__(self, run_dir: str, manifest: dict):
         self.directory = run_dir
-        self.commits, self.torn = read_commits(run_dir)
+        self.groups = run_groups(run_dir, manifest)
+        self.commits, self.torn = read_commits(run_dir, self.groups["params"])
         self.rows = sum(c["rows"] for c in self.commits)
-        keys = EPISODE_KEYS
+        params = self.groups["params"]
+        empty = {k: np.zeros(0, np.int64) for k in EPISODE_KEYS}
+        empty.update({PARAMS_PREFIX + n: np.zeros((0, *shape), dtype) for n, (shape, dtype) in params.items()})
         self.episodes = {
-            k: np.concatenate([c["episodes"][k] for c in self.commits]) if self.commits else np.zeros(0, np.int64)
-            for k in keys
+            k: np.concatenate([c["episodes"][k] for c in self.commits]) if self.commits else values
+            for k, values in empty.items()
         }
         counts = [len(c["episodes"]["steps"]) for c in self.commits]
         self.episode_commit = np.repeat(np.arange(len(counts)), counts)  # the commit publishing each episode

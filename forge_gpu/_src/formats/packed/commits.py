@@ -1,7 +1,7 @@
 """The packed layout's commit log (schema 2, docs/FORMAT.md "The commit log and the commit rule"): one JSON
-line per block publishes it and the episodes that ended in it. The one encoder of a commit line, used by the
-writer and by repair; and the reader of the log, which trusts nothing past the last whole line and checks
-every line before it.
+line per block publishes it and the episodes that ended in it, with their params. The one encoder of a commit
+line, used by the writer and by repair; and the reader of the log, which trusts nothing past the last whole line
+and checks every line before it.
 
 numpy and the standard library.
 """
@@ -19,7 +19,21 @@ from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 
 #: Keys of an episode entry in a commit line, each a list with one integer per episode.
 EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")
+#: The key of an episode entry that holds the episodes' params (a run whose env_spec describes params), and the
+#: prefix of their columns in memory: ``params/<name>``, one row per episode.
+PARAMS = "params"
+PARAMS_PREFIX = "params/"
 _COMMIT_KEYS = {"segment", "offset", "length", "first_row", "rows", "episodes"}
+
+
+def encode_params(episodes: Mapping[str, Any]) -> dict[str, list] | None:
+    """The ``params`` object of an episode entry: name -> one value per episode (a number, or nested lists of the
+    per-episode shape), from the ``params/<name>`` columns of ``episodes``; None where it has none. A float32 value
+    becomes the shortest decimal of its float64 equal, which reads back to the same float32 bits."""
+    params = {
+        k[len(PARAMS_PREFIX) :]: np.asarray(v).tolist() for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)
+    }
+    return params or None
 
 
 def open_commit_log(directory: str, *, create: bool = False) -> int:
@@ -35,8 +49,8 @@ def append_commit(
 
     The block is ``length`` bytes at ``offset`` of segment ``segment`` and holds run rows ``first_row`` to
     ``first_row + rows - 1``; ``episodes`` maps each of :data:`EPISODE_KEYS` to one integer per episode that
-    ended in it. The line is written whole, a short write continued: the bytes before its newline are never a
-    whole line, so a torn write stays unpublished.
+    ended in it, and ``params/<name>`` to each one's params where the run has some. The line is written whole, a
+    short write continued: the bytes before its newline are never a whole line, so a torn write stays unpublished.
     """
     commit = {
         "segment": segment,
@@ -46,13 +60,18 @@ def append_commit(
         "rows": rows,
         "episodes": {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS},
     }
+    params = encode_params(episodes)
+    if params is not None:
+        commit["episodes"][PARAMS] = params
     view = memoryview((json.dumps(commit, separators=(",", ":")) + "\n").encode())
     while view:
         view = view[os.write(log, view) :]
 
 
-def read_commits(run_dir: str) -> tuple[list[dict], bool]:
-    """The whole lines of the commit log, parsed and checked; and whether a torn last line was ignored."""
+def read_commits(run_dir: str, params: Mapping) -> tuple[list[dict], bool]:
+    """The whole lines of the commit log, parsed and checked, their episodes' params against ``params`` (name ->
+    per-episode shape, dtype: ``schema.run_groups``'s); and whether a torn last line was ignored. Each line's
+    ``episodes`` holds int64 arrays, and ``params/<name>`` arrays of the described dtype, one row per episode."""
     path = os.path.join(run_dir, COMMIT_LOG)
     try:
         with open(path, "rb") as f:
@@ -83,7 +102,7 @@ def read_commits(run_dir: str) -> tuple[list[dict], bool]:
             )
         if commit["first_row"] != next_row:
             raise ValueError(f"{where}: first_row is {commit['first_row']}, expected {next_row}")
-        commit["episodes"] = _episode_columns(commit["episodes"], where)
+        commit["episodes"] = _episode_columns(commit["episodes"], where, params)
         last = commit["episodes"]["first_row"] + commit["episodes"]["steps"] * commit["episodes"]["stride"]
         if ((last < next_row) | (last >= next_row + commit["rows"])).any():
             raise ValueError(f"{where}: an episode's last row is outside the block's rows")
@@ -97,9 +116,10 @@ def read_commits(run_dir: str) -> tuple[list[dict], bool]:
 _EPISODE_LIMITS = {"first_row": 1 << 62}  # the other keys: below 2**31 (ids, lengths and strides are int32)
 
 
-def _episode_columns(entry: Any, where: str) -> dict[str, np.ndarray]:
-    if not isinstance(entry, dict) or entry.keys() != set(EPISODE_KEYS):
-        raise ValueError(f"{where}: episodes must be an object with keys {list(EPISODE_KEYS)}")
+def _episode_columns(entry: Any, where: str, params: Mapping) -> dict[str, np.ndarray]:
+    keys = [*EPISODE_KEYS, PARAMS] if params else list(EPISODE_KEYS)
+    if not isinstance(entry, dict) or entry.keys() != set(keys):
+        raise ValueError(f"{where}: episodes must be an object with keys {keys}")
     out = {}
     for key in EPISODE_KEYS:
         values, least, limit = entry[key], int(key in ("steps", "stride")), _EPISODE_LIMITS.get(key, 1 << 31)
@@ -108,4 +128,30 @@ def _episode_columns(entry: Any, where: str) -> dict[str, np.ndarray]:
         out[key] = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
     if len({len(v) for v in out.values()}) > 1:
         raise ValueError(f"{where}: the lists under episodes differ in length")
+    if params:
+        out.update(decode_params(entry[PARAMS], params, len(out["steps"]), where=f"{where}: episodes.{PARAMS}"))
+    return out
+
+
+def decode_params(entry: Any, layout: Mapping, count: int, *, where: str) -> dict[str, np.ndarray]:
+    """``params/<name>`` -> [count, ...] array of the ``layout`` (name -> per-episode shape, dtype: env_spec's) from
+    a ``params`` object (:func:`encode_params`); ValueError naming ``where`` for another name, count, shape or
+    kind of value, or a float that is not finite."""
+    if not isinstance(entry, dict) or entry.keys() != layout.keys():
+        raise ValueError(f"{where}: must be an object with keys {sorted(layout)} (run.json's env_spec.params)")
+    out = {}
+    for name, (shape, dtype) in layout.items():
+        values, due = entry[name], (count, *shape)
+        try:
+            found = np.array(values) if values else np.zeros((0, *shape), dtype)
+        except (ValueError, TypeError, RecursionError) as exc:  # ragged lists; nesting deeper than numpy goes
+            raise ValueError(f"{where}.{name}: not a list of {list(shape)} values: {exc}") from exc
+        kinds = {"b": "b", "f": "iuf"}.get(dtype.kind, "iu")  # the JSON values a dtype takes: no bool as a number
+        if not isinstance(values, list) or found.shape != due or found.dtype.kind not in kinds:
+            raise ValueError(f"{where}.{name}: must be a list of {count} {dtype} values of shape {list(shape)}")
+        with np.errstate(over="ignore", invalid="ignore"):  # a float past the dtype's range: inf, refused below
+            array = found.astype(dtype)
+        if (dtype.kind == "f" and not np.isfinite(array).all()) or (dtype.kind in "iu" and (array != found).any()):
+            raise ValueError(f"{where}.{name}: holds a value that is not a finite {dtype}")
+        out[PARAMS_PREFIX + name] = array
     return out

@@ -1,5 +1,6 @@
-"""Reading a packed run (schema 2, docs/FORMAT.md) as the reader's Episodes: the commit log's episodes,
-gathered from the blocks and checked whole-column, and, for random access, the blocks memory-mapped.
+"""Reading a packed run (schema 2, docs/FORMAT.md) as the reader's Episodes: the commit log's episodes (and their
+params), gathered from the blocks (their observation, transition and asked-for state columns) and checked
+whole-column, and, for random access, the blocks memory-mapped.
 numpy, pyarrow and the standard library.
 """
 
@@ -10,9 +11,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_stem
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, chosen, episode_stem
 from forge_gpu._src.core.fields import check_layout, check_spec_layout
 from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, PackedRun, read_blocks, read_episode_tables
+from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
 from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT, TRANSITION_COLUMNS
 
 
@@ -21,7 +23,8 @@ class PackedRunReader:
 
     def __init__(self, run_dir: str, manifest: dict):
         self.directory, self.manifest = run_dir, manifest
-        self.run = PackedRun(run_dir)
+        self.run = PackedRun(run_dir, manifest)
+        self.state = self.run.groups["state"]  # the state/<S> columns
 
     def __len__(self) -> int:
         return len(self.run)
@@ -31,12 +34,12 @@ class PackedRunReader:
         episodes = self.run.episodes
         return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
 
-    def groups(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], Iterator]:
-        """The observation fields to read, and the selected episodes (``ks`` ascending) in checked groups:
-        ``(episodes, gathered, starts)`` of :func:`blocks.read_episode_tables`."""
-        fields = self._fields(options)
-        names = list(dict.fromkeys([f"obs/{f}" for f in fields] + list(CHECK_COLUMNS)))
-        return fields, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
+    def groups(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], list[str], Iterator]:
+        """The observation fields and state entries to read, and the selected episodes (``ks`` ascending) in checked
+        groups: ``(episodes, gathered, starts)`` of :func:`blocks.read_episode_tables`."""
+        fields, state = self._chosen(options)
+        names = list(dict.fromkeys(_names(fields, state) + list(CHECK_COLUMNS)))
+        return fields, state, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
 
     def frame_table(
         self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
@@ -44,23 +47,24 @@ class PackedRunReader:
         """The episodes ``ks`` (ascending), checked, as a frame table (``RunReader.frame_table``).
 
         In memory: the episodes' rows gathered group by group and joined end to end (stride 1), one block.
-        With ``mmap``: every committed block as ``(first row, {"obs/<F>" and "action": [rows, ...] array})``, the
-        arrays read-only views of the memory-mapped segments, and the episodes' own entries; the episodes are
-        checked first, in one streaming pass as :meth:`read` does. An uncompressed run only: compressed buffers
-        cannot be mapped (ValueError naming the convert command that writes an uncompressed copy)."""
+        With ``mmap``: every committed block as ``(first row, {"obs/<F>", "state/<S>" asked for and "action":
+        [rows, ...] array})``, the arrays read-only views of the memory-mapped segments, and the episodes' own
+        entries; the episodes are checked first, in one streaming pass as :meth:`read` does. An uncompressed run
+        only: compressed buffers cannot be mapped (ValueError naming the convert command that writes an
+        uncompressed copy)."""
         if not mmap:
-            fields, groups = self.groups(ks, options)
-            return (fields, *_joined(fields, list(groups)))
+            fields, state, groups = self.groups(ks, options)
+            return (fields, *_joined(_names(fields, state) + list(TRANSITION_COLUMNS), list(groups)))
         compression = self.manifest.get("recorder", {}).get("compression", "none")
         if compression != "none":
             raise ValueError(
                 f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
                 f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
             )
-        fields, groups = self.groups(ks, options)
+        fields, state, groups = self.groups(ks, options)
         for _ in groups:  # each group is checked as it is gathered, then let go
             pass
-        names = [f"obs/{f}" for f in fields] + ["action"]
+        names = _names(fields, state) + ["action"]
         blocks = [
             (commit["first_row"], columns) for commit, columns in read_blocks(self.directory, self.run.commits, names)
         ]
@@ -68,7 +72,8 @@ class PackedRunReader:
         return fields, blocks, episodes
 
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        fields, groups = self.groups(ks, options)
+        fields, state, groups = self.groups(ks, options)
+        params = [k for k in self.run.episodes if k.startswith(PARAMS_PREFIX)]
         for episodes, gathered, starts in groups:
             for i in range(len(starts) - 1):
                 s, e = int(starts[i]), int(starts[i + 1])
@@ -84,33 +89,46 @@ class PackedRunReader:
                     terminated=gathered["terminated"][s + 1 : e],
                     truncated=gathered["truncated"][s + 1 : e],
                     path=os.path.join(self.directory, episode_stem(env_id, episode_id)),
+                    state={n: gathered[f"state/{n}"][s:e] for n in state},
+                    params={k[len(PARAMS_PREFIX) :]: episodes[k][i, ...] for k in params},
                 )
 
-    def _fields(self, options: EpisodeReadOptions) -> list[str]:
-        """The observation fields to read, after checking the segments' columns against run.json."""
+    def _chosen(self, options: EpisodeReadOptions) -> tuple[list[str], list[str]]:
+        """The observation fields and state entries to read, after checking the segments' columns against
+        run.json."""
         columns = self.run.columns()
         spec = self.manifest["env_spec"]
+        state = {f"state/{n}": layout for n, layout in self.state.items()}
         described = spec.get("observation") if isinstance(spec.get("observation"), dict) else {}
         present = sorted(c[4:] for c in columns if c.startswith("obs/")) if columns else sorted(described)
         if columns:
             check_layout(
-                columns, PACKED_LAYOUT, name=self.directory, what="column", source="the packed layout", extra=("obs/",)
+                columns,
+                PACKED_LAYOUT,
+                name=self.directory,
+                what="column",
+                source="the packed layout",
+                extra=("obs/", "state/"),
             )
             check_spec_layout(columns, spec, name=self.directory, what="column", action_dtype=np.float32)
-        wanted = present if options.observation_keys is None else list(options.observation_keys)
-        unknown = [f for f in wanted if f not in present]
-        if unknown:
-            raise ValueError(f"{self.directory}: requested field(s) {unknown} are not in the run (it has {present})")
-        return wanted
+            found = {k: v for k, v in columns.items() if k.startswith("state/")}
+            check_layout(found, state, name=self.directory, what="column", source="run.json's env_spec.state")
+        fields = chosen(options.observation_keys, present, what="field", name=self.directory)
+        return fields, chosen(options.state, list(self.state), what="state entry", name=self.directory)
 
 
-def _joined(fields: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list, dict]:
-    """Groups of gathered episodes (:func:`blocks.read_episode_tables`) as one block of a frame table laid end to
-    end (stride 1), and the episodes' entries in it."""
-    names = [f"obs/{f}" for f in fields] + list(TRANSITION_COLUMNS)
+def _names(fields: list[str], state: list[str]) -> list[str]:
+    """The columns of the observation ``fields`` and the ``state`` entries."""
+    return [f"obs/{f}" for f in fields] + [f"state/{n}" for n in state]
+
+
+def _joined(names: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list, dict]:
+    """The ``names`` columns of groups of gathered episodes (:func:`blocks.read_episode_tables`) as one block of a
+    frame table laid end to end (stride 1), and the episodes' entries in it (their params included)."""
     columns = {n: np.concatenate([g[n] for _, g, _ in groups]) for n in names}
     offsets = np.cumsum([0] + [int(s[-1]) for _, _, s in groups[:-1]])
-    episodes = {key: np.concatenate([e[key] for e, _, _ in groups]) for key in ("env_id", "episode_id", "steps")}
+    keys = [k for k in groups[0][0] if k not in ("first_row", "stride")]
+    episodes = {key: np.concatenate([e[key] for e, _, _ in groups]) for key in keys}
     episodes["first_row"] = np.concatenate([s[:-1] + o for (_, _, s), o in zip(groups, offsets, strict=True)])
     episodes["stride"] = np.ones(episodes["steps"].size, np.int64)
     return [(0, columns)], episodes

@@ -21,12 +21,12 @@ import numpy as np
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
-from forge_gpu._src.formats.packed.identity import COMPRESSIONS, IDENTITY
+from forge_gpu._src.formats.packed.identity import COMPRESSIONS, IDENTITY, LAYOUT_VERSION
 from forge_gpu._src.formats.packed.schema import arrow_schema, run_columns
 from forge_gpu._src.formats.packed.writer import PackedWriter, ended_episodes
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
-from forge_gpu._src.recording.tracker import EpisodeTracker
+from forge_gpu._src.recording.tracker import EpisodeTracker, result_groups
 
 #: Default ring size [bytes].
 DEFAULT_BUFFER_BYTES = 256 << 20
@@ -70,13 +70,13 @@ class PackedRecorder(RecorderBase):
         run = describe_run(env)
         num_envs, max_steps = run.num_envs, run.max_steps
         tracker = EpisodeTracker(run.spec, num_envs, max_steps)
-        batch_bytes = num_envs * (tracker.frame_bytes + tracker.transition_bytes)
+        batch_bytes = num_envs * (tracker.frame_bytes + tracker.state_bytes + tracker.transition_bytes)
         capacity = _ring_steps(max_buffer_bytes, batch_bytes, num_envs)
         self._num_envs = num_envs
         self._capacity = capacity
         self._block_steps = max(1, min(capacity // 2, block_bytes // batch_bytes))
         self._buffer_bytes = capacity * batch_bytes
-        manifest = initial_manifest(run, max_buffer_bytes, IDENTITY)
+        manifest = initial_manifest(run, max_buffer_bytes, {**IDENTITY, "layout_version": LAYOUT_VERSION})
         manifest["recorder"] = {
             "compression": compression,
             "segment_bytes": segment_bytes,
@@ -91,7 +91,7 @@ class PackedRecorder(RecorderBase):
         self._tail = 0  # steps written and published (both under the base's lock)
 
         super().__init__(directory, tracker, manifest)
-        schema = arrow_schema(run_columns(tracker.fields, tracker.action_dim))
+        schema = arrow_schema(run_columns(tracker.fields, tracker.action_dim, state=tracker.state))
         self._writer = PackedWriter(self._directory, schema, compression=compression, segment_bytes=segment_bytes)
         self._thread = threading.Thread(target=self._writer_loop, name="forge-gpu-packed-writer", daemon=True)
         self._thread.start()
@@ -111,7 +111,8 @@ class PackedRecorder(RecorderBase):
     # -- recording ------------------------------------------------------------------------------
 
     def append(self, observation: Mapping[str, np.ndarray], result: Any) -> None:
-        """Record one batch: ``observation`` (field -> [N, ...]) and ``result`` (reward, flags, info).
+        """Record one batch: ``observation`` (field -> [N, ...]) and ``result`` (reward, flags, info, and the
+        ``state`` and ``params`` the spec describes).
 
         The batch is checked whole first; a bad batch raises ValueError and changes nothing. May wait for
         the writer to free room in the ring. Raises RuntimeError after a write failure.
@@ -119,6 +120,7 @@ class PackedRecorder(RecorderBase):
         self._raise_if_unusable()
         tracker = self._tracker
         active, reward, terminated, truncated, action = tracker.check(observation, result)
+        groups = result_groups(result)
         with self._cond:
             if self._head - self._tail >= self._capacity:
                 start = time.perf_counter()
@@ -131,13 +133,16 @@ class PackedRecorder(RecorderBase):
         ring = self._ring
         for field in tracker.fields:
             ring[f"obs/{field}"][index] = observation[field]
+        for group in ("state", "params"):
+            for name, values in groups[group].items():
+                ring[f"{group}/{name}"][index] = values
         ring["action"][index] = action
         ring["reward"][index] = reward
         ring["terminated"][index] = terminated
         ring["truncated"][index] = truncated
         if self._stats is not None:
             self._stats.update_batch(observation, active, action, reward)
-        tracker.commit(observation, active, terminated, truncated)
+        tracker.commit(observation, active, terminated, truncated, groups["params"])
         with self._cond:
             self._head += 1
             self._work.notify()
@@ -209,9 +214,13 @@ def _ring_steps(max_buffer_bytes: int, batch_bytes: int, num_envs: int) -> int:
 
 def _allocate_ring(tracker: EpisodeTracker, capacity: int) -> dict[str, np.ndarray]:
     """The ring, column by column: step k of the run lives at index k % capacity; np.empty, so untouched pages
-    cost nothing."""
+    cost nothing. ``params/<name>`` too is kept per row (the segments hold it per episode, in the commit log)."""
     n = tracker.num_envs
-    ring = {f"obs/{name}": np.empty((capacity, n, *shape), dtype) for name, (shape, dtype) in tracker.fields.items()}
+    ring = {
+        f"{group}/{name}": np.empty((capacity, n, *shape), dtype)
+        for group, layout in (("obs", tracker.fields), ("state", tracker.state), ("params", tracker.params))
+        for name, (shape, dtype) in layout.items()
+    }
     ring["action"] = np.empty((capacity, n, tracker.action_dim), np.float32)
     ring["reward"] = np.empty((capacity, n), np.float32)
     ring["terminated"] = np.empty((capacity, n), np.bool_)

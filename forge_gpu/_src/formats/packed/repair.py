@@ -1,18 +1,20 @@
 """Repairing a packed run a killed recorder left (schema 2, docs/FORMAT.md "Repair"): the torn last commit line
-cut off, the blocks written whole after it published, torn bytes cut off and the stream ended.
+cut off, the blocks written whole after it published (with the params their record batches carry), torn bytes
+cut off and the stream ended.
 
 numpy, pyarrow and the standard library.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.formats.packed.commits import append_commit, open_commit_log, read_commits
+from forge_gpu._src.formats.packed.commits import PARAMS, append_commit, decode_params, open_commit_log, read_commits
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, SEGMENT_RE, segment_name
-from forge_gpu._src.formats.packed.schema import column_to_numpy, pyarrow, schema_columns
+from forge_gpu._src.formats.packed.schema import column_to_numpy, pyarrow, run_groups, schema_columns
 from forge_gpu._src.formats.packed.writer import ended_episodes
 
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -24,11 +26,12 @@ def repair_packed(run_dir: str, manifest: dict) -> dict:
 
     A torn last commit line is cut off. Blocks that were written whole after the last commit line (the
     process died between the block and its line) are published with the episodes that end in them, at the
-    recorder's stride (:func:`recorder_stride`). Bytes after the last whole block (a torn block) are cut off
-    and the stream is ended; segment files past it are removed. Published blocks and episodes are never
-    changed. Running it again changes nothing.
+    recorder's stride (:func:`recorder_stride`), and their params from the record batch's custom metadata.
+    Bytes after the last whole block (a torn block) are cut off and the stream is ended; segment files past it
+    are removed. Published blocks and episodes are never changed. Running it again changes nothing.
     """
     pa = pyarrow()
+    params = run_groups(run_dir, manifest)["params"]  # first: a layout this code does not know is left as it is
     rows_per_step = recorder_stride(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
     log = os.path.join(run_dir, COMMIT_LOG)
     with open(log, "rb") as f:
@@ -38,7 +41,7 @@ def repair_packed(run_dir: str, manifest: dict) -> dict:
     if len(whole) != len(data):
         os.truncate(log, len(whole))
         actions.append(f"cut a torn line of {len(data) - len(whole)} bytes off {COMMIT_LOG}")
-    commits, _ = read_commits(run_dir)
+    commits, _ = read_commits(run_dir, params)
     segments = sorted(int(m.group(1)) for m in map(SEGMENT_RE.match, os.listdir(run_dir)) if m)
     segment = commits[-1]["segment"] if commits else 0
     committed = [c for c in commits if c["segment"] == segment]
@@ -49,9 +52,16 @@ def repair_packed(run_dir: str, manifest: dict) -> dict:
         while segment in segments:
             path = os.path.join(run_dir, segment_name(segment))
             blocks, end, clean = _whole_blocks(path, len(committed))
-            for offset, length, columns in blocks:
+            for offset, length, columns, metadata in blocks:
                 rows = len(columns["obs/step_id"])
                 ended = ended_episodes(columns, next_row, rows_per_step)
+                if params:
+                    where = f"{path}: the record batch at byte {offset}: its custom metadata {PARAMS!r}"
+                    try:
+                        entry = json.loads(metadata.get(PARAMS.encode(), b"null"))
+                    except ValueError as exc:
+                        raise ValueError(f"{where}: not JSON: {exc}") from exc
+                    ended.update(decode_params(entry, params, len(ended["steps"]), where=where))
                 append_commit(
                     writer_log,
                     segment=segment,
@@ -95,9 +105,9 @@ def recorder_stride(manifest: dict, *, name: str) -> int:
     return int(num_envs)
 
 
-def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict]], int, bool]:
-    """The whole record batches of a segment after its first ``skip`` ones: ``(offset, length, columns)``
-    each; the end of the last whole message; and whether the stream ended cleanly (no torn bytes)."""
+def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict, dict]], int, bool]:
+    """The whole record batches of a segment after its first ``skip`` ones: ``(offset, length, columns, custom
+    metadata)`` each; the end of the last whole message; and whether the stream ended cleanly (no torn bytes)."""
     pa = pyarrow()
     with pa.memory_map(path) as source:
         size = source.size()
@@ -115,7 +125,7 @@ def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict]], in
         blocks = []
         while True:
             try:
-                batch = reader.read_next_batch()
+                batch, metadata = reader.read_next_batch_with_custom_metadata()
                 batch.validate(full=True)
             except StopIteration:
                 return blocks, source.tell(), source.tell() == size
@@ -123,5 +133,5 @@ def _whole_blocks(path: str, skip: int) -> tuple[list[tuple[int, int, dict]], in
                 return blocks, end, False
             names = ["obs/env_id", "obs/episode_id", "obs/step_id", "terminated", "truncated"]
             found = {n: column_to_numpy(batch.column(n), *columns[n], name=path) for n in names}
-            blocks.append((end, source.tell() - end, found))
+            blocks.append((end, source.tell() - end, found, dict(metadata or {})))
             end = source.tell()

@@ -7,12 +7,22 @@ numpy, pyarrow and the standard library; no Warp, Newton or torch.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.fields import FLOATS, REQUIRED_LAYOUT, TRANSITION_LAYOUT, TRANSITIONS
+from forge_gpu._src.core.fields import (
+    FLOATS,
+    REQUIRED_LAYOUT,
+    SPEC_GROUPS,
+    TRANSITION_LAYOUT,
+    TRANSITIONS,
+    group_layout,
+)
+from forge_gpu._src.core.manifest import RUN_MANIFEST
+from forge_gpu._src.formats.packed.identity import layout_version
 
 #: The per-row transition columns (the core's transition fields).
 TRANSITION_COLUMNS = TRANSITIONS
@@ -32,15 +42,31 @@ def pyarrow():
     return pa
 
 
+def run_groups(run_dir: str, manifest: Mapping) -> dict[str, dict[str, tuple[tuple[int, ...], np.dtype]]]:
+    """``state`` (the ``state/<S>`` columns) and ``params`` (in the commit lines) of a packed run, name -> (shape,
+    dtype) each, as its run.json describes them; none in a run of layout_version 1, whose recorder stored neither
+    whatever its env_spec said. ValueError naming run.json for a layout_version this reader does not read."""
+    name = os.path.join(run_dir, RUN_MANIFEST)
+    stored = layout_version(manifest, name=name) >= 2
+    spec = manifest["env_spec"]
+    return {group: group_layout(spec, group, name=f"{name}: env_spec") if stored else {} for group in SPEC_GROUPS}
+
+
 def run_columns(
     fields: Mapping[str, tuple[tuple[int, ...], np.dtype]],
     action_dim: int,
     action_dtype: Any = np.float32,
     reward_dtype: Any = np.float32,
+    *,
+    state: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None,
 ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """column -> (per-row shape, dtype) of a run: ``obs/<field>`` per observation field, then the
-    transition columns."""
-    columns = {f"obs/{name}": (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in fields.items()}
+    """column -> (per-row shape, dtype) of a run: ``obs/<field>`` per observation field, ``state/<name>`` per
+    entry of the simulator ``state``, then the transition columns."""
+    columns = {
+        f"{group}/{name}": (tuple(shape), np.dtype(dtype))
+        for group, layout in (("obs", fields), ("state", state or {}))
+        for name, (shape, dtype) in layout.items()
+    }
     columns["action"] = ((action_dim,), np.dtype(action_dtype))
     columns["reward"] = ((), np.dtype(reward_dtype))
     columns["terminated"] = ((), np.dtype(np.bool_))

@@ -1,26 +1,28 @@
 """Writing a packed run (schema 2, docs/FORMAT.md): blocks of rows appended to rotating Arrow IPC segments,
 each published by one commit line; the episodes that end in a block; and checked episodes written end to end
-(``convert --to packed``).
+(``convert --to packed``, and any writer of a run from :class:`Episode` objects).
 
 numpy, pyarrow and the standard library; no Warp, Newton or torch.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from forge_gpu._src.core.frames import stack_episodes
-from forge_gpu._src.formats.packed.commits import append_commit, open_commit_log
+from forge_gpu._src.formats.packed.commits import PARAMS, PARAMS_PREFIX, append_commit, encode_params, open_commit_log
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
 from forge_gpu._src.formats.packed.schema import arrow_schema, pyarrow, run_columns, to_record_batch
 
 
 def ended_episodes(columns: Mapping[str, np.ndarray], first_row: int, stride: int) -> dict[str, np.ndarray]:
     """The episodes that end in a block of step-major rows (``stride`` rows per step) starting at run row
-    ``first_row``: one entry per row whose transition terminated or truncated."""
+    ``first_row``: one entry per row whose transition terminated or truncated, with its ``params/<name>`` where
+    the columns hold them per row (the recorder's ring; the last row of an episode holds its params)."""
     rows = np.flatnonzero(columns["terminated"] | columns["truncated"])
     steps = columns["obs/step_id"][rows].astype(np.int64)
     return {
@@ -29,6 +31,7 @@ def ended_episodes(columns: Mapping[str, np.ndarray], first_row: int, stride: in
         "steps": steps,
         "first_row": first_row + rows - steps * stride,
         "stride": np.full(rows.size, stride, np.int64),
+        **{name: values[rows] for name, values in columns.items() if name.startswith(PARAMS_PREFIX)},
     }
 
 
@@ -55,7 +58,9 @@ class PackedWriter:
         return self._rows
 
     def write(self, columns: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray]) -> int:
-        """Append a block of rows, then publish it and ``episodes`` (those whose last row is in it)."""
+        """Append a block of rows, then publish it and ``episodes`` (those whose last row is in it). Their params
+        go into the commit line and, for repair (a kill between the two writes), into the record batch's custom
+        metadata."""
         pa = pyarrow()
         if self._stream is None:
             self._segment += 1
@@ -63,7 +68,8 @@ class PackedWriter:
             self._stream = pa.ipc.new_stream(self._sink, self._schema, options=self._options)
         batch = to_record_batch(self._schema, columns)
         offset = self._sink.tell()
-        self._stream.write_batch(batch)
+        params = encode_params(episodes)
+        self._stream.write_batch(batch, None if params is None else {PARAMS: json.dumps(params, separators=(",", ":"))})
         length = self._sink.tell() - offset
         append_commit(
             self._log,
@@ -100,10 +106,12 @@ class PackedWriter:
 _WRITE_BLOCK_BYTES = 8 << 20
 
 
-def write_episodes(directory: str, episodes, compression: str) -> int:
-    """Write checked episodes (reader ``Episode`` objects, all of one run) into the empty ``directory`` as
-    segments and a commit log, end to end (stride 1), a block of whole episodes at a time; return the count.
-    The directory's run.json is the caller's (``convert_run``)."""
+def write_episodes(directory: str, episodes: Iterable, compression: str) -> int:
+    """Write checked episodes (reader ``Episode`` objects, all of one run, with the same fields, state and params)
+    into the empty ``directory`` as segments and a commit log, end to end (stride 1), a block of whole episodes at
+    a time: each episode's ``state`` as ``state/<name>`` columns, its ``params`` in the commit line; return the
+    count. The directory's run.json is the caller's (``convert_run``, replay): its env_spec describes the state and
+    params, and its layout_version is :data:`identity.LAYOUT_VERSION`."""
     writer = None
     block: list = []
     block_bytes = count = 0
@@ -117,11 +125,15 @@ def write_episodes(directory: str, episodes, compression: str) -> int:
     try:
         for episode in episodes:
             if writer is None:
-                fields = {f: (a.shape[1:], a.dtype) for f, a in episode.obs.items()}
-                columns = run_columns(fields, episode.action.shape[1], episode.action.dtype, episode.reward.dtype)
+                fields, state = (
+                    {k: (a.shape[1:], a.dtype) for k, a in d.items()} for d in (episode.obs, episode.state)
+                )
+                action, reward = episode.action, episode.reward
+                columns = run_columns(fields, action.shape[1], action.dtype, reward.dtype, state=state)
                 writer = PackedWriter(directory, arrow_schema(columns), compression=compression)
             block.append(episode)
-            block_bytes += sum(a.nbytes for a in episode.obs.values()) + episode.action.nbytes
+            arrays = (*episode.obs.values(), *episode.state.values(), episode.action)
+            block_bytes += sum(a.nbytes for a in arrays)
             if block_bytes >= _WRITE_BLOCK_BYTES:
                 count += write_block()
                 block, block_bytes = [], 0
