@@ -33,6 +33,7 @@ from common import machine, save, table  # noqa: E402
 #: (policy, max_steps) of the workflow rows: the expert reaches the target in about 45 steps, so at max_steps
 #: 40 a part of its episodes time out; the random policy rarely succeeds.
 WORKFLOWS = [("expert", 100), ("expert", 40), ("random", 100)]
+SMOKE_WORKFLOWS = [("expert", 20), ("expert", 8), ("random", 10)]
 
 
 def _collect(root: Path, name: str, *, envs: int, steps: int, policy: str, seed: int, **overrides):
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             r["vs_collect"] = r["frames_per_s"] / rows[0]["frames_per_s"]
 
         workflow = []
-        for policy, max_steps in WORKFLOWS:
+        for policy, max_steps in WORKFLOWS if not args.smoke else SMOKE_WORKFLOWS:
             common = {"envs": args.envs, "steps": args.steps, "policy": policy, "seed": 1, "max_steps": max_steps}
             name = f"{policy}-{max_steps}"
             render_all = _collect(root, f"{name}-all", **common, **size)

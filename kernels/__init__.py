@@ -1,6 +1,7 @@
 """Warp kernels and functions of forge_gpu, one module per concern.
 
 Installed as ``forge_gpu.kernels``. Each module is paired with the module that launches it:
-``rng`` and ``camera`` (shared), ``env`` with ``forge_gpu._src.sim.env``, ``policies`` with ``forge_gpu._src.sim.policies``
-and one module per task with ``forge_gpu._src.sim.tasks.<task>``.
+``rng`` (shared), ``camera`` with ``forge_gpu._src.sim.tasks.camera``, ``randomize`` with
+``forge_gpu._src.sim.randomize``, ``env`` with ``forge_gpu._src.sim.env``, ``policies`` with
+``forge_gpu._src.sim.policies`` and one module per task with ``forge_gpu._src.sim.tasks.<task>``.
 """

@@ -243,11 +243,7 @@ def test_replay_smoke(out):
     assert [r["mode"] for r in payload["throughput"]] == ["collect", "replay_state", "replay_actions"]
     for row in payload["throughput"]:
         check_figures(row, {"frames": True, "seconds": True, "frames_per_s": True, "vs_collect": True})
-    assert [(r["policy"], r["max_steps"]) for r in payload["workflow"]] == [
-        ("expert", 100),
-        ("expert", 40),
-        ("random", 100),
-    ]
+    assert [r["policy"] for r in payload["workflow"]] == ["expert", "expert", "random"]
     for row in payload["workflow"]:
         figures = {
             "max_steps": True,
