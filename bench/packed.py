@@ -17,7 +17,8 @@ python bench/packed.py --only reader     # one section: ingest, pipeline, rss, r
                     (schema 1: two per episode).
   pipeline          cartpole, 1024 envs, CPU, random policy (~25-step episodes): ``collect`` recording packed
                     to --record-dir against ``collect`` with ``directory=None``, same steps, alternated;
-                    env-steps/s over the whole call including close. Three pairs, each ratio printed.
+                    env-steps/s of the stepping loop. Five pairs, each ratio printed: ``efficiency`` with
+                    the state columns (recorded by default), ``efficiency_no_state`` with record_state = false.
   rss               peak RSS of ``forge-gpu collect reach --envs 256`` at 128x128 (RGB-D) with max_steps 100
                     and 1000, packed, in fresh processes (same step count); ratio second/first.
   reader_TASK       the same episodes in both layouts (recorded packed, converted to npz), one process:
@@ -58,7 +59,7 @@ from forge_gpu import EpisodeRecorder, PackedRecorder, Windows, convert_run  # n
 
 FULL = {
     "ingest": {"num_envs": 4096, "short_steps": 400, "long_steps": 402},
-    "pipeline": {"num_envs": 1024, "steps": 300, "pairs": 3},
+    "pipeline": {"num_envs": 1024, "steps": 600, "pairs": 5},
     "rss": {"num_envs": 256, "image_size": 128, "steps": 24},
     "reader": {"cartpole": (1024, 200, 0.0, None), "reach": (256, 50, 0.02, 64)},
     "windows_mmap": {"num_envs": 128, "steps": 100, "image_size": 64},
@@ -194,25 +195,33 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
 def pipeline(sizes: dict, parent: str) -> list[dict]:
     from forge_gpu import collect
 
-    env = forge_gpu.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0)
-    policy = forge_gpu.make_policy("random", env)
-    collect(env, policy, None, steps=5)  # compile and warm up
+    envs = {
+        state: forge_gpu.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0, record_state=state)
+        for state in (True, False)
+    }
+    policies = {state: forge_gpu.make_policy("random", env) for state, env in envs.items()}
+    for state, env in envs.items():
+        collect(env, policies[state], None, steps=5)  # compile and warm up
     rows = []
     with figure_directory(parent) as where:
         for pair in range(sizes["pairs"]):
-            bare = collect(env, policy, None, steps=sizes["steps"])
-            os.sync()
-            recorded = collect(env, policy, new_directory(where, "pipeline"), steps=sizes["steps"])
-            rows.append(
-                {
-                    "figure": f"pipeline_{pair}",
-                    "recording": recorded.env_steps_per_second,
-                    "stepping": bare.env_steps_per_second,
-                    "efficiency": recorded.env_steps_per_second / bare.env_steps_per_second,
-                    "stall": recorded.stall_fraction,
-                    "episodes": recorded.episodes,
-                }
-            )
+            row = {"figure": f"pipeline_{pair}"}
+            for state, env in envs.items():  # with the state columns (the default), then without
+                bare = collect(env, policies[state], None, steps=sizes["steps"])
+                os.sync()
+                recorded = collect(env, policies[state], new_directory(where, "pipeline"), steps=sizes["steps"])
+                efficiency = recorded.env_steps_per_second / bare.env_steps_per_second
+                if state:
+                    row |= {
+                        "recording": recorded.env_steps_per_second,
+                        "stepping": bare.env_steps_per_second,
+                        "efficiency": efficiency,
+                        "stall": recorded.stall_fraction,
+                        "episodes": recorded.episodes,
+                    }
+                else:
+                    row["efficiency_no_state"] = efficiency
+            rows.append(row)
     return rows
 
 

@@ -131,7 +131,8 @@ def test_packed_smoke(out):
     for name in ("ingest_short", "ingest_long"):
         check_figures(rows[name], {"rows_per_s": True, "vs_raw_write": True, "vs_per_row": True, "vs_npz": True})
     check_figures(rows["files_per_100k"], {"files_per_100k": True})
-    check_figures(rows["pipeline_0"], {"recording": True, "stepping": True, "efficiency": True})
+    pipeline_figures = {"recording": True, "stepping": True, "efficiency": True, "efficiency_no_state": True}
+    check_figures(rows["pipeline_0"], pipeline_figures)
     check_figures(rows["rss"], {"peak_rss_mb_100": True, "peak_rss_mb_1000": True, "ratio": True})
     for name in ("reader_cartpole", "reader_reach"):
         figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]
