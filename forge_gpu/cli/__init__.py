@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from forge_gpu._src.formats.options import RecordingOptions
+from forge_gpu._src.formats.options import DURABILITIES, RecordingOptions
 from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 
@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--compression", choices=compressions, default=_DEFAULTS.compression, help=compression_help)
     c.add_argument("--compression-level", type=int, default=_DEFAULTS.compression_level, help="npz deflate level 0-9")
     c.add_argument("--writers", type=int, default=_DEFAULTS.writers, help="npz writer threads")
+    c.add_argument(
+        "--durability",
+        choices=DURABILITIES,
+        default=_DEFAULTS.durability,
+        help="process (default): published episodes survive a killed process; machine (packed): each block is "
+        "synced before its commit line and the log after it, so they survive a machine crash",
+    )
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
     c.add_argument(
         "--max-buffer-bytes",

@@ -76,6 +76,7 @@ def recording_options_of(args) -> RecordingOptions:
             compression_level=args.compression_level,
             writers=args.writers,
             max_buffer_bytes=args.max_buffer_bytes,
+            durability=args.durability,
         )
     except OptionError as e:
         raise UsageError(f"--{e.name.replace('_', '-')} {e.value}: {e.allowed}") from e

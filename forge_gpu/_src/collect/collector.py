@@ -171,6 +171,7 @@ def collect(
     writers: int | None = None,
     compression: str | None = None,
     compression_level: int | None = None,
+    durability: str | None = None,
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     progress_interval: float = 0.5,
@@ -187,7 +188,7 @@ def collect(
         slots: Transport slots K.
         options: How the run is recorded (:class:`RecordingOptions`: format, compression, writers, memory
             budget, statistics); default ``RecordingOptions()``, a packed run.
-        format, max_buffer_bytes, writers, compression, compression_level: the same fields given one by one;
+        format, max_buffer_bytes, writers, compression, compression_level, durability: the same fields one by one;
             each one given (not ``None``) overrides ``options``.
         stop: Set it (e.g. from a signal handler) to stop stepping and close cleanly.
         progress: Called about every ``progress_interval`` seconds with a dict of counters.
@@ -205,6 +206,7 @@ def collect(
         writers=writers,
         compression=compression,
         compression_level=compression_level,
+        durability=durability,
     )
     began = time.perf_counter()
     first = env.reset()  # compiles the step's kernels on first use and captures the step graph

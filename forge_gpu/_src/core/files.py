@@ -19,8 +19,10 @@ def load_json(path: str) -> Any:
         raise ValueError(f"{path}: cannot read JSON: {exc}") from exc
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented UTF-8 JSON to a temporary file in the same directory, then rename it."""
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, durable: bool = False) -> None:
+    """Write ``obj`` as indented UTF-8 JSON to a temporary file in the same directory, then rename it. With
+    ``durable``, the file's data is synced before the rename and the directory after it, so that the new file
+    survives a machine crash once this returns."""
     path = os.fspath(path)
     directory, name = os.path.split(path)
     fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=directory or ".")
@@ -28,10 +30,24 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=2, sort_keys=False)
             f.write("\n")
+            if durable:
+                f.flush()
+                os.fdatasync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
         raise
+    if durable:
+        sync_directory(directory or ".")
+
+
+def sync_directory(directory: str) -> None:
+    """Make the directory's entries (files created, renamed or removed in it) durable: fsync of the directory."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def partial_path(out: str) -> str:

@@ -40,6 +40,11 @@ class RecordingOptions:
     npz 1 GiB of episode buffers)."""
     statistics: bool = True
     """Compute normalization statistics while recording and write them as ``stats.json`` at close."""
+    durability: str = "process"
+    """What a published episode survives (docs/FORMAT.md "Durability"): ``process`` (the default: its data is in
+    the page cache when its commit returns, so it survives the recording process being killed) or ``machine``
+    (packed only: each block's data is synced before its commit line and the log after it, one sync pair per
+    block, so it survives a machine crash or power cut once its commit returned)."""
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -55,12 +60,24 @@ class RecordingOptions:
             raise OptionError("max_buffer_bytes", self.max_buffer_bytes, "must be an integer >= 1 (or None)")
         if not isinstance(self.statistics, bool):
             raise OptionError("statistics", self.statistics, "must be True or False")
+        takes = durabilities(self.format)
+        if self.durability not in takes:
+            raise OptionError("durability", self.durability, f"the {self.format} format takes {', '.join(takes)}")
 
     def replace(self, **changes: Any) -> RecordingOptions:
         """A copy with ``changes``; a change of ``None`` keeps the field (so callers can pass their keyword
         arguments through unfiltered)."""
         changes = {k: v for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **changes) if changes else self
+
+
+DURABILITIES = ("process", "machine")
+"""The durability levels, weakest first (:attr:`RecordingOptions.durability`)."""
+
+
+def durabilities(format: str) -> tuple[str, ...]:
+    """The durability levels a registered format records at (its ``durabilities``; ``process`` where it says none)."""
+    return tuple(getattr(FORMATS[format], "durabilities", ("process",)))
 
 
 def recording_options(options: RecordingOptions | None = None, **changes: Any) -> RecordingOptions:

@@ -121,6 +121,7 @@ class PackedFormat:
 
     name = "packed"
     compressions = packed.COMPRESSIONS
+    durabilities = ("process", "machine")
     identity = packed.IDENTITY
     published_by = "commit log"
     spec_groups = ("state", "params")
@@ -132,7 +133,14 @@ class PackedFormat:
         from forge_gpu._src.formats.packed.recorder import PackedRecorder  # noqa: PLC0415
 
         budget = _budget(options)
-        return PackedRecorder(directory, run, compression=options.compression, statistics=options.statistics, **budget)
+        return PackedRecorder(
+            directory,
+            run,
+            compression=options.compression,
+            statistics=options.statistics,
+            durability=options.durability,
+            **budget,
+        )
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
         from forge_gpu._src.formats.packed.reader import PackedRunReader  # noqa: PLC0415

@@ -68,8 +68,9 @@ class RecorderBase:
     #: The normalization statistics a subclass feeds in ``append`` (``stats.json`` at close), or None.
     _stats: StatsAccumulator | None = None
 
-    def __init__(self, directory: str | os.PathLike, tracker: EpisodeTracker, manifest: dict):
+    def __init__(self, directory: str | os.PathLike, tracker: EpisodeTracker, manifest: dict, *, durable: bool = False):
         self._directory = os.fspath(directory)
+        self._durable = durable  # run.json and stats.json synced (and their directory) when written
         self._tracker = tracker
         self._manifest = manifest
         # Shared with the writers, under one lock: `_cond` wakes `append`, `flush` and `close`; `_work` the
@@ -184,7 +185,7 @@ class RecorderBase:
         self._join()
         if self._stats is not None:  # before the manifest: a closed run has its statistics
             try:
-                self._stats.write(self._directory, "recorded")
+                self._stats.write(self._directory, "recorded", durable=self._durable)
             except OSError as exc:
                 self._fail(exc, STATS_FILE)
         remove_quietly(self._reserve)  # the writers are done: the final manifest takes the room kept for it
@@ -272,7 +273,7 @@ class RecorderBase:
                 manifest["unwritten_episode_count"] = len(unwritten)
             if status != "recording":
                 manifest["incomplete_episodes"] = self._tracker.incomplete()
-            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest))
+            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest), durable=self._durable)
 
 
 def _preallocate(path: str, size: int) -> None:

@@ -300,10 +300,10 @@ class StatsAccumulator:
             "fields": {key: stats.to_json() for key, stats in self.stats.items()},
         }
 
-    def write(self, directory: str | os.PathLike, source: str) -> str:
-        """Write ``stats.json`` into ``directory`` (atomically); return its path."""
+    def write(self, directory: str | os.PathLike, source: str, *, durable: bool = False) -> str:
+        """Write ``stats.json`` into ``directory`` (atomically; synced with ``durable``); return its path."""
         path = os.path.join(os.fspath(directory), STATS_FILE)
-        write_json_atomic(path, self.to_json(source))
+        write_json_atomic(path, self.to_json(source), durable=durable)
         return path
 
     @classmethod

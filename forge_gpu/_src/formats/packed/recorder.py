@@ -49,6 +49,8 @@ class PackedRecorder(RecorderBase):
         block_bytes: the writer appends at most this many bytes of buffered steps at once (at least one step).
         statistics: compute normalization statistics from every batch and write them as ``stats.json``
             at close (forge_gpu/_src/recording/stats.py).
+        durability: ``process`` (page cache: a published episode survives a killed process) or ``machine``
+            (each block synced before its commit line, the log after it: it survives a machine crash).
     """
 
     def __init__(
@@ -61,8 +63,11 @@ class PackedRecorder(RecorderBase):
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         statistics: bool = True,
+        durability: str = "process",
     ) -> None:
         check_int("max_buffer_bytes", max_buffer_bytes, minimum=1)
+        if durability not in ("process", "machine"):
+            raise ValueError(f"durability must be 'process' or 'machine', got {durability!r}")
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {list(COMPRESSIONS)} (packed), got {compression!r}")
         check_int("segment_bytes", segment_bytes, minimum=1)
@@ -79,6 +84,7 @@ class PackedRecorder(RecorderBase):
         manifest = initial_manifest(run, max_buffer_bytes, {**IDENTITY, "layout_version": LAYOUT_VERSION})
         manifest["recorder"] = {
             "compression": compression,
+            "durability": durability,
             "segment_bytes": segment_bytes,
             "block_steps": self._block_steps,
             "buffer_steps": capacity,
@@ -90,9 +96,11 @@ class PackedRecorder(RecorderBase):
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
 
-        super().__init__(directory, tracker, manifest)
+        super().__init__(directory, tracker, manifest, durable=durability == "machine")
         schema = arrow_schema(run_columns(tracker.fields, tracker.action_dim, state=tracker.state))
-        self._writer = PackedWriter(self._directory, schema, compression=compression, segment_bytes=segment_bytes)
+        self._writer = PackedWriter(
+            self._directory, schema, compression=compression, segment_bytes=segment_bytes, durability=durability
+        )
         self._thread = threading.Thread(target=self._writer_loop, name="forge-gpu-packed-writer", daemon=True)
         self._thread.start()
 

@@ -34,10 +34,13 @@ def repair_packed(run_dir: str, manifest: dict) -> dict:
     params = run_groups(run_dir, manifest)["params"]  # first: a layout this code does not know is left as it is
     rows_per_step = recorder_stride(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
     log = os.path.join(run_dir, COMMIT_LOG)
+    actions = []
+    if not os.path.exists(log):  # the process stopped between run.json and the log: nothing was published
+        open(log, "wb").close()
+        actions.append(f"created the missing {COMMIT_LOG} (the recording stopped before it was created)")
     with open(log, "rb") as f:
         data = f.read()
     whole = data[: data.rfind(b"\n") + 1]
-    actions = []
     if len(whole) != len(data):
         os.truncate(log, len(whole))
         actions.append(f"cut a torn line of {len(data) - len(whole)} bytes off {COMMIT_LOG}")

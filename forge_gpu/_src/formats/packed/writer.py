@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from forge_gpu._src.core.files import sync_directory
 from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.formats.packed.commits import PARAMS, PARAMS_PREFIX, append_commit, encode_params, open_commit_log
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
@@ -41,7 +42,15 @@ class PackedWriter:
     Not thread-safe: one writer thread owns it. ``write`` returns the bytes it added to the segment.
     """
 
-    def __init__(self, directory: str, schema, *, compression: str = "none", segment_bytes: int = 1 << 30):
+    def __init__(
+        self,
+        directory: str,
+        schema,
+        *,
+        compression: str = "none",
+        segment_bytes: int = 1 << 30,
+        durability: str = "process",
+    ):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {compression!r}")
         pa = pyarrow()
@@ -52,6 +61,11 @@ class PackedWriter:
         self._sink = self._stream = None
         self._rows = 0  # run rows written so far
         self._log = open_commit_log(directory, create=True)
+        self._durable = durability == "machine"
+        """Sync each block's data before its commit line and the log after it (docs/FORMAT.md "Durability")."""
+        self._segment_fd = -1  # a second descriptor of the current segment, for its syncs
+        if self._durable:
+            sync_directory(directory)  # the commit log's name
 
     @property
     def rows(self) -> int:
@@ -62,15 +76,23 @@ class PackedWriter:
         go into the commit line and, for repair (a kill between the two writes), into the record batch's custom
         metadata."""
         pa = pyarrow()
-        if self._stream is None:
+        new_segment = self._stream is None
+        if new_segment:
             self._segment += 1
-            self._sink = pa.OSFile(os.path.join(self._directory, segment_name(self._segment)), "wb")
+            path = os.path.join(self._directory, segment_name(self._segment))
+            self._sink = pa.OSFile(path, "wb")
             self._stream = pa.ipc.new_stream(self._sink, self._schema, options=self._options)
+            if self._durable:
+                self._segment_fd = os.open(path, os.O_RDONLY)
         batch = to_record_batch(self._schema, columns)
         offset = self._sink.tell()
         params = encode_params(episodes)
         self._stream.write_batch(batch, None if params is None else {PARAMS: json.dumps(params, separators=(",", ":"))})
         length = self._sink.tell() - offset
+        if self._durable:  # the block's bytes (and a new segment's name) before the line that publishes them
+            os.fdatasync(self._segment_fd)
+            if new_segment:
+                sync_directory(self._directory)
         append_commit(
             self._log,
             segment=self._segment,
@@ -80,6 +102,8 @@ class PackedWriter:
             rows=batch.num_rows,
             episodes=episodes,
         )
+        if self._durable:  # one sync pair per block: group commit of every episode that ends in it
+            os.fdatasync(self._log)
         self._rows += batch.num_rows
         if offset + length >= self._segment_bytes:
             self._end_segment()
@@ -92,6 +116,9 @@ class PackedWriter:
                 stream.close()
             finally:
                 sink.close()
+                if self._segment_fd >= 0:
+                    os.close(self._segment_fd)
+                    self._segment_fd = -1
 
     def close(self) -> None:
         try:
