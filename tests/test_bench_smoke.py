@@ -265,3 +265,14 @@ def test_randomize_smoke(out):
     ]  # fmt: skip
     for row in rows:
         check_figures(row, STEPPING | {"vs_none": True})
+
+
+def test_durability_smoke(out):
+    """bench/durability.py --smoke gives rows/s at both durability levels, the syncs made and the ratio."""
+    rows = run_bench("durability", out)["rows"]
+    assert [(r["shape"], r["durability"]) for r in rows] == [
+        ("short", "process"), ("short", "machine"), ("images", "process"), ("images", "machine")
+    ]  # fmt: skip
+    for row in rows:
+        check_figures(row, {"rows_per_s": True, "episodes_per_s": True, "mb_per_s": True, "vs_process": True})
+        assert (row["syncs"] > 0) == (row["durability"] == "machine"), row
