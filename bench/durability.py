@@ -26,7 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import machine, save, table  # noqa: E402
 from packed import fs_type, make_batches  # noqa: E402
 
-SHAPES = {"short": {"num_envs": 4096, "steps": 60, "image": None}, "images": {"num_envs": 256, "steps": 30, "image": 64}}
+SHAPES = {
+    "short": {"num_envs": 4096, "steps": 60, "image": None},
+    "images": {"num_envs": 256, "steps": 30, "image": 64},
+}
 SMOKE = {"short": {"num_envs": 64, "steps": 10, "image": None}, "images": {"num_envs": 8, "steps": 6, "image": 16}}
 
 
