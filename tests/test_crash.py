@@ -115,3 +115,13 @@ def test_durability_is_checked_and_recorded(tmp_path):
     manifest = forge_gpu.read_manifest(tmp_path / "run")
     assert manifest["recorder"]["durability"] == "machine" and manifest["status"] == "closed"
     assert len(_episodes(tmp_path / "run")) == manifest["completed_episodes"] > 0
+
+
+def test_cli_collect_takes_durability(tmp_path):
+    from forge_gpu.cli import main
+
+    out = tmp_path / "run"
+    args = ["collect", "cartpole", "--envs", "2", "--episodes", "2", "--out", str(out), "--set", "max_steps=5"]
+    assert main([*args, "--durability", "machine"]) == 0
+    assert forge_gpu.read_manifest(out)["recorder"]["durability"] == "machine"
+    assert main([*args[:-4], "--out", str(tmp_path / "npz"), "--format", "npz", "--durability", "machine"]) == 2
