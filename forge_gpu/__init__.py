@@ -47,6 +47,7 @@ _EXPORTS = {
     "Windows": "forge_gpu._src.data.windows",
     "PackedRecorder": "forge_gpu._src.formats.packed.recorder",
     "convert_run": "forge_gpu._src.data.tools.convert",
+    "verify_run": "forge_gpu._src.data.tools.verify",
     "export_lerobot": "forge_gpu._src.data.export.lerobot",
     "export_robomimic": "forge_gpu._src.data.export.robomimic",
     "run_statistics": "forge_gpu._src.data.tools.statistics",

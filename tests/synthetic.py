@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import types
+from pathlib import Path
 
 import numpy as np
 
@@ -258,6 +259,25 @@ def standard_read(directory):
         reader = pa.ipc.open_stream(pa.memory_map(str(directory / f"segment-{segment:06d}.arrows")))
         tables.append(pa.Table.from_batches([reader.read_next_batch() for c in commits if c["segment"] == segment]))
     return commits, pa.concat_tables(tables)
+
+
+def downgrade_packed_run(directory, version):
+    """Rewrite the packed run ``directory`` (written at layout_version 3) as a run of an older layout ``version``
+    (1 or 2) would hold it: its commit lines without ``crc32c`` (the key layout 3 added), its run.json's
+    layout_version ``version`` (none for 1). Its blocks keep their copies of the episodes, which older readers
+    ignore."""
+    directory = Path(directory)
+    lines = [json.loads(line) for line in (directory / "commits.jsonl").read_text().splitlines()]
+    text = "".join(
+        json.dumps({k: v for k, v in c.items() if k != "crc32c"}, separators=(",", ":")) + "\n" for c in lines
+    )
+    (directory / "commits.jsonl").write_text(text)
+    manifest = json.loads((directory / "run.json").read_text())
+    manifest.pop("layout_version")
+    if version > 1:
+        manifest["layout_version"] = version
+    (directory / "run.json").write_text(json.dumps(manifest))
+    return manifest
 
 
 #: The ways :func:`fuzz_packed_run` damages a run.

@@ -49,7 +49,7 @@ def recorded(tmp_path_factory):
     directory = tmp_path_factory.mktemp("packed") / "run"
     env = make_env(num_envs=5, max_steps=6, images=True)
     sim = SyntheticSim(env, seed=11)
-    record_packed(directory, env, make_batches(sim, 40, resets_at=(17,)), block_bytes=3000, segment_bytes=5000)
+    record_packed(directory, env, make_batches(sim, 40, resets_at=(17,)), block_bytes=3000, segment_bytes=11000)
     return directory, sim
 
 

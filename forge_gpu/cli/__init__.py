@@ -5,8 +5,8 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
 The code is in three modules: ``_common`` (bad input, checks, signals, progress), ``_sim`` (the commands
-that simulate: collect, doctor) and ``_data`` (the commands that read runs: inspect, render, repair, convert,
-export, stats). Only ``_sim``'s commands import Warp and Newton, and only when they run.
+that simulate: collect, doctor) and ``_data`` (the commands that read runs: inspect, verify, render, repair,
+convert, export, stats). Only ``_sim``'s commands import Warp and Newton, and only when they run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 
 from ._common import UsageError
-from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats
+from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._sim import cmd_collect, cmd_doctor, cmd_replay
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--quick", action="store_true", help="check the manifest and the markers or commit log only")
     i.set_defaults(func=cmd_inspect)
 
+    w = sub.add_parser(
+        "verify", help="check every block's checksum and every episode of a run or dataset; exit 1 on any damage"
+    )
+    w.add_argument("run", help="a run directory or a dataset root")
+    w.add_argument("--json", action="store_true", help="machine-readable output")
+    w.set_defaults(func=cmd_verify)
+
     r = sub.add_parser("render", help="draw an episode: a GIF of its frames, or a plot of proprio, actions, reward")
     r.add_argument("run")
     r.add_argument("--episode", default=None, metavar="ENV:EPISODE", help="default: the first episode")
@@ -131,8 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")
     d.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("repair", help="close a run whose recording process was killed")
+    p = sub.add_parser("repair", help="close a run whose recording process was killed or whose machine crashed")
     p.add_argument("run")
+    p.add_argument(
+        "--salvage",
+        action="store_true",
+        help="keep every episode whose blocks pass their checksums, drop (and list) the others, whatever the run's "
+        "status (without it a damaged closed run is refused and a crashed one is cut at its first damaged block)",
+    )
     p.set_defaults(func=cmd_repair)
 
     e = sub.add_parser("export", help="write a closed run (or dataset) as a LeRobot v3.0 dataset or robomimic HDF5")

@@ -1,5 +1,5 @@
-"""The commands that read or rewrite runs on disk: ``inspect``, ``render``, ``repair``, ``convert``, ``export``,
-``stats``. None of them imports Warp, Newton or torch (a test checks it), so they run on a machine that only
+"""The commands that read or rewrite runs on disk: ``inspect``, ``verify``, ``render``, ``repair``, ``convert``,
+``export``, ``stats``. None of them imports Warp, Newton or torch (a test checks it), so they run on a machine that only
 trains."""
 
 from __future__ import annotations
@@ -33,6 +33,21 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    import json
+
+    from forge_gpu._src.data.tools.verify import format_verify, verify_run
+
+    check_run(args.run, dataset=True)
+    try:
+        report = verify_run(args.run)
+    except ValueError as e:  # a dataset.json that does not read
+        print(f"forge-gpu: invalid dataset: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2) if args.json else "\n".join(format_verify(report)))
+    return 0 if report["ok"] else 1
+
+
 def cmd_render(args) -> int:
     from forge_gpu._src.data.tools.inspection import render_episode
 
@@ -59,24 +74,31 @@ def cmd_repair(args) -> int:
 
     check_run(args.run)
     try:
-        report = repair_run(args.run)
+        report = repair_run(args.run, salvage=args.salvage)
     except ValueError as e:
         print(f"forge-gpu: cannot repair: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # e.g. a disk still full: nothing published was touched, and repair can run again
         print(f"forge-gpu: cannot repair {args.run}: {e}; free space or fix the error, then run again", file=sys.stderr)
         return 1
+    cut = report["cut"]
+    lost = (
+        f"; {'emptied' if args.salvage else 'cut off'} {cut['blocks']} damaged block(s), {cut['rows']} rows: "
+        f"{cut['episodes']} episode(s) lost: {' '.join(report['lost_episodes']) or '-'}"
+        if cut["blocks"]
+        else ""
+    )
     if report["status_before"] != "recording":
         done = [f"removed {len(report['removed'])} stale files"] if report["removed"] else []
         done += [f"repaired: {'; '.join(report['actions'])}"] if report["actions"] else []
-        print(f"{args.run}: status is {report['status_before']!r}; " + ("; ".join(done) or "nothing to repair"))
+        print(f"{args.run}: status is {report['status_before']!r}; " + ("; ".join(done) or "nothing to repair") + lost)
         return 0
     recovered = report["recovered_episodes"]
     recovered = f", {recovered} of them recovered by the repair" if recovered else ""
     repairs = f"; {len(report['actions'])} repairs" if report["actions"] else ""
     print(
         f"{args.run}: closed; {report['episodes']} published episodes kept{recovered}; "
-        f"{len(report['removed'])} stale temporary or unpublished files removed{repairs}"
+        f"{len(report['removed'])} stale temporary or unpublished files removed{repairs}{lost}"
     )
     return 0
 

@@ -73,6 +73,9 @@ class EpisodeReadOptions:
     state: bool | Sequence[str] = False
     """The simulator state to read into ``Episode.state``: none (``False``, the default), every entry the run has
     (``True``) or the named ones. ``Episode.params`` is always filled (it costs nothing to read)."""
+    verify: bool = True
+    """Check every block's checksum before trusting any value of it (packed runs of layout_version 3 on; older ones
+    have none and are read unverified). ``False`` skips the check; see docs/FORMAT.md "Checksums" for its cost."""
 
     def __post_init__(self):
         check_int("num_shards", self.num_shards, minimum=1)
@@ -89,6 +92,8 @@ class EpisodeReadOptions:
             if isinstance(state, str) or not isinstance(state, Sequence) or not all(isinstance(k, str) for k in state):
                 raise ValueError(f"state must be True, False or a sequence of state names, got {state!r}")
             object.__setattr__(self, "state", tuple(state))
+        if not isinstance(self.verify, bool):
+            raise ValueError(f"verify must be True or False, got {self.verify!r}")
         if not isinstance(self.max_member_bytes, int) or self.max_member_bytes < 1:
             raise ValueError(f"max_member_bytes must be a positive integer, got {self.max_member_bytes!r}")
 

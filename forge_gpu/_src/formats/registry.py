@@ -65,6 +65,9 @@ class RunReader(Protocol):
 
 #: The keys of the report every :meth:`RunFormat.repair` returns.
 REPAIR_KEYS = ("removed", "actions", "recovered_episodes")
+#: The keys a repair report may add, and their values where it does not: what was cut off or emptied (damaged
+#: blocks: their count, rows and episodes) and the episodes lost so, as ``"env_id:episode_id"``.
+REPAIR_EXTRA_KEYS = {"cut": {"blocks": 0, "rows": 0, "episodes": 0}, "lost_episodes": []}
 
 
 @runtime_checkable
@@ -98,10 +101,12 @@ class RunFormat(Protocol):
 
     def repair(self, run_dir: str, manifest: dict) -> dict:
         """Publish what a killed recorder wrote whole and remove its unpublished leftovers; never touch a
-        published episode; idempotent. Returns the report :data:`REPAIR_KEYS` name, every key filled:
-        ``removed`` (the names of the files it removed), ``actions`` (what else it did, a sentence each) and
-        ``recovered_episodes`` (how many episodes it published). run.json and ``*.tmp`` files are the caller's
-        (``repair_run``)."""
+        published episode whose data checks; idempotent. Returns the report :data:`REPAIR_KEYS` name, every key
+        filled: ``removed`` (the names of the files it removed), ``actions`` (what else it did, a sentence each) and
+        ``recovered_episodes`` (how many episodes it published); and, where it cut or dropped damaged data, those of
+        :data:`REPAIR_EXTRA_KEYS`. run.json and ``*.tmp`` files are the caller's (``repair_run``). A format that can
+        salvage a damaged run takes the keyword ``salvage`` (``repair --salvage``): keep every episode whose data
+        checks, drop the others, whatever the run's status."""
         ...
 
     def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
@@ -147,10 +152,10 @@ class PackedFormat:
 
         return PackedRunReader(run_dir, manifest)
 
-    def repair(self, run_dir: str, manifest: dict) -> dict:
+    def repair(self, run_dir: str, manifest: dict, *, salvage: bool = False) -> dict:
         from forge_gpu._src.formats.packed.repair import repair_packed  # noqa: PLC0415
 
-        return repair_packed(run_dir, manifest)
+        return repair_packed(run_dir, manifest, salvage=salvage)
 
     def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
         from forge_gpu._src.formats.packed.writer import write_episodes  # noqa: PLC0415

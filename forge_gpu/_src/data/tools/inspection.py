@@ -13,6 +13,7 @@ import numpy as np
 from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_stem
 from forge_gpu._src.data.runs import open_run
+from forge_gpu._src.formats.packed import identity as packed_identity
 from forge_gpu._src.formats.registry import format_of
 
 
@@ -66,6 +67,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "action_shape": spec["action_shape"],
         "bytes_on_disk": bytes_on_disk,
         "incomplete_episodes": manifest.get("incomplete_episodes", []),
+        "checksums": _checksums(fmt.name, manifest),
     }
     report["statistics"] = _statistics(run_dir)
     if spec.get("has_success") and not quick and len(run):
@@ -76,6 +78,18 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             f"if it was killed, run: forge-gpu repair {run_dir}"
         )
     return report
+
+
+def _checksums(format_name: str, manifest: dict) -> str:
+    """What guards the run's bytes against damage, and whether reading checked it."""
+    if format_name == "npz":
+        return "CRC-32 of every zip member, checked as read"
+    if format_name != "packed":
+        return "the format's own"
+    version = manifest.get("layout_version", 1)
+    if version >= packed_identity.CHECKSUMS_VERSION:
+        return "CRC32C of every block, verified before it is read"
+    return f"none (layout_version {version}): read unverified; forge-gpu verify checks the episodes' rules"
 
 
 def _param_stats(values: list[np.ndarray]) -> dict:
@@ -167,6 +181,7 @@ def format_report(report: dict) -> str:
         f"return         {stat(report['episode_return'])}",
         f"success rate   {success}",
         f"bytes on disk  {report['bytes_on_disk']:,}",
+        f"checksums      {report['checksums']}",
         f"incomplete     {len(report['incomplete_episodes'])} episodes (never published)",
         f"action         {report['action_shape']}",
         "fields:",

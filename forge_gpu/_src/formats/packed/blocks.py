@@ -8,15 +8,23 @@ numpy, pyarrow and the standard library; no Warp, Newton or torch.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
+import crc32c
 import numpy as np
 
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.frames import take_rows
+from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.core.rules import check_frames
-from forge_gpu._src.formats.packed.commits import EPISODE_KEYS, PARAMS_PREFIX, read_commits
-from forge_gpu._src.formats.packed.identity import COMMIT_LOG, segment_name
+from forge_gpu._src.formats.packed.commits import (
+    CHECKSUM,
+    EPISODE_KEYS,
+    PARAMS_PREFIX,
+    check_block_episodes,
+    read_commits,
+)
+from forge_gpu._src.formats.packed.identity import CHECKSUMS_VERSION, COMMIT_LOG, layout_version, segment_name
 from forge_gpu._src.formats.packed.schema import (
     TRANSITION_COLUMNS,
     column_to_numpy,
@@ -26,18 +34,21 @@ from forge_gpu._src.formats.packed.schema import (
 )
 
 
-def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
-    """Yield ``(commit, {column: [rows, ...] array})`` for every committed block, reading only ``names``.
+def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify: bool = True):
+    """Yield ``(commit, {column: [rows, ...] array})`` for every committed block of ``run``, reading only ``names``.
 
-    Each segment is read as an Arrow stream up to its last committed block; the stream's position after
-    each block must match the commit log. Raises ValueError naming the segment on any disagreement.
+    Each segment is memory-mapped and read as an Arrow stream up to its last committed block; the stream's position
+    after each block must match the commit log. With ``verify`` (and a run whose blocks carry checksums) each block's
+    bytes are checked against its line's checksum before anything is read from them, and its line's episodes against
+    the block's copy (:func:`check_block`). Raises ValueError naming the segment on any disagreement.
     """
     pa = pyarrow()
+    verify = verify and run.checksums
     by_segment: dict[int, list[dict]] = {}
     for commit in commits:
         by_segment.setdefault(commit["segment"], []).append(commit)
     for segment, blocks in by_segment.items():
-        path = os.path.join(run_dir, segment_name(segment))
+        path = os.path.join(run.directory, segment_name(segment))
         try:
             source = pa.memory_map(path)
         except (OSError, pa.ArrowException) as exc:
@@ -47,6 +58,8 @@ def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
             if source.size() < end:
                 raise ValueError(f"{path}: holds {source.size()} bytes; the commit log says at least {end}")
             try:
+                whole = source.read_buffer(end) if verify else None  # zero-copy: the mapped bytes
+                source.seek(0)
                 schema = pa.ipc.read_schema(source)
                 columns = schema_columns(schema, name=path)
                 indices = [schema.get_field_index(n) for n in names]
@@ -57,14 +70,14 @@ def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
                 options = pa.ipc.IpcReadOptions(included_fields=indices, use_threads=False)
                 reader = pa.ipc.open_stream(source, options=options)
                 for commit in blocks:
-                    batch = reader.read_next_batch()
-                    if source.tell() != commit["offset"] + commit["length"] or batch.num_rows != commit["rows"]:
-                        raise ValueError(
-                            f"block at offset {commit['offset']} has {batch.num_rows} rows ending at byte "
-                            f"{source.tell()}; the commit log says {commit['rows']} rows ending at "
-                            f"{commit['offset'] + commit['length']}"
+                    if verify:
+                        check_checksum(whole.slice(commit["offset"], commit["length"]), commit, path=path)
+                    batch, metadata = reader.read_next_batch_with_custom_metadata()
+                    check_batch(batch, source.tell() - commit["offset"], commit)
+                    if verify:
+                        check_block_episodes(
+                            commit, metadata or {}, run.groups["params"], where=block_where(path, commit)
                         )
-                    batch.validate(full=True)
                     yield (
                         commit,
                         {n: column_to_numpy(batch.column(n), *columns[n], name=f"{path}: column {n!r}") for n in names},
@@ -73,6 +86,33 @@ def read_blocks(run_dir: str, commits: list[dict], names: list[str]):
                 raise ValueError(f"{path}: cannot read segment: {type(exc).__name__}: {exc}") from exc
             except ValueError as exc:
                 raise ValueError(str(exc) if str(exc).startswith(path) else f"{path}: {exc}") from exc
+
+
+def block_where(path: str, commit: dict) -> str:
+    """A block in messages: its segment file, its offset and the commit line that publishes it."""
+    return f"{path}: the block at offset {commit['offset']} (commit line {commit['line']})"
+
+
+def check_checksum(data, commit: dict, *, path: str) -> None:
+    """``data`` (the block's bytes, any buffer) must have the CRC32C its commit line holds: ValueError naming the
+    segment file, the block's offset and the line otherwise."""
+    found = crc32c.crc32c(data)
+    if found != commit[CHECKSUM]:
+        raise ValueError(
+            f"{block_where(path, commit)} fails its checksum: its bytes have CRC32C {found}, the line says "
+            f"{commit[CHECKSUM]}"
+        )
+
+
+def check_batch(batch, length: int, commit: dict) -> None:
+    """A block's record batch, read from ``length`` bytes, must be the one its commit line describes, and valid."""
+    if length != commit["length"] or batch.num_rows != commit["rows"]:
+        raise ValueError(
+            f"block at offset {commit['offset']} has {batch.num_rows} rows ending at byte "
+            f"{commit['offset'] + length}; the commit log says {commit['rows']} rows ending at "
+            f"{commit['offset'] + commit['length']}"
+        )
+    batch.validate(full=True)
 
 
 def segment_schema(run_dir: str, segment: int):
@@ -98,13 +138,16 @@ class PackedRun:
 
     ``episodes`` maps ``env_id``, ``episode_id``, ``steps``, ``first_row`` and ``stride`` to int64 arrays
     with one entry per episode, in commit order (the run's reading order), and ``params/<name>`` to the
-    episodes' params (one row each) where the run has them. ``groups`` is :func:`schema.run_groups`'s.
+    episodes' params (one row each) where the run has them. ``groups`` is :func:`schema.run_groups`'s; ``version``
+    the run's layout_version; ``checksums`` whether its blocks carry checksums (layout 3 on).
     """
 
     def __init__(self, run_dir: str, manifest: dict):
         self.directory = run_dir
         self.groups = run_groups(run_dir, manifest)
-        self.commits, self.torn = read_commits(run_dir, self.groups["params"])
+        self.version = layout_version(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
+        self.checksums = self.version >= CHECKSUMS_VERSION  # older runs are read unverified
+        self.commits, self.torn = read_commits(run_dir, self.groups["params"], checksums=self.checksums)
         self.rows = sum(c["rows"] for c in self.commits)
         params = self.groups["params"]
         empty = {k: np.zeros(0, np.int64) for k in EPISODE_KEYS}
@@ -146,15 +189,30 @@ def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nda
     return rows, starts
 
 
-def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):
+def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray, *, verify: bool = True):
     """Yield the selected episodes (indices into ``run.episodes``, ascending) in groups, each as
     ``(episodes, gathered, starts)``: their entries, their rows of the ``names`` columns laid end to
-    end (episode ``k``'s are ``[starts[k], starts[k+1])``), checked by :func:`core.rules.check_frames`.
+    end (episode ``k``'s are ``[starts[k], starts[k+1])``), checked by :func:`core.rules.check_frames`, from
+    blocks read by :func:`read_blocks` (``verify``: their checksums checked first).
 
     One pass over the blocks: a group is gathered as soon as the blocks holding its episodes' last rows
     are read, and blocks are let go once no later episode needs their rows, so memory holds about the
     rows one episode spans (an episode of T steps at stride N spans T * N rows), not the whole run.
     """
+    if not select.size:
+        return
+    blocks = read_blocks(run, run.commits[: int(run.episode_commit[select[-1]]) + 1], names, verify=verify)
+    for group, gathered, starts, _ in gather_episodes(run, blocks, select):
+        check_frames(gathered, group, starts, name=run.directory)
+        yield group, gathered, starts
+
+
+def gather_episodes(run: PackedRun, blocks: Iterable[tuple[dict, dict | None]], select: np.ndarray) -> Iterator:
+    """The selected episodes (indices into ``run.episodes``, ascending) gathered, unchecked, from ``blocks`` (the
+    run's committed blocks in order, from the first, as :func:`read_blocks` yields them: ``(commit, columns)``, the
+    columns ``None`` for a block that could not be read) in groups: ``(episodes, gathered, starts, lost)``, as
+    :func:`read_episode_tables`' groups, and ``lost``, the entries of the group's episodes that have a row in a
+    block given as ``None`` (left out of the rest). Memory as :func:`read_episode_tables` says."""
     if not select.size:
         return
     if (np.diff(select) < 0).any():
@@ -164,21 +222,32 @@ def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray):
     first = episodes["first_row"]
     needed = np.minimum.accumulate(first[::-1])[::-1]  # the lowest row an episode from k on needs
     pieces: list[tuple[int, dict]] = []  # (first row, columns) of the blocks still needed
+    unread: list[tuple[int, int]] = []  # rows [start, end) of the blocks that could not be read
     done = 0
-    for number, (block_commit, block) in enumerate(read_blocks(run.directory, run.commits[: commit[-1] + 1], names)):
-        pieces.append((block_commit["first_row"], block))
+    for number, (block_commit, block) in enumerate(blocks):
+        if block is None:
+            unread.append((block_commit["first_row"], block_commit["first_row"] + block_commit["rows"]))
+        else:
+            pieces.append((block_commit["first_row"], block))
         upto = int(np.searchsorted(commit, number, side="right"))  # episodes published by the blocks read
         if upto == done:
             continue
         group = {key: values[done:upto] for key, values in episodes.items()}
         rows, starts = episode_rows(group)
-        if rows.min() < pieces[0][0]:
+        hit = np.zeros(rows.size, bool)
+        for start, end in unread:
+            hit |= (rows >= start) & (rows < end)
+        missing = np.add.reduceat(hit, starts[:-1]) > 0 if hit.any() else np.zeros(len(starts) - 1, bool)
+        lost = {key: values[missing] for key, values in group.items()}
+        if missing.any():
+            group = {key: values[~missing] for key, values in group.items()}
+            rows, starts = episode_rows(group)
+        if rows.size and (not pieces or rows.min() < pieces[0][0]):
             raise ValueError(f"{run.directory}: an episode's first row precedes the rows the commit log allows")
-        gathered = take_rows(pieces, rows)
-        check_frames(gathered, group, starts, name=run.directory)
-        yield group, gathered, starts
+        yield group, take_rows(pieces, rows) if rows.size else {}, starts, lost
         done = upto
         if done == select.size:
             return
         while len(pieces) > 1 and pieces[1][0] <= needed[done]:
             pieces.pop(0)
+        unread = [(start, end) for start, end in unread if end > needed[done]]

@@ -1,7 +1,8 @@
 """The packed layout's commit log (schema 2, docs/FORMAT.md "The commit log and the commit rule"): one JSON
-line per block publishes it and the episodes that ended in it, with their params. The one encoder of a commit
-line, used by the writer and by repair; and the reader of the log, which trusts nothing past the last whole line
-and checks every line before it.
+line per block publishes it, its checksum (layout 3) and the episodes that ended in it, with their params. The one
+encoder of a commit line, used by the writer and by repair; the reader of the log, which trusts nothing past the
+last whole line and checks every line before it; and the check of a line's episodes against the copy its block
+holds (layout 3).
 
 numpy and the standard library.
 """
@@ -24,6 +25,13 @@ EPISODE_KEYS = ("env_id", "episode_id", "steps", "first_row", "stride")
 PARAMS = "params"
 PARAMS_PREFIX = "params/"
 _COMMIT_KEYS = {"segment", "offset", "length", "first_row", "rows", "episodes"}
+#: The commit key of layout 3 that holds the CRC32C of the block's bytes, and the key of a layout-3 block's record
+#: batch custom metadata that holds the JSON of its line's ``episodes`` (docs/FORMAT.md "Checksums").
+CHECKSUM = "crc32c"
+EPISODES = "episodes"
+#: The commit key of layout 3 that ``repair --salvage`` adds to a line whose block's copy lists episodes it dropped
+#: (their rows were in a damaged block): ``{"env_id": [...], "episode_id": [...]}``.
+DROPPED = "dropped"
 
 
 def encode_params(episodes: Mapping[str, Any]) -> dict[str, list] | None:
@@ -36,42 +44,67 @@ def encode_params(episodes: Mapping[str, Any]) -> dict[str, list] | None:
     return params or None
 
 
-def open_commit_log(directory: str, *, create: bool = False) -> int:
-    """The commit log of run ``directory``, opened for appending (created when ``create``): a descriptor."""
+def open_commit_log(directory: str, *, create: bool = False, name: str = COMMIT_LOG) -> int:
+    """The commit log of run ``directory`` (or the file ``name`` beside it), opened for appending (created when
+    ``create``): a descriptor."""
     flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
-    return os.open(os.path.join(directory, COMMIT_LOG), flags, 0o644)
+    return os.open(os.path.join(directory, name), flags, 0o644)
+
+
+def encode_episodes(episodes: Mapping[str, Any]) -> str:
+    """The JSON text of a commit line's ``episodes`` object: each of :data:`EPISODE_KEYS` (one integer per episode)
+    and, where ``episodes`` holds ``params/<name>`` columns, ``params`` (:func:`encode_params`)."""
+    entry = {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS}
+    params = encode_params(episodes)
+    if params is not None:
+        entry[PARAMS] = params
+    return json.dumps(entry, separators=(",", ":"))
 
 
 def append_commit(
-    log: int, *, segment: int, offset: int, length: int, first_row: int, rows: int, episodes: Mapping[str, Any]
+    log: int,
+    *,
+    segment: int,
+    offset: int,
+    length: int,
+    first_row: int,
+    rows: int,
+    episodes: Mapping[str, Any] | str,
+    crc32c: int | None = None,
+    dropped: Mapping[str, Any] | None = None,
 ) -> None:
     """Publish one block: append its commit line to the open commit log ``log`` (:func:`open_commit_log`).
 
     The block is ``length`` bytes at ``offset`` of segment ``segment`` and holds run rows ``first_row`` to
     ``first_row + rows - 1``; ``episodes`` maps each of :data:`EPISODE_KEYS` to one integer per episode that
-    ended in it, and ``params/<name>`` to each one's params where the run has some. The line is written whole, a
-    short write continued: the bytes before its newline are never a whole line, so a torn write stays unpublished.
+    ended in it, and ``params/<name>`` to each one's params where the run has some (or is that entry's JSON text
+    already, :func:`encode_episodes`); ``crc32c`` is the block's checksum (layout 3; None in a repair of an older
+    run, whose lines have none); ``dropped`` the ``env_id`` and ``episode_id`` lists of the episodes of the block's
+    copy that salvage dropped (None: none). The line is written whole, a short write continued: the bytes before
+    its newline are never a whole line, so a torn write stays unpublished.
     """
-    commit = {
-        "segment": segment,
-        "offset": offset,
-        "length": length,
-        "first_row": first_row,
-        "rows": rows,
-        "episodes": {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS},
-    }
-    params = encode_params(episodes)
-    if params is not None:
-        commit["episodes"][PARAMS] = params
-    view = memoryview((json.dumps(commit, separators=(",", ":")) + "\n").encode())
+    text = episodes if isinstance(episodes, str) else encode_episodes(episodes)
+    checksum = "" if crc32c is None else f'"{CHECKSUM}":{int(crc32c)},'
+    gone = (
+        ""
+        if dropped is None
+        else f',"{DROPPED}":'
+        + json.dumps({key: np.asarray(dropped[key]).tolist() for key in _DROPPED_KEYS}, separators=(",", ":"))
+    )
+    line = (
+        f'{{"segment":{int(segment)},"offset":{int(offset)},"length":{int(length)},{checksum}'
+        f'"first_row":{int(first_row)},"rows":{int(rows)},"episodes":{text}{gone}}}\n'
+    )
+    view = memoryview(line.encode())
     while view:
         view = view[os.write(log, view) :]
 
 
-def read_commits(run_dir: str, params: Mapping) -> tuple[list[dict], bool]:
+def read_commits(run_dir: str, params: Mapping, *, checksums: bool) -> tuple[list[dict], bool]:
     """The whole lines of the commit log, parsed and checked, their episodes' params against ``params`` (name ->
     per-episode shape, dtype: ``schema.run_groups``'s); and whether a torn last line was ignored. Each line's
-    ``episodes`` holds int64 arrays, and ``params/<name>`` arrays of the described dtype, one row per episode."""
+    ``episodes`` holds int64 arrays, and ``params/<name>`` arrays of the described dtype, one row per episode;
+    ``line`` is its line number. ``checksums``: the lines hold ``crc32c`` (layout 3), which older ones must not."""
     path = os.path.join(run_dir, COMMIT_LOG)
     try:
         with open(path, "rb") as f:
@@ -81,6 +114,7 @@ def read_commits(run_dir: str, params: Mapping) -> tuple[list[dict], bool]:
     lines = data.split(b"\n")
     torn = lines.pop() != b""  # a last line without its newline was being written: not published
     commits, next_row = [], 0
+    keys = _COMMIT_KEYS | {CHECKSUM} if checksums else _COMMIT_KEYS
     previous = (-1, 0)  # (segment, end offset) of the previous commit
     for number, line in enumerate(lines, 1):
         where = f"{path}:{number}"
@@ -88,11 +122,11 @@ def read_commits(run_dir: str, params: Mapping) -> tuple[list[dict], bool]:
             commit = json.loads(line)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"{where}: not a JSON commit line: {exc}") from exc
-        if not isinstance(commit, dict) or commit.keys() != _COMMIT_KEYS:
-            raise ValueError(f"{where}: a commit must be an object with keys {sorted(_COMMIT_KEYS)}")
-        for key in ("segment", "offset", "length", "first_row", "rows"):
+        if not isinstance(commit, dict) or commit.keys() - {DROPPED} != keys or (DROPPED in commit and not checksums):
+            raise ValueError(f"{where}: a commit must be an object with keys {sorted(keys)}")
+        for key in ("segment", "offset", "length", "first_row", "rows", *([CHECKSUM] if checksums else [])):
             value, least = commit[key], int(key in ("length", "rows"))
-            if type(value) is not int or value < least:
+            if type(value) is not int or value < least or (key == CHECKSUM and value >= 1 << 32):
                 raise ValueError(f"{where}: {key} must be an integer >= {least}, got {value!r}")
         segment, offset = commit["segment"], commit["offset"]
         if (segment, offset) != previous and (segment, offset) != (previous[0] + 1, 0):
@@ -102,12 +136,15 @@ def read_commits(run_dir: str, params: Mapping) -> tuple[list[dict], bool]:
             )
         if commit["first_row"] != next_row:
             raise ValueError(f"{where}: first_row is {commit['first_row']}, expected {next_row}")
-        commit["episodes"] = _episode_columns(commit["episodes"], where, params)
+        commit["episodes"] = decode_episodes(commit["episodes"], where, params)
+        if DROPPED in commit:
+            commit[DROPPED] = _dropped(commit[DROPPED], where)
         last = commit["episodes"]["first_row"] + commit["episodes"]["steps"] * commit["episodes"]["stride"]
         if ((last < next_row) | (last >= next_row + commit["rows"])).any():
             raise ValueError(f"{where}: an episode's last row is outside the block's rows")
         previous = (segment, offset + commit["length"])
         next_row += commit["rows"]
+        commit["line"] = number
         commits.append(commit)
     return commits, torn
 
@@ -116,7 +153,28 @@ def read_commits(run_dir: str, params: Mapping) -> tuple[list[dict], bool]:
 _EPISODE_LIMITS = {"first_row": 1 << 62}  # the other keys: below 2**31 (ids, lengths and strides are int32)
 
 
-def _episode_columns(entry: Any, where: str, params: Mapping) -> dict[str, np.ndarray]:
+_DROPPED_KEYS = ("env_id", "episode_id")
+
+
+def _dropped(entry: Any, where: str) -> dict[str, np.ndarray]:
+    """A line's ``dropped`` object: its two lists as int64 arrays (ValueError naming ``where``)."""
+    if not isinstance(entry, dict) or entry.keys() != set(_DROPPED_KEYS):
+        raise ValueError(f"{where}: {DROPPED} must be an object with keys {list(_DROPPED_KEYS)}")
+    out = {}
+    for key in _DROPPED_KEYS:
+        values = entry[key]
+        if not isinstance(values, list) or not all(type(v) is int and 0 <= v < 1 << 31 for v in values):
+            raise ValueError(f"{where}: {DROPPED}.{key} must be a list of integers in [0, {1 << 31})")
+        out[key] = np.array(values, np.int64).reshape(-1)
+    if len(out["env_id"]) != len(out["episode_id"]):
+        raise ValueError(f"{where}: the lists under {DROPPED} differ in length")
+    return out
+
+
+def decode_episodes(entry: Any, where: str, params: Mapping) -> dict[str, np.ndarray]:
+    """A line's ``episodes`` object (parsed JSON) as arrays: each of :data:`EPISODE_KEYS` int64, ``params/<name>``
+    of the described dtype (``params``, name -> (shape, dtype)); ValueError naming ``where`` for any other keys,
+    types, ranges or lengths."""
     keys = [*EPISODE_KEYS, PARAMS] if params else list(EPISODE_KEYS)
     if not isinstance(entry, dict) or entry.keys() != set(keys):
         raise ValueError(f"{where}: episodes must be an object with keys {keys}")
@@ -155,3 +213,23 @@ def decode_params(entry: Any, layout: Mapping, count: int, *, where: str) -> dic
             raise ValueError(f"{where}.{name}: holds a value that is not a finite {dtype}")
         out[PARAMS_PREFIX + name] = array
     return out
+
+
+def check_block_episodes(commit: Mapping, metadata: Mapping, params: Mapping, *, where: str) -> None:
+    """A layout-3 block's copy of its line's ``episodes`` (its record batch's custom metadata :data:`EPISODES`,
+    covered by the block's checksum) must equal the line's (``commit``, parsed by :func:`read_commits`):
+    ValueError naming ``where`` otherwise, so a changed, dropped or added episode or param in the log is refused. The
+    episodes a salvage dropped (the line's ``dropped``) are left out of the copy first."""
+    try:
+        entry = json.loads(metadata[EPISODES.encode()])
+    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where}: the block holds no readable copy of its episodes: {exc!r}") from exc
+    copy = decode_episodes(entry, f"{where}: the block's copy of its episodes", params)
+    if DROPPED in commit:  # the episodes salvage dropped are not the line's
+        pairs = copy["env_id"] * (1 << 32) + copy["episode_id"]
+        gone = commit[DROPPED]["env_id"] * (1 << 32) + commit[DROPPED]["episode_id"]
+        kept = ~np.isin(pairs, gone)
+        copy = {key: values[kept] for key, values in copy.items()}
+    mine = commit["episodes"]
+    if copy.keys() != mine.keys() or not all(np.array_equal(copy[k], mine[k]) for k in copy):
+        raise ValueError(f"{where}: the line's episodes differ from the copy its block holds")

@@ -13,7 +13,14 @@ import numpy as np
 
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, chosen, episode_stem
 from forge_gpu._src.core.fields import check_layout, check_spec_layout
-from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, PackedRun, read_blocks, read_episode_tables
+from forge_gpu._src.core.rules import check_frames
+from forge_gpu._src.formats.packed.blocks import (
+    CHECK_COLUMNS,
+    PackedRun,
+    gather_episodes,
+    read_blocks,
+    read_episode_tables,
+)
 from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
 from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT, TRANSITION_COLUMNS
 
@@ -39,7 +46,8 @@ class PackedRunReader:
         groups: ``(episodes, gathered, starts)`` of :func:`blocks.read_episode_tables`."""
         fields, state = self._chosen(options)
         names = list(dict.fromkeys(_names(fields, state) + list(CHECK_COLUMNS)))
-        return fields, state, read_episode_tables(self.run, names, np.asarray(ks, dtype=np.int64))
+        select = np.asarray(ks, dtype=np.int64)
+        return fields, state, read_episode_tables(self.run, names, select, verify=options.verify)
 
     def frame_table(
         self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
@@ -49,9 +57,9 @@ class PackedRunReader:
         In memory: the episodes' rows gathered group by group and joined end to end (stride 1), one block.
         With ``mmap``: every committed block as ``(first row, {"obs/<F>", "state/<S>" asked for and "action":
         [rows, ...] array})``, the arrays read-only views of the memory-mapped segments, and the episodes' own
-        entries; the episodes are checked first, in one streaming pass as :meth:`read` does. An uncompressed run
-        only: compressed buffers cannot be mapped (ValueError naming the convert command that writes an
-        uncompressed copy)."""
+        entries; the blocks are mapped (and, with ``options.verify``, their checksums checked) once, and the
+        episodes checked from them as :meth:`read` checks them. An uncompressed run only: compressed buffers
+        cannot be mapped (ValueError naming the convert command that writes an uncompressed copy)."""
         if not mmap:
             fields, state, groups = self.groups(ks, options)
             return (fields, *_joined(_names(fields, state) + list(TRANSITION_COLUMNS), list(groups)))
@@ -61,14 +69,18 @@ class PackedRunReader:
                 f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
                 f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
             )
-        fields, state, groups = self.groups(ks, options)
-        for _ in groups:  # each group is checked as it is gathered, then let go
-            pass
+        fields, state = self._chosen(options)
         names = _names(fields, state) + ["action"]
-        blocks = [
-            (commit["first_row"], columns) for commit, columns in read_blocks(self.directory, self.run.commits, names)
-        ]
-        episodes = {key: values[np.asarray(ks, dtype=np.int64)] for key, values in self.run.episodes.items()}
+        mapped = list(
+            read_blocks(
+                self.run, self.run.commits, list(dict.fromkeys(names + list(CHECK_COLUMNS))), verify=options.verify
+            )
+        )
+        select = np.asarray(ks, dtype=np.int64)
+        for group, gathered, starts, _ in gather_episodes(self.run, mapped, select):  # checked, then let go
+            check_frames(gathered, group, starts, name=self.directory)
+        blocks = [(commit["first_row"], {n: columns[n] for n in names}) for commit, columns in mapped]
+        episodes = {key: values[select] for key, values in self.run.episodes.items()}
         return fields, blocks, episodes
 
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:

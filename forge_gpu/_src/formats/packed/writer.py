@@ -7,15 +7,21 @@ numpy, pyarrow and the standard library; no Warp, Newton or torch.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 
+import crc32c
 import numpy as np
 
 from forge_gpu._src.core.files import sync_directory
 from forge_gpu._src.core.frames import stack_episodes
-from forge_gpu._src.formats.packed.commits import PARAMS, PARAMS_PREFIX, append_commit, encode_params, open_commit_log
+from forge_gpu._src.formats.packed.commits import (
+    EPISODES,
+    PARAMS_PREFIX,
+    append_commit,
+    encode_episodes,
+    open_commit_log,
+)
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
 from forge_gpu._src.formats.packed.schema import arrow_schema, pyarrow, run_columns, to_record_batch
 
@@ -37,7 +43,8 @@ def ended_episodes(columns: Mapping[str, np.ndarray], first_row: int, stride: in
 
 
 class PackedWriter:
-    """Appends blocks of rows to rotating segments and publishes each with one commit line.
+    """Appends blocks of rows to rotating segments and publishes each with one commit line, which holds the block's
+    CRC32C (read back from the just-written bytes, :meth:`_checksum`).
 
     Not thread-safe: one writer thread owns it. ``write`` returns the bytes it added to the segment.
     """
@@ -59,11 +66,12 @@ class PackedWriter:
         self._segment_bytes = segment_bytes
         self._segment = -1
         self._sink = self._stream = None
+        self._readback = -1  # the current segment, opened for reading back what was written (and for its syncs)
+        self._buffer = bytearray()
         self._rows = 0  # run rows written so far
         self._log = open_commit_log(directory, create=True)
         self._durable = durability == "machine"
         """Sync each block's data before its commit line and the log after it (docs/FORMAT.md "Durability")."""
-        self._segment_fd = -1  # a second descriptor of the current segment, for its syncs
         if self._durable:
             sync_directory(directory)  # the commit log's name
 
@@ -72,8 +80,9 @@ class PackedWriter:
         return self._rows
 
     def write(self, columns: Mapping[str, np.ndarray], episodes: Mapping[str, np.ndarray]) -> int:
-        """Append a block of rows, then publish it and ``episodes`` (those whose last row is in it). Their params
-        go into the commit line and, for repair (a kill between the two writes), into the record batch's custom
+        """Append a block of rows, then publish it and ``episodes`` (those whose last row is in it), with the block's
+        checksum. The episodes (params included) go into the commit line and, as the copy a reader checks the line
+        against and repair publishes a block from (a kill between the two writes), into the record batch's custom
         metadata."""
         pa = pyarrow()
         new_segment = self._stream is None
@@ -81,16 +90,15 @@ class PackedWriter:
             self._segment += 1
             path = os.path.join(self._directory, segment_name(self._segment))
             self._sink = pa.OSFile(path, "wb")
+            self._readback = os.open(path, os.O_RDONLY)
             self._stream = pa.ipc.new_stream(self._sink, self._schema, options=self._options)
-            if self._durable:
-                self._segment_fd = os.open(path, os.O_RDONLY)
         batch = to_record_batch(self._schema, columns)
         offset = self._sink.tell()
-        params = encode_params(episodes)
-        self._stream.write_batch(batch, None if params is None else {PARAMS: json.dumps(params, separators=(",", ":"))})
+        entry = encode_episodes(episodes)
+        self._stream.write_batch(batch, {EPISODES: entry})
         length = self._sink.tell() - offset
         if self._durable:  # the block's bytes (and a new segment's name) before the line that publishes them
-            os.fdatasync(self._segment_fd)
+            os.fdatasync(self._readback)
             if new_segment:
                 sync_directory(self._directory)
         append_commit(
@@ -100,7 +108,8 @@ class PackedWriter:
             length=length,
             first_row=self._rows,
             rows=batch.num_rows,
-            episodes=episodes,
+            episodes=entry,
+            crc32c=self._checksum(offset, length),
         )
         if self._durable:  # one sync pair per block: group commit of every episode that ends in it
             os.fdatasync(self._log)
@@ -109,16 +118,30 @@ class PackedWriter:
             self._end_segment()
         return length
 
+    def _checksum(self, offset: int, length: int) -> int:
+        """The CRC32C of the current segment's bytes ``[offset, offset + length)``, read back (from the page cache)
+        into a reused buffer: exactly the bytes the block's line publishes."""
+        if len(self._buffer) < length:
+            self._buffer = bytearray(length)
+        view = memoryview(self._buffer)[:length]
+        done = 0
+        while done < length:
+            count = os.preadv(self._readback, [view[done:]], offset + done)
+            if count <= 0:
+                raise OSError(f"segment {segment_name(self._segment)}: read back {done} of the {length} bytes written")
+            done += count
+        return crc32c.crc32c(view)
+
     def _end_segment(self) -> None:
+        if self._readback >= 0:
+            os.close(self._readback)
+            self._readback = -1
         if self._stream is not None:
             stream, sink, self._stream, self._sink = self._stream, self._sink, None, None
             try:
                 stream.close()
             finally:
                 sink.close()
-                if self._segment_fd >= 0:
-                    os.close(self._segment_fd)
-                    self._segment_fd = -1
 
     def close(self) -> None:
         try:
