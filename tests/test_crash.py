@@ -38,6 +38,13 @@ def _same(a, b) -> bool:
     )
 
 
+def _is_subset(found, recorded) -> bool:
+    """``found`` is some of ``recorded``'s episodes, in its order, each equal to the recorded one."""
+    index = {(e.env_id, e.episode_id): k for k, e in enumerate(recorded)}
+    at = [index.get((e.env_id, e.episode_id), -1) for e in found]
+    return all(k >= 0 for k in at) and at == sorted(at) and all(_same(e, recorded[k]) for e, k in zip(found, at))
+
+
 def _is_prefix(found, recorded) -> bool:
     return len(found) <= len(recorded) and all(_same(a, b) for a, b in zip(found, recorded, strict=False))
 
@@ -45,7 +52,7 @@ def _is_prefix(found, recorded) -> bool:
 @pytest.mark.parametrize("durability", ["process", "machine"])
 def test_every_crash_state_reads_a_prefix_or_refuses(tmp_path, monkeypatch, durability):
     env = make_env(num_envs=3, max_steps=5, state=True, params=True)
-    batches = make_batches(SyntheticSim(env, seed=1, end_prob=0.3), 14)
+    batches = make_batches(SyntheticSim(env, seed=1, end_prob=0.3), 9)
     final = tmp_path / "final"
 
     def record():
@@ -60,9 +67,9 @@ def test_every_crash_state_reads_a_prefix_or_refuses(tmp_path, monkeypatch, dura
     blocks = sum(op.name == "commits.jsonl" and op.kind == "write" for op in ops)
     syncs = sum(op.kind == "sync" for op in ops)
     assert (syncs > 2 * blocks) if durability == "machine" else syncs == 0  # a pair per block, and the names
-    assert blocks >= 10 and len(recorded) >= 6
+    assert blocks >= 10 and len(recorded) >= 4
     states = crash_states(ops)
-    outcomes = {"prefix": 0, "refused": 0, "no run": 0}
+    outcomes = {"prefix": 0, "refused": 0, "no run": 0, "salvaged": 0}
     for number, state in enumerate(states):
         where = tmp_path / f"state{number}"
         build(state, ops, final, where)
@@ -77,13 +84,21 @@ def test_every_crash_state_reads_a_prefix_or_refuses(tmp_path, monkeypatch, dura
         else:
             assert _is_prefix(found, recorded), (state, len(found))
             outcomes["prefix"] += 1
-        repair_run(where)
+        salvaged = False
+        try:
+            repair_run(where)
+        except ValueError as exc:  # a closed run whose data a crash lost: repair keeps what checks only when asked
+            assert "repair --salvage" in str(exc), (state, exc)
+            repair_run(where, salvage=True)
+            outcomes["salvaged"] += 1
+            salvaged = True
         try:
             after = _episodes(where)
         except Exception as exc:
             raise AssertionError(f"{state} after repair: {exc}") from exc
         assert forge_gpu.read_manifest(where)["status"] in ("closed", "failed"), state
-        assert _is_prefix(after, recorded), (state, len(after))
+        # Repair keeps a prefix; salvage keeps every episode whose blocks check, wherever they are.
+        assert (_is_subset if salvaged else _is_prefix)(after, recorded), (state, len(after))
         if durability == "machine":  # every episode whose commit returned survives
             returned = sum(len(c) for c in _committed_episodes(final, state.durable(ops)))
             assert len(after) >= returned, (state, len(after), returned)

@@ -144,6 +144,7 @@ class PackedRun:
 
     def __init__(self, run_dir: str, manifest: dict):
         self.directory = run_dir
+        self.manifest = manifest
         self.groups = run_groups(run_dir, manifest)
         self.version = layout_version(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
         self.checksums = self.version >= CHECKSUMS_VERSION  # older runs are read unverified

@@ -52,6 +52,17 @@ def repair_packed(run_dir: str, manifest: dict, *, salvage: bool = False) -> dic
     Blocks that check and their episodes are never changed. Running it again changes nothing.
     """
     pa = pyarrow()
+    log = os.path.join(run_dir, COMMIT_LOG)
+    created = not os.path.exists(log) and manifest["status"] == "recording"
+    if created:  # the process stopped between run.json and the log: nothing was published
+        open(log, "wb").close()
+    damaged = _first_damaged_line(log)
+    if damaged and not salvage and manifest["status"] != "recording":
+        raise ValueError(
+            f"{log}:{damaged}: a damaged commit line in a closed run; forge-gpu repair --salvage {run_dir} cuts the "
+            "log before it, keeping every episode published before it (nothing was changed)"
+        )
+    cut_lines = _cut_lines(log, damaged) if damaged else 0
     run = PackedRun(run_dir, manifest)  # first: a layout this code does not know is left as it is
     if salvage and not run.checksums:
         raise ValueError(
@@ -78,11 +89,10 @@ def repair_packed(run_dir: str, manifest: dict, *, salvage: bool = False) -> dic
         "lost_episodes": [],
     }
     actions = report["actions"]
-    log = os.path.join(run_dir, COMMIT_LOG)
-    actions = []
-    if not os.path.exists(log):  # the process stopped between run.json and the log: nothing was published
-        open(log, "wb").close()
+    if created:
         actions.append(f"created the missing {COMMIT_LOG} (the recording stopped before it was created)")
+    if cut_lines:
+        actions.append(f"cut {COMMIT_LOG} before its damaged line {damaged} ({cut_lines} line(s) and their episodes)")
     with open(log, "rb") as f:
         data = f.read()
     whole = data[: data.rfind(b"\n") + 1]
@@ -247,3 +257,26 @@ def _whole_blocks(path: str, skip: int, run: PackedRun) -> tuple[list[tuple], in
                 source.seek(here)
             blocks.append((end, length, found, dict(metadata or {}), checksum))
             end = source.tell()
+
+
+def _first_damaged_line(log: str) -> int:
+    """After a crash a line of the log can be damaged (zeroed, half written) while later ones reached the disk: the
+    number of the first whole line that is not a JSON object, or 0."""
+    with open(log, "rb") as f:
+        lines = f.read().split(b"\n")[:-1]
+    for number, line in enumerate(lines, 1):
+        try:
+            if isinstance(json.loads(line), dict):
+                continue
+        except (ValueError, UnicodeDecodeError):
+            pass
+        return number
+    return 0
+
+
+def _cut_lines(log: str, number: int) -> int:
+    """Cut the log before its line ``number``; return how many whole lines were cut."""
+    with open(log, "rb") as f:
+        lines = f.read().split(b"\n")[:-1]
+    os.truncate(log, sum(len(x) + 1 for x in lines[: number - 1]))
+    return len(lines) - number + 1

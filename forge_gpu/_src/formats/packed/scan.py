@@ -11,10 +11,11 @@ import itertools
 import os
 from collections.abc import Iterator
 
+from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.formats.packed.blocks import PackedRun, block_where, check_batch, check_checksum, segment_schema
 from forge_gpu._src.formats.packed.commits import check_block_episodes
 from forge_gpu._src.formats.packed.identity import segment_name
-from forge_gpu._src.formats.packed.schema import column_to_numpy, pyarrow
+from forge_gpu._src.formats.packed.schema import arrow_schema, column_to_numpy, pyarrow, run_columns
 
 
 def scan_blocks(
@@ -85,16 +86,19 @@ def scan_blocks(
 def run_schema(run: PackedRun, segment: int):
     """The schema of ``segment`` and its columns (:func:`blocks.segment_schema`); where its own is unreadable (its
     first block damaged), the first readable one of another segment of the run (all segments share one), so that
-    the segment's later blocks are still read. ValueError naming the segment when none is readable."""
+    the segment's later blocks are still read; where no segment's is (a crash lost every first block), the one
+    run.json describes, as the recorder makes it."""
     try:
         return segment_schema(run.directory, segment)
-    except ValueError as exc:
+    except ValueError:
         for other in sorted({c["segment"] for c in run.commits} - {segment}):
             try:
                 return segment_schema(run.directory, other)
             except ValueError:
                 continue
-        raise exc
+    spec = run.manifest["env_spec"]
+    columns = run_columns(observation_layout(spec), spec["action_shape"][0], state=run.groups["state"])
+    return arrow_schema(columns), columns
 
 
 def _read_at(fd: int, view: memoryview, offset: int) -> int:
