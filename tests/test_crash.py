@@ -42,7 +42,11 @@ def _is_subset(found, recorded) -> bool:
     """``found`` is some of ``recorded``'s episodes, in its order, each equal to the recorded one."""
     index = {(e.env_id, e.episode_id): k for k, e in enumerate(recorded)}
     at = [index.get((e.env_id, e.episode_id), -1) for e in found]
-    return all(k >= 0 for k in at) and at == sorted(at) and all(_same(e, recorded[k]) for e, k in zip(found, at, strict=True))
+    return (
+        all(k >= 0 for k in at)
+        and at == sorted(at)
+        and all(_same(e, recorded[k]) for e, k in zip(found, at, strict=True))
+    )
 
 
 def _is_prefix(found, recorded) -> bool:
