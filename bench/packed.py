@@ -1,8 +1,11 @@
-"""The packed layout's figures (issue 12), each a ratio within one run.
+"""The packed layout's figures (issues 12 and 23), each a ratio within one run.
 
-python bench/packed.py                   # CPU sizes, about 10 minutes on 2 cores
+python bench/packed.py                   # CPU sizes, about 15 minutes on 2 cores
 python bench/packed.py --smoke           # seconds-long check that every figure is produced
-python bench/packed.py --only reader     # one section: ingest, pipeline, rss, reader, windows_mmap
+python bench/packed.py --only reader     # one section: checksum, ingest, pipeline, rss, reader, windows_mmap, verify
+
+  checksum          CRC32C (the crc32c package, the blocks' checksum) against zlib.crc32 and ISA-L's crc32 (isal, the
+                    schema-1 writer's), GB/s over one 8 MiB buffer in memory, the median of 7.
 
   ingest_SHAPE      PackedRecorder fed pre-made host batches (cartpole layout: proprio 4, action 1, 4096 envs,
                     compression none; no stepping), rows (env rows appended) per second over appends + close.
@@ -13,6 +16,10 @@ python bench/packed.py --only reader     # one section: ingest, pipeline, rss, r
                     EpisodeRecorder (2 writers) on the same 1/8.
   ingest_SHAPE_CODEC  the same with lz4 or zstd buffer compression: rows/s, vs_none (its speed over the
                     uncompressed run's), size_vs_none (bytes written over the uncompressed run's).
+  ingest_short_checksum  the short shape again, alternated with the same recorder whose writer skips the checksum
+                    (PackedWriter._checksum patched to return 0: such a run does not read; for this figure only),
+                    ``pairs`` pairs: the medians of rows/s with and without, their ratio, and the share of the run's
+                    wall time the writer thread spent in the checksum (read back from the page cache + CRC32C).
   files_per_100k    files in a packed run per 100,000 cartpole episodes of ~25 steps, from the short run
                     (schema 1: two per episode).
   pipeline          cartpole, 1024 envs, CPU, random policy (~25-step episodes): ``collect`` recording packed
@@ -27,11 +34,21 @@ python bench/packed.py --only reader     # one section: ingest, pipeline, rss, r
                     batches of 256 from a global permutation); Windows' load time is given apart. Each rate is
                     the median of 3 repeats, after os.sync(), from the page cache.
                     cartpole: 1024 episodes of 200 steps; reach: 256 episodes of ~50 steps, 64x64 RGB-D.
+                    Then packed read_episodes with verification (the default) and without
+                    (EpisodeReadOptions(verify=False)), 5 alternated pairs: packed_unverified_episodes_per_s and
+                    verify_cost (the pairs' median verified rate over their median unverified one); and Windows'
+                    load time without verifying.
   windows_mmap      Windows(run, 2, 8) over one packed reach-layout run (64x64 RGB-D, 128 envs, 100 steps,
                     ~370 MB of frames), loaded (the default) against mmap=True, each in a fresh process: the
                     anonymous memory it holds after construction (RssAnon, over the process's before), the load
                     time, and shuffled batches of 256 per second (median of 3, page cache warm: the run was
                     just written). Ratios: mmap over loaded.
+  verify            forge_gpu.verify_run over one packed reach-layout run of >= 1 GB (128x128 RGB-D, 64 envs, 150
+                    steps), from a cold page cache (echo 3 > /proc/sys/vm/drop_caches; where that is refused,
+                    posix_fadvise DONTNEED on each file: ``cold_cache`` says which; after the drop a 3-step run is
+                    verified, untimed, so that the code's own pages are back), against a raw sequential read of the
+                    same files (8 MiB reads into one reused buffer), 3 alternated pairs: MB/s of each (medians)
+                    and the ratio verify / raw.
 """
 
 from __future__ import annotations
@@ -58,18 +75,22 @@ import forge_gpu  # noqa: E402
 from forge_gpu import EpisodeRecorder, PackedRecorder, Windows, convert_run  # noqa: E402
 
 FULL = {
-    "ingest": {"num_envs": 4096, "short_steps": 400, "long_steps": 402},
+    "checksum": {"megabytes": 8, "repeats": 7},
+    "ingest": {"num_envs": 4096, "short_steps": 400, "long_steps": 402, "pairs": 5},
     "pipeline": {"num_envs": 1024, "steps": 600, "pairs": 5},
     "rss": {"num_envs": 256, "image_size": 128, "steps": 24},
     "reader": {"cartpole": (1024, 200, 0.0, None), "reach": (256, 50, 0.02, 64)},
     "windows_mmap": {"num_envs": 128, "steps": 100, "image_size": 64},
+    "verify": {"num_envs": 64, "steps": 150, "image_size": 128, "pairs": 3},
 }
 SMOKE = {
-    "ingest": {"num_envs": 64, "short_steps": 40, "long_steps": 22},
+    "checksum": {"megabytes": 1, "repeats": 1},
+    "ingest": {"num_envs": 64, "short_steps": 40, "long_steps": 22, "pairs": 1},
     "pipeline": {"num_envs": 16, "steps": 20, "pairs": 1},
     "rss": {"num_envs": 4, "image_size": 32, "steps": 3},
     "reader": {"cartpole": (32, 20, 0.0, None), "reach": (8, 10, 0.05, 16)},
     "windows_mmap": {"num_envs": 8, "steps": 12, "image_size": 16},
+    "verify": {"num_envs": 8, "steps": 12, "image_size": 16, "pairs": 1, "drop_caches": False},
 }
 
 
@@ -189,7 +210,46 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
             )
         if shape == "short":
             rows.append({"figure": "files_per_100k", "files_per_100k": files / recorder.completed_episodes * 1e5})
+            rows.append(checksum_cost(env, batches, sizes["pairs"], parent))
     return rows
+
+
+def checksum_cost(env, batches, pairs: int, parent: str) -> dict:
+    """``ingest_short_checksum``: the recorder with its checksums and without, alternated (see the docstring)."""
+    from forge_gpu._src.formats.packed.writer import PackedWriter
+
+    count = len(batches) * env.num_envs
+    checksum = PackedWriter._checksum
+    spent = [0.0]
+
+    def timed(self, offset, length):
+        start = time.perf_counter()
+        try:
+            return checksum(self, offset, length)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    rates, shares = {True: [], False: []}, []
+    try:
+        for pair in range(pairs):
+            for on in (True, False) if pair % 2 == 0 else (False, True):
+                PackedWriter._checksum = timed if on else (lambda self, offset, length: 0)
+                spent[0] = 0.0
+                with figure_directory(parent) as where:
+                    seconds, _ = record(PackedRecorder(new_directory(where, "packed"), env), batches)
+                rates[on].append(count / seconds)
+                if on:
+                    shares.append(spent[0] / seconds)
+    finally:
+        PackedWriter._checksum = checksum
+    with_, without = (float(np.median(rates[on])) for on in (True, False))
+    return {
+        "figure": "ingest_short_checksum",
+        "rows_per_s": with_,
+        "rows_per_s_no_checksum": without,
+        "with_over_without": with_ / without,
+        "checksum_share_of_wall": float(np.median(shares)),
+    }
 
 
 def pipeline(sizes: dict, parent: str) -> list[dict]:
@@ -251,6 +311,7 @@ def rss(sizes: dict, parent: str) -> list[dict]:
 
 
 def reader(sizes: dict, parent: str) -> list[dict]:
+    read = forge_gpu.read_episodes
     rows = []
     for task, (num_envs, max_steps, end_prob, image) in sizes.items():
         steps = 2 * max_steps + 1 if not end_prob else int(4 / end_prob)
@@ -284,6 +345,17 @@ def reader(sizes: dict, parent: str) -> list[dict]:
                     return len(indices)
 
                 figure[f"packed_batch_{kind}_per_s"] = median_rate(batches)
+            rates = {True: [], False: []}
+            for pair in range(5):
+                for verify in (True, False) if pair % 2 == 0 else (False, True):
+                    options = forge_gpu.EpisodeReadOptions(verify=verify)
+                    count = lambda o=options, run=packed: sum(1 for _ in read(run, options=o))  # noqa: E731
+                    rates[verify].append(median_rate(count, 1))
+            figure["packed_unverified_episodes_per_s"] = float(np.median(rates[False]))
+            figure["verify_cost"] = float(np.median(rates[True])) / figure["packed_unverified_episodes_per_s"]
+            start = time.perf_counter()
+            Windows(packed, 2, 8, verify=False)
+            figure["packed_windows_load_unverified_s"] = time.perf_counter() - start
         figure["episodes_vs_npz"] = figure["packed_episodes_per_s"] / figure["npz_episodes_per_s"]
         figure["windows_vs_npz"] = figure["packed_batch_in_order_per_s"] / figure["npz_action_windows_per_s"]
         rows.append(figure)
@@ -348,7 +420,93 @@ def median_rate(count_items, repeats: int = 3) -> float:
     return float(np.median(rates))
 
 
-SECTIONS = {"ingest": ingest, "pipeline": pipeline, "rss": rss, "reader": reader, "windows_mmap": windows_mmap}
+def checksum(sizes: dict, parent: str) -> list[dict]:
+    import zlib
+
+    import crc32c
+    from isal import isal_zlib
+
+    data = np.random.default_rng(0).integers(0, 256, sizes["megabytes"] << 20, dtype=np.uint8).tobytes()
+    row = {"figure": "checksum", "crc32c_hardware": int(crc32c.hardware_based)}
+    for name, function in (("crc32c", crc32c.crc32c), ("zlib_crc32", zlib.crc32), ("isal_crc32", isal_zlib.crc32)):
+        row[f"{name}_gb_per_s"] = median_rate(lambda f=function: f(data) * 0 + len(data), sizes["repeats"]) / 1e9
+    row["crc32c_vs_zlib"] = row["crc32c_gb_per_s"] / row["zlib_crc32_gb_per_s"]
+    return [row]
+
+
+def drop_cache(paths: list[str], everything: bool = True) -> str:
+    """Empty the page cache of ``paths``: all of it where this process may (root) and ``everything``, else each
+    file's pages; which."""
+    os.sync()
+    try:
+        if not everything:
+            raise PermissionError("the smoke run leaves the rest of the cache alone")
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return "drop_caches"
+    except OSError:
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        return "fadvise_dontneed"
+
+
+def raw_read(paths: list[str], chunk: int = 8 << 20) -> int:
+    """Read ``paths`` sequentially into one reused buffer of ``chunk`` bytes, as cat does; the bytes read."""
+    buffer = bytearray(chunk)
+    total = 0
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while count := f.readinto(buffer):
+                total += count
+    return total
+
+
+def verify(sizes: dict, parent: str) -> list[dict]:
+    steps, size = sizes["steps"], sizes["image_size"]
+    env, batches = make_batches(sizes["num_envs"], steps, max_steps=steps, end_prob=0.02, image=size)
+    figure = {"figure": "verify"}
+    with figure_directory(parent) as where:
+        small = new_directory(where, "small")  # verified after each cache drop: the code's pages back in memory
+        record(PackedRecorder(small, env), batches[:3])
+        run = new_directory(where, "packed")
+        recorder = PackedRecorder(run, env)
+        record(recorder, batches)
+        del batches
+        paths = sorted(str(p) for p in Path(run).iterdir())
+        figure["run_mb"] = sum(os.path.getsize(p) for p in paths) / 1e6
+        figure["episodes"] = recorder.completed_episodes
+        rates = {"raw": [], "verify": []}
+        for pair in range(sizes["pairs"]):
+            for kind in ("raw", "verify") if pair % 2 == 0 else ("verify", "raw"):
+                figure["cold_cache"] = drop_cache(paths, sizes.get("drop_caches", True))
+                forge_gpu.verify_run(small)
+                start = time.perf_counter()
+                if kind == "raw":
+                    raw_read(paths)
+                else:
+                    report = forge_gpu.verify_run(run)
+                    assert report["ok"], report
+                rates[kind].append(figure["run_mb"] / (time.perf_counter() - start))
+    figure["raw_read_mb_per_s"] = float(np.median(rates["raw"]))
+    figure["verify_mb_per_s"] = float(np.median(rates["verify"]))
+    figure["verify_vs_raw"] = figure["verify_mb_per_s"] / figure["raw_read_mb_per_s"]
+    figure["file_system"] = fs_type(parent)
+    return [figure]
+
+
+SECTIONS = {
+    "checksum": checksum,
+    "ingest": ingest,
+    "pipeline": pipeline,
+    "rss": rss,
+    "reader": reader,
+    "windows_mmap": windows_mmap,
+    "verify": verify,
+}
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import types
 from pathlib import Path
 
@@ -280,53 +279,119 @@ def downgrade_packed_run(directory, version):
     return manifest
 
 
-#: The ways :func:`fuzz_packed_run` damages a run.
-FUZZ_KINDS = ("flip", "truncate", "log_line", "log_value", "log_bytes")
+#: The ways :func:`mutate_packed_run` damages a run: segments (bit flips, truncation, zeroed ranges anywhere and
+#: inside a block's payload), commit lines (a changed value, a line dropped, duplicated or two swapped; a changed
+#: byte; the last lines cut off) and run.json (a changed byte, truncation, a key changed or dropped).
+FUZZ_KINDS = (
+    *("flip", "truncate", "zero", "zero_payload"),
+    *("line_value", "line_drop", "line_dup", "line_swap", "log_tail", "log_bytes"),
+    *("manifest_bytes", "manifest_truncate", "manifest_key"),
+)
+#: Values a changed JSON value takes.
+_ODD_VALUES = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63, 2**62, [], {}, True, 1e39]
 
 
-def fuzz_packed_run(directory, run, kind, seed):
-    """Copy the packed run ``directory`` to ``run``, damage it one way (``kind``: ``flip`` or ``truncate`` a segment,
-    drop a ``log_line``, change a ``log_value``, change ``log_bytes``) drawn from ``seed``, and read it: valid
-    episodes (state included) or a ValueError naming the run, never another error."""
-    import forge_gpu
-
-    rng = np.random.default_rng(seed)
-    if run.exists():
-        shutil.rmtree(run)
-    shutil.copytree(directory, run)
-    segments = sorted(run.glob("segment-*.arrows"))
-    log = run / "commits.jsonl"
-    if kind in ("flip", "truncate"):
+def mutate_packed_run(files: dict, kind: str, rng) -> dict:
+    """A damaged copy of a packed run's files (name -> bytes), one way (``kind``, of :data:`FUZZ_KINDS`) drawn
+    from ``rng``."""
+    files = dict(files)
+    segments = sorted(name for name in files if name.startswith("segment-"))
+    lines = files["commits.jsonl"].split(b"\n")[:-1]
+    if kind in ("flip", "truncate", "zero"):
         victim = segments[rng.integers(len(segments))]
-        data = bytearray(victim.read_bytes())
+        data = bytearray(files[victim])
         if kind == "flip":
             for _ in range(1 + rng.integers(8)):
                 data[rng.integers(len(data))] ^= 1 << rng.integers(8)
-        else:
+        elif kind == "truncate":
             data = data[: rng.integers(len(data))]
-        victim.write_bytes(bytes(data))
-    elif kind == "log_line":
-        lines = log.read_bytes().split(b"\n")[:-1]
-        del lines[rng.integers(len(lines))]
-        log.write_bytes(b"\n".join(lines) + b"\n")
-    elif kind == "log_value":
-        lines = log.read_text().splitlines()
-        k = rng.integers(len(lines))
-        commit = json.loads(lines[k])
-        key = sorted(commit)[rng.integers(len(commit))]
-        if key == "episodes" and commit["episodes"]["steps"]:
-            entry = commit["episodes"]
-            inner = sorted(entry)[rng.integers(len(entry))]
-            lists = entry["params"] if inner == "params" else {inner: entry[inner]}
-            lists[sorted(lists)[0]][0] = [None, -1, 10**12, 0, 1, "x", 2**63, 2**62][rng.integers(8)]
         else:
-            commit[key] = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63][rng.integers(8)]
-        lines[k] = json.dumps(commit)
-        log.write_text("\n".join(lines) + "\n")
-    else:
-        data = bytearray(log.read_bytes())
+            start = int(rng.integers(len(data)))
+            data[start : start + int(rng.integers(1, 4097))] = bytes(len(data[start : start + 4096]))
+        files[victim] = bytes(data)
+    elif kind == "zero_payload":  # a range inside one committed block, past its message's first 64 bytes
+        commit = json.loads(lines[rng.integers(len(lines))])
+        name = f"segment-{commit['segment']:06d}.arrows"
+        data = bytearray(files[name])
+        start = commit["offset"] + 64 + int(rng.integers(max(commit["length"] - 64, 1)))
+        end = min(start + int(rng.integers(1, 513)), commit["offset"] + commit["length"])
+        data[start:end] = bytes(max(end - start, 0))
+        files[name] = bytes(data)
+    elif kind.startswith("line_"):
+        k = int(rng.integers(len(lines)))
+        if kind == "line_value":
+            commit = json.loads(lines[k])
+            _change_value(commit, rng)
+            lines[k] = json.dumps(commit).encode()
+        elif kind == "line_drop":
+            del lines[k]
+        elif kind == "line_dup":
+            lines.insert(int(rng.integers(len(lines) + 1)), lines[k])
+        else:
+            other = int(rng.integers(len(lines)))
+            lines[k], lines[other] = lines[other], lines[k]
+        files["commits.jsonl"] = b"".join(line + b"\n" for line in lines)
+    elif kind == "log_tail":  # the last lines lost, as after a crash before their writes reached the disk
+        files["commits.jsonl"] = b"".join(line + b"\n" for line in lines[: -1 - int(rng.integers(3))])
+    elif kind == "log_bytes":
+        data = bytearray(files["commits.jsonl"])
         data[rng.integers(len(data))] = int(rng.integers(256))
-        log.write_bytes(bytes(data))
+        files["commits.jsonl"] = bytes(data)
+    elif kind == "manifest_bytes":
+        data = bytearray(files["run.json"])
+        data[rng.integers(len(data))] = int(rng.integers(256))
+        files["run.json"] = bytes(data)
+    elif kind == "manifest_truncate":
+        files["run.json"] = files["run.json"][: rng.integers(len(files["run.json"]))]
+    else:
+        manifest = json.loads(files["run.json"])
+        _change_value(manifest, rng, drop=True)
+        files["run.json"] = json.dumps(manifest).encode()
+    return files
+
+
+def _change_value(tree, rng, *, drop=False):
+    """Change (or, with ``drop``, maybe remove) one value somewhere in the JSON object ``tree``, in place."""
+    while True:
+        keys = sorted(tree) if isinstance(tree, dict) else list(range(len(tree)))
+        if not keys:
+            return
+        key = keys[rng.integers(len(keys))]
+        if isinstance(tree[key], dict | list) and tree[key] and rng.random() < 0.7:
+            tree = tree[key]
+            continue
+        if drop and isinstance(tree, dict) and rng.random() < 0.3:
+            del tree[key]
+        elif isinstance(tree[key], int | float) and not isinstance(tree[key], bool) and rng.random() < 0.5:
+            tree[key] = type(tree[key])(tree[key] + [-1, 1][rng.integers(2)])  # a near miss
+        else:
+            tree[key] = _ODD_VALUES[rng.integers(len(_ODD_VALUES))]
+        return
+
+
+def run_files(directory) -> dict:
+    """A run directory's files, name -> bytes."""
+    return {p.name: p.read_bytes() for p in Path(directory).iterdir()}
+
+
+def write_run_files(directory, files: dict) -> None:
+    """Make ``directory`` hold exactly ``files`` (name -> bytes)."""
+    directory = Path(directory)
+    directory.mkdir(exist_ok=True)
+    for path in directory.iterdir():
+        if path.name not in files:
+            path.unlink()
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+
+
+def fuzz_packed_run(directory, run, kind, seed):
+    """Copy the packed run ``directory`` to ``run``, damaged one way (:func:`mutate_packed_run`, ``kind``, drawn
+    from ``seed``), and read it: valid episodes (state included) or a ValueError naming the run, never another
+    error."""
+    import forge_gpu
+
+    write_run_files(run, mutate_packed_run(run_files(directory), kind, np.random.default_rng(seed)))
     try:
         for episode in forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(state=True)):
             assert episode.steps >= 1

@@ -124,7 +124,7 @@ def test_packed_smoke(out):
     rows = {r["figure"]: r for r in run_bench("packed", out)["rows"]}
     codecs = {f"ingest_{shape}_{codec}" for shape in ("short", "long") for codec in ("lz4", "zstd")}
     sections = {"ingest_short", "ingest_long", "files_per_100k", "pipeline_0", "rss", "reader_cartpole", "reader_reach"}
-    sections |= {"windows_mmap"}
+    sections |= {"windows_mmap", "checksum", "ingest_short_checksum", "verify"}
     assert set(rows) == sections | codecs
     for name in codecs:
         check_figures(rows[name], {"rows_per_s": True, "vs_none": True, "size_vs_none": True})
@@ -137,7 +137,15 @@ def test_packed_smoke(out):
     for name in ("reader_cartpole", "reader_reach"):
         figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]
         figures += ["packed_batch_in_order_per_s", "packed_batch_shuffled_per_s", "episodes_vs_npz", "windows_vs_npz"]
+        figures += ["packed_unverified_episodes_per_s", "verify_cost", "packed_windows_load_unverified_s"]
         check_figures(rows[name], dict.fromkeys(figures, True))
+    crc = ["crc32c_gb_per_s", "zlib_crc32_gb_per_s", "isal_crc32_gb_per_s", "crc32c_vs_zlib"]
+    check_figures(rows["checksum"], dict.fromkeys(crc, True))
+    cost = ["rows_per_s", "rows_per_s_no_checksum", "with_over_without", "checksum_share_of_wall"]
+    check_figures(rows["ingest_short_checksum"], dict.fromkeys(cost, True))
+    check_figures(
+        rows["verify"], dict.fromkeys(["run_mb", "raw_read_mb_per_s", "verify_mb_per_s", "verify_vs_raw"], True)
+    )
     rates = [f"{mode}_{figure}" for mode in ("loaded", "mmap") for figure in ("load_s", "batch_shuffled_per_s")]
     held = ["loaded_held_mb", "mmap_held_mb", "held_mmap_vs_loaded"]
     check_figures(

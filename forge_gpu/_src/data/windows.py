@@ -46,6 +46,9 @@ class Windows:
     stay in the files: the operating system pages in what batches touch and can drop it again, so memory
     holds the episode index and the blocks' views, whatever the shard's size; a batch then gathers from
     each block its rows fall in (several per batch of a step-major run) and may wait on the disk.
+
+    Every block's checksum is verified once, as the table is made (mapped or loaded); ``verify=False`` skips it
+    (:class:`EpisodeReadOptions`'s ``verify``).
     """
 
     def __init__(
@@ -61,11 +64,16 @@ class Windows:
         mmap: bool = False,
         state: bool | Sequence[str] = False,
         params: bool = False,
+        verify: bool = True,
     ):
         check_window(history, horizon)
-        check_flags(pad=pad, mmap=mmap, params=params)
+        check_flags(pad=pad, mmap=mmap, params=params, verify=verify)
         options = EpisodeReadOptions(
-            observation_keys=observation_keys, shard_index=shard_index, num_shards=num_shards, state=state
+            observation_keys=observation_keys,
+            shard_index=shard_index,
+            num_shards=num_shards,
+            state=state,
+            verify=verify,
         )
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
         index = episode_index(directory)[options.shard_index :: options.num_shards]

@@ -7,6 +7,7 @@ numpy, pyarrow and the standard library; no Warp, Newton or torch.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -39,8 +40,9 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
 
     Each segment is memory-mapped and read as an Arrow stream up to its last committed block; the stream's position
     after each block must match the commit log. With ``verify`` (and a run whose blocks carry checksums) each block's
-    bytes are checked against its line's checksum before anything is read from them, and its line's episodes against
-    the block's copy (:func:`check_block`). Raises ValueError naming the segment on any disagreement.
+    bytes are checked against its line's checksum before anything is read from them (the next block's checksum is
+    computed on a second thread while the caller works on this one), and its line's episodes against the block's
+    copy (:func:`commits.check_block_episodes`). Raises ValueError naming the segment on any disagreement.
     """
     pa = pyarrow()
     verify = verify and run.checksums
@@ -59,6 +61,9 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                 raise ValueError(f"{path}: holds {source.size()} bytes; the commit log says at least {end}")
             try:
                 whole = source.read_buffer(end) if verify else None  # zero-copy: the mapped bytes
+                checksums = _checksums_ahead(whole, blocks) if verify else None
+                if verify:  # the first block holds the schema message: nothing of it is read unchecked
+                    check_checksum(next(checksums), blocks[0], path=path)
                 source.seek(0)
                 schema = pa.ipc.read_schema(source)
                 columns = schema_columns(schema, name=path)
@@ -69,9 +74,9 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                 source.seek(0)
                 options = pa.ipc.IpcReadOptions(included_fields=indices, use_threads=False)
                 reader = pa.ipc.open_stream(source, options=options)
-                for commit in blocks:
-                    if verify:
-                        check_checksum(whole.slice(commit["offset"], commit["length"]), commit, path=path)
+                for k, commit in enumerate(blocks):
+                    if verify and k:
+                        check_checksum(next(checksums), commit, path=path)
                     batch, metadata = reader.read_next_batch_with_custom_metadata()
                     check_batch(batch, source.tell() - commit["offset"], commit)
                     if verify:
@@ -93,10 +98,27 @@ def block_where(path: str, commit: dict) -> str:
     return f"{path}: the block at offset {commit['offset']} (commit line {commit['line']})"
 
 
-def check_checksum(data, commit: dict, *, path: str) -> None:
-    """``data`` (the block's bytes, any buffer) must have the CRC32C its commit line holds: ValueError naming the
+#: Blocks of at least this many bytes have their checksum computed ahead, on a second thread; for smaller ones handing
+#: the work over costs more than it saves (bench/packed.py's reader figures).
+_AHEAD_BYTES = 1 << 20
+
+
+def _checksums_ahead(whole, blocks: list[dict]) -> Iterator[int]:
+    """The CRC32C of each of ``blocks`` (commit lines of one segment) in ``whole`` (the segment's mapped bytes); a
+    large one's computed on a second thread while the previous block is being read (crc32c lets go of the GIL)."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forge-gpu-crc32c") as pool:
+        ahead = None
+        for k, commit in enumerate(blocks):
+            found = ahead.result() if ahead else crc32c.crc32c(whole.slice(commit["offset"], commit["length"]))
+            after = blocks[k + 1] if k + 1 < len(blocks) else None
+            big = after is not None and after["length"] >= _AHEAD_BYTES
+            ahead = pool.submit(crc32c.crc32c, whole.slice(after["offset"], after["length"])) if big else None
+            yield found
+
+
+def check_checksum(found: int, commit: dict, *, path: str) -> None:
+    """``found``, the CRC32C of the block's bytes, must be the one its commit line holds: ValueError naming the
     segment file, the block's offset and the line otherwise."""
-    found = crc32c.crc32c(data)
     if found != commit[CHECKSUM]:
         raise ValueError(
             f"{block_where(path, commit)} fails its checksum: its bytes have CRC32C {found}, the line says "
@@ -166,16 +188,33 @@ class PackedRun:
     def __len__(self) -> int:
         return len(self.episodes["steps"])
 
-    def columns(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """column -> (per-row shape, dtype) of the run's segments (all must agree); {} with no commit."""
+    def columns(self, *, verify: bool = True) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """column -> (per-row shape, dtype) of the run's segments (all must agree); {} with no commit. With
+        ``verify`` (and checksums), each segment's first block, which holds its schema, is checked first."""
         found = None
-        for segment in sorted({c["segment"] for c in self.commits}):
+        firsts = {c["segment"]: c for c in reversed(self.commits)}  # each segment's first block
+        for segment in sorted(firsts):
+            if verify and self.checksums:
+                _check_first_block(self.directory, firsts[segment])
             _, columns = segment_schema(self.directory, segment)
             if found is not None and columns != found:
                 path = os.path.join(self.directory, segment_name(segment))
                 raise ValueError(f"{path}: its columns differ from the run's first segment")
             found = columns
         return found or {}
+
+
+def _check_first_block(run_dir: str, commit: dict) -> None:
+    """The checksum of a segment's first block (``commit``), read from the file; ValueError naming it otherwise."""
+    path = os.path.join(run_dir, segment_name(commit["segment"]))
+    try:
+        with open(path, "rb") as f:
+            data = f.read(commit["length"])
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot open segment: {exc}") from exc
+    if len(data) < commit["length"]:
+        raise ValueError(f"{path}: holds {len(data)} bytes; the commit log says at least {commit['length']}")
+    check_checksum(crc32c.crc32c(data), commit, path=path)
 
 
 def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -217,19 +217,24 @@ def decode_params(entry: Any, layout: Mapping, count: int, *, where: str) -> dic
 
 def check_block_episodes(commit: Mapping, metadata: Mapping, params: Mapping, *, where: str) -> None:
     """A layout-3 block's copy of its line's ``episodes`` (its record batch's custom metadata :data:`EPISODES`,
-    covered by the block's checksum) must equal the line's (``commit``, parsed by :func:`read_commits`):
-    ValueError naming ``where`` otherwise, so a changed, dropped or added episode or param in the log is refused. The
-    episodes a salvage dropped (the line's ``dropped``) are left out of the copy first."""
+    covered by the block's checksum) must equal the line's (``commit``, parsed and checked by :func:`read_commits`;
+    ``params``: name -> (shape, dtype), the run's): ValueError naming ``where`` otherwise, so a changed, dropped or
+    added episode or param in the log is refused. The episodes a salvage dropped (the line's ``dropped``) are left
+    out of the copy first. The copy is compared, not checked again: equal to a checked line, it is one."""
+    mine = commit["episodes"]
     try:
         entry = json.loads(metadata[EPISODES.encode()])
-    except (KeyError, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{where}: the block holds no readable copy of its episodes: {exc!r}") from exc
-    copy = decode_episodes(entry, f"{where}: the block's copy of its episodes", params)
-    if DROPPED in commit:  # the episodes salvage dropped are not the line's
+        if not isinstance(entry, dict) or entry.keys() != {*EPISODE_KEYS, *([PARAMS] if params else [])}:
+            raise ValueError(f"keys {sorted(entry) if isinstance(entry, dict) else type(entry).__name__}")
+        copy = {key: np.asarray(entry[key], np.int64) for key in EPISODE_KEYS}
+        for name, (shape, dtype) in params.items():  # reshaped: an empty list is (0, *shape) in the line
+            copy[PARAMS_PREFIX + name] = np.asarray(entry[PARAMS][name], dtype).reshape(-1, *shape)
+    except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where}: the block holds no readable copy of its episodes: {exc}") from exc
+    if DROPPED in commit and copy["env_id"].ndim == 1 == copy["episode_id"].ndim:  # not the line's any more
         pairs = copy["env_id"] * (1 << 32) + copy["episode_id"]
         gone = commit[DROPPED]["env_id"] * (1 << 32) + commit[DROPPED]["episode_id"]
         kept = ~np.isin(pairs, gone)
-        copy = {key: values[kept] for key, values in copy.items()}
-    mine = commit["episodes"]
-    if copy.keys() != mine.keys() or not all(np.array_equal(copy[k], mine[k]) for k in copy):
+        copy = {key: values[kept] if values.shape[:1] == kept.shape else values for key, values in copy.items()}
+    if not all(copy[k].shape == mine[k].shape and (copy[k] == mine[k]).all() for k in mine):
         raise ValueError(f"{where}: the line's episodes differ from the copy its block holds")

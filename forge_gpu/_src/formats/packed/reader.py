@@ -108,7 +108,7 @@ class PackedRunReader:
     def _chosen(self, options: EpisodeReadOptions) -> tuple[list[str], list[str]]:
         """The observation fields and state entries to read, after checking the segments' columns against
         run.json."""
-        columns = self.run.columns()
+        columns = self.run.columns(verify=options.verify)
         spec = self.manifest["env_spec"]
         state = {f"state/{n}": layout for n, layout in self.state.items()}
         described = spec.get("observation") if isinstance(spec.get("observation"), dict) else {}

@@ -11,6 +11,8 @@ import itertools
 import os
 from collections.abc import Iterator
 
+import crc32c
+
 from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.formats.packed.blocks import PackedRun, block_where, check_batch, check_checksum, segment_schema
 from forge_gpu._src.formats.packed.commits import check_block_episodes
@@ -52,9 +54,9 @@ def scan_blocks(
                     buffer = bytearray(head + length)  # a new one: views of the old one may still be held
                 view = memoryview(buffer)[: head + length]
                 view[:head] = prefix[:head]
+                for after in blocks[k + 1 : k + 1 + _AHEAD]:  # queued while this one is read and checked
+                    os.posix_fadvise(fd, after["offset"], after["length"], os.POSIX_FADV_WILLNEED)
                 got = _read_at(fd, view[head:], offset)
-                if k + 1 < len(blocks):  # the next block is read ahead while this one is checked
-                    os.posix_fadvise(fd, blocks[k + 1]["offset"], blocks[k + 1]["length"], os.POSIX_FADV_WILLNEED)
                 if got < length:
                     yield (
                         commit,
@@ -64,7 +66,7 @@ def scan_blocks(
                     continue
                 try:
                     if run.checksums:
-                        check_checksum(view[head:], commit, path=path)
+                        check_checksum(crc32c.crc32c(view[head:]), commit, path=path)
                     source = pa.BufferReader(pa.py_buffer(view))
                     batch, metadata = pa.ipc.open_stream(source, options=options).read_next_batch_with_custom_metadata()
                     check_batch(batch, source.tell() - head, commit)
@@ -99,6 +101,10 @@ def run_schema(run: PackedRun, segment: int):
     spec = run.manifest["env_spec"]
     columns = run_columns(observation_layout(spec), spec["action_shape"][0], state=run.groups["state"])
     return arrow_schema(columns), columns
+
+
+#: Blocks asked of the disk ahead of the one being read (the device's queue stays full while a block is checked).
+_AHEAD = 2
 
 
 def _read_at(fd: int, view: memoryview, offset: int) -> int:
