@@ -196,11 +196,11 @@ def test_manifest_that_cannot_be_written_says_to_repair(tmp_path, capsys, monkey
     inject_enospc(monkeypatch, "packed")
     real, calls = recorder_base.write_json_atomic, []
 
-    def first_only(path, obj):
+    def first_only(path, obj, **kwargs):
         calls.append(path)
         if len(calls) > 1:
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(path, obj)
+        real(path, obj, **kwargs)
 
     monkeypatch.setattr(recorder_base, "write_json_atomic", first_only)
     out = tmp_path / "run"
