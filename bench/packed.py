@@ -47,7 +47,7 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
                     steps), from a cold page cache (echo 3 > /proc/sys/vm/drop_caches; where that is refused,
                     posix_fadvise DONTNEED on each file: ``cold_cache`` says which; after the drop a 3-step run is
                     verified, untimed, so that the code's own pages are back), against a raw sequential read of the
-                    same files (8 MiB reads into one reused buffer), 3 alternated pairs: MB/s of each (medians)
+                    same files (8 MiB reads into one reused buffer), 5 alternated pairs: MB/s of each (medians)
                     and the ratio verify / raw.
 """
 
@@ -81,7 +81,7 @@ FULL = {
     "rss": {"num_envs": 256, "image_size": 128, "steps": 24},
     "reader": {"cartpole": (1024, 200, 0.0, None), "reach": (256, 50, 0.02, 64)},
     "windows_mmap": {"num_envs": 128, "steps": 100, "image_size": 64},
-    "verify": {"num_envs": 64, "steps": 150, "image_size": 128, "pairs": 3},
+    "verify": {"num_envs": 64, "steps": 150, "image_size": 128, "pairs": 5},
 }
 SMOKE = {
     "checksum": {"megabytes": 1, "repeats": 1},
@@ -495,6 +495,8 @@ def verify(sizes: dict, parent: str) -> list[dict]:
     figure["verify_mb_per_s"] = float(np.median(rates["verify"]))
     figure["verify_vs_raw"] = figure["verify_mb_per_s"] / figure["raw_read_mb_per_s"]
     figure["file_system"] = fs_type(parent)
+    for kind, values in rates.items():
+        figure[f"{kind}_runs"] = " ".join(f"{v:.0f}" for v in values)
     return [figure]
 
 

@@ -247,9 +247,10 @@ def test_a_bad_params_entry_in_the_commit_log_is_refused_naming_the_line(recorde
     run = tmp_path / "run"
     shutil.copytree(directory, run)
     lines = (run / COMMIT_LOG).read_text().splitlines()
-    k = next(i for i, line in enumerate(lines) if len(json.loads(line)["episodes"]["steps"]) == 1)
+    k = next(i for i, line in enumerate(lines) if json.loads(line)["episodes"]["steps"])
     commit = json.loads(lines[k])
-    commit["episodes"]["params"]["mass_scale"] = value
+    count = len(commit["episodes"]["steps"])  # the blocks' sizes follow the writer's timing
+    commit["episodes"]["params"]["mass_scale"] = value * count if isinstance(value, list) else value
     lines[k] = json.dumps(commit)
     (run / COMMIT_LOG).write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=rf"{COMMIT_LOG}:{k + 1}: episodes.params.mass_scale: .*{words}"):

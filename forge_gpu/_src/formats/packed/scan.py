@@ -29,7 +29,6 @@ def scan_blocks(
     views of a reused buffer, valid until the next block is asked for (copy what is kept); ``(commit, None,
     error)`` for one that does not, the error naming the segment file, the block's offset and its line."""
     pa = pyarrow()
-    buffer = bytearray()
     for segment, group in itertools.groupby(commits, key=lambda commit: commit["segment"]):
         blocks = list(group)
         path = os.path.join(run.directory, segment_name(segment))
@@ -46,17 +45,9 @@ def scan_blocks(
             continue
         options = pa.ipc.IpcReadOptions(included_fields=indices or None, use_threads=False)
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            for k, commit in enumerate(blocks):
+            for commit, view, got in _read_ahead(fd, blocks, prefix):
                 offset, length = commit["offset"], commit["length"]
-                head = len(prefix) if offset else 0  # a later block is read after the segment's schema message
-                if len(buffer) < head + length:
-                    buffer = bytearray(head + length)  # a new one: views of the old one may still be held
-                view = memoryview(buffer)[: head + length]
-                view[:head] = prefix[:head]
-                for after in blocks[k + 1 : k + 1 + _AHEAD]:  # queued while this one is read and checked
-                    os.posix_fadvise(fd, after["offset"], after["length"], os.POSIX_FADV_WILLNEED)
-                got = _read_at(fd, view[head:], offset)
+                head = len(view) - length
                 if got < length:
                     yield (
                         commit,
@@ -105,6 +96,25 @@ def run_schema(run: PackedRun, segment: int):
 
 #: Blocks asked of the disk ahead of the one being read (the device's queue stays full while a block is checked).
 _AHEAD = 2
+
+
+def _read_ahead(fd: int, blocks: list[dict], prefix: bytes) -> Iterator[tuple[dict, memoryview, int]]:
+    """Each of ``blocks`` (commit lines of the segment open as ``fd``) read into one reused buffer, the next ones
+    asked of the disk first (``POSIX_FADV_WILLNEED``: the kernel reads them while this one is checked; a second
+    thread would need a free core and the GIL): ``(commit, view, bytes read)``, the view holding the segment's
+    schema message ``prefix`` first for a block after the segment's first, and valid until the next block is
+    asked for."""
+    buffer = bytearray()
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    for k, commit in enumerate(blocks):
+        head = len(prefix) if commit["offset"] else 0
+        if len(buffer) < head + commit["length"]:
+            buffer = bytearray(head + commit["length"])  # a new one: views of the old one may still be held
+        view = memoryview(buffer)[: head + commit["length"]]
+        view[:head] = prefix[:head]
+        for after in blocks[k + 1 : k + 1 + _AHEAD]:  # queued while this one is read and checked
+            os.posix_fadvise(fd, after["offset"], after["length"], os.POSIX_FADV_WILLNEED)
+        yield commit, view, _read_at(fd, view[head:], commit["offset"])
 
 
 def _read_at(fd: int, view: memoryview, offset: int) -> int:
