@@ -299,7 +299,10 @@ def test_verify_finds_episodes_that_break_the_rules(recorded, tmp_path, capsys):
 def test_2000_mutants_are_refused_or_read_back_exactly(tmp_path, capsys):
     """2,000 mutants of a tiny run with state and params (every kind of FUZZ_KINDS): each is refused with a
     ValueError or read back exactly as the original (or a prefix of it); never served with changed values, never
-    another exception. Every 20th is also read as mapped windows."""
+    another exception. Every 20th is also read as mapped windows; every 10th is verified too (forge-gpu verify),
+    which must find a problem where the read refused the run, no bad episode where it did not, and raise
+    nothing; every 20th is salvaged (repair --salvage), after which every episode read is an original one, exactly
+    (or the salvage is refused with a ValueError)."""
     env = make_env(num_envs=3, max_steps=4, state=True, params=True)
     original_dir = tmp_path / "original"
     record(original_dir, env, make_batches(SyntheticSim(env, seed=5), 14), recorder=PackedRecorder, block_bytes=600)
@@ -326,6 +329,29 @@ def test_2000_mutants_are_refused_or_read_back_exactly(tmp_path, capsys):
             outcome = "refused"
         except Exception as exc:  # an escape
             outcome = f"escaped: {type(exc).__name__}: {exc}"
+        if seed % 10 == 0 and not outcome.startswith("escaped"):  # verify agrees, and raises nothing
+            try:
+                found = forge_gpu.verify_run(run)["runs"][0]
+                # refused: verify finds something; read: none of its episodes is bad (a damaged block after the
+                # last episode's, which readers never reach, is verify's alone)
+                if found["ok"] if outcome == "refused" else (found["bad_episodes"] or found["error"]):
+                    outcome = f"verify disagrees: the read was {outcome}"
+            except Exception as exc:
+                outcome = f"escaped from verify: {type(exc).__name__}: {exc}"
+        if seed % 20 == 10 and not outcome.startswith(("escaped", "verify")):  # salvage keeps only exact episodes
+            try:
+                repair_run(run, salvage=True)
+                salvaged = read(run)
+                by_id = {(e.env_id, e.episode_id): e for e in original}
+                if not all(
+                    (e.env_id, e.episode_id) in by_id and same(e, by_id[e.env_id, e.episode_id]) for e in salvaged
+                ):
+                    outcome = "salvage served changed values"
+                kinds["salvaged, then read"][f"{len(salvaged)} of {len(original)} episodes"] += 1
+            except ValueError:
+                kinds["salvaged, then read"]["refused"] += 1
+            except Exception as exc:
+                outcome = f"escaped from salvage: {type(exc).__name__}: {exc}"
         outcomes[outcome.split(":")[0]] += 1
         kinds[kind][outcome.split(":")[0]] += 1
         if outcome not in ("refused", "read back exactly", "read back as a prefix"):
@@ -336,3 +362,41 @@ def test_2000_mutants_are_refused_or_read_back_exactly(tmp_path, capsys):
             print(f"  {kind}: {dict(counts)}")
     assert not bad, bad[:10]
     assert outcomes["refused"] > 1000 and outcomes["read back exactly"] > 0
+
+
+def test_verify_reads_a_schema_1_run_episode_by_episode(recorded, tmp_path, capsys):
+    """An npz run: verify reads each episode (its members' zip CRC-32 and the rules) and names a damaged one."""
+    import zipfile
+
+    forge_gpu.convert_run(recorded, tmp_path / "npz", to="npz")
+    assert forge_gpu.verify_run(tmp_path / "npz")["ok"]
+    victim = sorted((tmp_path / "npz").glob("*.npz"))[2]
+    info = zipfile.ZipFile(victim).getinfo("action.npy")
+    data = bytearray(victim.read_bytes())
+    data[info.header_offset + 30 + len(info.filename) + info.compress_size - 1] ^= 1  # its last byte
+    victim.write_bytes(bytes(data))
+    assert main(["verify", str(tmp_path / "npz")]) == 1
+    out = capsys.readouterr().out
+    assert "1 bad episode" in out and victim.name in out and "CRC-32" in out
+
+
+def test_a_damaged_schema_costs_its_block_only(recorded, tmp_path):
+    """A segment's first block damaged in its schema message: verify reads the segment's later blocks after the
+    run's schema and lists that block alone; salvage rewrites it (schema included) and keeps the rest."""
+    run = copy(recorded, tmp_path)
+    lines = commits(run)
+    k = next(i for i, c in enumerate(lines) if c["segment"] == 1)
+    assert k + 1 < len(lines) and lines[k + 1]["segment"] == 1
+    segment = run / "segment-000001.arrows"
+    data = bytearray(segment.read_bytes())
+    data[40] ^= 0xFF  # inside the schema message's flatbuffer
+    segment.write_bytes(bytes(data))
+    report = forge_gpu.verify_run(run)["runs"][0]
+    assert [b["line"] for b in report["bad_blocks"]] == [k + 1]
+    lost = {e["episode"] for e in report["bad_episodes"]}
+    repair_run(run, salvage=True)
+    assert forge_gpu.verify_run(run)["ok"]
+    original = {(e.env_id, e.episode_id): e for e in read(recorded)}
+    got = read(run)
+    assert {f"{e.env_id}:{e.episode_id}" for e in got} == {f"{e}:{i}" for e, i in original} - lost
+    assert all(same(e, original[(e.env_id, e.episode_id)]) for e in got)

@@ -24,17 +24,18 @@ from forge_gpu._src.formats.packed.commits import DROPPED
 from forge_gpu._src.formats.packed.identity import segment_name
 from forge_gpu._src.formats.packed.reader import PackedRunReader
 from forge_gpu._src.formats.packed.scan import run_schema, scan_blocks
+from forge_gpu._src.formats.registry import format_of
 
 
 def verify_run(path: str | os.PathLike) -> dict:
     """Check a run directory or every run of a dataset root: ``{"path", "ok", "runs": [one report per run]}``.
 
-    Each run's report holds ``run``, ``ok``, ``checksums`` (whether its blocks carry them: layout_version 3 on, and
-    schema 1's zip members), ``blocks``, ``episodes``, ``bytes`` (read), ``dropped`` (episodes a salvage dropped),
-    ``bad_blocks`` (``segment``, ``offset``, ``line``, ``error``), ``bad_episodes`` (``episode`` as
-    ``"env_id:episode_id"``, ``error``) and ``error`` (what kept the run from being read at all: its run.json or
-    commit log, else None). ``ok`` is false on any problem; a run without checksums is not a problem. Raises
-    ValueError only for a dataset root whose dataset.json does not read."""
+    Each run's report holds ``run``, ``ok``, ``format``, ``checksums`` (whether its blocks carry them:
+    layout_version 3 on, and schema 1's zip members), ``blocks``, ``episodes``, ``bytes`` (read), ``dropped``
+    (episodes a salvage dropped), ``bad_blocks`` (``segment``, ``offset``, ``line``, ``error``), ``bad_episodes``
+    (``episode`` as ``"env_id:episode_id"``, ``error``) and ``error`` (what kept the run from being read at all:
+    its run.json or commit log, else None). ``ok`` is false on any problem; a run without checksums is not a
+    problem. Raises ValueError only for a dataset root whose dataset.json does not read."""
     path = os.fspath(path)
     runs = [_verify_one(run_dir) for run_dir in run_directories(path)]
     return {"path": path, "ok": all(r["ok"] for r in runs), "runs": runs}
@@ -45,7 +46,8 @@ def format_verify(report: dict) -> list[str]:
     blocks and episodes, one each."""
     lines = []
     for r in report["runs"]:
-        counts = f"{r['blocks']} blocks, {r['episodes']} episodes, {r['bytes']:,} bytes"
+        blocks = f"{r['blocks']} blocks, " if r["format"] == "packed" else ""
+        counts = f"{blocks}{r['episodes']} episodes, {r['bytes']:,} bytes"
         if r["error"] is not None:
             lines.append(f"{r['run']}: unreadable: {r['error']}")
             continue
@@ -66,10 +68,12 @@ def _count(n: int, what: str) -> str:
 
 
 def _verify_one(run_dir: str) -> dict:
-    report = {"run": run_dir, "ok": False, "checksums": False, "blocks": 0, "episodes": 0, "bytes": 0, "dropped": 0}
+    report = {"run": run_dir, "ok": False, "format": None, "checksums": False, "blocks": 0, "episodes": 0, "bytes": 0}
+    report["dropped"] = 0
     report.update(bad_blocks=[], bad_episodes=[], error=None)
     try:
         reader = open_run(run_dir)
+        report["format"] = format_of(reader.manifest).name
         if isinstance(reader, PackedRunReader):
             _verify_packed(reader, report)
         else:
