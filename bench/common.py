@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -91,3 +92,24 @@ def plot(rows: list[dict], *, x: str, y: str, series: str, panels: str, path: Pa
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` with VALUE a TOML value (``false``, ``128``, ``[1.0, 2.0]``) or else a plain string."""
+    import tomllib
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. params.render=false")
+    try:
+        return key, tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, value
+
+
+def add_set_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """The ``--set KEY=VALUE`` option (repeatable) of the bench scripts that make envs: ``args.overrides``, a list of
+    (key, value) pairs."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", type=parse_override, default=[], metavar="KEY=VALUE", help=help
+    )

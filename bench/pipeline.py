@@ -36,8 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, plot, save, table  # noqa: E402
-from stepping import parse_override  # noqa: E402
+from common import add_set_option, machine, plot, save, table  # noqa: E402
 
 CPU_ENVS = {"cartpole": [256, 1024, 4096]}
 CPU_ENVS_OTHER = [64, 256]  # tasks with contacts or cameras step far slower on the CPU
@@ -167,15 +166,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-steps", type=int, default=50, help="episode length override (0: the task's own)")
     parser.add_argument("--record-dir", default=None, help="parent of the temporary run directories")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        type=parse_override,
-        default=[],
-        metavar="KEY=VALUE",
-        help="config override, e.g. record_state=false (every frame's state is recorded by default)",
-    )
+    add_set_option(parser, "config override, e.g. record_state=false (every frame's state is recorded by default)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True

@@ -14,20 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table, timed  # noqa: E402
-
-
-def parse_override(text: str) -> tuple[str, object]:
-    """``KEY=VALUE`` with VALUE a TOML value (``false``, ``128``, ``[1.0, 2.0]``) or else a plain string."""
-    import tomllib
-
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. params.render=false")
-    try:
-        return key, tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key, value
+from common import add_set_option, machine, save, table, timed  # noqa: E402
 
 
 def measure(task: str, num_envs: int, device: str, seconds: float, policy_name: str, overrides=None) -> dict:
@@ -70,15 +57,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     parser.add_argument("--policy", default="random", choices=["random", "expert"])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        type=parse_override,
-        default=[],
-        metavar="KEY=VALUE",
-        help="config override passed to forge_gpu.make, e.g. params.render=false (repeatable)",
-    )
+    add_set_option(parser, "config override passed to forge_gpu.make, e.g. params.render=false (repeatable)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True

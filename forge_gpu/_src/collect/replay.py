@@ -31,6 +31,7 @@ from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
+from forge_gpu._src.sim.config import as_overrides
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.make import make, task_config
 from forge_gpu._src.sim.tasks.registry import TASKS
@@ -92,7 +93,7 @@ def replay(
     worlds = min(batch, max(len(selected), 1))
     if from_ == "actions":  # a batch holds one whole episode per world
         worlds = min(worlds, max(1, max_batch_bytes // _episode_bytes(config)))
-    settings = {k: v for k, v in _flatten(config.to_dict()).items() if k != "task"}
+    settings = {k: v for k, v in config.to_overrides().items() if k != "task"}
     env = make(config.task, **{**settings, "num_envs": worlds})
     _check_compatible(manifest, env, run_dir)
     stop = stop or threading.Event()
@@ -248,7 +249,7 @@ def _config(manifest: dict, overrides: dict, device: str | None):
             raise ValueError(
                 f"--set {key}: replay keeps the run's {key.split('.')[0]} (it restores the recorded episodes)"
             )
-    return task_config(manifest["task"], **{**_flatten(config), **overrides, "device": device or default_device()})
+    return task_config(manifest["task"], **{**as_overrides(config), **overrides, "device": device or default_device()})
 
 
 def _episode_bytes(config) -> int:
@@ -257,17 +258,6 @@ def _episode_bytes(config) -> int:
     frame = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
     frame += 4 * (4 + TASKS[config.task].spec.proprio_dim)  # the ids, time and proprio
     return frame * (config.max_steps + 1)
-
-
-def _flatten(table: dict, prefix: str = "") -> dict:
-    """Nested tables as dotted keys (``{"params": {"a": 1}}`` -> ``{"params.a": 1}``); randomize stays a table."""
-    out = {}
-    for key, value in table.items():
-        if isinstance(value, dict) and key != "randomize" and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _check_compatible(manifest: dict, env, run_dir: str) -> None:

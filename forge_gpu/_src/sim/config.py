@@ -154,6 +154,22 @@ class TaskConfig:
         plain["randomize"] = {r.name: r.to_table() for r in self.randomize}
         return plain
 
+    def to_overrides(self) -> dict:
+        """The configuration as the dotted overrides ``make`` and ``task_config`` take (:func:`as_overrides`)."""
+        return as_overrides(self.to_dict())
+
+
+def as_overrides(table: dict, prefix: str = "") -> dict:
+    """A configuration's plain dict (:meth:`TaskConfig.to_dict`, run.json's ``config``) as dotted overrides:
+    ``{"params": {"a": 1}}`` -> ``{"params.a": 1}``; the ``randomize`` table stays one value."""
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, dict) and key != "randomize" and value:
+            out.update(as_overrides(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
 
 def _to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
