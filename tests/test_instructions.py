@@ -154,6 +154,8 @@ def test_each_episode_records_its_own_instruction_once(runs, layout):
         lines = [json.loads(line) for line in (root / layout / "instructions.jsonl").read_text().splitlines()]
         assert {(x["env_id"], x["episode_id"]): x["instruction"] for x in lines} == wanted
         assert "params" not in run.manifest["env_spec"] and run.manifest["env_spec"]["instruction"] == INSTRUCTION
+        marker = json.loads(next((root / layout).glob("env*.json")).read_text())
+        assert set(marker) == {"schema_version", "complete", "steps", "env_id", "episode_id"}  # the contract's
 
 
 def test_windows_action_windows_and_torch_carry_each_episode_instruction(runs):
@@ -197,9 +199,8 @@ def test_lerobot_export_writes_one_task_per_instruction_and_each_episode_its_tas
     order = [(e.env_id, e.episode_id) for e in forge_gpu.read_episodes(root / "packed")]
     forge_gpu.export_lerobot(root / "packed", tmp_path / "lerobot", workers=1)
     tasks = pq.read_table(tmp_path / "lerobot/meta/tasks.parquet").to_pydict()
-    assert sorted(tasks["task"]) == sorted(set(wanted.values())) and tasks["task_index"] == list(
-        range(len(tasks["task"]))
-    )
+    assert tasks["task"] == list(dict.fromkeys(wanted[p] for p in order))  # one per instruction, first seen first
+    assert tasks["task_index"] == list(range(len(tasks["task"])))
     assert json.loads((tmp_path / "lerobot/meta/info.json").read_text())["total_tasks"] == len(tasks["task"])
     episodes = pq.read_table(tmp_path / "lerobot/meta/episodes/chunk-000/file-000.parquet").to_pydict()
     assert [t for [t] in episodes["tasks"]] == [wanted[p] for p in order]

@@ -119,14 +119,15 @@ def slot_indices(
         count = len(params[next(iter(slots.values()))["param"]]) if slots else len(next(iter(params.values()), ()))
     out = np.zeros((count, len(slots)), np.int64)
     for column, (slot, entry) in enumerate(slots.items()):
-        values = np.asarray(params[entry["param"]], np.float64).reshape(count, -1)[:, entry.get("component", 0)]
+        values = np.asarray(params[entry["param"]], np.float64)
+        values = values.reshape(count, math.prod(values.shape[1:]))[:, entry.get("component", 0)]
         if "edges" in entry:
             out[:, column] = np.digitize(values, entry["edges"])
             continue
         index = np.rint(values)
         bad = ~((index >= 0) & (index < len(entry["names"])))
         if bad.any():
-            value = values[np.flatnonzero(bad)[0]]
+            value = float(values[np.flatnonzero(bad)[0]])
             raise ValueError(
                 f"{name}[{entry['param']!r}] holds {value!r}, which names no {slot!r} of the instruction template: "
                 f"allowed: a value that rounds to 0..{len(entry['names']) - 1} ({', '.join(entry['names'])})"
@@ -140,8 +141,10 @@ def episode_instructions(template: Mapping, params: Mapping[str, np.ndarray], *,
     only for a template without slots and no params) that the checked ``template`` makes: one text per distinct
     combination of slot values, formatted once each."""
     indices = slot_indices(template, params, count=count)
-    if not indices.shape[1] or not len(indices):  # a text without slots; no episode
-        return [template["text"]] * len(indices)
+    if not len(indices):
+        return []
+    if not indices.shape[1]:  # a text without slots (its doubled braces still become single ones)
+        return [template["text"].format()] * len(indices)
     combinations, inverse = np.unique(indices, axis=0, return_inverse=True)
     slots = template["slots"]
     texts = [

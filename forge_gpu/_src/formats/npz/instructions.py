@@ -47,7 +47,7 @@ def read_instructions(run_dir: str, manifest: Mapping, episodes: Iterable[tuple[
     unmarked episode's, is ignored), an episode listed twice, or a marked episode without a line."""
     episodes = list(episodes)
     if INSTRUCTIONS_KEY not in manifest:
-        return [manifest["env_spec"]["instruction"]] * len(episodes)
+        return [manifest["env_spec"].get("instruction", "")] * len(episodes)
     path = os.path.join(run_dir, INSTRUCTIONS_FILE)
     if manifest[INSTRUCTIONS_KEY] != INSTRUCTIONS_FILE:
         raise ValueError(
