@@ -55,7 +55,7 @@ def check_template(template: Any, params: Mapping[str, tuple] | None = None, *, 
     if not isinstance(template, Mapping):
         raise ValueError(f"{name} must be an object with keys {list(_TEMPLATE_KEYS)}, got {template!r}")
     if set(template) != set(_TEMPLATE_KEYS):
-        raise ValueError(f"{name} has keys {sorted(template)}; allowed and required: {list(_TEMPLATE_KEYS)}")
+        raise ValueError(f"{name} has keys {sorted(map(str, template))}; allowed and required: {list(_TEMPLATE_KEYS)}")
     text, slots = template["text"], template["slots"]
     if not isinstance(text, str) or not text:
         raise ValueError(f"{name}.text must be a non-empty string, got {text!r}")
@@ -64,7 +64,7 @@ def check_template(template: Any, params: Mapping[str, tuple] | None = None, *, 
     used = text_slots(text, name=name)
     unknown = [s for s in used if s not in slots]
     if unknown:
-        raise ValueError(f"{name}.text uses {unknown}, which are not slots; the slots are {sorted(slots)}")
+        raise ValueError(f"{name}.text uses {unknown}, which are not slots; the slots are {sorted(map(str, slots))}")
     unused = [s for s in slots if s not in used]
     if unused:
         raise ValueError(f"{name}.slots {unused} are not used in the text {text!r}; every slot must be")
@@ -74,7 +74,7 @@ def check_template(template: Any, params: Mapping[str, tuple] | None = None, *, 
 
 def _check_slot(where: str, slot: Any, params: Mapping[str, tuple] | None) -> None:
     if not isinstance(slot, Mapping) or not {"param", "names"} <= set(slot) or set(slot) - set(_SLOT_KEYS):
-        got = sorted(slot) if isinstance(slot, Mapping) else repr(slot)
+        got = sorted(map(str, slot)) if isinstance(slot, Mapping) else repr(slot)
         raise ValueError(f"{where} has keys {got}; required: param, names; optional: component, edges")
     param, names = slot["param"], slot["names"]
     if not isinstance(param, str):
@@ -119,10 +119,12 @@ def slot_indices(
         count = len(params[next(iter(slots.values()))["param"]]) if slots else len(next(iter(params.values()), ()))
     out = np.zeros((count, len(slots)), np.int64)
     for column, (slot, entry) in enumerate(slots.items()):
-        values = np.asarray(params[entry["param"]], np.float64)
+        values = np.asarray(params[entry["param"]])
+        if values.dtype.kind != "f":
+            values = values.astype(np.float64)
         values = values.reshape(count, math.prod(values.shape[1:]))[:, entry.get("component", 0)]
-        if "edges" in entry:
-            out[:, column] = np.digitize(values, entry["edges"])
+        if "edges" in entry:  # compared in the param's dtype: a float32 value equal to an edge is in the upper bin
+            out[:, column] = np.digitize(values, np.asarray(entry["edges"], values.dtype))
             continue
         index = np.rint(values)
         bad = ~((index >= 0) & (index < len(entry["names"])))
