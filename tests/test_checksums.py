@@ -274,7 +274,10 @@ def test_verify_finds_episodes_that_break_the_rules(recorded, tmp_path, capsys):
     columns["obs/proprio"][first["first_row"][0] + first["stride"][0], 0] = np.nan
     columns["obs/time"][second["first_row"][0] + 2 * second["stride"][0]] = -1.0
     episodes = {k: np.concatenate([np.asarray(c["episodes"][k], np.int64) for c in lines]) for k in EPISODE_KEYS}
-    episodes["instruction"] = np.concatenate([np.asarray(c["episodes"]["instruction"], object) for c in lines])
+    texts = [
+        np.array(c["episodes"]["instruction"]["texts"], object)[c["episodes"]["instruction"]["index"]] for c in lines
+    ]
+    episodes["instruction"] = np.concatenate([t.astype(object) for t in texts])
     for name in lines[0]["episodes"]["params"]:
         episodes[f"params/{name}"] = np.concatenate(
             [

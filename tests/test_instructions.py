@@ -145,10 +145,13 @@ def test_each_episode_records_its_own_instruction_once(runs, layout):
     assert Counter(run.instructions()) == Counter(wanted.values())
     if layout == "packed":
         lines = [json.loads(line) for line in (root / layout / "commits.jsonl").read_text().splitlines()]
-        texts = [t for c in lines for t in c["episodes"]["instruction"]]
-        assert len(texts) == len(wanted) and all(
-            len(c["episodes"]["instruction"]) == len(c["episodes"]["steps"]) for c in lines
-        )
+        for c in lines:  # each line: its episodes' distinct texts, once each, and each episode's index into them
+            entry = c["episodes"]
+            texts = entry["instruction"]["texts"]
+            assert len(set(texts)) == len(texts) and len(entry["instruction"]["index"]) == len(entry["steps"])
+            pairs = zip(entry["env_id"], entry["episode_id"], entry["instruction"]["index"], strict=True)
+            assert all(texts[i] == wanted[(e, k)] for e, k, i in pairs)
+        assert sum(len(c["episodes"]["steps"]) for c in lines) == len(wanted)
     else:
         assert run.manifest["episode_instructions"] == "instructions.jsonl"
         lines = [json.loads(line) for line in (root / layout / "instructions.jsonl").read_text().splitlines()]
@@ -256,8 +259,8 @@ def test_a_changed_instruction_in_a_commit_line_is_refused(runs, tmp_path):
     shutil.copytree(root / "packed", tmp_path / "run")
     log = tmp_path / "run" / "commits.jsonl"
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    k = next(i for i, c in enumerate(lines) if c["episodes"]["instruction"])
-    lines[k]["episodes"]["instruction"][0] = "push the cube off the table"
+    k = next(i for i, c in enumerate(lines) if c["episodes"]["instruction"]["texts"])
+    lines[k]["episodes"]["instruction"]["texts"][0] = "push the cube off the table"
     log.write_text("".join(json.dumps(c) + "\n" for c in lines))
     with pytest.raises(ValueError, match="differ from the copy its block holds"):
         list(forge_gpu.read_episodes(tmp_path / "run"))

@@ -22,7 +22,7 @@ from forge_gpu._src.core.checks import is_int
 #: The env_spec key that holds a task's template (absent: every episode has the run's ``instruction``).
 TEMPLATE_KEY = "instruction_template"
 #: The key of an episode's instruction in an episode table (``core.frames``: an object array of strings, one per
-#: episode) and in a packed commit line's ``episodes`` (a list of strings).
+#: episode) and in a packed commit line's ``episodes`` (its distinct texts and each episode's index into them).
 INSTRUCTION = "instruction"
 _TEMPLATE_KEYS = ("text", "slots")
 _SLOT_KEYS = ("param", "names", "component", "edges")
@@ -147,8 +147,16 @@ def episode_instructions(template: Mapping, params: Mapping[str, np.ndarray], *,
         return []
     if not indices.shape[1]:  # a text without slots (its doubled braces still become single ones)
         return [template["text"].format()] * len(indices)
-    combinations, inverse = np.unique(indices, axis=0, return_inverse=True)
     slots = template["slots"]
+    radices = [len(entry["names"]) for entry in slots.values()]
+    if math.prod(radices) < 1 << 62:  # each combination as one integer: a 1-d unique, much faster than rows'
+        code = np.zeros(len(indices), np.int64)
+        for column, radix in enumerate(radices):
+            code = code * radix + indices[:, column]
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        combinations = indices[first]
+    else:
+        combinations, inverse = np.unique(indices, axis=0, return_inverse=True)
     texts = [
         template["text"].format(**{slot: slots[slot]["names"][i] for slot, i in zip(slots, row, strict=True)})
         for row in combinations.tolist()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +45,33 @@ def encode_params(episodes: Mapping[str, Any]) -> dict[str, list] | None:
     return params or None
 
 
+def encode_instructions(instructions) -> dict[str, list]:
+    """The ``instruction`` object of an episode entry: ``texts``, the distinct instructions of the line's episodes
+    (in order of first appearance), and ``index``, each episode's position in ``texts`` (a line of many episodes
+    holds each text once)."""
+    table: dict[str, int] = {}
+    index = [table.setdefault(str(text), len(table)) for text in instructions]
+    return {"texts": list(table), "index": index}
+
+
+def decode_instructions(entry: Any, count: int, *, where: str) -> np.ndarray:
+    """Each of ``count`` episodes' instruction (an object array of strings) from an ``instruction`` object
+    (:func:`encode_instructions`); ValueError naming ``where`` for other keys, a text that is not a string, or an
+    index that is not one of ``count`` integers naming a text."""
+    if not isinstance(entry, dict) or entry.keys() != {"texts", "index"}:
+        raise ValueError(f"{where}: must be an object with keys ['index', 'texts']")
+    texts, index = entry["texts"], entry["index"]
+    if not isinstance(texts, list) or not all(type(t) is str for t in texts):
+        raise ValueError(f"{where}.texts must be a list of strings")
+    if (
+        not isinstance(index, list)
+        or len(index) != count
+        or not all(type(i) is int and 0 <= i < len(texts) for i in index)
+    ):
+        raise ValueError(f"{where}.index must be a list of {count} integers in [0, {len(texts)})")
+    return np.array(texts, dtype=object)[np.array(index, dtype=np.int64)]  # one object per distinct text
+
+
 def open_commit_log(directory: str, *, create: bool = False, name: str = COMMIT_LOG) -> int:
     """The commit log of run ``directory`` (or the file ``name`` beside it), opened for appending (created when
     ``create``): a descriptor."""
@@ -55,11 +81,11 @@ def open_commit_log(directory: str, *, create: bool = False, name: str = COMMIT_
 
 def encode_episodes(episodes: Mapping[str, Any]) -> str:
     """The JSON text of a commit line's ``episodes`` object: each of :data:`EPISODE_KEYS` (one integer per episode),
-    ``instruction`` (one string per episode, layout 4) where ``episodes`` holds it, and, where it holds
+    ``instruction`` (layout 4: :func:`encode_instructions`) where ``episodes`` holds each one's, and, where it holds
     ``params/<name>`` columns, ``params`` (:func:`encode_params`)."""
-    entry = {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS}
+    entry: dict[str, Any] = {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS}
     if INSTRUCTION in episodes:
-        entry[INSTRUCTION] = [str(text) for text in episodes[INSTRUCTION]]
+        entry[INSTRUCTION] = encode_instructions(episodes[INSTRUCTION])
     params = encode_params(episodes)
     if params is not None:
         entry[PARAMS] = params
@@ -111,7 +137,8 @@ def read_commits(
     """The whole lines of the commit log, parsed and checked, their episodes' params against ``params`` (name ->
     per-episode shape, dtype: ``schema.run_groups``'s); and whether a torn last line was ignored. Each line's
     ``episodes`` holds int64 arrays, ``params/<name>`` arrays of the described dtype, one row per episode, and (with
-    ``instructions``: layout 4) ``instruction``, an object array of strings; ``line`` is its line number.
+    ``instructions``: layout 4) ``instruction``, each episode's, an object array of strings; ``line`` is its line
+    number.
     ``checksums``: the lines hold ``crc32c`` (layout 3), which older ones must not."""
     path = os.path.join(run_dir, COMMIT_LOG)
     try:
@@ -193,13 +220,12 @@ def decode_episodes(entry: Any, where: str, params: Mapping, *, instructions: bo
         if not isinstance(values, list) or not all(type(v) is int and least <= v < limit for v in values):
             raise ValueError(f"{where}: episodes.{key} must be a list of integers in [{least}, {limit})")
         out[key] = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
-    if instructions:
-        texts = entry[INSTRUCTION]
-        if not isinstance(texts, list) or not all(type(t) is str for t in texts):
-            raise ValueError(f"{where}: episodes.{INSTRUCTION} must be a list of strings, one per episode")
-        out[INSTRUCTION] = np.array([sys.intern(t) for t in texts], dtype=object).reshape(-1)  # one copy of each text
     if len({len(v) for v in out.values()}) > 1:
         raise ValueError(f"{where}: the lists under episodes differ in length")
+    if instructions:
+        out[INSTRUCTION] = decode_instructions(
+            entry[INSTRUCTION], len(out["steps"]), where=f"{where}: episodes.{INSTRUCTION}"
+        )
     if params:
         out.update(decode_params(entry[PARAMS], params, len(out["steps"]), where=f"{where}: episodes.{PARAMS}"))
     return out
@@ -243,11 +269,11 @@ def check_block_episodes(commit: Mapping, metadata: Mapping, params: Mapping, *,
         if not isinstance(entry, dict) or entry.keys() != {*EPISODE_KEYS, *texts, *([PARAMS] if params else [])}:
             raise ValueError(f"keys {sorted(entry) if isinstance(entry, dict) else type(entry).__name__}")
         copy = {key: np.asarray(entry[key], np.int64) for key in EPISODE_KEYS}
-        for key in texts:
-            copy[key] = np.array(entry[key], dtype=object)
+        for key in texts:  # each episode's text, as the line's are compared
+            copy[key] = np.array(entry[key]["texts"], dtype=object)[np.asarray(entry[key]["index"], np.int64)]
         for name, (shape, dtype) in params.items():  # reshaped: an empty list is (0, *shape) in the line
             copy[PARAMS_PREFIX + name] = np.asarray(entry[PARAMS][name], dtype).reshape(-1, *shape)
-    except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, IndexError) as exc:
         raise ValueError(f"{where}: the block holds no readable copy of its episodes: {exc}") from exc
     if DROPPED in commit and copy["env_id"].ndim == 1 == copy["episode_id"].ndim:  # not the line's any more
         pairs = copy["env_id"] * (1 << 32) + copy["episode_id"]
