@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -162,3 +162,11 @@ def episode_instructions(template: Mapping, params: Mapping[str, np.ndarray], *,
         for row in combinations.tolist()
     ]
     return np.array(texts, dtype=object)[inverse.reshape(-1)].tolist()
+
+
+def factorize(instructions: Iterable[str]) -> tuple[list[str], np.ndarray]:
+    """The distinct instructions, in order of first appearance, and each one's position among them (int64): one
+    hash lookup per instruction, no sort (the texts of a run repeat a few objects, whose hashes are cached)."""
+    table: dict[str, int] = {}
+    codes = [table.setdefault(text, len(table)) for text in instructions]
+    return list(table), np.array(codes, dtype=np.int64)

@@ -21,7 +21,7 @@ import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.frames import take_rows
-from forge_gpu._src.core.instructions import INSTRUCTION
+from forge_gpu._src.core.instructions import INSTRUCTION, factorize
 from forge_gpu._src.data.runs import check_window, episode_index
 
 
@@ -87,10 +87,9 @@ class Windows:
         self._params = {k: v for k, v in episodes.items() if k.startswith("params/")}
         self._first_row, self._stride, self._steps = episodes["first_row"], episodes["stride"], episodes["steps"]
         self._env_id, self._episode_id = episodes["env_id"], episodes["episode_id"]
-        texts, self._instruction = np.unique(episodes[INSTRUCTION], return_inverse=True)  # each episode's, as codes
-        self._texts = texts.astype(object)
-        self.instructions: list[str] = texts.tolist()
-        """The distinct instructions of the windows' episodes, sorted."""
+        self.instructions, self._instruction = factorize(episodes[INSTRUCTION])  # each episode's, as a code
+        """The distinct instructions of the windows' episodes, in order of first appearance."""
+        self._texts = np.array(self.instructions, dtype=object)
         if pad:
             counts, first_t = self._steps, np.zeros_like(self._steps)
         else:

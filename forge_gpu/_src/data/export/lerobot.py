@@ -39,13 +39,13 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.files import new_partial, publish
+from forge_gpu._src.core.instructions import factorize
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.data.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.data.export.lerobot_meta import (
     DATA_FILE_MB,
     VIDEO_FILE_MB,
     number_files,
-    task_indices,
     write_meta,
 )
 from forge_gpu._src.data.runs import episode_index, index_instructions, open_run, read_index
@@ -132,7 +132,7 @@ def export_lerobot(
     total = int(lengths.sum())
     if not index:
         raise ValueError(f"{source}: no published episode to export")
-    tasks, task_of = task_indices(index_instructions(index))  # each episode's instruction is its task
+    tasks, task_of = factorize(index_instructions(index))  # each distinct instruction a task, first seen first
     partial = new_partial(out)
     try:
         settings = {

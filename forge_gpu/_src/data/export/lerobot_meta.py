@@ -56,16 +56,6 @@ def number_files(partial: str, parts: list[dict], episodes: list[dict], cameras:
             meta[f"videos/{key}/chunk_index"], meta[f"videos/{key}/file_index"] = chunk, file
 
 
-def task_indices(instructions: list[str]) -> tuple[list[str], np.ndarray]:
-    """LeRobot's tasks of episodes with these instructions: the distinct instructions in order of first appearance
-    (``task_index`` 0, 1, ...), and each episode's ``task_index``."""
-    texts, first, inverse = np.unique(np.array(instructions, dtype=object), return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(order.size, np.int64)
-    rank[order] = np.arange(order.size)
-    return texts[order].tolist(), rank[inverse.reshape(-1)]
-
-
 def lerobot_stats(stats: StatsAccumulator | None, cameras: list[str]) -> dict:
     """meta/stats.json's content: LeRobot's keys, per-channel image figures as [3, 1, 1] in [0, 1]."""
     if stats is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.core.instructions import INSTRUCTION
+from forge_gpu._src.core.instructions import INSTRUCTION, factorize
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 
 #: Keys of an episode entry in a commit line, each a list with one integer per episode.
@@ -49,9 +49,8 @@ def encode_instructions(instructions) -> dict[str, list]:
     """The ``instruction`` object of an episode entry: ``texts``, the distinct instructions of the line's episodes
     (in order of first appearance), and ``index``, each episode's position in ``texts`` (a line of many episodes
     holds each text once)."""
-    table: dict[str, int] = {}
-    index = [table.setdefault(str(text), len(table)) for text in instructions]
-    return {"texts": list(table), "index": index}
+    texts, index = factorize(instructions)
+    return {"texts": texts, "index": index.tolist()}
 
 
 def decode_instructions(entry: Any, count: int, *, where: str) -> np.ndarray:
