@@ -1,4 +1,4 @@
-"""Checksums of the packed layout (layout_version 3, docs/FORMAT.md "Checksums"): readers verify every block, older
+"""Checksums of the packed layout (layout_version 3 on, docs/FORMAT.md "Checksums"): readers verify every block, older
 runs read unverified, repair cuts a crashed run at its first damaged block or salvages a damaged closed one,
 ``forge-gpu verify`` lists what is damaged, and 2,000 mutants of a run are each refused or read back exactly."""
 
@@ -93,8 +93,8 @@ def read(run, **options):
 
 
 def same(a, b) -> bool:
-    """Two episodes are equal bit for bit, dtypes included (ids, steps, every array, state and params)."""
-    if (a.env_id, a.episode_id, a.steps) != (b.env_id, b.episode_id, b.steps):
+    """Two episodes are equal bit for bit, dtypes included (ids, steps, instruction, every array, state, params)."""
+    if (a.env_id, a.episode_id, a.steps, a.instruction) != (b.env_id, b.episode_id, b.steps, b.instruction):
         return False
     pairs = [(a.action, b.action), (a.reward, b.reward), (a.terminated, b.terminated), (a.truncated, b.truncated)]
     for mine, theirs in ((a.obs, b.obs), (a.next, b.next), (a.state, b.state), (a.params, b.params)):
@@ -105,10 +105,10 @@ def same(a, b) -> bool:
 
 
 def test_every_commit_line_holds_its_blocks_checksum(recorded):
-    """Each line's crc32c is CRC32C of exactly its block's bytes; the run says layout_version 3."""
+    """Each line's crc32c is CRC32C of exactly its block's bytes; the run says layout_version 4."""
     import crc32c
 
-    assert forge_gpu.read_manifest(recorded)["layout_version"] == 3
+    assert forge_gpu.read_manifest(recorded)["layout_version"] == 4
     lines = commits(recorded)
     assert len({c["segment"] for c in lines}) > 1
     for c in lines:
@@ -274,6 +274,10 @@ def test_verify_finds_episodes_that_break_the_rules(recorded, tmp_path, capsys):
     columns["obs/proprio"][first["first_row"][0] + first["stride"][0], 0] = np.nan
     columns["obs/time"][second["first_row"][0] + 2 * second["stride"][0]] = -1.0
     episodes = {k: np.concatenate([np.asarray(c["episodes"][k], np.int64) for c in lines]) for k in EPISODE_KEYS}
+    texts = [
+        np.array(c["episodes"]["instruction"]["texts"], object)[c["episodes"]["instruction"]["index"]] for c in lines
+    ]
+    episodes["instruction"] = np.concatenate([t.astype(object) for t in texts])
     for name in lines[0]["episodes"]["params"]:
         episodes[f"params/{name}"] = np.concatenate(
             [

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from synthetic import published  # noqa: E402
+from synthetic import downgrade_packed_run, published  # noqa: E402
 
 from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest  # noqa: E402
 from forge_gpu._src.collect.distributed import split_episodes, worker_seed  # noqa: E402
@@ -80,11 +80,12 @@ def test_shards_over_the_dataset_cover_every_episode_once(dataset, num_shards):
 
 
 def test_windows_take_the_instruction_of_their_own_run(dataset, tmp_path):
-    """action_windows and WindowDataset over a dataset: every run's windows, each with its run's instruction."""
+    """action_windows and WindowDataset over a dataset: every run's windows, each with its episode's instruction
+    (here, as in a run older than per-episode instructions, its run's)."""
     root = tmp_path / "data"
     shutil.copytree(dataset, root)
     manifest_path = root / "worker-001" / "run.json"
-    manifest = json.loads(manifest_path.read_text())
+    manifest = downgrade_packed_run(root / "worker-001", 2)  # its episodes take the run's instruction
     manifest["env_spec"]["instruction"] = "balance it, worker one"
     manifest_path.write_text(json.dumps(manifest))
     windows = list(action_windows(root, history=2, horizon=3, options=EpisodeReadOptions(observation_keys=["proprio"])))

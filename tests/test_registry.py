@@ -128,6 +128,9 @@ class ListReader:
         e = self.episodes[k]
         return e.env_id, e.episode_id, e.steps
 
+    def instructions(self):
+        return [e.instruction for e in self.episodes]
+
     def read(self, ks, options):
         for e in (self.episodes[k] for k in ks):
             keys = list(e.obs) if options.observation_keys is None else options.observation_keys

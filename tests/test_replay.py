@@ -55,7 +55,7 @@ def test_from_actions_replays_cartpole_and_ant_bit_for_bit(tmp_path, task, overr
     assert all(d["max_error"] == 0.0 for d in report["divergence"]), report["divergence"]
     again = _episodes(tmp_path / "again")
     for a, b in zip(recorded, again, strict=True):
-        assert (a.env_id, a.episode_id, a.steps) == (b.env_id, b.episode_id, b.steps)
+        assert (a.env_id, a.episode_id, a.steps, a.instruction) == (b.env_id, b.episode_id, b.steps, b.instruction)
         for name in a.obs:
             assert np.array_equal(a.obs[name], b.obs[name]) and np.array_equal(a.next[name], b.next[name]), name
         for name in a.state:

@@ -41,6 +41,8 @@ class Episode:
     ``state[S]`` is ``[T + 1, ...]``: the simulator state ``S`` at every frame ``0..T`` (read where
     ``EpisodeReadOptions.state`` asks for it); ``params[P]`` the episode's randomized value ``P``, of its
     per-episode shape (``[]`` for a scalar, ``[3]`` for a colour, ...). Both are empty where the run has none.
+    ``instruction`` is the episode's language instruction: its own where the run records one per episode
+    (docs/FORMAT.md "Instructions"), else the run's (``env_spec.instruction``).
     """
 
     env_id: int
@@ -55,6 +57,7 @@ class Episode:
     path: str
     state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     params: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    instruction: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

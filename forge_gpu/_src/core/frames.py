@@ -1,6 +1,6 @@
 """The frame table: episodes laid end to end as rows, one per observation frame (its observation fields and
 simulator state), each transition's values on the frame it leads to (an episode's first row holds zeros there),
-and one entry per episode (its ids, rows and params). It is a packed run's row layout (docs/FORMAT.md
+and one entry per episode (its ids, rows, instruction and params). It is a packed run's row layout (docs/FORMAT.md
 "Rows") and what every reader gives :class:`Windows` (``RunReader.frame_table``); :func:`take_rows` gathers
 rows from a table held in several blocks. numpy and the standard library.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from forge_gpu._src.core.fields import TRANSITIONS
+from forge_gpu._src.core.instructions import INSTRUCTION
 
 
 def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
@@ -17,7 +18,8 @@ def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
     rows, stride 1: (fields, columns, episodes).
 
     Each episode gives its T + 1 frames (``obs/<F>``, and ``state/<S>`` where it has state); its transitions go on
-    rows 1..T and row 0 holds zeros. Its entry holds its ``params/<P>`` where it has params."""
+    rows 1..T and row 0 holds zeros. Its entry holds its ``instruction`` (an object array of strings) and its
+    ``params/<P>`` where it has params."""
     fields = list(episodes[0].obs) if episodes else []
     columns = {
         f"obs/{f}": np.concatenate([part for ep in episodes for part in (ep.obs[f], ep.next[f][-1:])]) for f in fields
@@ -35,6 +37,7 @@ def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
         "steps": steps,
         "first_row": np.concatenate([[0], np.cumsum(steps + 1)[:-1]]).astype(np.int64),
         "stride": np.ones(len(episodes), np.int64),
+        INSTRUCTION: np.array([ep.instruction for ep in episodes], dtype=object).reshape(-1),
     }
     for name in episodes[0].params if episodes else []:
         table[f"params/{name}"] = np.stack([ep.params[name] for ep in episodes])

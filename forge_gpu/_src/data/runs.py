@@ -59,6 +59,16 @@ def episode_index(path: str | os.PathLike) -> list[tuple[Any, int]]:
     return index
 
 
+def index_instructions(index: list[tuple[Any, int]]) -> list[str]:
+    """The instruction of every episode of an index (:func:`episode_index`), in its order, from the runs' indexes
+    alone (``RunReader.instructions``)."""
+    out: list[str] = []
+    for run, group in itertools.groupby(index, key=lambda entry: entry[0]):
+        texts = run.instructions()
+        out += [texts[k] for _, k in group]
+    return out
+
+
 def open_run(run_dir: str | os.PathLike) -> RunReader:
     """The published episodes of one run directory, of any registered format (:mod:`formats`; manifest, and
     markers or commit log, read and checked; no episode data)."""
@@ -80,7 +90,7 @@ def action_windows(
     For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
     with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where
     ``options.state`` asks for it), ``action`` =
-    ``action[t : t+horizon]`` (``[horizon, A]``), the ``instruction`` of the episode's run and the ints
+    ``action[t : t+horizon]`` (``[horizon, A]``), the episode's ``instruction`` (``Episode.instruction``) and the ints
     ``env_id``, ``episode_id`` and ``t``. The arrays are views of the episode's arrays.
     """
     check_window(history, horizon)
@@ -98,13 +108,12 @@ def episode_windows(
 ) -> Iterator[dict]:
     """The windows of the indexed episodes, in index order."""
     for run, group in itertools.groupby(index, key=lambda entry: entry[0]):
-        instruction = run.manifest["env_spec"]["instruction"]
         for episode in run.read([k for _, k in group], options):
             for t in range(history - 1, episode.steps - horizon + 1):
                 window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
                 window.update({f"state/{n}": a[t - history + 1 : t + 1] for n, a in episode.state.items()})
                 window["action"] = episode.action[t : t + horizon]
-                window["instruction"] = instruction
+                window["instruction"] = episode.instruction
                 window["env_id"] = episode.env_id
                 window["episode_id"] = episode.episode_id
                 window["t"] = t

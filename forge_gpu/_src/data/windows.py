@@ -21,6 +21,7 @@ import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.frames import take_rows
+from forge_gpu._src.core.instructions import INSTRUCTION, factorize
 from forge_gpu._src.data.runs import check_window, episode_index
 
 
@@ -36,10 +37,11 @@ class Windows:
 
     ``windows[i]`` gives one window; ``windows.batch(indices)`` (or ``windows[indices]``) gives many at
     once: ``obs/<F>`` ``[B, history, ...]``, ``action`` ``[B, horizon, A]``, ``env_id``, ``episode_id``,
-    ``t`` ``[B]`` int64, ``instruction`` (a list of B strings), and the pad masks with ``pad``. With ``state``
-    (``True``: every entry the runs have; or a list of names) also ``state/<S>`` ``[B, history, ...]``, the
-    simulator state at the same frames as the observation; with ``params``, ``params/<P>`` ``[B, ...]``, the
-    params of each window's episode.
+    ``t`` ``[B]`` int64, ``instruction`` (a list of B strings: each window's episode's ``Episode.instruction``),
+    and the pad masks with ``pad``. With ``state`` (``True``: every entry the runs have; or a list of names) also
+    ``state/<S>`` ``[B, history, ...]``, the simulator state at the same frames as the observation; with
+    ``params``, ``params/<P>`` ``[B, ...]``, the params of each window's episode. ``instructions`` lists the
+    distinct instructions of the shard's episodes.
 
     Memory: the selected observation fields and the actions of every episode of the shard are held in
     memory (pick fields with ``observation_keys``). With ``mmap=True`` (uncompressed packed runs only) they
@@ -77,14 +79,17 @@ class Windows:
         )
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
         index = episode_index(directory)[options.shard_index :: options.num_shards]
-        self.fields, blocks, episodes, self.instructions = _frame_table(index, options, mmap, params)
+        self.fields, blocks, episodes = _frame_table(index, options, mmap, params)
         # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
         self._starts = np.array([start for start, _ in blocks], np.int64)
         self._obs = [(start, {n: c for n, c in columns.items() if n != "action"}) for start, columns in blocks]
         self._action = [(start, {"action": c["action"]}) for start, c in blocks]
         self._params = {k: v for k, v in episodes.items() if k.startswith("params/")}
         self._first_row, self._stride, self._steps = episodes["first_row"], episodes["stride"], episodes["steps"]
-        self._env_id, self._episode_id, self._instruction = episodes["env_id"], episodes["episode_id"], episodes["run"]
+        self._env_id, self._episode_id = episodes["env_id"], episodes["episode_id"]
+        self.instructions, self._instruction = factorize(episodes[INSTRUCTION])  # each episode's, as a code
+        """The distinct instructions of the windows' episodes, in order of first appearance."""
+        self._texts = np.array(self.instructions, dtype=object)
         if pad:
             counts, first_t = self._steps, np.zeros_like(self._steps)
         else:
@@ -137,7 +142,7 @@ class Windows:
         out["env_id"] = self._env_id[e]
         out["episode_id"] = self._episode_id[e]
         out["t"] = t.astype(np.int64)
-        out["instruction"] = [self.instructions[r] for r in self._instruction[e].tolist()]
+        out["instruction"] = self._texts[self._instruction[e]].tolist()
         return out
 
 
@@ -148,16 +153,14 @@ def check_flags(**flags: Any) -> None:
             raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
-def _frame_table(
-    index: list, options: EpisodeReadOptions, mmap: bool, params: bool
-) -> tuple[list[str], list, dict, list[str]]:
-    """The shard's episodes (``index``), checked, as one frame table: (fields, blocks, episodes, instructions),
-    each run's table from its reader (``RunReader.frame_table``), the next run's rows after its last block. In
-    memory the runs' blocks are joined into one; with ``mmap`` they stay views of the runs' files. The blocks hold
-    the ``obs/`` columns, the ``state/`` ones asked for and ``action``; the episodes their ``params/`` with
-    ``params``."""
-    blocks, episode_parts, instructions, fields, offset = [], [], [], None, 0
-    for number, (run, group) in enumerate(itertools.groupby(index, key=lambda entry: entry[0])):
+def _frame_table(index: list, options: EpisodeReadOptions, mmap: bool, params: bool) -> tuple[list[str], list, dict]:
+    """The shard's episodes (``index``), checked, as one frame table: (fields, blocks, episodes: their entries, each
+    one's ``instruction`` included), each run's table from its reader (``RunReader.frame_table``), the next run's
+    rows after its last block. In memory the runs' blocks are joined into one; with ``mmap`` they stay views of the
+    runs' files. The blocks hold the ``obs/`` columns, the ``state/`` ones asked for and ``action``; the episodes
+    their ``params/`` with ``params``."""
+    blocks, episode_parts, fields, offset = [], [], None, 0
+    for run, group in itertools.groupby(index, key=lambda entry: entry[0]):
         ks = [k for _, k in group]
         run_fields, run_blocks, episodes = run.frame_table(ks, options, mmap=mmap)
         if fields is None:
@@ -175,23 +178,22 @@ def _frame_table(
                 raise ValueError(f"{run.directory}: its columns {layout} differ from the first run's {first}")
         blocks += [(start + offset, columns) for start, columns in run_blocks]
         episodes = {k: v for k, v in episodes.items() if params or not k.startswith("params/")}
-        if episode_parts and episodes.keys() != episode_parts[0].keys() - {"run"}:
+        if episode_parts and episodes.keys() != episode_parts[0].keys():
             raise ValueError(f"{run.directory}: its params {sorted(episodes)} differ from the first run's")
-        episode_parts.append(dict(episodes, first_row=episodes["first_row"] + offset, run=np.full(len(ks), number)))
+        episode_parts.append(dict(episodes, first_row=episodes["first_row"] + offset))
         if run_blocks:  # the next run's rows follow this one's last block
             offset = blocks[-1][0] + len(blocks[-1][1]["action"])
-        instructions.append(run.manifest["env_spec"]["instruction"])
     if not episode_parts:
         empty = np.zeros(0, np.int64)
-        keys = ("env_id", "episode_id", "steps", "first_row", "stride", "run")
+        keys = ("env_id", "episode_id", "steps", "first_row", "stride")
         return (
             list(options.observation_keys or []),
             [(0, {"action": np.zeros((0, 1), np.float32)})],
-            dict.fromkeys(keys, empty),
-            [],
+            {**dict.fromkeys(keys, empty), INSTRUCTION: np.zeros(0, object)},
         )
     if not mmap and len(blocks) > 1:  # blocks in memory follow one another from row 0: one block gathers faster
         blocks = [(0, {name: np.concatenate([c[name] for _, c in blocks]) for name in blocks[0][1]})]
     joined = {key: np.concatenate([p[key] for p in episode_parts]) for key in episode_parts[0]}
-    episodes = {k: v if k.startswith("params/") else v.astype(np.int64) for k, v in joined.items()}
-    return fields, blocks, episodes, instructions
+    kept = (INSTRUCTION, "params/")  # the others are ids and rows
+    episodes = {k: v if k.startswith(kept) else v.astype(np.int64) for k, v in joined.items()}
+    return fields, blocks, episodes

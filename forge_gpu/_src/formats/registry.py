@@ -44,6 +44,11 @@ class RunReader(Protocol):
         """``(env_id, episode_id, steps)`` of the ``k``-th episode, from the index alone."""
         ...
 
+    def instructions(self) -> list[str]:
+        """Every episode's instruction (``Episode.instruction``), in reading order, from the index alone: its own
+        where the run records one per episode, else the run's ``env_spec.instruction``."""
+        ...
+
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
         """The checked :class:`Episode` objects ``ks`` (ascending), under ``EpisodeReadOptions``: their params
         always, their state where ``options.state`` asks for it."""
@@ -56,7 +61,8 @@ class RunReader(Protocol):
         (:mod:`core.frames`; ``Windows`` reads it): the observation fields; the table's blocks, each ``(first row,
         {"obs/<F>" for every field, "state/<S>" for the state ``options.state`` asks for, "action", ...: [rows,
         ...] array})``, ascending and contiguous; and the episodes' entries (``env_id``, ``episode_id``, ``steps``,
-        ``first_row``, ``stride``: int64 arrays; ``params/<P>``: one row each). In memory by default
+        ``first_row``, ``stride``: int64 arrays; ``instruction``: an object array of strings; ``params/<P>``: one row
+        each). In memory by default
         (``core.frames.stack_episodes`` lays read episodes out so); with ``mmap`` the blocks are read-only views
         of the run's files, so the table may be larger than memory, and a run that cannot be mapped so raises
         ValueError naming the command that converts it to one that can."""
@@ -197,14 +203,16 @@ class NpzFormat:
         return NpzRunReader(run_dir, manifest)
 
     def repair(self, run_dir: str, manifest: dict) -> dict:
+        from forge_gpu._src.formats.npz.instructions import cut_torn_line  # noqa: PLC0415
         from forge_gpu._src.formats.npz.writer import remove_unmarked  # noqa: PLC0415
 
-        return {"removed": remove_unmarked(run_dir), "actions": [], "recovered_episodes": 0}
+        return {"removed": remove_unmarked(run_dir), "actions": cut_torn_line(run_dir), "recovered_episodes": 0}
 
     def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
         from forge_gpu._src.formats.npz.writer import write_episodes  # noqa: PLC0415
 
-        return write_episodes(directory, episodes, compression), dict(self.identity)
+        count = write_episodes(directory, episodes, compression)
+        return count, {**self.identity, npz.INSTRUCTIONS_KEY: npz.INSTRUCTIONS_FILE}
 
 
 def stored_groups(fmt: RunFormat) -> tuple[str, ...]:
@@ -249,7 +257,8 @@ def format_of(manifest: Mapping[str, Any], *, name: str = "run.json") -> RunForm
 
 def read_manifest(run_dir: str | os.PathLike) -> dict:
     """Load and check ``run.json`` of a run directory: its keys (:func:`core.manifest.validate_manifest`), that a
-    registered format reads it, and the spec's action shape and instruction."""
+    registered format reads it, and the spec's action shape, instruction and instruction template (against the
+    params it describes, where it describes any: ``core.instructions.check_template``)."""
     path = os.path.join(os.fspath(run_dir), RUN_MANIFEST)
     manifest = load_json(path)
     validate_manifest(manifest, name=path)
@@ -260,4 +269,10 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: env_spec.action_shape must be a list [A], got {action_shape!r}")
     if not isinstance(spec.get("instruction"), str):
         raise ValueError(f"{path}: env_spec.instruction must be a string")
+    if "instruction_template" in spec:  # numpy is loaded by now: a run is being read
+        from forge_gpu._src.core.fields import group_layout  # noqa: PLC0415
+        from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template  # noqa: PLC0415
+
+        params = group_layout(spec, "params", name=f"{path}: env_spec") if "params" in spec else None
+        check_template(spec[TEMPLATE_KEY], params, name=f"{path}: env_spec.{TEMPLATE_KEY}")
     return manifest

@@ -16,6 +16,7 @@ from forge_gpu._src.core.fields import (
     observation_layout,
     per_env_nbytes,
 )
+from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template, episode_instructions, slot_indices
 
 # Action and reward are kept (and written) as float32, the dtype the env produces.
 ACTION_DTYPE = np.dtype(np.float32)
@@ -35,7 +36,9 @@ class EpisodeTracker:
     state is ``(num_envs,)`` arrays, updated with whole-array operations.
 
     ``fields`` is the observation's layout (field -> per-env shape, dtype), ``state`` and ``params`` the
-    layouts of the result's ``state`` and ``params`` (env.spec's, {} where it has none).
+    layouts of the result's ``state`` and ``params`` (env.spec's, {} where it has none); ``instruction`` the run's
+    instruction and ``template`` the spec's instruction template (None: every episode has the run's), checked
+    against the params.
     """
 
     def __init__(self, spec: Mapping, num_envs: int, max_steps: int):
@@ -46,6 +49,11 @@ class EpisodeTracker:
         if not isinstance(action_shape, list | tuple) or len(action_shape) != 1 or int(action_shape[0]) < 1:
             raise ValueError(f"env.spec['action_shape'] must be [A] with A >= 1, got {action_shape!r}")
         self.action_dim = int(action_shape[0])
+        instruction = spec.get("instruction")
+        self.instruction = instruction if isinstance(instruction, str) else ""
+        self.template = spec.get(TEMPLATE_KEY)
+        if self.template is not None:
+            check_template(self.template, self.params, name=f"env.spec[{TEMPLATE_KEY!r}]")
         self.num_envs, self.max_steps = num_envs, max_steps
         # What every batch's observation fields, state and params must be: [N, ...].
         self._batch_layouts = {
@@ -129,6 +137,8 @@ class EpisodeTracker:
                 known & (groups["params"][name] != now).reshape(n, -1).any(axis=1),
                 f"result.params[{name!r}] changed within an episode (an episode's params are drawn at its reset)",
             )
+        if self.template is not None and inactive.any():  # a new episode's params must name its instruction's slots
+            slot_indices(self.template, {k: v[inactive] for k, v in groups["params"].items()}, name="result.params")
         return active, reward, terminated, truncated, action
 
     def commit(self, observation, active, terminated, truncated, params: Mapping | None = None) -> np.ndarray:
@@ -146,6 +156,18 @@ class EpisodeTracker:
         self.ended[:] = active & (terminated | truncated)
         self.transitions += int(np.count_nonzero(active))
         return np.flatnonzero(self.ended)
+
+    @property
+    def episode_params(self) -> dict[str, np.ndarray]:
+        """The params of each env's current episode (name -> [N, ...]), as of the last commit."""
+        return self._params
+
+    def instructions(self, params: Mapping[str, np.ndarray], count: int) -> list[str]:
+        """The instruction of each of ``count`` episodes whose params are ``params`` (name -> [count, ...]): the
+        template's (:func:`core.instructions.episode_instructions`), or the run's where the spec has none."""
+        if self.template is None:
+            return [self.instruction] * count
+        return episode_instructions(self.template, params, count=count)
 
     def incomplete(self) -> list[dict]:
         """Episodes started and not completed: those abandoned by a reset and those still running;

@@ -8,6 +8,8 @@ import newton
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.fields import group_layout
+from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template
 from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_cost
 from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.pack import packed_result
@@ -147,7 +149,7 @@ class VectorEnv:
             "proprio": ((spec.proprio_dim,), "float32"),
             **self.task.observation_fields(),
         }
-        return {
+        described = {
             "task": spec.id,
             "action_shape": [spec.action_dim],
             "action_low": list(cfg.action.low),
@@ -160,6 +162,10 @@ class VectorEnv:
             "state": {k: _described(a) for k, a in self.state_fields.items()} if cfg.record_state else {},
             "params": self.randomizer.spec(),
         }
+        if (template := self.task.instruction_template()) is not None:  # each episode's, from its drawn params
+            check_template(template, group_layout(described, "params"), name=f"task {spec.id!r}: {TEMPLATE_KEY}")
+            described[TEMPLATE_KEY] = template
+        return described
 
     @property
     def observation(self) -> dict[str, wp.array]:

@@ -5,7 +5,7 @@ Written with pyarrow and PyAV alone (the ``export`` extra: ``pip install "forge-
 
     meta/info.json                       codebase_version "v3.0", fps, features, totals, paths
     meta/stats.json                      normalization statistics (the run's stats.json, renamed)
-    meta/tasks.parquet                   one row per task (the run's instruction), index "task"
+    meta/tasks.parquet                   one row per task: each distinct instruction of the episodes, index "task"
     meta/episodes/chunk-000/file-000.parquet   one row per episode: length, where its rows and video lie, and
                                          ``params/<name>``: the values it was randomized with (where it was)
     data/chunk-CCC/file-FFF.parquet      the frames, many episodes per file, one row group per episode
@@ -39,6 +39,7 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.files import new_partial, publish
+from forge_gpu._src.core.instructions import factorize
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.data.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.data.export.lerobot_meta import (
@@ -47,7 +48,7 @@ from forge_gpu._src.data.export.lerobot_meta import (
     number_files,
     write_meta,
 )
-from forge_gpu._src.data.runs import episode_index, open_run, read_index
+from forge_gpu._src.data.runs import episode_index, index_instructions, open_run, read_index
 from forge_gpu._src.recording.stats import StatsAccumulator
 
 #: codec name -> (PyAV encoder, default CRF, encoder options). ``g`` (2): a keyframe every 2 frames, as
@@ -131,6 +132,7 @@ def export_lerobot(
     total = int(lengths.sum())
     if not index:
         raise ValueError(f"{source}: no published episode to export")
+    tasks, task_of = factorize(index_instructions(index))  # each distinct instruction a task, first seen first
     partial = new_partial(out)
     try:
         settings = {
@@ -144,11 +146,19 @@ def export_lerobot(
             "compute_stats": stats is None,
             "data_bytes": int(data_file_mb * 2**20),
             "video_bytes": int(video_file_mb * 2**20),
+            "tasks": tasks,
         }
         starts = np.concatenate([[0], np.cumsum(lengths)])
         bounds = _split(starts, min(workers, max(len(index), 1)))
         jobs = [
-            dict(settings, worker=w, first=int(a), stop=int(b), first_row=int(starts[a]))
+            dict(
+                settings,
+                worker=w,
+                first=int(a),
+                stop=int(b),
+                first_row=int(starts[a]),
+                task_index=task_of[a:b].tolist(),
+            )
             for w, (a, b) in enumerate(bounds)
         ]
         results = _run_jobs(jobs, total, progress)
@@ -349,6 +359,9 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
                     close_part()
                 writer, videos = open_part()
             frame_index = np.arange(steps, dtype=np.int64)
+            task = job["task_index"][number - job["first"]]
+            if episode.instruction != job["tasks"][task]:  # the index and the episode come from one reader
+                raise ValueError(f"{episode.path}: its instruction differs from the one its run's index gives")
             columns = {
                 "observation.state": _vector(episode.obs["proprio"]),
                 "action": _vector(episode.action),
@@ -363,12 +376,13 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
                     "frame_index": pa.array(frame_index),
                     "episode_index": pa.array(np.full(steps, number, np.int64)),
                     "index": pa.array(row + frame_index),
-                    "task_index": pa.array(np.zeros(steps, np.int64)),
+                    "task_index": pa.array(np.full(steps, task, np.int64)),
                 }
             )
             writer.write_table(pa.table(columns, schema=schema), row_group_size=steps)
             meta = {
                 "episode_index": number,
+                "task_index": task,
                 "length": steps,
                 "dataset_from_index": row,
                 "dataset_to_index": row + steps,

@@ -132,7 +132,7 @@ def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, s
         "robot_type": f"forge_gpu/{manifest['task']}",
         "total_episodes": len(episodes),
         "total_frames": total,
-        "total_tasks": 1,
+        "total_tasks": len(settings["tasks"]),
         "chunks_size": CHUNKS_SIZE,
         "data_files_size_in_mb": math.ceil(settings["data_bytes"] / 2**20),
         "video_files_size_in_mb": math.ceil(settings["video_bytes"] / 2**20),
@@ -146,11 +146,10 @@ def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, s
     os.makedirs(os.path.join(meta, "episodes", "chunk-000"), exist_ok=True)
     _write_json(os.path.join(meta, "info.json"), info)
     _write_json(os.path.join(meta, "stats.json"), lerobot_stats(stats, cameras))
-    _write_tasks(os.path.join(meta, "tasks.parquet"), spec["instruction"])
-    instruction = spec["instruction"]
+    _write_tasks(os.path.join(meta, "tasks.parquet"), settings["tasks"])
     columns = {
         "episode_index": pa.array([m["episode_index"] for m in episodes], pa.int64()),
-        "tasks": pa.array([[instruction] for _ in episodes], pa.list_(pa.string())),
+        "tasks": pa.array([[settings["tasks"][m["task_index"]]] for m in episodes], pa.list_(pa.string())),
         "length": pa.array([m["length"] for m in episodes], pa.int64()),
         "data/chunk_index": pa.array([m["data/chunk_index"] for m in episodes], pa.int64()),
         "data/file_index": pa.array([m["data/file_index"] for m in episodes], pa.int64()),
@@ -185,9 +184,9 @@ def nested_array(values: np.ndarray):
     return column
 
 
-def _write_tasks(path: str, instruction: str) -> None:
-    """meta/tasks.parquet as pandas writes a frame indexed by "task" with a ``task_index`` column, so that
-    ``pandas.read_parquet`` (what LeRobot calls) restores the index."""
+def _write_tasks(path: str, tasks: list[str]) -> None:
+    """meta/tasks.parquet, one row per task (``tasks[i]`` has ``task_index`` i), as pandas writes a frame indexed by
+    "task" with a ``task_index`` column, so that ``pandas.read_parquet`` (what LeRobot calls) restores the index."""
     import pyarrow as pa  # noqa: PLC0415
     import pyarrow.parquet as pq  # noqa: PLC0415
 
@@ -217,7 +216,8 @@ def _write_tasks(path: str, instruction: str) -> None:
     }
     schema = pa.schema([pa.field("task_index", pa.int64()), pa.field("task", pa.string())])
     schema = schema.with_metadata({b"pandas": json.dumps(pandas_meta).encode()})
-    table = pa.table({"task_index": pa.array([0], pa.int64()), "task": pa.array([instruction])}, schema=schema)
+    index = pa.array(np.arange(len(tasks)), pa.int64())
+    table = pa.table({"task_index": index, "task": pa.array(tasks, pa.string())}, schema=schema)
     pq.write_table(table, path)
 
 

@@ -3,7 +3,8 @@
 Written with h5py (the ``export`` extra). robomimic's layout:
 
     data                      attrs: total (transitions), env_args (JSON: env_name, type, env_kwargs)
-    data/demo_N               attrs: num_samples (T), forge_gpu_env_id, forge_gpu_episode_id, and
+    data/demo_N               attrs: num_samples (T), ep_meta (JSON: {"lang": the episode's instruction}, as
+                              robocasa's robomimic files hold it), forge_gpu_env_id, forge_gpu_episode_id, and
                               params/<name>: the values the episode was randomized with (where it was)
       obs/<field>             [T, ...] observation before each transition (proprio, rgb, depth)
       next_obs/<field>        [T, ...] observation after it
@@ -94,6 +95,7 @@ def export_robomimic(
                 demo = data.create_group(name)
                 steps = episode.steps
                 demo.attrs["num_samples"] = steps
+                demo.attrs["ep_meta"] = json.dumps({"lang": episode.instruction})
                 demo.attrs["forge_gpu_env_id"] = episode.env_id
                 demo.attrs["forge_gpu_episode_id"] = episode.episode_id
                 for key, value in episode.params.items():

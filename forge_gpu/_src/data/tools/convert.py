@@ -3,7 +3,7 @@ schema 1, docs/FORMAT-v1.md; or a registered one).
 
 Every episode is read and checked, then written unchanged: the episodes of the new run read back equal,
 bit for bit, to those of the old one, their state and params too where the new format stores them (packed does,
-schema 1 does not). The new run is written into a temporary directory beside ``out``
+schema 1 does not), and each episode's instruction. The new run is written into a temporary directory beside ``out``
 and renamed to ``out`` only when complete. numpy, pyarrow and the standard library.
 """
 
@@ -20,6 +20,7 @@ from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.data.runs import open_run
+from forge_gpu._src.formats.npz.identity import INSTRUCTIONS_KEY
 from forge_gpu._src.formats.registry import FORMATS, format_of, stored_groups
 
 
@@ -56,7 +57,7 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
         },
     )
     old_keys = [k for k in format_of(run.manifest).identity if k != "schema_version"]
-    for key in ("recorder", "repaired", "layout_version", *old_keys):  # the old format's own keys
+    for key in ("recorder", "repaired", "layout_version", INSTRUCTIONS_KEY, *old_keys):  # the old format's own keys
         manifest.pop(key, None)
     # The env_spec describes the state and params the new run stores (packed: the source's; schema 1: none).
     manifest["env_spec"] = without_groups(manifest["env_spec"], keep=stored_groups(FORMATS[to]))

@@ -6,6 +6,7 @@ Data side: numpy, the reader, and matplotlib (imported when drawing).
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "bytes_on_disk": bytes_on_disk,
         "incomplete_episodes": manifest.get("incomplete_episodes", []),
         "checksums": _checksums(fmt.name, manifest),
+        "instructions": instruction_counts(Counter(run.instructions())),
     }
     report["statistics"] = _statistics(run_dir)
     if spec.get("has_success") and not quick and len(run):
@@ -78,6 +80,11 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             f"if it was killed, run: forge-gpu repair {run_dir}"
         )
     return report
+
+
+def instruction_counts(counts: Counter) -> dict[str, int]:
+    """The distinct instructions and how many episodes have each (``counts``), the most common first, then by text."""
+    return {text: counts[text] for text in sorted(counts, key=lambda text: (-counts[text], text))}
 
 
 def _checksums(format_name: str, manifest: dict) -> str:
@@ -136,6 +143,7 @@ def inspect_dataset(root: str | os.PathLike, *, quick: bool = False) -> dict:
             "mean_episode_length": transitions / episodes if episodes else None,
             "bytes_on_disk": sum(r["bytes_on_disk"] for r in runs),
             "incomplete_episodes": sum(len(r["incomplete_episodes"]) for r in runs),
+            "instructions": instruction_counts(sum((Counter(r["instructions"]) for r in runs), Counter())),
         },
     }
 
@@ -156,8 +164,15 @@ def _format_dataset_report(report: dict) -> str:
         f"mean length    {'n/a' if mean is None else f'{mean:.4g}'}",
         f"bytes on disk  {total['bytes_on_disk']:,}",
         f"incomplete     {total['incomplete_episodes']} episodes (never published)",
+        *_instruction_lines(total["instructions"]),
     ]
     return "\n".join(lines)
+
+
+def _instruction_lines(counts: dict[str, int]) -> list[str]:
+    """The report's instructions: one line per distinct one, with its episode count."""
+    width = len(str(max(counts.values(), default=0)))
+    return [f"instructions   {len(counts)} distinct"] + [f"  {n:>{width}}  {text}" for text, n in counts.items()]
 
 
 def format_report(report: dict) -> str:
@@ -184,6 +199,7 @@ def format_report(report: dict) -> str:
         f"checksums      {report['checksums']}",
         f"incomplete     {len(report['incomplete_episodes'])} episodes (never published)",
         f"action         {report['action_shape']}",
+        *_instruction_lines(report["instructions"]),
         "fields:",
     ]
     lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["fields"].items()]

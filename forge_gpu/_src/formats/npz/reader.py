@@ -32,6 +32,7 @@ from forge_gpu._src.formats.npz.episode_file import (
     validate_episode_values,
     validate_marker,
 )
+from forge_gpu._src.formats.npz.instructions import read_instructions
 
 # Fields the value checks need even when a projection leaves them out.
 _CHECK_FIELDS = BOOKKEEPING_FIELDS
@@ -43,6 +44,8 @@ class NpzRunReader:
     def __init__(self, run_dir: str, manifest: dict):
         self.directory, self.manifest = run_dir, manifest
         self.marked = marked_episodes(run_dir)
+        pairs = [(marker["env_id"], marker["episode_id"]) for _, marker in self.marked]
+        self._instructions = read_instructions(run_dir, manifest, pairs)
 
     def __len__(self) -> int:
         return len(self.marked)
@@ -52,10 +55,14 @@ class NpzRunReader:
         marker = self.marked[k][1]
         return marker["env_id"], marker["episode_id"], marker["steps"]
 
+    def instructions(self) -> list[str]:
+        """Every episode's instruction, in reading order (``instructions.jsonl``, or the run's)."""
+        return list(self._instructions)
+
     def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
         for k in ks:
             path, marker = self.marked[k]
-            yield load_episode(path, marker, self.manifest["env_spec"], options)
+            yield load_episode(path, marker, self.manifest["env_spec"], options, instruction=self._instructions[k])
 
     def frame_table(
         self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
@@ -97,7 +104,9 @@ def marked_episodes(run_dir: str) -> list[tuple[str, dict]]:
     return marked
 
 
-def load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOptions) -> Episode:
+def load_episode(
+    path: str, marker: dict, env_spec: dict, options: EpisodeReadOptions, *, instruction: str = ""
+) -> Episode:
     fields = options.observation_keys
     with _archive_errors(path):
         archive = np.load(path, allow_pickle=False)
@@ -127,6 +136,7 @@ def load_episode(path: str, marker: dict, env_spec: dict, options: EpisodeReadOp
         terminated=arrays["terminated"],
         truncated=arrays["truncated"],
         path=path,
+        instruction=instruction,
     )
 
 

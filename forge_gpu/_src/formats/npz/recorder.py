@@ -23,7 +23,8 @@ from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import remove_quietly
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
 from forge_gpu._src.formats.npz.episode_file import make_marker
-from forge_gpu._src.formats.npz.identity import COMPRESSIONS, IDENTITY
+from forge_gpu._src.formats.npz.identity import COMPRESSIONS, IDENTITY, INSTRUCTIONS_FILE, INSTRUCTIONS_KEY
+from forge_gpu._src.formats.npz.instructions import InstructionLog
 from forge_gpu._src.formats.npz.writer import write_episode_file, write_marker_atomic
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
@@ -95,6 +96,7 @@ class NpzRecorder(RecorderBase):
             "spare_buffers": spare_buffers,
             "buffer_bytes": self._buffer_bytes,
         }
+        manifest[INSTRUCTIONS_KEY] = INSTRUCTIONS_FILE  # every episode's instruction, beside the contract's files
         self._allocate(tracker, slot_count, max_steps)
 
         # Each env's slot, shape (num_envs,); -1 once the slot went to the writers. Touched only by the
@@ -103,13 +105,14 @@ class NpzRecorder(RecorderBase):
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
 
         # Shared with the writers under the base's lock.
-        self._todo: deque[tuple[int, int, int, int]] = deque()  # (slot, env_id, episode_id, steps)
+        self._todo: deque[tuple[int, int, int, int, str]] = deque()  # (slot, env_id, episode_id, steps, instruction)
         self._free_slots = list(range(num_envs, slot_count))
         self._pending = 0
         self._wanted = 0  # free slots `append` waits for (0: not waiting); writers wake it only then
         self._dropped: list[dict] = []  # completed episodes dropped after a write failure
 
         super().__init__(directory, tracker, manifest)
+        self._instructions = InstructionLog(self._directory)
         self._threads = [
             threading.Thread(target=self._writer_loop, name=f"forge-gpu-writer-{i}", daemon=True)
             for i in range(writers)
@@ -180,7 +183,8 @@ class NpzRecorder(RecorderBase):
         ended = tracker.commit(observation, active, terminated, truncated, result_groups(result)["params"])
         if ended.size:
             columns = (slot[ended], ended, tracker.episode[ended], tracker.steps[ended])
-            episodes = zip(*(a.tolist() for a in columns), strict=True)
+            texts = tracker.instructions({k: v[ended] for k, v in tracker.episode_params.items()}, ended.size)
+            episodes = zip(*(a.tolist() for a in columns), texts, strict=True)
             slot[ended] = -1
             with self._cond:
                 self._todo.extend(episodes)
@@ -217,12 +221,12 @@ class NpzRecorder(RecorderBase):
                     self._work.wait()
                 if not self._todo:  # stopping, and every episode is handled
                     return
-                slot, env_id, episode_id, steps = self._todo.popleft()
+                slot, env_id, episode_id, steps, instruction = self._todo.popleft()
                 failed = self._error is not None  # after a failure, nothing more is published
             nbytes = None
             if not failed:
                 try:
-                    nbytes = self._publish(slot, env_id, episode_id, steps)
+                    nbytes = self._publish(slot, env_id, episode_id, steps, instruction)
                 except BaseException as exc:  # every error must reach the caller
                     self._fail(exc, episode_stem(env_id, episode_id))
             done = (slot, env_id, episode_id, steps, nbytes)
@@ -238,7 +242,7 @@ class NpzRecorder(RecorderBase):
         if self._pending == 0 or 0 < self._wanted <= len(self._free_slots):
             self._cond.notify_all()
 
-    def _publish(self, slot: int, env_id: int, episode_id: int, steps: int) -> int:
+    def _publish(self, slot: int, env_id: int, episode_id: int, steps: int, instruction: str) -> int:
         base = os.path.join(self._directory, episode_stem(env_id, episode_id))
         try:
             nbytes = write_episode_file(
@@ -255,6 +259,7 @@ class NpzRecorder(RecorderBase):
             remove_quietly(base + ".npz.tmp")
             raise
         try:
+            self._instructions.append(env_id, episode_id, instruction)  # before the marker that publishes it
             write_marker_atomic(base + ".json", make_marker(env_id, episode_id, steps))
         except BaseException:
             remove_quietly(base + ".npz")  # an unmarked file is invisible anyway; do not leave it behind
@@ -269,6 +274,7 @@ class NpzRecorder(RecorderBase):
     def _join(self) -> None:
         for thread in self._threads:
             thread.join()
+        self._instructions.close()
 
     def _unwritten(self) -> list[dict]:
         with self._cond:

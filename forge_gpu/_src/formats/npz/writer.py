@@ -30,6 +30,7 @@ from forge_gpu._src.formats.npz.episode_file import (
     make_marker,
 )
 from forge_gpu._src.formats.npz.identity import COMPRESSIONS
+from forge_gpu._src.formats.npz.instructions import InstructionLog
 
 try:  # ISA-L's CRC-32 runs about 10x faster than zlib's; the values are the same
     from isal.isal_zlib import crc32 as _crc32
@@ -246,23 +247,34 @@ def write_marker_atomic(path: str, marker: dict) -> None:
 
 def write_episodes(directory: str, episodes, compression: str) -> int:
     """Write checked episodes (reader ``Episode`` objects) into ``directory`` as schema-1 episode files, each
-    published by its marker; return the count. The directory's run.json is the caller's (``convert_run``)."""
+    published by its marker after its line in ``instructions.jsonl``; return the count. The directory's run.json is
+    the caller's (``convert_run``; it names the instructions file, ``NpzFormat.write``)."""
     count = 0
-    for episode in episodes:
-        base = os.path.join(directory, episode_stem(episode.env_id, episode.episode_id))
-        frames = {f: np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in episode.obs}
-        write_episode_file(
-            base + EPISODE_SUFFIX,
-            frames,
-            episode.action,
-            episode.reward,
-            episode.terminated,
-            episode.truncated,
-            compression=compression,
-        )
-        write_marker_atomic(base + MARKER_SUFFIX, make_marker(episode.env_id, episode.episode_id, episode.steps))
-        count += 1
+    log = InstructionLog(directory)
+    try:
+        for episode in episodes:
+            _write_one(directory, episode, compression, log)
+            count += 1
+    finally:
+        log.close()
     return count
+
+
+def _write_one(directory: str, episode, compression: str, log: InstructionLog) -> None:
+    """One checked episode as its file, its instruction's line and its marker."""
+    base = os.path.join(directory, episode_stem(episode.env_id, episode.episode_id))
+    frames = {f: np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in episode.obs}
+    write_episode_file(
+        base + EPISODE_SUFFIX,
+        frames,
+        episode.action,
+        episode.reward,
+        episode.terminated,
+        episode.truncated,
+        compression=compression,
+    )
+    log.append(episode.env_id, episode.episode_id, episode.instruction)
+    write_marker_atomic(base + MARKER_SUFFIX, make_marker(episode.env_id, episode.episode_id, episode.steps))
 
 
 def remove_unmarked(run_dir: str) -> list[str]:

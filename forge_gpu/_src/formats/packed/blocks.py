@@ -16,6 +16,7 @@ import numpy as np
 
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.frames import take_rows
+from forge_gpu._src.core.instructions import INSTRUCTION
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.core.rules import check_frames
 from forge_gpu._src.formats.packed.commits import (
@@ -25,7 +26,13 @@ from forge_gpu._src.formats.packed.commits import (
     check_block_episodes,
     read_commits,
 )
-from forge_gpu._src.formats.packed.identity import CHECKSUMS_VERSION, COMMIT_LOG, layout_version, segment_name
+from forge_gpu._src.formats.packed.identity import (
+    CHECKSUMS_VERSION,
+    COMMIT_LOG,
+    INSTRUCTIONS_VERSION,
+    layout_version,
+    segment_name,
+)
 from forge_gpu._src.formats.packed.schema import (
     TRANSITION_COLUMNS,
     column_to_numpy,
@@ -160,8 +167,10 @@ class PackedRun:
 
     ``episodes`` maps ``env_id``, ``episode_id``, ``steps``, ``first_row`` and ``stride`` to int64 arrays
     with one entry per episode, in commit order (the run's reading order), and ``params/<name>`` to the
-    episodes' params (one row each) where the run has them. ``groups`` is :func:`schema.run_groups`'s; ``version``
-    the run's layout_version; ``checksums`` whether its blocks carry checksums (layout 3 on).
+    episodes' params (one row each) where the run has them, and ``instruction`` to each one's instruction (an object
+    array of strings: the commit lines' from layout 4 on, the run's ``env_spec.instruction`` before). ``groups`` is
+    :func:`schema.run_groups`'s; ``version`` the run's layout_version; ``checksums`` whether its blocks carry
+    checksums (layout 3 on), ``instructions`` whether its lines hold instructions (layout 4 on).
     """
 
     def __init__(self, run_dir: str, manifest: dict):
@@ -170,15 +179,22 @@ class PackedRun:
         self.groups = run_groups(run_dir, manifest)
         self.version = layout_version(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
         self.checksums = self.version >= CHECKSUMS_VERSION  # older runs are read unverified
-        self.commits, self.torn = read_commits(run_dir, self.groups["params"], checksums=self.checksums)
+        self.instructions = self.version >= INSTRUCTIONS_VERSION
+        self.commits, self.torn = read_commits(
+            run_dir, self.groups["params"], checksums=self.checksums, instructions=self.instructions
+        )
         self.rows = sum(c["rows"] for c in self.commits)
         params = self.groups["params"]
         empty = {k: np.zeros(0, np.int64) for k in EPISODE_KEYS}
+        empty.update({INSTRUCTION: np.zeros(0, object)} if self.instructions else {})
         empty.update({PARAMS_PREFIX + n: np.zeros((0, *shape), dtype) for n, (shape, dtype) in params.items()})
         self.episodes = {
             k: np.concatenate([c["episodes"][k] for c in self.commits]) if self.commits else values
             for k, values in empty.items()
         }
+        if not self.instructions:  # an older run: every episode has the run's instruction
+            instruction = manifest["env_spec"].get("instruction", "")
+            self.episodes[INSTRUCTION] = np.full(len(self.episodes["steps"]), instruction, dtype=object)
         counts = [len(c["episodes"]["steps"]) for c in self.commits]
         self.episode_commit = np.repeat(np.arange(len(counts)), counts)  # the commit publishing each episode
         pairs = self.episodes["env_id"] * (1 << 32) + self.episodes["episode_id"]

@@ -1,8 +1,8 @@
 """The packed layout's commit log (schema 2, docs/FORMAT.md "The commit log and the commit rule"): one JSON
-line per block publishes it, its checksum (layout 3) and the episodes that ended in it, with their params. The one
-encoder of a commit line, used by the writer and by repair; the reader of the log, which trusts nothing past the
-last whole line and checks every line before it; and the check of a line's episodes against the copy its block
-holds (layout 3).
+line per block publishes it, its checksum (layout 3) and the episodes that ended in it, with their instructions
+(layout 4) and params. The one encoder of a commit line, used by the writer and by repair; the reader of the log,
+which trusts nothing past the last whole line and checks every line before it; and the check of a line's episodes
+against the copy its block holds (layout 3).
 
 numpy and the standard library.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from forge_gpu._src.core.instructions import INSTRUCTION, factorize
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 
 #: Keys of an episode entry in a commit line, each a list with one integer per episode.
@@ -44,6 +45,32 @@ def encode_params(episodes: Mapping[str, Any]) -> dict[str, list] | None:
     return params or None
 
 
+def encode_instructions(instructions) -> dict[str, list]:
+    """The ``instruction`` object of an episode entry: ``texts``, the distinct instructions of the line's episodes
+    (in order of first appearance), and ``index``, each episode's position in ``texts`` (a line of many episodes
+    holds each text once)."""
+    texts, index = factorize(instructions)
+    return {"texts": texts, "index": index.tolist()}
+
+
+def decode_instructions(entry: Any, count: int, *, where: str) -> np.ndarray:
+    """Each of ``count`` episodes' instruction (an object array of strings) from an ``instruction`` object
+    (:func:`encode_instructions`); ValueError naming ``where`` for other keys, a text that is not a string, or an
+    index that is not one of ``count`` integers naming a text."""
+    if not isinstance(entry, dict) or entry.keys() != {"texts", "index"}:
+        raise ValueError(f"{where}: must be an object with keys ['index', 'texts']")
+    texts, index = entry["texts"], entry["index"]
+    if not isinstance(texts, list) or not all(type(t) is str for t in texts):
+        raise ValueError(f"{where}.texts must be a list of strings")
+    if (
+        not isinstance(index, list)
+        or len(index) != count
+        or not all(type(i) is int and 0 <= i < len(texts) for i in index)
+    ):
+        raise ValueError(f"{where}.index must be a list of {count} integers in [0, {len(texts)})")
+    return np.array(texts, dtype=object)[np.array(index, dtype=np.int64)]  # one object per distinct text
+
+
 def open_commit_log(directory: str, *, create: bool = False, name: str = COMMIT_LOG) -> int:
     """The commit log of run ``directory`` (or the file ``name`` beside it), opened for appending (created when
     ``create``): a descriptor."""
@@ -52,9 +79,12 @@ def open_commit_log(directory: str, *, create: bool = False, name: str = COMMIT_
 
 
 def encode_episodes(episodes: Mapping[str, Any]) -> str:
-    """The JSON text of a commit line's ``episodes`` object: each of :data:`EPISODE_KEYS` (one integer per episode)
-    and, where ``episodes`` holds ``params/<name>`` columns, ``params`` (:func:`encode_params`)."""
-    entry = {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS}
+    """The JSON text of a commit line's ``episodes`` object: each of :data:`EPISODE_KEYS` (one integer per episode),
+    ``instruction`` (layout 4: :func:`encode_instructions`) where ``episodes`` holds each one's, and, where it holds
+    ``params/<name>`` columns, ``params`` (:func:`encode_params`)."""
+    entry: dict[str, Any] = {key: np.asarray(episodes[key]).tolist() for key in EPISODE_KEYS}
+    if INSTRUCTION in episodes:
+        entry[INSTRUCTION] = encode_instructions(episodes[INSTRUCTION])
     params = encode_params(episodes)
     if params is not None:
         entry[PARAMS] = params
@@ -100,11 +130,15 @@ def append_commit(
         view = view[os.write(log, view) :]
 
 
-def read_commits(run_dir: str, params: Mapping, *, checksums: bool) -> tuple[list[dict], bool]:
+def read_commits(
+    run_dir: str, params: Mapping, *, checksums: bool, instructions: bool = False
+) -> tuple[list[dict], bool]:
     """The whole lines of the commit log, parsed and checked, their episodes' params against ``params`` (name ->
     per-episode shape, dtype: ``schema.run_groups``'s); and whether a torn last line was ignored. Each line's
-    ``episodes`` holds int64 arrays, and ``params/<name>`` arrays of the described dtype, one row per episode;
-    ``line`` is its line number. ``checksums``: the lines hold ``crc32c`` (layout 3), which older ones must not."""
+    ``episodes`` holds int64 arrays, ``params/<name>`` arrays of the described dtype, one row per episode, and (with
+    ``instructions``: layout 4) ``instruction``, each episode's, an object array of strings; ``line`` is its line
+    number.
+    ``checksums``: the lines hold ``crc32c`` (layout 3), which older ones must not."""
     path = os.path.join(run_dir, COMMIT_LOG)
     try:
         with open(path, "rb") as f:
@@ -136,7 +170,7 @@ def read_commits(run_dir: str, params: Mapping, *, checksums: bool) -> tuple[lis
             )
         if commit["first_row"] != next_row:
             raise ValueError(f"{where}: first_row is {commit['first_row']}, expected {next_row}")
-        commit["episodes"] = decode_episodes(commit["episodes"], where, params)
+        commit["episodes"] = decode_episodes(commit["episodes"], where, params, instructions=instructions)
         if DROPPED in commit:
             commit[DROPPED] = _dropped(commit[DROPPED], where)
         last = commit["episodes"]["first_row"] + commit["episodes"]["steps"] * commit["episodes"]["stride"]
@@ -171,11 +205,12 @@ def _dropped(entry: Any, where: str) -> dict[str, np.ndarray]:
     return out
 
 
-def decode_episodes(entry: Any, where: str, params: Mapping) -> dict[str, np.ndarray]:
+def decode_episodes(entry: Any, where: str, params: Mapping, *, instructions: bool = False) -> dict[str, np.ndarray]:
     """A line's ``episodes`` object (parsed JSON) as arrays: each of :data:`EPISODE_KEYS` int64, ``params/<name>``
-    of the described dtype (``params``, name -> (shape, dtype)); ValueError naming ``where`` for any other keys,
-    types, ranges or lengths."""
-    keys = [*EPISODE_KEYS, PARAMS] if params else list(EPISODE_KEYS)
+    of the described dtype (``params``, name -> (shape, dtype)), and with ``instructions`` (layout 4)
+    ``instruction``, an object array of strings; ValueError naming ``where`` for any other keys, types, ranges or
+    lengths."""
+    keys = [*EPISODE_KEYS, *([INSTRUCTION] if instructions else []), *([PARAMS] if params else [])]
     if not isinstance(entry, dict) or entry.keys() != set(keys):
         raise ValueError(f"{where}: episodes must be an object with keys {keys}")
     out = {}
@@ -186,6 +221,10 @@ def decode_episodes(entry: Any, where: str, params: Mapping) -> dict[str, np.nda
         out[key] = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
     if len({len(v) for v in out.values()}) > 1:
         raise ValueError(f"{where}: the lists under episodes differ in length")
+    if instructions:
+        out[INSTRUCTION] = decode_instructions(
+            entry[INSTRUCTION], len(out["steps"]), where=f"{where}: episodes.{INSTRUCTION}"
+        )
     if params:
         out.update(decode_params(entry[PARAMS], params, len(out["steps"]), where=f"{where}: episodes.{PARAMS}"))
     return out
@@ -219,17 +258,21 @@ def check_block_episodes(commit: Mapping, metadata: Mapping, params: Mapping, *,
     """A layout-3 block's copy of its line's ``episodes`` (its record batch's custom metadata :data:`EPISODES`,
     covered by the block's checksum) must equal the line's (``commit``, parsed and checked by :func:`read_commits`;
     ``params``: name -> (shape, dtype), the run's): ValueError naming ``where`` otherwise, so a changed, dropped or
-    added episode or param in the log is refused. The episodes a salvage dropped (the line's ``dropped``) are left
-    out of the copy first. The copy is compared, not checked again: equal to a checked line, it is one."""
+    added episode, instruction or param in the log is refused. The episodes a salvage dropped (the line's
+    ``dropped``) are left out of the copy first. The copy is compared, not checked again: equal to a checked line,
+    it is one."""
     mine = commit["episodes"]
+    texts = [INSTRUCTION] if INSTRUCTION in mine else []  # layout 4
     try:
         entry = json.loads(metadata[EPISODES.encode()])
-        if not isinstance(entry, dict) or entry.keys() != {*EPISODE_KEYS, *([PARAMS] if params else [])}:
+        if not isinstance(entry, dict) or entry.keys() != {*EPISODE_KEYS, *texts, *([PARAMS] if params else [])}:
             raise ValueError(f"keys {sorted(entry) if isinstance(entry, dict) else type(entry).__name__}")
         copy = {key: np.asarray(entry[key], np.int64) for key in EPISODE_KEYS}
+        for key in texts:  # each episode's text, as the line's are compared
+            copy[key] = np.array(entry[key]["texts"], dtype=object)[np.asarray(entry[key]["index"], np.int64)]
         for name, (shape, dtype) in params.items():  # reshaped: an empty list is (0, *shape) in the line
             copy[PARAMS_PREFIX + name] = np.asarray(entry[PARAMS][name], dtype).reshape(-1, *shape)
-    except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, IndexError) as exc:
         raise ValueError(f"{where}: the block holds no readable copy of its episodes: {exc}") from exc
     if DROPPED in commit and copy["env_id"].ndim == 1 == copy["episode_id"].ndim:  # not the line's any more
         pairs = copy["env_id"] * (1 << 32) + copy["episode_id"]

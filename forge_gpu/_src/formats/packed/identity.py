@@ -9,10 +9,13 @@ IDENTITY = {"schema_version": 2, "layout": "packed"}
 SCHEMA_VERSION = IDENTITY["schema_version"]
 #: The revision of the packed layout this code writes and the newest it reads (run.json's ``layout_version``; a
 #: run without one is of revision 1): 2 added the ``state/`` columns and the commit lines' ``episodes.params``; 3 the
-#: blocks' checksums (``crc32c`` in every commit line) and each block's copy of its line's episodes.
-LAYOUT_VERSION = 3
+#: blocks' checksums (``crc32c`` in every commit line) and each block's copy of its line's episodes; 4 every
+#: episode's instruction (``episodes.instruction``).
+LAYOUT_VERSION = 4
 #: The first revision whose blocks carry checksums; a run of an older one is read unverified.
 CHECKSUMS_VERSION = 3
+#: The first revision whose commit lines hold each episode's instruction; in an older one every episode has the run's.
+INSTRUCTIONS_VERSION = 4
 #: Arrow IPC buffer compressions, the first one the default.
 COMPRESSIONS = ("none", "lz4", "zstd")
 COMMIT_LOG = "commits.jsonl"

@@ -13,6 +13,7 @@ import numpy as np
 
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, chosen, episode_stem
 from forge_gpu._src.core.fields import check_layout, check_spec_layout
+from forge_gpu._src.core.instructions import INSTRUCTION
 from forge_gpu._src.core.rules import check_frames
 from forge_gpu._src.formats.packed.blocks import (
     CHECK_COLUMNS,
@@ -40,6 +41,10 @@ class PackedRunReader:
         """``(env_id, episode_id, steps)`` of the ``k``-th episode."""
         episodes = self.run.episodes
         return int(episodes["env_id"][k]), int(episodes["episode_id"][k]), int(episodes["steps"][k])
+
+    def instructions(self) -> list[str]:
+        """Every episode's instruction, in reading order (from the commit log)."""
+        return self.run.episodes[INSTRUCTION].tolist()
 
     def groups(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], list[str], Iterator]:
         """The observation fields and state entries to read, and the selected episodes (``ks`` ascending) in checked
@@ -103,6 +108,7 @@ class PackedRunReader:
                     path=os.path.join(self.directory, episode_stem(env_id, episode_id)),
                     state={n: gathered[f"state/{n}"][s:e] for n in state},
                     params={k[len(PARAMS_PREFIX) :]: episodes[k][i, ...] for k in params},
+                    instruction=episodes[INSTRUCTION][i],
                 )
 
     def _chosen(self, options: EpisodeReadOptions) -> tuple[list[str], list[str]]:

@@ -4,7 +4,8 @@ Memory is one ring of whole batches (``max_buffer_bytes``), whatever the episode
 checks a batch, copies it into the ring and returns; one writer thread appends the buffered steps to
 the current segment as one Arrow record batch and then publishes them, with the episodes that ended in
 them, by one line in the commit log. When the ring is full, ``append`` waits (backpressure; the wait
-is counted in ``stall_seconds``).
+is counted in ``stall_seconds``). Each episode's instruction is made from its params as its block is written
+(layout 4: ``episodes.instruction``).
 
 numpy, pyarrow and the standard library: the env is only read as a description.
 """
@@ -20,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.instructions import INSTRUCTION
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
+from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
 from forge_gpu._src.formats.packed.identity import COMPRESSIONS, IDENTITY, LAYOUT_VERSION
 from forge_gpu._src.formats.packed.schema import arrow_schema, run_columns
 from forge_gpu._src.formats.packed.writer import PackedWriter, ended_episodes
@@ -181,6 +184,9 @@ class PackedRecorder(RecorderBase):
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
         columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
+        params = {k[len(PARAMS_PREFIX) :]: v for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)}
+        texts = self._tracker.instructions(params, len(episodes["steps"]))  # each episode's, from its params
+        episodes[INSTRUCTION] = np.array(texts, dtype=object).reshape(-1)
         return self._writer.write(columns, episodes), episodes
 
     def _unwritten(self) -> list[dict]:

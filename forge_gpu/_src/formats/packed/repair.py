@@ -103,7 +103,7 @@ def repair_packed(run_dir: str, manifest: dict, *, salvage: bool = False) -> dic
         salvage_blocks(run, [k for k, _ in bad], manifest, report)
     elif bad:
         _cut(run, *bad[0], whole, report)
-    commits, _ = read_commits(run_dir, run.groups["params"], checksums=run.checksums)
+    commits, _ = read_commits(run_dir, run.groups["params"], checksums=run.checksums, instructions=run.instructions)
     segments = sorted(int(m.group(1)) for m in map(SEGMENT_RE.match, os.listdir(run_dir)) if m)
     segment = commits[-1]["segment"] if commits else 0
     committed = [c for c in commits if c["segment"] == segment]
@@ -203,7 +203,9 @@ def _ended(run: PackedRun, columns: dict, metadata: dict, first_row: int, stride
     if run.checksums:
         rows = len(columns["obs/step_id"])
         try:
-            entry = decode_episodes(json.loads(metadata[EPISODES.encode()]), where, params)
+            entry = decode_episodes(
+                json.loads(metadata[EPISODES.encode()]), where, params, instructions=run.instructions
+            )
         except (KeyError, ValueError, UnicodeDecodeError):
             return None
         last = entry["first_row"] + entry["steps"] * entry["stride"]

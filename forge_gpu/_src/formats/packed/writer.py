@@ -159,9 +159,9 @@ _WRITE_BLOCK_BYTES = 8 << 20
 def write_episodes(directory: str, episodes: Iterable, compression: str) -> int:
     """Write checked episodes (reader ``Episode`` objects, all of one run, with the same fields, state and params)
     into the empty ``directory`` as segments and a commit log, end to end (stride 1), a block of whole episodes at
-    a time: each episode's ``state`` as ``state/<name>`` columns, its ``params`` in the commit line; return the
-    count. The directory's run.json is the caller's (``convert_run``, replay): its env_spec describes the state and
-    params, and its layout_version is :data:`identity.LAYOUT_VERSION`."""
+    a time: each episode's ``state`` as ``state/<name>`` columns, its ``params`` and ``instruction`` in the commit
+    line; return the count. The directory's run.json is the caller's (``convert_run``, replay): its env_spec
+    describes the state and params, and its layout_version is :data:`identity.LAYOUT_VERSION`."""
     writer = None
     block: list = []
     block_bytes = count = 0

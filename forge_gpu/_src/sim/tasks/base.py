@@ -79,6 +79,11 @@ class Task:
         them) and the task's own (its :meth:`apply_params` applies them). Default: none."""
         return {}
 
+    def instruction_template(self) -> dict | None:
+        """How each episode's instruction is made from its drawn params (``core.instructions``; run.json's
+        ``env_spec.instruction_template``), or None: every episode has the config's ``instruction``."""
+        return None
+
     def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """This instance's observation fields beyond the required ones (default ``spec.extra_fields``)."""
         return dict(self.spec.extra_fields)
