@@ -51,9 +51,9 @@ ENVS = 64
 DT = 0.05
 
 
-@dataclasses.dataclass(frozen=True)
-class Scene:
-    kind: str = "bench"
+# Made, not declared: this module is loaded by path (tests/test_bench_smoke.py), where a declared dataclass's string
+# annotations cannot be resolved.
+Scene = dataclasses.make_dataclass("Scene", [("kind", str, dataclasses.field(default="bench"))], frozen=True)
 
 
 def description() -> RunDescription:

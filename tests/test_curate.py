@@ -135,13 +135,15 @@ def test_a_selection_of_a_selection_is_the_selection_of_both(runs, tmp_path):
 def test_an_empty_selection_is_a_closed_run_without_episodes(runs, tmp_path):
     assert select_run(runs[0], tmp_path / "none", "length < 0")["episodes"] == 0
     assert inspect_run(tmp_path / "none")["episodes"] == 0 and not read_all(tmp_path / "none")
+    assert not (tmp_path / "none/stats.json").exists()  # statistics of nothing: none written
 
 
 @pytest.mark.parametrize(
     "where, words",
     [
         ("lenght < 80", "unknown name 'lenght'"),
-        ("__import__('os').system('true')", "the only call is abs(x)"),
+        ("__import__('os')", "the only call is abs(x)"),
+        ("__import__('os').system('true')", "Attribute"),
         ("length.bit_length() > 1", "Attribute"),
         ("[e for e in env]", "ListComp"),
         ("target_color > 1", "index it"),
@@ -261,3 +263,28 @@ def test_the_curation_commands(runs, tmp_path, capsys):
     assert "to " + str(tmp_path / "s" / "val") in capsys.readouterr().out
     assert main(["split", str(runs[0]), str(tmp_path / "s2"), "--val", "1.5"]) == 2
     assert main(["merge", str(runs[0]), str(tmp_path / "m"), str(tmp_path / "m")]) == 2  # out exists
+
+
+def test_either_part_of_a_split_feeds_the_torch_datasets_and_both_exports(runs, tmp_path):
+    """train and val are ordinary closed runs: the torch datasets hold their windows, and LeRobot and robomimic
+    export their episodes, ids and params as read."""
+    pytest.importorskip("torch")
+    h5py = pytest.importorskip("h5py")
+    pq = pytest.importorskip("pyarrow.parquet")
+    split_run(runs[0], tmp_path / "s", val=0.3, seed=1)
+    for part in ("train", "val"):
+        path = tmp_path / "s" / part
+        episodes = read_all(path)
+        dataset = forge_gpu.WindowMapDataset(path, history=1, horizon=1, params=True)
+        assert len(dataset) == sum(e.steps for e in episodes)
+        assert sum(1 for _ in forge_gpu.WindowDataset(path, history=1, horizon=1)) == len(dataset)
+        forge_gpu.export_robomimic(path, tmp_path / f"{part}.hdf5")
+        with h5py.File(tmp_path / f"{part}.hdf5") as f:
+            demos = [f[f"data/demo_{k}"] for k in range(len(episodes))]
+            assert [(d.attrs["forge_gpu_env_id"], d.attrs["forge_gpu_episode_id"]) for d in demos] == [
+                (e.env_id, e.episode_id) for e in episodes
+            ]
+        report = forge_gpu.export_lerobot(path, tmp_path / f"{part}-lerobot")
+        assert report["episodes"] == len(episodes)
+        meta = pq.read_table(tmp_path / f"{part}-lerobot/meta/episodes/chunk-000/file-000.parquet")
+        assert meta.column("forge_gpu/episode_id").to_pylist() == [e.episode_id for e in episodes]

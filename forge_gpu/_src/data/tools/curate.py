@@ -169,7 +169,7 @@ def _value(name: str, episode: Episode, manifest: dict):
 
 def _empty(name: str, shape: tuple) -> np.ndarray:
     """No episodes' values of ``name``, of its kind."""
-    kinds = {"success": bool, "return": np.float64, "instruction": str}
+    kinds = {"success": bool, "return": np.float64, "instruction": str, **dict.fromkeys(BUILT_IN[2:5], np.int64)}
     return np.zeros((0, *shape), kinds.get(name, np.float32))
 
 
@@ -270,7 +270,7 @@ def _write(sources: list[Source], mask: np.ndarray, out: str, record: dict, comp
     }
     manifest = new_manifest(first, _TO, curated=record, incomplete_episodes=[])
     manifest.pop("converted_from", None)  # the first source's history: kept in its entry of the sources
-    stats = new_statistics(manifest["env_spec"])
+    stats, written = new_statistics(manifest["env_spec"]), [0]
 
     def episodes() -> Iterator[Episode]:
         for source, ks in zip(sources, picks, strict=True):
@@ -278,6 +278,7 @@ def _write(sources: list[Source], mask: np.ndarray, out: str, record: dict, comp
                 for episode in source.run.read(ks.tolist(), EpisodeReadOptions(state=True)):
                     episode = _moved(episode, source.env_offset)
                     stats.update_episode(episode)
+                    written[0] += 1
                     yield episode
 
     count = write_run(
@@ -286,7 +287,7 @@ def _write(sources: list[Source], mask: np.ndarray, out: str, record: dict, comp
         episodes(),
         to=_TO,
         compression=compression,
-        before_publish=lambda work: stats.write(work, f"computed from the episodes of this run ({record['op']})"),
+        before_publish=lambda work: written[0] and stats.write(work, f"computed from its episodes ({record['op']})"),
     )
     return {"episodes": count, "of": int(mask.size), "out": out}
 
