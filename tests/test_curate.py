@@ -104,7 +104,12 @@ FILTERS = {
 @pytest.mark.parametrize("where", list(FILTERS))
 def test_select_keeps_exactly_the_episodes_a_numpy_filter_keeps(runs, tmp_path, where):
     source = read_all(runs[0])
-    kept = np.flatnonzero(FILTERS[where](numpy_values(source)))
+    values = numpy_values(source)
+    found = forge_gpu.episode_values(runs[0])
+    for name, expected in values.items():  # the values the expression sees are those computed here
+        assert found[name].shape == expected.shape and np.array_equal(found[name], expected), name
+    assert found["instruction"].tolist() == [forge_gpu.read_manifest(runs[0])["env_spec"]["instruction"]] * len(source)
+    kept = np.flatnonzero(FILTERS[where](values))
     assert 0 < kept.size < len(source), "the filter must keep some episodes and drop others"
     report = select_run(runs[0], tmp_path / "out", where)
     assert report["episodes"] == kept.size and report["of"] == len(source)

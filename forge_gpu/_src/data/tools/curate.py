@@ -90,18 +90,21 @@ def _stored(manifest: dict) -> dict:
 def _check_compatible(first: Source, directory: str, manifest: dict) -> None:
     difference = _difference(_stored(first.run.manifest), _stored(manifest), "")
     if difference is not None:
-        where, theirs, mine = difference
+        where, theirs, mine = difference[0], *(repr(v) if v is not _ABSENT else "none" for v in difference[1:])
         raise ValueError(
             f"{directory} cannot be merged with {first.path}: run.json's {where} differs "
-            f"({first.path}: {theirs!r}; {directory}: {mine!r})"
+            f"({first.path}: {theirs}; {directory}: {mine})"
         )
+
+
+_ABSENT = object()  # a key one side lacks
 
 
 def _difference(a, b, where: str):
     """The first place where the JSON values ``a`` and ``b`` differ, as ``(path, a's, b's)``, or None."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in list(a) + [k for k in b if k not in a]:
-            found = _difference(a.get(key, "(none)"), b.get(key, "(none)"), f"{where}.{key}" if where else key)
+            found = _difference(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{where}.{key}" if where else key)
             if found is not None:
                 return found
         return None
