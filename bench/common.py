@@ -12,13 +12,15 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def machine() -> dict:
-    """What the figures were measured on."""
-    import warp as wp
-
+def machine(*, gpu: bool = True) -> dict:
+    """What the figures were measured on (``gpu``: and the GPU, asked of Warp; data-only benches skip it)."""
     info = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": platform.python_version()}
     if hasattr(os, "getloadavg"):
         info["load_average_1m"] = os.getloadavg()[0]  # other processes on a shared machine skew the figures
+    if not gpu:
+        return info
+    import warp as wp
+
     if wp.get_cuda_device_count() > 0:
         info["gpu"] = wp.get_device("cuda:0").name
     return info

@@ -284,3 +284,14 @@ def test_durability_smoke(out):
     for row in rows:
         check_figures(row, {"rows_per_s": True, "episodes_per_s": True, "mb_per_s": True, "vs_process": True})
         assert (row["syncs"] > 0) == (row["durability"] == "machine"), row
+
+
+def test_curate_smoke(out):
+    """bench/curate.py --smoke gives every curation call's episodes/s and MB/s and its copy reference."""
+    rows = {r["figure"]: r for r in run_bench("curate", out)["rows"]}
+    assert set(rows) == {"select_values", "select_index", "select_all", "merge_two", "split_0.1"}
+    figures = ["episodes_in", "episodes_out", "seconds", "episodes_per_s", "mb_out", "mb_per_s", "copy_mb_per_s"]
+    for row in rows.values():
+        check_figures(row, dict.fromkeys([*figures, "vs_copy"], True))
+    assert rows["select_all"]["episodes_out"] == rows["select_all"]["episodes_in"]
+    assert rows["merge_two"]["episodes_out"] == 2 * rows["select_all"]["episodes_in"]

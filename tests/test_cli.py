@@ -316,8 +316,8 @@ sys.exit(status)
 
 
 def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
-    """inspect, stats, convert and repair run with warp, newton and torch unimportable: a machine that only
-    trains needs no simulator to read its runs."""
+    """inspect, stats, convert, repair, select, merge and split run with warp, newton and torch unimportable: a
+    machine that only trains needs no simulator to read or curate its runs."""
     from synthetic import SyntheticSim, make_batches, make_env, record
 
     from forge_gpu import PackedRecorder
@@ -329,6 +329,9 @@ def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
         ["stats", str(tmp_path / "run")],
         ["convert", str(tmp_path / "run"), str(tmp_path / "npz"), "--to", "npz"],
         ["repair", str(tmp_path / "npz")],
+        ["select", str(tmp_path / "run"), str(tmp_path / "sel"), "--where", "length > 1 and return < 9"],
+        ["merge", str(tmp_path / "run"), str(tmp_path / "npz"), str(tmp_path / "merged")],
+        ["split", str(tmp_path / "merged"), str(tmp_path / "split"), "--val", "0.2"],
     ]
     for command in commands:
         done = subprocess.run(

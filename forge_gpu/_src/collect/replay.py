@@ -26,7 +26,7 @@ import numpy as np
 
 from forge_gpu._src.collect.resimulate import batches, frame_bytes, from_actions, from_state, waves
 from forge_gpu._src.core.checks import check_int
-from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_succeeded
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
@@ -108,7 +108,7 @@ def replay(
     def chosen() -> Iterator[Episode]:
         count = 0
         for episode in reader.read(selected, options):
-            if successful and not (episode.terminated[-1] and has_success):
+            if successful and not episode_succeeded(episode, manifest["env_spec"]):
                 continue
             yield episode
             count += 1

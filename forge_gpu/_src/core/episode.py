@@ -112,3 +112,14 @@ def chosen(requested: bool | Sequence[str] | None, present: Sequence[str], *, wh
     if unknown:
         raise ValueError(f"{name}: requested {what}(s) {unknown} are not there (it has {list(present)})")
     return list(requested)
+
+
+def episode_return(episode: Episode) -> float:
+    """The episode's return: the sum of its rewards, in float64."""
+    return float(episode.reward.astype(np.float64).sum())
+
+
+def episode_succeeded(episode: Episode, spec: dict) -> bool:
+    """Whether the episode ended in success: its task defines success (``env_spec.has_success``) and the episode
+    ended terminated (a task with success ends its successful episodes so, e.g. reach: target reached)."""
+    return bool(spec.get("has_success")) and bool(episode.terminated[-1])

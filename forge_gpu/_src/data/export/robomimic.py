@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.episode import EpisodeReadOptions, episode_succeeded
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
 from forge_gpu._src.core.files import partial_path, publish, remove_quietly
 from forge_gpu._src.data.export.common import closed_runs, export_report, source_statistics
@@ -107,7 +107,7 @@ def export_robomimic(
                 _dataset(demo, "rewards", episode.reward)
                 _dataset(demo, "dones", (episode.terminated | episode.truncated).astype(np.uint8))
                 names.append(name)
-                if spec.get("has_success") and episode.terminated[-1]:
+                if episode_succeeded(episode, spec):
                     successful.append(name)
                 if computed:
                     stats.update_episode(episode)

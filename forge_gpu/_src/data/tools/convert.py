@@ -1,5 +1,6 @@
 """Convert a run between formats (:mod:`formats.registry`: the packed layout, schema 2, docs/FORMAT.md; npz,
-schema 1, docs/FORMAT-v1.md; or a registered one).
+schema 1, docs/FORMAT-v1.md; or a registered one), and the writing of a new run from read episodes that
+``convert`` and the curation commands (:mod:`data.tools.curate`) share.
 
 Every episode is read and checked, then written unchanged: the episodes of the new run read back equal,
 bit for bit, to those of the old one, their state and params too where the new format stores them (packed does,
@@ -13,15 +14,80 @@ import datetime
 import os
 import shutil
 import uuid
+from collections.abc import Callable, Iterable
 
 from forge_gpu._src.core.dataset import is_dataset
-from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.npz.identity import INSTRUCTIONS_KEY
-from forge_gpu._src.formats.registry import FORMATS, format_of, stored_groups
+from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of, stored_groups
+
+
+def open_closed_run(run_dir: str | os.PathLike) -> RunReader:
+    """:func:`open_run` of a run that is not still recording (ValueError naming ``repair`` otherwise)."""
+    run = open_run(run_dir)
+    if run.manifest["status"] == "recording":
+        raise ValueError(
+            f"{run_dir}: the run is still recording (or its process was killed: run forge-gpu repair {run_dir})"
+        )
+    return run
+
+
+def now() -> str:
+    """The time now, UTC, to the second (ISO 8601): when a run was made from others."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def new_manifest(manifest: dict, to: str, **added) -> dict:
+    """run.json of a new closed run in format ``to`` made from the run whose run.json is ``manifest``: a new
+    ``run_id``, without the old format's own keys, with the env_spec describing only the state and params ``to``
+    stores, and the keys ``added``."""
+    manifest = dict(manifest)
+    manifest.update(run_id=uuid.uuid4().hex, status="closed", **added)
+    old_keys = [k for k in format_of(manifest).identity if k != "schema_version"]
+    for key in ("recorder", "repaired", "layout_version", INSTRUCTIONS_KEY, *old_keys):  # the old format's own keys
+        manifest.pop(key, None)
+    manifest["env_spec"] = without_groups(manifest["env_spec"], keep=stored_groups(FORMATS[to]))
+    return manifest
+
+
+def write_run(
+    out: str,
+    manifest: dict,
+    episodes: Iterable[Episode],
+    *,
+    to: str,
+    compression: str,
+    before_publish: Callable[[str], None] | None = None,
+) -> int:
+    """Write ``episodes`` as the new run ``out`` in format ``to`` with the run.json ``manifest`` (its format keys
+    and ``completed_episodes`` set here), in a temporary directory beside ``out`` renamed to it when whole
+    (``before_publish(directory)`` is called just before, e.g. to add ``stats.json``); return the count.
+    FileExistsError when ``out`` exists; nothing is left at ``out`` on any error."""
+    work = new_partial(out)
+    try:
+        count, keys = FORMATS[to].write(work, episodes, compression)
+        manifest.update(keys, completed_episodes=count)
+        write_json_atomic(os.path.join(work, RUN_MANIFEST), manifest)
+        if before_publish is not None:
+            before_publish(work)
+        publish(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return count
+
+
+def check_target(to: str, compression: str) -> None:
+    """``to`` must be a registered format and ``compression`` one it takes (ValueError naming both)."""
+    if to not in FORMATS:
+        raise ValueError(f"to must be one of {list(FORMATS)}, got {to!r}")
+    allowed = FORMATS[to].compressions
+    if compression not in allowed:
+        raise ValueError(f"compression {compression!r}: writing {to} takes {', '.join(allowed)}")
 
 
 def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, compression: str = "none") -> dict:
@@ -32,43 +98,19 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
     Raises ValueError for bad arguments, a run that is still recording, or invalid data; FileExistsError when
     ``out`` exists. Nothing is left at ``out`` unless the conversion completed.
     """
-    if to not in FORMATS:
-        raise ValueError(f"to must be one of {list(FORMATS)}, got {to!r}")
-    allowed = FORMATS[to].compressions
-    if compression not in allowed:
-        raise ValueError(f"compression {compression!r}: converting to {to} takes {', '.join(allowed)}")
+    check_target(to, compression)
     run_dir, out = os.fspath(run_dir), os.fspath(out)
     if is_dataset(run_dir):
         raise ValueError(f"{run_dir} is a dataset root; convert its runs one by one")
-    run = open_run(run_dir)
-    if run.manifest["status"] == "recording":
-        raise ValueError(
-            f"{run_dir}: the run is still recording (or its process was killed: run forge-gpu repair {run_dir})"
-        )
-    manifest = dict(run.manifest)
-    manifest.update(
-        run_id=uuid.uuid4().hex,
-        status="closed",
-        converted_from={
-            "run_id": run.manifest["run_id"],
-            "path": os.path.abspath(run_dir),
-            "format": format_of(run.manifest).name,
-            "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        },
-    )
-    old_keys = [k for k in format_of(run.manifest).identity if k != "schema_version"]
-    for key in ("recorder", "repaired", "layout_version", INSTRUCTIONS_KEY, *old_keys):  # the old format's own keys
-        manifest.pop(key, None)
+    run = open_closed_run(run_dir)
+    source = {
+        "run_id": run.manifest["run_id"],
+        "path": os.path.abspath(run_dir),
+        "format": format_of(run.manifest).name,
+        "at": now(),
+    }
     # The env_spec describes the state and params the new run stores (packed: the source's; schema 1: none).
-    manifest["env_spec"] = without_groups(manifest["env_spec"], keep=stored_groups(FORMATS[to]))
-    work = new_partial(out)
-    try:
-        episodes = run.read(list(range(len(run))), EpisodeReadOptions(state=True))
-        count, keys = FORMATS[to].write(work, episodes, compression)
-        manifest.update(keys, completed_episodes=count)
-        write_json_atomic(os.path.join(work, RUN_MANIFEST), manifest)
-        publish(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    manifest = new_manifest(run.manifest, to, converted_from=source)
+    episodes = run.read(list(range(len(run))), EpisodeReadOptions(state=True))
+    count = write_run(out, manifest, episodes, to=to, compression=compression)
     return {"episodes": count, "out": out}

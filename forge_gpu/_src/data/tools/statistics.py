@@ -12,7 +12,7 @@ import numpy as np
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
-from forge_gpu._src.data.runs import open_run
+from forge_gpu._src.data.tools.convert import open_closed_run
 from forge_gpu._src.recording.stats import StatsAccumulator, load_statistics
 
 
@@ -34,14 +34,8 @@ def compute_statistics(path: str | os.PathLike, *, write: bool = True) -> StatsA
 
     merged = None
     for run_dir in run_directories(path):
-        run = open_run(run_dir)
-        if run.manifest["status"] == "recording":
-            raise ValueError(
-                f"{run_dir}: the run is still recording (or its process was killed: run forge-gpu repair {run_dir})"
-            )
-
-        spec = run.manifest["env_spec"]
-        stats = StatsAccumulator(observation_layout(spec), int(spec["action_shape"][0]))
+        run = open_closed_run(run_dir)
+        stats = new_statistics(run.manifest["env_spec"])
         for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
             stats.update_episode(episode)
         if write:
@@ -51,6 +45,11 @@ def compute_statistics(path: str | os.PathLike, *, write: bool = True) -> StatsA
         else:
             merged.merge(stats)
     return merged
+
+
+def new_statistics(spec: Mapping) -> StatsAccumulator:
+    """An empty accumulator of the statistics of runs of the env_spec ``spec``."""
+    return StatsAccumulator(observation_layout(spec), int(spec["action_shape"][0]))
 
 
 def format_statistics(summary: Mapping[str, Mapping]) -> list[str]:
