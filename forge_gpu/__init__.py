@@ -48,6 +48,8 @@ _EXPORTS = {
     "PackedRecorder": "forge_gpu._src.formats.packed.recorder",
     "convert_run": "forge_gpu._src.data.tools.convert",
     "verify_run": "forge_gpu._src.data.tools.verify",
+    "report": "forge_gpu._src.data.tools.report",
+    "view_run": "forge_gpu._src.data.tools.view",
     "export_lerobot": "forge_gpu._src.data.export.lerobot",
     "export_robomimic": "forge_gpu._src.data.export.robomimic",
     "run_statistics": "forge_gpu._src.data.tools.statistics",

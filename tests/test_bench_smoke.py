@@ -284,3 +284,13 @@ def test_durability_smoke(out):
     for row in rows:
         check_figures(row, {"rows_per_s": True, "episodes_per_s": True, "mb_per_s": True, "vs_process": True})
         assert (row["syncs"] > 0) == (row["durability"] == "machine"), row
+
+
+def test_report_smoke(out):
+    """bench/report.py --smoke gives the report's time, warm and cold, its page size and its gallery for a camera run
+    and a many-episode run."""
+    rows = run_bench("report", out)["rows"]
+    assert [r["run"] for r in rows] == ["camera", "episodes"]
+    figures = {"run_mb": True, "episodes": True, "report_s": True, "cold_report_s": True, "html_kb": True}
+    for row in rows:
+        check_figures(row, figures | {"gallery": True, "episodes_per_s": True})

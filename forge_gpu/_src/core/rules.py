@@ -137,3 +137,12 @@ def check_frames(
         name=name,
         prefixes=("obs/", "obs/"),
     )
+
+
+def episode_success(spec: Mapping, episode) -> bool | None:
+    """Whether an episode ended in success: None for a task without success (its env_spec's ``has_success`` false);
+    else whether its last transition ended it as terminated (a task with success ends its successful episodes so,
+    e.g. reach: the target reached, and the others truncated)."""
+    if not spec.get("has_success"):
+        return None
+    return bool(episode.terminated[-1])

@@ -12,6 +12,7 @@ import numpy as np
 
 from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_stem
+from forge_gpu._src.core.rules import episode_success
 from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.packed import identity as packed_identity
 from forge_gpu._src.formats.registry import format_of
@@ -42,8 +43,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     if not quick:
         for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
             returns.append(float(episode.reward.astype(np.float64).sum()))
-            # A task with success ends its successful episodes as terminated (e.g. reach: target reached).
-            successes += bool(episode.terminated[-1])
+            successes += bool(episode_success(manifest["env_spec"], episode))
             for name, value in episode.params.items():
                 params.setdefault(name, []).append(value)
     spec = manifest["env_spec"]
