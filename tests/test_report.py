@@ -163,7 +163,8 @@ def test_a_dataset_report_shows_each_instruction(tmp_path):
     assert result["episodes"] == sum(counts.values())
     for instruction, count in counts.items():
         assert f'<tr><td>{instruction}</td><td class="n">{count}</td>' in text
-    assert text.count("<td>worker-00") == 2
+    identity = re.search(r'<section id="identity">(.*?)</section>', text, re.S).group(1)
+    assert identity.count("<td>worker-00") == 2
     assert "<img" not in text and 'data-chart="proprio"' in text and 'data-chart="action"' in text
     assert "No randomized parameters" in text and "No stats.json" not in text
 
@@ -214,3 +215,14 @@ def test_progress_stays_bounded_and_even(monkeypatch):
     assert rows[-1].tolist() == [1000.1, 1000, 10000, 100000, 500.0, 0]
     with pytest.raises(ValueError, match="every"):
         ProgressSeries(every=0)
+
+
+def test_a_run_without_episodes_still_reports(tmp_path):
+    """A run that published no episode gets every section, each saying what it lacks."""
+    env = make_env(num_envs=2, max_steps=50)
+    record(tmp_path / "empty", env, make_batches(SyntheticSim(env, seed=0, end_prob=0.0), 3), recorder=PackedRecorder)
+    result = forge_gpu.report(tmp_path / "empty", tmp_path / "empty.html")
+    text = (tmp_path / "empty.html").read_text()
+    assert result["episodes"] == 0 and result["gallery"] == 0
+    assert all(f'<section id="{key}">' in text for key in SECTIONS)
+    assert "no published episode" in text and "No published episode to show" in text

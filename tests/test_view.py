@@ -71,8 +71,8 @@ def test_view_saves_an_episodes_frames_and_series(run, tmp_path):
     assert np.array_equal(scalars("flags"), flags.astype(np.float64))
     proprio = np.concatenate([members["obs/proprio"], members["next/proprio"][-1:]])
     assert np.array_equal(scalars("proprio"), proprio.astype(np.float64))
-    assert found[f"{root}/instruction"]["static"]["TextDocument:text"] == [INSTRUCTION]
-    params = found[f"{root}/params"]["static"]["TextDocument:text"][0]
+    assert found[f"{root}/instruction"]["static"]["TextDocument:text"] == [[INSTRUCTION]]
+    (params,) = found[f"{root}/params"]["static"]["TextDocument:text"][0]
     assert f"| mass_scale | {float(members['params/mass_scale'])} |" in params
     body = found[f"{root}/world/bodies/body_1"]["columns"]
     body_q = members["state/body_q"][:, 1]

@@ -139,10 +139,11 @@ def check_frames(
     )
 
 
-def episode_success(spec: Mapping, episode) -> bool | None:
-    """Whether an episode ended in success: None for a task without success (its env_spec's ``has_success`` false);
-    else whether its last transition ended it as terminated (a task with success ends its successful episodes so,
-    e.g. reach: the target reached, and the others truncated)."""
+def episode_success(spec: Mapping, last_terminated):
+    """Whether episodes ended in success, from the ``terminated`` flag of their last transition (one bool, or an
+    array of them, one per episode): None for a task without success (its env_spec's ``has_success`` false); else
+    that flag, as a bool or a bool array (a task with success ends its successful episodes as terminated, e.g.
+    reach: the target reached, and the others truncated)."""
     if not spec.get("has_success"):
         return None
-    return bool(episode.terminated[-1])
+    return np.asarray(last_terminated, bool) if np.ndim(last_terminated) else bool(last_terminated)

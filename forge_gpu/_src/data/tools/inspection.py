@@ -43,7 +43,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
     if not quick:
         for episode in run.read(list(range(len(run))), EpisodeReadOptions()):
             returns.append(float(episode.reward.astype(np.float64).sum()))
-            successes += bool(episode_success(manifest["env_spec"], episode))
+            successes += bool(episode_success(manifest["env_spec"], episode.terminated[-1]))
             for name, value in episode.params.items():
                 params.setdefault(name, []).append(value)
     spec = manifest["env_spec"]

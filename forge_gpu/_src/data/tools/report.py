@@ -38,7 +38,7 @@ def report(path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GA
     start = time.perf_counter()
     facts = gather(path)
     episodes = facts["episodes"]
-    items = read_gallery(facts["runs"], episodes, pick_gallery(episodes, each=gallery, seed=seed)) if gallery else []
+    items = read_gallery(facts, pick_gallery(episodes, each=gallery, seed=seed)) if gallery else []
     sections = {
         "identity": identity_section(facts),
         "episodes": episodes_section(facts),

@@ -13,6 +13,7 @@ import numpy as np
 
 from forge_gpu._src.core.dataset import is_dataset, run_directories
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
+from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.rules import episode_success
 from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.data.tools.inspection import _checksums, _statistics
@@ -67,42 +68,32 @@ def run_identity(run) -> dict:
 
 
 def gather(path: str | os.PathLike) -> dict:
-    """Every run of ``path`` (a run directory or a dataset root): ``runs`` (their :func:`run_identity`), and
-    ``episodes``: per published episode, in reading order, ``run`` (its run's index), ``k`` (its index in its run),
-    ``env_id``, ``episode_id``, ``steps``, ``return`` (float64 sum of its rewards), ``success`` (bool; all False for
-    a task without success), ``instruction`` (a list of str) and ``params`` (name -> [episodes, ...], the names every
-    run has). One read of the runs' bookkeeping and transition columns; ValueError for a damaged run."""
+    """Every run of ``path`` (a run directory or a dataset root): ``runs`` (their :func:`run_identity`), ``readers``
+    (each opened run), ``statistics`` (stored, merged over a dataset; None where a run has none) and ``episodes``: per
+    published episode, in reading order, ``run`` (its run's index), ``k`` (its index in its run), ``env_id``,
+    ``episode_id``, ``steps``, ``return``, ``success`` (:func:`episode_figures`), ``instruction`` (a list of str) and
+    ``params`` (name -> [episodes, ...], the names every run has); and ``has_success`` (any run's task has success).
+    One read of the runs' bookkeeping and transition columns; ValueError for a damaged run."""
     path = os.fspath(path)
-    runs, columns = [], {k: [] for k in ("run", "k", "env_id", "episode_id", "steps", "return", "success")}
+    runs, readers, columns = [], [], {k: [] for k in ("run", "k", "env_id", "episode_id", "steps", "return", "success")}
     instructions: list[str] = []
     drawn_by_run: list[dict[str, np.ndarray]] = []
     for index, run_dir in enumerate(run_directories(path)):
         run = open_run(run_dir)
         identity = run_identity(run)
-        spec = run.manifest["env_spec"]
-        n = len(run)
-        values = {k: np.zeros(n, np.int64) for k in ("env_id", "episode_id", "steps")}
-        returns, success = np.zeros(n), np.zeros(n, bool)
-        drawn: dict[str, list] = {}
-        for j, episode in enumerate(run.read(list(range(n)), EpisodeReadOptions(observation_keys=[]))):
-            values["env_id"][j], values["episode_id"][j], values["steps"][j] = (
-                episode.env_id,
-                episode.episode_id,
-                episode.steps,
-            )
-            returns[j] = episode.reward.sum(dtype=np.float64)
-            success[j] = bool(episode_success(spec, episode))
-            instructions.append(episode_instruction(episode, run.manifest))
-            for name, value in episode.params.items():
-                drawn.setdefault(name, []).append(value)
-        identity["transitions"] = int(values["steps"].sum())
+        figures = episode_figures(run)
+        identity["transitions"] = int(figures["steps"].sum())
         runs.append(identity)
-        for key, column in (("run", np.full(n, index)), ("k", np.arange(n)), *values.items()):
-            columns[key].append(column)
-        columns["return"].append(returns)
-        columns["success"].append(success)
+        readers.append(run)
+        n = figures["steps"].size
+        columns["run"].append(np.full(n, index))
+        columns["k"].append(np.arange(n))
+        for key in ("env_id", "episode_id", "steps", "return", "success"):
+            columns[key].append(figures[key])
+        # One instruction per run until the reader gives each episode its own (Episode.instruction): then per episode.
+        instructions += [episode_instruction(None, run.manifest)] * n
         if n:
-            drawn_by_run.append({name: np.stack(v).astype(np.float64) for name, v in drawn.items()})
+            drawn_by_run.append(figures["params"])
     episodes = {key: np.concatenate(parts) if parts else np.zeros(0) for key, parts in columns.items()}
     episodes["instruction"] = instructions
     # Across a dataset, the params every run with episodes has (each run's drawn values, in reading order).
@@ -113,8 +104,44 @@ def gather(path: str | os.PathLike) -> dict:
         "path": path,
         "kind": "dataset" if is_dataset(path) else "run",
         "runs": runs,
+        "readers": readers,
         "episodes": episodes,
         "statistics": _statistics(path),
+    }
+
+
+def episode_figures(run) -> dict:
+    """Per episode of ``run`` (a reader), in reading order: ``env_id``, ``episode_id``, ``steps``, ``return`` (the
+    float64 sum of its rewards), ``success`` (:func:`core.rules.episode_success`; False for a task without success)
+    and ``params`` (name -> [episodes, ...] float64). Whole-column, from the run's frame table without observation
+    fields: its bookkeeping and transition columns are read (and checked) once, nothing is done per episode."""
+    n = len(run)
+    empty = np.zeros(0, np.int64)
+    if not n:
+        return {
+            "env_id": empty,
+            "episode_id": empty,
+            "steps": empty,
+            "return": np.zeros(0),
+            "success": empty > 0,
+            "params": {},
+        }
+    _, blocks, entries = run.frame_table(list(range(n)), EpisodeReadOptions(observation_keys=[]))
+    steps, first, stride = entries["steps"], entries["first_row"], entries["stride"]
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(steps, out=starts[1:])
+    j = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1], steps) + 1  # transitions 1..T
+    rows = np.repeat(first, steps) + j * np.repeat(stride, steps)
+    transitions = [(start, {"reward": c["reward"], "terminated": c["terminated"]}) for start, c in blocks]
+    reward = take_rows(transitions, rows)["reward"].astype(np.float64)
+    success = episode_success(run.manifest["env_spec"], take_rows(transitions, first + steps * stride)["terminated"])
+    return {
+        "env_id": entries["env_id"],
+        "episode_id": entries["episode_id"],
+        "steps": steps,
+        "return": np.add.reduceat(reward, starts[:-1]),
+        "success": np.zeros(n, bool) if success is None else success,
+        "params": {k[len("params/") :]: v.astype(np.float64) for k, v in entries.items() if k.startswith("params/")},
     }
 
 
@@ -145,18 +172,18 @@ def pick_gallery(episodes: dict, *, each: int = GALLERY_EACH, seed: int = 0) -> 
     return chosen
 
 
-def read_gallery(runs: list[dict], episodes: dict, chosen: list[tuple[str, int]]) -> list[dict]:
-    """The chosen episodes read whole (every observation field), each ``{"kind", "index", "episode", "run"}``; one
-    pass over each run's blocks, in reading order."""
+def read_gallery(facts: dict, chosen: list[tuple[str, int]]) -> list[dict]:
+    """The chosen episodes (of :func:`gather`'s ``facts``) read whole (every observation field), each ``{"kind",
+    "index", "episode", "run"}`` (``run``: its run's identity); one pass over each run's blocks, in reading order."""
+    episodes = facts["episodes"]
     out = []
     by_run: dict[int, list[tuple[str, int]]] = {}
     for kind, i in chosen:
         by_run.setdefault(int(episodes["run"][i]), []).append((kind, i))
     for r, picks in sorted(by_run.items()):
         picks.sort(key=lambda pick: int(episodes["k"][pick[1]]))
-        run = open_run(runs[r]["directory"])
         ks = [int(episodes["k"][i]) for _, i in picks]
-        for (kind, i), episode in zip(picks, run.read(ks, EpisodeReadOptions()), strict=True):
-            out.append({"kind": kind, "index": i, "episode": episode, "run": runs[r]})
+        for (kind, i), episode in zip(picks, facts["readers"][r].read(ks, EpisodeReadOptions()), strict=True):
+            out.append({"kind": kind, "index": i, "episode": episode, "run": facts["runs"][r]})
     order = {pick: n for n, pick in enumerate(chosen)}
     return sorted(out, key=lambda g: order[(g["kind"], g["index"])])
