@@ -1,17 +1,20 @@
 """A real browser for the report's tests and for its screenshot (bench/report.py): Debian's ``chromium``, headless,
-driven from the command line (no driver, no extra package). :func:`load` opens a page from disk, lets its scripts
-run (``--virtual-time-budget``), and reads back from the rendered DOM what the page's own check wrote there (see
-``forge_gpu/_src/data/tools/report_page.py``): whether it ran, the errors it caught, each image's decoding; and, on
-request, a screenshot."""
+driven over the DevTools protocol on a pipe (no driver, no extra package). :func:`load` opens a page from disk,
+waits until the page's own check has run (``forge_gpu/_src/data/tools/report_page.py``), and reads back from the
+rendered DOM what it wrote there (the errors it caught, each image's decoding), every console message and uncaught
+exception the browser reports, and, on request, a screenshot."""
 
 from __future__ import annotations
 
+import base64
+import fcntl
 import json
 import os
-import re
+import select
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -39,8 +42,8 @@ class Page:
     sections: list[str] = field(default_factory=list)
     """The ids of the page's ``<section>`` elements, in order."""
     console: list[str] = field(default_factory=list)
-    """Every console message Chromium itself logged for the page (independent of the page's own check; uncaught
-    errors are among them)."""
+    """Every console message and uncaught exception the browser reported for the page (independent of the page's
+    own check)."""
 
 
 class _Reader(HTMLParser):
@@ -67,41 +70,133 @@ class _Reader(HTMLParser):
             self._in_errors = False
 
 
-def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    with tempfile.TemporaryDirectory(prefix="forge-chromium-") as profile:
+class _DevTools:
+    """Chromium over the DevTools protocol on a pipe (``--remote-debugging-pipe``: commands in on fd 3, replies and
+    events out on fd 4, each a JSON message ended by a NUL byte), one page attached."""
+
+    def __init__(self, timeout: float):
+        self.profile = tempfile.TemporaryDirectory(prefix="forge-chromium-")
+        to_browser_read, self._to_browser = os.pipe()
+        self._from_browser, from_browser_write = os.pipe()
+        # Above 4, so that putting them on 3 and 4 in the child cannot overwrite one with the other.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser_read, from_browser_write)]
+        os.close(to_browser_read)
+        os.close(from_browser_write)
+        to_browser_read, from_browser_write = high
         command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"]
-        command += ["--disable-extensions", "--mute-audio", f"--user-data-dir={profile}", "--virtual-time-budget=10000"]
-        command += ["--enable-logging=stderr", "--v=0", *args]
-        env = dict(os.environ, HOME=profile)
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        command += ["--disable-extensions", "--mute-audio", f"--user-data-dir={self.profile.name}"]
+        command += ["--remote-debugging-pipe", "about:blank"]
 
+        def fds():  # the browser's fd 3 and 4
+            os.dup2(to_browser_read, 3)
+            os.dup2(from_browser_write, 4)
 
-#: Chromium's own log line for each console message of the page (whatever its level, which the line does not keep):
-#: ``[...:INFO:CONSOLE:1] "message", source: file:///... (1)``.
-_CONSOLE = re.compile(r":CONSOLE[^\]]*\] \"(.*)\", source: ")
+        self.process = subprocess.Popen(
+            command,
+            pass_fds=(3, 4),  # kept open after preexec_fn has put the pipes there
+            preexec_fn=fds,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=dict(os.environ, HOME=self.profile.name),
+        )
+        os.close(to_browser_read)
+        os.close(from_browser_write)
+        self.timeout = timeout  # for each answer
+        self._buffer, self._next, self.events = b"", 0, []
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        self._next += 1
+        message = {"id": self._next, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            reply = self._read(deadline)
+            if reply.get("id") == self._next:
+                if "error" in reply:
+                    raise RuntimeError(f"chromium: {method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def page(self, method: str, **params) -> dict:
+        return self.call(method, self.session, **params)
+
+    def _read(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            if time.monotonic() > deadline:
+                raise TimeoutError("chromium did not answer in time")
+            ready, _, _ = select.select([self._from_browser], [], [], 0.5)
+            if ready:
+                chunk = os.read(self._from_browser, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("chromium closed its pipe")
+                self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+        self.profile.cleanup()
 
 
 def load(path: str | os.PathLike, *, screenshot: str | os.PathLike | None = None, size=(1200, 2400), timeout=90):
-    """Open ``path`` (an HTML file) headless; with ``screenshot``, also save a PNG of the first ``size`` pixels."""
+    """Open ``path`` (an HTML file) headless, wait (up to ``timeout`` s, real time) until the page's own check has run
+    and read the rendered page back; with ``screenshot``, also save a PNG of the first ``size`` pixels."""
     if chromium() is None:
         raise FileNotFoundError(f"no browser: install one of {', '.join(NAMES)} (apt-get install chromium)")
-    url = Path(path).resolve().as_uri()
-    done = _run(["--dump-dom", url], timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"chromium failed ({done.returncode}): {done.stderr[-2000:]}")
+    browser = _DevTools(min(timeout, 30))
+    deadline = time.monotonic() + timeout
+    try:
+        browser.page("Runtime.enable")
+        browser.page("Page.enable")
+        browser.page(
+            "Emulation.setDeviceMetricsOverride", width=size[0], height=size[1], deviceScaleFactor=1, mobile=False
+        )
+        browser.page("Page.navigate", url=Path(path).resolve().as_uri())
+        checked = False
+        while not checked and time.monotonic() < deadline:
+            found = browser.page(
+                "Runtime.evaluate",
+                expression="document.body && document.body.getAttribute('data-checked')",
+                returnByValue=True,
+            )
+            checked = found.get("result", {}).get("value") == "yes"
+            if not checked:
+                time.sleep(0.1)
+        dom = browser.page("Runtime.evaluate", expression="document.documentElement.outerHTML", returnByValue=True)
+        if screenshot is not None:
+            shot = browser.page("Page.captureScreenshot", format="png")
+            Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+        console = []
+        for event in browser.events:
+            params = event.get("params", {})
+            if event.get("method") == "Runtime.consoleAPICalled":
+                console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            elif event.get("method") == "Runtime.exceptionThrown":
+                details = params.get("exceptionDetails", {})
+                console.append(details.get("exception", {}).get("description") or details.get("text", "exception"))
+    finally:
+        browser.close()
     reader = _Reader()
-    reader.feed(done.stdout)
-    console = [m.group(1) for m in _CONSOLE.finditer(done.stderr)]
-    page = Page(
-        dom=done.stdout,
+    reader.feed(dom["result"]["value"])
+    return Page(
+        dom=dom["result"]["value"],
         checked=reader.body.get("data-checked") == "yes",
         errors=json.loads(reader.errors_text) if reader.errors_text.strip() else [],
         images=reader.images,
         sections=reader.sections,
         console=console,
     )
-    if screenshot is not None:
-        shot = _run([f"--window-size={size[0]},{size[1]}", f"--screenshot={Path(screenshot).resolve()}", url], timeout)
-        if shot.returncode != 0 or not Path(screenshot).is_file():
-            raise RuntimeError(f"chromium made no screenshot ({shot.returncode}): {shot.stderr[-2000:]}")
-    return page
