@@ -53,6 +53,8 @@ _EXPORTS = {
     "episode_values": "forge_gpu._src.data.tools.curate",
     "ExpressionError": "forge_gpu._src.data.tools.where",
     "verify_run": "forge_gpu._src.data.tools.verify",
+    "report": "forge_gpu._src.data.tools.report",
+    "view_run": "forge_gpu._src.data.tools.view",
     "export_lerobot": "forge_gpu._src.data.export.lerobot",
     "export_robomimic": "forge_gpu._src.data.export.robomimic",
     "run_statistics": "forge_gpu._src.data.tools.statistics",

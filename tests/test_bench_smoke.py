@@ -295,3 +295,13 @@ def test_curate_smoke(out):
         check_figures(row, dict.fromkeys([*figures, "vs_copy"], True))
     assert rows["select_all"]["episodes_out"] == rows["select_all"]["episodes_in"]
     assert rows["merge_two"]["episodes_out"] == 2 * rows["select_all"]["episodes_in"]
+
+
+def test_report_smoke(out):
+    """bench/report.py --smoke gives the report's time, warm and cold, its page size and its gallery for a camera run
+    and a many-episode run."""
+    rows = run_bench("report", out)["rows"]
+    assert [r["run"] for r in rows] == ["camera", "episodes"]
+    figures = {"run_mb": True, "episodes": True, "report_s": True, "cold_report_s": True, "html_kb": True}
+    for row in rows:
+        check_figures(row, figures | {"gallery": True, "episodes_per_s": True})

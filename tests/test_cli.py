@@ -277,7 +277,9 @@ def test_doctor_exits_1_and_says_what_to_do_when_a_check_fails(capsys, monkeypat
     assert "would not run as designed" in captured.err
 
 
-@pytest.mark.parametrize("command", [["inspect"], ["render"], ["repair"], ["convert", "--to", "npz"], ["stats"]])
+@pytest.mark.parametrize(
+    "command", [["inspect"], ["render"], ["repair"], ["convert", "--to", "npz"], ["stats"], ["report"], ["view"]]
+)
 def test_a_directory_without_a_run_is_bad_input(tmp_path, capsys, command):
     """A directory that holds no run.json (nor dataset.json) is bad input: exit 2, one line, nothing touched."""
     (tmp_path / "notes.tmp").write_text("mine")
@@ -316,8 +318,8 @@ sys.exit(status)
 
 
 def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
-    """inspect, stats, convert, repair, select, merge and split run with warp, newton and torch unimportable: a
-    machine that only trains needs no simulator to read or curate its runs."""
+    """inspect, stats, convert, repair, select, merge, split, report and view run with warp, newton and torch
+    unimportable: a machine that only trains needs no simulator to read, curate or look at its runs."""
     from synthetic import SyntheticSim, make_batches, make_env, record
 
     from forge_gpu import PackedRecorder
@@ -332,6 +334,8 @@ def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
         ["select", str(tmp_path / "run"), str(tmp_path / "sel"), "--where", "length > 1 and return < 9"],
         ["merge", str(tmp_path / "run"), str(tmp_path / "npz"), str(tmp_path / "merged")],
         ["split", str(tmp_path / "merged"), str(tmp_path / "split"), "--val", "0.2"],
+        ["report", str(tmp_path / "run"), "--out", str(tmp_path / "report.html")],
+        ["view", str(tmp_path / "run"), "--save", str(tmp_path / "run.rrd")],
     ]
     for command in commands:
         done = subprocess.run(

@@ -4,10 +4,11 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
-The code is in four modules: ``_common`` (bad input, checks, signals, progress), ``_sim`` (the commands
+The code is in five modules: ``_common`` (bad input, checks, signals, progress), ``_sim`` (the commands
 that simulate: collect, doctor), ``_data`` (the commands that read runs: inspect, verify, render, repair,
-convert, export, stats) and ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
-split). Only ``_sim``'s commands import Warp and Newton, and only when they run.
+convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
+split) and ``_look`` (the commands that show a run to a person: report, view). Only ``_sim``'s commands import
+Warp and Newton, and only when they run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 from ._common import UsageError
 from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
+from ._look import add_look_commands
 from ._sim import cmd_collect, cmd_doctor, cmd_replay
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -168,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_stats)
 
     add_curate_parsers(sub)  # select, merge, split (cli/_curate.py)
+    add_look_commands(sub)  # report, view (cli/_look.py)
 
     for command in sub.choices.values():
         command.add_argument(

@@ -66,6 +66,14 @@ def check_run(path: str, *, dataset: bool = False) -> None:
         raise UsageError(f"{path}: not {what}: it holds no {' or '.join(manifests)}")
 
 
+def parse_episode(text: str) -> tuple[int, int]:
+    """``ENV:EPISODE`` (e.g. ``0:3``) as a pair of ints; UsageError otherwise."""
+    env_id, sep, episode = text.partition(":")
+    if not sep or not env_id.isdigit() or not episode.isdigit():
+        raise UsageError(f"--episode {text!r}: expected ENV:EPISODE, e.g. 0:3")
+    return int(env_id), int(episode)
+
+
 def recording_options_of(args) -> RecordingOptions:
     """The checked :class:`RecordingOptions` of ``collect``'s arguments; a bad one is a UsageError naming its
     option as spelled on the command line."""

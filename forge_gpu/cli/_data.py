@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._common import UsageError, check_compression, check_run
+from ._common import UsageError, check_compression, check_run, parse_episode
 
 
 def cmd_inspect(args) -> int:
@@ -51,12 +51,7 @@ def cmd_verify(args) -> int:
 def cmd_render(args) -> int:
     from forge_gpu._src.data.tools.inspection import render_episode
 
-    episode = None
-    if args.episode:
-        env_id, sep, ep = args.episode.partition(":")
-        if not sep or not env_id.isdigit() or not ep.isdigit():
-            raise UsageError(f"--episode {args.episode!r}: expected ENV:EPISODE, e.g. 0:3")
-        episode = (int(env_id), int(ep))
+    episode = parse_episode(args.episode) if args.episode else None
     check_run(args.run)
     try:
         path = render_episode(args.run, episode=episode, out=args.out)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.rules import episode_success
 
 #: Default per-member limit of the reader [bytes]: a member whose header claims more is refused
 #: before anything is allocated. Override with ``read_episodes(..., max_member_bytes=...)``.
@@ -122,4 +123,4 @@ def episode_return(episode: Episode) -> float:
 def episode_succeeded(episode: Episode, spec: dict) -> bool:
     """Whether the episode ended in success: its task defines success (``env_spec.has_success``) and the episode
     ended terminated (a task with success ends its successful episodes so, e.g. reach: target reached)."""
-    return bool(spec.get("has_success")) and bool(episode.terminated[-1])
+    return bool(episode_success(spec, episode.terminated[-1]))

@@ -137,3 +137,13 @@ def check_frames(
         name=name,
         prefixes=("obs/", "obs/"),
     )
+
+
+def episode_success(spec: Mapping, last_terminated):
+    """Whether episodes ended in success, from the ``terminated`` flag of their last transition (one bool, or an
+    array of them, one per episode): None for a task without success (its env_spec's ``has_success`` false); else
+    that flag, as a bool or a bool array (a task with success ends its successful episodes as terminated, e.g.
+    reach: the target reached, and the others truncated)."""
+    if not spec.get("has_success"):
+        return None
+    return np.asarray(last_terminated, bool) if np.ndim(last_terminated) else bool(last_terminated)

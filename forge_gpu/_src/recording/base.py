@@ -16,6 +16,7 @@ import numpy as np
 
 from forge_gpu._src.core.files import remove_quietly, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, jsonable
+from forge_gpu._src.recording.progress import MAX_ROWS, ROW_BYTES, ProgressSeries
 from forge_gpu._src.recording.stats import STATS_FILE, StatsAccumulator
 from forge_gpu._src.recording.tracker import EpisodeTracker
 
@@ -83,6 +84,7 @@ class RecorderBase:
         self._transitions_published = 0
         self._bytes_written = 0
         self._stall_seconds = 0.0
+        self._progress = ProgressSeries()  # run.json's "progress": the counters over time, sampled as writers publish
         self._error: BaseException | None = None
         self._error_text = ""
         self._closed = False
@@ -126,6 +128,12 @@ class RecorderBase:
         self._completed += episodes
         self._transitions_published += transitions
         self._bytes_written += nbytes
+        self._progress.sample(*self._counters())
+
+    def _counters(self) -> tuple[int, int, int, float, int]:
+        """What a progress sample holds (:data:`progress.PROGRESS_COLUMNS` after ``seconds``); under the lock."""
+        backlog = getattr(self, "backlog", 0)
+        return self._completed, self._transitions_published, self._bytes_written, self._stall_seconds, int(backlog)
 
     # -- progress -------------------------------------------------------------------------------
 
@@ -248,9 +256,9 @@ class RecorderBase:
     def _reserve_bytes(self) -> int:
         """The room to keep for the final manifest: the first one twice over (its keys only grow), 96 bytes
         per listed episode (up to 1 incomplete and 2 unwritten per env; an entry takes at most about 90 as
-        written) and 64 KiB for the file system's own blocks."""
+        written), the progress table at its largest and 64 KiB for the file system's own blocks."""
         first = len(json.dumps(jsonable(self._manifest), indent=2))
-        return 2 * first + 3 * 96 * self._tracker.num_envs + (64 << 10)
+        return 2 * first + 3 * 96 * self._tracker.num_envs + (MAX_ROWS + 1) * ROW_BYTES + (64 << 10)
 
     def _write_manifest(self, status: str) -> None:
         with self._manifest_lock:
@@ -263,6 +271,7 @@ class RecorderBase:
                     transitions_recorded=self._tracker.transitions,
                     bytes_written=self._bytes_written,
                     stall_seconds=self._stall_seconds,
+                    progress=self._progress.to_json(self._counters() if status != "recording" else None),
                 )
                 failed = self._error is not None
                 if failed:

@@ -1,0 +1,223 @@
+"""The report's pictures, made without a plotting library: charts as inline SVG (histograms, lines, binned rates)
+and an episode's camera frames as a small animated WebP (Pillow, imported when used). numpy and the standard
+library.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+
+import numpy as np
+
+PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5")
+#: The most points a line keeps (a longer series is taken at evenly spaced points).
+MAX_POINTS = 400
+#: An animation's most frames and the longest side of its frames [pixels].
+MAX_FRAMES = 24
+MAX_SIDE = 64
+
+
+def fmt(value) -> str:
+    """A number as a report shows it: 4 significant digits, integers whole."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi]."""
+    if not hi > lo:
+        return [lo]
+    raw = (hi - lo) / max(count - 1, 1)
+    step = 10 ** math.floor(math.log10(raw))
+    step *= next(m for m in (1, 2, 2.5, 5, 10) if m * step >= raw)
+    first = math.ceil(lo / step - 1e-9) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def _span(values: list[np.ndarray], given: tuple[float, float] | None) -> tuple[float, float]:
+    if given is not None:
+        return given
+    finite = [v[np.isfinite(v)] for v in values if v.size]
+    finite = [v for v in finite if v.size]
+    if not finite:
+        return 0.0, 1.0
+    lo, hi = min(float(v.min()) for v in finite), max(float(v.max()) for v in finite)
+    if hi == lo:
+        pad = abs(lo) * 0.1 or 1.0
+        return lo - pad, hi + pad
+    return lo, hi
+
+
+def chart(
+    series: list[dict],
+    *,
+    kind: str = "line",
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    ylim: tuple[float, float] | None = None,
+    width: int = 340,
+    height: int = 180,
+    name: str = "",
+) -> str:
+    """A ``<figure>`` with one inline SVG chart of ``series`` (each ``{"x", "y", "label"}``; ``color`` optional).
+
+    ``kind``: ``line``; ``points``; ``bars`` (``x`` holds the bins' edges, one more than ``y``: a histogram, drawn
+    as bars for one series and as outlines over each other for several)."""
+    if kind not in ("line", "points", "bars"):
+        raise ValueError(f"kind must be line, points or bars, got {kind!r}")
+    left, right, top, bottom = 48, 10, 10, 34
+    pw, ph = width - left - right, height - top - bottom
+    xs = [np.asarray(s["x"], np.float64) for s in series]
+    ys = [np.asarray(s["y"], np.float64) for s in series]
+    x0, x1 = _span(xs, None)
+    y0, y1 = _span(ys + ([np.zeros(1)] if kind == "bars" else []), ylim)
+
+    def px(v):
+        return left + (v - x0) / (x1 - x0) * pw
+
+    def py(v):
+        return top + ph - (v - y0) / (y1 - y0) * ph
+
+    parts = [f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>']
+    for t in _ticks(y0, y1):
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#e5e5e5"/>')
+        parts.append(f'<text x="{left - 4}" y="{py(t) + 3:.1f}" text-anchor="end">{fmt(t)}</text>')
+    for t in _ticks(x0, x1):
+        parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 13}" text-anchor="middle">{fmt(t)}</text>')
+    for n, (s, x, y) in enumerate(zip(series, xs, ys, strict=True)):
+        color = s.get("color", PALETTE[n % len(PALETTE)])
+        label = html.escape(str(s.get("label", "")))
+        if kind == "bars" and len(series) == 1:
+            for a, b, v in zip(x[:-1], x[1:], y, strict=True):
+                h = py(y0) - py(v)
+                parts.append(
+                    f'<rect x="{px(a):.1f}" y="{py(v):.1f}" width="{max(px(b) - px(a) - 1, 0.5):.1f}" '
+                    f'height="{max(h, 0):.1f}" fill="{color}"><title>[{fmt(a)}, {fmt(b)}): {fmt(v)}</title></rect>'
+                )
+            continue
+        if kind == "bars":  # several histograms: outlines of their steps
+            sx, sy = np.repeat(x, 2)[1:-1], np.repeat(y, 2)
+            points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(sx, sy, strict=True))
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+            continue
+        keep = np.isfinite(x) & np.isfinite(y)
+        x, y = x[keep], y[keep]
+        if x.size > MAX_POINTS:
+            pick = np.linspace(0, x.size - 1, MAX_POINTS).round().astype(np.int64)
+            x, y = x[pick], y[pick]
+        if kind == "line":
+            points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x, y, strict=True))
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        else:
+            parts += [
+                f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="3" fill="{color}"><title>{fmt(a)}: {fmt(b)}</title>'
+                "</circle>"
+                for a, b in zip(x, y, strict=True)
+            ]
+    labels = [(n, s["label"]) for n, s in enumerate(series) if s.get("label")]
+    for row, (n, label) in enumerate(labels[:8]):
+        color = series[n].get("color", PALETTE[n % len(PALETTE)])
+        y = top + 12 + 12 * row
+        parts.append(f'<rect x="{left + pw - 110}" y="{y - 8}" width="8" height="8" fill="{color}"/>')
+        parts.append(f'<text x="{left + pw - 98}" y="{y}">{html.escape(str(label)[:18])}</text>')
+    parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(xlabel)}</text>')
+    parts.append(
+        f'<text x="11" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 11 {top + ph / 2:.0f})">'
+        f"{html.escape(ylabel)}</text>"
+    )
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'font-size="10" font-family="sans-serif">{"".join(parts)}</svg>'
+    )
+    caption = f"<figcaption>{html.escape(title)}</figcaption>" if title else ""
+    return f'<figure class="chart" data-chart="{html.escape(name or title)}">{svg}{caption}</figure>'
+
+
+def histogram(values_by_label: dict[str, np.ndarray], *, bins: int = 20, **labels) -> str:
+    """A histogram of one or several groups of values over the same bins."""
+    groups = {k: np.asarray(v, np.float64) for k, v in values_by_label.items()}
+    everything = np.concatenate([v for v in groups.values() if v.size] or [np.zeros(1)])
+    lo, hi = float(everything.min()), float(everything.max())
+    if hi == lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = np.linspace(lo, hi, bins + 1)
+    series = [
+        {"x": edges, "y": np.histogram(v, edges)[0], "label": label if len(groups) > 1 else ""}
+        for label, v in groups.items()
+    ]
+    return chart(series, kind="bars", **labels)
+
+
+def binned(x: np.ndarray, y: np.ndarray, *, bins: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``y``'s mean in equal-width bins of ``x``: the bins' centres, the means and the counts (empty bins left out)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    lo, hi = float(x.min()), float(x.max())
+    if hi == lo:
+        return np.array([lo]), np.array([y.mean()]), np.array([y.size])
+    edges = np.linspace(lo, hi, bins + 1)
+    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    counts = np.bincount(which, minlength=bins)
+    sums = np.bincount(which, weights=y, minlength=bins)
+    keep = counts > 0
+    centres = (edges[:-1] + edges[1:]) / 2
+    return centres[keep], sums[keep] / counts[keep], counts[keep]
+
+
+def _downscale(frames: np.ndarray, side: int) -> np.ndarray:
+    """Frames ``[F, H, W, ...]`` shrunk by a whole factor (block means) so that neither side exceeds ``side``."""
+    factor = math.ceil(max(frames.shape[1], frames.shape[2]) / side)
+    if factor <= 1:
+        return frames
+    f, h, w = frames.shape[0], frames.shape[1] // factor * factor, frames.shape[2] // factor * factor
+    cut = frames[:, :h, :w].astype(np.float32)
+    shape = (f, h // factor, factor, w // factor, factor, *frames.shape[3:])
+    return cut.reshape(shape).mean(axis=(2, 4))
+
+
+def _gray(depth: np.ndarray) -> np.ndarray:
+    """Depth frames [F, H, W] (metres, 0 where nothing is hit) as grey RGB: near bright, nothing black."""
+    valid = np.isfinite(depth) & (depth > 0)
+    far = float(depth[valid].max()) if valid.any() else 1.0
+    near = float(depth[valid].min()) if valid.any() else 0.0
+    level = np.where(valid, 255 - 200 * (depth - near) / max(far - near, 1e-6), 0)
+    return np.repeat(np.clip(level, 0, 255)[..., None], 3, axis=-1)
+
+
+def animation(episode, *, control_dt: float | None, max_frames: int = MAX_FRAMES, side: int = MAX_SIDE) -> bytes:
+    """The episode's ``rgb`` frames (and ``depth`` beside them, grey, where the run has it) as an animated WebP: at
+    most ``max_frames`` evenly spread over its T + 1 frames, each side at most ``side`` pixels."""
+    from PIL import Image  # noqa: PLC0415 - Pillow is needed only here
+
+    steps = episode.steps
+    pick = np.unique(np.linspace(0, steps, min(steps + 1, max_frames)).round().astype(np.int64))
+
+    def frames(field):
+        every = np.concatenate([episode.obs[field], episode.next[field][-1:]])
+        return _downscale(every[pick], side)
+
+    panels = [frames("rgb").astype(np.float32)]
+    if "depth" in episode.obs:
+        panels.append(_gray(frames("depth")))
+    video = np.clip(np.concatenate(panels, axis=2), 0, 255).round().astype(np.uint8)
+    gap = steps / max(len(pick) - 1, 1)
+    duration = int(np.clip(1000 * (control_dt or 0.05) * gap, 60, 250))
+    images = [Image.fromarray(f) for f in video]
+    buffer = io.BytesIO()
+    images[0].save(
+        buffer, "WEBP", save_all=True, append_images=images[1:], duration=duration, loop=0, quality=70, method=4
+    )
+    return buffer.getvalue()
+
+
+def data_uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"

@@ -1,0 +1,162 @@
+"""``forge-gpu view``: a run's episodes in Rerun (``rerun-sdk``, the ``view`` extra, imported when used). Each episode
+is logged under ``episodes/<name>`` on a timeline of its own named for it (``env00003-episode00000012``; its
+sequence is the frame index ``0..T``): the camera's ``rgb`` and ``depth``, ``proprio``, ``action``, ``reward`` and
+the flags as time series (a transition at the index of the frame it starts from), the instruction and the drawn
+randomized values as text, and, where the run records state, each body at its recorded pose (``state/body_q``) and
+the task's other positions (``[3]`` state entries, e.g. reach's ``target_pos``) in 3D, with the camera's pinhole
+and nominal pose from the run's calibration. numpy and the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_stem
+from forge_gpu._src.data.runs import open_run
+from forge_gpu._src.data.tools.summary import run_identity
+
+#: Episodes logged when none are named.
+DEFAULT_LIMIT = 16
+#: Half the side of the cube each body is drawn as [m] (run.json does not describe the bodies' shapes).
+BODY_HALF_SIZE = 0.02
+
+
+def _rerun():
+    try:
+        import rerun as rr  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise ImportError("forge-gpu view needs the rerun-sdk package: pip install 'forge-gpu[view]'") from exc
+    return rr
+
+
+def choose_episodes(run, episodes: list[tuple[int, int]] | None, limit: int) -> list[int]:
+    """The indices into ``run`` of the named ``(env_id, episode_id)`` episodes (LookupError naming one that is not
+    there), or of its first ``limit``."""
+    if episodes is None:
+        return list(range(min(limit, len(run))))
+    where = {run.ids(k)[:2]: k for k in range(len(run))}
+    missing = [e for e in episodes if tuple(e) not in where]
+    if missing:
+        some = ", ".join("{}:{}".format(*run.ids(k)[:2]) for k in range(min(5, len(run))))
+        held = f"; it holds {some}, ..." if some else ""
+        raise LookupError(f"{run.directory} holds no published episode {missing[0][0]}:{missing[0][1]}{held}")
+    return sorted({where[tuple(e)] for e in episodes})
+
+
+def view_run(
+    path: str | os.PathLike,
+    *,
+    episodes: list[tuple[int, int]] | None = None,
+    save: str | os.PathLike | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> dict:
+    """Show a run's episodes in Rerun: the named ``episodes`` (``(env_id, episode_id)`` pairs) or its first
+    ``limit``. With ``save``, write them to that ``.rrd`` file instead of opening a viewer. Returns ``{"episodes",
+    "frames", "save"}``. Raises LookupError for an episode the run does not hold, ValueError for a damaged run or a
+    bad ``limit``, ImportError without rerun-sdk."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+    rr = _rerun()
+    run = open_run(os.fspath(path))
+    ks = choose_episodes(run, episodes, limit)
+    manifest = run.manifest
+    rec = rr.RecordingStream("forge_gpu", recording_id=manifest["run_id"])
+    if save is not None:
+        rec.save(os.fspath(save))
+    else:
+        rec.spawn()
+    identity = {k: v for k, v in run_identity(run).items() if k not in ("progress", "config", "params")}
+    rec.log("run", rr.TextDocument("```json\n" + json.dumps(identity, indent=2) + "\n```", media_type="text/markdown"),
+            static=True)  # fmt: skip
+    frames = 0
+    for episode in run.read(ks, EpisodeReadOptions(state=True)):
+        log_episode(rec, rr, episode, manifest)
+        frames += episode.steps + 1
+    rec.flush()
+    if save is not None:
+        rec.disconnect()
+    return {"episodes": len(ks), "frames": frames, "save": None if save is None else os.fspath(save)}
+
+
+def log_episode(rec, rr, episode: Episode, manifest: dict) -> None:
+    """Log one episode under ``episodes/<name>`` on its own timeline (see the module docstring)."""
+    stem = episode_stem(episode.env_id, episode.episode_id)
+    root = f"episodes/{stem}"
+    count = episode.steps + 1
+    frames = [rr.TimeColumn(stem, sequence=np.arange(count))]
+    transitions = [rr.TimeColumn(stem, sequence=np.arange(episode.steps))]
+
+    def every_frame(field: str) -> np.ndarray:
+        return np.concatenate([episode.obs[field], episode.next[field][-1:]])
+
+    def series(name: str, values: np.ndarray, index, names: list[str]) -> None:
+        values = np.asarray(values, np.float64).reshape(len(values), -1)
+        rec.log(f"{root}/{name}", rr.SeriesLines(names=names[: values.shape[1]]), static=True)
+        rec.send_columns(f"{root}/{name}", indexes=index, columns=rr.Scalars.columns(scalars=values))
+
+    rec.log(f"{root}/instruction", rr.TextDocument(episode.instruction), static=True)
+    if episode.params:
+        lines = ["| param | value |", "| --- | --- |"]
+        lines += [f"| {name} | {np.asarray(v).tolist()} |" for name, v in episode.params.items()]
+        rec.log(f"{root}/params", rr.TextDocument("\n".join(lines), media_type="text/markdown"), static=True)
+    if "proprio" in episode.obs:
+        proprio = every_frame("proprio")
+        series("proprio", proprio, frames, [f"proprio[{i}]" for i in range(proprio.reshape(count, -1).shape[1])])
+    series("action", episode.action, transitions, [f"action[{i}]" for i in range(episode.action.shape[1])])
+    series("reward", episode.reward, transitions, ["reward"])
+    flags = np.stack([episode.terminated, episode.truncated], axis=1)
+    series("flags", flags, transitions, ["terminated", "truncated"])
+    camera = f"{root}/world/camera"
+    _log_camera(rec, rr, camera, manifest.get("calibration", {}))
+    if "rgb" in episode.obs:
+        rgb = every_frame("rgb")
+        image = rr.components.ImageFormat(width=rgb.shape[2], height=rgb.shape[1], color_model="RGB",
+                                          channel_datatype="U8")  # fmt: skip
+        rec.log(f"{camera}/rgb", rr.Image.from_fields(format=image), static=True)
+        rec.send_columns(f"{camera}/rgb", indexes=frames, columns=rr.Image.columns(buffer=rgb.reshape(count, -1)))
+    if "depth" in episode.obs:
+        depth = np.ascontiguousarray(every_frame("depth"), dtype=np.float32)
+        image = rr.components.ImageFormat(width=depth.shape[2], height=depth.shape[1], channel_datatype="F32")
+        rec.log(f"{camera}/depth", rr.DepthImage.from_fields(format=image, meter=1.0), static=True)
+        buffer = depth.reshape(count, -1).view(np.uint8)
+        rec.send_columns(f"{camera}/depth", indexes=frames, columns=rr.DepthImage.columns(buffer=buffer))
+    _log_state(rec, rr, f"{root}/world", episode.state, frames)
+
+
+def _log_camera(rec, rr, entity: str, calibration: dict) -> None:
+    """The first camera of the run's calibration: its pinhole and its nominal camera-to-world pose (OpenCV axes)."""
+    cameras = calibration.get("cameras") if isinstance(calibration, dict) else None
+    if not cameras:
+        return
+    camera = next(iter(cameras.values()))
+    pose = np.asarray(camera.get("camera_to_world", np.eye(4)), np.float64)
+    intrinsics = camera.get("intrinsics", {})
+    rec.log(entity, rr.Transform3D(translation=pose[:3, 3], mat3x3=pose[:3, :3]), static=True)
+    if {"fx", "fy", "cx", "cy", "width", "height"} <= intrinsics.keys():
+        pinhole = rr.Pinhole(
+            focal_length=[intrinsics["fx"], intrinsics["fy"]],
+            principal_point=[intrinsics["cx"], intrinsics["cy"]],
+            width=intrinsics["width"],
+            height=intrinsics["height"],
+            camera_xyz=rr.ViewCoordinates.RDF,
+        )
+        rec.log(entity, pinhole, static=True)
+
+
+def _log_state(rec, rr, world: str, state: dict[str, np.ndarray], frames) -> None:
+    """Each body of ``state/body_q`` ([T + 1, B, 7]: position, quaternion xyzw) as a cube at its pose, and every
+    other ``[3]`` state entry as a point."""
+    body_q = state.get("body_q")
+    if body_q is not None and body_q.ndim == 3 and body_q.shape[2] == 7:
+        for b in range(body_q.shape[1]):
+            entity = f"{world}/bodies/body_{b}"
+            rec.log(entity, rr.Boxes3D(half_sizes=[[BODY_HALF_SIZE] * 3]), static=True)
+            pose = rr.Transform3D.columns(translation=body_q[:, b, :3], quaternion=body_q[:, b, 3:])
+            rec.send_columns(entity, indexes=frames, columns=pose)
+    for name, values in state.items():
+        if name != "body_q" and values.ndim == 2 and values.shape[1] == 3:
+            points = rr.Points3D.columns(positions=values).partition([1] * len(values))
+            rec.send_columns(f"{world}/{name}", indexes=frames, columns=points)

@@ -1,0 +1,202 @@
+"""A real browser for the report's tests and for its screenshot (bench/report.py): Debian's ``chromium``, headless,
+driven over the DevTools protocol on a pipe (no driver, no extra package). :func:`load` opens a page from disk,
+waits until the page's own check has run (``forge_gpu/_src/data/tools/report_page.py``), and reads back from the
+rendered DOM what it wrote there (the errors it caught, each image's decoding), every console message and uncaught
+exception the browser reports, and, on request, a screenshot."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+#: Chromium's names on Debian and elsewhere.
+NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def chromium() -> str | None:
+    """The browser's path, or None where none is installed (.ci/run installs Debian's ``chromium``)."""
+    return next((path for path in map(shutil.which, NAMES) if path), None)
+
+
+@dataclass
+class Page:
+    """What the rendered page holds."""
+
+    dom: str
+    checked: bool
+    """The page's check ran to its end (body ``data-checked="yes"``)."""
+    errors: list[str]
+    """What the page caught: script errors, console.error calls, images that failed to decode."""
+    images: dict[str, str] = field(default_factory=dict)
+    """Each image's alt text -> its ``data-decoded`` mark (``yes`` once decoded with pixels)."""
+    sections: list[str] = field(default_factory=list)
+    """The ids of the page's ``<section>`` elements, in order."""
+    console: list[str] = field(default_factory=list)
+    """Every console message and uncaught exception the browser reported for the page (independent of the page's
+    own check)."""
+
+
+class _Reader(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.body, self.images, self.sections, self.errors_text, self._in_errors = {}, {}, [], "", False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "body":
+            self.body = attrs
+        elif tag == "img":
+            self.images[attrs.get("alt", f"image {len(self.images)}")] = attrs.get("data-decoded", "")
+        elif tag == "section":
+            self.sections.append(attrs.get("id", ""))
+        self._in_errors = tag == "pre" and attrs.get("id") == "page-errors"
+
+    def handle_data(self, data):
+        if self._in_errors:
+            self.errors_text += data
+
+    def handle_endtag(self, tag):
+        if tag == "pre":
+            self._in_errors = False
+
+
+class _DevTools:
+    """Chromium over the DevTools protocol on a pipe (``--remote-debugging-pipe``: commands in on fd 3, replies and
+    events out on fd 4, each a JSON message ended by a NUL byte), one page attached."""
+
+    def __init__(self, timeout: float):
+        self.profile = tempfile.TemporaryDirectory(prefix="forge-chromium-")
+        to_browser_read, self._to_browser = os.pipe()
+        self._from_browser, from_browser_write = os.pipe()
+        # Above 4, so that putting them on 3 and 4 in the child cannot overwrite one with the other.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser_read, from_browser_write)]
+        os.close(to_browser_read)
+        os.close(from_browser_write)
+        to_browser_read, from_browser_write = high
+        command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"]
+        command += ["--disable-extensions", "--mute-audio", f"--user-data-dir={self.profile.name}"]
+        command += ["--remote-debugging-pipe", "about:blank"]
+
+        def fds():  # the browser's fd 3 and 4
+            os.dup2(to_browser_read, 3)
+            os.dup2(from_browser_write, 4)
+
+        self.process = subprocess.Popen(
+            command,
+            pass_fds=(3, 4),  # kept open after preexec_fn has put the pipes there
+            preexec_fn=fds,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=dict(os.environ, HOME=self.profile.name),
+        )
+        os.close(to_browser_read)
+        os.close(from_browser_write)
+        self.timeout = timeout  # for each answer
+        self._buffer, self._next, self.events = b"", 0, []
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        self._next += 1
+        message = {"id": self._next, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            reply = self._read(deadline)
+            if reply.get("id") == self._next:
+                if "error" in reply:
+                    raise RuntimeError(f"chromium: {method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def page(self, method: str, **params) -> dict:
+        return self.call(method, self.session, **params)
+
+    def _read(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            if time.monotonic() > deadline:
+                raise TimeoutError("chromium did not answer in time")
+            ready, _, _ = select.select([self._from_browser], [], [], 0.5)
+            if ready:
+                chunk = os.read(self._from_browser, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("chromium closed its pipe")
+                self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+        self.profile.cleanup()
+
+
+def load(path: str | os.PathLike, *, screenshot: str | os.PathLike | None = None, size=(1200, 2400), timeout=90):
+    """Open ``path`` (an HTML file) headless, wait (up to ``timeout`` s, real time) until the page's own check has run
+    and read the rendered page back; with ``screenshot``, also save a PNG of the first ``size`` pixels."""
+    if chromium() is None:
+        raise FileNotFoundError(f"no browser: install one of {', '.join(NAMES)} (apt-get install chromium)")
+    browser = _DevTools(min(timeout, 30))
+    deadline = time.monotonic() + timeout
+    try:
+        browser.page("Runtime.enable")
+        browser.page("Page.enable")
+        browser.page(
+            "Emulation.setDeviceMetricsOverride", width=size[0], height=size[1], deviceScaleFactor=1, mobile=False
+        )
+        browser.page("Page.navigate", url=Path(path).resolve().as_uri())
+        checked = False
+        while not checked and time.monotonic() < deadline:
+            found = browser.page(
+                "Runtime.evaluate",
+                expression="document.body && document.body.getAttribute('data-checked')",
+                returnByValue=True,
+            )
+            checked = found.get("result", {}).get("value") == "yes"
+            if not checked:
+                time.sleep(0.1)
+        dom = browser.page("Runtime.evaluate", expression="document.documentElement.outerHTML", returnByValue=True)
+        if screenshot is not None:
+            shot = browser.page("Page.captureScreenshot", format="png")
+            Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+        console = []
+        for event in browser.events:
+            params = event.get("params", {})
+            if event.get("method") == "Runtime.consoleAPICalled":
+                console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            elif event.get("method") == "Runtime.exceptionThrown":
+                details = params.get("exceptionDetails", {})
+                console.append(details.get("exception", {}).get("description") or details.get("text", "exception"))
+    finally:
+        browser.close()
+    reader = _Reader()
+    reader.feed(dom["result"]["value"])
+    return Page(
+        dom=dom["result"]["value"],
+        checked=reader.body.get("data-checked") == "yes",
+        errors=json.loads(reader.errors_text) if reader.errors_text.strip() else [],
+        images=reader.images,
+        sections=reader.sections,
+        console=console,
+    )
