@@ -147,7 +147,7 @@ class VectorEnv:
             "proprio": ((spec.proprio_dim,), "float32"),
             **self.task.observation_fields(),
         }
-        return {
+        out = {
             "task": spec.id,
             "action_shape": [spec.action_dim],
             "action_low": list(cfg.action.low),
@@ -160,6 +160,10 @@ class VectorEnv:
             "state": {k: _described(a) for k, a in self.state_fields.items()} if cfg.record_state else {},
             "params": self.randomizer.spec(),
         }
+        template = self.task.instruction_template()
+        if template is not None:
+            out["instruction_template"] = template
+        return out
 
     @property
     def observation(self) -> dict[str, wp.array]:

@@ -119,6 +119,11 @@ class Task:
         """A scripted policy ``(observation) -> wp.array [N, A]`` on the world's device; ``None`` if none."""
         return None
 
+    def instruction_template(self) -> dict | None:
+        """A template that makes each episode's instruction from its recorded params (env.spec's
+        ``instruction_template``); ``None`` (the default): every episode has the run's one ``instruction``."""
+        return None
+
 
 def bind_task(task: Task, world: World) -> TaskBinding:
     """``task.bind(world)``, checked: ``ValueError`` names a field that ``observation_fields`` does not
