@@ -215,3 +215,12 @@ def test_equal_fixed_colours_are_refused():
     config = forge_gpu.task_config("push", **{"params.goal_color": "red"})
     with pytest.raises(ValueError, match="params.cube_color and params.goal_color are both 'red'"):
         PushTask(dataclasses.replace(config, randomize=()))
+
+
+def test_the_recorded_ranges_load_back_over_the_files_list_form():
+    """configs/push.toml writes ranges as [low, high]; the recorded config's tables (what replay passes back as
+    overrides) replace them, integer ranges included."""
+    config = forge_gpu.task_config("push")
+    again = forge_gpu.task_config("push", randomize=config.to_dict()["randomize"])
+    assert again.randomize == config.randomize
+    assert {r.name: r.dist for r in again.randomize}["cube_color"] == "integer"
