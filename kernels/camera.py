@@ -1,6 +1,7 @@
 """Camera kernels: a camera pose from its eye and look-at point, and Newton's packed colours as RGB bytes.
 
-Launched by ``forge_gpu._src.sim.tasks.camera`` (and the tasks whose randomization moves a camera).
+Launched by ``forge_gpu._src.sim.tasks.camera`` (and, through ``jittered_camera``, by the tasks whose
+randomization moves a camera).
 """
 
 import warp as wp
@@ -19,6 +20,17 @@ def look_at_transform(eye: wp.vec3, look_at: wp.vec3) -> wp.transform:
         right[2], up[2], -forward[2],
     )  # fmt: skip
     return wp.transform(eye, wp.quat_from_matrix(rotation))
+
+
+@wp.func
+def jittered_camera(
+    position: wp.vec3, look_at: wp.vec3, position_offset: wp.array[float], look_at_offset: wp.array[float]
+) -> wp.transform:
+    """The camera at ``position`` + ``position_offset`` looking at ``look_at`` + ``look_at_offset`` (each offset a
+    world's row of 3 drawn values [m]), in Newton's convention (:func:`look_at_transform`)."""
+    eye = position + wp.vec3(position_offset[0], position_offset[1], position_offset[2])
+    look = look_at + wp.vec3(look_at_offset[0], look_at_offset[1], look_at_offset[2])
+    return look_at_transform(eye, look)
 
 
 @wp.kernel

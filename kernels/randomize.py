@@ -18,22 +18,25 @@ def draw_kernel(
     key: int,
     low: wp.array[float],
     high: wp.array[float],
-    log_uniform: int,
+    dist: int,
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     episode_id_in: wp.array[wp.int32],
     # Data out:
     values_out: wp.array2d[float],
 ):
-    """Component ``k`` of the world's value: uniform in [low[k], high[k]], or log-uniform (low > 0)."""
+    """Component ``k`` of the world's value: ``dist`` 0 uniform in [low[k], high[k]], 1 log-uniform (low > 0),
+    2 a whole number uniform among low[k], low[k] + 1, ..., high[k] (a palette index)."""
     worldid, k = wp.tid()
     if not reset_mask_in[worldid]:
         return
     state = env_rng(seed, worldid, episode_id_in[worldid] + 1, key + k, STREAM_RANDOMIZE)
     u = wp.randf(state)
     lo, hi = low[k], high[k]
-    if log_uniform != 0:
+    if dist == 1:
         value = wp.exp(wp.log(lo) + u * (wp.log(hi) - wp.log(lo)))
+    elif dist == 2:
+        value = wp.floor(lo + u * (hi - lo + 1.0))
     else:
         value = lo + u * (hi - lo)
     values_out[worldid, k] = wp.clamp(value, lo, hi)
@@ -51,6 +54,27 @@ def copy_rows_kernel(
     worldid, k = wp.tid()
     if reset_mask_in[worldid]:
         target_out[worldid, k] = source_in[worldid, k]
+
+
+@wp.func
+def set_mass(
+    body: int,
+    mass: float,
+    inertia: wp.mat33,
+    body_mass_out: wp.array[float],
+    body_inv_mass_out: wp.array[float],
+    body_inertia_out: wp.array[wp.mat33],
+    body_inv_inertia_out: wp.array[wp.mat33],
+):
+    """A body's mass and inertia, and their inverses as Newton derives them (zero for a massless body)."""
+    body_mass_out[body] = mass
+    body_inertia_out[body] = inertia
+    if mass > 0.0:
+        body_inv_mass_out[body] = 1.0 / mass
+        body_inv_inertia_out[body] = wp.inverse(inertia)
+    else:
+        body_inv_mass_out[body] = 0.0
+        body_inv_inertia_out[body] = wp.mat33(0.0)
 
 
 @wp.kernel
@@ -73,16 +97,9 @@ def scale_mass_kernel(
     if not reset_mask_in[worldid]:
         return
     body = worldid * bodies_per_world + k
-    mass = nominal_mass[body] * scale_in[worldid]
-    inertia = nominal_inertia[body] * scale_in[worldid]
-    body_mass_out[body] = mass
-    body_inertia_out[body] = inertia
-    if mass > 0.0:
-        body_inv_mass_out[body] = 1.0 / mass
-        body_inv_inertia_out[body] = wp.inverse(inertia)
-    else:
-        body_inv_mass_out[body] = 0.0
-        body_inv_inertia_out[body] = wp.mat33(0.0)
+    scale = scale_in[worldid]
+    set_mass(body, nominal_mass[body] * scale, nominal_inertia[body] * scale, body_mass_out, body_inv_mass_out,
+             body_inertia_out, body_inv_inertia_out)  # fmt: skip
 
 
 @wp.kernel

@@ -1,34 +1,21 @@
-"""Reach kernels: joint position targets, randomized reset and target, observation, expert IK, colours and camera pose.
+"""Reach kernels: randomized reset and target, observation, the IK expert, colours and camera pose.
 
 Per-world layout: joint coordinates ``[yaw, shoulder, elbow, wrist]`` [rad] (yaw about +z, the three
 pitch joints about the link's +y, each link extending along its local +z), joint velocities in the
 same order [rad/s]. ``proprio`` is ``[q (4), qd (4), end effector position (3), target position (3)]``
-with positions in the world frame [m]. Launched by ``forge_gpu._src.sim.tasks.reach``.
+with positions in the world frame [m]. Launched by ``forge_gpu._src.sim.tasks.reach``; the arm's joint targets
+and inverse kinematics are ``kernels/arm.py``'s.
 """
 
 import warp as wp
 
-from .camera import look_at_transform
-from .rng import STREAM_RESET, env_rng
+from .arm import reach_ik, reset_arm
+from .camera import jittered_camera
 
 PROPRIO_EE = wp.constant(8)
 """Offset of the end effector position in ``proprio``."""
 PROPRIO_TARGET = wp.constant(11)
 """Offset of the target position in ``proprio``."""
-
-
-@wp.kernel
-def apply_action_kernel(
-    # Model:
-    action_scale: wp.array[float],
-    # Data in:
-    executed_action_in: wp.array2d[float],
-    # Data out:
-    joint_target_q_out: wp.array2d[float],
-):
-    """Joint position target [rad] = executed action * scale, tracked by each joint's PD drive."""
-    worldid, jntid = wp.tid()
-    joint_target_q_out[worldid, jntid] = executed_action_in[worldid, jntid] * action_scale[jntid]
 
 
 @wp.kernel
@@ -58,10 +45,7 @@ def reset_kernel(
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    state = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_RESET)
-    for j in range(4):
-        joint_q_out[worldid, j] = home_q[j] + reset_noise * (2.0 * wp.randf(state) - 1.0)
-        joint_qd_out[worldid, j] = 0.0
+    state = reset_arm(seed, worldid, episode_id_in[worldid] + 1, home_q, reset_noise, joint_q_out, joint_qd_out)
     yaw = target_yaw_range * (2.0 * wp.randf(state) - 1.0)
     radius = target_radius_range[0] + (target_radius_range[1] - target_radius_range[0]) * wp.randf(state)
     height = target_height_range[0] + (target_height_range[1] - target_height_range[0]) * wp.randf(state)
@@ -104,30 +88,6 @@ def observe_kernel(
     if success:
         reward += success_bonus
     reward_out[worldid] = reward
-
-
-@wp.func
-def reach_ik(
-    target: wp.vec3,
-    shoulder_height: float,
-    upper_arm: float,
-    forearm: float,
-    hand: float,
-) -> wp.vec4:
-    """Joint angles that put the hand tip on ``target`` with the hand pointing straight down, elbow up.
-
-    Each pitch joint turns its link from +z toward the radial direction; link k points at the
-    cumulative angle phi_k = q1 + ... + qk from vertical. The wrist point sits ``hand`` above the
-    target; the shoulder and elbow solve the two-link problem for it (clamped when out of reach).
-    """
-    yaw = wp.atan2(target[1], target[0])
-    radial = wp.sqrt(target[0] * target[0] + target[1] * target[1])
-    up = target[2] + hand - shoulder_height
-    cos_elbow = (radial * radial + up * up - upper_arm * upper_arm - forearm * forearm) / (2.0 * upper_arm * forearm)
-    elbow = wp.acos(wp.clamp(cos_elbow, -1.0, 1.0))
-    shoulder = wp.atan2(radial, up) - wp.atan2(forearm * wp.sin(elbow), upper_arm + forearm * wp.cos(elbow))
-    wrist = wp.pi - shoulder - elbow
-    return wp.vec4(yaw, shoulder, elbow, wrist)
 
 
 @wp.kernel
@@ -186,24 +146,6 @@ def apply_params_kernel(
     shape_color_out[target_shape[worldid]] = wp.vec3(target[0], target[1], target[2])
     shape_color_out[table_shape[worldid]] = wp.vec3(table[0], table[1], table[2])
     if move_camera != 0:
-        eye_offset = camera_position_offset_in[worldid]
-        look_offset = camera_look_at_offset_in[worldid]
-        eye = camera_position + wp.vec3(eye_offset[0], eye_offset[1], eye_offset[2])
-        look = camera_look_at + wp.vec3(look_offset[0], look_offset[1], look_offset[2])
-        camera_transform_out[worldid] = look_at_transform(eye, look)
-
-
-@wp.kernel
-def place_target_kernel(
-    # Model:
-    target_shape: wp.array[wp.int32],
-    # Data in:
-    reset_mask_in: wp.array[wp.bool],
-    target_pos_in: wp.array[wp.vec3],
-    # Data out:
-    shape_transform_out: wp.array[wp.transform],
-):
-    """The target marker's shape transform from its (restored) position."""
-    worldid = wp.tid()
-    if reset_mask_in[worldid]:
-        shape_transform_out[target_shape[worldid]] = wp.transform(target_pos_in[worldid], wp.quat_identity())
+        camera_transform_out[worldid] = jittered_camera(
+            camera_position, camera_look_at, camera_position_offset_in[worldid], camera_look_at_offset_in[worldid]
+        )

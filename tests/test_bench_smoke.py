@@ -275,6 +275,15 @@ def test_randomize_smoke(out):
         check_figures(row, STEPPING | {"vs_none": True})
 
 
+def test_push_expert_smoke(out):
+    """bench/push_expert.py --smoke counts each env's first episode for the expert and the random policy."""
+    rows = run_bench("push_expert", out)["rows"]
+    assert [r["policy"] for r in rows] == ["expert", "random"]
+    for row in rows:
+        assert row["episodes"] == row["num_envs"] == 4 and 0 <= row["successes"] <= row["episodes"]
+        check_figures(row, {"success_rate": False, "mean_steps": True, "seconds": True})
+
+
 def test_durability_smoke(out):
     """bench/durability.py --smoke gives rows/s at both durability levels, the syncs made and the ratio."""
     rows = run_bench("durability", out)["rows"]

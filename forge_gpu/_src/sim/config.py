@@ -56,7 +56,7 @@ class ActionConfig:
     """Multiplier from the clipped action to the joint effort [N or N m] or target, shape (A,)."""
 
 
-DISTRIBUTIONS = ("uniform", "log_uniform")
+DISTRIBUTIONS = ("uniform", "log_uniform", "integer")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +71,8 @@ class RandomRange:
     high: tuple[float, ...]
     """Upper bound per component (>= low)."""
     dist: str = "uniform"
-    """``uniform``, or ``log_uniform`` (uniform in log space; needs low > 0)."""
+    """``uniform``, ``log_uniform`` (uniform in log space; needs low > 0), or ``integer`` (a whole number, each of
+    low, low + 1, ..., high equally likely; low and high whole numbers: a palette index)."""
 
     def to_table(self) -> dict:
         """The TOML/JSON form: ``{"low": ..., "high": ..., "dist": ...}`` (scalars for one component)."""
@@ -84,7 +85,8 @@ class RandomRange:
 
 def parse_randomize(table: Any, source: str) -> tuple[RandomRange, ...]:
     """The ``[randomize]`` table: ``name = [low, high]`` or ``name = {low = ..., high = ..., dist = ...}``, low and
-    high numbers or equal-length lists of numbers. ValueError naming the key, the value and what is allowed."""
+    high numbers or equal-length lists of numbers (``dist = "integer"``: whole numbers). ValueError naming the key,
+    the value and what is allowed."""
     if not isinstance(table, dict):
         raise ValueError(f"{source}: [randomize] must be a table of name = {{low, high, dist}}, got {table!r}")
     out = []
@@ -106,6 +108,8 @@ def parse_randomize(table: Any, source: str) -> tuple[RandomRange, ...]:
             raise ValueError(f"{where}: low {list(low)} must not exceed high {list(high)}")
         if dist == "log_uniform" and min(low) <= 0.0:
             raise ValueError(f"{where}: a log_uniform range needs low > 0, got {list(low)}")
+        if dist == "integer" and any(v != int(v) for v in (*low, *high)):
+            raise ValueError(f"{where}: an integer range needs whole numbers, got low {list(low)}, high {list(high)}")
         out.append(RandomRange(name=name, low=low, high=high, dist=dist))
     return tuple(out)
 
@@ -270,13 +274,10 @@ def build_dataclass(cls: type, table: dict, source: str, prefix: str = "") -> An
 
 
 def _merge(base: dict, dotted: dict, source: str) -> dict:
-    """Return ``base`` with ``{"a.b": v}`` overrides written into its nested tables."""
+    """Return ``base`` with ``{"a.b": v}`` overrides written into its nested tables. A table given for a key whose
+    value is not a table (``randomize.x = {low, high}`` over the file's ``x = [low, high]``) replaces it."""
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
     for key, value in dotted.items():
-        if isinstance(value, dict):
-            for sub, v in value.items():
-                merged = _merge(merged, {f"{key}.{sub}": v}, source)
-            continue
         *parents, leaf = key.split(".")
         table = merged
         for p in parents:
@@ -284,6 +285,10 @@ def _merge(base: dict, dotted: dict, source: str) -> dict:
             if not isinstance(sub, dict):
                 raise ValueError(f"{source}: {key}: {p} is not a table")
             table[p] = table = dict(sub)
+        if isinstance(value, dict) and isinstance(table.get(leaf, {}), dict):
+            for sub, v in value.items():
+                merged = _merge(merged, {f"{key}.{sub}": v}, source)
+            continue
         table[leaf] = value
     return merged
 

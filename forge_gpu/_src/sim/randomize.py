@@ -21,6 +21,12 @@ parameter                     model arrays                                      
 ``actuator_gain_scale``       none: the task's action kernel multiplies the effort        none
 ============================  =========================================================  ==========================
 
+A task's own parameters are applied by its kernels (``Task.apply_params``); one that writes the model names its
+flags in ``Parameter.notify`` and the env notifies them alike (``push``: ``cube_size`` writes the cube's
+``shape_scale`` and inertia, SHAPE_PROPERTIES and BODY_INERTIAL_PROPERTIES; ``cube_mass`` its mass and inertia;
+``cube_friction`` its ``shape_material_mu``). A discrete choice (``Parameter.names``: a palette) is drawn with
+``dist = "integer"`` and recorded as the chosen index.
+
 SolverMuJoCo's notification copies the changed arrays into MuJoCo-Warp's per-world model and, for the inertial
 flags, recomputes MuJoCo's derived constants (``set_const``) for all worlds: that is the cost a physics
 randomization adds to every step (bench/replay.py and the README give it). Without a physics parameter the
@@ -47,25 +53,37 @@ class Parameter:
     nominal: tuple[float, ...]
     """The value of a world whose task reads the parameter but whose config does not randomize it."""
     doc: str
+    notify: tuple[str, ...] = ()
+    """The ``newton.ModelFlags`` of the model arrays that applying the parameter writes: the solver is notified of
+    them (once per step, in the graph) when the config randomizes it."""
+    names: tuple[str, ...] = ()
+    """A discrete choice: the value is an index into ``names`` (a palette's colours), drawn with ``dist =
+    "integer"`` between low and high, both in 0 .. len(names) - 1, and recorded as that index (float32)."""
 
 
 PHYSICS = {
-    "mass_scale": Parameter((), (1.0,), "multiplies every body's mass and inertia"),
-    "friction": Parameter((), (1.0,), "the friction coefficient of every shape (Newton's shape_material_mu)"),
-    "joint_stiffness_scale": Parameter((), (1.0,), "multiplies the joint drives' position gains (target_ke)"),
-    "joint_damping_scale": Parameter((), (1.0,), "multiplies the joint drives' velocity gains (target_kd)"),
-    "joint_armature_scale": Parameter((), (1.0,), "multiplies every joint's armature"),
+    "mass_scale": Parameter(
+        (), (1.0,), "multiplies every body's mass and inertia", notify=("BODY_INERTIAL_PROPERTIES",)
+    ),
+    "friction": Parameter(
+        (), (1.0,), "the friction coefficient of every shape (Newton's shape_material_mu)", notify=("SHAPE_PROPERTIES",)
+    ),
+    "joint_stiffness_scale": Parameter(
+        (), (1.0,), "multiplies the joint drives' position gains (target_ke)", notify=("JOINT_DOF_FORCE_PROPERTIES",)
+    ),
+    "joint_damping_scale": Parameter(
+        (), (1.0,), "multiplies the joint drives' velocity gains (target_kd)", notify=("JOINT_DOF_FORCE_PROPERTIES",)
+    ),
+    "joint_armature_scale": Parameter(
+        (), (1.0,), "multiplies every joint's armature", notify=("JOINT_DOF_INERTIAL_PROPERTIES",)
+    ),
     "actuator_gain_scale": Parameter((), (1.0,), "multiplies the effort each action unit commands"),
 }
-"""The physics parameters the env applies (tasks choose which of them they offer)."""
+"""The physics parameters the env applies (tasks choose which of them they offer). A task's own parameter that
+writes the model (``push``'s cube mass, size and friction) names its flags in ``Parameter.notify`` alike."""
 
-_FLAGS = {
-    "mass_scale": "BODY_INERTIAL_PROPERTIES",
-    "friction": "SHAPE_PROPERTIES",
-    "joint_stiffness_scale": "JOINT_DOF_FORCE_PROPERTIES",
-    "joint_damping_scale": "JOINT_DOF_FORCE_PROPERTIES",
-    "joint_armature_scale": "JOINT_DOF_INERTIAL_PROPERTIES",
-}
+DIST_CODES = {"uniform": 0, "log_uniform": 1, "integer": 2}
+"""``RandomRange.dist`` -> the draw kernel's code (``kernels/randomize.py``)."""
 
 
 def stream_key(name: str) -> int:
@@ -75,7 +93,8 @@ def stream_key(name: str) -> int:
 
 
 def check_ranges(ranges, catalog: dict[str, Parameter], task: str) -> None:
-    """ValueError naming a ``[randomize]`` entry that ``task`` does not offer or whose size is wrong."""
+    """ValueError naming a ``[randomize]`` entry that ``task`` does not offer, whose size is wrong, or (a discrete
+    choice) that is not an ``integer`` range of its indices."""
     for r in ranges:
         if r.name not in catalog:
             allowed = ", ".join(sorted(catalog)) or "none"
@@ -83,6 +102,13 @@ def check_ranges(ranges, catalog: dict[str, Parameter], task: str) -> None:
         size = int(np.prod(catalog[r.name].shape))
         if len(r.low) != size:
             raise ValueError(f"randomize.{r.name}: expected {size} value(s) for low and high, got {len(r.low)}")
+        names = catalog[r.name].names
+        if names and (r.dist != "integer" or min(r.low) < 0 or max(r.high) > len(names) - 1):
+            choices = ", ".join(f"{i} {name}" for i, name in enumerate(names))
+            raise ValueError(
+                f"randomize.{r.name} = {r.to_table()}: an index into ({choices}); expected "
+                f'{{ low = ..., high = ..., dist = "integer" }} with 0 <= low <= high <= {len(names) - 1}'
+            )
 
 
 class Randomizer:
@@ -113,10 +139,10 @@ class Randomizer:
             "dof": model.joint_dof_count // n,
         }
         _check_contiguous(model, n)
-        physics = [name for name in self.ranges if name in PHYSICS and name in _FLAGS]
         self.notify_flags = 0
-        for name in physics:
-            self.notify_flags |= int(getattr(newton.ModelFlags, _FLAGS[name]))
+        for name in self.ranges:
+            for flag in catalog[name].notify:
+                self.notify_flags |= int(getattr(newton.ModelFlags, flag))
         self._nominal = {}
         if "mass_scale" in self.ranges:
             self._nominal["mass"] = wp.clone(model.body_mass)
@@ -141,7 +167,7 @@ class Randomizer:
             wp.launch(
                 kernels.draw_kernel,
                 dim=(w.num_envs, len(r.low)),
-                inputs=[w.seed, stream_key(name), low, high, int(r.dist == "log_uniform"), reset_mask, episode_id],
+                inputs=[w.seed, stream_key(name), low, high, DIST_CODES[r.dist], reset_mask, episode_id],
                 outputs=[_rows(self.values[name])],
                 device=w.device,
             )

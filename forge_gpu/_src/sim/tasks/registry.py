@@ -15,9 +15,10 @@ from pathlib import Path
 from forge_gpu._src.sim.tasks.ant import AntTask
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
 from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
+from forge_gpu._src.sim.tasks.push import PushTask
 from forge_gpu._src.sim.tasks.reach import ReachTask
 
-TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (AntTask, CartpoleTask, ReachTask)}
+TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (AntTask, CartpoleTask, PushTask, ReachTask)}
 TASK_CONFIG_FILES: dict[str, Path] = {}
 """Config files of the tasks registered with a ``config`` path; the others use ``configs/<id>.toml``."""
 

@@ -1,0 +1,321 @@
+"""The 4-joint arm on its table, shared by the arm tasks (``reach``, ``push``): parameters, the scene's table,
+pedestal and arm, the joint limits, and the RGB-D camera with its calibration.
+
+The arm stands on a table: a yaw joint about +z, then shoulder, elbow and wrist joints about the link's +y,
+each tracking a joint position target with a PD drive (actions are the targets: ``kernels/arm.py``). One fixed
+camera per world looks at the workspace (``tasks/camera.py``); a ``[randomize]`` table may jitter its pose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import newton
+import numpy as np
+import warp as wp
+
+from forge_gpu._src.sim.config import bounded
+from forge_gpu._src.sim.randomize import Parameter
+from forge_gpu._src.sim.tasks.base import Task
+from forge_gpu._src.sim.tasks.camera import WorldCameras
+from forge_gpu.kernels import arm as kernels
+
+IMAGE_SIZES = (32, 64, 128, 256)
+"""Square image sizes [px] the arm tasks accept. ``SensorCamera`` renders any size; the tasks keep to these
+tested ones so that recorded datasets come in a few known shapes."""
+
+BACKGROUND = 0xFF << 24 | 52 << 16 | 44 << 8 | 40
+"""Packed RGBA clear color of pixels that see no surface (dark blue-gray)."""
+TABLE_COLOR = (0.75, 0.75, 0.72)
+
+CAMERA_VISUALS = {
+    "camera_position_offset": Parameter((3,), (0.0, 0.0, 0.0), "added to params.camera_position [m]"),
+    "camera_look_at_offset": Parameter((3,), (0.0, 0.0, 0.0), "added to params.camera_look_at [m]"),
+}
+"""The camera jitter every arm task offers (its ``apply_params`` kernel moves the world's camera)."""
+CAMERA_PARAMS = tuple(CAMERA_VISUALS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmParams:
+    """Arm model and drives, start distribution, camera."""
+
+    shoulder_height: float = field(default=0.2, metadata=bounded(0.05, 1.0))
+    """Height of the shoulder joint above the table top [m]."""
+    upper_arm_length: float = field(default=0.3, metadata=bounded(0.05, 1.0))
+    """Shoulder-to-elbow length [m]."""
+    forearm_length: float = field(default=0.25, metadata=bounded(0.05, 1.0))
+    """Elbow-to-wrist length [m]."""
+    hand_length: float = field(default=0.1, metadata=bounded(0.02, 0.5))
+    """Wrist-to-tip length [m]; the end effector is the hand's tip."""
+    link_radius: float = field(default=0.025, metadata=bounded(0.005, 0.1))
+    """Capsule radius of the links [m]."""
+    link_density: float = field(default=500.0, metadata=bounded(1.0, 1e4))
+    """Density of the links [kg/m^3]."""
+    joint_stiffness: float = field(default=400.0, metadata=bounded(0.0, 1e5))
+    """Position gain of the joint drives [N m/rad]."""
+    joint_damping: float = field(default=40.0, metadata=bounded(0.0, 1e4))
+    """Velocity gain of the joint drives [N m s/rad]."""
+    joint_armature: float = field(default=0.1, metadata=bounded(0.0, 10.0))
+    """Rotor inertia added about each joint axis [kg m^2]."""
+    home_q: tuple[float, ...] = field(default=(0.0, 0.3, 1.2, 1.0), metadata=bounded(-3.0, 3.0))
+    """Start pose [rad], shape (4,)."""
+    reset_noise: float = field(default=0.1, metadata=bounded(0.0, 1.0))
+    """Start joint angles drawn uniformly in home_q +- this [rad]."""
+    render: bool = True
+    """Render ``rgb`` and ``depth`` after every step; when false they stay zero (for benchmarks)."""
+    image_size: int = field(default=64, metadata=bounded(choices=IMAGE_SIZES))
+    """Image width and height [px]."""
+    camera_position: tuple[float, ...] = field(default=(0.45, 0.8, 0.6), metadata=bounded(-10.0, 10.0))
+    """Camera centre in the world frame [m], shape (3,)."""
+    camera_look_at: tuple[float, ...] = field(default=(0.2, 0.0, 0.2), metadata=bounded(-10.0, 10.0))
+    """The point the optical axis passes through [m], shape (3,); the image's up is toward +z."""
+    camera_fov: float = field(default=45.0, metadata=bounded(5.0, 120.0))
+    """Vertical field of view [deg]."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmScene:
+    """The arm on its table with one fixed pinhole RGB-D camera per world (``kind`` names the task's scene)."""
+
+    kind: str
+    joint_count: int = 4
+    link_lengths: tuple[float, ...] = (0.3, 0.25, 0.1)
+    shoulder_height: float = 0.2
+    image_size: int = 64
+
+
+def arm_scene(p: ArmParams, kind: str) -> ArmScene:
+    """The scene description of an arm task with parameters ``p``."""
+    return ArmScene(
+        kind=kind,
+        link_lengths=(p.upper_arm_length, p.forearm_length, p.hand_length),
+        shoulder_height=p.shoulder_height,
+        image_size=p.image_size,
+    )
+
+
+def joint_limits(config) -> tuple[np.ndarray, np.ndarray]:
+    """Joint limits [rad]: the action bounds times the action scale (actions are joint targets)."""
+    a = config.action
+    low, high = np.asarray(a.low) * np.asarray(a.scale), np.asarray(a.high) * np.asarray(a.scale)
+    return np.minimum(low, high), np.maximum(low, high)
+
+
+def check_arm(config, task: str, action_dim: int) -> None:
+    """ValueError naming an arm or camera parameter, or action bounds, that the arm cannot take."""
+    p = config.params
+    if len(p.home_q) != 4:
+        raise ValueError(f"params.home_q = {p.home_q!r}: expected 4 values")
+    for name in ("camera_position", "camera_look_at"):
+        if len(getattr(p, name)) != 3:
+            raise ValueError(f"params.{name} = {getattr(p, name)!r}: expected 3 values [m]")
+    if np.allclose(p.camera_position, p.camera_look_at):
+        raise ValueError("params.camera_position must differ from params.camera_look_at")
+    forward = np.subtract(p.camera_look_at, p.camera_position)
+    if np.linalg.norm(np.cross(forward, (0.0, 0.0, 1.0))) < 1e-6 * np.linalg.norm(forward):
+        raise ValueError("params.camera_position: the camera must not look straight up or down (+z is image up)")
+    if len(config.action.low) != action_dim:
+        raise ValueError(
+            f"action.low = {list(config.action.low)}: {task} has {action_dim} joints; "
+            "give one bound (and scale) per joint"
+        )
+    lo, hi = joint_limits(config)
+    home = np.asarray(p.home_q)
+    if not ((lo <= home - p.reset_noise) & (home + p.reset_noise <= hi)).all():
+        raise ValueError(
+            f"params.home_q {p.home_q} +- reset_noise {p.reset_noise} must lie within the joint limits "
+            f"(action bounds times scale) {lo.tolist()} .. {hi.tolist()}"
+        )
+
+
+def image_fields(p: ArmParams) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S = ``params.image_size``."""
+    s = p.image_size
+    return {"rgb": ((s, s, 3), "uint8"), "depth": ((s, s), "float32")}
+
+
+def add_table(builder, p: ArmParams, *, cfg=None) -> tuple[int, int]:
+    """The table (its top at z = 0) and the arm's pedestal, static; returns their shape indices."""
+    static = cfg if cfg is not None else newton.ModelBuilder.ShapeConfig(density=0.0)
+    table = builder.add_shape_box(
+        -1,
+        xform=wp.transform((0.2, 0.0, -0.02), wp.quat_identity()),
+        hx=0.5,
+        hy=0.6,
+        hz=0.02,
+        cfg=static,
+        color=TABLE_COLOR,
+        label="table",
+    )
+    pedestal = 0.5 * p.shoulder_height
+    base = builder.add_shape_box(
+        -1,
+        xform=wp.transform((0.0, 0.0, 0.5 * pedestal), wp.quat_identity()),
+        hx=0.06,
+        hy=0.06,
+        hz=0.5 * pedestal,
+        cfg=static,
+        color=(0.3, 0.3, 0.33),
+        label="pedestal",
+    )
+    return table, base
+
+
+def add_arm(builder, p: ArmParams, config) -> tuple[int, int]:
+    """The arm on the pedestal (:func:`add_table`): four links, their joints and drives, one articulation.
+    Returns the shape indices of the hand's capsule and of the tip's sphere."""
+    r = p.link_radius
+    link = newton.ModelBuilder.ShapeConfig(density=p.link_density)
+    link.collision_filter_parent = True
+    pedestal = 0.5 * p.shoulder_height
+
+    def capsule(body, length, radius, color):
+        # A link from its joint (local origin) to ``length`` along local +z.
+        return builder.add_shape_capsule(
+            body,
+            xform=wp.transform((0.0, 0.0, 0.5 * length), wp.quat_identity()),
+            radius=radius,
+            half_height=max(0.5 * length - radius, 1e-3),
+            cfg=link,
+            color=color,
+        )
+
+    drive = {
+        "target_ke": p.joint_stiffness,
+        "target_kd": p.joint_damping,
+        "armature": p.joint_armature,
+        "actuator_mode": newton.JointTargetMode.POSITION,
+    }
+    low, high = joint_limits(config)
+    column = builder.add_link(label="column")
+    capsule(column, p.shoulder_height - pedestal, 1.4 * r, (0.25, 0.35, 0.6))
+    upper = builder.add_link(label="upper_arm")
+    capsule(upper, p.upper_arm_length, r, (0.35, 0.5, 0.8))
+    fore = builder.add_link(label="forearm")
+    capsule(fore, p.forearm_length, 0.9 * r, (0.35, 0.5, 0.8))
+    hand = builder.add_link(label="hand")
+    hand_shape = capsule(hand, p.hand_length, 0.6 * r, (0.85, 0.85, 0.85))
+    tip_shape = builder.add_shape_sphere(
+        hand,
+        xform=wp.transform((0.0, 0.0, p.hand_length), wp.quat_identity()),
+        radius=0.8 * r,
+        cfg=link,
+        color=(1.0, 0.85, 0.1),
+        label="tip",
+    )
+    joints = [
+        builder.add_joint_revolute(
+            -1,
+            column,
+            parent_xform=wp.transform((0.0, 0.0, pedestal), wp.quat_identity()),
+            axis=newton.Axis.Z,
+            limit_lower=float(low[0]),
+            limit_upper=float(high[0]),
+            label="yaw",
+            **drive,
+        ),
+    ]
+    chain = [
+        (column, upper, p.shoulder_height - pedestal, "shoulder"),
+        (upper, fore, p.upper_arm_length, "elbow"),
+        (fore, hand, p.forearm_length, "wrist"),
+    ]
+    for j, (parent, child, offset, name) in enumerate(chain, start=1):
+        joints.append(
+            builder.add_joint_revolute(
+                parent,
+                child,
+                parent_xform=wp.transform((0.0, 0.0, offset), wp.quat_identity()),
+                axis=newton.Axis.Y,
+                limit_lower=float(low[j]),
+                limit_upper=float(high[j]),
+                label=name,
+                **drive,
+            )
+        )
+    builder.add_articulation(joints)
+    return hand_shape, tip_shape
+
+
+def per_world(labels, name: str, n: int, device) -> wp.array:
+    """The index of the entry labelled ``name`` in each of the ``n`` worlds, int32 [N] (``replicate()`` adds the
+    worlds in order, so the i-th match belongs to world i)."""
+    found = np.flatnonzero(np.array([label.rsplit("/", 1)[-1] for label in labels]) == name)
+    assert len(found) == n, (name, len(found), n)
+    return wp.array(found.astype(np.int32), device=device)
+
+
+def make_camera(p: ArmParams, config, model, n: int) -> tuple[WorldCameras, dict]:
+    """Every world's camera and the calibration the task contributes (``{"cameras": {"front": ...}}``)."""
+    randomized = any(r.name in CAMERA_PARAMS for r in config.randomize)
+    camera = WorldCameras(
+        model, n, p.image_size, p.camera_fov, p.camera_position, p.camera_look_at, background=BACKGROUND
+    )
+    calibration = {"cameras": {"front": camera.calibration(randomized=randomized)}}
+    if randomized:
+        calibration["cameras"]["front"]["randomized"] = (
+            "camera_to_world of an episode: the camera at params.camera_position + its camera_position_offset "
+            "looking at params.camera_look_at + its camera_look_at_offset"
+        )
+    return camera, calibration
+
+
+def moves_camera(config) -> int:
+    """1 when the config randomizes the camera's pose (the apply kernels then move it), else 0."""
+    return int(any(r.name in CAMERA_PARAMS for r in config.randomize))
+
+
+def arm_expert(world, p: ArmParams, kernel, extra: list, observed: tuple[str, ...]):
+    """A scripted policy that launches ``kernel`` over the worlds with the arm's geometry (shoulder height, the
+    three link lengths), the ``extra`` values, the action bounds and scale, then the ``observed`` fields."""
+    action = wp.zeros((world.num_envs, 4), dtype=float, device=world.device)
+    geometry = [p.shoulder_height, p.upper_arm_length, p.forearm_length, p.hand_length]
+
+    def act(observation: dict) -> wp.array:
+        wp.launch(
+            kernel,
+            dim=world.num_envs,
+            inputs=[*geometry, *extra, world.action_low, world.action_high, world.action_scale]
+            + [observation[name] for name in observed],
+            outputs=[action],
+            device=world.device,
+        )
+        return action
+
+    return act
+
+
+class ArmTask(Task):
+    """What the arm tasks share: the scene description, the observation's images, the arm's buffers and camera
+    (:meth:`bind_arm`) and the joint position targets (:meth:`apply_action`). Subclasses set ``scene_kind``."""
+
+    scene_kind: ClassVar[str]
+
+    def make_scene(self) -> ArmScene:
+        return arm_scene(self.params, self.scene_kind)
+
+    def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """``spec.extra_fields``, then ``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S =
+        ``params.image_size``."""
+        return {**self.spec.extra_fields, **image_fields(self.params)}
+
+    def bind_arm(self, world) -> dict:
+        """The hand body, the home pose, the joint targets' view and the camera; returns its calibration."""
+        p, n = self.params, world.num_envs
+        self.ee_body = per_world(world.model.body_label, "hand", n, world.device)
+        self.home_q = wp.array(np.asarray(p.home_q, np.float32), device=world.device)
+        self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
+        self.camera, calibration = make_camera(p, self.config, world.model, n)
+        self.rgb, self.depth = self.camera.rgb, self.camera.depth
+        return calibration
+
+    def apply_action(self, world) -> None:
+        wp.launch(
+            kernels.apply_action_kernel,
+            dim=world.executed_action.shape,
+            inputs=[world.action_scale, world.executed_action],
+            outputs=[self.joint_target_q],
+            device=world.device,
+        )
