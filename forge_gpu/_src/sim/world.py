@@ -83,7 +83,8 @@ class World:
         self.params: dict[str, wp.array] = {}
         """The current episode's value of every parameter the task can randomize (name -> float32 [N, ...]; the
         nominal value where the config does not randomize it), set by the env before ``bind``; reset draws
-        them (``sim/randomize.py``) and the task's kernels read its own."""
+        them (``sim/randomize.py``) and the task's kernels read its own (a task's ``apply_params`` may settle its own
+        drawn values before they are recorded: ``push`` moves a goal colour equal to the cube's to the next one)."""
         self.calibration: dict[str, Any] = {}
         """The task's sensor calibration (JSON-serializable, recorded in run.json), from its ``bind``; set by
         the env."""
