@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table  # noqa: E402
-from stepping import parse_override  # noqa: E402
+from common import add_set_option, machine, save, table  # noqa: E402
 
 
 def run(policy_name: str, num_envs: int, per_env: int, device: str, overrides: dict) -> dict:
@@ -70,9 +69,7 @@ def main(argv=None) -> int:
     parser.add_argument("--policies", nargs="+", default=["expert", "random"], choices=["expert", "random"])
     parser.add_argument("--device", default=None)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", type=parse_override, default=[], metavar="KEY=VALUE"
-    )
+    add_set_option(parser, "config override, e.g. max_steps=300 (repeatable)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
