@@ -186,7 +186,7 @@ def test_determinism_and_independence_of_env_count():
     assert not np.array_equal(c.reset().numpy().observation["cube_pose"], a.reset().numpy().observation["cube_pose"])
 
 
-def test_replay_from_actions_reproduces_a_push_run(tmp_path):
+def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(tmp_path):
     env = forge_gpu.make("push", num_envs=3, device="cpu", seed=5, max_steps=12, **{"params.image_size": 32})
     forge_gpu.collect(env, forge_gpu.make_policy("expert", env), str(tmp_path / "run"), episodes=4)
     report = forge_gpu.replay(tmp_path / "run", tmp_path / "again", from_="actions", batch=2)
@@ -194,6 +194,28 @@ def test_replay_from_actions_reproduces_a_push_run(tmp_path):
     assert all(d["max_error"] == 0.0 for d in report["divergence"]), report["divergence"]
     manifest = forge_gpu.read_manifest(tmp_path / "run")
     assert manifest["env_spec"]["instruction_template"]["slots"]["cube"]["param"] == "cube_color"
+    # Each episode's instruction names its drawn colours and goal side, and survives replay, windows and export.
+    episodes = list(forge_gpu.read_episodes(tmp_path / "run"))
+    sides = ["on the right", "in the middle", "on the left"]
+    for e in episodes:
+        cube, goal = (COLOR_NAMES[int(e.params[k].item())] for k in ("cube_color", "goal_color"))
+        side = sides[int(np.digitize(e.params["goal_position"][1], [-0.07, 0.07]))]
+        assert e.instruction == f"push the {cube} cube to the {goal} square {side}"
+    wanted = [e.instruction for e in episodes]
+    assert len(set(wanted)) >= 2, wanted
+    assert [e.instruction for e in forge_gpu.read_episodes(tmp_path / "again")][: len(wanted)] == wanted
+    windows = forge_gpu.Windows(tmp_path / "run", 2, 4)
+    batch = windows.batch(np.arange(len(windows)))
+    by_episode = {(e.env_id, e.episode_id): e.instruction for e in episodes}
+    assert batch["instruction"] == [by_episode[k] for k in zip(batch["env_id"].tolist(), batch["episode_id"].tolist())]
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("av")
+    forge_gpu.export_lerobot(tmp_path / "run", tmp_path / "lerobot")
+    tasks = pq.read_table(tmp_path / "lerobot/meta/tasks.parquet").to_pydict()
+    assert sorted(tasks["task"]) == sorted(set(wanted)) and tasks["task_index"] == list(range(len(tasks["task"])))
+    frames = pq.read_table(tmp_path / "lerobot/data").to_pydict()
+    task_of = {k: tasks["task"][t] for k, t in zip(frames["episode_index"], frames["task_index"], strict=True)}
+    assert [task_of[k] for k in range(len(wanted))] == wanted
 
 
 @pytest.mark.parametrize(
