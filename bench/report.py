@@ -190,6 +190,7 @@ SCREENSHOT_RUNS = {
          "randomize.target_color": {"low": [0.6, 0.0, 0.0], "high": [1.0, 0.3, 0.3]}},
         "expert",
     ),
+    "push": ({}, "expert"),  # the default config: colours, sizes, poses and goal side drawn per episode
 }  # fmt: skip
 
 
