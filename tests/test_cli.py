@@ -351,12 +351,14 @@ def test_inspect_into_a_closed_pipe_exits_quietly(tmp_path):
     env = make_env(num_envs=3, max_steps=6)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30))
     code = "import sys; from forge_gpu.cli import main; sys.exit(main(sys.argv[1:]))"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line, whatever the scheduling
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "inspect", str(tmp_path / "run"), "--json"],
-        stdout=subprocess.PIPE,
+        stdout=write_end,
         stderr=subprocess.PIPE,
     )
-    proc.stdout.close()  # the reader is gone before the first line
+    os.close(write_end)
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
