@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-#: The user the browser runs as when the tests run as root (CI): a browser run as root raises its own priority
-#: (seen: 187% of a 2-core machine at nice -20, spinning after its renderer died, starving every other test).
+#: The user the browser runs as when the tests run as root (CI): a browser run as root gives its threads a realtime
+#: scheduling class (seen: two cores at 188%, in the kernel, after its renderer died, starving every other test and
+#: deaf to SIGKILL until moved back to SCHED_OTHER); as nobody it gets none and cannot raise its nice 19.
 NOBODY = 65534
 
 #: Chromium's names on Debian and elsewhere.
