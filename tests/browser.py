@@ -10,6 +10,7 @@ import base64
 import fcntl
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -101,7 +102,10 @@ class _DevTools:
         def fds():  # the browser's fd 3 and 4; the lowest priority, and no root (which could raise it again)
             os.dup2(to_browser_read, 3)
             os.dup2(from_browser_write, 4)
+            # A realtime class is inherited across fork (a test process was seen in SCHED_FIFO): back to the normal one.
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             os.nice(19)
+            resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
             if os.geteuid() == 0:
                 os.setgid(NOBODY)
                 os.setuid(NOBODY)
