@@ -207,7 +207,8 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(tmp_path
     windows = forge_gpu.Windows(tmp_path / "run", 2, 4)
     batch = windows.batch(np.arange(len(windows)))
     by_episode = {(e.env_id, e.episode_id): e.instruction for e in episodes}
-    assert batch["instruction"] == [by_episode[k] for k in zip(batch["env_id"].tolist(), batch["episode_id"].tolist())]
+    keys = zip(batch["env_id"].tolist(), batch["episode_id"].tolist(), strict=True)
+    assert batch["instruction"] == [by_episode[k] for k in keys]
     pq = pytest.importorskip("pyarrow.parquet")
     pytest.importorskip("av")
     forge_gpu.export_lerobot(tmp_path / "run", tmp_path / "lerobot")
