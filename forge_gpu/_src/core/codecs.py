@@ -139,7 +139,9 @@ class CodecSpec:
             if not eq:
                 keys = list(CODECS[name].params)
                 if len(keys) != 1:
-                    raise ValueError(f"codec {text!r}: {name} takes {', '.join(keys) or 'no parameters'}; use KEY=VALUE")
+                    raise ValueError(
+                        f"codec {text!r}: {name} takes {', '.join(keys) or 'no parameters'}; use KEY=VALUE"
+                    )
                 key = keys[0]
             params.append((key, int(value) if value.lstrip("-").isdigit() else value))
         return cls(name, tuple(params))
@@ -190,7 +192,9 @@ class EncodedFrames:
     def __post_init__(self) -> None:
         payload, offsets = np.asarray(self.payload), np.asarray(self.offsets)
         if payload.dtype != np.uint8 or payload.ndim != 1:
-            raise ValueError(f"EncodedFrames.payload must be a 1-d uint8 array, got {payload.dtype}{list(payload.shape)}")
+            raise ValueError(
+                f"EncodedFrames.payload must be a 1-d uint8 array, got {payload.dtype}{list(payload.shape)}"
+            )
         if offsets.dtype != np.int64 or offsets.ndim != 1 or offsets.size < 1:
             raise ValueError(f"EncodedFrames.offsets must be a 1-d int64 array of n + 1 entries, got {offsets.dtype}")
         if offsets[0] != 0 or offsets[-1] != payload.size or (np.diff(offsets) < 0).any():
@@ -310,7 +314,9 @@ def _decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
             frame = np.asarray(image)
         frame = frame.reshape(*frame.shape[:2], -1)
         if frame.shape != shape or frame.dtype != dtype:
-            raise ValueError(f"a {name} payload decodes to {frame.dtype}{list(frame.shape)}, expected {dtype}{list(shape)}")
+            raise ValueError(
+                f"a {name} payload decodes to {frame.dtype}{list(frame.shape)}, expected {dtype}{list(shape)}"
+            )
         return frame
 
     return decode_image
