@@ -269,8 +269,9 @@ def standard_read(directory):
 def downgrade_packed_run(directory, version):
     """Rewrite the packed run ``directory`` (written at layout_version 5, its image fields raw: layout 5 added the
     encoded ones) as a run of an older layout ``version`` (1 or 2) would hold it: its commit lines without
-    ``crc32c`` (the key layout 3 added) and without the episodes' ``instruction`` (layout 4's), its run.json's layout_version ``version`` (none for 1). Its blocks keep their
-    copies of the episodes, which older readers ignore."""
+    ``crc32c`` (the key layout 3 added) and without the episodes' ``instruction`` (layout 4's), its run.json's
+    layout_version ``version`` (none for 1). Its blocks keep their copies of the episodes, which older readers
+    ignore."""
     directory = Path(directory)
     lines = [json.loads(line) for line in (directory / "commits.jsonl").read_text().splitlines()]
     for c in lines:
