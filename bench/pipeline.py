@@ -100,6 +100,7 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
         if directory is not None:
             Path(directory).rmdir()  # collect creates the run directory itself
         format, compression, level, codecs = recording or ("packed", "none", 1, {})
+        codecs = {f: c for f, c in codecs.items() if f == "*" or f in env.spec["observation"]}  # a task's cameras
         try:
             t0 = time.perf_counter()
             summary = collect(

@@ -99,6 +99,15 @@ def test_pipeline_smoke(out):
     assert (out / "pipeline.png").stat().st_size > 0
 
 
+def test_codecs_smoke(out):
+    """bench/codecs.py --smoke: every candidate codec's bytes, error and rates on real frames; lossless ones exact."""
+    rows = run_bench("codecs", out)["rows"]
+    assert {r["codec"].split(":")[0] for r in rows} == {"png", "zstd", "lz4", "jpeg", "webp", "quantized"}
+    for row in rows:
+        check_figures(row, {"bytes_per_frame": True, "ratio": True, "encode_fps": True, "decode_fps": True})
+        assert (row["max_abs_error"] == 0) == (row["codec"].split(":")[0] in ("png", "zstd", "lz4")), row
+
+
 def test_recorder_smoke(out):
     """bench/recorder.py --smoke gives forge's figure, its reference and their ratio for every row."""
     rows = run_bench("recorder", out)["rows"]

@@ -156,7 +156,8 @@ def test_expert_reaches_the_target():
 
 
 def test_collection_reads_back_with_images(tmp_path):
-    """An expert collection reads back through read_episodes with rgb and depth equal to the direct frames."""
+    """An expert collection reads back through read_episodes with rgb equal to the direct frames and depth within
+    the default codec's stated bound."""
     overrides = {**SMALL, "max_steps": 30}
     env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=5, **overrides)
     summary = collect(env, forge_gpu.make_policy("expert", env), str(tmp_path / "run"), episodes=2)
@@ -177,4 +178,10 @@ def test_collection_reads_back_with_images(tmp_path):
         for name in ("rgb", "depth", "proprio"):
             want = np.stack([f.observation[name][ep.env_id] for f in frames[: steps + 1]])
             got = np.concatenate([ep.obs[name], ep.next[name][-1:]])
-            np.testing.assert_array_equal(got, want)
+            if name == "depth":  # the default codec quantizes depth to a 10 um step: within 5 um, 0 kept
+                assert (
+                    np.abs(got - want).max() <= 5e-6 + np.spacing(np.float32(want.max()))
+                    and (got[want == 0] == 0).all()
+                )
+            else:
+                np.testing.assert_array_equal(got, want)

@@ -166,7 +166,7 @@ def write_episodes(
     a time: each episode's ``state`` as ``state/<name>`` columns, its ``params`` and ``instruction`` in the commit
     line; return the count. The directory's run.json is the caller's (``convert_run``, replay): its env_spec
     describes the state and params, and its layout_version is :data:`identity.LAYOUT_VERSION`. ``codecs``: field ->
-    codec as the recorder takes them (:func:`core.codecs.field_codecs`; none: every image field raw); returns the
+    codec as the recorder takes them (:func:`core.codecs.field_codecs`; none: the default codecs); returns the
     count and run.json's ``codecs`` (column -> codec) of what was written."""
     writer = None
     encoded: dict[str, CodecSpec] = {}
@@ -190,8 +190,7 @@ def write_episodes(
                 )
                 action, reward = episode.action, episode.reward
                 columns = run_columns(fields, action.shape[1], action.dtype, reward.dtype, state=state)
-                request = {"*": CodecSpec("none")} if codecs is None else codecs
-                encoded = {f"obs/{f}": spec for f, spec in field_codecs(fields, request).items()}
+                encoded = {f"obs/{f}": spec for f, spec in field_codecs(fields, codecs or {}).items()}
                 writer = PackedWriter(directory, arrow_schema(columns, encoded), compression=compression)
             block.append(episode)
             arrays = (*episode.obs.values(), *episode.state.values(), episode.action)
