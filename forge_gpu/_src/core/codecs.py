@@ -1,11 +1,11 @@
 """Image codecs: how a packed run stores one image field's frames (docs/FORMAT.md "Encoded fields").
 
-A codec turns each frame of a field (an ``[H, W, C]`` array) into one self-contained payload, so a frame is one row
-of its column and any frame decodes without its neighbours. :data:`CODECS` registers them by name; a
+A codec turns each frame of a field (an ``[H, W]`` or ``[H, W, C]`` array) into one self-contained payload, so a
+frame is one row of its column and any frame decodes without its neighbours. :data:`CODECS` registers them by name; a
 :class:`CodecSpec` is a name and its parameters, as run.json records it per field; :class:`EncodedFrames` holds
 the payloads of ``n`` frames in one contiguous uint8 buffer with ``n + 1`` offsets; :func:`encode_frames` and
 :func:`decode_frames` go between the two, optionally over a thread pool (the libraries used here let go of the GIL
-while they work; bench/codecs.py measures it).
+while they work; bench/codecs.py's ``encode_x2`` and ``decode_x2`` measure it).
 
 The standard library and numpy at import; Pillow and pyarrow are loaded by the codecs that use them.
 """
