@@ -1,0 +1,128 @@
+"""The host snapshot's encode stage: encoded fields travel as variable-length payloads in bounded slot areas
+(overflow through a spill buffer), decode to the frames the env observed, and the other fields arrive exact."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import forge_gpu
+from forge_gpu import HostSnapshotTransport
+from forge_gpu._src.collect.encode import HostEncoder, make_encoder, split_layout
+from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames
+
+CODECS = {"rgb": CodecSpec("png"), "depth": CodecSpec("zstd")}
+
+
+@pytest.fixture(scope="module")
+def env():
+    return forge_gpu.make("reach", num_envs=3, device="cpu", seed=5, max_steps=6, **{"params.image_size": 32})
+
+
+def _run(env, transport, steps: int):
+    """Publish ``steps`` steps of a random policy; return what the env observed and the batches received (copied)."""
+    policy = forge_gpu.make_policy("random", env)
+    expected, received = [], []
+
+    def consume():
+        while (batch := transport.get(timeout=60)) is not None:
+            copied = {
+                name: (
+                    EncodedFrames(v.spec, v.payload.copy(), v.offsets.copy())
+                    if isinstance(v, EncodedFrames)
+                    else v.copy()
+                )
+                for name, v in batch.observation.items()
+            }
+            received.append((copied, batch.result.reward.copy()))
+            transport.release(batch)
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    env.reset()
+    for _ in range(steps):
+        result = env.step(policy(env.observation))
+        expected.append((result.numpy().observation, result.reward.numpy().copy()))
+        transport.publish(timeout=60)
+    transport.close()
+    thread.join(timeout=60)
+    return expected, received
+
+
+def _decoded(frames: EncodedFrames, like: np.ndarray) -> np.ndarray:
+    shape = like.shape[1:] + ((1,) if like.ndim == 3 else ())
+    return decode_frames(frames.spec, frames, shape, like.dtype).reshape(like.shape)
+
+
+@pytest.mark.parametrize("capacity", [None, 64])
+def test_encoded_fields_arrive_as_payloads_that_decode_to_the_observed_frames(env, capacity):
+    """rgb as PNG and depth as zstd, encoded on the producer's side: bit-exact after decoding, the other fields
+    exact; the raw copy per step leaves the images out; a capacity too small for a step spills, loses nothing."""
+    transport = HostSnapshotTransport(env, slots=2, encoder=HostEncoder(CODECS), capacity=capacity)
+    raw = HostSnapshotTransport(env, slots=2)
+    image_bytes = sum(env.observation[name].capacity for name in CODECS)
+    assert transport.bytes_per_step < raw.bytes_per_step - image_bytes + 64 * 4
+    expected, received = _run(env, transport, steps=5)
+    assert len(received) == 5
+    for (observed, reward), (got, got_reward) in zip(expected, received, strict=True):
+        assert np.array_equal(reward, got_reward)
+        for name, value in observed.items():
+            if name in CODECS:
+                assert isinstance(got[name], EncodedFrames) and len(got[name]) == env.num_envs
+                assert got[name].spec == CODECS[name]
+                assert np.array_equal(_decoded(got[name], value), value), name
+            else:
+                assert np.array_equal(got[name], value), name
+    payloads = transport.payloads
+    assert payloads.payload_bytes == sum(got[name].nbytes for got, _ in received for name in CODECS)
+    assert payloads.payload_bytes < 5 * image_bytes
+    assert payloads.overflows == (0 if capacity is None else 5 * len(CODECS))
+    assert payloads.raw_bytes == {name: env.observation[name].capacity for name in CODECS}
+
+
+def test_jpeg_on_the_producer_side_is_jpeg_within_its_bound(env):
+    from PIL import Image
+
+    transport = HostSnapshotTransport(env, slots=2, encoder=HostEncoder({"rgb": CodecSpec("jpeg")}))
+    expected, received = _run(env, transport, steps=3)
+    for (observed, _), (got, _) in zip(expected, received, strict=True):
+        frames = got["rgb"]
+        assert bytes(frames.frame(0)[:2]) == b"\xff\xd8"  # a JPEG stream, read by any JPEG decoder
+        import io
+
+        independent = np.asarray(Image.open(io.BytesIO(bytes(frames.frame(1)))))
+        assert np.array_equal(independent, _decoded(frames, observed["rgb"])[1])
+        error = _decoded(frames, observed["rgb"]).astype(np.float64) - observed["rgb"]
+        psnr = 10 * np.log10(255.0**2 / max(np.mean(error**2), 1e-12))
+        assert psnr >= CodecSpec("jpeg").codec.min_psnr
+        assert np.array_equal(got["depth"], observed["depth"])  # not encoded: raw, exact
+
+
+def test_make_encoder_chooses_and_refuses(env):
+    assert make_encoder(env, CODECS) is None  # the CPU: the writer pool encodes
+    assert make_encoder(env, {"rgb": CodecSpec("none")}, where="host") is None
+    assert isinstance(make_encoder(env, CODECS, where="host"), HostEncoder)
+    with pytest.raises(ValueError, match=r"encode on the device needs CUDA; Warp's device is cpu"):
+        make_encoder(env, {"rgb": CodecSpec("jpeg")}, where="device")
+    with pytest.raises(ValueError, match=r"where='gpu': expected one of auto, device, host, none"):
+        make_encoder(env, CODECS, where="gpu")
+    with pytest.raises(ValueError, match=r"codecs for \['cam'\]: the env observes no such field"):
+        make_encoder(env, {"cam": CodecSpec("png")}, where="host")
+    with pytest.raises(ValueError, match="capacity must be"):
+        HostSnapshotTransport(env, encoder=HostEncoder(CODECS), capacity=0)
+
+
+def test_split_layout_copies_exactly_the_kept_fields():
+    u8, f4 = np.dtype(np.uint8), np.dtype(np.float32)
+    layout = [("a", 0, (3,), f4), ("img", 64, (100,), u8), ("b", 192, (5,), f4), ("c", 256, (2,), u8)]
+    runs, kept, size = split_layout(layout, {"img"})
+    assert runs == [(0, 0, 12), (192, 64, 66)]
+    assert kept == [("a", 0, (3,), f4), ("b", 64, (5,), f4), ("c", 128, (2,), u8)]
+    assert size == 130
+    source = np.arange(300, dtype=np.uint8)
+    slot = np.zeros(size, np.uint8)
+    for at_source, at, n in runs:
+        slot[at : at + n] = source[at_source : at_source + n]
+    for (name, offset, shape, dtype), (_, source_offset, _, _) in zip(kept, [layout[0], *layout[2:]], strict=True):
+        n = int(np.prod(shape)) * dtype.itemsize
+        assert np.array_equal(slot[offset : offset + n], source[source_offset : source_offset + n]), name
