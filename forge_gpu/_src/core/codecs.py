@@ -13,167 +13,22 @@ The standard library and numpy at import; Pillow and pyarrow are loaded by the c
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-#: The name of the codec that stores frames raw (a fixed-size list column, as before layout 5).
-RAW = "none"
-
-
-@dataclass(frozen=True)
-class Codec:
-    """One registered codec: what it takes and what it promises."""
-
-    name: str
-    lossless: bool
-    """Whether every frame decodes bit-exact."""
-    dtypes: tuple[str, ...]
-    """The numpy dtypes of the frames it takes."""
-    channels: tuple[int, ...] | None
-    """The channel counts C of ``[H, W, C]`` frames it takes (None: any per-frame shape)."""
-    params: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
-    """parameter -> (default, minimum, maximum), all integers."""
-    bound: str = "bit-exact"
-    """The stated error bound, in words (docs/FORMAT.md)."""
-    min_psnr: float | None = None
-    """A lossy codec's promise at its default parameters: every frame's PSNR [dB] at least this (peak 255)."""
-
-
-def _zstd_level(default: int) -> dict:
-    return {"level": (default, 1, 19)}
-
-
-#: The codecs, by name.
-CODECS: dict[str, Codec] = {
-    c.name: c
-    for c in (
-        Codec(RAW, True, ("uint8", "uint16", "float32"), None, bound="bit-exact (stored raw)"),
-        Codec("png", True, ("uint8",), (1, 3, 4), {"level": (1, 0, 9)}),
-        Codec("zstd", True, ("uint8", "uint16", "float32"), None, _zstd_level(1)),
-        Codec("lz4", True, ("uint8", "uint16", "float32"), None),
-        Codec(
-            "jpeg",
-            False,
-            ("uint8",),
-            (1, 3),
-            {"quality": (90, 1, 100)},
-            bound="lossy: every frame's PSNR >= 30 dB at quality >= 75 on rendered frames",
-            min_psnr=30.0,
-        ),
-        Codec(
-            "webp",
-            False,
-            ("uint8",),
-            (3, 4),
-            {"quality": (90, 1, 100)},
-            bound="lossy: every frame's PSNR >= 30 dB at quality >= 75 on rendered frames",
-            min_psnr=30.0,
-        ),
-    )
-}
-
-
-@dataclass(frozen=True)
-class CodecSpec:
-    """A codec and its parameters (every one the codec has, defaults filled in), as run.json records it per field:
-    ``{"codec": name, **params}`` (:meth:`to_json`)."""
-
-    name: str
-    params: tuple[tuple[str, int], ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.name not in CODECS:
-            raise ValueError(f"codec {self.name!r}: expected one of {', '.join(CODECS)}")
-        codec = CODECS[self.name]
-        given = dict(self.params)
-        unknown = sorted(set(given) - set(codec.params))
-        if unknown:
-            takes = ", ".join(codec.params) or "no parameters"
-            raise ValueError(f"codec {self.name!r}: unknown parameter(s) {unknown}; it takes {takes}")
-        filled = []
-        for key, (default, low, high) in codec.params.items():
-            value = given.get(key, default)
-            if type(value) is not int or not low <= value <= high:
-                raise ValueError(f"codec {self.name!r}: {key}={value!r} must be an integer in [{low}, {high}]")
-            filled.append((key, value))
-        object.__setattr__(self, "params", tuple(filled))
-
-    @property
-    def codec(self) -> Codec:
-        return CODECS[self.name]
-
-    @property
-    def raw(self) -> bool:
-        """Whether the field is stored raw (no codec)."""
-        return self.name == RAW
-
-    def param(self, key: str) -> int:
-        return dict(self.params)[key]
-
-    def to_json(self) -> dict:
-        return {"codec": self.name, **dict(self.params)}
-
-    @classmethod
-    def from_json(cls, entry: Any, *, name: str) -> CodecSpec:
-        """From run.json's ``{"codec": name, **params}``; ValueError naming ``name``."""
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("codec"), str):
-            raise ValueError(f"{name}: expected {{'codec': NAME, ...params}}, got {entry!r}")
-        try:
-            return cls(entry["codec"], tuple((k, v) for k, v in entry.items() if k != "codec"))
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from exc
-
-    @classmethod
-    def parse(cls, text: str) -> CodecSpec:
-        """From the command line's ``NAME[:VALUE]`` (the value is the codec's one parameter, e.g. ``jpeg:90``) or
-        ``NAME:KEY=VALUE[,KEY=VALUE]``."""
-        name, _, rest = str(text).partition(":")
-        if name not in CODECS:
-            raise ValueError(f"codec {text!r}: expected one of {', '.join(CODECS)}")
-        params: list[tuple[str, Any]] = []
-        for part in filter(None, rest.split(",")):
-            key, eq, value = part.rpartition("=")
-            if not eq:
-                keys = list(CODECS[name].params)
-                if len(keys) != 1:
-                    raise ValueError(
-                        f"codec {text!r}: {name} takes {', '.join(keys) or 'no parameters'}; use KEY=VALUE"
-                    )
-                key = keys[0]
-            params.append((key, int(value) if value.lstrip("-").isdigit() else value))
-        return cls(name, tuple(params))
-
-    def __str__(self) -> str:
-        return ":".join([self.name, ",".join(f"{k}={v}" for k, v in self.params)]) if self.params else self.name
-
-    def check(self, shape: Sequence[int], dtype: Any, *, field: str) -> None:
-        """The codec must take frames of per-frame ``shape`` and ``dtype``: ValueError naming ``field`` otherwise."""
-        codec, dtype = self.codec, np.dtype(dtype)
-        if dtype.name not in codec.dtypes:
-            raise ValueError(f"codec {self.name!r} for field {field!r}: takes {', '.join(codec.dtypes)}, not {dtype}")
-        if codec.channels is not None and (len(shape) != 3 or shape[2] not in codec.channels):
-            raise ValueError(
-                f"codec {self.name!r} for field {field!r}: takes [H, W, C] frames with C in {list(codec.channels)}, "
-                f"not {list(shape)}"
-            )
-
-
-def is_image(shape: Sequence[int], dtype: Any) -> bool:
-    """Whether a field of per-frame ``shape`` and ``dtype`` is an image, which takes a codec: ``[H, W, C]`` with
-    C in 1..4, of uint8, uint16 or float32."""
-    return len(shape) == 3 and 1 <= shape[2] <= 4 and np.dtype(dtype).name in ("uint8", "uint16", "float32")
-
-
-def default_codec(shape: Sequence[int], dtype: Any) -> CodecSpec:
-    """The codec a new run gives an image field when none is asked for (README "Image codecs" measures them):
-    PNG for uint8 frames of 1, 3 or 4 channels, zstd over the byte planes otherwise (depth: float32, bit-exact)."""
-    dtype = np.dtype(dtype)
-    if dtype == np.uint8 and shape[2] in (1, 3, 4):
-        return CodecSpec("png")
-    return CodecSpec("zstd")
+from forge_gpu._src.core.codec_specs import (  # noqa: F401 - the registry half, re-exported
+    CODECS,
+    RAW,
+    Codec,
+    CodecSpec,
+    channels,
+    default_codec,
+    dtype_name,
+    is_image,
+)
 
 
 @dataclass(frozen=True)
@@ -245,20 +100,68 @@ class EncodedFrames:
 # -- the codecs' byte formats (docs/FORMAT.md "Encoded fields") -----------------------------------------------
 
 
-def shuffle_planes(frame: np.ndarray) -> np.ndarray:
-    """A frame's values (C order) as little-endian words split into byte planes, plane ``k`` (byte ``k`` of every
-    word) after plane ``k - 1``: the transform the ``zstd`` and ``lz4`` codecs compress (it groups the slowly
-    varying high bytes of float32 depth together). uint8 frames are unchanged."""
-    words = np.ascontiguousarray(frame).reshape(-1)
+def _planes(words: np.ndarray) -> np.ndarray:
+    """Unsigned little-endian words (a frame's, C order) as byte planes: plane ``k`` (byte ``k`` of every word)
+    after plane ``k - 1``."""
     words = words.astype(words.dtype.newbyteorder("<"), copy=False)
     return np.ascontiguousarray(words.view(np.uint8).reshape(-1, words.dtype.itemsize).T).reshape(-1)
 
 
-def unshuffle_planes(planes: np.ndarray, shape: Sequence[int], dtype: Any) -> np.ndarray:
-    """The inverse of :func:`shuffle_planes`: the frame of ``shape`` and ``dtype``."""
-    dtype = np.dtype(dtype)
-    words = np.ascontiguousarray(planes.reshape(dtype.itemsize, -1).T).view(dtype.newbyteorder("<"))
-    return words.reshape(shape).astype(dtype, copy=False)
+def _words(planes: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The inverse of :func:`_planes`: the words, of the unsigned ``dtype``."""
+    return np.ascontiguousarray(planes.reshape(dtype.itemsize, -1).T).view(dtype.newbyteorder("<")).reshape(-1)
+
+
+def _zigzag_delta(values: np.ndarray, rows: int, bits: int) -> np.ndarray:
+    """Signed integers (int64, C order, ``rows`` rows of a frame) as each one's difference from its left neighbour
+    in its row (the first of a row: from 0), wrapped to ``bits`` bits and zigzagged (``(r << 1) ^ (r >> bits-1)``:
+    small differences of either sign become small unsigned words)."""
+    grid = values.reshape(rows, -1)
+    r = np.diff(grid, axis=1, prepend=0)
+    r = (r + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))  # wrapped to a signed word
+    return ((r << 1) ^ (r >> (bits - 1))) & ((1 << bits) - 1)
+
+
+def _undo_zigzag_delta(words: np.ndarray, rows: int, bits: int) -> np.ndarray:
+    """The inverse of :func:`_zigzag_delta`: the signed values (int64), wrapped to ``bits`` bits."""
+    z = words.astype(np.int64).reshape(rows, -1)
+    r = (z >> 1) ^ -(z & 1)
+    values = np.cumsum(r, axis=1) % (1 << bits)
+    return np.where(values >= 1 << (bits - 1), values - (1 << bits), values).reshape(-1)
+
+
+_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
+
+
+def transform(spec: CodecSpec, frame: np.ndarray) -> np.ndarray:
+    """The bytes the ``zstd``, ``lz4`` and ``quantized`` codecs compress, from one frame (docs/FORMAT.md "Encoded
+    fields"). uint8: the frame's bytes (C order). uint16 and float32: each value's bits as an unsigned word, its
+    difference from the word to its left in its row (``_zigzag_delta``), split into byte planes. ``quantized``:
+    ``q = rint(value / (step_um * 1e-6))`` as a signed 32-bit integer, then the same differences and planes."""
+    frame = np.ascontiguousarray(frame)
+    if spec.name == "quantized":
+        q = np.rint(frame.astype(np.float64) / (spec.param("step_um") * 1e-6))
+        if np.abs(q).max(initial=0) >= 1 << 31:
+            raise ValueError(f"codec {spec}: a value of {np.abs(frame).max()} is out of its range (2**31 steps)")
+        return _planes(_zigzag_delta(q.astype(np.int64), frame.shape[0], 32).astype(np.uint32))
+    if frame.dtype.itemsize == 1:
+        return frame.reshape(-1).view(np.uint8)
+    bits = 8 * frame.dtype.itemsize
+    words = frame.reshape(-1).view(_UNSIGNED[frame.dtype.itemsize]).astype(np.int64)
+    return _planes(_zigzag_delta(words, frame.shape[0], bits).astype(_UNSIGNED[frame.dtype.itemsize]))
+
+
+def untransform(spec: CodecSpec, data: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """The inverse of :func:`transform`: the frame of ``shape`` and ``dtype`` (``quantized``: ``float32(q *
+    step_um * 1e-6)``, the product taken in float64)."""
+    if spec.name == "quantized":
+        q = _undo_zigzag_delta(_words(data, _UNSIGNED[4]), shape[0], 32)
+        return (q * (spec.param("step_um") * 1e-6)).astype(np.float32).reshape(shape)
+    if dtype.itemsize == 1:
+        return data.view(dtype).reshape(shape)
+    bits = 8 * dtype.itemsize
+    words = _undo_zigzag_delta(_words(data, _UNSIGNED[dtype.itemsize]), shape[0], bits) % (1 << bits)
+    return words.astype(_UNSIGNED[dtype.itemsize]).view(dtype).reshape(shape)
 
 
 def _pillow():
@@ -273,23 +176,28 @@ def _arrow_codec(name: str, level: int | None):
     return pa.Codec(name, compression_level=level) if level is not None else pa.Codec(name)
 
 
+#: The codecs that compress :func:`transform`'s bytes, and the compression (pyarrow's codec name) they use.
+_COMPRESSED = {"zstd": "zstd", "lz4": "lz4", "quantized": "zstd"}
+
+
 def _encoder(spec: CodecSpec):
     """A function from one frame ([H, W, C], C-contiguous) to its payload (bytes)."""
     name = spec.name
-    if name in ("zstd", "lz4"):
-        codec = _arrow_codec("zstd" if name == "zstd" else "lz4", spec.param("level") if name == "zstd" else None)
-        return lambda frame: codec.compress(shuffle_planes(frame), asbytes=True)
+    if name in _COMPRESSED:
+        codec = _arrow_codec(_COMPRESSED[name], spec.param("level") if "level" in dict(spec.params) else None)
+        return lambda frame: codec.compress(transform(spec, frame), asbytes=True)
     Image = _pillow()
-    options = {"png": {"compress_level": 0}, "jpeg": {}, "webp": {"method": 0}}[name]
     if name == "png":
         options = {"compress_level": spec.param("level")}
     else:
-        options = {**options, "quality": spec.param("quality")}
+        options = {"quality": spec.param("quality"), **({"method": 0} if name == "webp" else {})}
     fmt = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}[name]
 
     def encode(frame: np.ndarray) -> bytes:
         out = io.BytesIO()
-        Image.fromarray(frame[..., 0] if frame.shape[2] == 1 else frame).save(out, format=fmt, **options)
+        Image.fromarray(
+            frame.reshape(frame.shape[0], frame.shape[1], -1).squeeze(2) if channels(frame.shape) == 1 else frame
+        ).save(out, format=fmt, **options)
         return out.getvalue()
 
     return encode
@@ -298,13 +206,15 @@ def _encoder(spec: CodecSpec):
 def _decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
     """A function from one payload (a buffer) to its frame, checked to be of ``shape`` and ``dtype``."""
     name = spec.name
-    if name in ("zstd", "lz4"):
-        codec = _arrow_codec("zstd" if name == "zstd" else "lz4", None)
-        size = int(np.prod(shape)) * dtype.itemsize
+    if name in _COMPRESSED:
+        codec = _arrow_codec(_COMPRESSED[name], None)
+        size = int(np.prod(shape)) * (4 if name == "quantized" else dtype.itemsize)
 
         def decode(data) -> np.ndarray:
             planes = np.frombuffer(codec.decompress(data, decompressed_size=size, asbytes=True), np.uint8)
-            return unshuffle_planes(planes, shape, dtype)
+            if planes.size != size:
+                raise ValueError(f"a {name} payload decompresses to {planes.size} bytes, expected {size}")
+            return untransform(spec, planes, shape, dtype)
 
         return decode
     Image = _pillow()
@@ -312,7 +222,7 @@ def _decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
     def decode_image(data) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as image:
             frame = np.asarray(image)
-        frame = frame.reshape(*frame.shape[:2], -1)
+        frame = frame.reshape(shape) if frame.size == int(np.prod(shape)) else frame
         if frame.shape != shape or frame.dtype != dtype:
             raise ValueError(
                 f"a {name} payload decodes to {frame.dtype}{list(frame.shape)}, expected {dtype}{list(shape)}"
