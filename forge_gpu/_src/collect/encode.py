@@ -61,11 +61,6 @@ class FrameEncoder(Protocol):
     def encode(self, observation: Mapping[str, wp.array]) -> dict[str, Encoded]: ...
 
 
-def _frames(array: np.ndarray) -> np.ndarray:
-    """[n, H, W] frames as [n, H, W, 1]: the codecs take [H, W, C] frames."""
-    return array[..., None] if array.ndim == 3 else array
-
-
 def _host_view(area) -> np.ndarray:
     return area.numpy() if isinstance(area, wp.array) else area
 
@@ -83,7 +78,7 @@ class HostEncoder:
         out = {}
         for name, spec in self.fields.items():
             frames = observation[name]
-            frames = _frames(frames.numpy() if isinstance(frames, wp.array) else np.asarray(frames))
+            frames = frames.numpy() if isinstance(frames, wp.array) else np.asarray(frames)
             encoded = encode_frames(spec, frames, pool=self.pool)
 
             def copy_to(area, payload=encoded.payload) -> None:
