@@ -125,3 +125,25 @@ def test_split_layout_copies_exactly_the_kept_fields():
     for (name, offset, shape, dtype), (_, source_offset, _, _) in zip(kept, [layout[0], *layout[2:]], strict=True):
         n = int(np.prod(shape)) * dtype.itemsize
         assert np.array_equal(slot[offset : offset + n], source[source_offset : source_offset + n]), name
+
+
+def test_decode_on_device_refuses_clearly_without_cuda():
+    """Batched decode into a CUDA tensor: a one-line refusal on a machine without CUDA, or for a device that is not
+    CUDA (the nvJPEG path itself is unverified: no GPU lent)."""
+    torch = pytest.importorskip("torch")
+    from forge_gpu._src.core.codecs import encode_frames
+    from forge_gpu._src.data.torch_data import decode_on_device
+
+    gradient = (np.arange(2 * 8 * 8 * 3).reshape(2, 8, 8, 3) % 256).astype(np.uint8)
+    frames = encode_frames(CodecSpec("jpeg"), gradient)
+    with pytest.raises(ValueError, match=r"decode_device='cpu': expected a CUDA device"):
+        decode_on_device(frames, (8, 8, 3), np.uint8, device="cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"decode_device='cuda': torch sees no CUDA device on this machine"):
+            decode_on_device(frames, (8, 8, 3), np.uint8)
+    else:
+        decoded = decode_on_device(frames, (8, 8, 3), np.uint8)
+        assert decoded.device.type == "cuda" and tuple(decoded.shape) == (2, 8, 8, 3)
+        # JPEG decoders may round their inverse DCTs differently: nvJPEG's frames within 3 levels of Pillow's
+        pillow = decode_frames(frames.spec, frames, (8, 8, 3), np.uint8).astype(int)
+        assert np.abs(decoded.cpu().numpy().astype(int) - pillow).max() <= 3
