@@ -261,8 +261,8 @@ def standard_read(directory):
 
 
 def downgrade_packed_run(directory, version):
-    """Rewrite the packed run ``directory`` (written at layout_version 4) as a run of an older layout ``version``
-    (1 or 2) would hold it: its commit lines without ``crc32c`` (the key layout 3 added) and without the episodes'
+    """Rewrite the packed run ``directory`` (written at layout_version 5, its image fields raw: layout 5 added the
+    encoded ones) as a run of an older layout ``version`` (1 or 2) would hold it: its commit lines without ``crc32c`` (the key layout 3 added) and without the episodes'
     ``instruction`` (layout 4's), its run.json's layout_version ``version`` (none for 1). Its blocks keep their
     copies of the episodes, which older readers ignore."""
     directory = Path(directory)
@@ -274,6 +274,7 @@ def downgrade_packed_run(directory, version):
     )
     (directory / "commits.jsonl").write_text(text)
     manifest = json.loads((directory / "run.json").read_text())
+    assert not manifest.pop("codecs", None), "an older layout holds no encoded columns: record it with raw images"
     manifest.pop("layout_version")
     if version > 1:
         manifest["layout_version"] = version

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 
+from forge_gpu._src.core.codec_specs import CODECS
 from forge_gpu._src.formats.options import DURABILITIES, RecordingOptions
 from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
@@ -37,6 +38,18 @@ _DEFAULTS = RecordingOptions()
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def add_codec_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--codec FIELD=CODEC`` (repeatable; ``--codec CODEC``: every image field not named)."""
+    parser.add_argument(
+        "--codec",
+        action="append",
+        default=[],
+        metavar="FIELD=CODEC",
+        help=f"{what}: e.g. --codec rgb=jpeg:90 --codec depth=zstd; CODEC alone for every image field; codecs: "
+        f"{', '.join(CODECS)} (default: rgb zstd, depth quantized to 10 um; docs/FORMAT.md 'Encoded fields')",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--compression", choices=compressions, default=_DEFAULTS.compression, help=compression_help)
     c.add_argument("--compression-level", type=int, default=_DEFAULTS.compression_level, help="npz deflate level 0-9")
-    c.add_argument("--writers", type=int, default=_DEFAULTS.writers, help="npz writer threads")
+    c.add_argument(
+        "--writers", type=int, default=_DEFAULTS.writers, help="npz writer threads; packed: threads that encode frames"
+    )
+    add_codec_option(c, "image codecs of the packed run, per field")
     c.add_argument(
         "--durability",
         choices=DURABILITIES,
@@ -115,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("out", help="the new run directory")
     v.add_argument("--to", choices=formats, required=True, help=f"the new run's format: {', '.join(formats)}")
     v.add_argument("--compression", choices=compressions, default="none", help=compression_help)
+    add_codec_option(v, "the new packed run's image codecs (a field named nowhere keeps the source's)")
     v.set_defaults(func=cmd_convert)
 
     y = sub.add_parser(

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from forge_gpu._src.formats.options import OptionError, RecordingOptions
+from forge_gpu._src.formats.options import OptionError, RecordingOptions, parse_codec_option
 from forge_gpu._src.formats.registry import FORMATS
 
 
@@ -85,9 +85,15 @@ def recording_options_of(args) -> RecordingOptions:
             writers=args.writers,
             max_buffer_bytes=args.max_buffer_bytes,
             durability=args.durability,
+            codecs=codec_options(args),
         )
     except OptionError as e:
         raise UsageError(f"--{e.name.replace('_', '-')} {e.value}: {e.allowed}") from e
+
+
+def codec_options(args) -> dict[str, str]:
+    """``--codec`` options as ``RecordingOptions.codecs`` (field -> codec text)."""
+    return dict(parse_codec_option(text) for text in args.codec)
 
 
 def check_compression(format: str, compression: str) -> None:

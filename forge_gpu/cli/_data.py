@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from ._common import UsageError, check_compression, check_run, parse_episode
+from forge_gpu._src.formats.options import OptionError, check_codecs
+
+from ._common import UsageError, check_compression, check_run, codec_options, parse_episode
 
 
 def cmd_inspect(args) -> int:
@@ -107,8 +109,13 @@ def cmd_convert(args) -> int:
     if Path(args.out).exists():
         raise UsageError(f"{args.out}: already exists; give a new directory")
     check_compression(args.to, args.compression)
+    codecs = codec_options(args)
     try:
-        report = convert_run(args.run, args.out, to=args.to, compression=args.compression)
+        check_codecs(codecs, args.to)
+    except OptionError as e:
+        raise UsageError(f"--codec: {e.allowed}") from e
+    try:
+        report = convert_run(args.run, args.out, to=args.to, compression=args.compression, codecs=codecs)
     except ValueError as e:
         print(f"forge-gpu: cannot convert: {e}", file=sys.stderr)
         return 1

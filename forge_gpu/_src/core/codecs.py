@@ -13,7 +13,7 @@ The standard library and numpy at import; Pillow and pyarrow are loaded by the c
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,3 +289,29 @@ def decode_frames(
     except (OSError, ValueError, SyntaxError) as exc:  # Pillow raises OSError / SyntaxError on bad data
         raise ValueError(f"a {spec.name} frame does not decode: {exc}") from exc
     return result
+
+
+def field_codecs(fields: Mapping[str, tuple[Sequence[int], Any]], requested: Mapping[str, CodecSpec]) -> dict:
+    """field -> :class:`CodecSpec` of the fields a run encodes: each image field (:func:`is_image`) gets the codec
+    ``requested`` names for it, else ``requested["*"]``, else :func:`default_codec`; those that come out ``none``
+    are left out (stored raw). ValueError naming a requested field the run lacks, one that is not an image, or a
+    codec that does not take the field's frames."""
+    for name, spec in requested.items():
+        if name == "*":
+            continue
+        if name not in fields:
+            raise ValueError(f"codec for field {name!r}: the run has no such field (it has {', '.join(fields)})")
+        if not spec.raw and not is_image(*fields[name]):
+            shape, dtype = fields[name]
+            raise ValueError(f"codec for field {name!r}: it is {np.dtype(dtype)}{list(shape)}, not an image")
+    out = {}
+    for name, (shape, dtype) in fields.items():
+        if not is_image(shape, dtype):
+            continue
+        spec = requested.get(name, requested.get("*"))
+        spec = spec if spec is not None else default_codec(shape, dtype)
+        if spec.raw:
+            continue
+        spec.check(shape, dtype, field=name)
+        out[name] = spec
+    return out

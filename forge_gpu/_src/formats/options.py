@@ -6,10 +6,12 @@ library only: the command line checks it without numpy's recorders or Warp."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from forge_gpu._src.core.checks import is_int
+from forge_gpu._src.core.codec_specs import CodecSpec
 from forge_gpu._src.formats.registry import FORMATS
 
 
@@ -34,12 +36,17 @@ class RecordingOptions:
     compression_level: int = 1
     """npz deflate level, 0-9 (packed ignores it)."""
     writers: int = 2
-    """npz writer threads (packed has one writer)."""
+    """npz writer threads; packed: the threads of its one writer's pool that encode image frames."""
     max_buffer_bytes: int | None = None
     """The recorder's memory budget [bytes]; ``None``: the format's default (packed 256 MiB of buffered batches,
     npz 1 GiB of episode buffers)."""
     statistics: bool = True
     """Compute normalization statistics while recording and write them as ``stats.json`` at close."""
+    codecs: Mapping[str, Any] = field(default_factory=dict)
+    """Image codecs, field -> codec (a :class:`CodecSpec` or its text, ``jpeg:90``, ``quantized:step_um=100``,
+    ``none`` for raw), the key ``*`` for every image field not named (packed only; docs/FORMAT.md "Encoded
+    fields"). An image field named nowhere gets the default codec (:func:`core.codec_specs.default_codec`); the
+    recorder checks each against its field. Kept as field -> :class:`CodecSpec`."""
     durability: str = "process"
     """What a published episode survives (docs/FORMAT.md "Durability"): ``process`` (the default: its data is in
     the page cache when its commit returns, so it survives the recording process being killed) or ``machine``
@@ -60,6 +67,7 @@ class RecordingOptions:
             raise OptionError("max_buffer_bytes", self.max_buffer_bytes, "must be an integer >= 1 (or None)")
         if not isinstance(self.statistics, bool):
             raise OptionError("statistics", self.statistics, "must be True or False")
+        object.__setattr__(self, "codecs", check_codecs(self.codecs, self.format))
         takes = durabilities(self.format)
         if self.durability not in takes:
             raise OptionError("durability", self.durability, f"the {self.format} format takes {', '.join(takes)}")
@@ -69,6 +77,29 @@ class RecordingOptions:
         arguments through unfiltered)."""
         changes = {k: v for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **changes) if changes else self
+
+
+def check_codecs(codecs: Any, format: str) -> dict[str, CodecSpec]:
+    """``RecordingOptions.codecs`` checked: field -> :class:`CodecSpec` (OptionError naming the bad entry)."""
+    if not isinstance(codecs, Mapping):
+        raise OptionError("codecs", codecs, "must be a dict of field -> codec, e.g. {'rgb': 'jpeg:90'}")
+    if codecs and format != "packed":
+        raise OptionError("codecs", dict(codecs), f"codecs apply to the packed format, not {format}")
+    out = {}
+    for name, spec in codecs.items():
+        if not isinstance(name, str) or not name:
+            raise OptionError("codecs", name, "a field name (or '*' for every image field)")
+        try:
+            out[name] = spec if isinstance(spec, CodecSpec) else CodecSpec.parse(spec)
+        except ValueError as exc:
+            raise OptionError("codec", f"{name}={spec}", str(exc)) from exc
+    return out
+
+
+def parse_codec_option(text: str) -> tuple[str, str]:
+    """The command line's ``--codec FIELD=CODEC`` (``--codec CODEC``: every image field, ``*``) as (field, codec)."""
+    name, eq, spec = text.partition("=")
+    return (name, spec) if eq else ("*", name)
 
 
 DURABILITIES = ("process", "machine")

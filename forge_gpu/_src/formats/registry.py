@@ -150,6 +150,8 @@ class PackedFormat:
             compression=options.compression,
             statistics=options.statistics,
             durability=options.durability,
+            codecs=options.codecs,
+            encode_threads=options.writers,
             **budget,
         )
 
@@ -163,12 +165,16 @@ class PackedFormat:
 
         return repair_packed(run_dir, manifest, salvage=salvage)
 
-    def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
+    def write(
+        self, directory: str, episodes: Iterable[Episode], compression: str, *, codecs: Mapping | None = None
+    ) -> tuple[int, dict]:
+        """As :meth:`RunFormat.write`; ``codecs``: field -> ``CodecSpec`` (``*`` the rest), as the recorder's."""
         from forge_gpu._src.formats.packed.writer import write_episodes  # noqa: PLC0415
 
-        count = write_episodes(directory, episodes, compression)
+        count, stored = write_episodes(directory, episodes, compression, codecs)
         recorder = {"compression": compression, "converted": True}
-        return count, {**self.identity, "layout_version": packed.LAYOUT_VERSION, "recorder": recorder}
+        keys = {**self.identity, "layout_version": packed.LAYOUT_VERSION, "recorder": recorder}
+        return count, {**keys, "codecs": stored}
 
 
 class NpzFormat:

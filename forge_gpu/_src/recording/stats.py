@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -251,9 +251,12 @@ class StatsAccumulator:
         self.stats["action"] = ChannelStats(action_dim, "float")
         self.stats["reward"] = ChannelStats(1, "float")
 
-    def update_frames(self, observation: Mapping[str, np.ndarray]) -> None:
-        """Add observation frames: field -> [rows, ...]."""
+    def update_frames(self, observation: Mapping[str, np.ndarray], *, skip: Iterable[str] = ()) -> None:
+        """Add observation frames: field -> [rows, ...], but for the fields ``skip`` names (added later)."""
+        skip = set(skip)
         for field, (shape, _) in self.fields.items():
+            if field in skip:
+                continue
             values = observation[field]
             channels = self.stats[f"obs/{field}"].channels
             self.stats[f"obs/{field}"].update(values.reshape(-1, channels) if len(shape) != 1 else values)

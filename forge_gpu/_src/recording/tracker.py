@@ -84,13 +84,21 @@ class EpisodeTracker:
         """Bytes of one transition: action, reward and the two flags."""
         return self.action_dim * ACTION_DTYPE.itemsize + REWARD_DTYPE.itemsize + 2
 
-    def check(self, observation, result) -> tuple[np.ndarray, ...]:
+    def check(self, observation, result, *, encoded: Mapping | None = None) -> tuple[np.ndarray, ...]:
         """Check a batch against the spec and each env's state; return (active, reward, terminated,
-        truncated, action). Raises ValueError naming the rule and the env rows; changes nothing."""
+        truncated, action). Raises ValueError naming the rule and the env rows; changes nothing. ``encoded``:
+        the observation fields the producer handed encoded (field -> the run's ``CodecSpec``): each must be
+        ``core.codecs.EncodedFrames`` of N frames of that codec (their values are checked when decoded)."""
         n = self.num_envs
+        if encoded:
+            observation = _without_encoded(observation, encoded, n)
         groups = {"observation": observation, **result_groups(result)}
+        layouts = self._batch_layouts
+        if encoded:  # the encoded fields the batch holds were checked above
+            left = {k: v for k, v in layouts["observation"].items() if k in observation or k not in encoded}
+            layouts = {**layouts, "observation": left}
         for group, arrays in groups.items():
-            _check_group(group, arrays, self._batch_layouts[group])
+            _check_group(group, arrays, layouts[group])
         info = getattr(result, "info", None)
         if not isinstance(info, Mapping) or "active" not in info or "executed_action" not in info:
             raise ValueError("result.info must be a dict with 'active' and 'executed_action'")
@@ -177,6 +185,25 @@ class EpisodeTracker:
             {"env_id": int(e), "episode_id": int(self.episode[e]), "steps": int(self.steps[e])} for e in running
         ]
         return self.abandoned + in_progress
+
+
+def _without_encoded(observation: Any, encoded: Mapping, n: int) -> dict:
+    """The observation without the encoded fields it holds, those checked: N frames each, of the run's codec."""
+    if not isinstance(observation, Mapping):
+        raise ValueError(f"observation must be a dict of arrays, got {type(observation).__name__}")
+    out = {}
+    for key, value in observation.items():
+        if hasattr(value, "offsets") and hasattr(value, "spec"):  # core.codecs.EncodedFrames
+            if key not in encoded:
+                raise ValueError(f"observation[{key!r}] is encoded frames; the run stores the field raw")
+            if value.spec != encoded[key] or len(value) != n:
+                raise ValueError(
+                    f"observation[{key!r}]: encoded frames must be {n} frames of codec {encoded[key]}, got "
+                    f"{len(value)} of {value.spec}"
+                )
+        else:
+            out[key] = value
+    return out
 
 
 def _check_group(group: str, arrays: Any, layout: Mapping) -> None:

@@ -14,8 +14,10 @@ import datetime
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
+from forge_gpu._src.core.codec_specs import RAW, CodecSpec
 from forge_gpu._src.core.dataset import is_dataset
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.fields import without_groups
@@ -23,6 +25,8 @@ from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.npz.identity import INSTRUCTIONS_KEY
+from forge_gpu._src.formats.options import check_codecs
+from forge_gpu._src.formats.packed.schema import CODECS, stored_codecs
 from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of, stored_groups
 
 
@@ -43,8 +47,8 @@ def now() -> str:
 
 def new_manifest(manifest: dict, to: str, **added) -> dict:
     """run.json of a new closed run in format ``to`` made from the run whose run.json is ``manifest``: a new
-    ``run_id``, without the old format's own keys, with the env_spec describing only the state and params ``to``
-    stores, and the keys ``added``."""
+    ``run_id``, without the old format's own keys (but ``codecs``, which :func:`write_run` takes as the source's),
+    with the env_spec describing only the state and params ``to`` stores, and the keys ``added``."""
     manifest = dict(manifest)
     manifest.update(run_id=uuid.uuid4().hex, status="closed", **added)
     old_keys = [k for k in format_of(manifest).identity if k != "schema_version"]
@@ -62,14 +66,18 @@ def write_run(
     to: str,
     compression: str,
     before_publish: Callable[[str], None] | None = None,
+    codecs: Mapping[str, Any] | None = None,
 ) -> int:
     """Write ``episodes`` as the new run ``out`` in format ``to`` with the run.json ``manifest`` (its format keys
     and ``completed_episodes`` set here), in a temporary directory beside ``out`` renamed to it when whole
     (``before_publish(directory)`` is called just before, e.g. to add ``stats.json``); return the count.
-    FileExistsError when ``out`` exists; nothing is left at ``out`` on any error."""
+    ``codecs`` (packed): field -> codec as ``RecordingOptions.codecs`` takes them; a field named nowhere keeps the
+    codec of the source (``manifest["codecs"]``: raw where it has none). FileExistsError when ``out`` exists;
+    nothing is left at ``out`` on any error."""
+    request = codec_request(manifest.pop(CODECS, {}), codecs, to)
     work = new_partial(out)
     try:
-        count, keys = FORMATS[to].write(work, episodes, compression)
+        count, keys = FORMATS[to].write(work, episodes, compression, **({"codecs": request} if request else {}))
         manifest.update(keys, completed_episodes=count)
         write_json_atomic(os.path.join(work, RUN_MANIFEST), manifest)
         if before_publish is not None:
@@ -81,6 +89,19 @@ def write_run(
     return count
 
 
+def codec_request(source: Any, codecs: Mapping[str, Any] | None, to: str) -> dict:
+    """The codecs a new run of format ``to`` is written with (field -> ``CodecSpec``, ``*`` raw): the source's
+    (run.json's ``codecs``, column -> codec), then ``codecs`` over them. ValueError for codecs asked of a format
+    other than packed."""
+    asked = check_codecs(codecs or {}, to)  # OptionError (a ValueError) naming a bad one
+    if to != "packed":
+        return {}
+    kept = {
+        column.removeprefix("obs/"): spec for column, spec in stored_codecs({CODECS: source}, name="run.json").items()
+    }
+    return {"*": CodecSpec(RAW), **kept, **asked}
+
+
 def check_target(to: str, compression: str) -> None:
     """``to`` must be a registered format and ``compression`` one it takes (ValueError naming both)."""
     if to not in FORMATS:
@@ -90,15 +111,26 @@ def check_target(to: str, compression: str) -> None:
         raise ValueError(f"compression {compression!r}: writing {to} takes {', '.join(allowed)}")
 
 
-def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, compression: str = "none") -> dict:
+def convert_run(
+    run_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    to: str,
+    compression: str = "none",
+    codecs: Mapping[str, Any] | None = None,
+) -> dict:
     """Write the episodes of the closed run ``run_dir`` as a new run ``out`` in format ``to``
     (``"packed"``, ``"npz"`` or a registered format); return ``{"episodes": count, "out": out}``.
 
     ``compression``: one of the format's (packed ``none``, ``lz4`` or ``zstd``; npz ``none`` or ``deflate``).
+    ``codecs`` (packed): image field -> codec (``*``: every image field not named; ``none``: raw), as
+    ``RecordingOptions.codecs``; a field named nowhere keeps the source's codec (raw where it has none). Frames are
+    decoded and encoded again: a lossless codec keeps every bit, a lossy one loses again.
     Raises ValueError for bad arguments, a run that is still recording, or invalid data; FileExistsError when
     ``out`` exists. Nothing is left at ``out`` unless the conversion completed.
     """
     check_target(to, compression)
+    check_codecs(codecs or {}, to)
     run_dir, out = os.fspath(run_dir), os.fspath(out)
     if is_dataset(run_dir):
         raise ValueError(f"{run_dir} is a dataset root; convert its runs one by one")
@@ -112,5 +144,5 @@ def convert_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, to: str, 
     # The env_spec describes the state and params the new run stores (packed: the source's; schema 1: none).
     manifest = new_manifest(run.manifest, to, converted_from=source)
     episodes = run.read(list(range(len(run))), EpisodeReadOptions(state=True))
-    count = write_run(out, manifest, episodes, to=to, compression=compression)
+    count = write_run(out, manifest, episodes, to=to, compression=compression, codecs=codecs)
     return {"episodes": count, "out": out}

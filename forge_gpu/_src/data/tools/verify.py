@@ -121,7 +121,7 @@ def _verify_packed(reader: PackedRunReader, report: dict) -> None:
                 yield commit, None
                 continue
             for name in floats:
-                values = found[name].reshape(commit["rows"], -1)
+                values = np.asarray(found[name]).reshape(commit["rows"], -1)  # an encoded column: decoded
                 if not np.isfinite(values).all():
                     rows = commit["first_row"] + np.flatnonzero(~np.isfinite(values).all(axis=1))
                     unfinite.append((rows, f"{name} holds a non-finite value"))

@@ -34,11 +34,14 @@ from forge_gpu._src.formats.packed.identity import (
     segment_name,
 )
 from forge_gpu._src.formats.packed.schema import (
+    CODECS,
     TRANSITION_COLUMNS,
-    column_to_numpy,
+    block_arrays,
     pyarrow,
     run_groups,
+    schema_codecs,
     schema_columns,
+    stored_codecs,
 )
 
 
@@ -73,7 +76,7 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                     check_checksum(next(checksums), blocks[0], path=path)
                 source.seek(0)
                 schema = pa.ipc.read_schema(source)
-                columns = schema_columns(schema, name=path)
+                schema_columns(schema, name=path)  # checked before any block is read
                 indices = [schema.get_field_index(n) for n in names]
                 missing = [n for n, i in zip(names, indices, strict=True) if i < 0]
                 if missing:
@@ -90,10 +93,7 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                         check_block_episodes(
                             commit, metadata or {}, run.groups["params"], where=block_where(path, commit)
                         )
-                    yield (
-                        commit,
-                        {n: column_to_numpy(batch.column(n), *columns[n], name=f"{path}: column {n!r}") for n in names},
-                    )
+                    yield commit, block_arrays(batch, names, schema, name=path)
             except (pa.ArrowException, StopIteration, OSError, EOFError) as exc:
                 raise ValueError(f"{path}: cannot read segment: {type(exc).__name__}: {exc}") from exc
             except ValueError as exc:
@@ -179,6 +179,7 @@ class PackedRun:
         self.groups = run_groups(run_dir, manifest)
         self.version = layout_version(manifest, name=os.path.join(run_dir, RUN_MANIFEST))
         self.checksums = self.version >= CHECKSUMS_VERSION  # older runs are read unverified
+        self.codecs = stored_codecs(manifest, name=os.path.join(run_dir, RUN_MANIFEST))  # column -> CodecSpec
         self.instructions = self.version >= INSTRUCTIONS_VERSION
         self.commits, self.torn = read_commits(
             run_dir, self.groups["params"], checksums=self.checksums, instructions=self.instructions
@@ -212,7 +213,10 @@ class PackedRun:
         for segment in sorted(firsts):
             if verify and self.checksums:
                 _check_first_block(self.directory, firsts[segment])
-            _, columns = segment_schema(self.directory, segment)
+            schema, columns = segment_schema(self.directory, segment)
+            path = os.path.join(self.directory, segment_name(segment))
+            if schema_codecs(schema, name=path) != self.codecs:
+                raise ValueError(f"{path}: its encoded columns differ from run.json's {CODECS}")
             if found is not None and columns != found:
                 path = os.path.join(self.directory, segment_name(segment))
                 raise ValueError(f"{path}: its columns differ from the run's first segment")

@@ -10,12 +10,15 @@ SCHEMA_VERSION = IDENTITY["schema_version"]
 #: The revision of the packed layout this code writes and the newest it reads (run.json's ``layout_version``; a
 #: run without one is of revision 1): 2 added the ``state/`` columns and the commit lines' ``episodes.params``; 3 the
 #: blocks' checksums (``crc32c`` in every commit line) and each block's copy of its line's episodes; 4 every
-#: episode's instruction (``episodes.instruction``).
-LAYOUT_VERSION = 4
+#: episode's instruction (``episodes.instruction``); 5 encoded image columns (a binary column, one payload per frame,
+#: its codec in the field's metadata and in run.json's ``codecs``).
+LAYOUT_VERSION = 5
 #: The first revision whose blocks carry checksums; a run of an older one is read unverified.
 CHECKSUMS_VERSION = 3
 #: The first revision whose commit lines hold each episode's instruction; in an older one every episode has the run's.
 INSTRUCTIONS_VERSION = 4
+#: The first revision whose image columns may be encoded.
+CODECS_VERSION = 5
 #: Arrow IPC buffer compressions, the first one the default.
 COMPRESSIONS = ("none", "lz4", "zstd")
 COMMIT_LOG = "commits.jsonl"

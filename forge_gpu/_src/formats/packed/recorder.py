@@ -12,6 +12,7 @@ numpy, pyarrow and the standard library: the env is only read as a description.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.core.checks import check_int
+from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames, encode_frames, field_codecs
 from forge_gpu._src.core.instructions import INSTRUCTION
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
 from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
@@ -54,6 +56,13 @@ class PackedRecorder(RecorderBase):
             at close (forge_gpu/_src/recording/stats.py).
         durability: ``process`` (page cache: a published episode survives a killed process) or ``machine``
             (each block synced before its commit line, the log after it: it survives a machine crash).
+        codecs: image field -> :class:`CodecSpec` (``*``: every image field not named; ``none``: raw); an image
+            field named nowhere gets :func:`core.codecs.default_codec` (docs/FORMAT.md "Encoded fields").
+        encode_threads: the writer's pool of threads that encode a block's frames (the codecs let go of the GIL).
+
+    For an encoded field ``append`` takes either the raw ``[N, ...]`` frames (the writer pool encodes them) or an
+    :class:`EncodedFrames` of N frames of the field's codec, encoded by the producer (the GPU path), stored as
+    they are.
     """
 
     def __init__(
@@ -67,6 +76,8 @@ class PackedRecorder(RecorderBase):
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         statistics: bool = True,
         durability: str = "process",
+        codecs: Mapping[str, CodecSpec] | None = None,
+        encode_threads: int = 2,
     ) -> None:
         check_int("max_buffer_bytes", max_buffer_bytes, minimum=1)
         if durability not in ("process", "machine"):
@@ -75,9 +86,11 @@ class PackedRecorder(RecorderBase):
             raise ValueError(f"compression must be one of {list(COMPRESSIONS)} (packed), got {compression!r}")
         check_int("segment_bytes", segment_bytes, minimum=1)
         check_int("block_bytes", block_bytes, minimum=1)
+        check_int("encode_threads", encode_threads, minimum=1)
         run = describe_run(env)
         num_envs, max_steps = run.num_envs, run.max_steps
         tracker = EpisodeTracker(run.spec, num_envs, max_steps)
+        self._codecs = field_codecs(tracker.fields, dict(codecs or {}))  # before anything is created
         batch_bytes = num_envs * (tracker.frame_bytes + tracker.state_bytes + tracker.transition_bytes)
         capacity = _ring_steps(max_buffer_bytes, batch_bytes, num_envs)
         self._num_envs = num_envs
@@ -93,14 +106,31 @@ class PackedRecorder(RecorderBase):
             "buffer_steps": capacity,
             "buffer_bytes": self._buffer_bytes,
         }
+        if self._codecs:
+            manifest["recorder"]["encode_threads"] = encode_threads
+        manifest["codecs"] = {f"obs/{f}": spec.to_json() for f, spec in self._codecs.items()}
 
         self._ring = _allocate_ring(tracker, capacity)
         self._head = 0  # steps appended
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
+        # The batches a producer handed encoded, by field and ring slot (None where the slot holds raw frames), and
+        # the statistics of those frames, decoded by the writer (merged into the run's at close).
+        self._encoded: dict[str, list] = {f: [None] * capacity for f in self._codecs}
+        self._encoded_stats = (
+            StatsAccumulator({f: tracker.fields[f] for f in self._codecs}, tracker.action_dim)
+            if statistics and self._codecs
+            else None
+        )
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(encode_threads, thread_name_prefix="forge-gpu-encode")
+            if self._codecs
+            else None
+        )
 
         super().__init__(directory, tracker, manifest, durable=durability == "machine")
-        schema = arrow_schema(run_columns(tracker.fields, tracker.action_dim, state=tracker.state))
+        columns = run_columns(tracker.fields, tracker.action_dim, state=tracker.state)
+        schema = arrow_schema(columns, {f"obs/{f}": spec for f, spec in self._codecs.items()})
         self._writer = PackedWriter(
             self._directory, schema, compression=compression, segment_bytes=segment_bytes, durability=durability
         )
@@ -130,7 +160,8 @@ class PackedRecorder(RecorderBase):
         """
         self._raise_if_unusable()
         tracker = self._tracker
-        active, reward, terminated, truncated, action = tracker.check(observation, result)
+        active, reward, terminated, truncated, action = tracker.check(observation, result, encoded=self._codecs)
+        handed = {f for f in self._codecs if isinstance(observation.get(f), EncodedFrames)}
         groups = result_groups(result)
         with self._cond:
             if self._head - self._tail >= self._capacity:
@@ -143,7 +174,12 @@ class PackedRecorder(RecorderBase):
             index = self._head % self._capacity
         ring = self._ring
         for field in tracker.fields:
-            ring[f"obs/{field}"][index] = observation[field]
+            if field in handed:
+                self._encoded[field][index] = observation[field]
+            else:
+                ring[f"obs/{field}"][index] = observation[field]
+                if field in self._encoded:
+                    self._encoded[field][index] = None
         for group in ("state", "params"):
             for name, values in groups[group].items():
                 ring[f"{group}/{name}"][index] = values
@@ -152,7 +188,11 @@ class PackedRecorder(RecorderBase):
         ring["terminated"][index] = terminated
         ring["truncated"][index] = truncated
         if self._stats is not None:
-            self._stats.update_batch(observation, active, action, reward)
+            if handed:  # the writer adds those frames' statistics once it has decoded them
+                self._stats.update_frames(observation, skip=handed)
+                self._stats.update_transitions(action[active], reward[active])
+            else:
+                self._stats.update_batch(observation, active, action, reward)
         tracker.commit(observation, active, terminated, truncated, groups["params"])
         with self._cond:
             self._head += 1
@@ -183,11 +223,35 @@ class PackedRecorder(RecorderBase):
 
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
         columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
+        for field, spec in self._codecs.items():
+            columns[f"obs/{field}"] = self._encode(field, spec, start, count)
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
         params = {k[len(PARAMS_PREFIX) :]: v for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)}
         texts = self._tracker.instructions(params, len(episodes["steps"]))  # each episode's, from its params
         episodes[INSTRUCTION] = np.array(texts, dtype=object).reshape(-1)
         return self._writer.write(columns, episodes), episodes
+
+    def _encode(self, field: str, spec: CodecSpec, start: int, count: int) -> EncodedFrames:
+        """Ring slots ``[start, start + count)`` of an encoded field as one :class:`EncodedFrames`: runs of slots
+        holding raw frames encoded in the pool, slots the producer handed encoded taken as they are (their frames
+        decoded for the statistics where the run keeps them)."""
+        handed, ring, parts = self._encoded[field], self._ring[f"obs/{field}"], []
+        k = start
+        while k < start + count:
+            if handed[k] is not None:
+                parts.append(handed[k])
+                if self._encoded_stats is not None:
+                    shape, dtype = self._tracker.fields[field]
+                    frames = decode_frames(spec, handed[k], shape, dtype, pool=self._pool)
+                    self._encoded_stats.update_frames({field: frames})
+                k += 1
+                continue
+            end = k
+            while end < start + count and handed[end] is None:
+                end += 1
+            parts.append(encode_frames(spec, ring[k:end].reshape(-1, *ring.shape[2:]), pool=self._pool))
+            k = end
+        return EncodedFrames.concatenate(parts)
 
     def _unwritten(self) -> list[dict]:
         """Episodes that ended in batches still in the ring (after a failure they are never published)."""
@@ -209,6 +273,11 @@ class PackedRecorder(RecorderBase):
 
     def _join(self) -> None:
         self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown()
+        if self._encoded_stats is not None and self._stats is not None:
+            for key in self._encoded_stats.fields:
+                self._stats.stats[f"obs/{key}"].merge(self._encoded_stats.stats[f"obs/{key}"])
         try:
             self._writer.close()
         except BaseException as exc:

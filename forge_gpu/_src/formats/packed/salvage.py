@@ -19,7 +19,7 @@ from forge_gpu._src.formats.packed.blocks import PackedRun, episode_rows
 from forge_gpu._src.formats.packed.commits import DROPPED, EPISODES, append_commit, encode_episodes, open_commit_log
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
 from forge_gpu._src.formats.packed.scan import run_schema
-from forge_gpu._src.formats.packed.schema import pyarrow, schema_columns, to_record_batch
+from forge_gpu._src.formats.packed.schema import empty_arrays, pyarrow, to_record_batch
 
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 #: Episodes whose rows are mapped to blocks at once (bounds the memory of that step).
@@ -115,9 +115,8 @@ def _empty_block(schema, commit: Mapping, episodes: str, compression: str) -> by
     schema message first where the block begins its segment), its record batch's copy of episodes ``episodes`` (a
     JSON text): the batch's message is padded after its metadata, which Arrow readers skip."""
     pa = pyarrow()
-    columns = schema_columns(schema, name="the run's schema")
     rows = commit["rows"]
-    batch = to_record_batch(schema, {n: np.zeros((rows, *shape), dtype) for n, (shape, dtype) in columns.items()})
+    batch = to_record_batch(schema, empty_arrays(schema, rows))
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
     with pa.ipc.new_stream(sink, schema, options=options) as writer:

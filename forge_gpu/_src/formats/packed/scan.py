@@ -17,7 +17,7 @@ from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.formats.packed.blocks import PackedRun, block_where, check_batch, check_checksum, segment_schema
 from forge_gpu._src.formats.packed.commits import check_block_episodes
 from forge_gpu._src.formats.packed.identity import segment_name
-from forge_gpu._src.formats.packed.schema import arrow_schema, column_to_numpy, pyarrow, run_columns
+from forge_gpu._src.formats.packed.schema import arrow_schema, block_arrays, pyarrow, run_columns, stored_codecs
 
 
 def scan_blocks(
@@ -64,9 +64,7 @@ def scan_blocks(
                     if run.checksums:
                         where = block_where(path, commit)
                         check_block_episodes(commit, metadata or {}, run.groups["params"], where=where)
-                    found = {
-                        n: column_to_numpy(batch.column(n), *columns[n], name=f"{path}: column {n!r}") for n in names
-                    }
+                    found = block_arrays(batch, names, schema, name=path)
                 except (pa.ArrowException, StopIteration, EOFError, OSError, ValueError) as exc:
                     error = str(exc) if str(exc).startswith(path) else f"{block_where(path, commit)}: {exc}"
                     yield commit, None, error
@@ -91,7 +89,7 @@ def run_schema(run: PackedRun, segment: int):
                 continue
     spec = run.manifest["env_spec"]
     columns = run_columns(observation_layout(spec), spec["action_shape"][0], state=run.groups["state"])
-    return arrow_schema(columns), columns
+    return arrow_schema(columns, stored_codecs(run.manifest, name=run.directory)), columns
 
 
 #: Blocks asked of the disk ahead of the one being read (the device's queue stays full while a block is checked).

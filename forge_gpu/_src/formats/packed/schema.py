@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames
 from forge_gpu._src.core.fields import (
     FLOATS,
     REQUIRED_LAYOUT,
@@ -74,20 +75,61 @@ def run_columns(
     return columns
 
 
-def arrow_schema(columns: Mapping[str, tuple[tuple[int, ...], np.dtype]]):
-    """The segments' schema of ``columns`` (:func:`run_columns`).
+#: The field metadata keys of an encoded column (layout 5): its codec (``CodecSpec.to_json``) and its frames' dtype.
+CODEC_KEY, DTYPE_KEY = b"codec", b"dtype"
+
+
+def arrow_schema(
+    columns: Mapping[str, tuple[tuple[int, ...], np.dtype]], codecs: Mapping[str, CodecSpec] | None = None
+):
+    """The segments' schema of ``columns`` (:func:`run_columns`), the columns ``codecs`` names encoded.
 
     A column of per-row shape ``()`` is a primitive column; any other shape is a fixed-size list of
-    ``prod(shape)`` values (C order) whose field metadata ``shape`` holds the JSON list of the shape.
+    ``prod(shape)`` values (C order) whose field metadata ``shape`` holds the JSON list of the shape. An encoded
+    column (layout 5) is a binary column, one payload per row, its metadata ``shape``, ``dtype`` (the frames') and
+    ``codec`` (the JSON of its :class:`CodecSpec`).
     """
     pa = pyarrow()
+    codecs = codecs or {}
     out = []
     for name, (shape, dtype) in columns.items():
-        kind = pa.from_numpy_dtype(dtype)
-        if shape:
-            kind = pa.list_(kind, int(np.prod(shape)))
-        out.append(pa.field(name, kind, nullable=False, metadata={"shape": json.dumps(list(shape))}))
+        metadata = {"shape": json.dumps(list(shape))}
+        if name in codecs:
+            kind = pa.binary()
+            metadata.update({"codec": json.dumps(codecs[name].to_json()), "dtype": np.dtype(dtype).name})
+        else:
+            kind = pa.from_numpy_dtype(dtype)
+            if shape:
+                kind = pa.list_(kind, int(np.prod(shape)))
+        out.append(pa.field(name, kind, nullable=False, metadata=metadata))
     return pa.schema(out)
+
+
+#: run.json's key of the encoded columns: column -> ``CodecSpec.to_json()`` (layout 5; none before).
+CODECS = "codecs"
+
+
+def stored_codecs(manifest: Mapping, *, name: str) -> dict[str, CodecSpec]:
+    """column -> codec of the encoded columns run.json's ``codecs`` names (none in a run of layout 1-4);
+    ValueError naming ``name``."""
+    entry = manifest.get(CODECS, {})
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{name}: run.json's {CODECS} must be a dict of column -> codec, got {entry!r}")
+    return {c: CodecSpec.from_json(spec, name=f"{name}: run.json's {CODECS}[{c!r}]") for c, spec in entry.items()}
+
+
+def schema_codecs(schema, *, name: str) -> dict[str, CodecSpec]:
+    """column -> codec of a segment schema's encoded columns (binary, layout 5); ValueError naming ``name``."""
+    pa = pyarrow()
+    out = {}
+    for field in schema:
+        if pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type):
+            entry = (field.metadata or {}).get(CODEC_KEY)
+            try:
+                out[field.name] = CodecSpec.from_json(json.loads(entry), name=f"{name}: column {field.name!r}")
+            except (TypeError, ValueError) as exc:  # no or bad metadata
+                raise ValueError(f"{name}: column {field.name!r} is binary without a valid codec: {exc}") from exc
+    return out
 
 
 def schema_columns(schema, *, name: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -100,7 +142,9 @@ def schema_columns(schema, *, name: str) -> dict[str, tuple[tuple[int, ...], np.
             if not all(isinstance(s, int) and s >= 1 for s in shape):
                 raise ValueError(f"bad shape {shape}")
             kind = field.type
-            if shape:
+            if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):  # an encoded column: the frames' dtype
+                kind = pa.from_numpy_dtype(np.dtype((field.metadata or {}).get(DTYPE_KEY, b"").decode()))
+            elif shape:
                 if not pa.types.is_fixed_size_list(kind) or kind.list_size != int(np.prod(shape)):
                     raise ValueError(f"type {kind} does not hold shape {list(shape)}")
                 kind = kind.value_type
@@ -119,7 +163,9 @@ def to_record_batch(schema, columns: Mapping[str, np.ndarray]):
     arrays = []
     for field in schema:
         array = columns[field.name]
-        if pa.types.is_fixed_size_list(field.type):
+        if isinstance(array, EncodedFrames):
+            arrays.append(binary_array(array))
+        elif pa.types.is_fixed_size_list(field.type):
             flat = pa.array(array.reshape(-1), type=field.type.value_type)
             arrays.append(pa.FixedSizeListArray.from_arrays(flat, field.type.list_size))
         else:
@@ -127,10 +173,107 @@ def to_record_batch(schema, columns: Mapping[str, np.ndarray]):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def column_to_numpy(column, shape: tuple[int, ...], dtype: np.dtype, *, name: str) -> np.ndarray:
-    """A record batch column as a [R, *shape] numpy array (a view where Arrow allows one)."""
+def block_arrays(batch, names, schema, *, name: str) -> dict:
+    """The ``names`` columns of a record batch of ``schema`` as numpy arrays (views where Arrow allows), each
+    encoded one as an :class:`EncodedColumn` (decoded on access); ValueError naming ``name``."""
+    columns, codecs = schema_columns(schema, name=name), schema_codecs(schema, name=name)
+    return {
+        n: column_to_numpy(batch.column(n), *columns[n], name=f"{name}: column {n!r}", codec=codecs.get(n))
+        for n in names
+    }
+
+
+def empty_arrays(schema, rows: int) -> dict:
+    """``rows`` zero rows of every column of ``schema``, an encoded column's as empty payloads (repair's emptied
+    blocks, whose rows no published episode reads)."""
+    codecs = schema_codecs(schema, name="the run's schema")
+    out = {}
+    for n, (shape, dtype) in schema_columns(schema, name="the run's schema").items():
+        if n in codecs:
+            out[n] = EncodedFrames(codecs[n], np.zeros(0, np.uint8), np.zeros(rows + 1, np.int64))
+        else:
+            out[n] = np.zeros((rows, *shape), dtype)
+    return out
+
+
+def binary_array(encoded: EncodedFrames):
+    """An Arrow binary array of ``encoded``'s payloads, one per row (its buffers: int32 offsets, the payload)."""
+    pa = pyarrow()
+    if encoded.nbytes >= 1 << 31:
+        raise ValueError(f"a block's encoded frames hold {encoded.nbytes} bytes; a binary column holds < 2 GiB")
+    offsets = pa.py_buffer(encoded.offsets.astype(np.int32))
+    return pa.Array.from_buffers(pa.binary(), len(encoded), [None, offsets, pa.py_buffer(encoded.payload)])
+
+
+def binary_frames(column, spec: CodecSpec) -> EncodedFrames:
+    """An Arrow binary (or large_binary) column's payloads as :class:`EncodedFrames` (views of its buffers)."""
+    pa = pyarrow()
+    _, offsets, data = column.buffers()
+    kind = np.int64 if pa.types.is_large_binary(column.type) else np.int32
+    offsets = np.frombuffer(offsets, kind)[column.offset : column.offset + len(column) + 1].astype(np.int64)
+    payload = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return EncodedFrames(spec, payload[offsets[0] : offsets[-1]], offsets - offsets[0])
+
+
+class EncodedColumn:
+    """An encoded column of one block, decoded on access: ``column[rows]`` (an int array, or a slice) is the
+    decoded ``[len(rows), *shape]`` frames, decoded over the module's reader pool (:func:`reader_pool`); ``shape``
+    and ``dtype`` are a decoded array's, so :func:`core.frames.take_rows` and :class:`Windows` index it as they
+    index a raw column."""
+
+    def __init__(self, frames: EncodedFrames, shape: tuple[int, ...], dtype: np.dtype):
+        self.frames, self.dtype = frames, np.dtype(dtype)
+        self.frame_shape = tuple(shape)
+        self.shape = (len(frames), *self.frame_shape)
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def flags(self):
+        """The payload's flags: a mapped run's are a read-only view of its segment file."""
+        return self.frames.payload.flags
+
+    def __getitem__(self, rows) -> np.ndarray:
+        if isinstance(rows, slice):
+            rows = np.arange(len(self))[rows]
+        rows = np.asarray(rows)
+        if rows.dtype == np.bool_:
+            rows = np.flatnonzero(rows)
+        flat = rows.reshape(-1).astype(np.int64)
+        flat = np.where(flat < 0, flat + len(self), flat)
+        if flat.size and (flat.min() < 0 or flat.max() >= len(self)):
+            raise IndexError(f"row index out of range for an encoded column of {len(self)} rows")
+        out = decode_frames(self.frames.spec, self.frames.take(flat), self.frame_shape, self.dtype, pool=reader_pool())
+        return out.reshape(*rows.shape, *self.frame_shape)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[np.arange(len(self))]
+        return out if dtype is None else out.astype(dtype)
+
+
+_POOL = None
+
+
+def reader_pool():
+    """The thread pool the reader decodes frames in (one per process, ``os.cpu_count()`` threads, made on first
+    use; the image and compression libraries let go of the GIL while they decode)."""
+    global _POOL  # noqa: PLW0603 - one pool per process, made on first use
+    if _POOL is None:
+        import concurrent.futures  # noqa: PLC0415
+
+        _POOL = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="forge-gpu-decode")
+    return _POOL
+
+
+def column_to_numpy(column, shape: tuple[int, ...], dtype: np.dtype, *, name: str, codec: CodecSpec | None = None):
+    """A record batch column as a [R, *shape] numpy array (a view where Arrow allows one); an encoded column
+    (``codec``) as an :class:`EncodedColumn`, decoded on access."""
     if column.null_count:
         raise ValueError(f"{name}: holds {column.null_count} nulls")
+    if codec is not None:
+        return EncodedColumn(binary_frames(column, codec), shape, dtype)
     if shape:
         column = column.flatten()
     array = column.to_numpy(zero_copy_only=False)

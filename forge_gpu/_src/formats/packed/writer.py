@@ -7,12 +7,14 @@ numpy, pyarrow and the standard library; no Warp, Newton or torch.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 from collections.abc import Iterable, Mapping
 
 import crc32c
 import numpy as np
 
+from forge_gpu._src.core.codecs import CodecSpec, encode_frames, field_codecs
 from forge_gpu._src.core.files import sync_directory
 from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.formats.packed.commits import (
@@ -156,18 +158,26 @@ class PackedWriter:
 _WRITE_BLOCK_BYTES = 8 << 20
 
 
-def write_episodes(directory: str, episodes: Iterable, compression: str) -> int:
+def write_episodes(
+    directory: str, episodes: Iterable, compression: str, codecs: Mapping[str, CodecSpec] | None = None
+) -> tuple[int, dict]:
     """Write checked episodes (reader ``Episode`` objects, all of one run, with the same fields, state and params)
     into the empty ``directory`` as segments and a commit log, end to end (stride 1), a block of whole episodes at
     a time: each episode's ``state`` as ``state/<name>`` columns, its ``params`` and ``instruction`` in the commit
     line; return the count. The directory's run.json is the caller's (``convert_run``, replay): its env_spec
-    describes the state and params, and its layout_version is :data:`identity.LAYOUT_VERSION`."""
+    describes the state and params, and its layout_version is :data:`identity.LAYOUT_VERSION`. ``codecs``: field ->
+    codec as the recorder takes them (:func:`core.codecs.field_codecs`; none: every image field raw); returns the
+    count and run.json's ``codecs`` (column -> codec) of what was written."""
     writer = None
+    encoded: dict[str, CodecSpec] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="forge-gpu-encode")
     block: list = []
     block_bytes = count = 0
 
     def write_block() -> int:
         _, columns, table = stack_episodes(block)
+        for column, spec in encoded.items():
+            columns[column] = encode_frames(spec, columns[column], pool=pool)
         table["first_row"] += writer.rows
         writer.write(columns, table)
         return len(block)
@@ -180,7 +190,9 @@ def write_episodes(directory: str, episodes: Iterable, compression: str) -> int:
                 )
                 action, reward = episode.action, episode.reward
                 columns = run_columns(fields, action.shape[1], action.dtype, reward.dtype, state=state)
-                writer = PackedWriter(directory, arrow_schema(columns), compression=compression)
+                request = {"*": CodecSpec("none")} if codecs is None else codecs
+                encoded = {f"obs/{f}": spec for f, spec in field_codecs(fields, request).items()}
+                writer = PackedWriter(directory, arrow_schema(columns, encoded), compression=compression)
             block.append(episode)
             arrays = (*episode.obs.values(), *episode.state.values(), episode.action)
             block_bytes += sum(a.nbytes for a in arrays)
@@ -190,8 +202,9 @@ def write_episodes(directory: str, episodes: Iterable, compression: str) -> int:
         if block:
             count += write_block()
     finally:
+        pool.shutdown()
         if writer is not None:
             writer.close()
     if writer is None:  # no episode: an empty commit log
         open(os.path.join(directory, COMMIT_LOG), "wb").close()
-    return count
+    return count, {column: spec.to_json() for column, spec in encoded.items()}
