@@ -147,3 +147,29 @@ def test_decode_on_device_refuses_clearly_without_cuda():
         # JPEG decoders may round their inverse DCTs differently: nvJPEG's frames within 3 levels of Pillow's
         pillow = decode_frames(frames.spec, frames, (8, 8, 3), np.uint8).astype(int)
         assert np.abs(decoded.cpu().numpy().astype(int) - pillow).max() <= 3
+
+
+def test_frames_encoded_by_the_producer_record_as_the_writers_would(env, tmp_path):
+    """collect with the producer-side encoder (the plumbing the GPU path uses) writes the run the recorder's own
+    writers write: the same episodes, the same frames (lossless codecs), the same codecs in run.json. On the CPU
+    collect gives its transport no encoder."""
+    import functools
+
+    from forge_gpu._src.collect.encode import run_encoder
+
+    # statistics off until the recorder takes two producer-encoded fields with them (notes/frames-to-codec.md)
+    options = forge_gpu.RecordingOptions(codecs={"rgb": "png", "depth": "zstd"}, statistics=False)
+    assert run_encoder(env, options, recording=True) is None
+    producer = functools.partial(HostSnapshotTransport, encoder=HostEncoder(CODECS))
+    for name, transport in (("producer", producer), ("writers", None)):
+        fresh = forge_gpu.make("reach", num_envs=3, device="cpu", seed=5, max_steps=6, **{"params.image_size": 32})
+        policy = forge_gpu.make_policy("random", fresh)
+        forge_gpu.collect(fresh, policy, str(tmp_path / name), steps=14, options=options, transport=transport)
+    manifests = [forge_gpu.read_manifest(tmp_path / name) for name in ("producer", "writers")]
+    assert manifests[0]["codecs"] == manifests[1]["codecs"] and manifests[0]["codecs"]
+    runs = [list(forge_gpu.read_episodes(tmp_path / name)) for name in ("producer", "writers")]
+    assert len(runs[0]) == len(runs[1]) > 0
+    for a, b in zip(*runs, strict=True):
+        assert (a.env_id, a.episode_id, a.steps) == (b.env_id, b.episode_id, b.steps)
+        for name in ("rgb", "depth"):
+            assert a.obs[name].any() and np.array_equal(a.obs[name], b.obs[name]), name

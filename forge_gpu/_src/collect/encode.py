@@ -32,7 +32,7 @@ from typing import Protocol
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, encode_frames
+from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, encode_frames, field_codecs
 from forge_gpu._src.sim.pack import PACK_ALIGNMENT
 
 WHERE = ("auto", "device", "host", "none")
@@ -156,6 +156,16 @@ def make_encoder(env, codecs: Mapping[str, CodecSpec], *, where: str = "auto", p
     return None
 
 
+def run_encoder(env, options, *, recording: bool) -> FrameEncoder | None:
+    """The encode stage ``collect`` gives its transport: on CUDA, for a packed run being recorded, nvJPEG for the
+    fields whose codec (``options.codecs``, as the recorder resolves them) is JPEG; otherwise none (the recorder's
+    writer pool encodes, and the CPU path is unchanged)."""
+    if not recording or options.format != "packed" or not env.device.is_cuda:
+        return None
+    fields = {name: (tuple(e["shape"]), e["dtype"]) for name, e in env.spec["observation"].items()}
+    return make_encoder(env, field_codecs(fields, options.codecs), where="auto")
+
+
 def split_layout(layout: list[tuple], encoded: set[str]) -> tuple[list[tuple[int, int, int]], list[tuple], int]:
     """The packed result's ``layout`` without the ``encoded`` fields: the byte runs to copy (``(source offset, slot
     offset, bytes)``; fields next to each other in the packed buffer are one run, padding included, so a step is a
@@ -229,11 +239,12 @@ class PayloadAreas:
             self.payload_bytes += frames.nbytes
 
     def frames(self, slot: int) -> dict[str, EncodedFrames]:
-        """``slot``'s encoded fields (views into its areas, valid until the slot is released), once its copies are
-        complete."""
+        """``slot``'s encoded fields, once its copies are complete. Each owns its bytes (one host copy of the
+        compressed payloads, a fraction of the raw frames' bytes): a recorder may keep them past the slot's
+        release, until its writer has written them."""
         fields = self.encoder.fields
         return {
-            name: EncodedFrames(fields[name], _host_view(area)[: offsets[-1]], offsets)
+            name: EncodedFrames(fields[name], _host_view(area)[: offsets[-1]].copy(), offsets)
             for name, (area, offsets) in self._held[slot].items()
         }
 
