@@ -14,6 +14,8 @@ from forge_gpu import RunDescription
 from forge_gpu._src.formats.npz.episode_file import make_marker
 
 CONTROL_DT = 0.05
+#: The codecs of the packed runs :func:`record` writes where a test names none: lossless for every image field.
+LOSSLESS = {"*": "zstd"}
 INSTRUCTION = "push the red cube to the goal"
 
 
@@ -213,9 +215,13 @@ def make_batches(sim, steps, *, resets_at=()):
 
 def record(directory, env, batches, *, recorder=None, **kwargs):
     """Record ``batches`` into a new run directory with ``recorder`` (a class; default the schema-1
-    EpisodeRecorder) and close; return the recorder."""
-    from forge_gpu import EpisodeRecorder
+    EpisodeRecorder) and close; return the recorder. A packed run's images are stored losslessly unless ``codecs``
+    says otherwise (:data:`LOSSLESS`: the synthetic depth is noise, not a depth map, and the tests compare bit for
+    bit; the default quantizes depth)."""
+    from forge_gpu import EpisodeRecorder, PackedRecorder
 
+    if recorder is PackedRecorder:
+        kwargs = {"codecs": LOSSLESS, **kwargs}
     recorder = (recorder or EpisodeRecorder)(directory, env, **kwargs)
     for observation, result in batches:
         recorder.append(observation, result)
@@ -262,9 +268,10 @@ def standard_read(directory):
 
 def downgrade_packed_run(directory, version):
     """Rewrite the packed run ``directory`` (written at layout_version 5, its image fields raw: layout 5 added the
-    encoded ones) as a run of an older layout ``version`` (1 or 2) would hold it: its commit lines without ``crc32c`` (the key layout 3 added) and without the episodes'
-    ``instruction`` (layout 4's), its run.json's layout_version ``version`` (none for 1). Its blocks keep their
-    copies of the episodes, which older readers ignore."""
+    encoded ones) as a run of an older layout ``version`` (1 or 2) would hold it: its commit lines without
+    ``crc32c`` (the key layout 3 added) and without the episodes' ``instruction`` (layout 4's), its run.json's
+    layout_version ``version`` (none for 1). Its blocks keep their copies of the episodes, which older readers
+    ignore."""
     directory = Path(directory)
     lines = [json.loads(line) for line in (directory / "commits.jsonl").read_text().splitlines()]
     for c in lines:

@@ -70,7 +70,9 @@ def payload(run, k, column="obs/rgb") -> int:
     reader = pa.ipc.open_stream(pa.BufferReader(whole))
     for _ in range(sum(c["segment"] == commit["segment"] for c in commits(run)[:k]) + 1):
         batch = reader.read_next_batch()
-    return batch.column(column).flatten().buffers()[1].address - whole.address
+    values = batch.column(column)  # an encoded column's payloads (layout 5), else the raw values
+    data = values.buffers()[2] if pa.types.is_binary(values.type) else values.flatten().buffers()[1]
+    return data.address - whole.address
 
 
 def damage(run, k, *, zero=None):
@@ -105,10 +107,10 @@ def same(a, b) -> bool:
 
 
 def test_every_commit_line_holds_its_blocks_checksum(recorded):
-    """Each line's crc32c is CRC32C of exactly its block's bytes; the run says layout_version 4."""
+    """Each line's crc32c is CRC32C of exactly its block's bytes; the run says layout_version 5."""
     import crc32c
 
-    assert forge_gpu.read_manifest(recorded)["layout_version"] == 4
+    assert forge_gpu.read_manifest(recorded)["layout_version"] == 5
     lines = commits(recorded)
     assert len({c["segment"] for c in lines}) > 1
     for c in lines:
@@ -118,14 +120,17 @@ def test_every_commit_line_holds_its_blocks_checksum(recorded):
 
 def test_a_damaged_block_is_refused_naming_segment_offset_and_line(recorded, tmp_path):
     """One flipped byte in a block: reading, Windows (loaded and mapped) and inspect refuse the run with a
-    ValueError naming the segment file, the block's offset and its commit line; verify=False reads it."""
+    ValueError naming the segment file, the block's offset and its commit line, before any frame is decoded. With
+    verify=False the damaged payload (zstd-encoded rgb) is still refused when decoded, never read as garbage; a mapped
+    Windows, which decodes on access, opens."""
     run = copy(recorded, tmp_path)
     commit = damage(run, 3)
     words = f"segment-{commit['segment']:06d}.arrows: the block at offset {commit['offset']} (commit line 4) fails"
     for attempt in (lambda: read(run), lambda: Windows(run, 2, 2), lambda: Windows(run, 2, 2, mmap=True)):
         with pytest.raises(ValueError, match=re.escape(words)):
             attempt()
-    assert len(read(run, verify=False)) == len(read(recorded))
+    with pytest.raises(ValueError, match="a zstd frame does not decode"):
+        read(run, verify=False)
     assert len(Windows(run, 2, 2, mmap=True, verify=False)) == len(Windows(recorded, 2, 2))
 
 
@@ -145,10 +150,11 @@ def test_a_changed_param_in_a_commit_line_is_refused(recorded, tmp_path):
 def test_older_runs_read_unverified_and_say_so(recorded, tmp_path, version, capsys):
     """A run of layout_version 1 or 2 (no checksums) reads as before; inspect and verify say it is unverified. (A
     run of layout 1 has neither state nor params.)"""
-    if version == 1:
-        env = make_env(num_envs=3, max_steps=5)
-        record(tmp_path / "plain", env, make_batches(SyntheticSim(env, seed=2), 20), recorder=PackedRecorder)
-        recorded = tmp_path / "plain"
+    # layouts before 5 hold raw images
+    env = make_env(num_envs=3, max_steps=5, images=True, state=version > 1, params=version > 1)
+    batches = make_batches(SyntheticSim(env, seed=2), 20)
+    record(tmp_path / "plain", env, batches, recorder=PackedRecorder, codecs={"*": "none"})
+    recorded = tmp_path / "plain"
     run = copy(recorded, tmp_path)
     downgrade_packed_run(run, version)
     original = read(recorded)
@@ -263,12 +269,17 @@ def test_verify_lists_bad_blocks_and_episodes_and_exits_1(recorded, tmp_path, ca
 def test_verify_finds_episodes_that_break_the_rules(recorded, tmp_path, capsys):
     """A run whose blocks check but whose values break the rules (as a faulty writer would leave it: a NaN in a
     field, a clock going back): verify names exactly those episodes, reads on, and exits 1."""
-    from forge_gpu._src.formats.packed.schema import column_to_numpy, schema_columns
+    from forge_gpu._src.formats.packed.schema import binary_frames, column_to_numpy, schema_codecs, schema_columns
     from forge_gpu._src.formats.packed.writer import PackedWriter
 
     lines, table = standard_read(recorded)
-    layout = schema_columns(table.schema, name="run")
-    columns = {n: column_to_numpy(table.column(n).combine_chunks(), *layout[n], name=n).copy() for n in layout}
+    layout, codecs = schema_columns(table.schema, name="run"), schema_codecs(table.schema, name="run")
+    columns = {  # the encoded columns' payloads as they are
+        n: binary_frames(table.column(n).combine_chunks(), codecs[n])
+        if n in codecs
+        else column_to_numpy(table.column(n).combine_chunks(), *layout[n], name=n).copy()
+        for n in layout
+    }
     entries = [c["episodes"] for c in lines if c["episodes"]["steps"]]
     first, second = entries[0], entries[1]
     columns["obs/proprio"][first["first_row"][0] + first["stride"][0], 0] = np.nan

@@ -69,7 +69,7 @@ def test_state_and_params_read_back_bit_for_bit(recorded):
     directory, sim = recorded
     assert_state_and_params(episodes_by_id(directory, state=True), sim.completed)
     manifest = forge_gpu.read_manifest(directory)
-    assert manifest["layout_version"] == 4
+    assert manifest["layout_version"] == 5
     assert manifest["env_spec"]["state"] == STATE and manifest["env_spec"]["params"] == PARAMS
     assert len(list(directory.glob("segment-*.arrows"))) > 1
     stats = json.loads((directory / "stats.json").read_text())["fields"]
@@ -126,13 +126,13 @@ def test_a_run_without_state_or_params_reads_as_before(tmp_path):
     assert episodes.keys() == sim.completed.keys()
     assert all(e.state == {} and e.params == {} for e in episodes.values())
     assert len(Windows(tmp_path / "run", 2, 2, state=True, params=True)) > 0
-    (tmp_path / "run" / "run.json").write_text(json.dumps(dict(manifest, layout_version=5, status="recording")))
-    with pytest.raises(ValueError, match=r"run.json: layout_version 5 is newer than this reader reads \(up to 4\)"):
+    (tmp_path / "run" / "run.json").write_text(json.dumps(dict(manifest, layout_version=6, status="recording")))
+    with pytest.raises(ValueError, match=r"run.json: layout_version 6 is newer than this reader reads \(up to 5\)"):
         forge_gpu.open_run(tmp_path / "run")
     with open(tmp_path / "run" / COMMIT_LOG, "ab") as log:  # what a newer writer might be writing
         log.write(b'{"segment": 0, "checks')
     before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "run").iterdir())
-    with pytest.raises(ValueError, match="layout_version 5 is newer"):
+    with pytest.raises(ValueError, match="layout_version 6 is newer"):
         repair_run(tmp_path / "run")
     assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "run").iterdir()) == before
 
@@ -210,7 +210,7 @@ def test_convert_keeps_state_and_params_in_packed_and_drops_them_in_npz(recorded
     convert_run(directory, tmp_path / "copy", to="packed", compression="zstd")
     assert_state_and_params(episodes_by_id(tmp_path / "copy", state=True), sim.completed)
     copy = forge_gpu.read_manifest(tmp_path / "copy")
-    assert copy["layout_version"] == 4 and copy["env_spec"]["params"] == PARAMS
+    assert copy["layout_version"] == 5 and copy["env_spec"]["params"] == PARAMS
     convert_run(directory, tmp_path / "npz", to="npz")
     assert "state" not in forge_gpu.read_manifest(tmp_path / "npz")["env_spec"]
     convert_run(tmp_path / "npz", tmp_path / "back", to="packed")

@@ -63,7 +63,8 @@ class PackedRunReader:
         With ``mmap``: every committed block as ``(first row, {"obs/<F>", "state/<S>" asked for and "action":
         [rows, ...] array})``, the arrays read-only views of the memory-mapped segments, and the episodes' own
         entries; the blocks are mapped (and, with ``options.verify``, their checksums checked) once, and the
-        episodes checked from them as :meth:`read` checks them. An uncompressed run only: compressed buffers
+        episodes checked from them as :meth:`read` checks them. An encoded column is an ``EncodedColumn`` over the
+        mapped payloads: a batch decodes only the frames it gathers. An uncompressed run only: compressed buffers
         cannot be mapped (ValueError naming the convert command that writes an uncompressed copy)."""
         if not mmap:
             fields, state, groups = self.groups(ks, options)
@@ -82,7 +83,8 @@ class PackedRunReader:
             )
         )
         select = np.asarray(ks, dtype=np.int64)
-        for group, gathered, starts, _ in gather_episodes(self.run, mapped, select):  # checked, then let go
+        checked = [(commit, {n: columns[n] for n in CHECK_COLUMNS}) for commit, columns in mapped]  # no frame decoded
+        for group, gathered, starts, _ in gather_episodes(self.run, checked, select):  # checked, then let go
             check_frames(gathered, group, starts, name=self.directory)
         blocks = [(commit["first_row"], {n: columns[n] for n in names}) for commit, columns in mapped]
         episodes = {key: values[select] for key, values in self.run.episodes.items()}

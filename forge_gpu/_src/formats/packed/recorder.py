@@ -90,7 +90,8 @@ class PackedRecorder(RecorderBase):
         run = describe_run(env)
         num_envs, max_steps = run.num_envs, run.max_steps
         tracker = EpisodeTracker(run.spec, num_envs, max_steps)
-        self._codecs = field_codecs(tracker.fields, dict(codecs or {}))  # before anything is created
+        asked = {k: v if isinstance(v, CodecSpec) else CodecSpec.parse(v) for k, v in (codecs or {}).items()}
+        self._codecs = field_codecs(tracker.fields, asked)  # checked before anything is created
         batch_bytes = num_envs * (tracker.frame_bytes + tracker.state_bytes + tracker.transition_bytes)
         capacity = _ring_steps(max_buffer_bytes, batch_bytes, num_envs)
         self._num_envs = num_envs
