@@ -194,6 +194,27 @@ def _map_dataset_class() -> type:
     return _WindowMapDataset
 
 
+def check_decode_device(device: Any) -> Any:
+    """``device`` as a CUDA ``torch.device``; ValueError (one line) for a device that is not CUDA or a machine where
+    torch sees none."""
+    import torch
+
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"decode_device={device!r}: not a torch device ({exc})") from exc
+    if target.type != "cuda":
+        raise ValueError(
+            f"decode_device={device!r}: expected a CUDA device ('cuda' or 'cuda:N'); leave it unset for the CPU"
+        )
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"decode_device={device!r}: torch sees no CUDA device on this machine "
+            "(torch.cuda.is_available() is False); leave it unset to decode on the CPU"
+        )
+    return target
+
+
 def decode_on_device(frames, shape: Sequence[int], dtype: Any, device: Any = "cuda") -> Any:
     """The frames of ``frames`` (an :class:`~forge_gpu._src.core.codecs.EncodedFrames`) as one torch tensor
     ``[n, *shape]`` on the CUDA ``device``: JPEG decoded there, every frame in one batched nvJPEG call
@@ -204,16 +225,7 @@ def decode_on_device(frames, shape: Sequence[int], dtype: Any, device: Any = "cu
 
     from forge_gpu._src.core.codecs import decode_frames
 
-    target = torch.device(device)
-    if target.type != "cuda":
-        raise ValueError(
-            f"decode_device={device!r}: expected a CUDA device ('cuda' or 'cuda:N'); leave it unset for the CPU"
-        )
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"decode_device={device!r}: torch sees no CUDA device on this machine "
-            "(torch.cuda.is_available() is False); leave it unset to decode on the CPU"
-        )
+    target = check_decode_device(device)
     shape, n = tuple(int(s) for s in shape), len(frames)
     if frames.spec.name != "jpeg" or n == 0:
         decoded = torch.from_numpy(decode_frames(frames.spec, frames, shape, dtype))
