@@ -12,21 +12,22 @@ One run is recorded (packed, raw, expert policy) and every figure is taken on it
               codec stores per row, before Arrow's few bytes per row), raw / bytes, the error of the decoded frames
               (max abs; PSNR [dB] for rgb: min and mean over frames, inf where exact), encode and decode frames/s on
               one core (one thread, every frame). ``default`` marks the codec a new run gives the field.
+  disk        bytes on disk per published frame: the run collected raw and the same episodes collected at the
+              default options (a new user's run: the default codecs; both hold the rows of episodes never
+              published), and convert_run of the raw run to the encoded runs of RUNS (published episodes only).
   lerobot     forge_gpu's LeRobot v3.0 export of the same episodes (data/export/lerobot.py: h264 CRF 23 and AV1 CRF
               35, GOP 2): the videos' bytes per LeRobot frame (one per transition; depth left out), the error of
               the frames decoded with PyAV.
-  targets     the default codecs' bytes per frame (rgb + depth) against raw (target >= 10x); jpeg's rgb bytes per
-              frame against h264's (target <= 5x).
-  pipeline    collect's env-steps/s recording raw and recording with the default codecs, each / stepping with the
-              transport and no recorder, same steps (target >= 0.9 with compression). Needs the recorder's codecs
-              (RecordingOptions.codecs); without them: "not measured".
+  pipeline    collect's env-steps/s recording raw and recording at the default options (the default codecs,
+              encoded by the recorder's writer pool), each / stepping with the transport and no recorder, same
+              steps (target >= 0.9 with compression). Random policy, one env for every row.
   windows     shuffled training windows with images (history 2 frames of rgb and depth, horizon 4 actions), batch
-              256, windows/s over several batches after one warm-up: forge_gpu's Windows on the raw run, and per
-              codec the same gather plus decoding every frame of the batch from its payloads (EncodedFrames.take
-              of the batch's rows, decode_frames over a pool of 2 threads); LeRobot's own LeRobotDataset with
-              delta_timestamps over its h264 and AV1 video (bench/lerobot_load.py, run by the LeRobot
-              interpreter; rgb only, as LeRobot stores no depth), and forge_gpu's windows/s over LeRobot's
-              (target >= 20x).
+              256, windows/s over several batches after one warm-up: forge_gpu's Windows over the raw run and over
+              each encoded run (its reader decodes the batch's frames over its thread pool); LeRobot's own
+              LeRobotDataset with delta_timestamps over its h264 and AV1 video (bench/lerobot_load.py, run by the
+              LeRobot interpreter; rgb only, as LeRobot stores no depth).
+  targets     collected raw / collected default bytes per published frame (target >= 10); jpeg:90's rgb bytes per
+              frame / h264's (target <= 5); each encoded run's windows/s / LeRobot's fastest (target >= 20).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -52,11 +52,20 @@ from gpu_frames import psnr  # noqa: E402
 
 import forge_gpu  # noqa: E402
 from forge_gpu._src.core.codec_specs import default_codec  # noqa: E402
-from forge_gpu._src.core.codecs import CODECS, CodecSpec, EncodedFrames, decode_frames, encode_frames  # noqa: E402
+from forge_gpu._src.core.codecs import CODECS, CodecSpec, decode_frames, encode_frames  # noqa: E402
 
 FULL = {"num_envs": 16, "episodes": 32, "max_steps": 60, "image_size": 128, "batches": 4, "pipeline_steps": 120}
 SMOKE = {"num_envs": 4, "episodes": 6, "max_steps": 10, "image_size": 32, "batches": 2, "pipeline_steps": 12}
 BATCH, HISTORY, HORIZON = 256, 2, 4
+RAW = {"*": "none"}
+"""RecordingOptions.codecs of a raw run (every image field stored as is)."""
+RUNS = {
+    "default codecs": {},
+    "rgb jpeg:90, depth default": {"rgb": "jpeg:90"},
+    "lossless: rgb png, depth zstd": {"rgb": "png", "depth": "zstd"},
+}
+"""The encoded runs the windows and the bytes on disk are measured on: convert_run of the raw run with these codecs
+over the defaults a new run gets (``default_codec`` of each field)."""
 LEROBOT_PYTHON = "/work/lerobot-venv/bin/python"
 
 
@@ -82,9 +91,9 @@ def mean_psnr(quality: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else float("inf")
 
 
-def codec_rows(frames: dict[str, np.ndarray]) -> tuple[list[dict], dict]:
-    """The codecs table, and every codec's payloads of every frame (for the windows)."""
-    rows, payloads = [], {}
+def codec_rows(frames: dict[str, np.ndarray]) -> list[dict]:
+    """The codecs table."""
+    rows = []
     for name, values in frames.items():
         raw = values[0].nbytes
         default = default_codec(values.shape[1:], values.dtype)
@@ -109,9 +118,8 @@ def codec_rows(frames: dict[str, np.ndarray]) -> tuple[list[dict], dict]:
                 quality = psnr(decoded, values)
                 row["psnr_min"], row["psnr_mean"] = float(quality.min()), mean_psnr(quality)
             rows.append(row)
-            payloads[(name, str(spec))] = encoded
             print(table([row], list(row)), flush=True)
-    return rows, payloads
+    return rows
 
 
 def lerobot_rows(run: str, parent: str, episodes: list) -> tuple[list[dict], dict]:
@@ -141,11 +149,7 @@ def lerobot_rows(run: str, parent: str, episodes: list) -> tuple[list[dict], dic
     return rows, roots
 
 
-def default_specs(fields: dict) -> dict[str, CodecSpec]:
-    return {name: default_codec(shape, dtype) for name, (shape, dtype) in fields.items()}
-
-
-def pipeline_rows(sizes: dict, parent: str, fields: dict) -> list[dict]:
+def pipeline_rows(sizes: dict, parent: str) -> list[dict]:
     """collect recording raw, and with the default codecs where the recorder takes them, against stepping."""
     import dataclasses
 
@@ -155,10 +159,10 @@ def pipeline_rows(sizes: dict, parent: str, fields: dict) -> list[dict]:
     forge_gpu.collect(env, policy, None, steps=3)
     bare = forge_gpu.collect(env, policy, None, steps=steps).env_steps_per_second
     has_codecs = "codecs" in {f.name for f in dataclasses.fields(forge_gpu.RecordingOptions)}
-    modes = {"raw": {}, "default codecs": {"codecs": {k: str(v) for k, v in default_specs(fields).items()}}}
+    modes = {"raw": {"codecs": RAW} if has_codecs else {}, "default codecs": {"codecs": {}}}
     rows = []
     for mode, extra in modes.items():
-        if extra and not has_codecs:
+        if mode != "raw" and not has_codecs:
             rows.append({"recording": mode, "efficiency": "not measured: RecordingOptions takes no codecs here"})
             continue
         options = forge_gpu.RecordingOptions(**extra)
@@ -179,59 +183,33 @@ def pipeline_rows(sizes: dict, parent: str, fields: dict) -> list[dict]:
     return rows
 
 
-def forge_windows(run: str, payloads: dict, fields: dict, batches: int, *, smoke: bool) -> list[dict]:
-    """Windows/s of forge_gpu's Windows (raw), and with each codec's decode of the batch's frames."""
-    windows = forge_gpu.Windows(run, history=HISTORY, horizon=HORIZON, observation_keys=["proprio", *fields])
-    bare = forge_gpu.Windows(run, history=HISTORY, horizon=HORIZON, observation_keys=["proprio"])
-    rng = np.random.default_rng(0)
-    check = rng.integers(0, len(windows), 8)  # the payloads' rows are the windows' frames
-    for name, (shape, dtype) in fields.items():
-        encoded = payloads[(name, str(CodecSpec("png" if name == "rgb" else "zstd")))].take(frame_rows(windows, check))
-        decoded = decode_frames(encoded.spec, encoded, shape, dtype).reshape(len(check), HISTORY, *shape)
-        assert np.array_equal(windows.batch(check)[f"obs/{name}"], decoded), name
+def forge_windows(runs: dict[str, str], batches: int) -> list[dict]:
+    """Windows/s of forge_gpu's Windows over each run: loaded (its frames decoded once, as the table is made: the
+    open time) and mapped (``mmap=True``: each batch's frames read and decoded as it is gathered)."""
     rows = []
-    rgb_specs = sorted({spec for field, spec in payloads if field == "rgb"})
-    depth_specs = sorted({spec for field, spec in payloads if field == "depth"})
-    combos = [("raw", None, None)] + [
-        (f"rgb {r} + depth {d}", r, d) for r in rgb_specs for d in depth_specs if d.startswith(("zstd", "quantized"))
-    ]
-    if smoke:  # the default codecs and jpeg only
-        combos = combos[:1] + [c for c in combos[1:] if c[1].startswith(("zstd", "jpeg:quality=90"))]
-    with ThreadPoolExecutor(2) as pool:
-        for label, rgb, depth in combos:
-
-            def batch(rgb=rgb, depth=depth) -> dict:
-                indices = rng.integers(0, len(windows), BATCH)
-                if rgb is None:
-                    return windows.batch(indices)
-                out = bare.batch(indices)
-                rows_of = frame_rows(bare, indices)
-                for name, spec in (("rgb", rgb), ("depth", depth)):
-                    if spec is None:
-                        continue
-                    shape, dtype = fields[name]
-                    encoded: EncodedFrames = payloads[(name, spec)].take(rows_of)
-                    frames = decode_frames(encoded.spec, encoded, shape, dtype, pool=pool)
-                    out[f"obs/{name}"] = frames.reshape(BATCH, HISTORY, *shape)
-                return out
-
-            batch()
+    keys = ["proprio", "rgb", "depth"]
+    for label, run in runs.items():
+        for mmap in (False, True):
+            start = time.perf_counter()
+            windows = forge_gpu.Windows(run, history=HISTORY, horizon=HORIZON, observation_keys=keys, mmap=mmap)
+            opened = time.perf_counter() - start
+            rng = np.random.default_rng(0)
+            windows.batch(rng.integers(0, len(windows), BATCH))
             start = time.perf_counter()
             for _ in range(batches):
-                batch()
+                batch = windows.batch(rng.integers(0, len(windows), BATCH))
             seconds = time.perf_counter() - start
-            rows.append({"loader": f"forge_gpu Windows, {label}", "windows_per_s": batches * BATCH / seconds})
+            assert batch["obs/rgb"].shape[:2] == (BATCH, HISTORY)
+            how = "mapped, decoded per batch" if mmap else "loaded, decoded at open"
+            rows.append(
+                {
+                    "loader": f"forge_gpu Windows ({how}), {label}",
+                    "windows_per_s": batches * BATCH / seconds,
+                    "open_s": opened,
+                }
+            )
             print(table([rows[-1]], list(rows[-1])), flush=True)
     return rows
-
-
-def frame_rows(windows, indices: np.ndarray) -> np.ndarray:
-    """The rows of the run's frames (read_episodes order, every episode's T + 1 frames) each window's history
-    shows, [B * history] (the frames a reader of an encoded run decodes for the batch)."""
-    e, t = windows._window_episode[indices], windows._window_t[indices]
-    frame = np.maximum(t[:, None] + np.arange(1 - windows.history, 1), 0)
-    starts = np.concatenate([[0], np.cumsum(windows._steps + 1)[:-1]])
-    return (starts[e, None] + frame).ravel()
 
 
 def lerobot_windows(roots: dict, python: str, batches: int) -> list[dict]:
@@ -262,32 +240,57 @@ def make_env(sizes: dict):
     )
 
 
-def targets(codecs: list[dict], lerobot: list[dict], windows: list[dict], fields: dict) -> list[dict]:
+def disk_rows(raw: str, collected: str, runs: dict[str, str], published: int) -> list[dict]:
+    """Bytes on disk per published frame: the collected runs (raw and at the default options: what a new user's
+    run takes, with the rows of episodes never published) and the runs convert_run wrote (published episodes only)."""
+    rows = [
+        {"run": "collected, raw", "bytes_per_frame": tree_bytes(raw) / published},
+        {"run": "collected, default codecs", "bytes_per_frame": tree_bytes(collected) / published},
+    ]
+    rows += [
+        {"run": f"converted, {label}", "bytes_per_frame": tree_bytes(path) / published} for label, path in runs.items()
+    ]
+    for row in rows:
+        row["vs_collected_raw"] = rows[0]["bytes_per_frame"] / row["bytes_per_frame"]
+    print(table(rows, list(rows[0])), flush=True)
+    return rows
+
+
+def targets(codecs: list[dict], disk: list[dict], lerobot: list[dict], windows: list[dict]) -> list[dict]:
     by = {(r["field"], r["codec"].replace(" (default)", "")): r for r in codecs}
-    default = sum(by[(name, str(spec))]["bytes_per_frame"] for name, spec in default_specs(fields).items())
-    raw = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
+    on_disk = {r["run"]: r["bytes_per_frame"] for r in disk}
     h264 = next(r for r in lerobot if r["export"] == "lerobot h264")["video_bytes_per_frame"]
     jpeg = by[("rgb", "jpeg:quality=90")]["bytes_per_frame"]
     rows = [
-        {"target": "default codecs: raw / bytes per frame (rgb + depth)", "value": raw / default, "goal": ">= 10"},
+        {
+            "target": "bytes per published frame on disk, collected raw / collected at the default options",
+            "value": on_disk["collected, raw"] / on_disk["collected, default codecs"],
+            "goal": ">= 10",
+        },
         {"target": "jpeg:90 rgb bytes per frame / LeRobot h264's", "value": jpeg / h264, "goal": "<= 5"},
     ]
     rates = {r["loader"]: r["windows_per_s"] for r in windows if isinstance(r["windows_per_s"], float)}
-    ours = {k: v for k, v in rates.items() if k.startswith("forge_gpu") and "raw" not in k}
+    ours = {k: v for k, v in rates.items() if k.startswith("forge_gpu Windows (mapped") and not k.endswith(", raw")}
     theirs = {k: v for k, v in rates.items() if k.startswith("LeRobotDataset")}
-    if ours and theirs:
-        slowest, fastest = min(ours, key=ours.get), max(theirs, key=theirs.get)
+    for label, rate in ours.items():
+        if not theirs:
+            missing = "not measured: LeRobot did not run"
+            rows.append(
+                {
+                    "target": f"windows/s, {label.split('), ', 1)[1]} (mapped) / LeRobot's",
+                    "value": missing,
+                    "goal": ">= 20",
+                }
+            )
+            break
+        fastest = max(theirs, key=theirs.get)
         rows.append(
             {
-                "target": f"windows/s, slowest codec ({slowest.split(', ', 1)[1]}) / LeRobot's fastest "
+                "target": f"windows/s, {label.split('), ', 1)[1]} (mapped) / LeRobot's fastest "
                 f"({fastest.split(', ')[-1]})",
-                "value": ours[slowest] / theirs[fastest],
+                "value": rate / theirs[fastest],
                 "goal": ">= 20",
             }
-        )
-    else:
-        rows.append(
-            {"target": "windows/s against LeRobot", "value": "not measured: LeRobot did not run", "goal": ">= 20"}
         )
     return rows
 
@@ -309,26 +312,35 @@ def main(argv=None) -> int:
     try:
         run = os.path.join(parent, "run")
         env = make_env(sizes)
-        forge_gpu.collect(env, forge_gpu.make_policy("expert", env), run, episodes=sizes["episodes"])
+        options = forge_gpu.RecordingOptions(codecs=RAW)
+        forge_gpu.collect(env, forge_gpu.make_policy("expert", env), run, episodes=sizes["episodes"], options=options)
+        collected = os.path.join(parent, "collected-default")  # the same episodes, as a new user's run records them
+        env = make_env(sizes)
+        forge_gpu.collect(env, forge_gpu.make_policy("expert", env), collected, episodes=sizes["episodes"])
         episodes = list(forge_gpu.read_episodes(run))
         frames = {
             name: np.concatenate([part for e in episodes for part in (e.obs[name], e.next[name][-1:])])
             for name in ("rgb", "depth")
         }
-        fields = {name: (v.shape[1:], v.dtype) for name, v in frames.items()}
         published = len(frames["rgb"])
         run_bytes = tree_bytes(run)
         print(f"{len(episodes)} episodes, {published:,} published frames, run {run_bytes:,} bytes", flush=True)
-        codecs, payloads = codec_rows(frames)
+        codecs = codec_rows(frames)
+        runs = {"raw": run}
+        for label, asked in RUNS.items():
+            runs[label] = os.path.join(parent, label.replace(" ", "_").replace(":", "").replace(",", ""))
+            defaults = {name: str(default_codec(v.shape[1:], v.dtype)) for name, v in frames.items()}
+            forge_gpu.convert_run(run, runs[label], to="packed", codecs={**defaults, **asked})
+        disk = disk_rows(run, collected, runs, published)
         lerobot, roots = lerobot_rows(run, parent, episodes)
-        pipeline = pipeline_rows(sizes, parent, fields)
+        pipeline = pipeline_rows(sizes, parent)
         lerobot_ok = os.path.exists(args.lerobot_python)
-        windows = forge_windows(run, payloads, fields, sizes["batches"], smoke=args.smoke)
+        windows = forge_windows(runs, sizes["batches"])
         if lerobot_ok:
             windows += lerobot_windows(roots, args.lerobot_python, sizes["batches"])
         else:
             windows.append({"loader": "LeRobotDataset", "windows_per_s": f"not measured: no {args.lerobot_python}"})
-        goals = targets(codecs, lerobot, windows, fields)
+        goals = targets(codecs, disk, lerobot, windows)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
     heading = (
@@ -336,7 +348,7 @@ def main(argv=None) -> int:
         f"frames (raw run {run_bytes / published:,.0f} bytes per frame on disk); load {os.getloadavg()[0]:.2f}; "
         f"{time.perf_counter() - began:.0f} s"
     )
-    sections = [codecs, lerobot, pipeline, windows, goals]
+    sections = [codecs, disk, lerobot, pipeline, windows, goals]
     markdown = heading + "\n\n" + "\n\n".join(table(rows, list({k: 0 for r in rows for k in r})) for rows in sections)
     payload = {
         "machine": machine(),
@@ -344,6 +356,7 @@ def main(argv=None) -> int:
         "sizes": sizes,
         "published_frames": published,
         "codecs": codecs,
+        "disk": disk,
         "lerobot": lerobot,
         "pipeline": pipeline,
         "windows": windows,

@@ -175,18 +175,22 @@ def test_frames_encoded_by_the_producer_record_as_the_writers_would(env, tmp_pat
             assert a.obs[name].any() and np.array_equal(a.obs[name], b.obs[name]), name
 
 
-def test_windows_on_a_decode_device_gather_the_payloads_of_the_right_frames(env, tmp_path, monkeypatch):
-    """Windows(decode_device=...) gathers each batch's encoded frames block by block and hands them to the device
-    decoder in the batch's order: with the decoder replaced by a CPU one (no GPU here), the batch equals the CPU
-    path's, over a mapped run of several blocks. Without CUDA, asking for it is a one-line refusal."""
+def test_a_device_batch_decodes_the_payloads_of_the_right_frames(env, tmp_path, monkeypatch):
+    """device_batch gathers each batch's encoded frames block by block (Windows.batch(encoded=True)) and hands
+    them to the device decoder in the batch's order: with the decoder replaced by a CPU one (no GPU here), the batch
+    equals the CPU path's, over a mapped run of several blocks. Without CUDA it is a one-line refusal."""
     torch = pytest.importorskip("torch")
     from forge_gpu._src.data import torch_data
 
     options = forge_gpu.RecordingOptions(codecs={"rgb": "png", "depth": "zstd"}, max_buffer_bytes=1 << 16)
     forge_gpu.collect(env, forge_gpu.make_policy("random", env), str(tmp_path / "run"), steps=20, options=options)
+    windows = forge_gpu.Windows(tmp_path / "run", history=3, horizon=2, mmap=True)
+    assert len(windows._obs) > 1  # several blocks: the gather crosses them
+    assert set(windows.encoded_fields) == {"obs/rgb", "obs/depth"}
+    indices = np.random.default_rng(1).integers(0, len(windows), 40)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"decode_device='cuda': torch sees no CUDA device"):
-            forge_gpu.Windows(tmp_path / "run", decode_device="cuda")
+            forge_gpu.device_batch(windows, indices)
     asked = []
 
     def on_cpu(frames, shape, dtype, device):
@@ -195,11 +199,7 @@ def test_windows_on_a_decode_device_gather_the_payloads_of_the_right_frames(env,
 
     monkeypatch.setattr(torch_data, "check_decode_device", lambda device: device)
     monkeypatch.setattr(torch_data, "decode_on_device", on_cpu)
-    cpu = forge_gpu.Windows(tmp_path / "run", history=3, horizon=2, mmap=True)
-    device = forge_gpu.Windows(tmp_path / "run", history=3, horizon=2, mmap=True, decode_device="cuda:7")
-    assert len(device._obs) > 1  # several blocks: the gather crosses them
-    indices = np.random.default_rng(1).integers(0, len(cpu), 40)
-    a, b = cpu.batch(indices), device.batch(indices)
+    a, b = windows.batch(indices), forge_gpu.device_batch(windows, indices, "cuda:7")
     assert sorted(asked) == [("png", "cuda:7"), ("zstd", "cuda:7")]
     assert set(a) == set(b)
     for key in a:

@@ -215,6 +215,18 @@ def check_decode_device(device: Any) -> Any:
     return target
 
 
+def device_batch(windows: Windows, indices: Sequence[int] | np.ndarray, device: Any = "cuda") -> dict[str, Any]:
+    """``windows.batch(indices)`` with its encoded image fields decoded on the CUDA ``device`` (torch tensors
+    ``[B, history, ...]`` there, JPEG by one batched nvJPEG call per field: :func:`decode_on_device`); the other
+    entries as ``batch`` gives them. ValueError (one line) where torch sees no CUDA device. Unverified on CUDA."""
+    target = check_decode_device(device)
+    out = windows.batch(indices, encoded=True)
+    for name, (shape, dtype) in windows.encoded_fields.items():
+        frames = decode_on_device(out[name], shape, dtype, target)
+        out[name] = frames.reshape(-1, windows.history, *shape)
+    return out
+
+
 def decode_on_device(frames, shape: Sequence[int], dtype: Any, device: Any = "cuda") -> Any:
     """The frames of ``frames`` (an :class:`~forge_gpu._src.core.codecs.EncodedFrames`) as one torch tensor
     ``[n, *shape]`` on the CUDA ``device``: JPEG decoded there, every frame in one batched nvJPEG call
