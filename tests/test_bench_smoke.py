@@ -279,10 +279,10 @@ def test_frames_smoke(out):
     assert [r["export"] for r in payload["lerobot"]] == ["lerobot h264", "lerobot av1"]
     assert payload["pipeline"][0]["recording"] == "raw" and payload["pipeline"][0]["efficiency"] > 0
     loaders = [r["loader"] for r in payload["windows"]]
-    assert loaders[0] == "forge_gpu Windows (loaded, decoded at open), raw" and loaders[-1] == "LeRobotDataset"
+    assert loaders[0] == "forge_gpu Windows rgb-d (loaded, decoded at open), raw" and loaders[-1] == "LeRobotDataset"
     assert all(r["windows_per_s"] > 0 for r in payload["windows"][:-1])
     assert "not measured" in payload["targets"][-1]["value"]
-    assert all(isinstance(r["value"], float) for r in payload["targets"][:2])
+    assert all(isinstance(r["value"], float) for r in payload["targets"][:4])  # bytes: the default, jpeg x2, webp
 
 
 def forge_gpu_codecs():
