@@ -9,8 +9,11 @@ stepping only takes about --seconds, but at least 2 * max_steps so that every en
 max_steps is overridden to --max-steps (default 50) so that this stays affordable for every task.
   stepping        reset, then a plain ``env.step(policy(obs))`` loop, synchronized at the end
   transport       ``collect(env, policy, None, steps=S)``: stepping plus HostSnapshotTransport and its consumer
-  record_packed   ``collect`` recording into a temporary run directory, packed layout, uncompressed
-  record_packed_lz4  the same with LZ4 buffer compression
+  record_packed   ``collect`` recording into a temporary run directory, packed layout, the default image codecs
+                  (tasks with cameras: rgb zstd, depth quantized; encoded in the writer's pool of --writers threads)
+  record_packed_raw  the same with raw images (``--codec none``), no buffer compression
+  record_packed_lz4  raw images with LZ4 buffer compression
+  record_packed_jpeg  the default codecs but rgb as jpeg at quality 90
   record_npz      schema 1 (one file per episode), stored (uncompressed) members
   record_npz_deflate1  schema 1 with deflate level 1
 Figures:
@@ -41,12 +44,14 @@ from common import add_set_option, machine, plot, save, table  # noqa: E402
 CPU_ENVS = {"cartpole": [256, 1024, 4096]}
 CPU_ENVS_OTHER = [64, 256]  # tasks with contacts or cameras step far slower on the CPU
 CUDA_ENVS = [256, 1024, 4096, 16384]
-#: mode -> (format, compression, compression level)
+#: mode -> (format, compression, compression level, image codecs)
 RECORDINGS = {
-    "record_packed": ("packed", "none", 1),
-    "record_packed_lz4": ("packed", "lz4", 1),
-    "record_npz": ("npz", "none", 1),
-    "record_npz_deflate1": ("npz", "deflate", 1),
+    "record_packed": ("packed", "none", 1, {}),
+    "record_packed_raw": ("packed", "none", 1, {"*": "none"}),
+    "record_packed_lz4": ("packed", "lz4", 1, {"*": "none"}),
+    "record_packed_jpeg": ("packed", "none", 1, {"rgb": "jpeg:90"}),
+    "record_npz": ("npz", "none", 1, {}),
+    "record_npz_deflate1": ("npz", "deflate", 1, {}),
 }
 
 
@@ -88,13 +93,13 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
 
     first = step_only()
     base = {"task": task, "device": str(env.device), "num_envs": num_envs, "steps": steps, "policy": args.policy}
-    runs = {"transport": None, **{mode: spec for mode, spec in RECORDINGS.items()}}
+    runs = {"transport": None, **{mode: spec for mode, spec in RECORDINGS.items() if mode in args.modes}}
     collected = {}
     for mode, recording in runs.items():
         directory = None if recording is None else tempfile.mkdtemp(prefix=f"{task}-{num_envs}-{mode}-", dir=parent)
         if directory is not None:
             Path(directory).rmdir()  # collect creates the run directory itself
-        format, compression, level = recording or ("packed", "none", 1)
+        format, compression, level, codecs = recording or ("packed", "none", 1, {})
         try:
             t0 = time.perf_counter()
             summary = collect(
@@ -108,6 +113,7 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
                 compression=compression,
                 compression_level=level,
                 max_buffer_bytes=buffer_budget(env) if format == "npz" else None,
+                options=forge_gpu.RecordingOptions(format=format, codecs=codecs),
             )
             wall = time.perf_counter() - t0
         finally:
@@ -164,6 +170,7 @@ def main(argv=None) -> int:
     parser.add_argument("--writers", type=int, default=2, help="recorder writer threads")
     parser.add_argument("--policy", default="random", choices=["random", "expert"])
     parser.add_argument("--max-steps", type=int, default=50, help="episode length override (0: the task's own)")
+    parser.add_argument("--modes", nargs="+", default=list(RECORDINGS), help=f"recordings, of {', '.join(RECORDINGS)}")
     parser.add_argument("--record-dir", default=None, help="parent of the temporary run directories")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     add_set_option(parser, "config override, e.g. record_state=false (every frame's state is recorded by default)")

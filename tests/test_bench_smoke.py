@@ -89,7 +89,8 @@ def test_transport_smoke(out):
 def test_pipeline_smoke(out):
     """bench/pipeline.py --smoke gives steps/s, efficiency and stall for each mode, and recordings publish."""
     rows = run_bench("pipeline", out)["rows"]
-    modes = {"stepping", "transport", "record_packed", "record_packed_lz4", "record_npz", "record_npz_deflate1"}
+    modes = {"stepping", "transport", "record_packed", "record_packed_raw", "record_packed_lz4", "record_packed_jpeg"}
+    modes |= {"record_npz", "record_npz_deflate1"}
     assert {r["mode"] for r in rows} == modes
     for row in rows:
         check_figures(row, PIPELINE)

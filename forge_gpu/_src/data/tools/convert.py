@@ -91,15 +91,15 @@ def write_run(
 
 def codec_request(source: Any, codecs: Mapping[str, Any] | None, to: str) -> dict:
     """The codecs a new run of format ``to`` is written with (field -> ``CodecSpec``, ``*`` raw): the source's
-    (run.json's ``codecs``, column -> codec), then ``codecs`` over them. ValueError for codecs asked of a format
-    other than packed."""
+    (run.json's ``codecs``, column -> codec; none where ``codecs`` names ``*``), then ``codecs`` over them.
+    ValueError for codecs asked of a format other than packed."""
     asked = check_codecs(codecs or {}, to)  # OptionError (a ValueError) naming a bad one
     if to != "packed":
         return {}
     kept = {
         column.removeprefix("obs/"): spec for column, spec in stored_codecs({CODECS: source}, name="run.json").items()
     }
-    return {"*": CodecSpec(RAW), **kept, **asked}
+    return {"*": CodecSpec(RAW), **({} if "*" in asked else kept), **asked}  # an asked "*" overrides the source
 
 
 def check_target(to: str, compression: str) -> None:

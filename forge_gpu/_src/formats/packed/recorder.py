@@ -244,7 +244,7 @@ class PackedRecorder(RecorderBase):
                 if self._encoded_stats is not None:
                     shape, dtype = self._tracker.fields[field]
                     frames = decode_frames(spec, handed[k], shape, dtype, pool=self._pool)
-                    self._encoded_stats.update_frames({field: frames})
+                    self._encoded_stats.update_frames({field: frames}, skip=set(self._codecs) - {field})
                 k += 1
                 continue
             end = k

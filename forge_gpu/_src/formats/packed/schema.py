@@ -253,18 +253,20 @@ class EncodedColumn:
         return out if dtype is None else out.astype(dtype)
 
 
-_POOL = None
+_POOL: tuple[int, Any] | None = None  # (the process id that made it, the pool)
 
 
 def reader_pool():
     """The thread pool the reader decodes frames in (one per process, ``os.cpu_count()`` threads, made on first
-    use; the image and compression libraries let go of the GIL while they decode)."""
+    use; the image and compression libraries let go of the GIL while they decode). A forked process (a DataLoader
+    worker) makes its own: a pool's threads do not survive a fork."""
     global _POOL  # noqa: PLW0603 - one pool per process, made on first use
-    if _POOL is None:
+    if _POOL is None or _POOL[0] != os.getpid():
         import concurrent.futures  # noqa: PLC0415
 
-        _POOL = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="forge-gpu-decode")
-    return _POOL
+        pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="forge-gpu-decode")
+        _POOL = (os.getpid(), pool)
+    return _POOL[1]
 
 
 def column_to_numpy(column, shape: tuple[int, ...], dtype: np.dtype, *, name: str, codec: CodecSpec | None = None):

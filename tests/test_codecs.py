@@ -1,0 +1,292 @@
+"""Image codecs (layout 5, docs/FORMAT.md "Encoded fields"): every codec round-trips real rendered frames within its
+stated bound; a run's frames decode with pyarrow, Pillow and numpy alone as the format page says; a damaged payload
+is refused by its block's checksum; the recorder takes frames the producer encoded; convert re-encodes both ways;
+bad codec options are refused and create nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic import SyntheticSim, make_batches, make_env, record  # noqa: E402
+
+import forge_gpu  # noqa: E402
+from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run  # noqa: E402
+from forge_gpu._src.core.codecs import (  # noqa: E402
+    CODECS,
+    CodecSpec,
+    EncodedFrames,
+    decode_frames,
+    encode_frames,
+)
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    """Real frames of the reach task's camera at 32 x 32 (2 envs, a few steps of the expert): rgb and depth."""
+    env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=4, **{"params.image_size": 32})
+    policy = forge_gpu.make_policy("expert", env)
+    env.reset()
+    rgb, depth = [], []
+    for _ in range(6):
+        env.step(policy(env.observation))
+        rgb.append(np.array(env.observation["rgb"]))
+        depth.append(np.array(env.observation["depth"]))
+    return np.concatenate(rgb), np.concatenate(depth)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each frame's PSNR [dB], peak 255."""
+    mse = ((a.astype(np.float64) - b) ** 2).reshape(len(a), -1).mean(axis=1)
+    return 10 * np.log10(255.0**2 / np.maximum(mse, 1e-12))
+
+
+def test_every_codec_round_trips_real_rendered_frames(rendered):
+    """Lossless codecs give every bit back; jpeg and webp keep every frame's PSNR above their stated bound (at the
+    default quality and at 75); quantized keeps every value within step_um / 2 and 0 at 0. Over a thread pool too."""
+    import concurrent.futures
+
+    rgb, depth = rendered
+    assert rgb.dtype == np.uint8 and depth.dtype == np.float32 and (depth > 0).any() and rgb.std() > 0
+    tried = set()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for name, codec in CODECS.items():
+            if name == "none":
+                continue
+            for frames in (rgb, depth):
+                spec = CodecSpec(name)
+                try:
+                    spec.check(frames.shape[1:], frames.dtype, field="f")
+                except ValueError:
+                    continue
+                tried.add(name)
+                encoded = encode_frames(spec, frames, pool=pool)
+                assert len(encoded) == len(frames) and encoded.nbytes < frames.nbytes
+                back = decode_frames(spec, encoded, frames.shape[1:], frames.dtype, pool=pool)
+                assert back.shape == frames.shape and back.dtype == frames.dtype
+                if codec.lossless:
+                    assert np.array_equal(back.view(np.uint8), frames.view(np.uint8)), name
+                elif name == "quantized":
+                    step = spec.param("step_um") * 1e-6
+                    assert np.abs(back - frames).max() <= step / 2 + np.spacing(np.abs(frames).max()), name
+                    assert (back[frames == 0] == 0).all()
+                else:
+                    for quality in (spec.param("quality"), 75):
+                        at = CodecSpec(name, (("quality", quality),))
+                        out = decode_frames(at, encode_frames(at, frames), frames.shape[1:], frames.dtype)
+                        assert psnr(out, frames).min() >= codec.min_psnr, (name, quality)
+    assert tried == set(CODECS) - {"none"}
+
+
+def independent_frames(run: Path) -> dict[str, np.ndarray]:
+    """Every committed row of every column, decoded with pyarrow, Pillow and numpy as docs/FORMAT.md "Encoded
+    fields" describes it, written without forge_gpu: column -> [rows, ...] array."""
+    import pyarrow as pa
+    from PIL import Image
+
+    manifest = json.loads((run / "run.json").read_text())
+    lines = [json.loads(line) for line in (run / "commits.jsonl").read_text().splitlines()]
+    out: dict[str, list] = {}
+    for segment in sorted({c["segment"] for c in lines}):
+        reader = pa.ipc.open_stream(pa.memory_map(str(run / f"segment-{segment:06d}.arrows")))
+        for _ in (c for c in lines if c["segment"] == segment):
+            batch = reader.read_next_batch()
+            for field in batch.schema:
+                shape = json.loads(field.metadata[b"shape"])
+                column = batch.column(field.name)
+                if field.name not in manifest["codecs"]:
+                    values = column.flatten() if shape else column
+                    out.setdefault(field.name, []).append(values.to_numpy(zero_copy_only=False).reshape(-1, *shape))
+                    continue
+                codec = manifest["codecs"][field.name]
+                assert json.loads(field.metadata[b"codec"]) == codec
+                dtype = np.dtype(field.metadata[b"dtype"].decode())
+                frames = []
+                for payload in column.to_pylist():
+                    if codec["codec"] in ("png", "jpeg", "webp"):
+                        frames.append(np.asarray(Image.open(io.BytesIO(payload))).reshape(shape))
+                        continue
+                    words = 4 if codec["codec"] == "quantized" else dtype.itemsize
+                    size = int(np.prod(shape)) * words
+                    name = "lz4" if codec["codec"] == "lz4" else "zstd"
+                    data = np.frombuffer(
+                        pa.Codec(name).decompress(payload, decompressed_size=size, asbytes=True), np.uint8
+                    )
+                    if words == 1:
+                        frames.append(data.view(dtype).reshape(shape))
+                        continue
+                    z = data.reshape(words, -1).T.copy().view(f"<u{words}").reshape(shape[0], -1).astype(np.int64)
+                    bits = 8 * words
+                    v = np.cumsum((z >> 1) ^ -(z & 1), axis=1) % (1 << bits)  # the left differences undone
+                    if codec["codec"] == "quantized":
+                        q = np.where(v >= 1 << 31, v - (1 << 32), v)
+                        frames.append((q * (codec["step_um"] * 1e-6)).astype(np.float32).reshape(shape))
+                    else:
+                        frames.append(v.astype(f"<u{words}").view(dtype).reshape(shape))
+                out.setdefault(field.name, []).append(np.stack(frames))
+    return {name: np.concatenate(parts) for name, parts in out.items()}
+
+
+@pytest.mark.parametrize("codecs", [{}, {"rgb": "png", "depth": "lz4"}, {"rgb": "jpeg:80", "depth": "zstd"}])
+def test_an_independent_decode_of_a_collected_run_agrees_with_forge_gpus(tmp_path, codecs):
+    """A reach run (real frames, 32 px) collected with the default codecs and with others reads the same through
+    forge_gpu and through the independent decoder of the format page."""
+    env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=1, max_steps=6, **{"params.image_size": 32})
+    policy = forge_gpu.make_policy("expert", env)
+    forge_gpu.collect(env, policy, str(tmp_path / "run"), episodes=2, options=forge_gpu.RecordingOptions(codecs=codecs))
+    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    assert manifest["layout_version"] == 5 and set(manifest["codecs"]) == {"obs/rgb", "obs/depth"}
+    expected = {"obs/rgb": codecs.get("rgb", "zstd"), "obs/depth": codecs.get("depth", "quantized")}
+    assert {c: CodecSpec.from_json(s, name="run.json") for c, s in manifest["codecs"].items()} == {
+        c: CodecSpec.parse(s) for c, s in expected.items()
+    }
+    mine = independent_frames(tmp_path / "run")
+    episodes = list(forge_gpu.read_episodes(tmp_path / "run"))
+    assert episodes
+    lines = [json.loads(line) for line in (tmp_path / "run" / "commits.jsonl").read_text().splitlines()]
+    first = np.concatenate([np.asarray(c["episodes"]["first_row"], np.int64) for c in lines])
+    stride = np.concatenate([np.asarray(c["episodes"]["stride"], np.int64) for c in lines])
+    for episode, row, step in zip(episodes, first, stride, strict=True):
+        rows = row + np.arange(episode.steps + 1) * step
+        for f in ("rgb", "depth"):
+            theirs = np.concatenate([episode.obs[f], episode.next[f][-1:]])
+            assert theirs.dtype == mine[f"obs/{f}"].dtype and np.array_equal(theirs, mine[f"obs/{f}"][rows]), f
+
+
+def test_a_damaged_payload_is_refused_by_its_blocks_checksum_before_any_decode(tmp_path, monkeypatch):
+    """A byte flipped inside an encoded depth payload: reading and Windows raise the block's checksum error, and no
+    frame of that block was handed to a decoder; verify lists the block and exits 1."""
+    import pyarrow as pa
+
+    from forge_gpu._src.formats.packed import schema
+
+    env = make_env(num_envs=3, max_steps=5, images=True)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1), 12), recorder=PackedRecorder, codecs={})
+    run = tmp_path / "run"
+    segment = run / "segment-000000.arrows"
+    whole = pa.memory_map(str(segment)).read_buffer()
+    batch = pa.ipc.open_stream(pa.BufferReader(whole)).read_next_batch()
+    at = batch.column("obs/depth").buffers()[2].address - whole.address + 7
+    data = bytearray(segment.read_bytes())
+    data[at] ^= 0x40
+    segment.write_bytes(bytes(data))
+    decoded = []
+    monkeypatch.setattr(schema, "decode_frames", lambda *a, **k: decoded.append(a) or pytest.fail("decoded"))
+    for attempt in (lambda: list(forge_gpu.read_episodes(run)), lambda: Windows(run, 1, 1)):
+        with pytest.raises(ValueError, match="fails its checksum"):
+            attempt()
+    assert not decoded
+    assert not forge_gpu.verify_run(run)["ok"]
+
+
+def test_the_recorder_takes_frames_the_producer_encoded(tmp_path):
+    """Batches whose rgb and depth come as EncodedFrames (as the GPU path hands them), mixed with raw ones, make
+    the same run as raw batches: equal episodes, equal statistics; frames of another codec are refused."""
+    env = make_env(num_envs=3, max_steps=5, images=True)
+    batches = make_batches(SyntheticSim(env, seed=2), 14, resets_at=(6,))
+    codecs = {"rgb": CodecSpec("png"), "depth": CodecSpec("zstd")}
+    record(tmp_path / "raw", env, batches, recorder=PackedRecorder, codecs=codecs)
+    recorder = PackedRecorder(tmp_path / "handed", env, codecs=codecs)
+    for k, (observation, result) in enumerate(batches):
+        if k % 3:  # every third batch raw
+            observation = {**observation, **{f: encode_frames(s, observation[f]) for f, s in codecs.items()}}
+        recorder.append(observation, result)
+    wrong = {**batches[0][0], "rgb": encode_frames(CodecSpec("jpeg"), batches[0][0]["rgb"])}
+    with pytest.raises(ValueError, match=r"observation\['rgb'\]: encoded frames must be 3 frames of codec png"):
+        recorder.append(wrong, batches[0][1])
+    recorder.close()
+    a, b = (list(forge_gpu.read_episodes(tmp_path / name)) for name in ("raw", "handed"))
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b, strict=True):
+        for f in x.obs:
+            assert np.array_equal(x.obs[f], y.obs[f]) and np.array_equal(x.next[f], y.next[f]), f
+    raw, handed = (json.loads((tmp_path / name / "stats.json").read_text())["fields"] for name in ("raw", "handed"))
+    assert raw.keys() == handed.keys() and {"obs/rgb", "obs/depth"} <= raw.keys()
+    for key, entry in raw.items():  # the same frames, summed in another order (the writer's share merged at close)
+        assert entry["count"] == handed[key]["count"] > 0, key
+        for stat in ("mean", "std", "min", "max"):
+            assert np.allclose(entry[stat], handed[key][stat], rtol=1e-9), (key, stat)
+
+
+def test_encoded_frames_take_and_concatenate_keep_each_payload():
+    """EncodedFrames.take gathers payloads in any order with repeats, concatenate joins them; bad offsets refused."""
+    frames = np.arange(4 * 6 * 5 * 3, dtype=np.uint8).reshape(4, 6, 5, 3)
+    spec = CodecSpec("png")
+    encoded = encode_frames(spec, frames)
+    picked = encoded.take(np.array([3, 0, 3]))
+    assert np.array_equal(decode_frames(spec, picked, (6, 5, 3), np.uint8), frames[[3, 0, 3]])
+    joined = EncodedFrames.concatenate([encoded, picked])
+    assert np.array_equal(decode_frames(spec, joined, (6, 5, 3), np.uint8), frames[[0, 1, 2, 3, 3, 0, 3]])
+    with pytest.raises(ValueError, match="must rise from 0"):
+        EncodedFrames(spec, encoded.payload, encoded.offsets[::-1].copy())
+
+
+def test_convert_re_encodes_both_ways_and_mapped_windows_decode_on_access(tmp_path):
+    """encoded -> raw -> encoded again with other codecs: lossless codecs keep every bit, run.json says what each
+    run holds; a mapped Windows of an encoded run gives the loaded one's batches."""
+    env = make_env(num_envs=3, max_steps=5, images=True)
+    record(tmp_path / "a", env, make_batches(SyntheticSim(env, seed=3), 16), recorder=PackedRecorder)
+    convert_run(tmp_path / "a", tmp_path / "raw", to="packed", codecs={"*": "none"})
+    convert_run(tmp_path / "raw", tmp_path / "b", to="packed", codecs={"rgb": "webp", "depth": "lz4"})
+    convert_run(tmp_path / "b", tmp_path / "c", to="packed")  # kept: the source's codecs
+    codecs = {name: forge_gpu.read_manifest(tmp_path / name)["codecs"] for name in ("a", "raw", "b", "c")}
+    assert codecs["raw"] == {} and codecs["b"] == codecs["c"]
+    assert codecs["b"] == {"obs/rgb": {"codec": "webp", "quality": 90}, "obs/depth": {"codec": "lz4"}}
+    runs = {name: list(forge_gpu.read_episodes(tmp_path / name)) for name in ("a", "raw", "b")}
+    for x, y, z in zip(runs["a"], runs["raw"], runs["b"], strict=True):
+        assert np.array_equal(x.obs["depth"], y.obs["depth"]) and np.array_equal(y.obs["depth"], z.obs["depth"])
+        assert np.array_equal(x.obs["rgb"], y.obs["rgb"])
+    loaded, mapped = Windows(tmp_path / "b", 2, 2), Windows(tmp_path / "b", 2, 2, mmap=True)
+    order = np.random.default_rng(0).permutation(len(loaded))[:7]
+    mine, theirs = mapped.batch(order), loaded.batch(order)
+    assert all(np.array_equal(mine[k], theirs[k]) for k in ("obs/rgb", "obs/depth", "action"))
+
+
+def test_bad_codec_options_are_refused_naming_them_and_create_nothing(tmp_path, capsys):
+    """A codec on a field the run lacks, on a field that is not an image, or one that does not take the field's
+    frames: ValueError naming it, no directory; the command line says so in one line."""
+    from forge_gpu.cli import main
+
+    env = make_env(num_envs=2, max_steps=4, images=True)
+    for codecs, words in (
+        ({"left": "png"}, "the run has no such field"),
+        ({"proprio": "zstd"}, "'proprio': it is float32\\[3\\], not an image"),
+        ({"depth": "jpeg"}, "codec 'jpeg' for field 'depth': takes uint8"),
+        ({"rgb": "jpeg:quality=101"}, "quality=101 must be an integer in \\[1, 100\\]"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            PackedRecorder(tmp_path / "run", env, codecs=codecs)
+        assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="codecs apply to the packed format"):
+        forge_gpu.RecordingOptions(format="npz", codecs={"rgb": "png"})
+    assert main(["collect", "reach", "--codec", "rgb=gif", "--out", str(tmp_path / "cli")]) == 2
+    assert "--codec rgb=gif: codec 'gif': expected one of" in capsys.readouterr().err
+    assert not (tmp_path / "cli").exists()
+
+
+def test_a_window_dataset_over_an_encoded_run_decodes_in_its_workers(tmp_path):
+    """DataLoader workers (forked) decode an encoded run's frames in their own pools: every window once, equal to
+    the ones read in this process."""
+    torch = pytest.importorskip("torch")
+    from forge_gpu import WindowDataset
+
+    env = make_env(num_envs=3, max_steps=5, images=True)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=6), 14), recorder=PackedRecorder)
+    Windows(tmp_path / "run", 1, 1, mmap=True).batch(np.arange(2))  # this process's pool exists before the fork
+    dataset = WindowDataset(tmp_path / "run", history=1, horizon=1, observation_keys=["rgb", "depth"])
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    seen = {(int(w["env_id"]), int(w["episode_id"]), int(w["t"])): w for w in loader}
+    options = EpisodeReadOptions(observation_keys=["rgb", "depth"])
+    expected = list(forge_gpu.action_windows(tmp_path / "run", options=options))
+    assert len(seen) == len(expected) > 0
+    for w in expected:
+        got = seen[(w["env_id"], w["episode_id"], w["t"])]
+        assert np.array_equal(got["obs/rgb"].numpy(), w["obs/rgb"]) and np.array_equal(
+            got["obs/depth"].numpy(), w["obs/depth"]
+        )
