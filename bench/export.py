@@ -75,17 +75,17 @@ def tree_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
-def image_mae(root: str, run: str) -> float:
-    """Mean absolute error of every decoded frame of a LeRobot export against the run's frames."""
+def lerobot_video_frames(root: str, steps: list[int]) -> list[np.ndarray]:
+    """The camera frames of each episode of the LeRobot export ``root`` (``steps``: each episode's frames, in the
+    export's order), decoded with PyAV: one uint8 [T, H, W, 3] array per episode."""
     import av
     import pyarrow.parquet as pq
 
-    episodes = list(read_episodes(run, options=forge_gpu.EpisodeReadOptions(observation_keys=["rgb"])))
     meta = pq.read_table(os.path.join(root, "meta/episodes/chunk-000/file-000.parquet")).to_pylist()
     key = "observation.images.rgb"
     fps = json.loads(Path(root, "meta/info.json").read_text())["fps"]
-    decoded, errors = {}, []
-    for m, episode in zip(meta, episodes, strict=True):
+    decoded, out = {}, []
+    for m, count in zip(meta, steps, strict=True):
         path = os.path.join(
             root,
             f"videos/{key}/chunk-{m[f'videos/{key}/chunk_index']:03d}/file-{m[f'videos/{key}/file_index']:03d}.mp4",
@@ -94,8 +94,15 @@ def image_mae(root: str, run: str) -> float:
             with av.open(path) as container:
                 decoded[path] = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
         first = round(m[f"videos/{key}/from_timestamp"] * fps)
-        frames = decoded[path][first : first + episode.steps]
-        errors.append(np.abs(frames.astype(np.float64) - episode.obs["rgb"]).mean())
+        out.append(decoded[path][first : first + count])
+    return out
+
+
+def image_mae(root: str, run: str) -> float:
+    """Mean absolute error of every decoded frame of a LeRobot export against the run's frames."""
+    episodes = list(read_episodes(run, options=forge_gpu.EpisodeReadOptions(observation_keys=["rgb"])))
+    frames = lerobot_video_frames(root, [e.steps for e in episodes])
+    errors = [np.abs(f.astype(np.float64) - e.obs["rgb"]).mean() for f, e in zip(frames, episodes, strict=True)]
     return float(np.mean(errors))
 
 

@@ -44,6 +44,7 @@ _EXPORTS = {
     "action_windows": "forge_gpu._src.data.runs",
     "WindowDataset": "forge_gpu._src.data.torch_data",
     "WindowMapDataset": "forge_gpu._src.data.torch_data",
+    "device_batch": "forge_gpu._src.data.torch_data",
     "Windows": "forge_gpu._src.data.windows",
     "PackedRecorder": "forge_gpu._src.formats.packed.recorder",
     "convert_run": "forge_gpu._src.data.tools.convert",

@@ -303,6 +303,40 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
     assert "holds no published episode 9:9; it holds 0:0" in capsys.readouterr().err
 
 
+
+def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
+    """A run with no image field (params.render = false) and a run whose rgb is all zero (an older forge_gpu's
+    state-only run): render and report say there are no frames, in one line, and plot instead (exit 0)."""
+    from synthetic import SyntheticSim, make_batches, make_env, record
+
+    class BlackFrames(SyntheticSim):
+        def _observe(self):
+            obs = super()._observe()
+            return {**obs, "rgb": np.zeros_like(obs["rgb"]), "depth": np.zeros_like(obs["depth"])}
+
+    state_only = make_env(num_envs=2, max_steps=8)
+    record(str(tmp_path / "state"), state_only, make_batches(SyntheticSim(state_only, seed=0, end_prob=0.5), 10))
+    black = make_env(num_envs=2, max_steps=8, images=True)
+    record(str(tmp_path / "black"), black, make_batches(BlackFrames(black, seed=0, end_prob=0.5), 10))
+    camera = make_env(num_envs=2, max_steps=8, images=True)
+    record(str(tmp_path / "camera"), camera, make_batches(SyntheticSim(camera, seed=0, end_prob=0.5), 10))
+    for name, why in (("state", "records no camera frames"), ("black", "rgb frames are all zero")):
+        run = tmp_path / name
+        assert main(["render", str(run), "--out", str(tmp_path / f"{name}.png")]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 2 and why in lines[0] and "plotted proprio" in lines[0], lines
+        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert main(["report", str(run), "--out", str(tmp_path / f"{name}.html")]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 2 and why in lines[0] and lines[1].startswith("wrote"), lines
+        page = (tmp_path / f"{name}.html").read_text()
+        assert "No frames: " in page and "image/webp" not in page
+    assert main(["render", str(tmp_path / "camera"), "--out", str(tmp_path / "camera.gif")]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'camera.gif'}\n"
+    assert main(["report", str(tmp_path / "camera"), "--out", str(tmp_path / "camera.html")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert "image/webp" in (tmp_path / "camera.html").read_text()
+
 _BLOCKED_CLI = """
 import sys
 class Block:

@@ -121,12 +121,26 @@ def test_another_camera_pose_changes_the_images_and_nothing_else(tmp_path, reach
 
 
 def test_rendering_switched_on_for_a_run_recorded_without_it(tmp_path):
-    run = _record(
-        tmp_path / "run", "reach", envs=2, episodes=2, max_steps=5, **{"params.image_size": 32, "params.render": False}
-    )
-    assert all(not e.obs["rgb"].any() for e in _episodes(run))
+    """A run recorded with params.render = false stores no image column and no camera; replaying it from state with
+    rendering on adds rgb and depth, the very frames a run recorded with rendering on holds."""
+    small = {"params.image_size": 32, "randomize.camera_position_offset": {"low": [-0.03] * 3, "high": [0.03] * 3}}
+    run = _record(tmp_path / "run", "reach", envs=2, episodes=2, max_steps=5, **small, **{"params.render": False})
+    manifest = forge_gpu.read_manifest(run)
+    assert not {"rgb", "depth"} & set(manifest["env_spec"]["observation"])
+    assert "cameras" not in manifest["calibration"]
+    assert all(not {"rgb", "depth"} & set(e.obs) for e in _episodes(run))
+    assert "rgb" not in forge_gpu.Windows(run, history=1, horizon=1).batch(np.arange(2))
     forge_gpu.replay(run, tmp_path / "rendered", overrides={"params.render": True})
-    assert all(e.obs["rgb"].any() and e.obs["depth"].any() for e in _episodes(tmp_path / "rendered"))
+    seen = tmp_path / "seen"  # recorded with lossless depth, to compare bit for bit
+    env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=0, max_steps=5, **small)
+    lossless = forge_gpu.RecordingOptions(codecs={"depth": "zstd"})
+    forge_gpu.collect(env, forge_gpu.load_policy("random", env), str(seen), episodes=2, options=lossless)
+    rendered, recorded = _episodes(tmp_path / "rendered"), _episodes(seen)
+    assert forge_gpu.read_manifest(tmp_path / "rendered")["calibration"]["cameras"]["front"]["randomized"]
+    for a, b in zip(rendered, recorded, strict=True):
+        assert a.obs["rgb"].any() and a.obs["depth"].any()
+        for name in ("rgb", "depth", "proprio"):
+            assert np.array_equal(a.obs[name], b.obs[name]) and np.array_equal(a.next[name], b.next[name]), name
 
 
 def test_episode_selection(tmp_path, reach_run):

@@ -165,8 +165,8 @@ def test_reach_contributes_its_fields_and_calibration_through_bind():
     config = forge_gpu.task_config("reach", num_envs=2, device="cpu", **{"params.image_size": 32})
     task = forge_gpu.TASKS["reach"](config)
     env = VectorEnv(task, config)
-    assert env.world.task_fields == {"rgb": task.rgb, "depth": task.depth}
-    assert env.observation["rgb"] is task.rgb and env.observation["depth"] is task.depth
+    assert env.world.task_fields == task.images == {"rgb": task.camera.rgb, "depth": task.camera.depth}
+    assert env.observation["rgb"] is task.camera.rgb and env.observation["depth"] is task.camera.depth
     assert env.calibration is env.world.calibration
     assert env.calibration["cameras"]["front"]["intrinsics"]["width"] == 32
 

@@ -56,12 +56,14 @@ def cmd_render(args) -> int:
     episode = parse_episode(args.episode) if args.episode else None
     check_run(args.run)
     try:
-        path = render_episode(args.run, episode=episode, out=args.out)
+        path, drawn = render_episode(args.run, episode=episode, out=args.out)
     except LookupError as e:
         raise UsageError(str(e)) from e
     except ValueError as e:
         print(f"forge-gpu: invalid run: {e}", file=sys.stderr)
         return 1
+    if drawn != "frames":
+        print(f"{args.run}: no frames to draw: {drawn}; plotted proprio, action and reward instead")
     print(f"wrote {path}")
     return 0
 

@@ -39,6 +39,8 @@ def cmd_report(args) -> int:
     result = _reading(lambda: report(args.run, out, gallery=args.gallery, seed=args.seed))
     if isinstance(result, int):
         return result
+    if result["no_frames"]:
+        print(f"{args.run}: no frames in the gallery: {result['no_frames']}; it plots proprio, action and reward")
     print(
         f"wrote {result['out']}: {result['bytes']:,} bytes, {result['episodes']:,} episodes, "
         f"{result['gallery']} in the gallery, {result['seconds']:.2f} s"

@@ -9,6 +9,7 @@ waits for a free slot -> stepping stops. Exceptions in any thread reach the call
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from forge_gpu._src.collect.encode import run_encoder
 from forge_gpu._src.collect.transport import HostSnapshotTransport, Transport, TransportClosed
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.manifest import describe_run
@@ -192,8 +194,9 @@ def collect(
             each one given (not ``None``) overrides ``options``.
         stop: Set it (e.g. from a signal handler) to stop stepping and close cleanly.
         progress: Called about every ``progress_interval`` seconds with a dict of counters.
-        transport: A factory ``(env, slots=K) -> Transport`` (default :class:`HostSnapshotTransport`); the
-            transport's ``name`` goes to run.json.
+        transport: A factory ``(env, slots=K) -> Transport`` (default :class:`HostSnapshotTransport`, given on
+            CUDA an encoder of the packed run's JPEG fields: ``collect/encode.run_encoder``); the transport's
+            ``name`` goes to run.json.
     """
     if (episodes is None) == (steps is None):
         raise ValueError(f"give exactly one of episodes={episodes!r} and steps={steps!r}")
@@ -211,7 +214,10 @@ def collect(
     began = time.perf_counter()
     first = env.reset()  # compiles the step's kernels on first use and captures the step graph
     env.check_action(policy(env.observation))  # refuse a broken policy before anything is created
-    transport = (transport or HostSnapshotTransport)(env, slots=slots)
+    if transport is None:  # on CUDA, JPEG fields encoded before the host copy (collect/encode.py)
+        encoder = run_encoder(env, options, recording=directory is not None)
+        transport = functools.partial(HostSnapshotTransport, encoder=encoder)
+    transport = transport(env, slots=slots)
     recorder = None
     if directory is not None:
         recorder = make_recorder(directory, describe_run(env, transport=transport.name), options)

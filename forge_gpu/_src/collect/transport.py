@@ -5,8 +5,16 @@ The env packs its whole result into one contiguous buffer at the end of each ste
 host batch is a view into that slot. On CUDA the slots are page-locked (Warp pinned arrays) and the
 copy is issued on the env's stream right after the step, with a completion event per slot: the CPU
 never waits for it, the next step is queued behind it, and the consumer waits on the slot's event.
-On the CPU the slots are numpy buffers. Taking a slot blocks while all K are held by the consumer or
-in flight: that wait is where backpressure throttles the stepping loop, and it is counted as stall time.
+On the CPU the slots are numpy buffers.
+
+With an ``encoder`` (``collect/encode.py``) the image fields it encodes are not copied raw: right after the step
+the encoder turns them into payloads where the step ran (nvJPEG on CUDA), and the slot receives the other fields
+(a few copies of adjacent byte runs) and each encoded field's payloads, of variable length, in an area of bounded
+capacity (overflow: :class:`~forge_gpu._src.collect.encode.PayloadAreas`); the consumer's batch holds an
+:class:`~forge_gpu._src.core.codecs.EncodedFrames` for each encoded field.
+
+Taking a slot blocks while all K are held by the consumer or in flight: that wait is where backpressure throttles
+the stepping loop, and it is counted as stall time.
 
 No wait is blind: ``publish(timeout=...)`` and ``get(timeout=...)`` raise ``TimeoutError`` naming the step
 (and the slots) they waited for, and with or without a timeout a waiting side looks every
@@ -29,6 +37,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.collect.encode import FrameEncoder, PayloadAreas, split_layout
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.sim.step_result import StepResult
 
@@ -84,18 +93,29 @@ class HostSnapshotTransport:
     Args:
         env: The :class:`VectorEnv` whose ``result`` is published.
         slots: K, the number of host slots (at least 2 lets stepping overlap consumption).
+        encoder: the encode stage (``collect/encode.make_encoder``), or None: every field is copied raw.
+        capacity: with an encoder, each encoded field's area per slot [bytes] (default: its raw bytes per step).
     """
 
     name = "host_snapshot"
 
-    def __init__(self, env, slots: int = 4):
+    def __init__(self, env, slots: int = 4, *, encoder: FrameEncoder | None = None, capacity: int | None = None):
         check_int("slots", slots, minimum=1)
+        if capacity is not None:
+            check_int("capacity", capacity, minimum=1)
         self.env = env
         self.slots = slots
         self.device = env.device
-        self.bytes_per_step = int(env.packed_result.capacity)
-        """Bytes copied per published step."""
         self._cuda = self.device.is_cuda
+        layout = env.result_layout
+        self._runs = None  # with an encoder: the byte runs of the fields copied raw
+        self.payloads = None
+        """With an encoder: the encoded fields' areas and figures (``PayloadAreas``)."""
+        if encoder is not None:
+            self.payloads = PayloadAreas(encoder, layout, slots, pinned=self._cuda, capacity=capacity)
+            self._runs, layout, fixed = split_layout(layout, {f"obs/{name}" for name in encoder.fields})
+        self.bytes_per_step = int(env.packed_result.capacity) if encoder is None else fixed
+        """Bytes copied raw per published step (with an encoder, the encoded fields' bytes are ``payloads``')."""
         self._slots: list = []  # per slot: the bytes the copy lands in (pinned Warp array on CUDA, numpy on CPU)
         self._views: list[dict[str, np.ndarray]] = []  # per slot: one typed view per field
         for _ in range(slots):
@@ -111,7 +131,7 @@ class HostSnapshotTransport:
                     name: raw[offset : offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize]
                     .view(dtype)
                     .reshape(shape)
-                    for name, offset, shape, dtype in env.result_layout
+                    for name, offset, shape, dtype in layout
                 }
             )
         self._packed = None if self._cuda else env.packed_result.numpy()  # a view, made once (CPU)
@@ -157,18 +177,37 @@ class HostSnapshotTransport:
             self._raise_if_stopped()
             slot = self._free.popleft()
         t0 = time.perf_counter()
-        if self._cuda:  # on the env's stream: ordered after the step, and the next step after the copy
-            stream = wp.get_stream(self.device)
-            stream.record_event(self._start[slot])
-            wp.copy(self._slots[slot], self.env.packed_result, stream=stream)
-            stream.record_event(self._done[slot])
-        else:
-            np.copyto(self._slots[slot], self._packed)
+        try:
+            self._copy(slot)
+        except BaseException:
+            with self._cond:  # the slot comes back; the publisher sees the error
+                self._free.append(slot)
+                self._cond.notify_all()
+            raise
         self.copy_seconds += time.perf_counter() - t0
         with self._cond:
             self._ready.append(slot)
             self.steps += 1
             self._cond.notify_all()
+
+    def _copy(self, slot: int) -> None:
+        """Issue the step's copy into ``slot`` (with an encoder: the encode, its payloads and the raw runs)."""
+        if self._cuda:  # on the env's stream: ordered after the step, and the next step after the copy
+            stream = wp.get_stream(self.device)
+            stream.record_event(self._start[slot])
+            if self.payloads is not None:
+                self.payloads.fill(slot, self.env.observation)
+                for source, at, size in self._runs:
+                    wp.copy(self._slots[slot], self.env.packed_result, at, source, size, stream=stream)
+            else:
+                wp.copy(self._slots[slot], self.env.packed_result, stream=stream)
+            stream.record_event(self._done[slot])
+        elif self.payloads is not None:
+            self.payloads.fill(slot, self.env.observation)
+            for source, at, size in self._runs:
+                self._slots[slot][at : at + size] = self._packed[source : source + size]
+        else:
+            np.copyto(self._slots[slot], self._packed)
 
     def _publish_waits(self) -> str:
         held = self.slots - len(self._free) - len(self._ready)
@@ -197,6 +236,8 @@ class HostSnapshotTransport:
         if self._cuda:
             self._wait_for_copy(slot, step, deadline)
         host = self._views[slot]
+        if self.payloads is not None:
+            host = {**host, **{f"obs/{name}": frames for name, frames in self.payloads.frames(slot).items()}}
         result = StepResult.from_arrays(host)
         return HostBatch(slot, result.observation, result)
 
@@ -218,6 +259,8 @@ class HostSnapshotTransport:
 
     def release(self, batch: HostBatch) -> None:
         """Give the slot of ``batch`` back to the publisher."""
+        if self.payloads is not None:
+            self.payloads.release(batch.slot)
         with self._cond:
             self._free.append(batch.slot)
             self._cond.notify_all()

@@ -192,3 +192,63 @@ def _map_dataset_class() -> type:
 
     _WindowMapDataset.__name__ = _WindowMapDataset.__qualname__ = "WindowMapDataset"
     return _WindowMapDataset
+
+
+def check_decode_device(device: Any) -> Any:
+    """``device`` as a CUDA ``torch.device``; ValueError (one line) for a device that is not CUDA or a machine where
+    torch sees none."""
+    import torch
+
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"decode_device={device!r}: not a torch device ({exc})") from exc
+    if target.type != "cuda":
+        raise ValueError(
+            f"decode_device={device!r}: expected a CUDA device ('cuda' or 'cuda:N'); leave it unset for the CPU"
+        )
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"decode_device={device!r}: torch sees no CUDA device on this machine "
+            "(torch.cuda.is_available() is False); leave it unset to decode on the CPU"
+        )
+    return target
+
+
+def device_batch(windows: Windows, indices: Sequence[int] | np.ndarray, device: Any = "cuda") -> dict[str, Any]:
+    """``windows.batch(indices)`` with its encoded image fields decoded on the CUDA ``device`` (torch tensors
+    ``[B, history, ...]`` there, JPEG by one batched nvJPEG call per field: :func:`decode_on_device`); the other
+    entries as ``batch`` gives them. ValueError (one line) where torch sees no CUDA device. Unverified on CUDA."""
+    target = check_decode_device(device)
+    out = windows.batch(indices, encoded=True)
+    for name, (shape, dtype) in windows.encoded_fields.items():
+        frames = decode_on_device(out[name], shape, dtype, target)
+        out[name] = frames.reshape(-1, windows.history, *shape)
+    return out
+
+
+def decode_on_device(frames, shape: Sequence[int], dtype: Any, device: Any = "cuda") -> Any:
+    """The frames of ``frames`` (an :class:`~forge_gpu._src.core.codecs.EncodedFrames`) as one torch tensor
+    ``[n, *shape]`` on the CUDA ``device``: JPEG decoded there, every frame in one batched nvJPEG call
+    (``torchvision.io.decode_jpeg(..., device=device)``); any other codec decoded on the CPU (``core/codecs``) and
+    copied over from page-locked memory. ValueError (one line) for a device that is not CUDA or a machine where
+    torch sees none. Unverified on CUDA (no GPU lent yet)."""
+    import torch
+
+    from forge_gpu._src.core.codecs import decode_frames
+
+    target = check_decode_device(device)
+    shape, n = tuple(int(s) for s in shape), len(frames)
+    if frames.spec.name != "jpeg" or n == 0:
+        decoded = torch.from_numpy(decode_frames(frames.spec, frames, shape, dtype))
+        return decoded.pin_memory().to(target, non_blocking=True)
+    import torchvision.io
+
+    # torchvision takes a list of encoded tensors, one per frame (views of the one payload, no copy): the only
+    # per-frame Python of the decode, which nvJPEG then runs as one batch.
+    payload = torch.from_numpy(frames.payload)
+    starts, sizes = frames.offsets[:-1].tolist(), np.diff(frames.offsets).tolist()
+    images = torchvision.io.decode_jpeg(
+        [payload.narrow(0, a, b) for a, b in zip(starts, sizes, strict=True)], device=target
+    )
+    return torch.stack(images).permute(0, 2, 3, 1).reshape(n, *shape)

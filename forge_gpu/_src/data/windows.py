@@ -51,6 +51,10 @@ class Windows:
 
     Every block's checksum is verified once, as the table is made (mapped or loaded); ``verify=False`` skips it
     (:class:`EpisodeReadOptions`'s ``verify``).
+
+    Encoded image fields (packed layout 5) are decoded as a batch gathers them, on the CPU over the reader's thread
+    pool; ``batch(indices, encoded=True)`` leaves them encoded (an ``EncodedFrames`` of the batch's ``B x history``
+    frames, window by window), for a decoder elsewhere: ``forge_gpu.device_batch`` decodes them on a CUDA device.
     """
 
     def __init__(
@@ -83,6 +87,13 @@ class Windows:
         # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
         self._starts = np.array([start for start, _ in blocks], np.int64)
         self._obs = [(start, {n: c for n, c in columns.items() if n != "action"}) for start, columns in blocks]
+        # Encoded columns (packed layout 5: ``EncodedColumn``, its payloads in ``frames``), which ``batch`` can leave
+        # encoded, and the table without them.
+        self.encoded_fields = {n: (c.frame_shape, c.dtype) for n, c in self._obs[0][1].items() if hasattr(c, "frames")}
+        """``obs/<F>`` -> (frame shape, dtype) of the fields stored encoded (decoded unless ``batch(encoded=True)``)."""
+        self._unencoded = [
+            (a, {n: c for n, c in cols.items() if n not in self.encoded_fields}) for a, cols in self._obs
+        ]
         self._action = [(start, {"action": c["action"]}) for start, c in blocks]
         self._params = {k: v for k, v in episodes.items() if k.startswith("params/")}
         self._first_row, self._stride, self._steps = episodes["first_row"], episodes["stride"], episodes["steps"]
@@ -115,8 +126,9 @@ class Windows:
             return {k: (v[0] if k == "instruction" else v[0] if v.ndim > 1 else v[0].item()) for k, v in one.items()}
         return self.batch(index)
 
-    def batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
-        """Many windows at once (see the class doc); ``indices`` may repeat and come in any order."""
+    def batch(self, indices: Sequence[int] | np.ndarray, *, encoded: bool = False) -> dict[str, Any]:
+        """Many windows at once (see the class doc); ``indices`` may repeat and come in any order. With ``encoded``,
+        the fields of :attr:`encoded_fields` are left encoded: each an ``EncodedFrames`` of ``B x history`` frames."""
         indices = np.asarray(indices)
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
             raise ValueError(f"indices must be a 1-d sequence of integers, got shape {indices.shape} {indices.dtype}")
@@ -131,8 +143,12 @@ class Windows:
         action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
         out: dict[str, Any] = {
             name: values.reshape(*obs_rows.shape, *values.shape[1:])
-            for name, values in take_rows(self._obs, obs_rows.ravel(), self._starts).items()
+            for name, values in take_rows(
+                self._unencoded if encoded else self._obs, obs_rows.ravel(), self._starts
+            ).items()
         }
+        if encoded:
+            out.update(self._payloads(obs_rows.ravel()))
         action = take_rows(self._action, action_rows.ravel(), self._starts)["action"]
         out["action"] = action.reshape(*action_rows.shape, *action.shape[1:])
         if self.pad:
@@ -143,6 +159,22 @@ class Windows:
         out["episode_id"] = self._episode_id[e]
         out["t"] = t.astype(np.int64)
         out["instruction"] = self._texts[self._instruction[e]].tolist()
+        return out
+
+    def _payloads(self, rows: np.ndarray) -> dict[str, Any]:
+        """The encoded fields' payloads of the frames at ``rows``, in that order, gathered from the blocks that hold
+        them (one take per block and field)."""
+        from forge_gpu._src.core.codecs import EncodedFrames
+
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        order = np.argsort(which, kind="stable")
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size)
+        touched = np.unique(which).tolist()
+        out = {}
+        for name in self.encoded_fields:
+            parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched]
+            out[name] = EncodedFrames.concatenate(parts).take(inverse)  # back in the order of ``rows``
         return out
 
 

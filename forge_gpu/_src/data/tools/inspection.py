@@ -228,8 +228,19 @@ def _figure(value) -> str:
     return np.array2string(np.asarray(value), precision=4, separator=", ") if np.ndim(value) else f"{value:.4g}"
 
 
-def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None) -> Path:
-    """Draw one episode: a GIF of its ``rgb`` frames, or a PNG plot of proprio, actions and reward.
+def no_frames(episode) -> str | None:
+    """Why ``episode`` has no camera frames to draw (its run stores no ``rgb``: recorded with ``params.render =
+    false`` or a camera off; or every frame is zero: such a run of an older forge_gpu), or None when it has some."""
+    if "rgb" not in episode.obs:
+        return "the run records no camera frames (no rgb field: recorded with params.render = false or a camera off)"
+    if not (episode.obs["rgb"].any() or episode.next["rgb"].any()):
+        return "the run's rgb frames are all zero (recorded with params.render = false by an older forge_gpu)"
+    return None
+
+
+def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None) -> tuple[Path, str]:
+    """Draw one episode: a GIF of its ``rgb`` frames, or, when it has none (:func:`no_frames`), a PNG plot of
+    proprio, actions and reward. Returns the path and what it drew (``"frames"`` or why there are none).
 
     Raises ``LookupError`` when the episode is not in the run.
     """
@@ -251,14 +262,15 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    if "rgb" in ep.obs:
+    missing = no_frames(ep)
+    if missing is None:
         from PIL import Image
 
         out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.gif")
         frames = np.concatenate([ep.obs["rgb"], ep.next["rgb"][-1:]])
         images = [Image.fromarray(f) for f in frames]
         images[0].save(out, save_all=True, append_images=images[1:], duration=40, loop=0)
-        return out
+        return out, "frames"
     out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.png")
     t = ep.obs["time"]
     fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
@@ -273,4 +285,4 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
-    return out
+    return out, missing

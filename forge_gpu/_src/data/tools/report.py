@@ -16,7 +16,14 @@ import numpy as np
 
 from forge_gpu._src.core.files import remove_quietly
 from forge_gpu._src.data.tools.report_charts import binned, chart, fmt, histogram
-from forge_gpu._src.data.tools.report_page import cards, gallery_section, page, statistics_section, table
+from forge_gpu._src.data.tools.report_page import (
+    cards,
+    gallery_note,
+    gallery_section,
+    page,
+    statistics_section,
+    table,
+)
 from forge_gpu._src.data.tools.summary import GALLERY_EACH, gather, pick_gallery, read_gallery
 
 #: The most randomized components a report plots (a vector param is one per component).
@@ -31,7 +38,8 @@ def report(path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GA
     """Write the HTML report of a run directory or a dataset root to ``out`` (replaced whole when it exists).
 
     ``gallery``: episodes of each kind the gallery shows (best, worst, failed, random; so at most 4 x ``gallery``);
-    ``seed``: the random choices. Returns ``{"out", "bytes", "seconds", "episodes", "gallery"}``. Raises ValueError
+    ``seed``: the random choices. Returns ``{"out", "bytes", "seconds", "episodes", "gallery", "no_frames"}``
+    (``no_frames``: why the gallery shows no camera frames, or None). Raises ValueError
     for a damaged run (naming it) or a bad argument, ImportError when Pillow is needed and missing."""
     if not isinstance(gallery, int) or isinstance(gallery, bool) or not 0 <= gallery <= 16:
         raise ValueError(f"gallery must be an integer in [0, 16], got {gallery!r}")
@@ -67,6 +75,7 @@ def report(path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GA
         "seconds": time.perf_counter() - start,
         "episodes": int(episodes["steps"].size),
         "gallery": len(items),
+        "no_frames": gallery_note(items),
     }
 
 

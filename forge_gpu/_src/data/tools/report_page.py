@@ -10,6 +10,7 @@ import html
 import numpy as np
 
 from forge_gpu._src.core.episode import episode_stem
+from forge_gpu._src.data.tools.inspection import no_frames
 from forge_gpu._src.data.tools.report_charts import animation, chart, data_uri, fmt
 
 #: The page's sections, in order: their ids (what a test looks for) and headings.
@@ -110,12 +111,18 @@ def cards(items: list[tuple[str, str]]) -> str:
     return f'<div class="cards">{inner}</div>'
 
 
+def gallery_note(items: list[dict]) -> str | None:
+    """Why the gallery's episodes show no camera frames (:func:`no_frames` of the first one), or None."""
+    return no_frames(items[0]["episode"]) if items else None
+
+
 def gallery_section(items: list[dict], episodes: dict) -> str:
     """One card per gallery episode: what it is, and its camera frames animated, or plots of its proprio, action and
-    reward where the run has no camera."""
+    reward where the run has no frames (said once, above the cards)."""
     if not items:
         return '<p class="muted">No published episode to show.</p>'
-    cells = []
+    note = gallery_note(items)
+    cells = [] if note is None else [f'<p class="muted">No frames: {html.escape(note)}.</p>']
     for item in items:
         episode, run, i = item["episode"], item["run"], item["index"]
         stem = episode_stem(episode.env_id, episode.episode_id)
@@ -131,7 +138,8 @@ def gallery_section(items: list[dict], episodes: dict) -> str:
             facts.append(f'<span class="muted">{html.escape(drawn)}</span>')
         media = _episode_media(episode, run, stem)
         cells.append(f'<div class="episode" data-episode="{stem}">{"<br>".join(facts)}{media}</div>')
-    return '<div class="gallery">' + "".join(cells) + "</div>"
+    head = cells[:1] if note is not None else []
+    return "".join(head) + '<div class="gallery">' + "".join(cells[len(head) :]) + "</div>"
 
 
 def _value(v) -> str:
@@ -142,7 +150,7 @@ def _value(v) -> str:
 def _episode_media(episode, run: dict, stem: str) -> str:
     t = episode.obs["time"].astype(np.float64)
     reward = chart([{"x": t, "y": episode.reward}], title="reward", xlabel="time [s]", width=260, height=110)
-    if "rgb" in episode.obs:
+    if no_frames(episode) is None:
         uri = data_uri(animation(episode, control_dt=run["control_dt"]), "image/webp")
         what = "rgb | depth" if "depth" in episode.obs else "rgb"
         return f'<img alt="{stem} {what}" src="{uri}"><span class="muted">{what}</span>{reward}'

@@ -64,7 +64,8 @@ class ArmParams:
     reset_noise: float = field(default=0.1, metadata=bounded(0.0, 1.0))
     """Start joint angles drawn uniformly in home_q +- this [rad]."""
     render: bool = True
-    """Render ``rgb`` and ``depth`` after every step; when false they stay zero (for benchmarks)."""
+    """Render ``rgb`` and ``depth`` after every step; when false the task has no camera and the env no image
+    fields (a state-only run stores no frames; ``replay --from state`` with ``params.render=true`` adds them)."""
     image_size: int = field(default=64, metadata=bounded(choices=IMAGE_SIZES))
     """Image width and height [px]."""
     camera_position: tuple[float, ...] = field(default=(0.45, 0.8, 0.6), metadata=bounded(-10.0, 10.0))
@@ -131,9 +132,10 @@ def check_arm(config, task: str, action_dim: int) -> None:
 
 
 def image_fields(p: ArmParams) -> dict[str, tuple[tuple[int, ...], str]]:
-    """``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S = ``params.image_size``."""
+    """``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S = ``params.image_size``; none when
+    ``params.render`` is false (the camera is off)."""
     s = p.image_size
-    return {"rgb": ((s, s, 3), "uint8"), "depth": ((s, s), "float32")}
+    return {"rgb": ((s, s, 3), "uint8"), "depth": ((s, s), "float32")} if p.render else {}
 
 
 def add_table(builder, p: ArmParams, *, cfg=None) -> tuple[int, int]:
@@ -302,13 +304,21 @@ class ArmTask(Task):
         return {**self.spec.extra_fields, **image_fields(self.params)}
 
     def bind_arm(self, world) -> dict:
-        """The hand body, the home pose, the joint targets' view and the camera; returns its calibration."""
+        """The hand body, the home pose, the joint targets' view and the camera (none when ``params.render`` is
+        false: then ``images`` is empty and only the camera's poses are kept, for the apply kernels); returns
+        the camera's calibration (empty without a camera)."""
         p, n = self.params, world.num_envs
         self.ee_body = per_world(world.model.body_label, "hand", n, world.device)
         self.home_q = wp.array(np.asarray(p.home_q, np.float32), device=world.device)
         self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
+        if not p.render:
+            self.camera, self.images = None, {}
+            self.camera_transforms = wp.zeros(n, dtype=wp.transformf, device=world.device)
+            return {}
         self.camera, calibration = make_camera(p, self.config, world.model, n)
-        self.rgb, self.depth = self.camera.rgb, self.camera.depth
+        self.images = {"rgb": self.camera.rgb, "depth": self.camera.depth}
+        """The image fields the task contributes: ``rgb`` and ``depth``, or none without a camera."""
+        self.camera_transforms = self.camera.transforms
         return calibration
 
     def apply_action(self, world) -> None:

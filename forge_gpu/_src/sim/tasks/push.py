@@ -221,7 +221,7 @@ class PushTask(ArmTask):
         self.fields = {name: wp.zeros((n, *shape), dtype=float, device=device) for name, shape in shapes.items()}
         calibration = self.bind_arm(world)
         return TaskBinding(
-            fields={**self.fields, "rgb": self.rgb, "depth": self.depth},
+            fields={**self.fields, **self.images},
             calibration=calibration,
             state={"goal_pos": self._goal_state},
         )
@@ -279,7 +279,7 @@ class PushTask(ArmTask):
                 model.body_inertia,
                 model.body_inv_inertia,
                 model.shape_color,
-                self.camera.transforms,
+                self.camera_transforms,
             ],
             device=world.device,
         )

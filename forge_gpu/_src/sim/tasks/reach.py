@@ -112,7 +112,8 @@ class ReachTask(ArmTask):
             builder.shape_flags[shape] &= ~newton.ShapeFlags.COLLIDE_SHAPES
 
     def bind(self, world: World) -> TaskBinding:
-        """The arm's buffers and the camera; contributes ``rgb``, ``depth`` and the camera's calibration."""
+        """The arm's buffers and the camera; contributes ``rgb``, ``depth`` and the camera's calibration (neither
+        when ``params.render`` is false)."""
         model, n = world.model, world.num_envs
         self.target_shape = per_world(model.shape_label, "target", n, world.device)
         self.table_shape = per_world(model.shape_label, "table", n, world.device)
@@ -122,7 +123,7 @@ class ReachTask(ArmTask):
         self._target_state = target_state  # a float32 [N, 3] view of target_pos: the task's recorded state
         calibration = self.bind_arm(world)
         return TaskBinding(
-            fields={"rgb": self.rgb, "depth": self.depth},
+            fields=dict(self.images),
             calibration=calibration,
             state={"target_pos": self._target_state},
         )
@@ -161,7 +162,7 @@ class ReachTask(ArmTask):
                 world.reset_mask,
                 *(values[name].reshape((world.num_envs, -1)) for name in VISUALS),
             ],
-            outputs=[world.model.shape_color, self.camera.transforms],
+            outputs=[world.model.shape_color, self.camera_transforms],
             device=world.device,
         )
 
