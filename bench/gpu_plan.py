@@ -73,8 +73,11 @@ def calls(wheels: Path, gpu_check_args: str = "") -> list[dict]:
         for p in entry["parts"]:
             parts[p.get("call", 1)] = parts.get(p.get("call", 1), 0) + p["size"]
     kernels = "--kernels /tmp/kcache" if any(f["name"] == offline.KERNELS for f in manifest["files"]) else ""
-    smoke = "--smoke" in gpu_check_args.split()
-    sections = sum(gpu_check.estimate_for(name, smoke) for name in gpu_check.SECTIONS)
+    words = gpu_check_args.split()
+    smoke = "--smoke" in words
+    only = tuple(words[i + 1] for i, w in enumerate(words[:-1]) if w == "--only")
+    names = [n for n in gpu_check.SECTIONS if n == "machine" or not only or n.startswith(only)]
+    sections = sum(gpu_check.estimate_for(name, smoke) for name in names)
     deadline = COMMAND_S - INSTALL_S - 30
     out = []
     for k in sorted(parts):
@@ -154,7 +157,7 @@ def copy_tree(dest: Path) -> None:
 def bare_python(folder: Path, have: set[str]) -> Path:
     """A venv without site-packages, with the distributions of ``have`` installed here symlinked in (the
     image's packages); its python."""
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)  # pip: the image's
     python = folder / "bin" / "python3"
     site = Path(
         subprocess.run(

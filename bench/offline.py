@@ -607,8 +607,10 @@ def summarize(manifest: dict, folder: Path) -> None:
     total = sum(w["size"] for w in wheels)
     files = sum(len(w["parts"]) for w in wheels)
     print(f"total {mib(total)} ({total:,} bytes) in {len(wheels)} wheels, {_files(files)}")
+    for f in manifest.get("files", []):
+        print(f"  {f['name']:<{width}}  {mib(f['size']):>10}  (not a wheel: install --kernels unpacks it)")
     calls = {}
-    for w in wheels:
+    for w in [*wheels, *manifest.get("files", [])]:
         for p in w["parts"]:
             calls.setdefault(p.get("call", 1), []).append(p["size"])
     print(

@@ -203,6 +203,7 @@ def test_non_contiguous_torch_action_executes_its_values(device):
     np.testing.assert_array_equal(executed, action.cpu().numpy())
 
 
+@pytest.mark.wheel_layout
 def test_import_does_not_pull_torch(tmp_path):
     """import forge_gpu (and the env) does not import torch. Run away from the repository root, whose source-tree
     ``forge_gpu`` would shadow an installed one (``python -c`` puts the working directory first on sys.path)."""
