@@ -1109,10 +1109,16 @@ def main(argv=None) -> int:
             write_tar(out, Path(args.tar))
         print(f"    {info['status']} in {info['seconds']} s (estimate {info['estimate_s']:.0f} s)", flush=True)
     compiled = compiled_modules(logs)
-    print(
-        f"kernel modules compiled during the run (not in the kernel cache): {len(compiled)}"
-        + (f": {', '.join(compiled)}" if compiled else "")
-    )
+    on_cuda = [m for m in compiled if not m.endswith("@cpu")]
+    value = f"{len(on_cuda)} on CUDA" + (f" ({', '.join(on_cuda)})" if on_cuda else "")
+    value += f", {len(compiled) - len(on_cuda)} on the CPU (the carried cache holds CUDA modules only)"
+    print(f"kernel modules Warp compiled during the run (not found in its kernel cache): {value}", flush=True)
+    if sections:
+        markdown += f"\n\nKernel modules compiled during the run: {value}\n"
+        payload = {"machine": machine, "device": device, "smoke": args.smoke, "sections": sections, "rows": rows}
+        save("gpu_check", payload | {"compiled_modules": compiled}, markdown, out)
+        if args.tar:
+            write_tar(out, Path(args.tar))
     print(markdown)
     return 0 if all(row.get("ok", True) for row in rows) else 1
 
