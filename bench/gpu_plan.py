@@ -54,6 +54,8 @@ STASH_S = 5.0
 """A call that only brings its part."""
 INSTALL_S = 45.0
 """offline.py install of the wheels and the kernel cache on the device (28 s measured here for the wheels)."""
+KCACHE = "/tmp/kcache"
+"""Warp's kernel cache on the device: the carried one is unpacked here."""
 OUT_FILES, OUT_FILE_BYTES, OUT_DEPTH = 8, 16 * MIB, 2
 """What comes back from $OUT: at most 8 files, 16 MiB each, no more than 2 folders down."""
 
@@ -72,7 +74,7 @@ def calls(wheels: Path, gpu_check_args: str = "") -> list[dict]:
     for entry in [*manifest["wheels"], *manifest["files"]]:
         for p in entry["parts"]:
             parts[p.get("call", 1)] = parts.get(p.get("call", 1), 0) + p["size"]
-    kernels = "--kernels /tmp/kcache" if any(f["name"] == offline.KERNELS for f in manifest["files"]) else ""
+    kernels = f"--kernels {KCACHE}" if any(f["name"] == offline.KERNELS for f in manifest["files"]) else ""
     words = gpu_check_args.split()
     smoke = "--smoke" in words
     only = tuple(words[i + 1] for i, w in enumerate(words[:-1]) if w == "--only")
@@ -87,7 +89,7 @@ def calls(wheels: Path, gpu_check_args: str = "") -> list[dict]:
             command = (
                 "set -o pipefail; export PYTHONUNBUFFERED=1; "
                 f"python3 bench/offline.py install --wheels {rel} --target /tmp/site {kernels} "
-                "&& export PYTHONPATH=/tmp/site" + (" WARP_CACHE_PATH=/tmp/kcache" if kernels else "") + " && "
+                "&& export PYTHONPATH=/tmp/site" + (f" WARP_CACHE_PATH={KCACHE}" if kernels else "") + " && "
                 f"python3 bench/gpu_check.py --out /tmp/gpu_check --tar $OUT/gpu_check.tgz --deadline-s {deadline} "
                 f"{gpu_check_args} 2>&1 | tee $OUT/call{k}.log"
             ).replace("  ", " ")
@@ -195,12 +197,32 @@ def out_problems(out: Path) -> list[str]:
     return found
 
 
-def rehearse(wheels: Path, gpu_check_args: str, have: set[str], keep: Path | None) -> int:
+def seed_cpu_modules(cache: Path) -> int:
+    """This machine's compiled CPU modules (Warp's kernel cache here) into ``cache``, where the device finds the
+    carried CUDA modules: on the CPU the rehearsal loads CPU modules, and a cold compile of them (minutes on 2
+    cores) is no part of what the device does. The number of module folders copied."""
+    import warp as wp
+
+    wp.config.quiet = True
+    wp.init()
+    here = Path(wp.config.kernel_cache_dir)
+    copied = 0
+    for folder in here.glob("wp_*"):
+        if folder.is_dir() and any(f.suffix == ".o" for f in folder.iterdir()):
+            shutil.copytree(folder, cache / folder.name, dirs_exist_ok=True)
+            copied += 1
+    return copied
+
+
+def rehearse(wheels: Path, gpu_check_args: str, have: set[str], keep: Path | None, cpu_modules: bool) -> int:
     plan = calls(wheels, gpu_check_args)
     show(plan)
     work = Path(keep or tempfile.mkdtemp(prefix="gpu-rehearsal-"))
     device, outs = work / "repo", work / "out"
     started = time.perf_counter()
+    if cpu_modules:
+        count = seed_cpu_modules(Path(KCACHE))
+        print(f"[{time.perf_counter() - started:6.1f} s] {count} compiled CPU modules of this machine into {KCACHE}")
     copy_tree(device)
     print(f"[{time.perf_counter() - started:6.1f} s] the tree a call copies, in {device}")
     python = bare_python(work / "python", have)
@@ -267,6 +289,11 @@ def main(argv=None) -> int:
         if name == "rehearse":
             p.add_argument("--have", help="the image's distributions (prepare's --have file; default KINDS.md's)")
             p.add_argument("--keep", help="rehearse in this folder (default: a new temporary one)")
+            p.add_argument(
+                "--cold",
+                action="store_true",
+                help=f"leave {KCACHE} without this machine's compiled CPU modules (each section compiles its own)",
+            )
     args = parser.parse_args(argv)
     try:
         plan = calls(Path(args.wheels), args.gpu_check_args)
@@ -280,7 +307,8 @@ def main(argv=None) -> int:
             print(f"problem: {b}")
         return 1 if bad else 0
     have = set(offline.read_have(Path(args.have))) if args.have else set(offline.IMAGE_HAS)
-    return rehearse(Path(args.wheels), args.gpu_check_args, have, Path(args.keep) if args.keep else None)
+    keep = Path(args.keep) if args.keep else None
+    return rehearse(Path(args.wheels), args.gpu_check_args, have, keep, cpu_modules=not args.cold)
 
 
 if __name__ == "__main__":
