@@ -70,49 +70,73 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from common import RESULTS, save, table  # noqa: E402
-from gpu_frames import SECTION as FRAMES_SECTION  # noqa: E402
 
 FULL = {
     "cartpole": {"num_envs": 4096, "steps": 1000},
     "reach": {"num_envs": 1024, "steps": 100},
+    "push": {"num_envs": 1024, "steps": 100},
+    "randomize": {"num_envs": 4096, "steps": 500},
+    "replay": {"num_envs": 256, "steps": 100},
     "bandwidth": {"num_envs": 1024, "publishes": 50},
     "torch": {"num_envs": 1024, "steps": 150, "max_steps": 50},
     "syncs": {"num_envs": 64, "burst": 32, "delay_s": 0.25},
-    "tests": {"paths": ["tests"], "per_test_timeout_s": 45},
+    "tests": {"paths": ["tests"], "marks": "cuda", "per_test_timeout_s": 45},
 }
 SMOKE = {
     "cartpole": {"num_envs": 16, "steps": 10},
     "reach": {"num_envs": 4, "steps": 4},
+    "push": {"num_envs": 4, "steps": 4},
+    "randomize": {"num_envs": 16, "steps": 10},
+    "replay": {"num_envs": 4, "steps": 12},
     "bandwidth": {"num_envs": 4, "publishes": 3},
     "torch": {"num_envs": 8, "steps": 30, "max_steps": 10},
     "syncs": {"num_envs": 16, "burst": 8, "delay_s": 0.05},
-    "tests": {"paths": ["tests/test_env.py"], "per_test_timeout_s": 120},
+    # every test file collected (an import error fails the run), the CUDA cases selected (skipped on the CPU) and one
+    # that runs: a subprocess importing the installed forge_gpu
+    "tests": {"paths": ["tests"], "marks": "cuda or wheel_layout", "per_test_timeout_s": 120},
 }
-WARMUP_TASKS = ("cartpole", "reach", "ant")
+WARMUP_TASKS = ("cartpole", "reach", "ant", "push")
+RANDOMIZED = {
+    "cartpole": {"randomize.mass_scale": [0.5, 2.0], "randomize.actuator_gain_scale": [0.8, 1.2]},
+    "ant": {"randomize.friction": [0.3, 1.5], "randomize.joint_armature_scale": [0.5, 1.5]},
+}
+"""The randomize sections' tasks and ranges: every physics parameter cartpole and ant draw per world."""
 
-# Seconds each section is expected to take, process start-up included: (full run on one H200 from a cold kernel
-# cache, --smoke on a 2-core CPU with a warm cache). Not yet measured on a GPU: the full column is a budget, with
-# the cold compilation of MuJoCo Warp's and Newton's kernels (about 60 s on this 2-core CPU, NVRTC's time
-# unknown) put in warmup_cartpole. Rerun with the per-section seconds of the first GPU run.
-ESTIMATES = {
-    "machine": (8, 4),
-    "warmup_cartpole": (90, 8),
-    "warmup_reach": (25, 8),
-    "warmup_ant": (25, 8),
-    "doctor": (10, 8),
-    "tests": (70, 20),
-    "bandwidth": (15, 8),
-    "pipeline_cartpole": (25, 8),
-    "pipeline_reach": (35, 10),
-    "torch": (15, 10),
-    "syncs": (10, 6),
-}
+# The sections, in order: (name, what runs, seconds expected with the process's start-up: a full run on one H200
+# with the kernel cache of bench/kernel_cache.py carried in, and --smoke on a 2-core CPU with a warm cache). What
+# runs: "FUNCTION" or "FUNCTION:ARGUMENT" of this script, or "MODULE.FUNCTION" of a module in bench/, imported in
+# the section's process only; a generator of rows given the context. A module joins with one line here. The full
+# column is a budget, not yet measured on a GPU (modules loaded from the cache, none compiled): correct it from
+# the `seconds` of the first GPU run.
+PLAN = [
+    ("machine", "machine_section", 8, 4),
+    ("kernels", "kernel_cache.section", 6, 4),
+    ("warmup_cartpole", "warmup:cartpole", 20, 8),
+    ("warmup_reach", "warmup:reach", 10, 8),
+    ("warmup_ant", "warmup:ant", 10, 8),
+    ("warmup_push", "warmup:push", 10, 8),
+    ("warmup_randomize", "warmup_randomize", 12, 10),
+    ("warmup_replay", "warmup_replay", 15, 12),
+    ("doctor", "doctor", 10, 8),
+    ("tests", "tests", 80, 30),
+    ("bandwidth", "bandwidth", 15, 8),
+    ("pipeline_cartpole", "pipeline:cartpole", 25, 8),
+    ("pipeline_reach", "pipeline:reach", 35, 10),
+    ("pipeline_push", "pipeline:push", 20, 10),
+    ("pipeline_randomize", "pipeline_randomize", 20, 10),
+    ("pipeline_replay", "pipeline_replay", 20, 14),
+    ("torch", "torch_section", 15, 10),
+    ("syncs", "syncs", 10, 6),
+    ("gpu_frames", "gpu_frames.section", 15, 10),  # bench/gpu_frames.py: the GPU frame encoder (issue 30)
+]
+ESTIMATES = {name: (full, small) for name, _, full, small in PLAN}
 HOOK_TIMEOUTS = {"hang": 4.0, "crash": 60.0}
 """Timeouts of the test-hook sections [s]."""
 TERM_GRACE_S = 3.0
 """From SIGTERM to SIGKILL when a section is cut."""
 TESTS_GRACE_S = 15.0
 """The tests section stops pytest (SIGINT) this long before its own timeout, so pytest can write its junit XML."""
+TAR_NAME = "gpu_check.tgz"
 
 
 def timeout_for(name: str, smoke: bool) -> float:
@@ -177,17 +201,17 @@ def machine_section(ctx):
         yield {"figure": key, "value": value}
 
 
-def warmup(task: str, ctx):
+def warmup(task: str, ctx, **overrides):
     import warp as wp
 
     import forge_gpu
 
     device = device_of(ctx)
-    say(ctx, f"make {task} x2 on {device}")
+    say(ctx, f"make {task} x2 on {device}" + (f" with {overrides}" if overrides else ""))
     t0 = time.perf_counter()
-    env = forge_gpu.make(task, num_envs=2, device=str(device))
+    env = forge_gpu.make(task, num_envs=2, device=str(device), **overrides)
     t1 = time.perf_counter()
-    say(ctx, "reset: compiles the kernels on first use and captures the step")
+    say(ctx, "reset: loads the kernel modules (from the cache, or compiles them) and captures the step")
     env.reset()
     t2 = time.perf_counter()
     policy = forge_gpu.make_policy("random", env)
@@ -196,11 +220,84 @@ def warmup(task: str, ctx):
     wp.synchronize_device(device)
     t3 = time.perf_counter()
     graph = env.step_mode == "graph"
+    label = f"{task} x2 on {device}" + (
+        f" randomized ({', '.join(k.split('.', 1)[1] for k in overrides)})" if overrides else ""
+    )
     yield {
-        "figure": f"{task} x2 on {device}: make, reset, 2 steps",
+        "figure": f"{label}: make, reset, 2 steps",
         "value": f"make {t1 - t0:.1f} s, reset {t2 - t1:.1f} s, 2 steps {t3 - t2:.2f} s; step {env.step_mode}",
         "ok": graph,
     }
+
+
+def warmup_randomize(ctx):
+    """cartpole and ant with every physics range drawn per world, and a restore of a stepped frame's state and
+    params into a fresh env, read back bit for bit."""
+    import forge_gpu
+
+    for task, ranges in RANDOMIZED.items():
+        yield from warmup(task, ctx, **ranges)
+    device = device_of(ctx)
+    env = forge_gpu.make("cartpole", num_envs=3, device=str(device), seed=1, **RANDOMIZED["cartpole"])
+    env.reset()
+    policy = forge_gpu.make_policy("random", env)
+    for _ in range(3):
+        env.step(policy(env.observation))
+    state = {k: v.numpy().copy() for k, v in env.result.state.items()}
+    params = {k: v.numpy().copy() for k, v in env.result.params.items()}
+    other = forge_gpu.make("cartpole", num_envs=3, device=str(device), seed=9, **RANDOMIZED["cartpole"])
+    restored = other.restore(state, params)
+    same = all(np.array_equal(restored.state[k].numpy(), v) for k, v in state.items())
+    same = same and all(np.array_equal(restored.params[k].numpy(), v) for k, v in params.items())
+    yield {
+        "figure": f"restore of a stepped cartpole frame on {device}",
+        "value": f"read back equal: {same}",
+        "ok": same,
+    }
+
+
+def recorded_run(ctx, task: str, num_envs: int, steps: int, **overrides) -> Path:
+    """A closed packed run of ``steps`` random-policy steps, in a new folder under --record-dir."""
+    import forge_gpu
+
+    device = device_of(ctx)
+    root = Path(tempfile.mkdtemp(prefix=f"gpu-check-{task}-", dir=ctx.record_dir))
+    env = forge_gpu.make(task, num_envs=num_envs, device=str(device), seed=3, max_steps=max(4, steps // 3), **overrides)
+    forge_gpu.collect(env, forge_gpu.make_policy("random", env), str(root / "run"), steps=steps)
+    return root
+
+
+def replay_rows(ctx, num_envs: int, steps: int, label: str):
+    """A reach run recorded on the device, replayed on it from its actions (states compared) and from its state
+    (frames re-rendered); each report's frames/s, ok when nothing diverged."""
+    import forge_gpu
+
+    device = device_of(ctx)
+    root = recorded_run(ctx, "reach", num_envs, steps)
+    try:
+        for how in ("actions", "state"):
+            say(ctx, f"replay from {how}")
+            began = time.perf_counter()
+            report = forge_gpu.replay(root / "run", root / how, from_=how, device=str(device))
+            seconds = time.perf_counter() - began
+            diverged = report.get("diverged", 0)
+            yield {
+                "figure": f"{label}: reach x{num_envs} replayed from {how} on {device}",
+                "value": f"{report['episodes']} episodes, {report['frames']} frames in {seconds:.1f} s "
+                f"({report['frames'] / seconds:,.0f} frames/s); diverged: {diverged}",
+                "ok": report["episodes"] > 0 and not diverged,
+            }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def warmup_replay(ctx):
+    yield from replay_rows(ctx, 2, 8, "warm-up")
+
+
+def pipeline_replay(ctx):
+    size = ctx.sizes["replay"]
+    yield from replay_rows(ctx, size["num_envs"], size["steps"], "pipeline")
 
 
 def doctor(ctx):
@@ -239,16 +336,30 @@ VERBOSE_RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPA
 COLLECTED = re.compile(r"collected (\d+) items?(?: / (\d+) deselected)?(?: / (\d+) selected)?")
 
 
+def pytest_command(paths: list[str], marks: str | None) -> tuple[list[str], dict]:
+    """The tests section's pytest command and environment. ``-P``: the working directory (the repository root) is
+    not put first on sys.path, so ``forge_gpu`` is the installed one (the wheel layout: /tmp/site on PYTHONPATH,
+    where the source tree's ``forge_gpu`` lacks ``forge_gpu.kernels``); the root goes last on PYTHONPATH, so
+    ``tests.crashsim`` and the other helpers import, and an editable install (which maps ``forge_gpu.kernels``
+    onto ``kernels/``) behaves as in CI."""
+    command = [sys.executable, "-P", "-u", "-m", "pytest", *paths, *(["-m", marks] if marks else []), "-v", "-rA"]
+    command += ["-p", "no:cacheprovider", "--ignore=tests/test_bench_smoke.py"]
+    env = {k: v for k, v in os.environ.items() if k != "FORGE_GPU_VERBOSE"}  # tests check Warp's quiet start
+    env["PYTHONPATH"] = os.pathsep.join([*filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), str(ROOT)])
+    return command, env
+
+
 def tests(ctx):
-    """pytest -k "cuda or torch" in a child process, stopped with SIGINT at the section's deadline."""
+    """pytest -m cuda (every device-parametrized test's CUDA case) in a child process, stopped with SIGINT at the
+    section's deadline; --smoke: tests/test_env.py on the CPU."""
     import importlib.util
 
     size = ctx.sizes["tests"]
     junit = ctx.logs / "tests-junit.xml"
     junit.unlink(missing_ok=True)
-    selection = "cuda or torch"
-    command = [sys.executable, "-P", "-u", "-m", "pytest", *size["paths"], "-k", selection, "-v", "-rA"]
-    command += ["-p", "no:cacheprovider", f"--junitxml={junit}", "--ignore=tests/test_bench_smoke.py"]
+    selection = size["marks"]
+    command, env = pytest_command(size["paths"], selection)
+    command += [f"--junitxml={junit}"]
     if importlib.util.find_spec("pytest_timeout") is not None:
         per_test = f"per-test timeout {size['per_test_timeout_s']} s (pytest-timeout)"
         command += ["-p", "timeout", "--timeout", str(size["per_test_timeout_s"])]
@@ -256,7 +367,6 @@ def tests(ctx):
         per_test = "no per-test timeout: pytest-timeout is not importable"
     deadline = max(10.0, ctx.timeout - TESTS_GRACE_S)
     say(ctx, " ".join(command))
-    env = {k: v for k, v in os.environ.items() if k != "FORGE_GPU_VERBOSE"}  # tests check Warp's quiet start
     started = time.perf_counter()
     proc = subprocess.Popen(
         command,
@@ -314,7 +424,7 @@ def tests(ctx):
     failures = counts["failures"]
     total = counts["passed"] + counts["failed"] + counts["errors"] + counts["skipped"]
     yield {
-        "figure": f"pytest {' '.join(size['paths'])} -k '{selection}'",
+        "figure": f"pytest {' '.join(size['paths'])}" + (f" -m {selection}" if selection else ""),
         "value": "; ".join([summary, *failures[:10], *([f"{len(failures) - 10} more"] if len(failures) > 10 else [])]),
         "ok": not stopped and proc.returncode == 0 and not failures and total > 0,
     }
@@ -381,16 +491,16 @@ def bandwidth(ctx):
     }
 
 
-def pipeline(task: str, ctx):
+def pipeline(task: str, ctx, size_name: str | None = None, **overrides):
     import warp as wp
 
     import forge_gpu
     from forge_gpu import RecordingOptions, collect
 
-    device, size = device_of(ctx), ctx.sizes[task]
-    section = f"pipeline_{task}"
-    say(ctx, f"make {task} x{size['num_envs']}")
-    env = forge_gpu.make(task, num_envs=size["num_envs"], device=str(device), max_steps=200)
+    device, size = device_of(ctx), ctx.sizes[size_name or task]
+    section = f"pipeline_{size_name or task}"
+    say(ctx, f"make {task} x{size['num_envs']}" + (f" with {overrides}" if overrides else ""))
+    env = forge_gpu.make(task, num_envs=size["num_envs"], device=str(device), max_steps=200, **overrides)
     policy = forge_gpu.make_policy("random", env)
     collect(env, policy, None, steps=3)  # compile and capture outside the timed runs
     env.reset()
@@ -400,7 +510,7 @@ def pipeline(task: str, ctx):
         env.step(policy(env.observation))
     wp.synchronize_device(device)
     stepping = size["num_envs"] * size["steps"] / (time.perf_counter() - start)
-    name = f"{task} x{size['num_envs']} on {device}, step {env.step_mode}"
+    name = f"{task}{' randomized' if overrides else ''} x{size['num_envs']} on {device}, step {env.step_mode}"
     yield {"section": section, "figure": f"{name}: stepping only", "value": f"{stepping:,.0f} env-steps/s"}
     say(ctx, "with the transport")
     transport = collect(env, policy, None, steps=size["steps"]).env_steps_per_second
@@ -424,6 +534,10 @@ def pipeline(task: str, ctx):
         "ratio": recorded.env_steps_per_second / stepping,
         "target": 0.9,
     }
+
+
+def pipeline_randomize(ctx):
+    yield from pipeline("cartpole", ctx, "randomize", **RANDOMIZED["cartpole"])
 
 
 def action_pattern(env_id, episode_id, step_id):
@@ -548,7 +662,29 @@ def delay_kernel():
 
     # Types, not the strings that ``from __future__ import annotations`` would make of them (wp is local here).
     delay.__annotations__ = {"iterations": int, "out": wp.array(dtype=wp.float32)}
+    # One module name whether this file runs as __main__ (a section) or is imported (bench/kernel_cache.py), so
+    # the kernel cache built ahead holds it under the name and hash a section looks for.
+    delay.__module__, delay.__qualname__ = "gpu_check_delay", "delay"
     return wp.kernel(delay)
+
+
+DELAY_MOST = 2**31 - 1
+"""The delay kernel's most iterations (an int32 argument)."""
+
+
+def delay_iterations(launch_ms, delay_s: float) -> int:
+    """Iterations of the delay kernel for about ``delay_s`` of device time, given ``launch_ms(iterations)``: one
+    launch's device milliseconds. The first launch is a warm-up whose time is thrown away: it includes loading
+    (or compiling) the kernel's module, which would make the kernel look slow and the delay come out far too
+    short. Then 2^16 iterations, times 8 until a launch takes 20 ms, scaled to ``delay_s``."""
+    launch_ms(1)
+    iterations = 1 << 16
+    while True:
+        ms = launch_ms(iterations)
+        if ms >= 20.0 or iterations >= DELAY_MOST:
+            break
+        iterations = min(DELAY_MOST, iterations * 8)
+    return int(min(DELAY_MOST, iterations * delay_s * 1e3 / max(ms, 1e-3)))
 
 
 def syncs(ctx):
@@ -621,16 +757,14 @@ def syncs(ctx):
     }
     # (2) behind a delay kernel: calibrate it to about delay_s
     delay, out = delay_kernel(), wp.zeros(1, dtype=wp.float32, device=device)
-    iterations, most = 1 << 16, 2**31 - 1  # an int32 argument
-    while True:
+
+    def launch_ms(iterations: int) -> float:
         stream.record_event(begin)
         wp.launch(delay, dim=1, inputs=[iterations, out], device=device)
         stream.record_event(end)
-        ms = wp.get_event_elapsed_time(begin, end)
-        if ms >= 20.0 or iterations >= most:
-            break
-        iterations = min(most, iterations * 8)
-    iterations = int(min(most, iterations * size["delay_s"] * 1e3 / max(ms, 1e-3)))
+        return wp.get_event_elapsed_time(begin, end)
+
+    iterations = delay_iterations(launch_ms, size["delay_s"])
     say(ctx, f"delay kernel: {iterations} iterations for about {size['delay_s']} s")
     delayed, done = event(), event()
     stream.record_event(begin)
@@ -677,20 +811,20 @@ def crash_section(ctx):
     os.abort()
 
 
-SECTIONS = {
-    "machine": machine_section,
-    **{f"warmup_{task}": functools.partial(warmup, task) for task in WARMUP_TASKS},
-    "doctor": doctor,
-    "tests": tests,
-    "bandwidth": bandwidth,
-    "pipeline_cartpole": functools.partial(pipeline, "cartpole"),
-    "pipeline_reach": functools.partial(pipeline, "reach"),
-    "torch": torch_section,
-    "syncs": syncs,
-}
-SECTIONS[FRAMES_SECTION[0]], ESTIMATES[FRAMES_SECTION[0]] = FRAMES_SECTION[1:]  # bench/gpu_frames.py
+def section_function(target: str):
+    """The generator function a PLAN entry names (a module of bench/ is imported only here, in its process)."""
+    if "." in target:
+        import importlib
+
+        module, name = target.rsplit(".", 1)
+        return getattr(importlib.import_module(module), name)
+    name, _, argument = target.partition(":")
+    function = globals()[name]
+    return functools.partial(function, argument) if argument else function
+
+
+SECTIONS = {name: target for name, target, _, _ in PLAN}
 HOOKS = {"hang": hang_section, "crash": crash_section}
-assert list(SECTIONS) == list(ESTIMATES)
 
 
 # -- one section, in its own process ------------------------------------------------------------------------------
@@ -727,7 +861,8 @@ def run_section_here(args) -> int:
     write_rows(path, rows, done=False)
     say(ctx, f"section {name} (pid {os.getpid()}, timeout {timeout:.0f} s)")
     try:
-        for row in {**SECTIONS, **HOOKS}[name](ctx):
+        function = HOOKS[name] if name in HOOKS else section_function(SECTIONS[name])
+        for row in function(ctx):
             row = {"section": name, **row}
             rows.append(row)
             write_rows(path, rows, done=False)
@@ -794,9 +929,11 @@ def _kill_group(proc: subprocess.Popen) -> str:
     return "still there after SIGKILL (stuck in the kernel driver?)"
 
 
-def run_child(name: str, args, logs: Path) -> tuple[list[dict], dict]:
-    """Run one section in its own process under its timeout: its rows, and what became of it."""
+def run_child(name: str, args, logs: Path, most: float | None = None) -> tuple[list[dict], dict]:
+    """Run one section in its own process under its timeout (at most ``most`` seconds): its rows, and what became
+    of it."""
     estimate, timeout = estimate_for(name, args.smoke), timeout_for(name, args.smoke)
+    timeout = timeout if most is None else max(1.0, min(timeout, most))
     log_path, rows_path = logs / f"{name}.log", logs / f"{name}.rows.json"
     log_path.unlink(missing_ok=True)
     rows_path.unlink(missing_ok=True)
@@ -861,6 +998,31 @@ def run_child(name: str, args, logs: Path) -> tuple[list[dict], dict]:
     return rows, info | {"status": status, "log": str(log_path)}
 
 
+def write_tar(out: Path, path: Path) -> None:
+    """``out``'s table, JSON and logs as one gzipped tar at ``path`` (replaced whole), so that a command cut at
+    its limit still returns every section done before the cut as one file (a device call returns few files)."""
+    import tarfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for name in ("gpu_check.json", "gpu_check.md", "gpu_check_logs"):
+            if (out / name).exists():
+                tar.add(out / name, arcname=name)
+    os.replace(tmp, path)
+
+
+COMPILED = re.compile(r"^Module (\S+) (?:[0-9a-f]{7} )?load on device '([^']+)'.* \(compiled\)", re.M)
+
+
+def compiled_modules(logs: Path) -> list[str]:
+    """The modules the sections' logs say Warp compiled (not found in the kernel cache), as MODULE@DEVICE."""
+    found = set()
+    for log in logs.glob("*.log"):
+        found |= {f"{m}@{d}" for m, d in COMPILED.findall(log.read_text(errors="replace"))}
+    return sorted(found)
+
+
 def plan(names: list[str], smoke: bool) -> str:
     lines = [{"section": n, "estimate_s": estimate_for(n, smoke), "timeout_s": timeout_for(n, smoke)} for n in names]
     lines.append(
@@ -885,6 +1047,18 @@ def main(argv=None) -> int:
         metavar="PREFIX",
         help="run the sections whose names start with PREFIX (warmup, doctor, tests, bandwidth, pipeline, torch, "
         "syncs); repeatable; machine always runs",
+    )
+    parser.add_argument(
+        "--tar",
+        default=None,
+        help=f"also write the results as one .tgz here after every section (for a device call's $OUT: $OUT/{TAR_NAME})",
+    )
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="stop within this many seconds: a section "
+        "runs only where its timeout fits in what is left (cut to fit otherwise); the rest are skipped",
     )
     parser.add_argument("--test-section", action="append", choices=sorted(HOOKS), default=[], help=argparse.SUPPRESS)
     parser.add_argument("--section", choices=[*SECTIONS, *HOOKS], help=argparse.SUPPRESS)  # the child's
@@ -912,8 +1086,16 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     markdown = ""
     for index, name in enumerate(names, 1):
-        print(f"[{index}/{len(names)}] {name} ...", flush=True)
-        section_rows, info = run_child(name, args, logs)
+        left = None if args.deadline_s is None else args.deadline_s - (time.perf_counter() - started)
+        estimate, timeout = estimate_for(name, args.smoke), timeout_for(name, args.smoke)
+        if left is not None and left < min(timeout, 2 * estimate):
+            print(f"[{index}/{len(names)}] {name}: skipped, {left:.0f} s left of --deadline-s", flush=True)
+            value = f"{left:.0f} s left of --deadline-s {args.deadline_s:.0f}"
+            section_rows = [{"section": name, "figure": "skipped", "value": value, "ok": False}]
+            info = {"section": name, "status": "skipped", "seconds": 0.0, "estimate_s": estimate, "timeout_s": timeout}
+        else:
+            print(f"[{index}/{len(names)}] {name} ...", flush=True)
+            section_rows, info = run_child(name, args, logs, None if left is None else left - 1.0)
         rows += section_rows
         sections.append(info)
         if name == "machine":
@@ -924,7 +1106,20 @@ def main(argv=None) -> int:
         markdown += "\n\n" + table(sections, ["section", "status", "seconds", "estimate_s", "timeout_s"])
         payload = {"machine": machine, "device": device, "smoke": args.smoke, "sections": sections, "rows": rows}
         save("gpu_check", payload, markdown, out)
+        if args.tar:
+            write_tar(out, Path(args.tar))
         print(f"    {info['status']} in {info['seconds']} s (estimate {info['estimate_s']:.0f} s)", flush=True)
+    compiled = compiled_modules(logs)
+    on_cuda = [m for m in compiled if not m.endswith("@cpu")]
+    value = f"{len(on_cuda)} on CUDA" + (f" ({', '.join(on_cuda)})" if on_cuda else "")
+    value += f", {len(compiled) - len(on_cuda)} on the CPU (the carried cache holds CUDA modules only)"
+    print(f"kernel modules Warp compiled during the run (not found in its kernel cache): {value}", flush=True)
+    if sections:
+        markdown += f"\n\nKernel modules compiled during the run: {value}\n"
+        payload = {"machine": machine, "device": device, "smoke": args.smoke, "sections": sections, "rows": rows}
+        save("gpu_check", payload | {"compiled_modules": compiled}, markdown, out)
+        if args.tar:
+            write_tar(out, Path(args.tar))
     print(markdown)
     return 0 if all(row.get("ok", True) for row in rows) else 1
 

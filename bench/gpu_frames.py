@@ -38,9 +38,6 @@ SIZES = {
     "full": {"num_envs": 1024, "image_size": 128, "steps": 40},
     "smoke": {"num_envs": 4, "image_size": 32, "steps": 4},
 }
-ESTIMATE = (25, 10)
-"""Seconds the section takes (a full run on one H200 with the kernel cache warm from warmup_reach; --smoke on a
-2-core CPU), for bench/gpu_check.py's plan. Not yet measured on a GPU."""
 
 
 def _publish(env, policy, transport, steps: int) -> tuple[float, dict]:
@@ -143,9 +140,6 @@ def section(ctx):
     """bench/gpu_check.py's ``gpu_frames`` section."""
     yield from frames_rows(ctx.device, ctx.smoke, say=lambda message: print(message, flush=True))
 
-
-SECTION = ("gpu_frames", section, ESTIMATE)
-"""bench/gpu_check.py's registration: name, the section, its (full, smoke) estimate [s]."""
 
 
 def main(argv=None) -> int:

@@ -38,6 +38,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"
+KERNELS = "kernels.tar.xz"
+"""The kernel cache's archive (bench/kernel_cache.py pack) as prepare carries it."""
 FORMAT = 1
 MIB = 1 << 20
 # Never carried: a CPU torch from a registry would replace the target image's CUDA build.
@@ -466,12 +468,15 @@ def tree_bytes(out: Path) -> int:
     return total
 
 
-def lay_out(wheels: list[Path], out: Path, part_bytes: int, call_bytes: int, reserve_bytes: int = 0, **facts) -> dict:
+def lay_out(
+    wheels: list[Path], out: Path, part_bytes: int, call_bytes: int, reserve_bytes: int = 0, files=(), **facts
+) -> dict:
     """Copy ``wheels`` into ``out`` as prepare leaves them and write ``out/manifest.json``.
 
     A wheel over ``part_bytes`` becomes NAME.part000, NAME.part001, ...; the files go into folders call1/,
     call2/, ... (first fit, largest first), none over ``call_bytes - reserve_bytes`` (the rest of a call is
-    the repository). ``facts`` (python_version, platforms, ...) are recorded in the manifest as they are."""
+    the repository). ``files`` (the kernel cache's archive) travel the same way, listed under ``files``.
+    ``facts`` (python_version, platforms, ...) are recorded in the manifest as they are."""
     if part_bytes <= 0:
         raise OfflineError(f"part size {part_bytes} bytes: must be positive")
     room = call_bytes - reserve_bytes - 64 * 1024  # the manifest travels in every call
@@ -491,9 +496,9 @@ def lay_out(wheels: list[Path], out: Path, part_bytes: int, call_bytes: int, res
     refuse_torch(wheels)
     pieces = []  # [wheel index, part name, offset, size]
     entries = []
-    for i, wheel in enumerate(sorted(wheels, key=lambda w: w.name)):
+    for i, wheel in enumerate([*sorted(wheels, key=lambda w: w.name), *files]):
         size = wheel.stat().st_size
-        dist, version = wheel_dist(wheel.name)
+        dist, version = wheel_dist(wheel.name) if i < len(wheels) else (None, None)
         entries.append(
             {
                 "name": wheel.name,
@@ -538,7 +543,8 @@ def lay_out(wheels: list[Path], out: Path, part_bytes: int, call_bytes: int, res
         "call_bytes": call_bytes,
         "reserve_bytes": reserve_bytes,
         "calls": len(calls),
-        "wheels": entries,
+        "wheels": entries[: len(wheels)],
+        "files": entries[len(wheels) :],
     }
     tmp = out / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -564,7 +570,10 @@ def read_manifest(folder: Path) -> dict:
     wheels = manifest.get("wheels")
     if not isinstance(wheels, list) or not wheels:
         raise OfflineError(f"{path}: 'wheels' must be a non-empty list")
-    for w in wheels:
+    files = manifest.setdefault("files", [])
+    if not isinstance(files, list):
+        raise OfflineError(f"{path}: 'files' must be a list")
+    for w in [*wheels, *files]:
         ok = isinstance(w, dict) and isinstance(w.get("name"), str) and isinstance(w.get("sha256"), str)
         ok = ok and isinstance(w.get("size"), int) and isinstance(w.get("parts"), list) and w["parts"]
         ok = ok and all(
@@ -584,6 +593,7 @@ def read_manifest(folder: Path) -> dict:
         for p in w["parts"]:
             if Path(p["path"]).is_absolute() or ".." in Path(p["path"]).parts:
                 raise OfflineError(f"{path}: part path {p['path']!r} must be relative, inside {folder}")
+    for w in wheels:
         wheel_dist(w["name"])
     return manifest
 
@@ -597,8 +607,10 @@ def summarize(manifest: dict, folder: Path) -> None:
     total = sum(w["size"] for w in wheels)
     files = sum(len(w["parts"]) for w in wheels)
     print(f"total {mib(total)} ({total:,} bytes) in {len(wheels)} wheels, {_files(files)}")
+    for f in manifest.get("files", []):
+        print(f"  {f['name']:<{width}}  {mib(f['size']):>10}  (not a wheel: install --kernels unpacks it)")
     calls = {}
-    for w in wheels:
+    for w in [*wheels, *manifest.get("files", [])]:
         for p in w["parts"]:
             calls.setdefault(p.get("call", 1), []).append(p["size"])
     print(
@@ -624,7 +636,8 @@ def clear_previous(out: Path) -> None:
         return
     if not (out / MANIFEST).is_file():
         raise OfflineError(f"--out {out} is not empty and holds no {MANIFEST}; give a new or empty folder")
-    for w in read_manifest(out)["wheels"]:
+    manifest = read_manifest(out)
+    for w in [*manifest["wheels"], *manifest["files"]]:
         for p in w["parts"]:
             (out / p["path"]).unlink(missing_ok=True)
     for call in out.glob("call*"):
@@ -686,12 +699,20 @@ def prepare(args) -> None:
         )
         (stage / "dl").mkdir()
         closure = walk(own, have, env, pip_download(stage / "dl", args.python_version, platforms))
+        wheels = [own, *closure.wheels.values()]
+        if args.recompress_mib:
+            big = [w for w in wheels if w.stat().st_size > args.recompress_mib * MIB]
+            for w in big:
+                print(f"  recompressing {w.name} (LZMA) ...", flush=True)
+            wheels = [recompress(w, stage / "lzma") if w in big else w for w in wheels]
+        files = [kernel_archive(args, stage)] if args.kernel_cache else []
         lay_out(
-            [own, *closure.wheels.values()],
+            wheels,
             out,
             int(args.part_mib * MIB),
             int(args.call_mib * MIB),
             reserve,
+            files=files,
             python_version=args.python_version,
             platforms=platforms,
             have=source,
@@ -709,6 +730,20 @@ def prepare(args) -> None:
         print(f"never carried: {', '.join(sorted(closure.never))} (the image's CUDA build stays)")
     for note in closure.notes:
         print(f"note: {note}")
+
+
+def kernel_archive(args, stage: Path) -> Path:
+    """bench/kernel_cache.py build (compiles only what --kernel-cache lacks) and pack, in this Python."""
+    script = REPO / "bench" / "kernel_cache.py"
+    archs = [a for arch in args.arch or [90] for a in ("--arch", str(arch))]
+    out = stage / KERNELS
+    for command in (["build", "--cache", args.kernel_cache, *archs], ["pack", "--cache", args.kernel_cache, *archs]):
+        extra = ["--out", str(out)] if command[0] == "pack" else []
+        extra += ["--sections", *args.kernel_sections] if args.kernel_sections else []
+        done = subprocess.run([sys.executable, str(script), *command, *extra])
+        if done.returncode != 0:
+            raise OfflineError(f"kernel_cache.py {command[0]} failed (exit {done.returncode}); see above")
+    return out
 
 
 def _version_here(name: str) -> str | None:
@@ -752,6 +787,33 @@ def assemble(folder: Path, wheel: dict, scratch: Path) -> Path:
     return joined
 
 
+def unpack_kernels(archive: Path, folder: Path) -> None:
+    """The kernel cache's archive (bench/kernel_cache.py pack) into ``folder``, Warp's kernel cache there."""
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        tar.extractall(folder, filter="data")
+    modules = len({m.name.split("/", 1)[0] for m in members if "/" in m.name})
+    print(f"kernel cache: {modules} module folders from {archive.name} into {folder}")
+
+
+def recompress(wheel: Path, dest: Path) -> Path:
+    """``wheel`` rewritten with every member LZMA-compressed (zip method 14, which pip's zipfile reads): the
+    same files, so the same RECORD hashes, in about two thirds of the bytes for warp-lang's libraries."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / wheel.name
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_LZMA) as dst:
+        for info in src.infolist():
+            with src.open(info) as member:
+                copy = zipfile.ZipInfo(info.filename, info.date_time)
+                copy.external_attr, copy.compress_type = info.external_attr, zipfile.ZIP_LZMA
+                with dst.open(copy, "w") as target:
+                    shutil.copyfileobj(member, target, MIB)
+    return out
+
+
 def install(args) -> None:
     folder, target = Path(args.wheels), Path(args.target).absolute()
     if target.exists() and not target.is_dir():
@@ -766,7 +828,7 @@ def install(args) -> None:
             f"{folder / MANIFEST} holds wheels for Python {want}; this is Python {here} "
             f"({sys.executable}): run install with that Python"
         )
-    listed = {p["path"] for w in manifest["wheels"] for p in w["parts"]} | {MANIFEST}
+    listed = {p["path"] for w in [*manifest["wheels"], *manifest["files"]] for p in w["parts"]} | {MANIFEST}
     extra = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     extra = [p for p in extra if p not in listed]
     if extra:
@@ -794,7 +856,11 @@ def install(args) -> None:
         done = subprocess.run(cmd)
         if done.returncode != 0:
             raise OfflineError(f"pip install --target {target} failed (exit {done.returncode}); see above")
-    print(f"export PYTHONPATH={target}")
+        for entry in manifest["files"]:
+            archive = assemble(folder, entry, Path(tmp))
+            if entry["name"] == KERNELS and args.kernels:
+                unpack_kernels(archive, Path(args.kernels))
+    print(f"export PYTHONPATH={target}" + (f" WARP_CACHE_PATH={Path(args.kernels).absolute()}" if args.kernels else ""))
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -842,7 +908,13 @@ def main(argv=None) -> int:
         help="target wheel platform tags (default: manylinux_2_39..2_17, manylinux2014/2010/1, x86_64)",
     )
     p.add_argument("--part-mib", type=_mib, default=48.0, help="split files larger than this (48)")
-    p.add_argument("--call-mib", type=_mib, default=64.0, help="what one call to the GPU machine carries (64)")
+    p.add_argument("--call-mib", type=_mib, default=60.0, help="what one call to the GPU machine carries (60)")
+    p.add_argument(
+        "--recompress-mib", type=float, default=4.0, help="rewrite wheels over this LZMA-compressed (4; 0: none)"
+    )
+    p.add_argument("--kernel-cache", help="build the CUDA kernel cache here (kept: reruns compile only what changed)")
+    p.add_argument("--arch", type=int, action="append", help="CUDA arch of the kernel cache (90); repeatable")
+    p.add_argument("--kernel-sections", nargs="+", help=argparse.SUPPRESS)  # a subset, for the rehearsal
     p.add_argument(
         "--have",
         help="what the target has: `pip list --format=freeze` output or one name a line "
@@ -851,6 +923,7 @@ def main(argv=None) -> int:
     i = sub.add_parser("install", help="check, rejoin and install the wheels into a folder of their own")
     i.add_argument("--wheels", required=True, help="the folder prepare wrote (manifest.json, call1/, ...)")
     i.add_argument("--target", required=True, help="folder to install into; put it on PYTHONPATH")
+    i.add_argument("--kernels", help="unpack the carried kernel cache here; export WARP_CACHE_PATH to it")
     args = parser.parse_args(argv)
     try:
         (prepare if args.command == "prepare" else install)(args)

@@ -8,12 +8,14 @@ from forge_gpu._src.sim.device import device_choice
 def _devices() -> list:
     """``cpu``, and ``cuda:0``: run where Warp sees a CUDA device, else listed as skipped with the reason."""
     device, why = device_choice()
-    cuda = pytest.param("cuda:0", marks=pytest.mark.skipif(device != "cuda:0", reason=f"no CUDA device: {why}"))
+    skip = pytest.mark.skipif(device != "cuda:0", reason=f"no CUDA device: {why}")
+    cuda = pytest.param("cuda:0", marks=[pytest.mark.cuda, skip])
     return ["cpu", cuda]
 
 
 DEVICES = _devices()
-"""The CPU always; ``cuda:0`` always listed, skipped (saying why) where Warp sees no CUDA device."""
+"""The CPU always; ``cuda:0`` always listed, marked ``cuda`` (``pytest -m cuda`` selects every CUDA case: what
+bench/gpu_check.py's tests section runs), skipped (saying why) where Warp sees no CUDA device."""
 
 
 def torch_on(device: str):

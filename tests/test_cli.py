@@ -354,6 +354,7 @@ sys.exit(status)
 def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
     """inspect, stats, convert, repair, select, merge, split, report and view run with warp, newton and torch
     unimportable: a machine that only trains needs no simulator to read, curate or look at its runs."""
+    pytest.importorskip("rerun")  # view (rerun-sdk, the [view] extra)
     from synthetic import SyntheticSim, make_batches, make_env, record
 
     from forge_gpu import PackedRecorder

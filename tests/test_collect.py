@@ -5,6 +5,7 @@ import threading
 import numpy as np
 import pytest
 from blocking import wait_until_blocked
+from envtools import DEVICES
 
 import forge_gpu
 from forge_gpu import collect, read_episodes, read_manifest
@@ -12,9 +13,9 @@ from forge_gpu import collect, read_episodes, read_manifest
 HANG = 120.0  # seconds; only bounds a hang (the first collect compiles the kernels), never asserted
 
 
-def expected_episodes(task, num_envs, seed, calls, **overrides):
+def expected_episodes(task, num_envs, seed, calls, *, device="cpu", **overrides):
     """Roll the env directly and cut its host results into episodes: (env, episode) -> arrays."""
-    env = forge_gpu.make(task, num_envs=num_envs, device="cpu", seed=seed, **overrides)
+    env = forge_gpu.make(task, num_envs=num_envs, device=device, seed=seed, **overrides)
     policy = forge_gpu.make_policy("random", env)
     frames = [env.reset().numpy()]
     for _ in range(calls):
@@ -36,12 +37,13 @@ def expected_episodes(task, num_envs, seed, calls, **overrides):
     return episodes
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     "format, compression", [("packed", "none"), ("packed", "lz4"), ("npz", "none"), ("npz", "deflate")]
 )
-def test_recorded_run_equals_direct_rollout(tmp_path, format, compression):
+def test_recorded_run_equals_direct_rollout(device, tmp_path, format, compression):
     """Every episode the env completed is published once, bit-identical to a direct rollout (both layouts)."""
-    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", seed=5, max_steps=12)
+    env = forge_gpu.make("cartpole", num_envs=4, device=device, seed=5, max_steps=12)
     summary = collect(
         env,
         forge_gpu.make_policy("random", env),
@@ -52,7 +54,7 @@ def test_recorded_run_equals_direct_rollout(tmp_path, format, compression):
         compression=compression,
         max_buffer_bytes=1 << 20,
     )
-    expected = expected_episodes("cartpole", 4, 5, 40, max_steps=12)
+    expected = expected_episodes("cartpole", 4, 5, 40, device=device, max_steps=12)
     episodes = list(read_episodes(tmp_path / "run"))
     assert summary.status == "closed" and summary.episodes == len(episodes) == len(expected)
     for ep in episodes:
@@ -65,9 +67,10 @@ def test_recorded_run_equals_direct_rollout(tmp_path, format, compression):
     assert manifest["transport"] == "host_snapshot" and manifest["task"] == "cartpole"
 
 
-def test_stop_event_closes_cleanly(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_stop_event_closes_cleanly(device, tmp_path):
     """Setting the stop event ends stepping; completed episodes stay, the rest are listed incomplete."""
-    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", max_steps=10)
+    env = forge_gpu.make("cartpole", num_envs=3, device=device, max_steps=10)
     stop = threading.Event()
     seen = []
 
@@ -91,25 +94,28 @@ def test_stop_event_closes_cleanly(tmp_path):
     assert manifest["incomplete_episodes"] and all(e["steps"] >= 1 for e in manifest["incomplete_episodes"])
 
 
-def test_collect_without_recording_counts_episodes():
+@pytest.mark.parametrize("device", DEVICES)
+def test_collect_without_recording_counts_episodes(device):
     """directory=None steps and transports without writing; episodes are still counted."""
-    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=5)
+    env = forge_gpu.make("cartpole", num_envs=4, device=device, max_steps=5)
     summary = collect(env, forge_gpu.make_policy("expert", env), None, episodes=8)
     assert summary.episodes >= 8 and summary.bytes_written == 0
 
 
-def test_bad_target_is_refused(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_target_is_refused(device, tmp_path):
     """Neither or both of episodes/steps, or a non-positive target, raise ValueError and create nothing."""
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.make("cartpole", num_envs=2, device=device)
     for kwargs in ({}, {"episodes": 1, "steps": 1}, {"episodes": 0}):
         with pytest.raises(ValueError):
             collect(env, forge_gpu.make_policy("random", env), str(tmp_path / "run"), **kwargs)
     assert not (tmp_path / "run").exists()
 
 
-def test_policy_failure_marks_run_failed_and_keeps_episodes(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_policy_failure_marks_run_failed_and_keeps_episodes(device, tmp_path):
     """A policy that raises mid-run: the error reaches the caller, the manifest says failed, episodes stay."""
-    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", max_steps=4)
+    env = forge_gpu.make("cartpole", num_envs=3, device=device, max_steps=4)
     inner = forge_gpu.make_policy("expert", env)
     calls = []
 
@@ -126,8 +132,9 @@ def test_policy_failure_marks_run_failed_and_keeps_episodes(tmp_path):
     assert len(list(read_episodes(tmp_path / "run"))) == manifest["completed_episodes"] >= 3
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("format", ["packed", "npz"])
-def test_held_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, format):
+def test_held_writer_throttles_stepping_without_loss(device, tmp_path, monkeypatch, format):
     """A held writer and a tight budget make stepping wait (stall: at least as long as the test held the writer
     once both append and publish were waiting on it), yet every ended episode is published."""
     import time
@@ -158,7 +165,7 @@ def test_held_writer_throttles_stepping_without_loss(tmp_path, monkeypatch, form
             gate.set()
 
     monkeypatch.setattr(owner, name, gated)
-    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", max_steps=3)
+    env = forge_gpu.make("cartpole", num_envs=4, device=device, max_steps=3)
     if format == "packed":  # a ring of 2 batches of 4 env rows: 5 fields (4 + 16 bytes), the state, a transition
         state = sum(4 * int(np.prod(e["shape"])) for e in env.spec.get("state", {}).values())  # float32 entries
         budget = 2 * 4 * (4 * 4 + 4 * 4 + state + 4 + 4 + 2)

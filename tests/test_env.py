@@ -203,13 +203,15 @@ def test_non_contiguous_torch_action_executes_its_values(device):
     np.testing.assert_array_equal(executed, action.cpu().numpy())
 
 
-def test_import_does_not_pull_torch():
-    """import forge_gpu (and the env) does not import torch."""
+@pytest.mark.wheel_layout
+def test_import_does_not_pull_torch(tmp_path):
+    """import forge_gpu (and the env) does not import torch. Run away from the repository root, whose source-tree
+    ``forge_gpu`` would shadow an installed one (``python -c`` puts the working directory first on sys.path)."""
     import subprocess
     import sys
 
     code = "import forge_gpu, sys; forge_gpu.make; forge_gpu.StepResult; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,6 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from envtools import DEVICES
 
 import forge_gpu
 from forge_gpu._src.sim.tasks.push import COLOR_NAMES, PushTask
@@ -37,22 +38,25 @@ def arm_ik(tip, p) -> np.ndarray:
     return np.array([np.arctan2(y, x), shoulder, elbow, np.pi - shoulder - elbow], np.float32)
 
 
-@pytest.fixture(scope="module")
-def fixed():
+@pytest.fixture(params=DEVICES, scope="module")
+def fixed(request):
     """Three worlds of the fixed scene, rendered at 64 x 64, and their reset frame (state and params)."""
-    env = forge_gpu.make("push", num_envs=3, device="cpu", seed=4, **FIXED)
+    device = request.param
+    env = forge_gpu.make("push", num_envs=3, device=device, seed=4, **FIXED)
     result = env.reset()
     return env, _host(result.state), _host(result.params)
 
 
-@pytest.fixture(scope="module")
-def randomized():
+@pytest.fixture(params=DEVICES, scope="module")
+def randomized(request):
     """Eight worlds of the default (randomized) config, without rendering."""
-    return forge_gpu.make("push", num_envs=8, device="cpu", seed=21, **FAST)
+    device = request.param
+    return forge_gpu.make("push", num_envs=8, device=device, seed=21, **FAST)
 
 
-def test_spec_fields_params_and_instruction_template():
-    env = forge_gpu.make("push", num_envs=3, device="cpu", seed=3, **{"params.image_size": 32})
+@pytest.mark.parametrize("device", DEVICES)
+def test_spec_fields_params_and_instruction_template(device):
+    env = forge_gpu.make("push", num_envs=3, device=device, seed=3, **{"params.image_size": 32})
     obs, params = _host(env.reset().observation), _host(env.result.params)
     for name, desc in env.spec["observation"].items():
         assert obs[name].shape == (3, *desc["shape"]) and obs[name].dtype == np.dtype(desc["dtype"]), name
@@ -76,7 +80,7 @@ def test_spec_fields_params_and_instruction_template():
             "side": {"param": "goal_position", "component": 1, "edges": edges, "names": sides},
         },
     }
-    config = forge_gpu.task_config("push", device="cpu")
+    config = forge_gpu.task_config("push", device=device)
     assert PushTask(dataclasses.replace(config, randomize=())).instruction_template() is None
     only_goal = tuple(r for r in config.randomize if r.name == "goal_position")
     template = PushTask(dataclasses.replace(config, randomize=only_goal)).instruction_template()
@@ -133,12 +137,13 @@ def test_the_expert_succeeds_far_more_often_than_the_random_policy(randomized):
     assert expert >= 6 and random <= 2, (expert, random)
 
 
-def test_a_heavier_or_rougher_cube_moves_less_under_the_same_push():
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_heavier_or_rougher_cube_moves_less_under_the_same_push(device):
     """A compliant arm (joint stiffness 20 instead of 400) gives the same slow push (the tip's target ramped from
     behind the cube through its place) to a 1 kg cube of friction 0.3, a 3 kg one and one of friction 0.9, drawn
     per world: the heavier and the rougher cube move less. The solver holds each world's drawn mass and friction."""
     soft = {"params.joint_stiffness": 20.0, "params.joint_damping": 4.0}
-    env = forge_gpu.make("push", num_envs=3, device="cpu", seed=4, **{**FIXED, **FAST, **soft})
+    env = forge_gpu.make("push", num_envs=3, device=device, seed=4, **{**FIXED, **FAST, **soft})
     reset = env.reset()
     state, params = _host(reset.state), _host(reset.params)
     values = {**params, "cube_mass": np.float32([1.0, 3.0, 1.0]), "cube_friction": np.float32([0.3, 0.3, 0.9])}
@@ -171,9 +176,10 @@ def test_colours_change_the_pixels_of_the_cube_and_the_goal_only(fixed):
     assert (red | green).mean() > 0.8 and (blue | yellow).mean() > 0.8
 
 
-def test_determinism_and_independence_of_env_count():
+@pytest.mark.parametrize("device", DEVICES)
+def test_determinism_and_independence_of_env_count(device):
     """Env i's episodes (drawn values, physics, images) are the same with 2 envs as with 3; another seed differs."""
-    a, b = (forge_gpu.make("push", num_envs=n, device="cpu", seed=7, **{"params.image_size": 32}) for n in (2, 3))
+    a, b = (forge_gpu.make("push", num_envs=n, device=device, seed=7, **{"params.image_size": 32}) for n in (2, 3))
     pa, pb = forge_gpu.make_policy("random", a), forge_gpu.make_policy("random", b)
     ra, rb = a.reset().numpy(), b.reset().numpy()
     for step in range(6):
@@ -182,12 +188,13 @@ def test_determinism_and_independence_of_env_count():
         for name, value in ra.params.items():
             np.testing.assert_array_equal(value, rb.params[name][:2])
         ra, rb = a.step(pa(a.observation)).numpy(), b.step(pb(b.observation)).numpy()
-    c = forge_gpu.make("push", num_envs=2, device="cpu", seed=8, **FAST)
+    c = forge_gpu.make("push", num_envs=2, device=device, seed=8, **FAST)
     assert not np.array_equal(c.reset().numpy().observation["cube_pose"], a.reset().numpy().observation["cube_pose"])
 
 
-def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(tmp_path):
-    env = forge_gpu.make("push", num_envs=3, device="cpu", seed=5, max_steps=12, **{"params.image_size": 32})
+@pytest.mark.parametrize("device", DEVICES)
+def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, tmp_path):
+    env = forge_gpu.make("push", num_envs=3, device=device, seed=5, max_steps=12, **{"params.image_size": 32})
     forge_gpu.collect(env, forge_gpu.make_policy("expert", env), str(tmp_path / "run"), episodes=4)
     report = forge_gpu.replay(tmp_path / "run", tmp_path / "again", from_="actions", batch=2)
     assert report["episodes"] >= 4 and report["diverged"] == 0
@@ -219,6 +226,7 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(tmp_path
     assert [task_of[k] for k in range(len(wanted))] == wanted
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
@@ -229,9 +237,9 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(tmp_path
         ({"randomize.friction": [0.2, 0.4]}, "task 'push' cannot randomize it"),
     ],
 )
-def test_bad_values_name_the_key_and_what_is_allowed(overrides, words):
+def test_bad_values_name_the_key_and_what_is_allowed(device, overrides, words):
     with pytest.raises(ValueError, match=words):
-        forge_gpu.make("push", num_envs=1, device="cpu", **overrides)
+        forge_gpu.make("push", num_envs=1, device=device, **overrides)
 
 
 def test_equal_fixed_colours_are_refused():

@@ -3,6 +3,7 @@ inside the captured step, and the state that restores a world exactly (VectorEnv
 
 import numpy as np
 import pytest
+from envtools import DEVICES
 
 import forge_gpu
 
@@ -23,9 +24,10 @@ def _run(env, steps: int, action: float = 0.0) -> list[dict]:
     return frames
 
 
-def test_drawn_values_of_env_i_do_not_depend_on_the_number_of_envs():
-    small = forge_gpu.make("cartpole", num_envs=4, device="cpu", seed=3, max_steps=5, **CARTPOLE_RANGES)
-    large = forge_gpu.make("cartpole", num_envs=16, device="cpu", seed=3, max_steps=5, **CARTPOLE_RANGES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_drawn_values_of_env_i_do_not_depend_on_the_number_of_envs(device):
+    small = forge_gpu.make("cartpole", num_envs=4, device=device, seed=3, max_steps=5, **CARTPOLE_RANGES)
+    large = forge_gpu.make("cartpole", num_envs=16, device=device, seed=3, max_steps=5, **CARTPOLE_RANGES)
     a, b = _run(small, 12), _run(large, 12)  # two resets of every env (max_steps 5)
     for name in ("params/mass_scale", "params/actuator_gain_scale"):
         for fa, fb in zip(a, b, strict=True):
@@ -39,36 +41,39 @@ def test_drawn_values_of_env_i_do_not_depend_on_the_number_of_envs():
     }
 
 
-def test_a_heavier_cart_and_pole_move_less_under_the_same_force():
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_heavier_cart_and_pole_move_less_under_the_same_force(device):
     """mass_scale scales every body's mass and inertia in the solver: the same force accelerates less."""
     trajectories = {}
     for scale in (1.0, 2.0):
-        env = forge_gpu.make("cartpole", num_envs=2, device="cpu", **{"randomize.mass_scale": [scale, scale]})
+        env = forge_gpu.make("cartpole", num_envs=2, device=device, **{"randomize.mass_scale": [scale, scale]})
         trajectories[scale] = _run(env, 10, action=0.5)
-        nominal = forge_gpu.make("cartpole", num_envs=2, device="cpu").model.body_mass.numpy()
+        nominal = forge_gpu.make("cartpole", num_envs=2, device=device).model.body_mass.numpy()
         np.testing.assert_allclose(env.model.body_mass.numpy(), nominal * scale, rtol=1e-6)
     light, heavy = (np.abs(trajectories[s][-1]["joint_q"][:, 0] - trajectories[s][0]["joint_q"][:, 0]) for s in (1, 2))
     assert (heavy < 0.75 * light).all(), (light, heavy)
 
 
-def test_ant_friction_armature_and_mass_reach_mujoco_per_world():
+@pytest.mark.parametrize("device", DEVICES)
+def test_ant_friction_armature_and_mass_reach_mujoco_per_world(device):
     ranges = {"randomize.friction": [0.3, 1.5], "randomize.joint_armature_scale": [0.5, 1.5]}
-    env = forge_gpu.make("ant", num_envs=3, device="cpu", **ranges)
+    env = forge_gpu.make("ant", num_envs=3, device=device, **ranges)
     result = env.reset()
     friction = result.params["friction"].numpy()
     mjw = env.solver.mjw_model
     np.testing.assert_allclose(mjw.geom_friction.numpy()[:, :, 0], np.repeat(friction[:, None], mjw.ngeom, 1))
     armature = result.params["joint_armature_scale"].numpy()
-    nominal = forge_gpu.make("ant", num_envs=3, device="cpu").solver.mjw_model.dof_armature.numpy()
+    nominal = forge_gpu.make("ant", num_envs=3, device=device).solver.mjw_model.dof_armature.numpy()
     np.testing.assert_allclose(mjw.dof_armature.numpy(), nominal * armature[:, None], rtol=1e-6)
 
 
-def test_a_colour_range_changes_the_pixels_and_not_the_depth():
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_colour_range_changes_the_pixels_and_not_the_depth(device):
     size = {"params.image_size": 32}
-    plain = forge_gpu.make("reach", num_envs=2, device="cpu", **size).reset()
+    plain = forge_gpu.make("reach", num_envs=2, device=device, **size).reset()
     plain = _host(plain.observation)
     blue = {"randomize.table_color": {"low": [0.0, 0.0, 0.8], "high": [0.1, 0.1, 1.0]}}
-    env = forge_gpu.make("reach", num_envs=2, device="cpu", **size, **blue)
+    env = forge_gpu.make("reach", num_envs=2, device=device, **size, **blue)
     coloured = _host(env.reset().observation)
     assert np.array_equal(plain["depth"], coloured["depth"])
     changed = (plain["rgb"] != coloured["rgb"]).any(axis=-1)
@@ -77,18 +82,19 @@ def test_a_colour_range_changes_the_pixels_and_not_the_depth():
     assert (table[:, 2].astype(int) > table[:, 0].astype(int) + 30).mean() > 0.9  # and it is blue now
 
 
-def test_restore_gives_back_the_recorded_frame_bit_for_bit():
+@pytest.mark.parametrize("device", DEVICES)
+def test_restore_gives_back_the_recorded_frame_bit_for_bit(device):
     """state round-trips: restore a frame's state into a fresh env of another size, read it back, equal; the
     observations (rendered images included) equal the recorded ones."""
     size = {"params.image_size": 32, "randomize.camera_position_offset": [[-0.05] * 3, [0.05] * 3]}
-    env = forge_gpu.make("reach", num_envs=3, device="cpu", seed=1, **size)
+    env = forge_gpu.make("reach", num_envs=3, device=device, seed=1, **size)
     env.reset()
     a = np.full((3, 4), 0.3, np.float32)
     for _ in range(4):
         env.step(a)
     state, params, observation = _host(env.result.state), _host(env.result.params), _host(env.observation)
     assert set(state) == {"joint_q", "joint_qd", "body_q", "target_pos"}
-    other = forge_gpu.make("reach", num_envs=3, device="cpu", seed=9, **size)
+    other = forge_gpu.make("reach", num_envs=3, device=device, seed=9, **size)
     restored = other.restore(state, params)
     for name, values in state.items():
         assert np.array_equal(restored.state[name].numpy(), values), name
@@ -98,12 +104,14 @@ def test_restore_gives_back_the_recorded_frame_bit_for_bit():
         other.restore({**state, "joint_q": state["joint_q"][:2]})
 
 
-def test_record_state_false_records_no_state():
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu", record_state=False)
+@pytest.mark.parametrize("device", DEVICES)
+def test_record_state_false_records_no_state(device):
+    env = forge_gpu.make("cartpole", num_envs=2, device=device, record_state=False)
     assert env.reset().state == {} and env.spec["state"] == {}
     assert not any(k.startswith("state/") for k in env.result.arrays())
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
@@ -114,10 +122,10 @@ def test_record_state_false_records_no_state():
         ({"randomize.mass_scale": {"low": 1, "high": 2, "dist": "normal"}}, "allowed values are 'uniform'"),
     ],
 )
-def test_bad_ranges_name_the_key_and_what_is_allowed(overrides, words):
+def test_bad_ranges_name_the_key_and_what_is_allowed(device, overrides, words):
     task = "reach" if "target_color" in str(overrides) else "cartpole"
     with pytest.raises(ValueError, match=words):
-        forge_gpu.make(task, num_envs=2, device="cpu", **overrides)
+        forge_gpu.make(task, num_envs=2, device=device, **overrides)
 
 
 def test_ranges_are_recorded_in_the_config():

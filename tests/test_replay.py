@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import pytest
+from envtools import DEVICES
 
 import forge_gpu
 from forge_gpu.cli import main
@@ -12,8 +13,8 @@ from forge_gpu.cli import main
 ALL = forge_gpu.EpisodeReadOptions(state=True)
 
 
-def _record(path, task, *, envs, episodes, policy="random", seed=0, **overrides):
-    env = forge_gpu.make(task, num_envs=envs, device="cpu", seed=seed, **overrides)
+def _record(path, task, *, envs, episodes, policy="random", seed=0, device="cpu", **overrides):
+    env = forge_gpu.make(task, num_envs=envs, device=device, seed=seed, **overrides)
     forge_gpu.collect(env, forge_gpu.load_policy(policy, env), str(path), episodes=episodes)
     return path
 
@@ -47,9 +48,10 @@ def reach_run(tmp_path_factory):
         ("ant", {"max_steps": 12, "randomize.friction": [0.4, 1.2], "randomize.mass_scale": [0.8, 1.2]}),
     ],
 )
-def test_from_actions_replays_cartpole_and_ant_bit_for_bit(tmp_path, task, overrides):
-    run = _record(tmp_path / "run", task, envs=3, episodes=4, **overrides)
-    report = forge_gpu.replay(run, tmp_path / "again", from_="actions", batch=2)
+@pytest.mark.parametrize("device", DEVICES)
+def test_from_actions_replays_cartpole_and_ant_bit_for_bit(tmp_path, task, overrides, device):
+    run = _record(tmp_path / "run", task, envs=3, episodes=4, device=device, **overrides)
+    report = forge_gpu.replay(run, tmp_path / "again", from_="actions", batch=2, device=device)
     recorded = _episodes(run)
     assert report["diverged"] == 0 and len(report["divergence"]) == len(recorded) == report["episodes"]
     assert all(d["max_error"] == 0.0 for d in report["divergence"]), report["divergence"]
@@ -92,9 +94,12 @@ def test_from_state_re_renders_the_recorded_images(tmp_path, reach_run):
         assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
 
 
-def test_a_larger_re_render_is_a_readable_run_with_the_new_images(tmp_path):
-    run = _record(tmp_path / "run", "reach", envs=2, episodes=2, max_steps=6, **{"params.image_size": 64})
-    forge_gpu.replay(run, tmp_path / "big", overrides={"params.image_size": 128})
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_larger_re_render_is_a_readable_run_with_the_new_images(tmp_path, device):
+    run = _record(
+        tmp_path / "run", "reach", envs=2, episodes=2, max_steps=6, device=device, **{"params.image_size": 64}
+    )
+    forge_gpu.replay(run, tmp_path / "big", overrides={"params.image_size": 128}, device=device)
     manifest = forge_gpu.read_manifest(tmp_path / "big")
     assert manifest["status"] == "closed" and manifest["env_spec"]["observation"]["rgb"]["shape"] == [128, 128, 3]
     assert manifest["replayed_from"]["from"] == "state"
