@@ -161,6 +161,8 @@ class _Worker:
                 env_steps=summary.env_steps,
                 seconds=summary.seconds,
                 stall_seconds=summary.stall_seconds,
+                # the collection proper, after its warm-up (capturing the step), as a single collect times it
+                started_at=result["started_at"] + summary.warmup_seconds,
             )
         except BaseException as e:  # reported to the driver; the other workers go on
             result["error"] = self._error or f"{type(e).__name__}: {e}"
@@ -209,7 +211,8 @@ class DatasetSummary:
     runs: list[dict]
     """One result per worker, in worker order (see the module doc for the keys)."""
     seconds: float
-    """Wall time from the first worker's start of collection to the last one's end [s]."""
+    """Wall time from the first worker's start of collection (after its warm-up, which a single ``collect`` times
+    apart too) to the last one's end [s]."""
 
     @property
     def episodes(self) -> int:
@@ -257,8 +260,26 @@ def start_ray(workers: int, address: str | None) -> bool:
     options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if address is None:
         options["num_cpus"] = max(workers, os.cpu_count() or 1)
-    ray.init(address=address, **options)
+    # Ray notes on every start that token authentication is on (a note, not a problem): dropped; what it says of a
+    # cluster without authentication is kept.
+    token_setup = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    note = _Drop("Token authentication is enabled")
+    token_setup.addFilter(note)
+    try:
+        ray.init(address=address, **options)
+    finally:
+        token_setup.removeFilter(note)
     return True
+
+
+class _Drop:
+    """A logging filter that drops the records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def filter(self, record) -> bool:
+        return not record.getMessage().startswith(self.prefix)
 
 
 def aggregate(counters: list[dict | None]) -> dict | None:

@@ -116,6 +116,7 @@ def replay(
                 return
 
     last_report = [-1.0]
+    total = len(selected) if limit is None else min(limit, len(selected))  # --successful cuts after the read
 
     def count(episodes: int, frames: int, *, final: bool = False) -> None:
         """Count what a batch finished; report progress every half second and at the end of a batch."""
@@ -124,7 +125,7 @@ def replay(
         report["seconds"] = time.perf_counter() - began
         if progress is not None and (final or report["seconds"] - last_report[0] >= 0.5):
             last_report[0] = report["seconds"]
-            progress({"episodes": report["episodes"], "total": len(selected), **_rates(report)})
+            progress({"episodes": report["episodes"], "total": total, **_rates(report)})
 
     def replayed() -> Iterator[list[Episode]]:
         source = _background(chosen(), depth=env.num_envs)
