@@ -252,7 +252,10 @@ def print_dataset_summary(summary) -> None:
         row = {**r, "seconds": f"{r['seconds']:.1f}"}
         print("  ".join(f"{row[c]!s:>10}" for c in columns))
     print(f"episodes published  {summary.episodes}")
-    print(f"env-steps/s         {summary.env_steps_per_second:,.0f} (all workers, over {summary.seconds:.1f} s)")
+    print(
+        f"env-steps/s         {summary.env_steps_per_second:,.0f} (each worker's over its collection, summed; "
+        f"{summary.seconds:.1f} s from the first start to the last end, warm-ups included)"
+    )
     print(f"stall               {summary.stall_fraction:.1%}")
     print(f"dataset: {summary.directory}")
 

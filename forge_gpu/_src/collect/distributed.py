@@ -161,8 +161,6 @@ class _Worker:
                 env_steps=summary.env_steps,
                 seconds=summary.seconds,
                 stall_seconds=summary.stall_seconds,
-                # the collection proper, after its warm-up (capturing the step), as a single collect times it
-                started_at=result["started_at"] + summary.warmup_seconds,
             )
         except BaseException as e:  # reported to the driver; the other workers go on
             result["error"] = self._error or f"{type(e).__name__}: {e}"
@@ -211,8 +209,7 @@ class DatasetSummary:
     runs: list[dict]
     """One result per worker, in worker order (see the module doc for the keys)."""
     seconds: float
-    """Wall time from the first worker's start of collection (after its warm-up, which a single ``collect`` times
-    apart too) to the last one's end [s]."""
+    """Wall time from the first worker's start of collection to the last one's end [s] (warm-ups included)."""
 
     @property
     def episodes(self) -> int:
@@ -224,7 +221,10 @@ class DatasetSummary:
 
     @property
     def env_steps_per_second(self) -> float:
-        return self.env_steps / self.seconds if self.seconds > 0 else 0.0
+        """Each worker's env-steps/s over its own collection, summed: the figure the progress line shows. Like a
+        single ``collect``'s, it leaves out the warm-up (building the env, compiling, capturing), which the wall
+        time (``seconds``) holds and which, on a first run, is most of it."""
+        return sum(r["env_steps"] / r["seconds"] for r in self.runs if r["seconds"] > 0)
 
     @property
     def stall_fraction(self) -> float:

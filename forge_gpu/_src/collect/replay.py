@@ -139,6 +139,7 @@ def replay(
                 return
             if from_ == "state":
                 done = from_state(env, group, stop, count)
+                count(0, 0, final=True)  # the wave's end shown, so the last line counts every episode replayed
                 report["interrupted"] = len(done) < len(group)
             else:
                 done, divergence = from_actions(env, group, tolerance)

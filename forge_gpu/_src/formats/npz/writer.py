@@ -198,7 +198,7 @@ def _deflated_zip(members: list[tuple[str, np.ndarray]], level: int) -> list[byt
 
 def _write_chunks(path: str, chunks: list, total: int) -> int:
     """Create ``path`` and write the buffers (``total`` bytes) one after another; return ``total``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         written = os.writev(fd, chunks) if len(chunks) <= _IOV_MAX else 0
         if written != total:  # a short write (rare: a signal) or too many buffers: go on piece by piece
