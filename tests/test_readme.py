@@ -108,3 +108,30 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(list((tmp_path / "npz").iterdir())) == count
+
+
+ROOT = README.parent
+
+
+def _cited(text: str) -> set[str]:
+    """The repository files a document cites: its links (not web addresses), the paths under the repository's
+    folders and every bare ``NAME.md``."""
+    links = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"\w+:", t)}
+    # a path, but not a pattern (``tests/test_<module>.py``, ``forge_gpu/stats/<key>``) nor what a run writes
+    paths = set(re.findall(r"(?<![\w./-])((?:docs|bench|tests|forge_gpu|configs|kernels)/[\w./-]*\w)(?![\w</*])", text))
+    paths = {p for p in paths if not p.startswith("bench/results")}  # the benchmarks' output (gitignored)
+    markdown = set(re.findall(r"(?<![\w./-])([\w-]+\.md)\b", text))
+    return {c for c in links | paths | markdown if c}
+
+
+def test_the_docs_cite_only_files_the_repository_holds():
+    """README, docs/ and bench/README.md: every file they cite is in the repository (a clone's user can follow
+    every reference; they cited a DESIGN.md that lived beside the project, not in it)."""
+    docs = [README, ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = []
+    for doc in docs:
+        for cited in sorted(_cited(doc.read_text())):
+            if not any((where / cited).exists() for where in (doc.parent, ROOT, ROOT / "docs")):
+                missing.append(f"{doc.relative_to(ROOT)}: {cited}")
+    assert not missing
+    assert "docs/DESIGN.md" in _cited(README.read_text()) and (ROOT / "docs" / "DESIGN.md").is_file()
