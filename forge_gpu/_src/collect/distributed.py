@@ -221,9 +221,8 @@ class DatasetSummary:
 
     @property
     def env_steps_per_second(self) -> float:
-        """Each worker's env-steps/s over its own collection, summed: the figure the progress line shows. Like a
-        single ``collect``'s, it leaves out the warm-up (building the env, compiling, capturing), which the wall
-        time (``seconds``) holds and which, on a first run, is most of it."""
+        """Each worker's env-steps/s over its own collection (after its warm-up, as a single ``collect``'s), summed:
+        the progress line's figure. ``seconds``, the wall time, holds the warm-ups."""
         return sum(r["env_steps"] / r["seconds"] for r in self.runs if r["seconds"] > 0)
 
     @property
@@ -260,26 +259,18 @@ def start_ray(workers: int, address: str | None) -> bool:
     options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if address is None:
         options["num_cpus"] = max(workers, os.cpu_count() or 1)
-    # Ray notes on every start that token authentication is on (a note, not a problem): dropped; what it says of a
-    # cluster without authentication is kept.
+    # Ray notes on every start that token authentication is on: dropped (a cluster without it is still said).
     token_setup = logging.getLogger("ray._private.authentication.authentication_token_setup")
-    note = _Drop("Token authentication is enabled")
+
+    def note(record) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
+
     token_setup.addFilter(note)
     try:
         ray.init(address=address, **options)
     finally:
         token_setup.removeFilter(note)
     return True
-
-
-class _Drop:
-    """A logging filter that drops the records whose message starts with ``prefix``."""
-
-    def __init__(self, prefix: str):
-        self.prefix = prefix
-
-    def filter(self, record) -> bool:
-        return not record.getMessage().startswith(self.prefix)
 
 
 def aggregate(counters: list[dict | None]) -> dict | None:
