@@ -389,3 +389,16 @@ def test_the_workers_summary_rate_is_the_progress_lines(tmp_path):
     assert len(runs) == 2 and figure > 0
     # the same definition (equal when the last poll has every worker's final counters; under load it may lag)
     assert 0.5 <= figure / shown <= 2, (summary, progress[-1])
+
+
+def test_every_command_prints_its_help(capsys):
+    """A bare % in any help (argparse formats help with %) crashed that command's --help and every usage error."""
+    from forge_gpu.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert {"collect", "select", "report", "view"} <= set(commands)
+    for name in commands:
+        with pytest.raises(SystemExit) as exited:
+            main([name, "--help"])
+        assert exited.value.code == 0, name
+        assert capsys.readouterr().out.startswith(f"usage: forge-gpu {name}"), name
