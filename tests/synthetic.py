@@ -395,20 +395,6 @@ def write_run_files(directory, files: dict) -> None:
         (directory / name).write_bytes(data)
 
 
-def fuzz_packed_run(directory, run, kind, seed):
-    """Copy the packed run ``directory`` to ``run``, damaged one way (:func:`mutate_packed_run`, ``kind``, drawn
-    from ``seed``), and read it: valid episodes (state included) or a ValueError naming the run, never another
-    error."""
-    import forge_gpu
-
-    write_run_files(run, mutate_packed_run(run_files(directory), kind, np.random.default_rng(seed)))
-    try:
-        for episode in forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(state=True)):
-            assert episode.steps >= 1
-    except ValueError as exc:
-        assert str(run) in str(exc)
-
-
 def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2, seed=0):
     """A valid episode (member -> array) and its marker."""
     rng = np.random.default_rng(seed)

@@ -254,7 +254,8 @@ def test_verify_lists_bad_blocks_and_episodes_and_exits_1(recorded, tmp_path, ca
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{run}: 1 bad block, {len(report['bad_episodes'])} bad episode")
     assert f"  bad block segment-{commit['segment']:06d}.arrows:{commit['offset']} (commit line 3)" in out[1]
-    assert len(out) == 2 + len(report["bad_episodes"])
+    assert len(out) == 3 + len(report["bad_episodes"])
+    assert out[-1] == f"  forge-gpu repair --salvage {run} keeps every episode that checks and drops these"
     dataset = tmp_path / "dataset"
     dataset.mkdir()
     for name, source in (("worker-000", recorded), ("worker-001", run)):

@@ -4,14 +4,13 @@ h5py; both from packed and npz runs and from dataset roots; unclosed runs refuse
 import json
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from synthetic import SyntheticSim, make_batches, make_env, record
 
 from forge_gpu import EpisodeRecorder, PackedRecorder, export_lerobot, export_robomimic, read_episodes, run_statistics
 from forge_gpu.cli import main
-
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
 
 SIZE = 16
 #: Mean absolute error of decoded frames, in levels of 0..255, allowed per codec at its default CRF on the

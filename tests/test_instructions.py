@@ -197,7 +197,7 @@ def test_inspect_lists_the_distinct_instructions_with_counts(runs, capsys):
 
 def test_lerobot_export_writes_one_task_per_instruction_and_each_episode_its_task(runs, tmp_path):
     pytest.importorskip("av")
-    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow.parquet as pq
     root, wanted = runs
     order = [(e.env_id, e.episode_id) for e in forge_gpu.read_episodes(root / "packed")]
     forge_gpu.export_lerobot(root / "packed", tmp_path / "lerobot", workers=1)

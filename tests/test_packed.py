@@ -8,9 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from synthetic import FUZZ_KINDS, SyntheticSim, fuzz_packed_run, make_batches, make_env, record, standard_read
+from synthetic import SyntheticSim, make_batches, make_env, record, standard_read
 
 import forge_gpu
 from forge_gpu import PackedRecorder, Windows, convert_run
@@ -397,8 +395,3 @@ def test_commit_values_past_int64_are_value_errors(recorded, tmp_path, key, valu
         list(forge_gpu.read_episodes(run))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=st.sampled_from(FUZZ_KINDS), seed=st.integers(0, 2**31 - 1))
-def test_fuzzed_packed_runs_only_raise_value_error(recorded, tmp_path, kind, seed):
-    """Mutated segments and commit logs give valid episodes or ValueError naming a file, never another error."""
-    fuzz_packed_run(recorded[0], tmp_path / "run", kind, seed)

@@ -194,6 +194,9 @@ def test_determinism_and_independence_of_env_count(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, tmp_path):
+    import pyarrow.parquet as pq
+
+    pytest.importorskip("av", reason="the LeRobot export is the export extra: pip install 'forge-gpu[export]'")
     env = forge_gpu.make("push", num_envs=3, device=device, seed=5, max_steps=12, **{"params.image_size": 32})
     forge_gpu.collect(env, forge_gpu.make_policy("expert", env), str(tmp_path / "run"), episodes=4)
     report = forge_gpu.replay(tmp_path / "run", tmp_path / "again", from_="actions", batch=2)
@@ -216,8 +219,6 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, 
     by_episode = {(e.env_id, e.episode_id): e.instruction for e in episodes}
     keys = zip(batch["env_id"].tolist(), batch["episode_id"].tolist(), strict=True)
     assert batch["instruction"] == [by_episode[k] for k in keys]
-    pq = pytest.importorskip("pyarrow.parquet")
-    pytest.importorskip("av")
     forge_gpu.export_lerobot(tmp_path / "run", tmp_path / "lerobot")
     tasks = pq.read_table(tmp_path / "lerobot/meta/tasks.parquet").to_pydict()
     assert sorted(tasks["task"]) == sorted(set(wanted)) and tasks["task_index"] == list(range(len(tasks["task"])))

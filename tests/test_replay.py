@@ -66,8 +66,15 @@ def test_from_actions_replays_cartpole_and_ant_bit_for_bit(tmp_path, task, overr
 
 
 def test_from_actions_replays_reach_bit_for_bit(tmp_path, reach_run):
+    """Every episode replayed (its divergence report alone starts empty, so a replay of none would pass) and its
+    states compared here with the recorded ones."""
     report = forge_gpu.replay(reach_run, tmp_path / "again", from_="actions", batch=4)
+    recorded, again = _episodes(reach_run), _episodes(tmp_path / "again")
+    assert report["episodes"] == len(recorded) == len(again) == len(report["divergence"]) > 0
     assert report["diverged"] == 0 and all(d["max_error"] == 0.0 for d in report["divergence"])
+    for a, b in zip(recorded, again, strict=True):
+        assert (a.env_id, a.episode_id, a.steps) == (b.env_id, b.episode_id, b.steps)
+        assert a.state.keys() == b.state.keys() and all(np.array_equal(a.state[k], b.state[k]) for k in a.state)
 
 
 def test_from_actions_reports_where_a_changed_model_diverges(tmp_path, reach_run):

@@ -17,7 +17,7 @@ from synthetic import SyntheticSim, make_batches, make_env, record
 import forge_gpu
 from forge_gpu import PackedRecorder
 from forge_gpu._src.core.dataset import write_dataset_manifest
-from forge_gpu._src.data.tools.report_charts import MAX_FRAMES, MAX_SIDE, animation
+from forge_gpu._src.data.tools.report_charts import MAX_FRAMES, MAX_SIDE, animation, chart, histogram
 from forge_gpu._src.data.tools.report_page import SECTIONS
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
@@ -102,9 +102,10 @@ def test_report_pictures_are_bounded(camera_report):
     episode = types.SimpleNamespace(
         steps=steps, obs={k: v[:-1] for k, v in frames.items()}, next={k: v[1:] for k, v in frames.items()}
     )
+    factor = -(-side // MAX_SIDE)  # the smallest whole factor that brings 150 pixels within MAX_SIDE
     with Image.open(io.BytesIO(animation(episode, control_dt=0.02))) as shot:
-        assert shot.n_frames == MAX_FRAMES and shot.size == (2 * (side // 3), side // 3)  # 150 / 3 = 50 <= 64
-        assert MAX_SIDE >= side // 3
+        assert shot.n_frames == MAX_FRAMES and shot.size == (2 * (side // factor), side // factor)
+        assert side // factor <= MAX_SIDE < side // (factor - 1)
 
 
 @needs_chromium
@@ -162,7 +163,7 @@ def test_a_dataset_report_shows_each_instruction(tmp_path):
     text = (tmp_path / "data.html").read_text()
     assert result["episodes"] == sum(counts.values())
     for instruction, count in counts.items():
-        assert f'<tr><td>{instruction}</td><td class="n">{count}</td>' in text
+        assert re.search(f'<tr><td>#[12]</td><td>{instruction}</td><td class="n">{count}</td>', text)
     identity = re.search(r'<section id="identity">(.*?)</section>', text, re.S).group(1)
     assert identity.count("<td>worker-00") == 2
     assert "<img" not in text and 'data-chart="proprio"' in text and 'data-chart="action"' in text
@@ -226,3 +227,39 @@ def test_a_run_without_episodes_still_reports(tmp_path):
     assert result["episodes"] == 0 and result["gallery"] == 0
     assert all(f'<section id="{key}">' in text for key in SECTIONS)
     assert "no published episode" in text and "No published episode to show" in text
+
+
+def test_chart_legends_hold_each_label_whole_below_the_plot():
+    """Push's instructions are long and differ at their ends: each legend entry holds its whole label (they were cut to
+    18 characters, so several read the same) in a list below the SVG, where it cannot cover a bar."""
+    labels = [f"push the green cube to the blue square on the {side}" for side in ("left", "right", "middle")]
+    figure = histogram({label: np.arange(5.0) + k for k, label in enumerate(labels)}, title="return per episode")
+    svg, legend = figure.split("</svg>")
+    assert not any(label in svg for label in labels)
+    entries = re.findall(r"<li><i [^>]*></i>([^<]*)</li>", legend)
+    assert entries == labels and legend.startswith('<ul class="legend"')
+
+
+def test_an_all_zero_series_has_an_axis_from_zero():
+    """A backlog that stays 0 was drawn on an axis from -1 to 1; values that are never negative start at 0."""
+    ticks = re.findall(r'text-anchor="end">([^<]*)</text>', chart([{"x": [0.0, 1.0, 2.0], "y": [0, 0, 0]}]))
+    assert ticks[0] == "0" and float(ticks[-1]) == 1.0 and not any(t.startswith("-") for t in ticks)
+    ticks = re.findall(r'text-anchor="end">([^<]*)</text>', chart([{"x": [0.0, 1.0], "y": [-2.0, -2.0]}]))
+    assert float(ticks[0]) < -2.0 < float(ticks[-1])  # a negative constant keeps an axis around it
+
+
+def test_success_per_instruction_names_each_instructions_row():
+    """The points stand at #1, #2, ... , the rows of the per-instruction table (the axis was a bare index)."""
+    from forge_gpu._src.data.tools.report import episodes_section
+
+    texts = ["pick the red block", "pick the blue block", "pick the green block"]
+    instructions = np.array([texts[0]] * 6 + [texts[1]] * 4 + [texts[2]] * 2, dtype=object)  # the most common first
+    episodes = {"steps": np.full(12, 5), "return": np.arange(12.0), "success": np.arange(12) % 2 == 0,
+                "instruction": instructions.tolist(), "has_success": True}  # fmt: skip
+    page = episodes_section({"episodes": episodes})
+    figure = page[page.index('data-chart="success-per-instruction"') :]
+    figure = figure[: figure.index("</figure>")]
+    assert [f"#{k}" for k in (1, 2, 3)] == re.findall(r">(#\d)</text>", figure)
+    assert "instruction (its row # in the table)" in figure
+    for k, text in enumerate(texts, 1):
+        assert f"<td>#{k}</td><td>{text}</td>" in page.replace(' class="n"', "")

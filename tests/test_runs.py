@@ -198,6 +198,11 @@ def test_unmarked_episode_file_is_skipped_and_not_counted(run_copy):
     stem = _first_stem(directory)
     os.remove(directory / (stem + ".json"))
     (directory / (stem + ".npz.tmp")).write_bytes(b"half a file")
+    with pytest.raises(ValueError, match="damaged: run.json says .* but its markers hold"):  # a closed run lost one
+        read_episodes(directory)
+    manifest = json.loads((directory / "run.json").read_text())  # never published, so never counted
+    manifest["completed_episodes"] -= 1
+    (directory / "run.json").write_text(json.dumps(manifest))
     episodes = [
         (e.env_id, e.episode_id)
         for e in read_episodes(directory, options=EpisodeReadOptions(observation_keys=["time"]))

@@ -37,19 +37,35 @@ def parse_set(items: list[str]) -> dict:
 
 
 def check_out(out: str | None, task: str) -> Path:
+    """``collect``'s ``--out`` (default ``runs/<task>-<time>``): a new directory in a writable place."""
     path = Path(out) if out else Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_new(path, "--out ")
+    return path
+
+
+def check_new(path: str | os.PathLike, option: str = "", *, kind: str = "directory") -> None:
+    """Refuse (UsageError) an output ``path`` that already exists (``kind``: what to give instead) or cannot be
+    made (:func:`check_writable`); ``option``: how the command line names it (``"--out "``, or ``""`` for a
+    positional argument)."""
     if os.path.lexists(path):
-        raise UsageError(f"--out {path}: already exists; give a new directory")
+        raise UsageError(f"{option}{path}: already exists; give a new {kind}")
+    check_writable(path, option)
+
+
+def check_writable(path: str | os.PathLike, option: str = "") -> None:
+    """Refuse (UsageError) an output ``path`` whose nearest existing ancestor is not a directory this process can
+    write in (a regular file, a read-only mount): the directories missing above ``path`` are made when it is
+    written, so nothing else stops it. Nothing is left on disk."""
+    path = Path(path)
     parent = path.parent
     while not os.path.lexists(parent):
         parent = parent.parent
     if not parent.is_dir():
-        raise UsageError(f"--out {path}: cannot write in {parent}: not a directory; choose a writable place")
+        raise UsageError(f"{option}{path}: cannot write in {parent}: not a directory; choose a writable place")
     try:  # the sure test (os.access misjudges read-only mounts for some users): make a directory, remove it
         os.rmdir(tempfile.mkdtemp(prefix=".forge-gpu-", dir=parent))
     except OSError as e:
-        raise UsageError(f"--out {path}: cannot write in {parent} ({e.strerror}); choose a writable place") from e
-    return path
+        raise UsageError(f"{option}{path}: cannot write in {parent} ({e.strerror}); choose a writable place") from e
 
 
 def check_run(path: str, *, dataset: bool = False) -> None:
@@ -63,7 +79,13 @@ def check_run(path: str, *, dataset: bool = False) -> None:
     if not Path(path).is_dir():
         raise UsageError(f"{path}: not {what} ({'not a directory' if os.path.lexists(path) else 'no such directory'})")
     if not any((Path(path) / name).is_file() for name in manifests):
-        raise UsageError(f"{path}: not {what}: it holds no {' or '.join(manifests)}")
+        runs = sorted(p.name for p in Path(path).iterdir() if (p / RUN_MANIFEST).is_file())
+        held = ""
+        if runs:  # a dataset root given to a command of one run: name the runs it holds
+            shown = ", ".join(str(Path(path) / name) for name in runs[:4]) + (", ..." if len(runs) > 4 else "")
+            kind = "a dataset root" if (Path(path) / DATASET_MANIFEST).is_file() else "a directory"
+            held = f"; it is {kind} of {len(runs)} run(s): give one of them, e.g. {shown}"
+        raise UsageError(f"{path}: not {what}: it holds no {' or '.join(manifests)}{held}")
 
 
 def parse_episode(text: str) -> tuple[int, int]:
@@ -140,6 +162,7 @@ class Progress:
         self._last = 0.0
         self._label = f"{task} x{env.num_envs}"
         self._unprinted = ""  # the latest plain line, when it came too soon after the previous one
+        self._printed = ""  # the last plain line printed: the same line is not printed twice
         if not sys.stdout.isatty():
             return
         try:
@@ -184,7 +207,9 @@ class Progress:
 
     def _print_plain(self) -> None:
         self._last = time.monotonic()
-        print(self._unprinted, flush=True)
+        if self._unprinted != self._printed:
+            print(self._unprinted, flush=True)
+            self._printed = self._unprinted
         self._unprinted = ""
 
     def close(self) -> None:

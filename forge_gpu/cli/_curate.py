@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ._common import UsageError, check_compression, check_run
+from ._common import UsageError, check_compression, check_new, check_run
 
 _COMPRESSION_HELP = "the new run's packed compression: none, lz4 or zstd (default: the source's where packed takes it)"
 
@@ -22,7 +22,7 @@ def add_curate_parsers(sub) -> None:
         metavar="EXPR",
         help="over per-episode values: success, return, length, env, episode, instruction and each randomized "
         'param (NAME[i] for a vector), e.g. "success and length < 80"; and or not, < <= > >= == !=, in (a, b), '
-        "+ - * / // % **, abs(x)",
+        "+ - * / // %% **, abs(x)",
     )
     s.add_argument("--compression", default=None, help=_COMPRESSION_HELP)
     s.set_defaults(func=cmd_select)
@@ -45,8 +45,7 @@ def add_curate_parsers(sub) -> None:
 def _check(runs: list[str], out: str, compression: str | None) -> None:
     for run in runs:
         check_run(run, dataset=True)
-    if os.path.lexists(out):
-        raise UsageError(f"{out}: already exists; give a new directory")
+    check_new(out)
     if compression is not None:
         check_compression("packed", compression)
 

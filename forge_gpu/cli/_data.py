@@ -5,14 +5,21 @@ trains."""
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from pathlib import Path
 
 from forge_gpu._src.formats.options import OptionError, check_codecs
 
-from ._common import UsageError, check_compression, check_run, codec_options, parse_episode
+from ._common import (
+    UsageError,
+    check_compression,
+    check_new,
+    check_run,
+    check_writable,
+    codec_options,
+    parse_episode,
+)
 
 
 def cmd_inspect(args) -> int:
@@ -55,6 +62,10 @@ def cmd_render(args) -> int:
 
     episode = parse_episode(args.episode) if args.episode else None
     check_run(args.run)
+    if args.out is not None:
+        if Path(args.out).is_dir():
+            raise UsageError(f"--out {args.out}: is a directory; give a file name, e.g. episode.png")
+        check_writable(args.out, "--out ")
     try:
         path, drawn = render_episode(args.run, episode=episode, out=args.out)
     except LookupError as e:
@@ -81,10 +92,14 @@ def cmd_repair(args) -> int:
         print(f"forge-gpu: cannot repair {args.run}: {e}; free space or fix the error, then run again", file=sys.stderr)
         return 1
     cut = report["cut"]
-    lost = (
-        f"; {'emptied' if args.salvage else 'cut off'} {cut['blocks']} damaged block(s), {cut['rows']} rows: "
-        f"{cut['episodes']} episode(s) lost: {' '.join(report['lost_episodes']) or '-'}"
+    what = (
+        f"{'emptied' if args.salvage else 'cut off'} {cut['blocks']} damaged block(s), {cut['rows']} rows: "
         if cut["blocks"]
+        else "dropped damaged episodes: "  # a format of one file per episode (npz) drops the files that fail
+    )
+    lost = (
+        f"; {what}{cut['episodes']} episode(s) lost: {' '.join(report['lost_episodes']) or '-'}"
+        if cut["blocks"] or cut["episodes"]
         else ""
     )
     if report["status_before"] != "recording":
@@ -106,8 +121,7 @@ def cmd_convert(args) -> int:
     from forge_gpu._src.data.tools.convert import convert_run
 
     check_run(args.run)
-    if Path(args.out).exists():
-        raise UsageError(f"{args.out}: already exists; give a new directory")
+    check_new(args.out)
     check_compression(args.to, args.compression)
     codecs = codec_options(args)
     try:
@@ -124,16 +138,19 @@ def cmd_convert(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from forge_gpu._src.data.export.lerobot import export_lerobot
+    from forge_gpu._src.data.export.lerobot import check_video, export_lerobot
     from forge_gpu._src.data.export.robomimic import export_robomimic
 
     check_run(args.run, dataset=True)
-    if os.path.lexists(args.out):
-        raise UsageError(f"{args.out}: already exists; give a new {'directory' if args.to == 'lerobot' else 'file'}")
+    check_new(args.out, kind="directory" if args.to == "lerobot" else "file")
     if args.workers < 1:
         raise UsageError(f"--workers {args.workers}: expected an integer >= 1")
     if args.to == "robomimic" and (args.codec != "h264" or args.workers != 1 or args.crf is not None):
         raise UsageError("--codec, --crf and --workers apply to --to lerobot only")
+    try:
+        check_video(args.codec, args.crf)
+    except ValueError as e:
+        raise UsageError(f"--{e}") from e
     last = [0.0]
 
     def progress(done: int, total: int) -> None:

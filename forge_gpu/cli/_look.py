@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ._common import UsageError, check_run, parse_episode
+from ._common import UsageError, check_run, check_writable, parse_episode
 
 
 def add_look_commands(sub) -> None:
@@ -36,6 +36,7 @@ def cmd_report(args) -> int:
     out = Path(args.out) if args.out else where.parent / f"{where.name}-report.html"
     if out.is_dir():
         raise UsageError(f"--out {out}: is a directory; give a file name")
+    check_writable(out, "--out ")
     result = _reading(lambda: report(args.run, out, gallery=args.gallery, seed=args.seed))
     if isinstance(result, int):
         return result
@@ -56,6 +57,8 @@ def cmd_view(args) -> int:
         raise UsageError(f"--limit {args.limit}: must be >= 1")
     if args.save is not None and Path(args.save).is_dir():
         raise UsageError(f"--save {args.save}: is a directory; give a file name, e.g. run.rrd")
+    if args.save is not None:
+        check_writable(args.save, "--save ")
     check_run(args.run)
     result = _reading(lambda: view_run(args.run, episodes=episodes, save=args.save, limit=args.limit))
     if isinstance(result, int):
@@ -72,7 +75,7 @@ def _reading(call):
         return call()
     except LookupError as e:
         raise UsageError(str(e)) from e
-    except ImportError as e:
+    except (ImportError, ConnectionError) as e:
         print(f"forge-gpu: {e}", file=sys.stderr)
     except ValueError as e:
         print(f"forge-gpu: invalid run: {e}", file=sys.stderr)

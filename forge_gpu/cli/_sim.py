@@ -11,6 +11,7 @@ from pathlib import Path
 from ._common import (
     Progress,
     UsageError,
+    check_new,
     check_out,
     parse_set,
     recording_options_of,
@@ -20,29 +21,36 @@ from ._common import (
 
 
 def cmd_collect(args) -> int:
-    import forge_gpu
-    from forge_gpu._src.collect.collector import collect
-    from forge_gpu._src.sim.policies import check_policy_name, load_policy
+    from forge_gpu._src.sim.names import check_policy_name, shipped_tasks
 
-    if args.task not in forge_gpu.TASKS:
-        raise UsageError(f"unknown task {args.task!r}; known tasks are {', '.join(sorted(forge_gpu.TASKS))}")
+    # First what needs neither Warp nor Newton (loading them takes seconds): a typo is refused at once.
+    for name in ("envs", "slots", "episodes", "steps", "workers"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value}: must be >= 1")
     overrides = parse_set(args.set or [])
     for reserved in ("num_envs", "seed", "device"):
         if reserved in overrides:
             raise UsageError(f"--set {reserved}=...: use the --{reserved.replace('num_', '')} option instead")
+    if args.task not in shipped_tasks():
+        raise UsageError(f"unknown task {args.task!r}; known tasks are {', '.join(shipped_tasks())}")
+    try:
+        check_policy_name(args.policy)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    options = recording_options_of(args)
+    out = check_out(args.out, args.task)
+
+    import forge_gpu
+    from forge_gpu._src.collect.collector import collect
+    from forge_gpu._src.sim.policies import load_policy
+
     try:
         config = forge_gpu.task_config(args.task, seed=args.seed, **overrides)
         if args.envs is not None:
             config = forge_gpu.task_config(args.task, seed=args.seed, num_envs=args.envs, **overrides)
-        check_policy_name(args.policy)
     except ValueError as e:
         raise UsageError(str(e)) from e
-    for name in ("slots", "episodes", "steps", "workers"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name} {value}: must be >= 1")
-    options = recording_options_of(args)
-    out = check_out(args.out, args.task)
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
         return cmd_collect_workers(args, config, overrides, out, options)
     try:
@@ -244,7 +252,10 @@ def print_dataset_summary(summary) -> None:
         row = {**r, "seconds": f"{r['seconds']:.1f}"}
         print("  ".join(f"{row[c]!s:>10}" for c in columns))
     print(f"episodes published  {summary.episodes}")
-    print(f"env-steps/s         {summary.env_steps_per_second:,.0f} (all workers, over {summary.seconds:.1f} s)")
+    print(
+        f"env-steps/s         {summary.env_steps_per_second:,.0f} (each worker's over its collection, summed; "
+        f"{summary.seconds:.1f} s from the first start to the last end, warm-ups included)"
+    )
     print(f"stall               {summary.stall_fraction:.1%}")
     print(f"dataset: {summary.directory}")
 
@@ -265,8 +276,7 @@ def cmd_replay(args) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name} {value}: must be >= 1")
-    if Path(args.out).exists():
-        raise UsageError(f"{args.out} already exists; replay writes a new run")
+    check_new(args.out)
 
     def show(c: dict) -> None:
         print(

@@ -132,9 +132,10 @@ class _Loop:
             warmup_seconds=warmup_seconds,
         )
 
-    def counters(self) -> dict:
-        """The progress dict ``collect`` reports (and ``distributed.aggregate`` sums)."""
-        elapsed = time.perf_counter() - self.start
+    def counters(self, elapsed: float | None = None) -> dict:
+        """The progress dict ``collect`` reports (and ``distributed.aggregate`` sums); ``elapsed``: the seconds of
+        the loop, default until now (the last report gives the summary's, so that its rate is the summary's)."""
+        elapsed = time.perf_counter() - self.start if elapsed is None else elapsed
         consumer, recorder, env_steps = self.consumer, self.recorder, self.calls * self.env.num_envs
         return {
             "episodes_ended": consumer.ended,
@@ -240,7 +241,7 @@ def collect(
     if recorder is not None:
         error = _close_recorder(recorder, summary, error)
     if progress is not None:
-        progress(loop.counters())
+        progress(loop.counters(summary.seconds))  # the loop's time, as the summary's: not the close's
     if error is not None:
         raise error
     return summary

@@ -209,7 +209,7 @@ class DatasetSummary:
     runs: list[dict]
     """One result per worker, in worker order (see the module doc for the keys)."""
     seconds: float
-    """Wall time from the first worker's start of collection to the last one's end [s]."""
+    """Wall time from the first worker's start of collection to the last one's end [s] (warm-ups included)."""
 
     @property
     def episodes(self) -> int:
@@ -221,7 +221,9 @@ class DatasetSummary:
 
     @property
     def env_steps_per_second(self) -> float:
-        return self.env_steps / self.seconds if self.seconds > 0 else 0.0
+        """Each worker's env-steps/s over its own collection (after its warm-up, as a single ``collect``'s), summed:
+        the progress line's figure. ``seconds``, the wall time, holds the warm-ups."""
+        return sum(r["env_steps"] / r["seconds"] for r in self.runs if r["seconds"] > 0)
 
     @property
     def stall_fraction(self) -> float:
@@ -257,7 +259,17 @@ def start_ray(workers: int, address: str | None) -> bool:
     options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if address is None:
         options["num_cpus"] = max(workers, os.cpu_count() or 1)
-    ray.init(address=address, **options)
+    # Ray notes on every start that token authentication is on: dropped (a cluster without it is still said).
+    token_setup = logging.getLogger("ray._private.authentication.authentication_token_setup")
+
+    def note(record) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
+
+    token_setup.addFilter(note)
+    try:
+        ray.init(address=address, **options)
+    finally:
+        token_setup.removeFilter(note)
     return True
 
 

@@ -116,6 +116,7 @@ def replay(
                 return
 
     last_report = [-1.0]
+    total = len(selected) if limit is None else min(limit, len(selected))  # --successful cuts after the read
 
     def count(episodes: int, frames: int, *, final: bool = False) -> None:
         """Count what a batch finished; report progress every half second and at the end of a batch."""
@@ -124,7 +125,7 @@ def replay(
         report["seconds"] = time.perf_counter() - began
         if progress is not None and (final or report["seconds"] - last_report[0] >= 0.5):
             last_report[0] = report["seconds"]
-            progress({"episodes": report["episodes"], "total": len(selected), **_rates(report)})
+            progress({"episodes": report["episodes"], "total": total, **_rates(report)})
 
     def replayed() -> Iterator[list[Episode]]:
         source = _background(chosen(), depth=env.num_envs)
@@ -138,6 +139,7 @@ def replay(
                 return
             if from_ == "state":
                 done = from_state(env, group, stop, count)
+                count(0, 0, final=True)  # the wave's end shown, so the last line counts every episode replayed
                 report["interrupted"] = len(done) < len(group)
             else:
                 done, divergence = from_actions(env, group, tolerance)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import uuid
 from typing import Any
 
@@ -20,16 +19,23 @@ def load_json(path: str) -> Any:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, *, durable: bool = False) -> None:
-    """Write ``obj`` as indented UTF-8 JSON to a temporary file in the same directory, then rename it. With
-    ``durable``, the file's data is synced before the rename and the directory after it, so that the new file
-    survives a machine crash once this returns."""
+    """Write ``obj`` as indented UTF-8 JSON to ``path`` (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", durable=durable)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, durable: bool = False) -> None:
+    """Write ``text`` as UTF-8 to a new temporary file in the same directory, then rename it over ``path``: it
+    appears whole or not at all. The file's mode follows the umask, as every other file of a run does (a
+    ``tempfile.mkstemp`` file would stay 0600, unreadable by a colleague or a training job under another user).
+    With ``durable``, the file's data is synced before the rename and the directory after it, so that the new
+    file survives a machine crash once this returns."""
     path = os.fspath(path)
     directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=directory or ".")
+    tmp = os.path.join(directory or ".", f"{name}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False)
-            f.write("\n")
+            f.write(text)
             if durable:
                 f.flush()
                 os.fdatasync(f.fileno())

@@ -21,7 +21,7 @@ from typing import Any
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
-from forge_gpu._src.formats.registry import RunReader, format_of, read_manifest
+from forge_gpu._src.formats.registry import RunReader, check_published, format_of, read_manifest
 
 
 def read_episodes(directory: str | os.PathLike, *, options: EpisodeReadOptions | None = None) -> Iterator[Episode]:
@@ -71,10 +71,14 @@ def index_instructions(index: list[tuple[Any, int]]) -> list[str]:
 
 def open_run(run_dir: str | os.PathLike) -> RunReader:
     """The published episodes of one run directory, of any registered format (:mod:`formats`; manifest, and
-    markers or commit log, read and checked; no episode data)."""
+    markers or commit log, read and checked; no episode data). A closed run that holds fewer episodes than its
+    run.json says were published is refused as damaged (:func:`formats.registry.check_published`)."""
     run_dir = os.fspath(run_dir)
     manifest = read_manifest(run_dir)
-    return format_of(manifest).open(run_dir, manifest)
+    fmt = format_of(manifest)
+    reader = fmt.open(run_dir, manifest)
+    check_published(run_dir, manifest, len(reader), fmt)
+    return reader
 
 
 def action_windows(

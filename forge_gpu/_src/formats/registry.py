@@ -136,6 +136,8 @@ class PackedFormat:
     identity = packed.IDENTITY
     published_by = "commit log"
     spec_groups = ("state", "params")
+    #: What ``forge-gpu repair`` does for a closed run whose log lost lines (:func:`check_published`).
+    restores = "forge-gpu repair {run} publishes again the blocks written whole after its last line"
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return all(manifest.get(key) == value for key, value in self.identity.items())
@@ -208,11 +210,13 @@ class NpzFormat:
 
         return NpzRunReader(run_dir, manifest)
 
-    def repair(self, run_dir: str, manifest: dict) -> dict:
+    def repair(self, run_dir: str, manifest: dict, *, salvage: bool = False) -> dict:
         from forge_gpu._src.formats.npz.instructions import cut_torn_line  # noqa: PLC0415
-        from forge_gpu._src.formats.npz.writer import remove_unmarked  # noqa: PLC0415
+        from forge_gpu._src.formats.npz.writer import drop_damaged, remove_unmarked  # noqa: PLC0415
 
-        return {"removed": remove_unmarked(run_dir), "actions": cut_torn_line(run_dir), "recovered_episodes": 0}
+        dropped = drop_damaged(run_dir, manifest) if salvage else {}  # salvage: unpublish the episodes that fail
+        removed = remove_unmarked(run_dir)
+        return {"removed": removed, "actions": cut_torn_line(run_dir), "recovered_episodes": 0, **dropped}
 
     def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
         from forge_gpu._src.formats.npz.writer import write_episodes  # noqa: PLC0415
@@ -258,6 +262,21 @@ def format_of(manifest: Mapping[str, Any], *, name: str = "run.json") -> RunForm
     version, layout = manifest.get("schema_version"), manifest.get("layout")
     raise ValueError(
         f"{name}: key 'schema_version' is {version!r} and key 'layout' is {layout!r}; this reader reads {known}"
+    )
+
+
+def check_published(run_dir: str, manifest: Mapping[str, Any], episodes: int, fmt: RunFormat) -> None:
+    """A closed run must hold every episode its run.json says was published (``completed_episodes``): where its
+    commit log or markers hold fewer (``episodes``; e.g. the log's last lines lost to a copy cut short), ValueError
+    saying it is damaged, by how much, and what restores them (the format's optional ``restores``)."""
+    expected = manifest["completed_episodes"]
+    if manifest["status"] != "closed" or episodes >= expected:
+        return
+    restores = getattr(fmt, "restores", None)
+    fix = restores.format(run=run_dir) if restores else f"the {fmt.published_by} cannot be rebuilt"
+    raise ValueError(
+        f"{run_dir}: damaged: run.json says {expected} episodes were published but its {fmt.published_by} holds "
+        f"{episodes} ({expected - episodes} lost, e.g. the last lines of a copy cut short); {fix}"
     )
 
 

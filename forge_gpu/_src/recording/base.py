@@ -287,7 +287,7 @@ class RecorderBase:
 
 def _preallocate(path: str, size: int) -> None:
     """Create ``path`` with ``size`` bytes allocated to it (zeros where the file system cannot preallocate)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         try:
             os.posix_fallocate(fd, 0, size)

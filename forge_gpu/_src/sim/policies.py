@@ -7,13 +7,14 @@ shape of ``env.action_input`` (the buffer ``step`` stages actions in).
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 
 import warp as wp
 
+from forge_gpu._src.sim.names import BUILTIN_POLICIES, check_policy_name
 from forge_gpu._src.sim.streams import torch_stream_of
 from forge_gpu.kernels import policies as kernels
-
-BUILTIN_POLICIES = ("random", "expert")
 
 
 class RandomPolicy:
@@ -53,30 +54,34 @@ def make_policy(name: str, env):
     raise ValueError(f"unknown policy {name!r}; built-in policies are {', '.join(BUILTIN_POLICIES)}")
 
 
-def check_policy_name(name: str) -> None:
-    """Refuse a policy name that is neither built in nor ``MODULE:FACTORY``."""
-    if name in BUILTIN_POLICIES:
-        return
-    module, sep, factory = name.partition(":")
-    if not sep or not module or not factory.isidentifier():
-        raise ValueError(
-            f"unknown policy {name!r}; use {', '.join(BUILTIN_POLICIES)} or MODULE:FACTORY (a torch policy)"
-        )
-
-
 def load_policy(name: str, env):
-    """A built-in policy, or the torch policy that ``MODULE:FACTORY(env.spec, device)`` returns."""
+    """A built-in policy, or the torch policy that ``MODULE:FACTORY(env.spec, device)`` returns. ``MODULE`` is
+    looked for on ``sys.path`` and then in the working directory (as ``python -m`` would find it: the
+    ``forge-gpu`` script's own path does not hold it). ValueError naming the policy when the module or factory
+    cannot be loaded, or when the factory raises (its error named as its own)."""
     check_policy_name(name)
     if name in BUILTIN_POLICIES:
         return make_policy(name, env)
-    import importlib
-
     module_name, _, factory_name = name.partition(":")
     try:
-        factory = getattr(importlib.import_module(module_name), factory_name)
+        factory = getattr(_import_from_working_directory(module_name), factory_name)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"policy {name!r}: cannot load {factory_name} from {module_name}: {e}") from e
-    return TorchPolicy(env, factory)
+    return TorchPolicy(env, factory, name=name)
+
+
+def _import_from_working_directory(module_name: str):
+    import importlib
+
+    here = os.getcwd()
+    added = not any(p in ("", ".", here) for p in sys.path)
+    if added:
+        sys.path.append(here)  # after the installed packages: a file here never shadows one of them
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        if added:
+            sys.path.remove(here)
 
 
 class TorchPolicy:
@@ -86,12 +91,16 @@ class TorchPolicy:
     returns is handed to the env without a copy (``wp.from_torch``).
     """
 
-    def __init__(self, env, factory):
+    def __init__(self, env, factory, *, name: str | None = None):
         import torch
 
         self.env = env
         self.torch_device = wp.device_to_torch(env.device)
-        self.fn = factory(env.spec, self.torch_device)
+        try:
+            self.fn = factory(env.spec, self.torch_device)
+        except Exception as e:  # the user's code: said as theirs, in one line
+            what = f"policy {name!r}: its factory" if name else f"policy factory {factory!r}"
+            raise ValueError(f"{what} raised {type(e).__name__}: {e}") from e
         if not callable(self.fn):
             raise ValueError(f"policy factory {factory!r} returned {self.fn!r}, which is not callable")
         self.observation = {k: wp.to_torch(v) for k, v in env.observation.items()}

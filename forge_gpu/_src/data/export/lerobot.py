@@ -60,6 +60,17 @@ CODECS = {
     "av1": ("libsvtav1", 35, {"preset": "8"}),
 }
 CAMERA_FIELDS = ("rgb",)
+#: The largest constant rate factor each encoder takes (0 is lossless or nearly).
+MAX_CRF = {"h264": 51, "av1": 63}
+
+
+def check_video(codec: str, crf: int | None) -> None:
+    """Refuse a codec this exporter does not name, or a ``crf`` outside the encoder's range (ValueError naming it),
+    before anything is read or written."""
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {list(CODECS)}, got {codec!r}")
+    if crf is not None:
+        check_int(f"crf for {codec}", crf, minimum=0, maximum=MAX_CRF[codec])
 LEFT_OUT_FIELDS = ("depth",)
 
 
@@ -108,8 +119,7 @@ def export_lerobot(
     Raises ValueError for a run that is not closed, runs of different tasks, a control_dt without
     integer fps or odd image sizes; FileExistsError when ``out`` exists; ImportError without PyAV.
     """
-    if codec not in CODECS:
-        raise ValueError(f"codec must be one of {list(CODECS)}, got {codec!r}")
+    check_video(codec, crf)
     check_int("workers", workers, minimum=1)
     av = _require_av()
     if CODECS[codec][0] not in av.codecs_available:

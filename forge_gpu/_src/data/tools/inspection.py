@@ -267,6 +267,7 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
         from PIL import Image
 
         out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.gif")
+        out.parent.mkdir(parents=True, exist_ok=True)
         frames = np.concatenate([ep.obs["rgb"], ep.next["rgb"][-1:]])
         images = [Image.fromarray(f) for f in frames]
         images[0].save(out, save_all=True, append_images=images[1:], duration=40, loop=0)
@@ -283,6 +284,7 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     axes[2].set_xlabel("time [s]")
     fig.suptitle(f"{stem}: {ep.steps} steps")
     fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
     return out, missing

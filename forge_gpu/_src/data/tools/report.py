@@ -9,12 +9,11 @@ from __future__ import annotations
 import html
 import json
 import os
-import tempfile
 import time
 
 import numpy as np
 
-from forge_gpu._src.core.files import remove_quietly
+from forge_gpu._src.core.files import write_text_atomic
 from forge_gpu._src.data.tools.report_charts import binned, chart, fmt, histogram
 from forge_gpu._src.data.tools.report_page import (
     cards,
@@ -59,16 +58,8 @@ def report(path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GA
     subtitle = f"{html.escape(facts['path'])} · {facts['kind']} · made {when} by forge-gpu report"
     text = page(f"forge_gpu report: {os.path.basename(os.path.abspath(facts['path']))}", subtitle, sections)
     out = os.fspath(out)
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
-    try:  # the page appears whole, or not at all
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(partial, out)
-    except BaseException:
-        remove_quietly(partial)
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    write_text_atomic(out, text)  # the page appears whole, or not at all; its mode follows the umask
     return {
         "out": out,
         "bytes": os.path.getsize(out),
@@ -157,7 +148,8 @@ def episodes_section(facts: dict) -> str:
             [name, idx.size, _rate(e["success"][idx], has_success), returns[idx].mean(), steps[idx].mean()]
             for name, idx in groups.items()
         ]
-        out += "<h3>Per instruction</h3>" + table(rows, ["instruction", "episodes", "success", "return", "length"])
+        rows = [[f"#{k}", *row] for k, row in enumerate(rows, 1)]
+        out += "<h3>Per instruction</h3>" + table(rows, ["#", "instruction", "episodes", "success", "return", "length"])
     else:
         out += f"<p>Instruction: <q>{html.escape(next(iter(groups)))}</q></p>"
     by_group = len(groups) > 1
@@ -168,9 +160,12 @@ def episodes_section(facts: dict) -> str:
                   ylabel="episodes", name="length-histogram"),
     ]  # fmt: skip
     if has_success and by_group:
-        rates = [{"x": np.arange(len(groups)), "y": [e["success"][v].mean() for v in groups.values()]}]
-        charts.append(chart(rates, kind="points", title="success rate per instruction (in the table's order)",
-                            ylim=(0, 1), name="success-per-instruction"))  # fmt: skip
+        rows = np.arange(1, len(groups) + 1)  # each instruction by its row in the table above
+        rates = [{"x": rows, "y": [e["success"][v].mean() for v in groups.values()]}]
+        charts.append(chart(rates, kind="points", title="success rate per instruction", ylim=(0, 1),
+                            xlim=(0.5, len(groups) + 0.5), xticks=[(r, f"#{r}") for r in rows.tolist()],
+                            xlabel="instruction (its row # in the table)", ylabel="success rate",
+                            name="success-per-instruction"))  # fmt: skip
     return out + f'<div class="charts">{"".join(charts)}</div>'
 
 

@@ -51,9 +51,9 @@ def _span(values: list[np.ndarray], given: tuple[float, float] | None) -> tuple[
     if not finite:
         return 0.0, 1.0
     lo, hi = min(float(v.min()) for v in finite), max(float(v.max()) for v in finite)
-    if hi == lo:
+    if hi == lo:  # one value: around it, never below 0 for values that are not (a backlog of 0 runs 0 to 1)
         pad = abs(lo) * 0.1 or 1.0
-        return lo - pad, hi + pad
+        return (lo - pad if lo < 0 else max(lo - pad, 0.0)), hi + pad
     return lo, hi
 
 
@@ -65,6 +65,8 @@ def chart(
     xlabel: str = "",
     ylabel: str = "",
     ylim: tuple[float, float] | None = None,
+    xlim: tuple[float, float] | None = None,
+    xticks: list[tuple[float, str]] | None = None,
     width: int = 340,
     height: int = 180,
     name: str = "",
@@ -72,14 +74,15 @@ def chart(
     """A ``<figure>`` with one inline SVG chart of ``series`` (each ``{"x", "y", "label"}``; ``color`` optional).
 
     ``kind``: ``line``; ``points``; ``bars`` (``x`` holds the bins' edges, one more than ``y``: a histogram, drawn
-    as bars for one series and as outlines over each other for several)."""
+    as bars for one series and as outlines over each other for several). ``xticks``: ``(value, label)`` pairs in place
+    of round numbers (e.g. categories). The series' labels make a legend below the chart, each label whole."""
     if kind not in ("line", "points", "bars"):
         raise ValueError(f"kind must be line, points or bars, got {kind!r}")
     left, right, top, bottom = 48, 10, 10, 34
     pw, ph = width - left - right, height - top - bottom
     xs = [np.asarray(s["x"], np.float64) for s in series]
     ys = [np.asarray(s["y"], np.float64) for s in series]
-    x0, x1 = _span(xs, None)
+    x0, x1 = _span(xs, xlim)
     y0, y1 = _span(ys + ([np.zeros(1)] if kind == "bars" else []), ylim)
 
     def px(v):
@@ -92,11 +95,10 @@ def chart(
     for t in _ticks(y0, y1):
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#e5e5e5"/>')
         parts.append(f'<text x="{left - 4}" y="{py(t) + 3:.1f}" text-anchor="end">{fmt(t)}</text>')
-    for t in _ticks(x0, x1):
-        parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 13}" text-anchor="middle">{fmt(t)}</text>')
+    for t, text in xticks if xticks is not None else [(t, fmt(t)) for t in _ticks(x0, x1)]:
+        parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 13}" text-anchor="middle">{html.escape(text)}</text>')
     for n, (s, x, y) in enumerate(zip(series, xs, ys, strict=True)):
         color = s.get("color", PALETTE[n % len(PALETTE)])
-        label = html.escape(str(s.get("label", "")))
         if kind == "bars" and len(series) == 1:
             for a, b, v in zip(x[:-1], x[1:], y, strict=True):
                 h = py(y0) - py(v)
@@ -124,12 +126,11 @@ def chart(
                 "</circle>"
                 for a, b in zip(x, y, strict=True)
             ]
-    labels = [(n, s["label"]) for n, s in enumerate(series) if s.get("label")]
-    for row, (n, label) in enumerate(labels[:8]):
-        color = series[n].get("color", PALETTE[n % len(PALETTE)])
-        y = top + 12 + 12 * row
-        parts.append(f'<rect x="{left + pw - 110}" y="{y - 8}" width="8" height="8" fill="{color}"/>')
-        parts.append(f'<text x="{left + pw - 98}" y="{y}">{html.escape(str(label)[:18])}</text>')
+    keys = [  # the legend: HTML below the plot, so that it never covers the data and wraps a long label whole
+        f'<li><i style="background:{s.get("color", PALETTE[n % len(PALETTE)])}"></i>{html.escape(str(s["label"]))}</li>'
+        for n, s in enumerate(series)
+        if s.get("label")
+    ]
     parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(xlabel)}</text>')
     parts.append(
         f'<text x="11" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 11 {top + ph / 2:.0f})">'
@@ -139,8 +140,9 @@ def chart(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
         f'font-size="10" font-family="sans-serif">{"".join(parts)}</svg>'
     )
+    legend = f'<ul class="legend" style="max-width:{width}px">{"".join(keys)}</ul>' if keys else ""
     caption = f"<figcaption>{html.escape(title)}</figcaption>" if title else ""
-    return f'<figure class="chart" data-chart="{html.escape(name or title)}">{svg}{caption}</figure>'
+    return f'<figure class="chart" data-chart="{html.escape(name or title)}">{svg}{legend}{caption}</figure>'
 
 
 def histogram(values_by_label: dict[str, np.ndarray], *, bins: int = 20, **labels) -> str:

@@ -34,6 +34,8 @@ vertical-align:top}th{background:#f4f4f4;font-weight:600}td.n{text-align:right;f
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}.card{border:1px solid #ddd;border-radius:6px;
 padding:8px 12px;min-width:120px}.card b{display:block;font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:8px}
 figure{margin:0}figcaption{font-size:12px;color:#555;text-align:center}
+.legend{list-style:none;margin:2px 0 2px 48px;padding:0;font-size:11px;line-height:1.3}
+.legend i{display:inline-block;width:8px;height:8px;margin-right:4px}
 .gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(270px,1fr));gap:12px}
 .episode{border:1px solid #ddd;border-radius:6px;padding:8px}.episode img{image-rendering:pixelated;width:256px;
 max-width:100%;display:block}.kind{font-weight:700;text-transform:uppercase;font-size:12px}

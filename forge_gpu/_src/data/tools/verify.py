@@ -60,6 +60,8 @@ def format_verify(report: dict) -> list[str]:
             f"  bad block {b['segment']}:{b['offset']} (commit line {b['line']}): {b['error']}" for b in r["bad_blocks"]
         ]
         lines += [f"  bad episode {e['episode']}: {e['error']}" for e in r["bad_episodes"]]
+        if r["bad_blocks"] or r["bad_episodes"]:
+            lines.append(f"  forge-gpu repair --salvage {r['run']} keeps every episode that checks and drops these")
     return lines
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -30,6 +31,16 @@ def _rerun():
     except ImportError as exc:
         raise ImportError("forge-gpu view needs the rerun-sdk package: pip install 'forge-gpu[view]'") from exc
     return rr
+
+
+def check_viewer() -> None:
+    """Refuse, before anything is read, to open a viewer where none can show: on Linux without a display the
+    viewer Rerun spawns exits at once and what is sent is lost (or the send waits on it for minutes)."""
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise ConnectionError(
+            "no Rerun viewer can be reached: this machine has no display (DISPLAY and WAYLAND_DISPLAY are unset); "
+            "write a file instead with --save FILE.rrd and open it where there is one (rerun FILE.rrd)"
+        )
 
 
 def choose_episodes(run, episodes: list[tuple[int, int]] | None, limit: int) -> list[int]:
@@ -56,18 +67,28 @@ def view_run(
     """Show a run's episodes in Rerun: the named ``episodes`` (``(env_id, episode_id)`` pairs) or its first
     ``limit``. With ``save``, write them to that ``.rrd`` file instead of opening a viewer. Returns ``{"episodes",
     "frames", "save"}``. Raises LookupError for an episode the run does not hold, ValueError for a damaged run or a
-    bad ``limit``, ImportError without rerun-sdk."""
+    bad ``limit``, ImportError without rerun-sdk, ConnectionError (before anything is read) when no viewer can be
+    reached."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
     rr = _rerun()
+    if save is None:
+        check_viewer()
     run = open_run(os.fspath(path))
     ks = choose_episodes(run, episodes, limit)
     manifest = run.manifest
     rec = rr.RecordingStream("forge_gpu", recording_id=manifest["run_id"])
     if save is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(save)), exist_ok=True)
         rec.save(os.fspath(save))
     else:
-        rec.spawn()
+        try:
+            rec.spawn()
+        except Exception as exc:  # rerun-sdk raises RuntimeError when it finds no viewer executable
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConnectionError(
+                f"no Rerun viewer can be reached ({first}); write a file instead with --save FILE.rrd"
+            ) from exc
     identity = {k: v for k, v in run_identity(run).items() if k not in ("progress", "config", "params")}
     rec.log("run", rr.TextDocument("```json\n" + json.dumps(identity, indent=2) + "\n```", media_type="text/markdown"),
             static=True)  # fmt: skip

@@ -89,6 +89,7 @@ class Where:
         return found
 
     def _error(self, what: str) -> ExpressionError:
+        what = what.replace(_RETURN, "return")  # ast.unparse shows the parser's name for it
         return ExpressionError(f"where {self.text!r}: {what}; {_listing(self.allowed)}")
 
     def evaluate(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -96,7 +97,7 @@ class Where:
         only the names it uses are read). Raises :class:`ExpressionError` where the kinds of values do not fit
         (a vector param compared whole, a string compared with a number, ``and`` over numbers)."""
         count = len(next(iter(values.values()))) if values else 0
-        with np.errstate(all="ignore"):
+        with np.errstate(all="raise", under="ignore"):  # arithmetic that overflows or divides by zero is refused
             try:
                 result = self._eval(self._tree, values)
             except ExpressionError:
@@ -147,7 +148,7 @@ class Where:
             operand = self._number(node.operand, values)
             return -operand if isinstance(node.op, ast.USub) else +operand
         if isinstance(node, ast.BinOp):
-            return _ARITHMETIC[type(node.op)](self._number(node.left, values), self._number(node.right, values))
+            return self._arithmetic(node, self._number(node.left, values), self._number(node.right, values))
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id == "abs") or len(node.args) != 1 or node.keywords:
                 raise self._error(f"{ast.unparse(node)!r}: the only call is abs(x)")
@@ -155,6 +156,22 @@ class Where:
         if isinstance(node, ast.Compare):
             return self._compare(node, values)
         raise self._error(f"{ast.unparse(node)!r} cannot stand here")
+
+    def _arithmetic(self, node: ast.BinOp, left, right):
+        """``left OP right``, refused naming the expression where it divides by zero or leaves its 64 bits: numpy's
+        floats raise under the caller's ``errstate``; its integers wrap around silently (``length ** 1000000``), so
+        their result is checked against the same operation in floats."""
+        op = _ARITHMETIC[type(node.op)]
+        try:
+            result = op(left, right)
+        except (FloatingPointError, ZeroDivisionError, OverflowError) as exc:
+            raise self._error(f"{ast.unparse(node)!r} {_arithmetic_failure(exc)}") from None
+        if np.asarray(result).dtype.kind in "iu":
+            with np.errstate(all="ignore"):
+                wide = op(np.asarray(left, np.float64), np.asarray(right, np.float64))
+            if not np.all(np.abs(wide) < 2.0**63):
+                raise self._error(f"{ast.unparse(node)!r} overflows 64-bit integers")
+        return result
 
     def _compare(self, node: ast.Compare, values: Mapping[str, np.ndarray]):
         result, left = True, self._eval(node.left, values)
@@ -224,6 +241,14 @@ _ALLOWED_NODES = (
     ast.List,
     ast.Call,
 )
+
+
+def _arithmetic_failure(exc: Exception) -> str:
+    """What numpy's floating-point error says, in the words of a refusal."""
+    text = str(exc)
+    if "overflow" in text:
+        return "overflows 64-bit floats"
+    return "divides by zero" if "divide" in text or "remainder" in text else f"gives no number ({text})"
 
 
 def _is_text(value) -> bool:

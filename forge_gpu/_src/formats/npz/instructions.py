@@ -23,7 +23,7 @@ class InstructionLog:
     from several writer threads: each line is one write of the whole line."""
 
     def __init__(self, directory: str):
-        self._fd = os.open(os.path.join(directory, INSTRUCTIONS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(os.path.join(directory, INSTRUCTIONS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         self._lock = threading.Lock()
 
     def append(self, env_id: int, episode_id: int, instruction: str) -> None:

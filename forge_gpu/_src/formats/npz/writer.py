@@ -198,7 +198,7 @@ def _deflated_zip(members: list[tuple[str, np.ndarray]], level: int) -> list[byt
 
 def _write_chunks(path: str, chunks: list, total: int) -> int:
     """Create ``path`` and write the buffers (``total`` bytes) one after another; return ``total``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         written = os.writev(fd, chunks) if len(chunks) <= _IOV_MAX else 0
         if written != total:  # a short write (rare: a signal) or too many buffers: go on piece by piece
@@ -291,3 +291,26 @@ def remove_unmarked(run_dir: str) -> list[str]:
             os.remove(os.path.join(run_dir, name))
             removed.append(name)
     return removed
+
+
+def drop_damaged(run_dir: str, manifest: dict) -> dict:
+    """``repair --salvage`` of a schema-1 run: read every marked episode (as ``verify`` does: each member's zip
+    CRC-32 and the episode rules) and unpublish each one that fails, by removing its marker (its episode file is
+    then an unmarked leftover, removed by :func:`remove_unmarked`); every episode that reads is kept as it is.
+    Returns the ``cut`` (``blocks`` 0, ``rows``, ``episodes``) and ``lost_episodes`` (``"env_id:episode_id"``) of
+    the repair report."""
+    from forge_gpu._src.core.episode import EpisodeReadOptions  # noqa: PLC0415
+    from forge_gpu._src.formats.npz.reader import NpzRunReader  # noqa: PLC0415
+
+    reader = NpzRunReader(run_dir, manifest)
+    options = EpisodeReadOptions(state=True)
+    lost, rows = [], 0
+    for k, (path, marker) in enumerate(reader.marked):
+        try:
+            for _ in reader.read([k], options):
+                pass
+        except ValueError:
+            os.remove(os.path.splitext(path)[0] + MARKER_SUFFIX)
+            lost.append(f"{marker['env_id']}:{marker['episode_id']}")
+            rows += marker["steps"] + 1
+    return {"cut": {"blocks": 0, "rows": rows, "episodes": len(lost)}, "lost_episodes": lost}

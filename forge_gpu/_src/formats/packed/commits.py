@@ -75,7 +75,7 @@ def open_commit_log(directory: str, *, create: bool = False, name: str = COMMIT_
     """The commit log of run ``directory`` (or the file ``name`` beside it), opened for appending (created when
     ``create``): a descriptor."""
     flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
-    return os.open(os.path.join(directory, name), flags, 0o644)
+    return os.open(os.path.join(directory, name), flags, 0o666)  # the umask decides, as for every file
 
 
 def encode_episodes(episodes: Mapping[str, Any]) -> str:

@@ -63,7 +63,7 @@ def salvage_blocks(run: PackedRun, bad: list[int], manifest: dict, report: dict)
             schema, _ = run_schema(run, commit["segment"])
             block = _empty_block(schema, commit, encode_episodes(commit["episodes"]), compression)
             path = os.path.join(run.directory, segment_name(commit["segment"]))
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
             try:
                 view = memoryview(block)
                 while view:

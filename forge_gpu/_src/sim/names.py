@@ -1,0 +1,26 @@
+"""The names ``collect`` checks before Warp and Newton load (which takes seconds): the built-in policies and the
+``MODULE:FACTORY`` form of a torch policy, and the tasks whose configs ship with forge_gpu. The standard library
+only, so that a typo is refused at once."""
+
+from __future__ import annotations
+
+from forge_gpu._src.sim.config import config_dir
+
+BUILTIN_POLICIES = ("random", "expert")
+
+
+def check_policy_name(name: str) -> None:
+    """Refuse a policy name that is neither built in nor ``MODULE:FACTORY``."""
+    if name in BUILTIN_POLICIES:
+        return
+    module, sep, factory = name.partition(":")
+    if not sep or not module or not factory.isidentifier():
+        raise ValueError(
+            f"unknown policy {name!r}; use {', '.join(BUILTIN_POLICIES)} or MODULE:FACTORY (a torch policy)"
+        )
+
+
+def shipped_tasks() -> list[str]:
+    """The ids of the tasks whose config ships with forge_gpu (``configs/<id>.toml``), sorted: what the command line
+    can collect without loading the task registry (a task registered from Python comes with its own config)."""
+    return sorted(path.stem for path in config_dir().glob("*.toml"))
