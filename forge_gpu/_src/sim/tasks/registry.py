@@ -47,3 +47,31 @@ def register_task(cls: type[Task], *, config: str | os.PathLike | None = None) -
         TASK_CONFIG_FILES[spec.id] = Path(config)
     TASKS[spec.id] = cls
     return cls
+
+
+def is_task_file(name: str) -> bool:
+    """Whether ``name`` names a task file (``*.toml``) rather than a registered task id."""
+    return str(name).endswith(".toml")
+
+
+def resolve_task(name: str | os.PathLike) -> str:
+    """The task id of ``name``: a registered id, or a task file (``*.toml``: read, checked against its model and
+    registered under its ``task`` id, once per file). ValueError for an unknown id or a bad file."""
+    from forge_gpu._src.sim.tasks.filetask import FileTask, file_task_class
+
+    name = str(name)
+    if not is_task_file(name):
+        if name not in TASKS:
+            raise ValueError(f"unknown task {name!r}; known tasks are {', '.join(sorted(TASKS))} (or a task file *.toml)")
+        return name
+    path = Path(name).resolve()
+    if not path.is_file():
+        raise ValueError(f"task file {name}: no such file")
+    for task_id, cls in TASKS.items():
+        if issubclass(cls, FileTask) and Path(cls.path) == path:
+            return task_id
+    cls = file_task_class(path)
+    if cls.spec.id in TASKS:
+        raise ValueError(f"{path}: task = {cls.spec.id!r} is already a task ({TASKS[cls.spec.id].__name__}); choose another id")
+    TASKS[cls.spec.id] = cls
+    return cls.spec.id

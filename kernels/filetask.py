@@ -1,0 +1,79 @@
+"""Kernels of every file-based task (``forge_gpu._src.sim.tasks.filetask``): the action onto the named joints and
+the randomized reset. Their observation, reward and termination kernel is generated from the task's terms
+(``tasks/codegen.py``). World index first: ``worldid = wp.tid()``.
+"""
+
+import warp as wp
+
+from .rng import STREAM_RESET, env_rng
+
+
+@wp.kernel
+def apply_effort_kernel(
+    # Model:
+    action_scale: wp.array[float],
+    action_dof: wp.array[int],
+    # Data in:
+    actuator_gain_in: wp.array[float],
+    executed_action_in: wp.array2d[float],
+    # Data out:
+    joint_f_out: wp.array2d[float],
+):
+    """Effort [N or N m] of action joint k = executed action * scale * the world's actuator gain."""
+    worldid, actid = wp.tid()
+    effort = executed_action_in[worldid, actid] * action_scale[actid] * actuator_gain_in[worldid]
+    joint_f_out[worldid, action_dof[actid]] = effort
+
+
+@wp.kernel
+def apply_position_kernel(
+    # Model:
+    action_scale: wp.array[float],
+    action_coord: wp.array[int],
+    lower: wp.array[float],
+    upper: wp.array[float],
+    default_q: wp.array2d[float],
+    # Data in:
+    executed_action_in: wp.array2d[float],
+    # Data out:
+    joint_target_q_out: wp.array2d[float],
+):
+    """Position target of action joint k = default pose + executed action * scale, clipped to the joint's limits."""
+    worldid, actid = wp.tid()
+    c = action_coord[actid]
+    target = default_q[worldid, c] + executed_action_in[worldid, actid] * action_scale[actid]
+    joint_target_q_out[worldid, c] = wp.clamp(target, lower[c], upper[c])
+
+
+@wp.kernel
+def reset_kernel(
+    # Model:
+    seed: int,
+    joint_position_range: float,
+    joint_velocity_range: float,
+    root_coords: int,
+    root_dofs: int,
+    coords: wp.array[int],
+    dofs: wp.array[int],
+    default_q: wp.array2d[float],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    episode_id_in: wp.array[wp.int32],
+    # Data out:
+    joint_q_out: wp.array2d[float],
+    joint_qd_out: wp.array2d[float],
+):
+    """The default pose (a free root at its start pose, at rest) plus uniform joint noise in +-range, drawn per
+    joint coordinate (position, then velocity) from (seed, env, next episode)."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    state = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_RESET)
+    for i in range(root_coords):
+        joint_q_out[worldid, i] = default_q[worldid, i]
+    for i in range(root_dofs):
+        joint_qd_out[worldid, i] = 0.0
+    for k in range(coords.shape[0]):
+        noise = joint_position_range * (2.0 * wp.randf(state) - 1.0)
+        joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]] + noise
+        joint_qd_out[worldid, dofs[k]] = joint_velocity_range * (2.0 * wp.randf(state) - 1.0)
