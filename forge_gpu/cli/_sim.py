@@ -23,9 +23,12 @@ def cmd_collect(args) -> int:
     import forge_gpu
     from forge_gpu._src.collect.collector import collect
     from forge_gpu._src.sim.policies import check_policy_name, load_policy
+    from forge_gpu._src.sim.tasks.registry import resolve_task
 
-    if args.task not in forge_gpu.TASKS:
-        raise UsageError(f"unknown task {args.task!r}; known tasks are {', '.join(sorted(forge_gpu.TASKS))}")
+    try:
+        task_id = resolve_task(args.task)  # an id, or a task file (*.toml) read and checked against its model
+    except ValueError as e:
+        raise UsageError(str(e)) from e
     overrides = parse_set(args.set or [])
     for reserved in ("num_envs", "seed", "device"):
         if reserved in overrides:
@@ -42,7 +45,7 @@ def cmd_collect(args) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{name} {value}: must be >= 1")
     options = recording_options_of(args)
-    out = check_out(args.out, args.task)
+    out = check_out(args.out, task_id)
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
         return cmd_collect_workers(args, config, overrides, out, options)
     try:
@@ -58,7 +61,7 @@ def cmd_collect(args) -> int:
         episodes = 2 * config.num_envs
 
     with stop_on_signals() as (stop, caught):
-        display = Progress(args.task, env, out)
+        display = Progress(task_id, env, out)
         try:
             summary = collect(
                 env,
@@ -92,6 +95,19 @@ def cmd_collect(args) -> int:
             f"{len(summary.incomplete_episodes)} incomplete episodes were not published"
         )
         return status
+    return 0
+
+
+def cmd_tasks(args) -> int:
+    """``forge-gpu tasks``: the tasks (id, kind, instruction); ``forge-gpu tasks ID``: one task's model, terms
+    and fields."""
+    from forge_gpu._src.sim.tasks.describe import describe_task, task_lines
+
+    try:
+        lines = task_lines() if args.task is None else describe_task(args.task)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    print("\n".join(lines))
     return 0
 
 

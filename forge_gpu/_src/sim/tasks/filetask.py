@@ -9,18 +9,51 @@ and the generated observe kernel (``tasks/codegen.py``).
 from __future__ import annotations
 
 import importlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter
-from forge_gpu._src.sim.tasks import codegen, terms
+from forge_gpu._src.sim.tasks import codegen
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
-from forge_gpu._src.sim.tasks.taskfile import FileParams, Plan, add_model, plan_task, read_task_file, term_tables
+from forge_gpu._src.sim.tasks.taskfile import (
+    FileParams,
+    Plan,
+    add_model,
+    model_file,
+    plan_task,
+    read_task_file,
+    term_tables,
+)
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import filetask as kernels
+from forge_gpu.kernels import terms
 
 _RESET_KEYS = ("joint_position", "joint_velocity")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileScene:
+    """The scene of a task file: its model file (run.json's ``scene``)."""
+
+    kind: str = "task_file"
+    model: str = ""
+    """The model file's path (MJCF or URDF)."""
+    task_file: str = ""
+
+
+class _FileSpec:
+    """A file task class's ``spec``, made from its file on first use (reading the model costs a moment); an
+    instance's own (``FileTask.__init__``) follows its config's overrides."""
+
+    def __get__(self, task, owner):
+        if "_spec" not in owner.__dict__:
+            config = read_task_file(owner.path)
+            owner._spec = _spec(config, plan_task(config.params, config.params.file))
+        return owner._spec
 
 
 class FileTask(Task):
@@ -28,6 +61,7 @@ class FileTask(Task):
 
     params_type = FileParams
     path: str = ""
+    spec = _FileSpec()
 
     @classmethod
     def load_task_config(cls, overrides: dict | None = None):
@@ -36,15 +70,16 @@ class FileTask(Task):
 
     def __init__(self, config):
         self.plan: Plan = plan_task(config.params, config.params.file)
-        self.spec = _spec(config, self.plan)
+        self.__dict__["spec"] = _spec(config, self.plan)
         reset = config.params.reset
         for key in reset:
             if key not in _RESET_KEYS:
                 raise ValueError(f"{config.params.file}: unknown key reset.{key}; allowed keys are {_RESET_KEYS}")
         super().__init__(config)
 
-    def make_scene(self):
-        return None
+    def make_scene(self) -> FileScene:
+        p = self.config.params
+        return FileScene(model=model_file(p.model, p.file)[0], task_file=p.file)
 
     def randomizable(self) -> dict[str, Parameter]:
         """Physics (every ``randomize.PHYSICS`` entry) and ``command`` (shape (C,)) where ``[command]`` names one."""
@@ -52,7 +87,8 @@ class FileTask(Task):
         command = self.config.params.command
         if command.get("names"):
             nominal = tuple(float(v) for v in command.get("default", [0.0] * len(command["names"])))
-            catalog["command"] = Parameter((len(nominal),), nominal, "the episode's command: " + ", ".join(command["names"]))
+            doc = "the episode's command: " + ", ".join(command["names"])
+            catalog["command"] = Parameter((len(nominal),), nominal, doc)
         return catalog
 
     def instruction_template(self) -> dict | None:
@@ -185,9 +221,12 @@ def _spec(config, plan: Plan) -> TaskSpec:
     )
 
 
-def file_task_class(path) -> type[FileTask]:
-    """The :class:`FileTask` subclass of the task file ``path`` (read and checked now)."""
-    config = read_task_file(path)
-    plan = plan_task(config.params, config.params.file)
-    spec = _spec(config, plan)
-    return type(f"FileTask_{config.task}", (FileTask,), {"spec": spec, "path": config.params.file})
+def file_task_class(path, *, check: bool = True) -> type[FileTask]:
+    """The :class:`FileTask` subclass of the task file ``path``, read and checked against its model now (with
+    ``check``; else only its ``task`` id is read, and the model when the class's ``spec`` is first asked for)."""
+    path = str(Path(path).resolve())
+    if check:
+        task = read_task_file(path).task
+    else:
+        task = tomllib.loads(Path(path).read_text())["task"]
+    return type(f"FileTask_{task}", (FileTask,), {"path": path, "task_id": task})

@@ -126,6 +126,12 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
     if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
         raise ValueError(f"{source}: action.low {list(config.action.low)} must be below action.high")
+    if params.instruction_template:  # over the params the episodes record: the randomized ones
+        from forge_gpu._src.core.instructions import check_template
+
+        shapes = {r.name: ((len(plan.command_names),) if r.name == "command" else (), np.dtype("float32"))
+                  for r in randomize}  # fmt: skip
+        check_template(params.instruction_template, shapes, name=f"{source}: instruction_template")
     return config
 
 
@@ -224,7 +230,7 @@ def probe(model: dict, source: str):
 
 def plan_task(params: FileParams, source: str) -> Plan:
     """Resolve every section against the model: ValueError (one line, the key and what the model has)."""
-    from forge_gpu._src.sim.tasks import terms
+    from forge_gpu.kernels import terms
 
     builder = probe(params.model, source)
     names, bodies = short_names(builder.joint_label), short_names(builder.body_label)
@@ -294,11 +300,11 @@ def plan_task(params: FileParams, source: str) -> Plan:
 
 
 def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names) -> Row:
-    from forge_gpu._src.sim.tasks import terms
+    from forge_gpu.kernels import terms
 
     where = f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
-        raise ValueError(f"{source}: {where} = {entry!r}: expected a table with term = \"<name>\"")
+        raise ValueError(f'{source}: {where} = {entry!r}: expected a table with term = "<name>"')
     name = entry["term"]
     info = library.get(name)
     user = info is None and module is not None and hasattr(module, name)
@@ -327,7 +333,7 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
             if key in entry:
                 ints[1 if key == "body" else 2] = body(entry[key], f"{where}.{key}")
             elif key != "relative_to":
-                raise ValueError(f"{source}: {where}: {name} needs {key} = \"<body name>\"")
+                raise ValueError(f'{source}: {where}: {name} needs {key} = "<body name>"')
         elif key == "axis":
             axis = entry.get("axis", "x")
             if axis not in ("x", "y", "z"):
@@ -337,9 +343,7 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
             wanted = entry.get("command", command_names[: {"track_lin_vel": 2, "track_yaw_rate": 1}.get(name, 3)])
             missing = [c for c in wanted if c not in command_names]
             if missing or not wanted:
-                raise ValueError(
-                    f"{source}: {where}.command = {wanted!r}: not in [command] names {command_names}"
-                )
+                raise ValueError(f"{source}: {where}.command = {wanted!r}: not in [command] names {command_names}")
             listed = [command_names.index(c) for c in wanted]
         else:
             value = entry.get(key)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import warp as wp
 
-from forge_gpu.kernels.rng import env_rng
+from .rng import env_rng
 
 TI_COUNT = wp.constant(0)
 """``ti[t, 0]``: the length of the term's list (joints, action or command columns)."""
