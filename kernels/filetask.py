@@ -77,3 +77,33 @@ def reset_kernel(
         noise = joint_position_range * (2.0 * wp.randf(state) - 1.0)
         joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]] + noise
         joint_qd_out[worldid, dofs[k]] = joint_velocity_range * (2.0 * wp.randf(state) - 1.0)
+
+
+@wp.kernel
+def hold_pose_kernel(
+    # Model:
+    stiffness: float,
+    damping: float,
+    position_mode: int,
+    action_scale: wp.array[float],
+    action_coord: wp.array[int],
+    action_dof: wp.array[int],
+    action_low: wp.array[float],
+    action_high: wp.array[float],
+    default_q: wp.array2d[float],
+    # Data in:
+    joint_q_in: wp.array2d[float],
+    joint_qd_in: wp.array2d[float],
+    # Data out:
+    action_out: wp.array2d[float],
+):
+    """The ``hold_pose`` expert: PD torques toward the default pose (effort actions, in action units), or the
+    default pose itself (position actions: action 0), clipped to the bounds."""
+    worldid, actid = wp.tid()
+    value = float(0.0)
+    if position_mode == 0:
+        c = action_coord[actid]
+        error = default_q[worldid, c] - joint_q_in[worldid, c]
+        torque = stiffness * error - damping * joint_qd_in[worldid, action_dof[actid]]
+        value = torque / action_scale[actid]
+    action_out[worldid, actid] = wp.clamp(value, action_low[actid], action_high[actid])

@@ -203,3 +203,32 @@ def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
     described = capsys.readouterr().out
     assert "hips_apart (user @wp.func)" in described and "proprio[10:18]: last_action" in described
     assert "reward_terms [3] float32" in described and "front_left_foot" in described
+
+
+def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):
+    out = tmp_path / "run"
+    assert main(["collect", str(task_file), "--out", str(out), "--episodes", "3", "--device", "cpu"]) == 0
+    manifest = forge_gpu.read_manifest(out)
+    assert manifest["task"] == "walker_test" and manifest["config"]["params"]["file"] == str(task_file.resolve())
+    assert manifest["scene"]["kind"] == "task_file" and manifest["completed_episodes"] >= 3
+
+
+@pytest.mark.parametrize(("task", "proprio", "terms"), [("quadruped", 50, 6), ("humanoid", 59, 5)])
+def test_the_shipped_robots_step_with_their_terms_and_experts(task, proprio, terms):
+    env = forge_gpu.make(task, num_envs=2, device="cpu", seed=0)
+    assert env.spec["observation"]["proprio"]["shape"] == [proprio]
+    assert env.spec["observation"]["reward_terms"]["shape"] == [terms]
+    for name in ("random", "expert"):
+        policy = forge_gpu.make_policy(name, env)
+        r = env.reset()
+        for _ in range(3):
+            r = env.step(policy(env.observation))
+            parts = r.observation["reward_terms"].numpy()
+            total = np.zeros(2, np.float32)
+            for k in range(terms):
+                total = total + parts[:, k]
+            assert np.array_equal(total, r.reward.numpy()) and np.isfinite(parts).all()
+    if task == "quadruped":  # a command drawn per episode, in proprio and in the instruction's params
+        command = env.randomizer.values["command"].numpy()
+        assert np.array_equal(r.observation["proprio"].numpy()[:, 35:38], command)
+        assert (command[:, 0] >= 0.0).all() and (command[:, 0] <= 1.0).all()

@@ -230,3 +230,27 @@ def file_task_class(path, *, check: bool = True) -> type[FileTask]:
     else:
         task = tomllib.loads(Path(path).read_text())["task"]
     return type(f"FileTask_{task}", (FileTask,), {"path": path, "task_id": task})
+
+
+def hold_pose(task: FileTask, world: World, settings: dict):
+    """An ``[expert]`` factory for any task file: hold the default pose (``factory =
+    "forge_gpu._src.sim.tasks.filetask:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
+    [N m s / rad]: PD torques; position actions: the pose itself, action 0)."""
+    if set(settings) - {"stiffness", "damping"}:
+        raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
+    gains = [float(settings.get("stiffness", 50.0)), float(settings.get("damping", 2.0))]
+    action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
+    mode = int(task.plan.action_kind == "position")
+
+    def act(observation: dict) -> wp.array:
+        wp.launch(
+            kernels.hold_pose_kernel,
+            dim=action.shape,
+            inputs=[*gains, mode, world.action_scale, task.action_coord, task.action_dof, world.action_low]
+            + [world.action_high, task.default_q, world.joint_q, world.joint_qd],
+            outputs=[action],
+            device=world.device,
+        )
+        return action
+
+    return act
