@@ -210,7 +210,11 @@ def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):
     assert main(["collect", str(task_file), "--out", str(out), "--episodes", "3", "--device", "cpu"]) == 0
     manifest = forge_gpu.read_manifest(out)
     assert manifest["task"] == "walker_test" and manifest["config"]["params"]["file"] == str(task_file.resolve())
-    assert manifest["scene"]["kind"] == "task_file" and manifest["completed_episodes"] >= 3
+    assert (
+        manifest["scene"] == "task_file:v1"
+        and manifest["scene_spec"]["model"].endswith("nv_ant.xml")
+        and manifest["completed_episodes"] >= 3
+    )
 
 
 @pytest.mark.parametrize(("task", "proprio", "terms"), [("quadruped", 50, 6), ("humanoid", 59, 5)])
