@@ -8,6 +8,20 @@ import warp as wp
 from .rng import STREAM_RESET, env_rng
 
 
+@wp.func
+def _keep_actions(
+    worldid: int,
+    actid: int,
+    executed_action_in: wp.array2d[float],
+    last_action: wp.array2d[float],
+    previous_action: wp.array2d[float],
+):
+    """The task's recorded actions: the transition's executed action (``last_action``, what the terms read) and
+    the one before (``previous_action``); state, so that a restored frame observes as it was recorded."""
+    previous_action[worldid, actid] = last_action[worldid, actid]
+    last_action[worldid, actid] = executed_action_in[worldid, actid]
+
+
 @wp.kernel
 def apply_effort_kernel(
     # Model:
@@ -16,11 +30,15 @@ def apply_effort_kernel(
     # Data in:
     actuator_gain_in: wp.array[float],
     executed_action_in: wp.array2d[float],
+    # Data in/out:
+    last_action: wp.array2d[float],
+    previous_action: wp.array2d[float],
     # Data out:
     joint_f_out: wp.array2d[float],
 ):
     """Effort [N or N m] of action joint k = executed action * scale * the world's actuator gain."""
     worldid, actid = wp.tid()
+    _keep_actions(worldid, actid, executed_action_in, last_action, previous_action)
     effort = executed_action_in[worldid, actid] * action_scale[actid] * actuator_gain_in[worldid]
     joint_f_out[worldid, action_dof[actid]] = effort
 
@@ -35,11 +53,15 @@ def apply_position_kernel(
     default_q: wp.array2d[float],
     # Data in:
     executed_action_in: wp.array2d[float],
+    # Data in/out:
+    last_action: wp.array2d[float],
+    previous_action: wp.array2d[float],
     # Data out:
     joint_target_q_out: wp.array2d[float],
 ):
     """Position target of action joint k = default pose + executed action * scale, clipped to the joint's limits."""
     worldid, actid = wp.tid()
+    _keep_actions(worldid, actid, executed_action_in, last_action, previous_action)
     c = action_coord[actid]
     target = default_q[worldid, c] + executed_action_in[worldid, actid] * action_scale[actid]
     joint_target_q_out[worldid, c] = wp.clamp(target, lower[c], upper[c])
@@ -62,6 +84,8 @@ def reset_kernel(
     # Data out:
     joint_q_out: wp.array2d[float],
     joint_qd_out: wp.array2d[float],
+    last_action_out: wp.array2d[float],
+    previous_action_out: wp.array2d[float],
 ):
     """The default pose (a free root at its start pose, at rest) plus uniform joint noise in +-range, drawn per
     joint coordinate (position, then velocity) from (seed, env, next episode)."""
@@ -77,6 +101,9 @@ def reset_kernel(
         noise = joint_position_range * (2.0 * wp.randf(state) - 1.0)
         joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]] + noise
         joint_qd_out[worldid, dofs[k]] = joint_velocity_range * (2.0 * wp.randf(state) - 1.0)
+    for k in range(last_action_out.shape[1]):
+        last_action_out[worldid, k] = 0.0
+        previous_action_out[worldid, k] = 0.0
 
 
 @wp.kernel

@@ -56,7 +56,8 @@ class Frame:
     body_qd: wp.array2d[wp.spatial_vector]
     default_q: wp.array2d[float]
     action: wp.array2d[float]
-    """The executed (clipped) action of the transition, [N, A]."""
+    """The executed (clipped) action of the transition, [N, A] (zero on a reset frame; the task's recorded
+    ``last_action`` state, so that a restored frame observes as recorded)."""
     previous_action: wp.array2d[float]
     """The executed action of the transition before it, [N, A] (zero after a reset)."""
     action_scale: wp.array[float]

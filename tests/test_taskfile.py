@@ -139,6 +139,21 @@ def test_a_task_file_replays_from_actions_with_zero_divergence(run, tmp_path):
     assert all(d["max_error"] == 0.0 for d in report["divergence"])
 
 
+def test_a_task_file_run_replays_from_state_reports_and_exports(run, tmp_path):
+    """--from state re-observes every frame equal (proprio noise included: it is keyed, not drawn afresh); the
+    report and the robomimic export take the run like any other."""
+    report = forge_gpu.replay(run, tmp_path / "again", batch=2)
+    options = forge_gpu.EpisodeReadOptions(state=True)
+    recorded = list(forge_gpu.open_run(run).read(list(range(report["episodes"])), options))
+    again = list(forge_gpu.open_run(tmp_path / "again").read(list(range(report["episodes"])), options))
+    for a, b in zip(recorded, again, strict=True):
+        for name in ("reward_terms", "success"):
+            assert np.array_equal(a.next[name], b.next[name]), name
+        assert np.array_equal(a.reward, b.reward) and np.array_equal(a.terminated, b.terminated)
+    assert forge_gpu.report(run, tmp_path / "report.html")["episodes"] == len(recorded)
+    assert forge_gpu.export_robomimic(run, tmp_path / "run.hdf5")["episodes"] == len(recorded)
+
+
 def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
     from tests import reference_ant
 

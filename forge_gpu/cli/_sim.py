@@ -197,7 +197,7 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> in
     except Exception as e:  # a bad address, an unreachable cluster
         print(f"forge-gpu: cannot start or join Ray: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    display = Progress(f"{args.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
+    display = Progress(f"{config.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
     try:
         # After ray.init, which installs its own SIGTERM handler in the driver; restored before shutdown.
         with stop_on_signals() as (stop, caught):

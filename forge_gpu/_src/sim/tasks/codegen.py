@@ -2,7 +2,7 @@
 
 Whatever the number of terms, a step launches it once: it writes ``proprio`` (each observation term in turn, with
 its noise), the weighted value of each reward term (``reward_terms``) and their sum, the termination and success
-flags, and keeps the executed action for the next step's ``action_rate_l2``. The source depends only on the terms'
+flags. The source depends only on the terms'
 functions and order (their numbers are in the ``ti``/``tf`` tables), so changing a weight or a threshold reuses
 the compiled module. The source is written to a file (Warp reads a kernel's source back) under
 ``$XDG_CACHE_HOME/forge_gpu/tasks`` (default ``~/.cache``), named by its hash, and imported once per process.
@@ -70,8 +70,6 @@ def source_of(plan: Plan) -> str:
         "    reward_out[worldid] = reward",
         "    terminated_out[worldid] = done or ok",
         "    success_out[worldid] = ok",
-        "    for k in range(f.action.shape[1]):",
-        "        f.previous_action[worldid, k] = f.action[worldid, k]",
         "    f.step[worldid] = f.step[worldid] + 1",
     ]
     signature = (

@@ -127,6 +127,7 @@ class FileTask(Task):
         self.action_coord, self.action_dof = ints(plan.action_coords), ints(plan.action_dofs)
         self.reset_coord, self.reset_dof = ints(plan.reset_coords), ints(plan.reset_dofs)
         self.lower, self.upper = floats(plan.lower), floats(plan.upper)
+        self.last_action = wp.zeros_like(world.executed_action)
         self.previous_action = wp.zeros_like(world.executed_action)
         self.step = wp.zeros(n, dtype=wp.int32, device=device)
         self.reward_terms = wp.zeros((n, max(len(plan.reward_names), 1)), dtype=float, device=device)
@@ -140,7 +141,7 @@ class FileTask(Task):
         bodies = world.model.body_count // n
         frame.body_q = world.state_0.body_q.reshape((n, bodies))
         frame.body_qd = world.state_0.body_qd.reshape((n, bodies))
-        frame.action, frame.previous_action = world.executed_action, self.previous_action
+        frame.action, frame.previous_action = self.last_action, self.previous_action
         frame.action_scale, frame.action_dof = world.action_scale, self.action_dof
         frame.command, frame.lower, frame.upper = command, self.lower, self.upper
         frame.ti, frame.tf = wp.array(ti, dtype=int, device=device), wp.array(tf, dtype=float, device=device)
@@ -152,18 +153,19 @@ class FileTask(Task):
         fields = {"reward_terms": self.reward_terms} if plan.reward_names else {}
         if self.spec.has_success:
             fields["success"] = self.success
-        return TaskBinding(fields=fields, calibration={"reward_terms": plan.reward_names})
+        state = {"last_action": self.last_action, "previous_action": self.previous_action}
+        return TaskBinding(fields=fields, calibration={"reward_terms": plan.reward_names}, state=state)
 
     def apply_action(self, world: World) -> None:
         if self.plan.action_kind == "effort":
             kernel, inputs = kernels.apply_effort_kernel, [world.action_scale, self.action_dof]
             inputs += [world.params["actuator_gain_scale"], world.executed_action]
-            outputs = [world.joint_f]
+            outputs = [self.last_action, self.previous_action, world.joint_f]
         else:
             kernel = kernels.apply_position_kernel
             inputs = [world.action_scale, self.action_coord, self.lower, self.upper, self.default_q]
             inputs += [world.executed_action]
-            outputs = [self.joint_target_q]
+            outputs = [self.last_action, self.previous_action, self.joint_target_q]
         wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
 
     def reset_worlds(self, world: World) -> None:
@@ -183,7 +185,7 @@ class FileTask(Task):
                 world.reset_mask,
                 world.episode_id,
             ],
-            outputs=[world.joint_q, world.joint_qd],
+            outputs=[world.joint_q, world.joint_qd, self.last_action, self.previous_action],
             device=world.device,
         )
 

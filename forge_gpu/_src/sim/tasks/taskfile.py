@@ -212,6 +212,9 @@ def probe(model: dict, source: str):
     """One world's :class:`newton.ModelBuilder` of ``[model]`` (kept per process: a file is imported once)."""
     import json
 
+    from forge_gpu._src.sim.output import init_warp
+
+    init_warp()  # quietly, before Newton's import starts Warp
     import newton
 
     for key in model:
