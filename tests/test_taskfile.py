@@ -188,6 +188,9 @@ BAD = [
     ('param = "command"', 'param = "cmd"', "instruction_template"),
     ("sigma = 0.25", 'sigma = 0.25\ncommand = ["vz"]', "rewards[0].command"),
     ("height = 0.3", 'height = "low"', "terminations[0].height"),
+    ("low = [0.5, -0.2], high = [1.5, 0.2]", "low = [0.5, -0.2, 0], high = [1.5, 0.2, 0]", "randomize.command"),
+    ('asset = "nv_ant.xml"', 'file = "robot.urdf"', "model.file"),
+    ('module = "user_terms.py"', 'module = "no_terms.py"', "module"),
 ]
 
 

@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.sim.randomize import PHYSICS, Parameter
+from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.tasks import codegen
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.taskfile import (
     FileParams,
     Plan,
     add_model,
+    catalog,
     model_file,
     plan_task,
     read_task_file,
@@ -83,13 +84,7 @@ class FileTask(Task):
 
     def randomizable(self) -> dict[str, Parameter]:
         """Physics (every ``randomize.PHYSICS`` entry) and ``command`` (shape (C,)) where ``[command]`` names one."""
-        catalog = dict(PHYSICS)
-        command = self.config.params.command
-        if command.get("names"):
-            nominal = tuple(float(v) for v in command.get("default", [0.0] * len(command["names"])))
-            doc = "the episode's command: " + ", ".join(command["names"])
-            catalog["command"] = Parameter((len(nominal),), nominal, doc)
-        return catalog
+        return catalog(self.config.params)
 
     def instruction_template(self) -> dict | None:
         return self.config.params.instruction_template or None

@@ -27,6 +27,7 @@ import numpy as np
 
 from forge_gpu._src.sim import tasks as _tasks_package  # noqa: F401 (the package the module lives in)
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, parse_randomize
+from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "terminations", "success",
@@ -123,6 +124,7 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     table["action"] = {key: _per_joint(given.get(key, default), a, f"{source}: action.{key}")
                        for key, default in (("low", -1.0), ("high", 1.0), ("scale", 1.0))}  # fmt: skip
     randomize = parse_randomize(table.pop("randomize", {}), source)
+    check_ranges(randomize, catalog(params), f"{table.get('task')}")
     config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
     if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
         raise ValueError(f"{source}: action.low {list(config.action.low)} must be below action.high")
@@ -133,6 +135,17 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
                   for r in randomize}  # fmt: skip
         check_template(params.instruction_template, shapes, name=f"{source}: instruction_template")
     return config
+
+
+def catalog(params: FileParams) -> dict[str, Parameter]:
+    """What a task file's ``[randomize]`` may name: every physics parameter, and ``command`` (shape (C,)) where
+    ``[command]`` names one."""
+    offered = dict(PHYSICS)
+    names = params.command.get("names")
+    if names:
+        nominal = tuple(float(v) for v in params.command.get("default", [0.0] * len(names)))
+        offered["command"] = Parameter((len(nominal),), nominal, "the episode's command: " + ", ".join(names))
+    return offered
 
 
 def _per_joint(value, count: int, where: str) -> list[float]:
