@@ -7,6 +7,9 @@ import warp as wp
 
 from .rng import STREAM_RESET, env_rng
 
+STREAM_NOISE_SEED = wp.constant(5)
+"""The stream of each episode's observation noise seed (``kernels/rng.py`` keeps 1 to 3, ``terms.py`` 4)."""
+
 
 @wp.func
 def _keep_actions(
@@ -86,6 +89,7 @@ def reset_kernel(
     joint_qd_out: wp.array2d[float],
     last_action_out: wp.array2d[float],
     previous_action_out: wp.array2d[float],
+    noise_key_out: wp.array2d[float],
 ):
     """The default pose (a free root at its start pose, at rest) plus uniform joint noise in +-range, drawn per
     joint coordinate (position, then velocity) from (seed, env, next episode)."""
@@ -104,6 +108,23 @@ def reset_kernel(
     for k in range(last_action_out.shape[1]):
         last_action_out[worldid, k] = 0.0
         previous_action_out[worldid, k] = 0.0
+    noise_rng = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_NOISE_SEED)
+    noise_key_out[worldid, 0] = float(wp.randi(noise_rng, 0, 16777216))
+    noise_key_out[worldid, 1] = 0.0
+
+
+@wp.kernel
+def restored_noise_key_kernel(
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    # Data in/out:
+    noise_key: wp.array2d[float],
+):
+    """After ``restore`` wrote a recorded noise key (the count its frame's observe had reached): one back, so that
+    the observe that follows counts to it again and draws the recorded noise."""
+    worldid = wp.tid()
+    if reset_mask_in[worldid]:
+        noise_key[worldid, 1] = noise_key[worldid, 1] - 1.0
 
 
 @wp.kernel

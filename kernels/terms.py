@@ -70,9 +70,9 @@ class Frame:
     ti: wp.array2d[int]
     tf: wp.array2d[float]
     seed: int
-    episode_id: wp.array[wp.int32]
-    step: wp.array[wp.int32]
-    """Observe calls since the world's reset (keys the observation noise)."""
+    noise_key: wp.array2d[float]
+    """Per world: the episode's noise seed (drawn at reset, a whole number below 2^24) and the observe calls since
+    the reset; the task's recorded state ``observation_noise_key``, so a restored frame draws the same noise."""
 
 
 @wp.func
@@ -210,10 +210,12 @@ def obs_command(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int
 
 @wp.func
 def add_noise(f: Frame, worldid: int, t: int, out: wp.array2d[float], start: int, end: int):
-    """Uniform noise in +-``tf[t, TF_NOISE]`` on ``out[worldid, start:end]``, keyed by (seed, env, episode, step)."""
+    """Uniform noise in +-``tf[t, TF_NOISE]`` on ``out[worldid, start:end]``, keyed by the world's noise key
+    (the episode's noise seed, the observe count) and the term."""
     scale = f.tf[t, TF_NOISE]
     if scale > 0.0:
-        state = env_rng(f.seed, worldid, f.episode_id[worldid] * 64 + t, f.step[worldid], STREAM_OBSERVATION_NOISE)
+        key = f.noise_key[worldid]
+        state = env_rng(f.seed, int(key[0]), t, int(key[1]), STREAM_OBSERVATION_NOISE)
         for c in range(start, end):
             out[worldid, c] = out[worldid, c] + scale * (2.0 * wp.randf(state) - 1.0)
 

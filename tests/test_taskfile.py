@@ -140,15 +140,15 @@ def test_a_task_file_replays_from_actions_with_zero_divergence(run, tmp_path):
 
 
 def test_a_task_file_run_replays_from_state_reports_and_exports(run, tmp_path):
-    """--from state re-observes every frame equal (proprio noise included: it is keyed, not drawn afresh); the
+    """--from state re-observes every frame equal (proprio's noise included: its key is recorded state); the
     report and the robomimic export take the run like any other."""
     report = forge_gpu.replay(run, tmp_path / "again", batch=2)
     options = forge_gpu.EpisodeReadOptions(state=True)
     recorded = list(forge_gpu.open_run(run).read(list(range(report["episodes"])), options))
     again = list(forge_gpu.open_run(tmp_path / "again").read(list(range(report["episodes"])), options))
     for a, b in zip(recorded, again, strict=True):
-        for name in ("reward_terms", "success"):
-            assert np.array_equal(a.next[name], b.next[name]), name
+        for name in ("proprio", "reward_terms", "success"):  # proprio: noise on body_pos, last_action
+            assert np.array_equal(a.obs[name], b.obs[name]) and np.array_equal(a.next[name], b.next[name]), name
         assert np.array_equal(a.reward, b.reward) and np.array_equal(a.terminated, b.terminated)
     assert forge_gpu.report(run, tmp_path / "report.html")["episodes"] == len(recorded)
     assert forge_gpu.export_robomimic(run, tmp_path / "run.hdf5")["episodes"] == len(recorded)

@@ -40,8 +40,7 @@ def source_of(plan: Plan) -> str:
             imports.append(f"from {key[0]} import {row.func.func.__name__} as {aliases[key]}")
     body = [
         "    worldid = wp.tid()",
-        "    if reset_mask[worldid]:",
-        "        f.step[worldid] = 0",
+        "    f.noise_key[worldid, 1] = f.noise_key[worldid, 1] + 1.0",
         "    col = int(0)",
         "    start = int(0)",
         "    reward = float(0.0)",
@@ -70,7 +69,6 @@ def source_of(plan: Plan) -> str:
         "    reward_out[worldid] = reward",
         "    terminated_out[worldid] = done or ok",
         "    success_out[worldid] = ok",
-        "    f.step[worldid] = f.step[worldid] + 1",
     ]
     signature = (
         "@wp.kernel\ndef observe_kernel(\n    f: Frame,\n    reset_mask: wp.array[wp.bool],\n"

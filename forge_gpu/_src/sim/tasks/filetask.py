@@ -124,7 +124,7 @@ class FileTask(Task):
         self.lower, self.upper = floats(plan.lower), floats(plan.upper)
         self.last_action = wp.zeros_like(world.executed_action)
         self.previous_action = wp.zeros_like(world.executed_action)
-        self.step = wp.zeros(n, dtype=wp.int32, device=device)
+        self.noise_key = wp.zeros((n, 2), dtype=float, device=device)
         self.reward_terms = wp.zeros((n, max(len(plan.reward_names), 1)), dtype=float, device=device)
         self.success = wp.zeros(n, dtype=wp.bool, device=device)
         ti, tf = term_tables(plan)
@@ -140,7 +140,7 @@ class FileTask(Task):
         frame.action_scale, frame.action_dof = world.action_scale, self.action_dof
         frame.command, frame.lower, frame.upper = command, self.lower, self.upper
         frame.ti, frame.tf = wp.array(ti, dtype=int, device=device), wp.array(tf, dtype=float, device=device)
-        frame.seed, frame.episode_id, frame.step = world.seed, world.episode_id, self.step
+        frame.seed, frame.noise_key = world.seed, self.noise_key
         self.frame = frame
         self.kernel = codegen.observe_kernel(plan)
         if plan.action_kind == "position":
@@ -149,6 +149,7 @@ class FileTask(Task):
         if self.spec.has_success:
             fields["success"] = self.success
         state = {"last_action": self.last_action, "previous_action": self.previous_action}
+        state["observation_noise_key"] = self.noise_key
         return TaskBinding(fields=fields, calibration={"reward_terms": plan.reward_names}, state=state)
 
     def apply_action(self, world: World) -> None:
@@ -180,7 +181,16 @@ class FileTask(Task):
                 world.reset_mask,
                 world.episode_id,
             ],
-            outputs=[world.joint_q, world.joint_qd, self.last_action, self.previous_action],
+            outputs=[world.joint_q, world.joint_qd, self.last_action, self.previous_action, self.noise_key],
+            device=world.device,
+        )
+
+    def restore_state(self, world: World) -> None:
+        wp.launch(
+            kernels.restored_noise_key_kernel,
+            dim=world.num_envs,
+            inputs=[world.reset_mask],
+            outputs=[self.noise_key],
             device=world.device,
         )
 
