@@ -13,9 +13,12 @@ def test_shapes_observation_reward_and_termination_match_numpy(device):
     """Fields have the spec's shapes; proprio, reward and termination match a NumPy reference of the state."""
     env = forge_gpu.make("ant", num_envs=3, device=device)
     policy = forge_gpu.make_policy("random", env)
-    p = env.config.params
+    p = env.config.params  # a task file's sections (configs/ant.toml)
+    forward_weight, action_cost = (r["weight"] for r in p.rewards)  # action_cost < 0: a penalty
+    min_height, min_upright = (t.get("height", t.get("min_up")) for t in p.terminations)
+    start_height = p.model["position"][2]
     first = env.reset().numpy()
-    assert env.spec["action_shape"] == [8] and env.task.scene.kind == "ant" and env.task.spec.has_contacts
+    assert env.spec["action_shape"] == [8] and env.task.scene.kind == "task_file" and env.task.spec.has_contacts
     for _ in range(3):
         r = env.step(policy(env.observation)).numpy()
         obs = r.observation
@@ -26,26 +29,26 @@ def test_shapes_observation_reward_and_termination_match_numpy(device):
         want = np.concatenate([q[:, 2:7], qd[:, :6], q[:, 7:], qd[:, 6:]], axis=1)
         np.testing.assert_array_equal(obs["proprio"], want)
         a = r.info["executed_action"]
-        np.testing.assert_allclose(r.reward, p.forward_weight * qd[:, 0] - p.action_cost * (a * a).sum(1), rtol=1e-5)
+        np.testing.assert_allclose(r.reward, forward_weight * qd[:, 0] + action_cost * (a * a).sum(1), rtol=1e-5)
         up_z = 1.0 - 2.0 * (q[:, 3] ** 2 + q[:, 4] ** 2)
-        np.testing.assert_array_equal(r.terminated, (q[:, 2] < p.min_height) | (up_z < p.min_upright))
+        np.testing.assert_array_equal(r.terminated, (q[:, 2] < min_height) | (up_z < min_upright))
     z0 = first.observation["proprio"][:, 0]
-    np.testing.assert_allclose(z0, p.start_height, rtol=1e-6)
+    np.testing.assert_allclose(z0, start_height, rtol=1e-6)
     np.testing.assert_allclose(first.observation["proprio"][:, 1:5], [[0, 0, 0, 1]] * 3, atol=1e-6)
     standing = np.array([0, 1, 0, -1, 0, -1, 0, 1], np.float32)
-    assert (np.abs(first.observation["proprio"][:, 11:19] - standing) <= p.reset_joint_position + 1e-6).all()
+    assert (np.abs(first.observation["proprio"][:, 11:19] - standing) <= p.reset["joint_position"] + 1e-6).all()
 
 
 def test_low_torso_terminates_and_auto_resets():
     """A torso below min_height ends the episode; the next row is a reset frame at the start pose."""
-    env = forge_gpu.make("ant", num_envs=2, device="cpu", **{"params.min_height": 0.7})
+    env = forge_gpu.make("ant", num_envs=2, device="cpu", terminations=[{"term": "root_below", "height": 0.7}])
     frames = rollout(env, forge_gpu.make_policy("random", env), 2)
     end, after = frames[1], frames[2]
     assert end.terminated.all() and not end.truncated.any() and end.info["active"].all()
     assert (end.observation["proprio"][:, 0] < 0.7).all()
     assert not after.info["active"].any() and (after.observation["step_id"] == 0).all()
     assert (after.observation["episode_id"] == 1).all() and (after.reward == 0).all()
-    np.testing.assert_allclose(after.observation["proprio"][:, 0], env.config.params.start_height, rtol=1e-6)
+    np.testing.assert_allclose(after.observation["proprio"][:, 0], env.config.params.model["position"][2], rtol=1e-6)
     np.testing.assert_array_equal(after.info["executed_action"], 0.0)
 
 

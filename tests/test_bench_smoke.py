@@ -371,3 +371,12 @@ def test_report_smoke(out):
     figures = {"run_mb": True, "episodes": True, "report_s": True, "cold_report_s": True, "html_kb": True}
     for row in rows:
         check_figures(row, figures | {"gallery": True, "episodes_per_s": True})
+
+
+def test_taskfile_smoke(out):
+    """bench/taskfile.py --smoke gives steps/s of both ants and both new robots, and the file/hand-written ratio."""
+    result = run_bench("taskfile", out)
+    assert {row["task"] for row in result["rows"]} == {"ant", "ant_handwritten", "quadruped", "humanoid"}
+    for row in result["rows"]:
+        check_figures(row, {"env_steps_per_s": True})
+    assert result["ratios"] and all(check_figures(r, {"file_over_handwritten": True}) is None for r in result["ratios"])

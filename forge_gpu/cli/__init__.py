@@ -27,7 +27,7 @@ from ._common import UsageError
 from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._look import add_look_commands
-from ._sim import cmd_collect, cmd_doctor, cmd_replay
+from ._sim import cmd_collect, cmd_doctor, cmd_replay, cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     c = sub.add_parser("collect", help="collect episodes of a task into a new run directory")
-    c.add_argument("task", help="task id (a configs/<task>.toml)")
+    c.add_argument("task", help="task id (forge-gpu tasks lists them) or a task file path/to/task.toml")
     c.add_argument("--envs", type=int, default=None, help="number of envs (default: the config's)")
     stop = c.add_mutually_exclusive_group()
     stop.add_argument("--episodes", type=int, default=None, help="episodes to collect (default 2 per env)")
@@ -155,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     y.add_argument("--tolerance", type=float, default=1e-5, help="--from actions: largest state error counted equal")
     y.set_defaults(func=cmd_replay)
+
+    t = sub.add_parser("tasks", help="list the tasks, or describe one: its model, terms and fields")
+    t.add_argument("task", nargs="?", default=None, help="a task id or task file (default: list every task)")
+    t.set_defaults(func=cmd_tasks)
 
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")
     d.set_defaults(func=cmd_doctor)

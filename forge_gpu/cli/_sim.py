@@ -32,20 +32,30 @@ def cmd_collect(args) -> int:
     for reserved in ("num_envs", "seed", "device"):
         if reserved in overrides:
             raise UsageError(f"--set {reserved}=...: use the --{reserved.replace('num_', '')} option instead")
-    if args.task not in shipped_tasks():
-        raise UsageError(f"unknown task {args.task!r}; known tasks are {', '.join(shipped_tasks())}")
+    task_file = str(args.task).endswith(".toml")  # a task file: read and checked against its model below
+    if task_file and not Path(args.task).is_file():
+        raise UsageError(f"task file {args.task}: no such file")
+    if not task_file and args.task not in shipped_tasks():
+        raise UsageError(
+            f"unknown task {args.task!r}; known tasks are {', '.join(shipped_tasks())} (or the path of a task file *.toml)"
+        )
     try:
         check_policy_name(args.policy)
     except ValueError as e:
         raise UsageError(str(e)) from e
     options = recording_options_of(args)
-    out = check_out(args.out, args.task)
+    if not task_file:
+        out = check_out(args.out, args.task)
 
     import forge_gpu
     from forge_gpu._src.collect.collector import collect
     from forge_gpu._src.sim.policies import load_policy
+    from forge_gpu._src.sim.tasks.registry import resolve_task
 
     try:
+        task_id = resolve_task(args.task)  # an id, or a task file (*.toml) read and checked against its model
+        if task_file:
+            out = check_out(args.out, task_id)
         config = forge_gpu.task_config(args.task, seed=args.seed, **overrides)
         if args.envs is not None:
             config = forge_gpu.task_config(args.task, seed=args.seed, num_envs=args.envs, **overrides)
@@ -66,7 +76,7 @@ def cmd_collect(args) -> int:
         episodes = 2 * config.num_envs
 
     with stop_on_signals() as (stop, caught):
-        display = Progress(args.task, env, out)
+        display = Progress(task_id, env, out)
         try:
             summary = collect(
                 env,
@@ -100,6 +110,19 @@ def cmd_collect(args) -> int:
             f"{len(summary.incomplete_episodes)} incomplete episodes were not published"
         )
         return status
+    return 0
+
+
+def cmd_tasks(args) -> int:
+    """``forge-gpu tasks``: the tasks (id, kind, instruction); ``forge-gpu tasks ID``: one task's model, terms
+    and fields."""
+    from forge_gpu._src.sim.tasks.describe import describe_task, task_lines
+
+    try:
+        lines = task_lines() if args.task is None else describe_task(args.task)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    print("\n".join(lines))
     return 0
 
 
@@ -189,7 +212,7 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> in
     except Exception as e:  # a bad address, an unreachable cluster
         print(f"forge-gpu: cannot start or join Ray: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    display = Progress(f"{args.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
+    display = Progress(f"{config.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
     try:
         # After ray.init, which installs its own SIGTERM handler in the driver; restored before shutdown.
         with stop_on_signals() as (stop, caught):

@@ -34,7 +34,7 @@ from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
 from forge_gpu._src.sim.config import as_overrides
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.make import make, task_config
-from forge_gpu._src.sim.tasks.registry import TASKS
+from forge_gpu._src.sim.tasks.registry import TASKS, is_task_file, resolve_task
 
 SOURCES = ("state", "actions")
 #: The config keys replay never takes from the recorded run: the batch of worlds is replay's own.
@@ -216,6 +216,7 @@ def _open(run_dir: str, manifest: dict, task: str | None):
     """The run's reader, after the checks replay needs of the run itself."""
     if task is not None and manifest["task"] != task:
         raise ValueError(f"{run_dir}: the run is of task {manifest['task']!r}, not {task!r}")
+    _register_task_file(manifest)
     if manifest["task"] not in TASKS:
         raise ValueError(f"{run_dir}: task {manifest['task']!r} is not a task of this forge_gpu ({', '.join(TASKS)})")
     if manifest["status"] == "recording":
@@ -226,6 +227,16 @@ def _open(run_dir: str, manifest: dict, task: str | None):
             "replay needs its state/ columns"
         )
     return format_of(manifest).open(run_dir, manifest)
+
+
+def _register_task_file(manifest: dict) -> None:
+    """A run of a task file (its config's ``params.file``) whose task is not registered in this process: register
+    it from that file (which must still be there), as ``make`` would."""
+    params = manifest.get("config", {}).get("params")
+    if manifest["task"] not in TASKS and isinstance(params, dict) and isinstance(params.get("file"), str):
+        if not is_task_file(params["file"]) or not os.path.isfile(params["file"]):
+            raise ValueError(f"task {manifest['task']!r}: its task file {params['file']} is not there any more")
+        resolve_task(params["file"])
 
 
 def _select(reader, episodes: list[tuple[int, int]] | None, limit: int | None) -> list[int]:
@@ -256,9 +267,10 @@ def _config(manifest: dict, overrides: dict, device: str | None):
 
 def _episode_bytes(config) -> int:
     """Host bytes of one world's observations over a longest episode (max_steps + 1 frames) under ``config``."""
-    fields = TASKS[config.task](config).observation_fields()
+    task = TASKS[config.task](config)
+    fields = task.observation_fields()
     frame = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
-    frame += 4 * (4 + TASKS[config.task].spec.proprio_dim)  # the ids, time and proprio
+    frame += 4 * (4 + task.spec.proprio_dim)  # the ids, time and proprio
     return frame * (config.max_steps + 1)
 
 

@@ -8,21 +8,25 @@ from forge_gpu._src.sim.config import load_config
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.env import VectorEnv
 from forge_gpu._src.sim.output import init_warp
-from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES, TASKS
+from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES, TASKS, resolve_task
 
 
 def task_config(task: str, **overrides):
-    """The checked :class:`TaskConfig` of ``task`` with ``overrides`` (dotted keys allowed)."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; known tasks are {', '.join(sorted(TASKS))}")
-    return load_config(task, TASKS[task].params_type, overrides, path=TASK_CONFIG_FILES.get(task))
+    """The checked :class:`TaskConfig` of ``task`` (an id or a task file ``*.toml``) with ``overrides`` (dotted
+    keys allowed)."""
+    task = resolve_task(task)
+    cls = TASKS[task]
+    if hasattr(cls, "load_task_config"):  # a task file
+        return cls.load_task_config(overrides)
+    return load_config(task, cls.params_type, overrides, path=TASK_CONFIG_FILES.get(task))
 
 
 def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, **overrides) -> VectorEnv:
     """Build ``num_envs`` environments of ``task`` on ``device``.
 
     Args:
-        task: Task id (a file ``configs/<task>.toml``).
+        task: Task id (a file ``configs/<task>.toml``) or the path of a task file (``*.toml``: a model file and its
+            terms, docs/ARCHITECTURE.md "A task from a file").
         num_envs: Number of environments.
         device: Warp device; ``None`` means ``cuda:0`` when Warp sees a CUDA device, else ``cpu``.
         seed: Seed of every random draw.
@@ -38,4 +42,4 @@ def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, 
     except (RuntimeError, ValueError) as e:
         available = ", ".join(str(d) for d in wp.get_devices())
         raise ValueError(f"device {config.device!r} is not available to Warp ({e}); available here: {available}") from e
-    return VectorEnv(TASKS[task](config), config)
+    return VectorEnv(TASKS[config.task](config), config)

@@ -1,6 +1,9 @@
 """The task registry: task id -> Task class, for :func:`forge_gpu.make` and ``forge-gpu collect``.
 
-Adding a task is one recipe (docs/ARCHITECTURE.md): a config ``configs/<id>.toml``, its Warp kernels in
+A task file (a ``*.toml`` with a ``[model]`` section: a model file and its terms, ``tasks/taskfile.py``) needs no
+code: the shipped ones in ``configs/`` are registered below, another is registered by :func:`resolve_task` when
+``make`` or ``forge-gpu collect`` is given its path. A task with its own code is one recipe (docs/ARCHITECTURE.md):
+a config ``configs/<id>.toml``, its Warp kernels in
 ``kernels/<id>.py``, a module ``forge_gpu/_src/sim/tasks/<id>.py`` with a :class:`Task` subclass (its hooks
 take the :class:`~forge_gpu._src.sim.world.World`: see ``base.py``), and a registration: the tuple below for
 a task shipped with forge_gpu, or :func:`register_task` (with the config file's path) for a task that lives
@@ -12,13 +15,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from forge_gpu._src.sim.tasks.ant import AntTask
+from forge_gpu._src.sim.config import config_dir
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
 from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
+from forge_gpu._src.sim.tasks.filetask import FileTask, file_task_class
 from forge_gpu._src.sim.tasks.push import PushTask
 from forge_gpu._src.sim.tasks.reach import ReachTask
 
-TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (AntTask, CartpoleTask, PushTask, ReachTask)}
+TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (CartpoleTask, PushTask, ReachTask)}
+for _path in sorted(config_dir().glob("*.toml")):  # the shipped task files: a config with a [model] section
+    if "\n[model]" in _path.read_text():
+        TASKS[_path.stem] = file_task_class(_path, check=False)
 TASK_CONFIG_FILES: dict[str, Path] = {}
 """Config files of the tasks registered with a ``config`` path; the others use ``configs/<id>.toml``."""
 
@@ -47,3 +54,31 @@ def register_task(cls: type[Task], *, config: str | os.PathLike | None = None) -
         TASK_CONFIG_FILES[spec.id] = Path(config)
     TASKS[spec.id] = cls
     return cls
+
+
+def is_task_file(name: str) -> bool:
+    """Whether ``name`` names a task file (``*.toml``) rather than a registered task id."""
+    return str(name).endswith(".toml")
+
+
+def resolve_task(name: str | os.PathLike) -> str:
+    """The task id of ``name``: a registered id, or a task file (``*.toml``: read, checked against its model and
+    registered under its ``task`` id, once per file). ValueError for an unknown id or a bad file."""
+    name = str(name)
+    if not is_task_file(name):
+        if name not in TASKS:
+            known = ", ".join(sorted(TASKS))
+            raise ValueError(f"unknown task {name!r}; known tasks are {known} (or the path of a task file *.toml)")
+        return name
+    path = Path(name).resolve()
+    if not path.is_file():
+        raise ValueError(f"task file {name}: no such file")
+    for task_id, cls in TASKS.items():
+        if issubclass(cls, FileTask) and Path(cls.path) == path:
+            return task_id
+    cls = file_task_class(path)
+    if cls.task_id in TASKS:
+        taken = TASKS[cls.task_id].__name__
+        raise ValueError(f"{path}: task = {cls.task_id!r} is already a task ({taken}); choose another id")
+    TASKS[cls.task_id] = cls
+    return cls.task_id

@@ -1,0 +1,263 @@
+"""A task made of a model file and a TOML (``tasks/taskfile.py`` reads and checks it): no task code.
+
+:func:`file_task_class` makes the :class:`FileTask` subclass of one file (its :class:`TaskSpec` from the resolved
+plan); the registry registers it under the file's ``task`` id. Per step it launches three kernels whatever its
+number of terms: the action onto the named joints (``kernels/filetask.py``), the reset of the worlds that end,
+and the generated observe kernel (``tasks/codegen.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import warp as wp
+
+from forge_gpu._src.sim.randomize import Parameter
+from forge_gpu._src.sim.tasks import codegen
+from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
+from forge_gpu._src.sim.tasks.taskfile import (
+    FileParams,
+    Plan,
+    add_model,
+    catalog,
+    model_file,
+    plan_task,
+    read_task_file,
+    term_tables,
+)
+from forge_gpu._src.sim.world import World
+from forge_gpu.kernels import filetask as kernels
+from forge_gpu.kernels import terms
+
+_RESET_KEYS = ("joint_position", "joint_velocity")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileScene:
+    """The scene of a task file: its model file (run.json's ``scene``)."""
+
+    kind: str = "task_file"
+    model: str = ""
+    """The model file's path (MJCF or URDF)."""
+    task_file: str = ""
+
+
+class _FileSpec:
+    """A file task class's ``spec``, made from its file on first use (reading the model costs a moment); an
+    instance's own (``FileTask.__init__``) follows its config's overrides."""
+
+    def __get__(self, task, owner):
+        if "_spec" not in owner.__dict__:
+            config = read_task_file(owner.path)
+            owner._spec = _spec(config, plan_task(config.params, config.params.file))
+        return owner._spec
+
+
+class FileTask(Task):
+    """The hooks of every file-based task, driven by its :class:`Plan`."""
+
+    params_type = FileParams
+    path: str = ""
+    spec = _FileSpec()
+
+    @classmethod
+    def load_task_config(cls, overrides: dict | None = None):
+        """The task's :class:`TaskConfig` from its file with ``overrides`` (``make``, ``task_config``)."""
+        return read_task_file(cls.path, overrides)
+
+    def __init__(self, config):
+        self.plan: Plan = plan_task(config.params, config.params.file)
+        self.__dict__["spec"] = _spec(config, self.plan)
+        reset = config.params.reset
+        for key in reset:
+            if key not in _RESET_KEYS:
+                raise ValueError(f"{config.params.file}: unknown key reset.{key}; allowed keys are {_RESET_KEYS}")
+        super().__init__(config)
+
+    def make_scene(self) -> FileScene:
+        p = self.config.params
+        return FileScene(model=model_file(p.model, p.file)[0], task_file=p.file)
+
+    def randomizable(self) -> dict[str, Parameter]:
+        """Physics (every ``randomize.PHYSICS`` entry) and ``command`` (shape (C,)) where ``[command]`` names one."""
+        return catalog(self.config.params)
+
+    def instruction_template(self) -> dict | None:
+        return self.config.params.instruction_template or None
+
+    def observation_fields(self) -> dict:
+        fields = {}
+        if self.plan.reward_names:
+            fields["reward_terms"] = ((len(self.plan.reward_names),), "float32")
+        if self.spec.has_success:
+            fields["success"] = ((), "bool")
+        return fields
+
+    def build_world(self, builder) -> None:
+        p = self.config.params
+        add_model(builder, p.model, p.file)
+        if self.plan.action_kind == "position":
+            import newton
+
+            ke, kd = float(p.action.get("stiffness", 100.0)), float(p.action.get("damping", 5.0))
+            for d in self.plan.action_dofs:
+                builder.joint_target_mode[d] = int(newton.JointTargetMode.POSITION)
+                builder.joint_target_ke[d], builder.joint_target_kd[d] = ke, kd
+
+    def bind(self, world: World) -> TaskBinding:
+        n, device, plan = world.num_envs, world.device, self.plan
+        coords = world.joint_q.shape[1]
+
+        def ints(values):
+            return wp.array(np.asarray(values, np.int32), dtype=int, device=device)
+
+        def floats(values):
+            return wp.array(np.asarray(values, np.float32), dtype=float, device=device)
+
+        self.default_q = wp.array(world.model.joint_q.numpy().reshape(n, coords), dtype=float, device=device)
+        self.action_coord, self.action_dof = ints(plan.action_coords), ints(plan.action_dofs)
+        self.reset_coord, self.reset_dof = ints(plan.reset_coords), ints(plan.reset_dofs)
+        self.lower, self.upper = floats(plan.lower), floats(plan.upper)
+        self.last_action = wp.zeros_like(world.executed_action)
+        self.previous_action = wp.zeros_like(world.executed_action)
+        self.noise_key = wp.zeros((n, 2), dtype=float, device=device)
+        self.reward_terms = wp.zeros((n, max(len(plan.reward_names), 1)), dtype=float, device=device)
+        self.success = wp.zeros(n, dtype=wp.bool, device=device)
+        ti, tf = term_tables(plan)
+        command = world.params.get("command")
+        if command is None:
+            command = wp.zeros((n, 0), dtype=float, device=device)
+        frame = terms.Frame()
+        frame.joint_q, frame.joint_qd, frame.default_q = world.joint_q, world.joint_qd, self.default_q
+        bodies = world.model.body_count // n
+        frame.body_q = world.state_0.body_q.reshape((n, bodies))
+        frame.body_qd = world.state_0.body_qd.reshape((n, bodies))
+        frame.action, frame.previous_action = self.last_action, self.previous_action
+        frame.action_scale, frame.action_dof = world.action_scale, self.action_dof
+        frame.command, frame.lower, frame.upper = command, self.lower, self.upper
+        frame.ti, frame.tf = wp.array(ti, dtype=int, device=device), wp.array(tf, dtype=float, device=device)
+        frame.seed, frame.noise_key = world.seed, self.noise_key
+        self.frame = frame
+        self.kernel = codegen.observe_kernel(plan)
+        if plan.action_kind == "position":
+            self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
+        fields = {"reward_terms": self.reward_terms} if plan.reward_names else {}
+        if self.spec.has_success:
+            fields["success"] = self.success
+        state = {"last_action": self.last_action, "previous_action": self.previous_action}
+        state["observation_noise_key"] = self.noise_key
+        return TaskBinding(fields=fields, calibration={"reward_terms": plan.reward_names}, state=state)
+
+    def apply_action(self, world: World) -> None:
+        if self.plan.action_kind == "effort":
+            kernel, inputs = kernels.apply_effort_kernel, [world.action_scale, self.action_dof]
+            inputs += [world.params["actuator_gain_scale"], world.executed_action]
+            outputs = [self.last_action, self.previous_action, world.joint_f]
+        else:
+            kernel = kernels.apply_position_kernel
+            inputs = [world.action_scale, self.action_coord, self.lower, self.upper, self.default_q]
+            inputs += [world.executed_action]
+            outputs = [self.last_action, self.previous_action, self.joint_target_q]
+        wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
+
+    def reset_worlds(self, world: World) -> None:
+        reset, plan = self.config.params.reset, self.plan
+        wp.launch(
+            kernels.reset_kernel,
+            dim=world.num_envs,
+            inputs=[
+                world.seed,
+                float(reset.get("joint_position", 0.0)),
+                float(reset.get("joint_velocity", 0.0)),
+                7 if plan.root else 0,
+                6 if plan.root else 0,
+                self.reset_coord,
+                self.reset_dof,
+                self.default_q,
+                world.reset_mask,
+                world.episode_id,
+            ],
+            outputs=[world.joint_q, world.joint_qd, self.last_action, self.previous_action, self.noise_key],
+            device=world.device,
+        )
+
+    def restore_state(self, world: World) -> None:
+        wp.launch(
+            kernels.restored_noise_key_kernel,
+            dim=world.num_envs,
+            inputs=[world.reset_mask],
+            outputs=[self.noise_key],
+            device=world.device,
+        )
+
+    def observe(self, world: World) -> None:
+        wp.launch(
+            self.kernel,
+            dim=world.num_envs,
+            inputs=[self.frame, world.reset_mask],
+            outputs=[world.proprio, self.reward_terms, world.task_reward, world.task_terminated, self.success],
+            device=world.device,
+        )
+
+    def expert(self, world: World):
+        """``[expert] factory = "module:function"``: ``function(task, world, settings)`` returns the policy."""
+        settings = dict(self.config.params.expert)
+        factory = settings.pop("factory", None)
+        if factory is None:
+            return None
+        module, _, name = factory.partition(":")
+        try:
+            make = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
+        return make(self, world, settings)
+
+
+def _spec(config, plan: Plan) -> TaskSpec:
+    contacts = bool(config.params.model.get("contacts", True))
+    return TaskSpec(
+        id=config.task,
+        proprio_dim=plan.proprio_dim,
+        action_dim=len(plan.action_coords),
+        has_contacts=contacts,
+        has_success=any(r.stage == "success" for r in plan.rows),
+    )
+
+
+def file_task_class(path, *, check: bool = True) -> type[FileTask]:
+    """The :class:`FileTask` subclass of the task file ``path``, read and checked against its model now (with
+    ``check``; else only its ``task`` id is read, and the model when the class's ``spec`` is first asked for)."""
+    path = str(Path(path).resolve())
+    if check:
+        task = read_task_file(path).task
+    else:
+        task = tomllib.loads(Path(path).read_text())["task"]
+    return type(f"FileTask_{task}", (FileTask,), {"path": path, "task_id": task})
+
+
+def hold_pose(task: FileTask, world: World, settings: dict):
+    """An ``[expert]`` factory for any task file: hold the default pose (``factory =
+    "forge_gpu._src.sim.tasks.filetask:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
+    [N m s / rad]: PD torques; position actions: the pose itself, action 0)."""
+    if set(settings) - {"stiffness", "damping"}:
+        raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
+    gains = [float(settings.get("stiffness", 50.0)), float(settings.get("damping", 2.0))]
+    action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
+    mode = int(task.plan.action_kind == "position")
+
+    def act(observation: dict) -> wp.array:
+        wp.launch(
+            kernels.hold_pose_kernel,
+            dim=action.shape,
+            inputs=[*gains, mode, world.action_scale, task.action_coord, task.action_dof, world.action_low]
+            + [world.action_high, task.default_q, world.joint_q, world.joint_qd],
+            outputs=[action],
+            device=world.device,
+        )
+        return action
+
+    return act

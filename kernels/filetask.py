@@ -1,0 +1,157 @@
+"""Kernels of every file-based task (``forge_gpu._src.sim.tasks.filetask``): the action onto the named joints and
+the randomized reset. Their observation, reward and termination kernel is generated from the task's terms
+(``tasks/codegen.py``). World index first: ``worldid = wp.tid()``.
+"""
+
+import warp as wp
+
+from .rng import STREAM_RESET, env_rng
+
+STREAM_NOISE_SEED = wp.constant(5)
+"""The stream of each episode's observation noise seed (``kernels/rng.py`` keeps 1 to 3, ``terms.py`` 4)."""
+
+
+@wp.func
+def _keep_actions(
+    worldid: int,
+    actid: int,
+    executed_action_in: wp.array2d[float],
+    last_action: wp.array2d[float],
+    previous_action: wp.array2d[float],
+):
+    """The task's recorded actions: the transition's executed action (``last_action``, what the terms read) and
+    the one before (``previous_action``); state, so that a restored frame observes as it was recorded."""
+    previous_action[worldid, actid] = last_action[worldid, actid]
+    last_action[worldid, actid] = executed_action_in[worldid, actid]
+
+
+@wp.kernel
+def apply_effort_kernel(
+    # Model:
+    action_scale: wp.array[float],
+    action_dof: wp.array[int],
+    # Data in:
+    actuator_gain_in: wp.array[float],
+    executed_action_in: wp.array2d[float],
+    # Data in/out:
+    last_action: wp.array2d[float],
+    previous_action: wp.array2d[float],
+    # Data out:
+    joint_f_out: wp.array2d[float],
+):
+    """Effort [N or N m] of action joint k = executed action * scale * the world's actuator gain."""
+    worldid, actid = wp.tid()
+    _keep_actions(worldid, actid, executed_action_in, last_action, previous_action)
+    effort = executed_action_in[worldid, actid] * action_scale[actid] * actuator_gain_in[worldid]
+    joint_f_out[worldid, action_dof[actid]] = effort
+
+
+@wp.kernel
+def apply_position_kernel(
+    # Model:
+    action_scale: wp.array[float],
+    action_coord: wp.array[int],
+    lower: wp.array[float],
+    upper: wp.array[float],
+    default_q: wp.array2d[float],
+    # Data in:
+    executed_action_in: wp.array2d[float],
+    # Data in/out:
+    last_action: wp.array2d[float],
+    previous_action: wp.array2d[float],
+    # Data out:
+    joint_target_q_out: wp.array2d[float],
+):
+    """Position target of action joint k = default pose + executed action * scale, clipped to the joint's limits."""
+    worldid, actid = wp.tid()
+    _keep_actions(worldid, actid, executed_action_in, last_action, previous_action)
+    c = action_coord[actid]
+    target = default_q[worldid, c] + executed_action_in[worldid, actid] * action_scale[actid]
+    joint_target_q_out[worldid, c] = wp.clamp(target, lower[c], upper[c])
+
+
+@wp.kernel
+def reset_kernel(
+    # Model:
+    seed: int,
+    joint_position_range: float,
+    joint_velocity_range: float,
+    root_coords: int,
+    root_dofs: int,
+    coords: wp.array[int],
+    dofs: wp.array[int],
+    default_q: wp.array2d[float],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    episode_id_in: wp.array[wp.int32],
+    # Data out:
+    joint_q_out: wp.array2d[float],
+    joint_qd_out: wp.array2d[float],
+    last_action_out: wp.array2d[float],
+    previous_action_out: wp.array2d[float],
+    noise_key_out: wp.array2d[float],
+):
+    """The default pose (a free root at its start pose, at rest) plus uniform joint noise in +-range, drawn per
+    joint coordinate (position, then velocity) from (seed, env, next episode)."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    state = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_RESET)
+    for i in range(root_coords):
+        joint_q_out[worldid, i] = default_q[worldid, i]
+    for i in range(root_dofs):
+        joint_qd_out[worldid, i] = 0.0
+    for k in range(coords.shape[0]):
+        noise = joint_position_range * (2.0 * wp.randf(state) - 1.0)
+        joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]] + noise
+        joint_qd_out[worldid, dofs[k]] = joint_velocity_range * (2.0 * wp.randf(state) - 1.0)
+    for k in range(last_action_out.shape[1]):
+        last_action_out[worldid, k] = 0.0
+        previous_action_out[worldid, k] = 0.0
+    noise_rng = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_NOISE_SEED)
+    noise_key_out[worldid, 0] = float(wp.randi(noise_rng, 0, 16777216))
+    noise_key_out[worldid, 1] = 0.0
+
+
+@wp.kernel
+def restored_noise_key_kernel(
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    # Data in/out:
+    noise_key: wp.array2d[float],
+):
+    """After ``restore`` wrote a recorded noise key (the count its frame's observe had reached): one back, so that
+    the observe that follows counts to it again and draws the recorded noise."""
+    worldid = wp.tid()
+    if reset_mask_in[worldid]:
+        noise_key[worldid, 1] = noise_key[worldid, 1] - 1.0
+
+
+@wp.kernel
+def hold_pose_kernel(
+    # Model:
+    stiffness: float,
+    damping: float,
+    position_mode: int,
+    action_scale: wp.array[float],
+    action_coord: wp.array[int],
+    action_dof: wp.array[int],
+    action_low: wp.array[float],
+    action_high: wp.array[float],
+    default_q: wp.array2d[float],
+    # Data in:
+    joint_q_in: wp.array2d[float],
+    joint_qd_in: wp.array2d[float],
+    # Data out:
+    action_out: wp.array2d[float],
+):
+    """The ``hold_pose`` expert: PD torques toward the default pose (effort actions, in action units), or the
+    default pose itself (position actions: action 0), clipped to the bounds."""
+    worldid, actid = wp.tid()
+    value = float(0.0)
+    if position_mode == 0:
+        c = action_coord[actid]
+        error = default_q[worldid, c] - joint_q_in[worldid, c]
+        torque = stiffness * error - damping * joint_qd_in[worldid, action_dof[actid]]
+        value = torque / action_scale[actid]
+    action_out[worldid, actid] = wp.clamp(value, action_low[actid], action_high[actid])

@@ -1,0 +1,256 @@
+"""Tasks from a model file and a TOML (sim/tasks/taskfile.py, filetask.py, codegen.py, terms.py): a task written in
+the test with a user @wp.func collects, reads back and replays --from actions bit for bit; the file-based ant equals
+the hand-written one bit for bit; every bad config is refused in one line naming its key, with nothing created."""
+
+import numpy as np
+import pytest
+
+import forge_gpu
+from forge_gpu.cli import main
+
+USER_TERMS = '''
+import warp as wp
+
+from forge_gpu.kernels.terms import TF_ARGS, Frame
+
+
+@wp.func
+def hips_apart(f: Frame, worldid: int, t: int) -> float:
+    """A user reward: the first two hip angles' difference, times args[0]."""
+    return f.tf[t, TF_ARGS] * (f.joint_q[worldid, 7] - f.joint_q[worldid, 9])
+'''
+
+TASK = """
+task = "walker_test"
+instruction = "walk"
+num_envs = 3
+max_steps = 10
+module = "user_terms.py"
+
+[solver]
+iterations = 10
+ls_iterations = 5
+
+[model]
+asset = "nv_ant.xml"
+position = [0.0, 0.0, 0.6]
+[model.pose]
+"ankle_[14]" = 1.0
+"ankle_[23]" = -1.0
+
+[action]
+joints = ["hip_*", "ankle_*"]
+scale = 15.0
+
+[reset]
+joint_position = 0.1
+joint_velocity = 0.1
+
+[command]
+names = ["vx", "vy"]
+default = [1.0, 0.0]
+
+[[observations]]
+term = "root_height"
+[[observations]]
+term = "joint_pos"
+joints = ["hip_*"]
+[[observations]]
+term = "body_pos"
+body = "front_left_foot"
+relative_to = "torso"
+noise = 0.01
+[[observations]]
+term = "command"
+[[observations]]
+term = "last_action"
+
+[[rewards]]
+term = "track_lin_vel"
+sigma = 0.25
+weight = 1.0
+[[rewards]]
+term = "action_rate_l2"
+weight = -0.01
+[[rewards]]
+term = "hips_apart"
+args = [0.5]
+weight = 1.0
+
+[[terminations]]
+term = "root_below"
+height = 0.3
+[[success]]
+term = "body_distance_below"
+body = "front_left_foot"
+other = "front_right_foot"
+distance = 0.05
+
+[randomize]
+command = { low = [0.5, -0.2], high = [1.5, 0.2] }
+[instruction_template]
+text = "walk {speed}"
+slots = { speed = { param = "command", names = ["slowly", "fast"], edges = [1.0] } }
+"""
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("task")
+    (folder / "user_terms.py").write_text(USER_TERMS)
+    (folder / "walker.toml").write_text(TASK)
+    return folder / "walker.toml"
+
+
+@pytest.fixture(scope="module")
+def run(task_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "walker"
+    env = forge_gpu.make(str(task_file), num_envs=3, device="cpu", seed=1)
+    forge_gpu.collect(env, forge_gpu.load_policy("random", env), str(out), episodes=5)
+    return out
+
+
+def test_a_task_file_collects_with_state_params_per_term_rewards_and_instructions(run):
+    manifest = forge_gpu.read_manifest(run)
+    spec = manifest["env_spec"]
+    assert spec["task"] == "walker_test" and spec["action_shape"] == [8]
+    assert spec["observation"]["proprio"]["shape"] == [1 + 4 + 3 + 2 + 8]
+    assert spec["observation"]["reward_terms"]["shape"] == [3] and spec["has_success"]
+    assert manifest["calibration"]["reward_terms"] == ["track_lin_vel", "action_rate_l2", "hips_apart"]
+    episodes = list(forge_gpu.open_run(run).read(list(range(5)), forge_gpu.EpisodeReadOptions(state=True)))
+    for e in episodes:
+        command = e.params["command"]
+        assert command.shape == (2,) and 0.5 <= command[0] <= 1.5 and -0.2 <= command[1] <= 0.2
+        assert e.instruction == ("walk slowly" if command[0] < 1.0 else "walk fast")
+        assert np.array_equal(e.next["proprio"][:, 8:10], np.broadcast_to(command, (e.steps, 2)))
+        assert np.array_equal(e.next["proprio"][:, 10:], e.action)  # last_action: the executed action
+        assert e.state["joint_q"].shape == (e.steps + 1, 15) and e.state["body_q"].shape == (e.steps + 1, 9, 7)
+        # The reward is the sum of the recorded per-term values, in order.
+        terms = e.next["reward_terms"].astype(np.float32)
+        total = (np.float32(0) + terms[:, 0]) + terms[:, 1] + terms[:, 2]
+        assert np.array_equal(total, e.reward)
+        assert np.allclose(terms[:, 2], 0.5 * (e.state["joint_q"][1:, 7] - e.state["joint_q"][1:, 9]))
+    assert len({e.params["command"][0] for e in episodes}) == len(episodes)
+
+
+def test_a_task_file_replays_from_actions_with_zero_divergence(run, tmp_path):
+    report = forge_gpu.replay(run, tmp_path / "again", from_="actions", batch=2)
+    assert report["episodes"] == len(forge_gpu.open_run(run)) >= 5 and report["diverged"] == 0
+    assert all(d["max_error"] == 0.0 for d in report["divergence"])
+
+
+def test_a_task_file_run_replays_from_state_reports_and_exports(run, tmp_path):
+    """--from state re-observes every frame equal (proprio's noise included: its key is recorded state); the
+    report and the robomimic export take the run like any other."""
+    report = forge_gpu.replay(run, tmp_path / "again", batch=2)
+    options = forge_gpu.EpisodeReadOptions(state=True)
+    recorded = list(forge_gpu.open_run(run).read(list(range(report["episodes"])), options))
+    again = list(forge_gpu.open_run(tmp_path / "again").read(list(range(report["episodes"])), options))
+    for a, b in zip(recorded, again, strict=True):
+        for name in ("proprio", "reward_terms", "success"):  # proprio: noise on body_pos, last_action
+            assert np.array_equal(a.obs[name], b.obs[name]) and np.array_equal(a.next[name], b.next[name]), name
+        assert np.array_equal(a.reward, b.reward) and np.array_equal(a.terminated, b.terminated)
+    assert forge_gpu.report(run, tmp_path / "report.html")["episodes"] == len(recorded)
+    assert forge_gpu.export_robomimic(run, tmp_path / "run.hdf5")["episodes"] == len(recorded)
+
+
+def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
+    from tests import reference_ant
+
+    (tmp_path / "ant_handwritten.toml").write_text(reference_ant.CONFIG)
+    if "ant_handwritten" not in forge_gpu.TASKS:
+        forge_gpu.register_task(reference_ant.AntTask, config=tmp_path / "ant_handwritten.toml")
+    hand = forge_gpu.make("ant_handwritten", num_envs=4, device="cpu", seed=3, max_steps=25)
+    file = forge_gpu.make("ant", num_envs=4, device="cpu", seed=3, max_steps=25)
+    a, b = hand.reset(), file.reset()
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(60):
+        assert np.array_equal(a.observation["proprio"].numpy(), b.observation["proprio"].numpy())
+        for name in ("reward", "terminated", "truncated"):
+            assert np.array_equal(getattr(a, name).numpy(), getattr(b, name).numpy()), name
+        assert np.array_equal(hand.joint_q.numpy(), file.joint_q.numpy())
+        ended += int(a.terminated.numpy().sum() + a.truncated.numpy().sum())
+        action = rng.uniform(-1.3, 1.3, (4, 8)).astype(np.float32)
+        a, b = hand.step(action), file.step(action)
+    assert ended >= 4  # the flags were compared where they are set, not only while all are false
+
+
+BAD = [
+    ('[action]\njoints = ["hip_*", "ankle_*"]', '[action]\njoints = ["knee_*"]', "action.joints"),
+    ('relative_to = "torso"', 'relative_to = "head"', "observations[2].relative_to"),
+    ('term = "root_height"', 'term = "root_heigth"', "observations[0].term"),
+    ("sigma = 0.25", "sigma = 0.25\nsigmaa = 1.0", "rewards[0].sigmaa"),
+    ("scale = 15.0", "scale = [15.0, 15.0]", "action.scale"),
+    ('asset = "nv_ant.xml"', 'asset = "nv_robot.xml"', "model.asset"),
+    ('term = "hips_apart"', 'term = "hips_close"', "rewards[2].term"),
+    ('"ankle_[14]" = 1.0', '"toe_*" = 1.0', "model.pose.toe_*"),
+    ('param = "command"', 'param = "cmd"', "instruction_template"),
+    ("sigma = 0.25", 'sigma = 0.25\ncommand = ["vz"]', "rewards[0].command"),
+    ("height = 0.3", 'height = "low"', "terminations[0].height"),
+    ("low = [0.5, -0.2], high = [1.5, 0.2]", "low = [0.5, -0.2, 0], high = [1.5, 0.2, 0]", "randomize.command"),
+    ('asset = "nv_ant.xml"', 'file = "robot.urdf"', "model.file"),
+    ('module = "user_terms.py"', 'module = "no_terms.py"', "module"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "key"), BAD, ids=[b[2] for b in BAD])
+def test_a_bad_task_file_is_refused_in_one_line_naming_the_key(tmp_path, capsys, old, new, key):
+    """... with nothing created: no run directory, no task registered."""
+    text = TASK.replace(old, new, 1).replace('task = "walker_test"', 'task = "walker_bad"')
+    assert new in text
+    (tmp_path / "user_terms.py").write_text(USER_TERMS)
+    (tmp_path / "bad.toml").write_text(text)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as error:
+        forge_gpu.make(str(tmp_path / "bad.toml"), num_envs=2, device="cpu")
+    message = str(error.value)
+    assert "\n" not in message and key in message, message
+    assert main(["collect", str(tmp_path / "bad.toml"), "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0], err
+    assert not out.exists()
+    assert all(getattr(cls, "path", "") != str(tmp_path / "bad.toml") for cls in forge_gpu.TASKS.values())
+
+
+def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
+    assert main(["tasks"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in ("ant", "cartpole", "push", "reach"))
+    assert main(["tasks", str(task_file)]) == 0
+    described = capsys.readouterr().out
+    assert "hips_apart (user @wp.func)" in described and "proprio[10:18]: last_action" in described
+    assert "reward_terms [3] float32" in described and "front_left_foot" in described
+
+
+def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):
+    out = tmp_path / "run"
+    assert main(["collect", str(task_file), "--out", str(out), "--episodes", "3", "--device", "cpu"]) == 0
+    manifest = forge_gpu.read_manifest(out)
+    assert manifest["task"] == "walker_test" and manifest["config"]["params"]["file"] == str(task_file.resolve())
+    assert (
+        manifest["scene"] == "task_file:v1"
+        and manifest["scene_spec"]["model"].endswith("nv_ant.xml")
+        and manifest["completed_episodes"] >= 3
+    )
+
+
+@pytest.mark.parametrize(("task", "proprio", "terms"), [("quadruped", 50, 6), ("humanoid", 59, 5)])
+def test_the_shipped_robots_step_with_their_terms_and_experts(task, proprio, terms):
+    env = forge_gpu.make(task, num_envs=2, device="cpu", seed=0)
+    assert env.spec["observation"]["proprio"]["shape"] == [proprio]
+    assert env.spec["observation"]["reward_terms"]["shape"] == [terms]
+    for name in ("random", "expert"):
+        policy = forge_gpu.make_policy(name, env)
+        r = env.reset()
+        for _ in range(3):
+            r = env.step(policy(env.observation))
+            parts = r.observation["reward_terms"].numpy()
+            total = np.zeros(2, np.float32)
+            for k in range(terms):
+                total = total + parts[:, k]
+            assert np.array_equal(total, r.reward.numpy()) and np.isfinite(parts).all()
+    if task == "quadruped":  # a command drawn per episode, in proprio and in the instruction's params
+        command = env.randomizer.values["command"].numpy()
+        assert np.array_equal(r.observation["proprio"].numpy()[:, 35:38], command)
+        assert (command[:, 0] >= 0.0).all() and (command[:, 0] <= 1.0).all()
