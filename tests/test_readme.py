@@ -52,7 +52,7 @@ def _blocks(kind: str = "") -> list[str]:
 
 def _shape(line: str) -> str:
     """A line of output with its figures (and paths) taken out: what must match whatever the run holds."""
-    line = re.sub(r"runs/\S+|/\S+", "PATH", line)
+    line = re.sub(r"runs/\S+|(?<![\w/])/\S+", "PATH", line)
     line = re.sub(r"-?\d[\d,]*(\.\d+)?(e[-+]?\d+)?%?", "N", line)
     return re.sub(r"\[[N ]*\]", "[N]", line)  # a vector of figures, whatever its length
 
@@ -89,7 +89,9 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
         outputs.append(done.stdout.splitlines())
     shown_collect = next(b for b in _blocks() if "episodes published" in b).splitlines()
     shown_inspect = next(b for b in _blocks() if b.startswith("run            ")).splitlines()
-    assert [_shape(line) for line in outputs[0]] == [_shape(line) for line in shown_collect]
+    shapes = [_shape(line) for line in outputs[0]]
+    shapes = [x for k, x in enumerate(shapes) if k == 0 or x != shapes[k - 1]]  # a slow run: a line every 10 s
+    assert shapes == [_shape(line) for line in shown_collect]
     assert _keys(outputs[1]) == _keys(shown_inspect)
     assert [_shape(line).split()[:2] for line in outputs[1][:4]] == [
         _shape(line).split()[:2] for line in shown_inspect[:4]
