@@ -36,9 +36,8 @@ def cmd_collect(args) -> int:
     if task_file and not Path(args.task).is_file():
         raise UsageError(f"task file {args.task}: no such file")
     if not task_file and args.task not in shipped_tasks():
-        raise UsageError(
-            f"unknown task {args.task!r}; known tasks are {', '.join(shipped_tasks())} (or the path of a task file *.toml)"
-        )
+        known = ", ".join(shipped_tasks())
+        raise UsageError(f"unknown task {args.task!r}; known tasks are {known} (or the path of a task file *.toml)")
     try:
         check_policy_name(args.policy)
     except ValueError as e:
