@@ -320,7 +320,7 @@ def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     record(str(tmp_path / "black"), black, make_batches(BlackFrames(black, seed=0, end_prob=0.5), 10))
     camera = make_env(num_envs=2, max_steps=8, images=True)
     record(str(tmp_path / "camera"), camera, make_batches(SyntheticSim(camera, seed=0, end_prob=0.5), 10))
-    for name, why in (("state", "records no camera frames"), ("black", "rgb frames are all zero")):
+    for name, why in (("state", "stores no camera frames"), ("black", "rgb frames are all zero")):
         run = tmp_path / name
         assert main(["render", str(run), "--out", str(tmp_path / f"{name}.png")]) == 0
         lines = capsys.readouterr().out.splitlines()

@@ -232,7 +232,7 @@ def no_frames(episode) -> str | None:
     """Why ``episode`` has no camera frames to draw (its run stores no ``rgb``: recorded with ``params.render =
     false`` or a camera off; or every frame is zero: such a run of an older forge_gpu), or None when it has some."""
     if "rgb" not in episode.obs:
-        return "the run records no camera frames (no rgb field: recorded with params.render = false or a camera off)"
+        return "the run stores no camera frames (no rgb field: a task without a camera, or params.render = false)"
     if not (episode.obs["rgb"].any() or episode.next["rgb"].any()):
         return "the run's rgb frames are all zero (recorded with params.render = false by an older forge_gpu)"
     return None
