@@ -675,6 +675,7 @@ def prepare(args) -> None:
     have = set(have_versions)
     source = args.have or IMAGE_HAS_SOURCE
     clear_previous(out)
+    out.mkdir(parents=True, exist_ok=True)  # git tells an ignored folder (a pattern with a slash) only if it exists
     reserve = tree_bytes(out)
     if out.resolve().is_relative_to(REPO):
         try:
