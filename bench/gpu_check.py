@@ -127,7 +127,7 @@ PLAN = [
     ("pipeline_replay", "pipeline_replay", 20, 14),
     ("torch", "torch_section", 15, 10),
     ("syncs", "syncs", 10, 6),
-    ("gpu_frames", "gpu_frames.section", 15, 10),  # bench/gpu_frames.py: the GPU frame encoder (issue 30)
+    ("gpu_frames", "gpu_frames.section", 8, 10),  # bench/gpu_frames.py: the GPU frame encoder (issue 30)
 ]
 ESTIMATES = {name: (full, small) for name, _, full, small in PLAN}
 HOOK_TIMEOUTS = {"hang": 4.0, "crash": 60.0}

@@ -3,7 +3,7 @@
 python bench/gpu_frames.py --out DIR          # on a GPU: rgb as JPEG by nvJPEG (torchvision) before the copy
 python bench/gpu_frames.py --smoke --out DIR  # the same code on the CPU: the producer-side CPU codec (Pillow)
 
-Also a section of bench/gpu_check.py (``gpu_frames``). reach with RGB-D (full: 1024 envs at 128x128, 40 steps;
+Also a section of bench/gpu_check.py (``gpu_frames``). reach with RGB-D (full: 512 envs at 128x128, 20 steps;
 smoke: 4 envs at 32x32, 4 steps), random policy; each step is stepped and published into a HostSnapshotTransport
 of 4 slots whose consumer thread takes and releases every batch. Twice: raw (every field copied as is), and
 encoded (``collect/encode.make_encoder``: ``rgb`` as JPEG quality 90, on CUDA by nvJPEG; ``depth`` raw through
@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 from common import machine, save, table  # noqa: E402
 
 SIZES = {
-    "full": {"num_envs": 1024, "image_size": 128, "steps": 40},
+    "full": {"num_envs": 512, "image_size": 128, "steps": 20},
     "smoke": {"num_envs": 4, "image_size": 32, "steps": 4},
 }
 
