@@ -108,6 +108,16 @@ def test_codecs_smoke(out):
         assert (row["max_abs_error"] == 0) == (row["codec"].split(":")[0] in ("png", "zstd", "lz4")), row
 
 
+def test_loader_smoke(out):
+    """bench/loader.py --smoke: shuffled batches with camera frames through a DataLoader with 0 and 2 workers, every
+    batch whole (the samples counted are the batches' rows)."""
+    rows = run_bench("loader", out)["rows"]
+    assert [r["workers"] for r in rows] == [0, 2]
+    for row in rows:
+        check_figures(row, {"samples_per_s": True, "vs_0_workers": True, "seconds": True})
+        assert row["samples"] == row["batch"] * row["batches"], row
+
+
 def test_recorder_smoke(out):
     """bench/recorder.py --smoke gives forge's figure, its reference and their ratio for every row."""
     rows = run_bench("recorder", out)["rows"]

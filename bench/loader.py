@@ -1,0 +1,84 @@
+"""Training windows through a torch ``DataLoader``, with and without worker processes, on a run with camera frames.
+
+python bench/loader.py                  # reach 128x128 RGB-D at the default codecs, batches of 256, 0 and 2 workers
+python bench/loader.py --run RUN        # any recorded run
+python bench/loader.py --smoke          # seconds-long check that every figure is produced
+
+Each row is one pass of ``--batches`` shuffled batches of ``WindowMapDataset`` (history 2, horizon 4) through
+``DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), B), batch_size=None, num_workers=W)``: each
+worker gathers and decodes whole batches (one index list per call, no per-sample pickling). Figures: samples/s and
+the ratio against 0 workers in the same run (issue 30: workers keep the throughput; >= 1 is the goal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import machine, save, table  # noqa: E402
+
+
+def record(out: Path, *, envs: int, size: int, episodes: int) -> Path:
+    import forge_gpu
+
+    env = forge_gpu.make("reach", num_envs=envs, device="cpu", seed=0, max_steps=60, **{"params.image_size": size})
+    forge_gpu.collect(env, forge_gpu.make_policy("expert", env), str(out), episodes=episodes)
+    return out
+
+
+def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    import forge_gpu
+
+    dataset = forge_gpu.WindowMapDataset(run, history=2, horizon=4)
+    sampler = BatchSampler(RandomSampler(dataset, generator=torch.Generator().manual_seed(0)), batch, drop_last=True)
+    loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=workers,
+                        persistent_workers=False)  # fmt: skip
+    began, seen, first = time.perf_counter(), 0, None
+    for k, item in enumerate(loader):
+        seen += len(item["action"])
+        if first is None:
+            first = time.perf_counter() - began  # the workers' start (a fork, the run opened again) is in it
+        if k + 1 == batches:
+            break
+    seconds = time.perf_counter() - began
+    return {"workers": workers, "batch": batch, "batches": k + 1, "samples": seen, "seconds": seconds,
+            "first_batch_s": first, "samples_per_s": seen / seconds}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", type=Path, help="a recorded run (default: record reach RGB-D into a temporary one)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = args.run
+        if run is None:
+            size, envs, episodes = (32, 4, 4) if args.smoke else (128, 16, 32)
+            run = record(Path(tmp) / "run", envs=envs, size=size, episodes=episodes)
+        batch, batches = (16, 3) if args.smoke else (args.batch, args.batches)
+        rows = [loader_rate(run, workers=w, batch=batch, batches=batches) for w in args.workers]
+    base = next((r["samples_per_s"] for r in rows if r["workers"] == 0), rows[0]["samples_per_s"])
+    for row in rows:
+        row["vs_0_workers"] = row["samples_per_s"] / base
+    columns = ["workers", "batch", "batches", "samples_per_s", "vs_0_workers", "first_batch_s", "seconds"]
+    markdown = "## DataLoader (WindowMapDataset, shuffled batches)\n\n" + table(rows, columns)
+    print(markdown)
+    path = save("loader", {"machine": machine(gpu=False), "smoke": args.smoke, "rows": rows}, markdown, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
