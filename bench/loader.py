@@ -4,10 +4,11 @@ python bench/loader.py                  # reach 128x128 RGB-D at the default cod
 python bench/loader.py --run RUN        # any recorded run
 python bench/loader.py --smoke          # seconds-long check that every figure is produced
 
-Each row is one pass of ``--batches`` shuffled batches of ``WindowMapDataset`` (history 2, horizon 4) through
-``DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), B), batch_size=None, num_workers=W)``: each
-worker gathers and decodes whole batches (one index list per call, no per-sample pickling). Figures: samples/s and
-the ratio against 0 workers in the same run (issue 30: workers keep the throughput; >= 1 is the goal).
+Each row is ``--batches`` shuffled batches (epochs of one loader, its workers kept) of ``WindowMapDataset``
+(history 2, horizon 4) through ``DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), B),
+batch_size=None, num_workers=W)``: each worker gathers and decodes whole batches (one index list per call, no
+per-sample pickling). Figures: samples/s and the ratio against 0 workers in the same run (issue 30: workers keep
+the throughput; >= 1 is the goal).
 """
 
 from __future__ import annotations
@@ -40,16 +41,17 @@ def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
     dataset = forge_gpu.WindowMapDataset(run, history=2, horizon=4)
     sampler = BatchSampler(RandomSampler(dataset, generator=torch.Generator().manual_seed(0)), batch, drop_last=True)
     loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=workers,
-                        persistent_workers=False)  # fmt: skip
-    began, seen, first = time.perf_counter(), 0, None
-    for k, item in enumerate(loader):
-        seen += len(item["action"])
-        if first is None:
-            first = time.perf_counter() - began  # the workers' start (a fork, the run opened again) is in it
-        if k + 1 == batches:
-            break
+                        persistent_workers=workers > 0)  # fmt: skip
+    began, seen, first, k = time.perf_counter(), 0, None, 0
+    while k < batches:  # epochs of the same loader (its workers kept) until ``batches`` batches
+        for item in loader:
+            seen, k = seen + len(item["action"]), k + 1
+            if first is None:
+                first = time.perf_counter() - began  # the workers' start (a fork, the run opened again) is in it
+            if k == batches:
+                break
     seconds = time.perf_counter() - began
-    return {"workers": workers, "batch": batch, "batches": k + 1, "samples": seen, "seconds": seconds,
+    return {"workers": workers, "batch": batch, "batches": k, "samples": seen, "seconds": seconds,
             "first_batch_s": first, "samples_per_s": seen / seconds}  # fmt: skip
 
 
@@ -58,14 +60,14 @@ def main(argv=None) -> int:
     parser.add_argument("--run", type=Path, help="a recorded run (default: record reach RGB-D into a temporary one)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         run = args.run
         if run is None:
-            size, envs, episodes = (32, 4, 4) if args.smoke else (128, 16, 32)
+            size, envs, episodes = (32, 4, 4) if args.smoke else (128, 16, 128)
             run = record(Path(tmp) / "run", envs=envs, size=size, episodes=episodes)
         batch, batches = (16, 3) if args.smoke else (args.batch, args.batches)
         rows = [loader_rate(run, workers=w, batch=batch, batches=batches) for w in args.workers]
