@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table  # noqa: E402
+from common import machine, save, table
 
 #: codec text -> the fields it is measured on
 CANDIDATES = {

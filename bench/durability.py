@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import machine, save, table  # noqa: E402
-from packed import fs_type, make_batches  # noqa: E402
+from common import machine, save, table
+from packed import fs_type, make_batches
 
 SHAPES = {
     "short": {"num_envs": 4096, "steps": 60, "image": None},

@@ -375,7 +375,7 @@ def tests(ctx):
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        preexec_fn=_child_setup,  # noqa: PLW1509 - no threads yet; SIGINT must reach pytest's handler
+        preexec_fn=_child_setup,
     )
     chunks: list[bytes] = []
 
@@ -867,7 +867,7 @@ def run_section_here(args) -> int:
             rows.append(row)
             write_rows(path, rows, done=False)
             say(ctx, f"row: {row['figure']}: {row['value']}")
-    except Exception as exc:  # noqa: BLE001 - one section's failure must not cost its other rows
+    except Exception as exc:
         traceback.print_exc()
         rows.append(error_row(name, exc))
     write_rows(path, rows, done=True)
@@ -889,7 +889,7 @@ def _child_setup() -> None:
 
         try:
             ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        except Exception:  # noqa: BLE001 - without it an orphan may outlive a killed parent; nothing worse
+        except Exception:
             pass
 
 
@@ -952,7 +952,7 @@ def run_child(name: str, args, logs: Path, most: float | None = None) -> tuple[l
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # its own process group: a cut takes its children (pytest) too
-            preexec_fn=_child_setup,  # noqa: PLW1509 - this process runs no threads
+            preexec_fn=_child_setup,
         )
         try:
             proc.wait(timeout)

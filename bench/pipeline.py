@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_set_option, machine, plot, save, table  # noqa: E402
+from common import add_set_option, machine, plot, save, table
 
 CPU_ENVS = {"cartpole": [256, 1024, 4096]}
 CPU_ENVS_OTHER = [64, 256]  # tasks with contacts or cameras step far slower on the CPU

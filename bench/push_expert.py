@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_set_option, machine, save, table  # noqa: E402
+from common import add_set_option, machine, save, table
 
 
 def run(policy_name: str, num_envs: int, per_env: int, device: str, overrides: dict) -> dict:

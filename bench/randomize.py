@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table  # noqa: E402
-from stepping import measure  # noqa: E402
+from common import machine, save, table
+from stepping import measure
 
 PHYSICS = {
     "cartpole": {"mass_scale": [0.5, 2.0], "actuator_gain_scale": [0.8, 1.2]},

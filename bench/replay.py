@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table  # noqa: E402
+from common import machine, save, table
 
 #: (policy, max_steps) of the workflow rows: the expert reaches the target in about 45 steps, so at max_steps
 #: 40 a part of its episodes time out; the random policy rarely succeeds.

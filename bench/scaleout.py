@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table  # noqa: E402
+from common import machine, save, table
 
 
 def measure(task: str, workers: int, num_envs: int, steps: int, device: str, max_steps: int) -> dict:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table  # noqa: E402
+from common import machine, save, table
 
 
 def rss_bytes() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_set_option, machine, save, table, timed  # noqa: E402
+from common import add_set_option, machine, save, table, timed
 
 
 def measure(task: str, num_envs: int, device: str, seconds: float, policy_name: str, overrides=None) -> dict:

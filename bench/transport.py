@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, plot, save, summary_ms, table, timed  # noqa: E402
+from common import machine, plot, save, summary_ms, table, timed
 
 METHODS = ("none", "sync", "host_snapshot", "torch_pinned")
 # layout -> (task, image side in pixels or None for proprio only)

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import SyntheticSim, make_batches, make_env, record  # noqa: E402
+from synthetic import SyntheticSim, make_batches, make_env, record
 
-import forge_gpu  # noqa: E402
-from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run  # noqa: E402
-from forge_gpu._src.core.codecs import (  # noqa: E402
+import forge_gpu
+from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run
+from forge_gpu._src.core.codecs import (
     CODECS,
     CodecSpec,
     EncodedFrames,

@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("ray")
 
-from synthetic import downgrade_packed_run, published  # noqa: E402
+from synthetic import downgrade_packed_run, published
 
-from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest  # noqa: E402
-from forge_gpu._src.collect.distributed import split_episodes, worker_seed  # noqa: E402
-from forge_gpu.cli import main  # noqa: E402
+from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest
+from forge_gpu._src.collect.distributed import split_episodes, worker_seed
+from forge_gpu.cli import main
 
 SMALL = ["collect", "cartpole", "--envs", "2", "--set", "max_steps=20", "--device", "cpu"]
 

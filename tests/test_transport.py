@@ -106,7 +106,7 @@ def run_bounded(fn, *args, bound: float = 60.0):
     def target():
         try:
             out.append(("ok", fn(*args)))
-        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+        except BaseException as exc:
             out.append(("raised", exc))
 
     thread = threading.Thread(target=target, name=f"bounded-{fn.__name__}")

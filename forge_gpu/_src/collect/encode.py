@@ -102,16 +102,16 @@ class NvjpegEncoder:
             if spec.name != "jpeg":
                 raise ValueError(f"field {name!r}: the GPU encoder makes jpeg, not {spec.name!r}")
         try:
-            import torch  # noqa: PLC0415 - torch is optional
-            import torchvision.io  # noqa: PLC0415, F401
+            import torch
+            import torchvision.io  # noqa: F401
         except ImportError as exc:
             raise ValueError(f"encode on the device needs torch and torchvision with CUDA: {exc}") from exc
         self.fields, self.device, self._torch = dict(fields), device, torch
 
     def encode(self, observation: Mapping[str, wp.array]) -> dict[str, Encoded]:
-        import torchvision.io  # noqa: PLC0415
+        import torchvision.io
 
-        from forge_gpu._src.sim.streams import torch_stream_of  # noqa: PLC0415
+        from forge_gpu._src.sim.streams import torch_stream_of
 
         torch = self._torch
         out = {}
@@ -222,7 +222,7 @@ class PayloadAreas:
 
     def fill(self, slot: int, observation: Mapping[str, wp.array]) -> None:
         """Encode the step's fields and issue their copies into ``slot``'s areas."""
-        import time  # noqa: PLC0415
+        import time
 
         began = time.perf_counter()
         encoded = self.encoder.encode(observation)

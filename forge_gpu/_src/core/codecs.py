@@ -165,13 +165,13 @@ def untransform(spec: CodecSpec, data: np.ndarray, shape: tuple[int, ...], dtype
 
 
 def _pillow():
-    from PIL import Image  # noqa: PLC0415 - loaded by the codecs that use it
+    from PIL import Image
 
     return Image
 
 
 def _arrow_codec(name: str, level: int | None):
-    import pyarrow as pa  # noqa: PLC0415 - loaded by the codecs that use it
+    import pyarrow as pa
 
     return pa.Codec(name, compression_level=level) if level is not None else pa.Codec(name)
 

@@ -18,7 +18,7 @@ from forge_gpu._src.data.windows import Windows, check_flags
 _CHUNK = 256
 
 
-def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that torch loads on first use
+def WindowDataset(
     directory: str | os.PathLike,
     *,
     history: int = 1,
@@ -50,7 +50,7 @@ def WindowDataset(  # noqa: N802 - a class to its callers; built lazily so that 
     return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad, mmap, extras)
 
 
-def WindowMapDataset(  # noqa: N802 - as WindowDataset
+def WindowMapDataset(
     directory: str | os.PathLike,
     *,
     history: int = 1,
@@ -116,7 +116,7 @@ def _open_windows(dataset, **shard) -> Windows:
 
 @functools.cache
 def _window_dataset_class() -> type:
-    import torch  # noqa: PLC0415 - torch is optional and heavy
+    import torch
 
     class _WindowDataset(torch.utils.data.IterableDataset):
         def __init__(
@@ -160,7 +160,7 @@ def _window_dataset_class() -> type:
 
 @functools.cache
 def _map_dataset_class() -> type:
-    import torch  # noqa: PLC0415 - torch is optional and heavy
+    import torch
 
     class _WindowMapDataset(torch.utils.data.Dataset):
         def __init__(self, directory, history, horizon, observation_keys, pad, mmap=False, extras=None):

@@ -143,7 +143,7 @@ class PackedFormat:
         return all(manifest.get(key) == value for key, value in self.identity.items())
 
     def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
-        from forge_gpu._src.formats.packed.recorder import PackedRecorder  # noqa: PLC0415
+        from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
         budget = _budget(options)
         return PackedRecorder(
@@ -158,12 +158,12 @@ class PackedFormat:
         )
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
-        from forge_gpu._src.formats.packed.reader import PackedRunReader  # noqa: PLC0415
+        from forge_gpu._src.formats.packed.reader import PackedRunReader
 
         return PackedRunReader(run_dir, manifest)
 
     def repair(self, run_dir: str, manifest: dict, *, salvage: bool = False) -> dict:
-        from forge_gpu._src.formats.packed.repair import repair_packed  # noqa: PLC0415
+        from forge_gpu._src.formats.packed.repair import repair_packed
 
         return repair_packed(run_dir, manifest, salvage=salvage)
 
@@ -171,7 +171,7 @@ class PackedFormat:
         self, directory: str, episodes: Iterable[Episode], compression: str, *, codecs: Mapping | None = None
     ) -> tuple[int, dict]:
         """As :meth:`RunFormat.write`; ``codecs``: field -> ``CodecSpec`` (``*`` the rest), as the recorder's."""
-        from forge_gpu._src.formats.packed.writer import write_episodes  # noqa: PLC0415
+        from forge_gpu._src.formats.packed.writer import write_episodes
 
         count, stored = write_episodes(directory, episodes, compression, codecs)
         recorder = {"compression": compression, "converted": True}
@@ -192,7 +192,7 @@ class NpzFormat:
         return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
 
     def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
-        from forge_gpu._src.formats.npz.recorder import NpzRecorder  # noqa: PLC0415
+        from forge_gpu._src.formats.npz.recorder import NpzRecorder
 
         budget = _budget(options)
         return NpzRecorder(
@@ -206,20 +206,20 @@ class NpzFormat:
         )
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
-        from forge_gpu._src.formats.npz.reader import NpzRunReader  # noqa: PLC0415
+        from forge_gpu._src.formats.npz.reader import NpzRunReader
 
         return NpzRunReader(run_dir, manifest)
 
     def repair(self, run_dir: str, manifest: dict, *, salvage: bool = False) -> dict:
-        from forge_gpu._src.formats.npz.instructions import cut_torn_line  # noqa: PLC0415
-        from forge_gpu._src.formats.npz.writer import drop_damaged, remove_unmarked  # noqa: PLC0415
+        from forge_gpu._src.formats.npz.instructions import cut_torn_line
+        from forge_gpu._src.formats.npz.writer import drop_damaged, remove_unmarked
 
         dropped = drop_damaged(run_dir, manifest) if salvage else {}  # salvage: unpublish the episodes that fail
         removed = remove_unmarked(run_dir)
         return {"removed": removed, "actions": cut_torn_line(run_dir), "recovered_episodes": 0, **dropped}
 
     def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
-        from forge_gpu._src.formats.npz.writer import write_episodes  # noqa: PLC0415
+        from forge_gpu._src.formats.npz.writer import write_episodes
 
         count = write_episodes(directory, episodes, compression)
         return count, {**self.identity, npz.INSTRUCTIONS_KEY: npz.INSTRUCTIONS_FILE}
@@ -295,8 +295,8 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
     if not isinstance(spec.get("instruction"), str):
         raise ValueError(f"{path}: env_spec.instruction must be a string")
     if "instruction_template" in spec:  # numpy is loaded by now: a run is being read
-        from forge_gpu._src.core.fields import group_layout  # noqa: PLC0415
-        from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template  # noqa: PLC0415
+        from forge_gpu._src.core.fields import group_layout
+        from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template
 
         params = group_layout(spec, "params", name=f"{path}: env_spec") if "params" in spec else None
         check_template(spec[TEMPLATE_KEY], params, name=f"{path}: env_spec.{TEMPLATE_KEY}")

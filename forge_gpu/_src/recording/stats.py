@@ -329,7 +329,7 @@ def load_statistics(path: str | os.PathLike) -> StatsAccumulator:
     Raises LookupError when a run has none (recorded before statistics existed, or not closed by its
     recorder) with the command that computes them, and ValueError for a malformed file.
     """
-    from forge_gpu._src.core.dataset import run_directories  # noqa: PLC0415 - the reader is the heavier import
+    from forge_gpu._src.core.dataset import run_directories
 
     merged = None
     for run_dir in run_directories(path):

@@ -54,7 +54,7 @@ def instantiate(graph) -> None:
     if not graph.device.is_cuda or graph.graph_exec is not None:
         return
     try:
-        from warp._src import context as warp_context  # noqa: PLC0415 - Warp's internals, only on CUDA
+        from warp._src import context as warp_context
     except ImportError:  # another Warp layout: its first launch instantiates, as Warp does by default
         return
     runtime = warp_context.runtime

@@ -47,7 +47,7 @@ def init_warp() -> None:
     printed while Warp starts still reaches stderr.
     """
     global _started
-    import warp as wp  # noqa: PLC0415 - the data side of forge_gpu works without Warp
+    import warp as wp
 
     with _lock:
         if _started:

@@ -76,7 +76,7 @@ LEFT_OUT_FIELDS = ("depth",)
 
 def _require_av():
     try:
-        import av  # noqa: PLC0415 - optional extra
+        import av
     except ImportError as exc:
         raise ImportError(
             'exporting to LeRobot needs PyAV: pip install "forge-gpu[export]" (or pip install av)'
@@ -219,8 +219,8 @@ def _run_jobs(jobs: list[dict], total: int, progress) -> list[dict]:
                 progress(done, total)
 
         return [export_part(jobs[0], report)]
-    import multiprocessing  # noqa: PLC0415
-    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
@@ -290,7 +290,7 @@ class VideoFile:
 
 
 def _data_schema(job: dict, state_dim: int, action_dim: int):
-    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow as pa
 
     fields = [
         pa.field("observation.state", _vector_type(state_dim)),
@@ -316,8 +316,8 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
     Returns the episodes' metadata rows, the part files (renamed to their chunk/file names later) and,
     when the source has none stored, the statistics of these episodes.
     """
-    import pyarrow as pa  # noqa: PLC0415
-    import pyarrow.parquet as pq  # noqa: PLC0415
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     index = episode_index(job["source"])[job["first"] : job["stop"]]
     fps, cameras = job["fps"], job["cameras"]
@@ -424,13 +424,13 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
 def _vector_type(size: int):
     """A [size] float32 feature's column type as LeRobot reads it: a scalar for size 1 (its ``shape == (1,)``
     rule), else a fixed-size list."""
-    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow as pa
 
     return pa.float32() if size == 1 else pa.list_(pa.float32(), size)
 
 
 def _vector(values: np.ndarray):
-    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow as pa
 
     flat = np.ascontiguousarray(values, dtype=np.float32)
     if flat.shape[1] == 1:

@@ -81,8 +81,8 @@ def lerobot_stats(stats: StatsAccumulator | None, cameras: list[str]) -> dict:
 
 
 def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, stats, settings) -> None:
-    import pyarrow as pa  # noqa: PLC0415
-    import pyarrow.parquet as pq  # noqa: PLC0415
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     state_dim = layout["proprio"][0][0]
     action_dim = int(spec["action_shape"][0])
@@ -176,7 +176,7 @@ def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, s
 def nested_array(values: np.ndarray):
     """[E, ...] values as an Arrow column of E rows of their own dtype: a primitive column for [E], else fixed-size
     lists, nested once per dimension past the first (a [E, 2, 3] array: lists of 2 lists of 3)."""
-    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow as pa
 
     column = pa.array(np.ascontiguousarray(values).reshape(-1))
     for size in reversed(values.shape[1:]):
@@ -187,8 +187,8 @@ def nested_array(values: np.ndarray):
 def _write_tasks(path: str, tasks: list[str]) -> None:
     """meta/tasks.parquet, one row per task (``tasks[i]`` has ``task_index`` i), as pandas writes a frame indexed by
     "task" with a ``task_index`` column, so that ``pandas.read_parquet`` (what LeRobot calls) restores the index."""
-    import pyarrow as pa  # noqa: PLC0415
-    import pyarrow.parquet as pq  # noqa: PLC0415
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     pandas_meta = {
         "index_columns": ["task"],

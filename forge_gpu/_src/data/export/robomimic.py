@@ -45,7 +45,7 @@ ROBOMIMIC_GYM_TYPE = 2
 
 def _require_h5py():
     try:
-        import h5py  # noqa: PLC0415 - optional extra
+        import h5py
     except ImportError as exc:
         raise ImportError(
             'exporting to robomimic needs h5py: pip install "forge-gpu[export]" (or pip install h5py)'

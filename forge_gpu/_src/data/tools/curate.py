@@ -223,7 +223,7 @@ def split_run(
             made[part] = _write(sources, mask, os.path.join(work, part), record, compression)["episodes"]
         publish(work, out)
     except BaseException:
-        import shutil  # noqa: PLC0415
+        import shutil
 
         shutil.rmtree(work, ignore_errors=True)
         raise

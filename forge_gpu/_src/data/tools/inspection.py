@@ -107,7 +107,7 @@ def _param_stats(values: list[np.ndarray]) -> dict:
 
 def _statistics(run_dir: str) -> dict | None:
     """The run's stored normalization statistics as plain lists, or None when it has none."""
-    from forge_gpu._src.recording.stats import load_statistics  # noqa: PLC0415
+    from forge_gpu._src.recording.stats import load_statistics
 
     try:
         summary = load_statistics(run_dir).summary()
@@ -214,7 +214,7 @@ def format_report(report: dict) -> str:
     if report.get("statistics") is None:
         lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
     else:
-        from forge_gpu._src.data.tools.statistics import format_statistics  # noqa: PLC0415
+        from forge_gpu._src.data.tools.statistics import format_statistics
 
         lines.append("statistics (per channel; q01/q99 within 0.4%):")
         lines += format_statistics(report["statistics"])

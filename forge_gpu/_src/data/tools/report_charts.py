@@ -198,7 +198,7 @@ def _gray(depth: np.ndarray) -> np.ndarray:
 def animation(episode, *, control_dt: float | None, max_frames: int = MAX_FRAMES, side: int = MAX_SIDE) -> bytes:
     """The episode's ``rgb`` frames (and ``depth`` beside them, grey, where the run has it) as an animated WebP: at
     most ``max_frames`` evenly spread over its T + 1 frames, each side at most ``side`` pixels."""
-    from PIL import Image  # noqa: PLC0415 - Pillow is needed only here
+    from PIL import Image
 
     steps = episode.steps
     pick = np.unique(np.linspace(0, steps, min(steps + 1, max_frames)).round().astype(np.int64))

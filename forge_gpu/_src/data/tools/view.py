@@ -27,7 +27,7 @@ BODY_HALF_SIZE = 0.02
 
 def _rerun():
     try:
-        import rerun as rr  # noqa: PLC0415 - an optional extra
+        import rerun as rr
     except ImportError as exc:
         raise ImportError("forge-gpu view needs the rerun-sdk package: pip install 'forge-gpu[view]'") from exc
     return rr

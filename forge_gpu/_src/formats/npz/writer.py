@@ -299,8 +299,8 @@ def drop_damaged(run_dir: str, manifest: dict) -> dict:
     then an unmarked leftover, removed by :func:`remove_unmarked`); every episode that reads is kept as it is.
     Returns the ``cut`` (``blocks`` 0, ``rows``, ``episodes``) and ``lost_episodes`` (``"env_id:episode_id"``) of
     the repair report."""
-    from forge_gpu._src.core.episode import EpisodeReadOptions  # noqa: PLC0415
-    from forge_gpu._src.formats.npz.reader import NpzRunReader  # noqa: PLC0415
+    from forge_gpu._src.core.episode import EpisodeReadOptions
+    from forge_gpu._src.formats.npz.reader import NpzRunReader
 
     reader = NpzRunReader(run_dir, manifest)
     options = EpisodeReadOptions(state=True)

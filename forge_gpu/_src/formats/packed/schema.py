@@ -38,7 +38,7 @@ PACKED_LAYOUT = {
 
 def pyarrow():
     """pyarrow, the packed layout's one dependency, imported where it is used."""
-    import pyarrow as pa  # noqa: PLC0415 - loaded where it is used
+    import pyarrow as pa
 
     return pa
 
@@ -260,9 +260,9 @@ def reader_pool():
     """The thread pool the reader decodes frames in (one per process, ``os.cpu_count()`` threads, made on first
     use; the image and compression libraries let go of the GIL while they decode). A forked process (a DataLoader
     worker) makes its own: a pool's threads do not survive a fork."""
-    global _POOL  # noqa: PLW0603 - one pool per process, made on first use
+    global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
-        import concurrent.futures  # noqa: PLC0415
+        import concurrent.futures
 
         pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="forge-gpu-decode")
         _POOL = (os.getpid(), pool)
