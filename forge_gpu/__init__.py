@@ -38,6 +38,7 @@ _EXPORTS = {
     "EpisodeReadOptions": "forge_gpu._src.core.episode",
     "read_manifest": "forge_gpu._src.formats.registry",
     "RunFormat": "forge_gpu._src.formats.registry",
+    "FormatCapabilities": "forge_gpu._src.formats.registry",
     "RunReader": "forge_gpu._src.formats.registry",
     "register_format": "forge_gpu._src.formats.registry",
     "open_run": "forge_gpu._src.data.runs",

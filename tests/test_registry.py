@@ -4,9 +4,12 @@
 recording, reading, inspect, convert, repair and the command line then take it, with no library code edited.
 """
 
+import ast
 import dataclasses
 import os
 import pickle
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ import forge_gpu
 from forge_gpu import (
     Episode,
     EpisodeReadOptions,
+    FormatCapabilities,
     PackedRecorder,
     Recorder,
     convert_run,
@@ -148,9 +152,14 @@ class ListFormat:
     """The test double format: every episode of a run in one pickled list."""
 
     name = "pickled_test"
-    compressions = ("none",)
+    capabilities = FormatCapabilities(compressions=("none",))
     identity = {"schema_version": 9001, "layout": "pickled_test"}
     published_by = "episode list"
+
+    def __getattr__(self, name):
+        """Only missing attributes land here: a caller that probes one (getattr with a default, hasattr) fails
+        every test of this module that goes through it, instead of quietly taking a default."""
+        raise AssertionError(f"a caller probed the format's attribute {name!r}; formats declare capabilities")
 
     def owns(self, manifest):
         return all(manifest.get(k) == v for k, v in self.identity.items())
@@ -311,3 +320,68 @@ def test_windows_read_a_registered_format_through_its_frame_table(tmp_path):
         assert x.dtype == y.dtype and np.array_equal(x, y), key
     with pytest.raises(ValueError, match="cannot be memory-mapped"):
         forge_gpu.Windows(tmp_path / "list", mmap=True)
+
+
+def test_capabilities_are_declared_and_read_not_probed(tmp_path):
+    """The double declares no codecs and no salvage: RecordingOptions refuses codecs for it, repair_run refuses to
+    salvage its run (and changes nothing), both in one line naming the format; a bad declaration is refused."""
+    with pytest.raises(ValueError, match="codecs apply to the packed format, not pickled_test"):
+        forge_gpu.RecordingOptions(format="pickled_test", codecs={"rgb": "jpeg:90"})
+    directory = tmp_path / "run"
+    record_list(directory)
+    before = sorted(os.listdir(directory)), (directory / RUN_MANIFEST).read_bytes()
+    with pytest.raises(ValueError, match="the pickled_test format cannot salvage a run"):
+        repair_run(directory, salvage=True)
+    assert (sorted(os.listdir(directory)), (directory / RUN_MANIFEST).read_bytes()) == before
+    for bad, match in [
+        ({"compressions": ()}, "at least one compression"),
+        ({"compressions": "none"}, "compressions='none': must be a tuple of names"),
+        ({"compressions": ("none",), "durabilities": ("machine",)}, "durabilities=.*'process'"),
+        ({"compressions": ("none",), "salvage": 1}, "salvage=1: must be True or False"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            FormatCapabilities(**bad)
+
+    class Undeclared(ListFormat):
+        name = "undeclared_test"
+        identity = {"schema_version": 9002}
+        capabilities = ("none",)
+
+    with pytest.raises(ValueError, match="'undeclared_test': capabilities must be a FormatCapabilities"):
+        forge_gpu.register_format(Undeclared())
+
+
+def test_the_recorder_options_protocol_names_every_recording_option():
+    """RunFormat.recorder's options type (the registry cannot import RecordingOptions) lists exactly its fields."""
+    fields = {f.name for f in dataclasses.fields(forge_gpu.RecordingOptions)}
+    assert set(formats.RecorderOptions.__annotations__) == fields
+
+
+PACKAGE = Path(forge_gpu.__file__).parent
+FORMAT_EXPRESSION = re.compile(r"\bfmt\b|format|FORMATS|Format\b")
+
+
+def format_probes(source: str, name: str) -> list[str]:
+    """Where ``source`` probes a format: ``getattr``/``hasattr`` on an expression naming one (``fmt``, ``format``,
+    ``FORMATS[...]``, a ``*Format``), or any ``inspect.signature`` (a format's methods are read, never inspected)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = ast.unparse(node.func)
+        probe = func in ("getattr", "hasattr") and node.args and FORMAT_EXPRESSION.search(ast.unparse(node.args[0]))
+        if probe or func.split(".")[-1] == "signature":
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_caller_probes_a_format():
+    """No module of forge_gpu tests a format's attributes or signatures; the scan finds a planted probe of each kind."""
+    found = [p for path in sorted(PACKAGE.rglob("*.py")) for p in format_probes(path.read_text(), str(path))]
+    assert not found, "\n".join(found)
+    planted = "getattr(fmt, 'salvage', False)\nhasattr(FORMATS[name], 'codecs')\ninspect.signature(f.repair)\n"
+    assert [p.split(": ", 1)[1] for p in format_probes(planted, "planted")] == [
+        "getattr(fmt, 'salvage', False)",
+        "hasattr(FORMATS[name], 'codecs')",
+        "inspect.signature(f.repair)",
+    ]

@@ -19,8 +19,8 @@ import signal
 import sys
 
 from forge_gpu._src.core.codec_specs import CODECS
-from forge_gpu._src.formats.options import DURABILITIES, RecordingOptions
-from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.formats.options import RecordingOptions
+from forge_gpu._src.formats.registry import DURABILITIES, FORMATS
 from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 
 from ._common import UsageError
@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="forge-gpu", description="Collect, inspect and render robot-learning runs.")
     # The registered formats (forge_gpu._src.formats.registry), read when the parser is built.
     formats = tuple(FORMATS)
-    compressions = tuple(sorted({c for f in FORMATS.values() for c in f.compressions}))
-    compression_help = "; ".join(f"{f.name}: {', '.join(f.compressions)}" for f in FORMATS.values())
+    compressions = tuple(sorted({c for f in FORMATS.values() for c in f.capabilities.compressions}))
+    compression_help = "; ".join(f"{f.name}: {', '.join(f.capabilities.compressions)}" for f in FORMATS.values())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     c = sub.add_parser("collect", help="collect episodes of a task into a new run directory")

@@ -119,7 +119,7 @@ def codec_options(args) -> dict[str, str]:
 
 
 def check_compression(format: str, compression: str) -> None:
-    allowed = FORMATS[format].compressions
+    allowed = FORMATS[format].capabilities.compressions
     if compression not in allowed:
         raise UsageError(f"--compression {compression}: the {format} format takes {', '.join(allowed)}")
 

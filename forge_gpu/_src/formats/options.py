@@ -56,7 +56,8 @@ class RecordingOptions:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise OptionError("format", self.format, f"expected one of {', '.join(FORMATS)}")
-        allowed = FORMATS[self.format].compressions
+        capabilities = FORMATS[self.format].capabilities
+        allowed = capabilities.compressions
         if self.compression not in allowed:
             raise OptionError("compression", self.compression, f"the {self.format} format takes {', '.join(allowed)}")
         if not is_int(self.compression_level) or not 0 <= self.compression_level <= 9:
@@ -68,7 +69,7 @@ class RecordingOptions:
         if not isinstance(self.statistics, bool):
             raise OptionError("statistics", self.statistics, "must be True or False")
         object.__setattr__(self, "codecs", check_codecs(self.codecs, self.format))
-        takes = durabilities(self.format)
+        takes = capabilities.durabilities
         if self.durability not in takes:
             raise OptionError("durability", self.durability, f"the {self.format} format takes {', '.join(takes)}")
 
@@ -83,8 +84,9 @@ def check_codecs(codecs: Any, format: str) -> dict[str, CodecSpec]:
     """``RecordingOptions.codecs`` checked: field -> :class:`CodecSpec` (OptionError naming the bad entry)."""
     if not isinstance(codecs, Mapping):
         raise OptionError("codecs", codecs, "must be a dict of field -> codec, e.g. {'rgb': 'jpeg:90'}")
-    if codecs and format != "packed":
-        raise OptionError("codecs", dict(codecs), f"codecs apply to the packed format, not {format}")
+    if codecs and not FORMATS[format].capabilities.codecs:
+        takes = ", ".join(f.name for f in FORMATS.values() if f.capabilities.codecs)
+        raise OptionError("codecs", dict(codecs), f"codecs apply to the {takes} format, not {format}")
     out = {}
     for name, spec in codecs.items():
         if not isinstance(name, str) or not name:
@@ -100,15 +102,6 @@ def parse_codec_option(text: str) -> tuple[str, str]:
     """The command line's ``--codec FIELD=CODEC`` (``--codec CODEC``: every image field, ``*``) as (field, codec)."""
     name, eq, spec = text.partition("=")
     return (name, spec) if eq else ("*", name)
-
-
-DURABILITIES = ("process", "machine")
-"""The durability levels, weakest first (:attr:`RecordingOptions.durability`)."""
-
-
-def durabilities(format: str) -> tuple[str, ...]:
-    """The durability levels a registered format records at (its ``durabilities``; ``process`` where it says none)."""
-    return tuple(getattr(FORMATS[format], "durabilities", ("process",)))
 
 
 def recording_options(options: RecordingOptions | None = None, **changes: Any) -> RecordingOptions:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from forge_gpu._src.core.files import load_json
@@ -69,6 +70,65 @@ class RunReader(Protocol):
         ...
 
 
+DURABILITIES = ("process", "machine")
+"""The durability levels, weakest first (``RecordingOptions.durability``; docs/FORMAT.md "Durability")."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FormatCapabilities:
+    """What a run format can do, declared on the format (:attr:`RunFormat.capabilities`) and read by every caller
+    that must know: ``RecordingOptions``' checks, the command line's choices, ``repair_run``, ``convert_run``. No
+    caller tests a format's attributes or signatures (tests/test_registry.py fails one that does)."""
+
+    compressions: tuple[str, ...]
+    """The compressions it takes, the first one the default."""
+    durabilities: tuple[str, ...] = ("process",)
+    """The durability levels it records at (:data:`DURABILITIES`; ``process`` always)."""
+    spec_groups: tuple[str, ...] = ()
+    """Which of an episode's ``state`` and ``params`` (``core.fields.SPEC_GROUPS``) its runs store; ``convert`` keeps
+    only those in the env_spec it writes."""
+    codecs: bool = False
+    """Whether it stores image fields encoded (``RecordingOptions.codecs``, ``convert --codec``; its ``write``
+    then takes a ``codecs`` keyword)."""
+    salvage: bool = False
+    """Whether its ``repair`` takes ``salvage=True`` (``repair --salvage``: keep every episode whose data checks)."""
+    restores: str | None = None
+    """What restores the published episodes a closed run's index lost (``{run}`` the run directory), where anything
+    can; ``None``: they cannot be rebuilt (:func:`check_published`)."""
+
+    def __post_init__(self) -> None:
+        names = {"compressions": self.compressions, "durabilities": self.durabilities, "spec_groups": self.spec_groups}
+        for name, value in names.items():
+            if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+                raise ValueError(f"FormatCapabilities.{name}={value!r}: must be a tuple of names")
+        if not self.compressions:
+            raise ValueError("FormatCapabilities.compressions=(): a format takes at least one compression")
+        if "process" not in self.durabilities or not set(self.durabilities) <= set(DURABILITIES):
+            raise ValueError(
+                f"FormatCapabilities.durabilities={self.durabilities!r}: 'process' and any of {DURABILITIES}"
+            )
+        for name, value in {"codecs": self.codecs, "salvage": self.salvage}.items():
+            if not isinstance(value, bool):
+                raise ValueError(f"FormatCapabilities.{name}={value!r}: must be True or False")
+        if self.restores is not None and not isinstance(self.restores, str):
+            raise ValueError(f"FormatCapabilities.restores={self.restores!r}: must be a string or None")
+
+
+class RecorderOptions(Protocol):
+    """What a format's recorder reads of ``RecordingOptions`` (``formats.options``, which imports this registry
+    for its checks, so the registry names the fields instead of importing the class; tests/test_registry.py checks
+    that they are exactly ``RecordingOptions``' fields)."""
+
+    format: str
+    compression: str
+    compression_level: int
+    writers: int
+    max_buffer_bytes: int | None
+    statistics: bool
+    codecs: Mapping[str, Any]
+    durability: str
+
+
 #: The keys of the report every :meth:`RunFormat.repair` returns.
 REPAIR_KEYS = ("removed", "actions", "recovered_episodes")
 #: The keys a repair report may add, and their values where it does not: what was cut off or emptied (damaged
@@ -78,14 +138,13 @@ REPAIR_EXTRA_KEYS = {"cut": {"blocks": 0, "rows": 0, "episodes": 0}, "lost_episo
 
 @runtime_checkable
 class RunFormat(Protocol):
-    """What a run format provides; see the module docstring. A format whose runs store an episode's ``state`` or
-    ``params`` (``core.fields.SPEC_GROUPS``) says so in an optional ``spec_groups`` tuple (none where it has
-    none); ``convert`` keeps only those in the env_spec it writes (:func:`stored_groups`)."""
+    """What a run format provides; see the module docstring. What it can do beyond the four operations (its
+    compressions, durabilities, stored spec groups, codecs, salvage) it declares in ``capabilities``."""
 
     name: str
     """The format's name: ``RecordingOptions.format`` and what ``inspect`` reports."""
-    compressions: tuple[str, ...]
-    """The compressions it takes, the first one the default."""
+    capabilities: FormatCapabilities
+    """What it can do (:class:`FormatCapabilities`)."""
     identity: Mapping[str, Any]
     """The run.json keys that mark a run of this format (``schema_version``, ``layout``)."""
     published_by: str
@@ -95,10 +154,9 @@ class RunFormat(Protocol):
         """Whether ``manifest`` (run.json, keys already type-checked) is a run of this format."""
         ...
 
-    def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
+    def recorder(self, directory: str, run: RunDescription, options: RecorderOptions) -> Recorder:
         """A new :class:`Recorder` writing run ``directory`` (it must not exist), for the :class:`RunDescription`
-        (or env) ``run`` and the :class:`RecordingOptions` ``options`` (typed ``Any``: ``formats.options``
-        imports this registry for its checks, so naming its type here would close a cycle)."""
+        (or env) ``run`` and the ``RecordingOptions`` ``options`` (:class:`RecorderOptions`)."""
         ...
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
@@ -110,9 +168,9 @@ class RunFormat(Protocol):
         published episode whose data checks; idempotent. Returns the report :data:`REPAIR_KEYS` name, every key
         filled: ``removed`` (the names of the files it removed), ``actions`` (what else it did, a sentence each) and
         ``recovered_episodes`` (how many episodes it published); and, where it cut or dropped damaged data, those of
-        :data:`REPAIR_EXTRA_KEYS`. run.json and ``*.tmp`` files are the caller's (``repair_run``). A format that can
-        salvage a damaged run takes the keyword ``salvage`` (``repair --salvage``): keep every episode whose data
-        checks, drop the others, whatever the run's status."""
+        :data:`REPAIR_EXTRA_KEYS`. run.json and ``*.tmp`` files are the caller's (``repair_run``). A format whose
+        ``capabilities.salvage`` is set takes the keyword ``salvage`` (``repair --salvage``): keep every episode
+        whose data checks, drop the others, whatever the run's status."""
         ...
 
     def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
@@ -122,7 +180,7 @@ class RunFormat(Protocol):
         ...
 
 
-def _budget(options: Any) -> dict:
+def _budget(options: RecorderOptions) -> dict:
     """The recorder's ``max_buffer_bytes`` keyword where the options set one; none keeps the format's default."""
     return {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
 
@@ -131,18 +189,21 @@ class PackedFormat:
     """Schema 2: Arrow IPC segments and a commit log (docs/FORMAT.md)."""
 
     name = "packed"
-    compressions = packed.COMPRESSIONS
-    durabilities = ("process", "machine")
+    capabilities = FormatCapabilities(
+        compressions=packed.COMPRESSIONS,
+        durabilities=DURABILITIES,
+        spec_groups=("state", "params"),
+        codecs=True,
+        salvage=True,
+        restores="forge-gpu repair {run} publishes again the blocks written whole after its last line",
+    )
     identity = packed.IDENTITY
     published_by = "commit log"
-    spec_groups = ("state", "params")
-    #: What ``forge-gpu repair`` does for a closed run whose log lost lines (:func:`check_published`).
-    restores = "forge-gpu repair {run} publishes again the blocks written whole after its last line"
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return all(manifest.get(key) == value for key, value in self.identity.items())
 
-    def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
+    def recorder(self, directory: str, run: RunDescription, options: RecorderOptions) -> Recorder:
         from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
         budget = _budget(options)
@@ -183,15 +244,15 @@ class NpzFormat:
     """Schema 1: one ``.npz`` and one completion marker per episode (docs/FORMAT-v1.md)."""
 
     name = "npz"
-    compressions = npz.COMPRESSIONS
+    # schema 1 stores neither state nor params (docs/FORMAT.md "State and params")
+    capabilities = FormatCapabilities(compressions=npz.COMPRESSIONS, salvage=True)
     identity = npz.IDENTITY
     published_by = "markers"
-    spec_groups = ()  # schema 1 stores neither (docs/FORMAT.md "State and params")
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
 
-    def recorder(self, directory: str, run: RunDescription, options: Any) -> Recorder:
+    def recorder(self, directory: str, run: RunDescription, options: RecorderOptions) -> Recorder:
         from forge_gpu._src.formats.npz.recorder import NpzRecorder
 
         budget = _budget(options)
@@ -225,11 +286,6 @@ class NpzFormat:
         return count, {**self.identity, npz.INSTRUCTIONS_KEY: npz.INSTRUCTIONS_FILE}
 
 
-def stored_groups(fmt: RunFormat) -> tuple[str, ...]:
-    """Which of ``state`` and ``params`` the runs of ``fmt`` store (its optional ``spec_groups``)."""
-    return tuple(getattr(fmt, "spec_groups", ()))
-
-
 #: The registered formats by name; the first is the default of ``RecordingOptions``.
 FORMATS: dict[str, RunFormat] = {f.name: f for f in (PackedFormat(), NpzFormat())}
 
@@ -242,8 +298,8 @@ def register_format(fmt: RunFormat) -> RunFormat:
         raise ValueError(f"format name must be an identifier, got {fmt.name!r}")
     if fmt.name in FORMATS:
         raise ValueError(f"a format named {fmt.name!r} is already registered")
-    if not fmt.compressions or not all(isinstance(c, str) for c in fmt.compressions):
-        raise ValueError(f"format {fmt.name!r}: compressions must be a non-empty tuple of names")
+    if not isinstance(fmt.capabilities, FormatCapabilities):
+        raise ValueError(f"format {fmt.name!r}: capabilities must be a FormatCapabilities, got {fmt.capabilities!r}")
     if not isinstance(fmt.identity, Mapping) or not isinstance(fmt.identity.get("schema_version"), int):
         raise ValueError(f"format {fmt.name!r}: identity must hold an integer schema_version")
     for other in FORMATS.values():
@@ -268,11 +324,11 @@ def format_of(manifest: Mapping[str, Any], *, name: str = "run.json") -> RunForm
 def check_published(run_dir: str, manifest: Mapping[str, Any], episodes: int, fmt: RunFormat) -> None:
     """A closed run must hold every episode its run.json says was published (``completed_episodes``): where its
     commit log or markers hold fewer (``episodes``; e.g. the log's last lines lost to a copy cut short), ValueError
-    saying it is damaged, by how much, and what restores them (the format's optional ``restores``)."""
+    saying it is damaged, by how much, and what restores them (``capabilities.restores``)."""
     expected = manifest["completed_episodes"]
     if manifest["status"] != "closed" or episodes >= expected:
         return
-    restores = getattr(fmt, "restores", None)
+    restores = fmt.capabilities.restores
     fix = restores.format(run=run_dir) if restores else f"the {fmt.published_by} cannot be rebuilt"
     raise ValueError(
         f"{run_dir}: damaged: run.json says {expected} episodes were published but its {fmt.published_by} holds "

@@ -132,8 +132,7 @@ class RecorderBase:
 
     def _counters(self) -> tuple[int, int, int, float, int]:
         """What a progress sample holds (:data:`progress.PROGRESS_COLUMNS` after ``seconds``); under the lock."""
-        backlog = getattr(self, "backlog", 0)
-        return self._completed, self._transitions_published, self._bytes_written, self._stall_seconds, int(backlog)
+        return self._completed, self._transitions_published, self._bytes_written, self._stall_seconds, int(self.backlog)
 
     # -- progress -------------------------------------------------------------------------------
 
@@ -156,6 +155,11 @@ class RecorderBase:
     def bytes_written(self) -> int:
         """Bytes of episode data written so far."""
         return self._bytes_written
+
+    @property
+    def backlog(self) -> int:
+        """What the writers hold and have not yet published (batches or episodes): each format's own."""
+        raise NotImplementedError
 
     @property
     def incomplete_episodes(self) -> list[dict]:

@@ -27,7 +27,7 @@ from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.npz.identity import INSTRUCTIONS_KEY
 from forge_gpu._src.formats.options import check_codecs
 from forge_gpu._src.formats.packed.schema import CODECS, stored_codecs
-from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of, stored_groups
+from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of
 
 
 def open_closed_run(run_dir: str | os.PathLike) -> RunReader:
@@ -54,7 +54,7 @@ def new_manifest(manifest: dict, to: str, **added) -> dict:
     old_keys = [k for k in format_of(manifest).identity if k != "schema_version"]
     for key in ("recorder", "repaired", "layout_version", INSTRUCTIONS_KEY, *old_keys):  # the old format's own keys
         manifest.pop(key, None)
-    manifest["env_spec"] = without_groups(manifest["env_spec"], keep=stored_groups(FORMATS[to]))
+    manifest["env_spec"] = without_groups(manifest["env_spec"], keep=FORMATS[to].capabilities.spec_groups)
     return manifest
 
 
@@ -94,7 +94,7 @@ def codec_request(source: Any, codecs: Mapping[str, Any] | None, to: str) -> dic
     (run.json's ``codecs``, column -> codec; none where ``codecs`` names ``*``), then ``codecs`` over them.
     ValueError for codecs asked of a format other than packed."""
     asked = check_codecs(codecs or {}, to)  # OptionError (a ValueError) naming a bad one
-    if to != "packed":
+    if not FORMATS[to].capabilities.codecs:
         return {}
     kept = {
         column.removeprefix("obs/"): spec for column, spec in stored_codecs({CODECS: source}, name="run.json").items()
@@ -106,7 +106,7 @@ def check_target(to: str, compression: str) -> None:
     """``to`` must be a registered format and ``compression`` one it takes (ValueError naming both)."""
     if to not in FORMATS:
         raise ValueError(f"to must be one of {list(FORMATS)}, got {to!r}")
-    allowed = FORMATS[to].compressions
+    allowed = FORMATS[to].capabilities.compressions
     if compression not in allowed:
         raise ValueError(f"compression {compression!r}: writing {to} takes {', '.join(allowed)}")
 

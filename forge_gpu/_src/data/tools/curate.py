@@ -28,7 +28,7 @@ from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.data.tools.convert import check_target, new_manifest, now, open_closed_run, write_run
 from forge_gpu._src.data.tools.statistics import new_statistics
 from forge_gpu._src.data.tools.where import Where
-from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of, stored_groups
+from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of
 
 #: The per-episode values every run has, beside its params (each by its name).
 BUILT_IN = ("success", "return", "length", "env", "episode", "instruction")
@@ -78,7 +78,7 @@ def open_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
 def _stored(manifest: dict) -> dict:
     """The keys of :data:`_MATCHED`, with the env_spec as the run's format stores it."""
     found = {key: manifest.get(key) for key in _MATCHED}
-    found["env_spec"] = without_groups(manifest["env_spec"], keep=stored_groups(format_of(manifest)))
+    found["env_spec"] = without_groups(manifest["env_spec"], keep=format_of(manifest).capabilities.spec_groups)
     return found
 
 
@@ -116,7 +116,7 @@ def value_names(manifest: dict) -> tuple[dict[str, tuple], dict[str, str]]:
     if not spec.get("has_success"):
         del allowed["success"]
         unavailable["success"] = f"task {manifest['task']!r} defines no success"
-    params = without_groups(spec, keep=stored_groups(format_of(manifest))).get("params") or {}
+    params = without_groups(spec, keep=format_of(manifest).capabilities.spec_groups).get("params") or {}
     allowed.update({name: tuple(entry["shape"]) for name, entry in params.items() if name not in allowed})
     return allowed, unavailable
 
@@ -255,7 +255,7 @@ def _write(sources: list[Source], mask: np.ndarray, out: str, record: dict, comp
     first = sources[0].run.manifest
     if compression is None:
         compression = first.get("recorder", {}).get("compression", "none")
-        compression = compression if compression in FORMATS[_TO].compressions else "none"
+        compression = compression if compression in FORMATS[_TO].capabilities.compressions else "none"
     check_target(_TO, compression)
     starts = np.cumsum([0] + [len(s.run) for s in sources])
     picks = [np.flatnonzero(mask[a:b]) for a, b in zip(starts[:-1], starts[1:], strict=True)]

@@ -13,7 +13,6 @@ rewritten (but for those after a cut), and running it twice changes nothing.
 from __future__ import annotations
 
 import datetime
-import inspect
 import os
 
 from forge_gpu._src.core.files import load_json, write_json_atomic
@@ -33,7 +32,7 @@ def repair_run(run_dir: str | os.PathLike, *, salvage: bool = False) -> dict:
     manifest = load_json(path)
     validate_manifest(manifest, name=path)
     fmt = format_of(manifest, name=path)
-    if salvage and "salvage" not in inspect.signature(fmt.repair).parameters:
+    if salvage and not fmt.capabilities.salvage:
         raise ValueError(f"{run_dir}: the {fmt.name} format cannot salvage a run (nothing was changed)")
     temporaries = sorted(name for name in os.listdir(run_dir) if name.endswith(".tmp"))
     for name in temporaries:
