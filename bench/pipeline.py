@@ -109,12 +109,14 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
                 directory,
                 steps=steps,
                 slots=args.slots,
-                writers=args.writers,
-                format=format,
-                compression=compression,
-                compression_level=level,
-                max_buffer_bytes=buffer_budget(env) if format == "npz" else None,
-                options=forge_gpu.RecordingOptions(format=format, codecs=codecs),
+                options=forge_gpu.RecordingOptions(
+                    format=format,
+                    codecs=codecs,
+                    writers=args.writers,
+                    compression=compression,
+                    compression_level=level,
+                    max_buffer_bytes=buffer_budget(env) if format == "npz" else None,
+                ),
             )
             wall = time.perf_counter() - t0
         finally:

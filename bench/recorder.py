@@ -451,7 +451,7 @@ def measure_collect(
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import collect
+    from forge_gpu import RecordingOptions, collect
 
     env = forge_gpu.make("cartpole", num_envs=num_envs, device="cpu", **overrides)
     policy = forge_gpu.make_policy(policy_name, env)
@@ -464,7 +464,8 @@ def measure_collect(
         for directory in (new_directory(parent, f"collect-{policy_name}"), None):
             os.sync()  # every timed run starts with no dirty page cache left by the one before
             t0 = time.perf_counter()
-            summary = collect(env, policy, directory, steps=steps, writers=2, compression="none")
+            options = RecordingOptions(writers=2, compression="none")
+            summary = collect(env, policy, directory, steps=steps, options=options)
             seconds = time.perf_counter() - t0
             (with_recording if directory else without).append(num_envs * steps / seconds)
             if directory:

@@ -182,7 +182,13 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
     out = Path(tempfile.mkdtemp(prefix="forge-soak-")) / "run"
     try:
         summary = collect(
-            env, policy, str(out), episodes=10**9, stop=stop, slots=slots, format=format, max_buffer_bytes=budget
+            env,
+            policy,
+            str(out),
+            episodes=10**9,
+            stop=stop,
+            slots=slots,
+            options=forge_gpu.RecordingOptions(format=format, max_buffer_bytes=budget),
         )
         done.set()  # the peak is the collection's: reading the run back below maps its files
         sampler.join()

@@ -1,5 +1,6 @@
 """The forge-gpu command: collect, interrupt, inspect, render, torch policies, bad input."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -303,7 +304,6 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
     assert "holds no published episode 9:9; it holds 0:0" in capsys.readouterr().err
 
 
-
 def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     """A run with no image field (params.render = false) and a run whose rgb is all zero (an older forge_gpu's
     state-only run): render and report say there are no frames, in one line, and plot instead (exit 0)."""
@@ -336,6 +336,7 @@ def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     assert main(["report", str(tmp_path / "camera"), "--out", str(tmp_path / "camera.html")]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
     assert "image/webp" in (tmp_path / "camera.html").read_text()
+
 
 _BLOCKED_CLI = """
 import sys
@@ -410,3 +411,33 @@ def test_inspect_into_a_closed_pipe_exits_quietly(tmp_path):
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_collect_has_one_flag_per_recording_option_and_builds_them_from_it():
+    """collect's recording flags are RecordingOptions' fields, one each, with the fields' defaults; two command
+    lines that between them change every field give RecordingOptions of exactly those values."""
+    from forge_gpu.cli import build_parser
+    from forge_gpu.cli._recording import FIELDS, flag, recording_options_of
+
+    parser = build_parser()
+    collect = parser._subparsers._group_actions[0].choices["collect"]  # argparse keeps subparsers here
+    flags = {s for action in collect._actions for s in action.option_strings}
+    assert {flag(name) for name in FIELDS} <= flags
+    assert FIELDS == tuple(f.name for f in dataclasses.fields(forge_gpu.RecordingOptions))
+    assert recording_options_of(parser.parse_args(["collect", "cartpole"])) == forge_gpu.RecordingOptions()
+    packed = ["--compression", "lz4", "--writers", "3", "--max-buffer-bytes", "4096", "--no-statistics"]
+    packed += ["--codec", "rgb=jpeg:90", "--durability", "machine"]
+    npz = ["--format", "npz", "--compression", "deflate", "--compression-level", "3"]
+    a, b = (recording_options_of(parser.parse_args(["collect", "cartpole", *extra])) for extra in (packed, npz))
+    assert a == forge_gpu.RecordingOptions(
+        compression="lz4",
+        writers=3,
+        max_buffer_bytes=4096,
+        statistics=False,
+        codecs={"rgb": "jpeg:90"},
+        durability="machine",
+    )
+    assert b == forge_gpu.RecordingOptions(format="npz", compression="deflate", compression_level=3)
+    default = forge_gpu.RecordingOptions()
+    changed = {name for name in FIELDS for o in (a, b) if getattr(o, name) != getattr(default, name)}
+    assert changed == set(FIELDS)

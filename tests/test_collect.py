@@ -8,7 +8,7 @@ from blocking import wait_until_blocked
 from envtools import DEVICES
 
 import forge_gpu
-from forge_gpu import collect, read_episodes, read_manifest
+from forge_gpu import RecordingOptions, collect, read_episodes, read_manifest
 
 HANG = 120.0  # seconds; only bounds a hang (the first collect compiles the kernels), never asserted
 
@@ -50,9 +50,7 @@ def test_recorded_run_equals_direct_rollout(device, tmp_path, format, compressio
         str(tmp_path / "run"),
         steps=40,
         slots=2,
-        format=format,
-        compression=compression,
-        max_buffer_bytes=1 << 20,
+        options=RecordingOptions(format=format, compression=compression, max_buffer_bytes=1 << 20),
     )
     expected = expected_episodes("cartpole", 4, 5, 40, device=device, max_steps=12)
     episodes = list(read_episodes(tmp_path / "run"))
@@ -179,9 +177,7 @@ def test_held_writer_throttles_stepping_without_loss(device, tmp_path, monkeypat
         str(tmp_path / "run"),
         steps=30,
         slots=2,
-        format=format,
-        writers=1,
-        max_buffer_bytes=budget,
+        options=RecordingOptions(format=format, writers=1, max_buffer_bytes=budget),
     )
     holder.join(HANG)
     assert "error" not in held, held.get("error")

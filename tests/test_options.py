@@ -31,16 +31,19 @@ def test_bad_options_are_refused_naming_value_and_allowed(fields, words):
 
 
 def test_options_are_frozen_keyword_only_and_overridden_by_given_fields():
-    """RecordingOptions is frozen and keyword-only; recording_options applies only the fields given (not None)."""
+    """RecordingOptions is frozen and keyword-only; replace changes the fields given, checked; recording_options
+    takes a RecordingOptions or None (the default), nothing else."""
     with pytest.raises(TypeError):
         RecordingOptions("npz")
     with pytest.raises(dataclasses.FrozenInstanceError):
         RecordingOptions().format = "npz"
     base = RecordingOptions(format="npz", compression="deflate")
-    assert recording_options(base, compression=None, writers=3) == RecordingOptions(
-        format="npz", compression="deflate", writers=3
-    )
-    assert recording_options() == RecordingOptions()
+    assert base.replace(writers=3) == RecordingOptions(format="npz", compression="deflate", writers=3)
+    with pytest.raises(OptionError, match="compression='lz4': the npz format takes none, deflate"):
+        base.replace(compression="lz4")
+    assert recording_options() == RecordingOptions() and recording_options(base) is base
+    with pytest.raises(TypeError, match="options must be a RecordingOptions, got dict"):
+        recording_options({"format": "npz"})
 
 
 def test_make_recorder_follows_the_options(tmp_path):
@@ -49,7 +52,9 @@ def test_make_recorder_follows_the_options(tmp_path):
 
     env = make_env(num_envs=2, max_steps=4)
     packed = make_recorder(tmp_path / "a", env, RecordingOptions(compression="lz4", statistics=False))
-    npz = make_recorder(tmp_path / "b", env, format="npz", writers=1, compression="deflate", compression_level=3)
+    npz = make_recorder(
+        tmp_path / "b", env, RecordingOptions(format="npz", writers=1, compression="deflate", compression_level=3)
+    )
     try:
         assert isinstance(packed, PackedRecorder) and packed._stats is None
         assert isinstance(npz, EpisodeRecorder) and npz._compression_level == 3 and len(npz._threads) == 1

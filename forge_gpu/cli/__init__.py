@@ -4,7 +4,8 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
-The code is in five modules: ``_common`` (bad input, checks, signals, progress), ``_sim`` (the commands
+The code is in six modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
+recording flags, one per ``RecordingOptions`` field), ``_sim`` (the commands
 that simulate: collect, doctor), ``_data`` (the commands that read runs: inspect, verify, render, repair,
 convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
 split) and ``_look`` (the commands that show a run to a person: report, view). Only ``_sim``'s commands import
@@ -18,21 +19,17 @@ import os
 import signal
 import sys
 
-from forge_gpu._src.core.codec_specs import CODECS
-from forge_gpu._src.formats.options import RecordingOptions
-from forge_gpu._src.formats.registry import DURABILITIES, FORMATS
+from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 
 from ._common import UsageError
 from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._look import add_look_commands
+from ._recording import add_codec_option, add_recording_options, compression_choices
 from ._sim import cmd_collect, cmd_doctor, cmd_replay, cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]
-
-
-_DEFAULTS = RecordingOptions()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,24 +37,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def add_codec_option(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--codec FIELD=CODEC`` (repeatable; ``--codec CODEC``: every image field not named)."""
-    parser.add_argument(
-        "--codec",
-        action="append",
-        default=[],
-        metavar="FIELD=CODEC",
-        help=f"{what}: e.g. --codec rgb=jpeg:90 --codec depth=zstd; CODEC alone for every image field; codecs: "
-        f"{', '.join(CODECS)} (default: rgb zstd, depth quantized to 10 um; docs/FORMAT.md 'Encoded fields')",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="forge-gpu", description="Collect, inspect and render robot-learning runs.")
     # The registered formats (forge_gpu._src.formats.registry), read when the parser is built.
     formats = tuple(FORMATS)
-    compressions = tuple(sorted({c for f in FORMATS.values() for c in f.capabilities.compressions}))
-    compression_help = "; ".join(f"{f.name}: {', '.join(f.capabilities.compressions)}" for f in FORMATS.values())
+    compressions, compression_help = compression_choices()
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     c = sub.add_parser("collect", help="collect episodes of a task into a new run directory")
@@ -70,33 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, help="new run directory (default runs/<task>-<time>)")
     c.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument(
-        "--format",
-        choices=formats,
-        default=_DEFAULTS.format,
-        help=f"run format, one of {', '.join(formats)}; packed: many episodes per file (schema 2, the default); "
-        "npz: one file per episode (schema 1)",
-    )
-    c.add_argument("--compression", choices=compressions, default=_DEFAULTS.compression, help=compression_help)
-    c.add_argument("--compression-level", type=int, default=_DEFAULTS.compression_level, help="npz deflate level 0-9")
-    c.add_argument(
-        "--writers", type=int, default=_DEFAULTS.writers, help="npz writer threads; packed: threads that encode frames"
-    )
-    add_codec_option(c, "image codecs of the packed run, per field")
-    c.add_argument(
-        "--durability",
-        choices=DURABILITIES,
-        default=_DEFAULTS.durability,
-        help="process (default): published episodes survive a killed process; machine (packed): each block is "
-        "synced before its commit line and the log after it, so they survive a machine crash",
-    )
+    add_recording_options(c)
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
-    c.add_argument(
-        "--max-buffer-bytes",
-        type=int,
-        default=None,
-        help="recorder memory budget (default: packed 256 MiB of buffered batches, npz 1 GiB of episode buffers)",
-    )
     c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
     c.add_argument(
         "--workers",

@@ -12,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-from forge_gpu._src.formats.options import OptionError, RecordingOptions, parse_codec_option
 from forge_gpu._src.formats.registry import FORMATS
 
 
@@ -94,28 +93,6 @@ def parse_episode(text: str) -> tuple[int, int]:
     if not sep or not env_id.isdigit() or not episode.isdigit():
         raise UsageError(f"--episode {text!r}: expected ENV:EPISODE, e.g. 0:3")
     return int(env_id), int(episode)
-
-
-def recording_options_of(args) -> RecordingOptions:
-    """The checked :class:`RecordingOptions` of ``collect``'s arguments; a bad one is a UsageError naming its
-    option as spelled on the command line."""
-    try:
-        return RecordingOptions(
-            format=args.format,
-            compression=args.compression,
-            compression_level=args.compression_level,
-            writers=args.writers,
-            max_buffer_bytes=args.max_buffer_bytes,
-            durability=args.durability,
-            codecs=codec_options(args),
-        )
-    except OptionError as e:
-        raise UsageError(f"--{e.name.replace('_', '-')} {e.value}: {e.allowed}") from e
-
-
-def codec_options(args) -> dict[str, str]:
-    """``--codec`` options as ``RecordingOptions.codecs`` (field -> codec text)."""
-    return dict(parse_codec_option(text) for text in args.codec)
 
 
 def check_compression(format: str, compression: str) -> None:

@@ -17,9 +17,9 @@ from ._common import (
     check_new,
     check_run,
     check_writable,
-    codec_options,
     parse_episode,
 )
+from ._recording import codec_options
 
 
 def cmd_inspect(args) -> int:

@@ -14,10 +14,10 @@ from ._common import (
     check_new,
     check_out,
     parse_set,
-    recording_options_of,
     signal_exit,
     stop_on_signals,
 )
+from ._recording import recording_options_of
 
 
 def cmd_collect(args) -> int:

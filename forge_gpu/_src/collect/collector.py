@@ -152,11 +152,10 @@ class _Loop:
         }
 
 
-def make_recorder(directory: str, env, options: RecordingOptions | None = None, **changes) -> Recorder:
-    """The recorder of ``options.format`` (a registered :class:`RunFormat`) for a new run directory, recording
-    ``env`` (a :class:`RunDescription` or an env to describe); ``changes`` (RecordingOptions' fields, ``None``
-    keeping a field) override ``options``."""
-    options = recording_options(options, **changes)
+def make_recorder(directory: str, env, options: RecordingOptions | None = None) -> Recorder:
+    """The recorder of ``options.format`` (a registered :class:`RunFormat`; default ``RecordingOptions()``) for a
+    new run directory, recording ``env`` (a :class:`RunDescription` or an env to describe)."""
+    options = recording_options(options)
     return FORMATS[options.format].recorder(directory, env, options)
 
 
@@ -169,12 +168,6 @@ def collect(
     steps: int | None = None,
     slots: int = 4,
     options: RecordingOptions | None = None,
-    format: str | None = None,
-    max_buffer_bytes: int | None = None,
-    writers: int | None = None,
-    compression: str | None = None,
-    compression_level: int | None = None,
-    durability: str | None = None,
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     progress_interval: float = 0.5,
@@ -190,9 +183,8 @@ def collect(
         steps: Or stop after this many ``step`` calls. Exactly one of the two is given.
         slots: Transport slots K.
         options: How the run is recorded (:class:`RecordingOptions`: format, compression, writers, memory
-            budget, statistics); default ``RecordingOptions()``, a packed run.
-        format, max_buffer_bytes, writers, compression, compression_level, durability: the same fields one by one;
-            each one given (not ``None``) overrides ``options``.
+            budget, statistics, codecs, durability); default ``RecordingOptions()``, a packed run. It is the one
+            way to set them: ``RecordingOptions(compression="lz4")``, or ``options.replace(...)`` of another.
         stop: Set it (e.g. from a signal handler) to stop stepping and close cleanly.
         progress: Called about every ``progress_interval`` seconds with a dict of counters.
         transport: A factory ``(env, slots=K) -> Transport`` (default :class:`HostSnapshotTransport`, given on
@@ -203,15 +195,7 @@ def collect(
         raise ValueError(f"give exactly one of episodes={episodes!r} and steps={steps!r}")
     target = episodes if episodes is not None else steps
     check_int("episodes" if episodes is not None else "steps", target, minimum=1)
-    options = recording_options(
-        options,
-        format=format,
-        max_buffer_bytes=max_buffer_bytes,
-        writers=writers,
-        compression=compression,
-        compression_level=compression_level,
-        durability=durability,
-    )
+    options = recording_options(options)
     began = time.perf_counter()
     first = env.reset()  # compiles the step's kernels on first use and captures the step graph
     env.check_action(policy(env.observation))  # refuse a broken policy before anything is created

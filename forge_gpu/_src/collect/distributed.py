@@ -313,7 +313,6 @@ def collect_distributed(
     poll_interval: float = 0.5,
     slots: int = 4,
     options: RecordingOptions | None = None,
-    **recording,
 ) -> DatasetSummary:
     """Collect ``task`` with ``workers`` Ray actors into the new dataset root ``directory``.
 
@@ -325,8 +324,7 @@ def collect_distributed(
         stop: Set it (e.g. from a signal handler) to stop every worker; each closes its run cleanly.
         progress: Called about every ``poll_interval`` seconds with :func:`aggregate`'s dict.
         slots: Transport slots per worker (see :func:`collect`).
-        options: How every worker records (:class:`RecordingOptions`); ``recording``: its fields one by one
-            (``format``, ``compression``, ...), each overriding ``options``.
+        options: How every worker records (:class:`RecordingOptions`; default ``RecordingOptions()``).
 
     Raises ImportError without Ray and ValueError for arguments the cluster cannot serve; a worker's
     failure does not raise: it is in the summary (and in ``dataset.json``) with its error.
@@ -336,7 +334,7 @@ def collect_distributed(
     check_int("workers", workers, minimum=1)
     if episodes is not None and episodes < workers:
         raise ValueError(f"episodes={episodes} is fewer than workers={workers}; every worker needs at least one")
-    options = recording_options(options, **recording)
+    options = recording_options(options)
     root = Path(directory).absolute()
     if root.exists():
         raise ValueError(f"{root}: already exists; give a new directory")

@@ -74,10 +74,8 @@ class RecordingOptions:
             raise OptionError("durability", self.durability, f"the {self.format} format takes {', '.join(takes)}")
 
     def replace(self, **changes: Any) -> RecordingOptions:
-        """A copy with ``changes``; a change of ``None`` keeps the field (so callers can pass their keyword
-        arguments through unfiltered)."""
-        changes = {k: v for k, v in changes.items() if v is not None}
-        return dataclasses.replace(self, **changes) if changes else self
+        """A copy with ``changes`` (RecordingOptions' fields), checked."""
+        return dataclasses.replace(self, **changes)
 
 
 def check_codecs(codecs: Any, format: str) -> dict[str, CodecSpec]:
@@ -104,8 +102,9 @@ def parse_codec_option(text: str) -> tuple[str, str]:
     return (name, spec) if eq else ("*", name)
 
 
-def recording_options(options: RecordingOptions | None = None, **changes: Any) -> RecordingOptions:
-    """``options`` (default :class:`RecordingOptions`) with the non-``None`` ``changes``, checked."""
+def recording_options(options: RecordingOptions | None = None) -> RecordingOptions:
+    """``options``, or ``RecordingOptions()`` for ``None``: the one way ``collect``, ``collect_distributed`` and
+    ``make_recorder`` take how a run is recorded (TypeError for anything else)."""
     if options is not None and not isinstance(options, RecordingOptions):
         raise TypeError(f"options must be a RecordingOptions, got {type(options).__name__}")
-    return (options or RecordingOptions()).replace(**changes)
+    return options or RecordingOptions()
