@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, save, table
 
 #: codec text -> the fields it is measured on

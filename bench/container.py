@@ -47,7 +47,6 @@ import pyarrow.ipc
 import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 from common import machine, save, table  # noqa: E402
 
 FULL = {

@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 from common import machine, save, table  # noqa: E402
 from packed import fs_type  # noqa: E402
 

@@ -47,7 +47,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 from common import machine, save, table  # noqa: E402
 from export import lerobot_video_frames, tree_bytes  # noqa: E402
 from gpu_frames import psnr  # noqa: E402

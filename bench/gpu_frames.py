@@ -3,7 +3,7 @@
 python bench/gpu_frames.py --out DIR          # on a GPU: rgb as JPEG by nvJPEG (torchvision) before the copy
 python bench/gpu_frames.py --smoke --out DIR  # the same code on the CPU: the producer-side CPU codec (Pillow)
 
-Also a section of bench/gpu_check.py (``gpu_frames``). reach with RGB-D (full: 512 envs at 128x128, 20 steps;
+Also a section of tools/gpu_check.py (``gpu_frames``). reach with RGB-D (full: 512 envs at 128x128, 20 steps;
 smoke: 4 envs at 32x32, 4 steps), random policy; each step is stepped and published into a HostSnapshotTransport
 of 4 slots whose consumer thread takes and releases every batch. Twice: raw (every field copied as is), and
 encoded (``collect/encode.make_encoder``: ``rgb`` as JPEG quality 90, on CUDA by nvJPEG; ``depth`` raw through
@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 from common import machine, save, table  # noqa: E402
 
 SIZES = {
@@ -137,7 +136,7 @@ def frames_rows(device: str | None, smoke: bool, say=print):
 
 
 def section(ctx):
-    """bench/gpu_check.py's ``gpu_frames`` section."""
+    """tools/gpu_check.py's ``gpu_frames`` section."""
     yield from frames_rows(ctx.device, ctx.smoke, say=lambda message: print(message, flush=True))
 
 

@@ -13,7 +13,7 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
                     (a) a raw sequential write of the same bytes into the same directory (os.write of
                     8 MiB chunks into one file, then close), run right after; (b) bench/recorder.py's per-row
                     reference recorder on the first 1/8 of the batches (it is slow); (c) the schema-1
-                    EpisodeRecorder (2 writers) on the same 1/8.
+                    NpzRecorder (2 writers) on the same 1/8.
   ingest_SHAPE_CODEC  the same with lz4 or zstd buffer compression: rows/s, vs_none (its speed over the
                     uncompressed run's), size_vs_none (bytes written over the uncompressed run's).
   ingest_short_checksum  the short shape again, alternated with the same recorder whose writer skips the checksum
@@ -65,14 +65,13 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from common import machine, save, table  # noqa: E402
 from recorder import PerRowRecorder, figure_directory, new_directory, record  # noqa: E402
 from synthetic import make_env  # noqa: E402
 
 import forge_gpu  # noqa: E402
-from forge_gpu import EpisodeRecorder, PackedRecorder, Windows, convert_run  # noqa: E402
+from forge_gpu import NpzRecorder, PackedRecorder, Windows, convert_run  # noqa: E402
 
 FULL = {
     "checksum": {"megabytes": 8, "repeats": 7},
@@ -182,7 +181,7 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
             part = batches[: max(len(batches) // 8, 2)]
             reference = PerRowRecorder(new_directory(where, "per-row"))
             reference_seconds, _ = record(reference, part)
-            npz = EpisodeRecorder(new_directory(where, "npz"), env)
+            npz = NpzRecorder(new_directory(where, "npz"), env)
             npz_seconds, _ = record(npz, part)
         part_rows = len(part) * sizes["num_envs"]
         rows_per_s = count / seconds

@@ -37,8 +37,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import add_set_option, machine, plot, save, table
 
 CPU_ENVS = {"cartpole": [256, 1024, 4096]}

@@ -1,4 +1,4 @@
-"""Recording throughput: forge_gpu's EpisodeRecorder against simple alternatives, each ratio within one run.
+"""Recording throughput: forge_gpu's NpzRecorder against simple alternatives, each ratio within one run.
 
 python bench/recorder.py                 # CPU sizes, a few minutes
 python bench/recorder.py --smoke         # seconds-long check that every figure is produced
@@ -10,7 +10,7 @@ only after the figure's last run; every timed run starts after os.sync(). A row 
 and the median of the pairs' ratios: file creation on this disk drifts 10x over seconds, and adjacent runs
 share the drift.
   ingest_none       rows (env-transitions) per second, end to end (append every batch, publish, close), of
-                    EpisodeRecorder (2 writers, stored members) against a plain per-row recorder fed the same
+                    NpzRecorder (2 writers, stored members) against a plain per-row recorder fed the same
                     batches: Python dicts per env and per row, np.stack + np.savez on episode end, tmp + rename
                     for the .npz and its marker. 1024 envs, proprio 4, action 1, every episode 200 steps.
   ingest_none_vs_disk  the same forge figure against the disk's ceiling for it: the raw publication loop
@@ -18,7 +18,7 @@ share the drift.
                     The reference runs on the first half of the batches (one episode per env): it is slow.
   append_only       the same two recorders on the first 100 batches, in which no episode ends: appends alone.
   publish_wW        episodes published per second with short episodes (end_prob 0.04, 60 batches: ~16 steps) by
-                    EpisodeRecorder with W writers, against a raw publication loop on W threads: per episode
+                    NpzRecorder with W writers, against a raw publication loop on W threads: per episode
                     two files (a payload of the recorder's mean episode-file size and a 100-byte marker), each
                     written to a temporary name and renamed.
   write_bytes       bytes of episode files published per second with stored members and an rgb 64x64x3 uint8
@@ -57,12 +57,11 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from common import machine, save, table  # noqa: E402
 from synthetic import SyntheticSim, make_batches, make_env  # noqa: E402
 
-from forge_gpu import EpisodeRecorder  # noqa: E402
+from forge_gpu import NpzRecorder  # noqa: E402
 from forge_gpu._src.core.episode import episode_stem  # noqa: E402
 from forge_gpu._src.formats.npz.episode_file import make_marker  # noqa: E402
 
@@ -175,7 +174,7 @@ def record(recorder, batches, *, close: bool = True) -> tuple[float, float]:
 
 def run_forge(parent: str, env, batches, *, close: bool = True, **kwargs) -> dict:
     directory = new_directory(parent, "forge")
-    recorder = EpisodeRecorder(directory, env, **kwargs)
+    recorder = NpzRecorder(directory, env, **kwargs)
     seconds, close_seconds = record(recorder, batches, close=close)
     recorder.close()
     return {

@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, save, table
 
 #: (policy, max_steps) of the workflow rows: the expert reaches the target in about 45 steps, so at max_steps

@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from common import save, table  # noqa: E402
 from packed import fs_type  # noqa: E402

@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT.parent))
+sys.path.insert(0, str(ROOT.parent))  # tests/reference_ant.py, the hand-written ant it compares with
 from common import machine, save, table  # noqa: E402
 from stepping import measure  # noqa: E402
 

@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 from common import machine, save, table  # noqa: E402
 from recorder import MARKER, figure_directory, raw_publish  # noqa: E402
 

@@ -32,11 +32,8 @@ import queue
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, plot, save, summary_ms, table, timed
 
 METHODS = ("none", "sync", "host_snapshot", "torch_pinned")

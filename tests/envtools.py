@@ -15,7 +15,7 @@ def _devices() -> list:
 
 DEVICES = _devices()
 """The CPU always; ``cuda:0`` always listed, marked ``cuda`` (``pytest -m cuda`` selects every CUDA case: what
-bench/gpu_check.py's tests section runs), skipped (saying why) where Warp sees no CUDA device."""
+tools/gpu_check.py's tests section runs), skipped (saying why) where Warp sees no CUDA device."""
 
 
 def torch_on(device: str):

@@ -1,13 +1,11 @@
 """The bench scripts' smoke modes run and write every figure, finite, for every row."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from scripts import BENCH, TOOLS, load_script
 
 # figure -> must it be > 0 (else >= 0)
 STEPPING = {"num_envs": True, "steps": True, "median_step_ms": True, "env_steps_per_s": True}
@@ -43,10 +41,8 @@ PIPELINE = {
 }
 
 
-def run_bench(name: str, out: Path) -> dict:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def run_bench(name: str, out: Path, folder: Path = BENCH) -> dict:
+    module = load_script(folder / f"{name}.py", f"{folder.name}_{name}")
     assert module.main(["--smoke", "--out", str(out)]) == 0
     assert (out / f"{name}.md").read_text().strip()
     return json.loads((out / f"{name}.json").read_text())
@@ -196,9 +192,9 @@ def test_export_smoke(out):
 
 
 def test_gpu_check_smoke(out):
-    """bench/gpu_check.py --smoke runs every section, each in its own process with its own log, on this machine's
+    """tools/gpu_check.py --smoke runs every section, each in its own process with its own log, on this machine's
     device, and every check passes."""
-    payload = run_bench("gpu_check", out)
+    payload = run_bench("gpu_check", out, TOOLS)
     rows, sections = payload["rows"], payload["sections"]
     names = ["machine", "kernels", *(f"warmup_{t}" for t in ("cartpole", "reach", "ant", "push", "randomize"))]
     names += ["warmup_replay", "doctor", "tests", "bandwidth"]
@@ -225,9 +221,7 @@ def test_gpu_check_cuts_a_hanging_section_and_keeps_going(tmp_path):
     """A section that hangs (deaf to SIGTERM) is cut at its timeout and reported with where it hung, one that
     aborts keeps the row it gave and gets an error row, one that raises keeps its rows too; the other sections
     still run and report, the results are saved, and the exit status is 1."""
-    spec = importlib.util.spec_from_file_location("bench_gpu_check_isolation", BENCH / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(TOOLS / "gpu_check.py", "tools_gpu_check_isolation")
     args = ["--smoke", "--test-section", "hang", "--test-section", "crash", "--only", "pipeline_cartpole"]
     args += ["--only", "syncs", "--record-dir", str(tmp_path / "missing"), "--out", str(tmp_path)]
     assert module.main(args) == 1
@@ -255,12 +249,10 @@ def test_gpu_check_cuts_a_hanging_section_and_keeps_going(tmp_path):
 
 
 def test_gpu_check_fits_its_budget():
-    """A full bench/gpu_check.py run (kernels from the carried cache) is estimated at under 6 minutes, every timeout
-    is above its section's estimate, and a run under the plan's --deadline-s (bench/gpu_plan.py) is cut to fit
+    """A full tools/gpu_check.py run (kernels from the carried cache) is estimated at under 6 minutes, every timeout
+    is above its section's estimate, and a run under the plan's --deadline-s (tools/gpu_plan.py) is cut to fit
     the command's 600 s: what a lent GPU can lose to it."""
-    spec = importlib.util.spec_from_file_location("bench_gpu_check_budget", BENCH / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(TOOLS / "gpu_check.py", "tools_gpu_check_budget")
     names = list(module.SECTIONS)
     assert names == list(module.ESTIMATES)
     estimates = [module.estimate_for(name, smoke=False) for name in names]
@@ -287,9 +279,7 @@ def test_gpu_frames_smoke(out):
 def test_frames_smoke(out):
     """bench/frames.py --smoke gives every codec's bytes, error and rates, LeRobot's export beside them, the pipeline
     and the windows/s, and the targets (LeRobot's loading left out here: no LeRobot interpreter)."""
-    spec = importlib.util.spec_from_file_location("bench_frames", BENCH / "frames.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(BENCH / "frames.py", "bench_frames")
     assert module.main(["--smoke", "--out", str(out), "--lerobot-python", str(out / "no-python")]) == 0
     payload = json.loads((out / "frames.json").read_text())
     codecs = {(r["field"], r["codec"].split(" ")[0]): r for r in payload["codecs"]}

@@ -2,7 +2,6 @@
 the delay kernel's calibration, the results as one file after every section, the kernel cache built ahead,
 LZMA-recompressed wheels that pip installs with no index, and a plan of at most 3 calls below 60 MiB each."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,22 +10,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from scripts import TOOLS, load_script
+
+TOOLS_USED = ("gpu_check", "offline", "gpu_plan")
 
 REPO = Path(__file__).resolve().parent.parent
-BENCH = REPO / "bench"
-
-
-def _load(name):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}_plan", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_check, offline, gpu_plan = _load("gpu_check"), _load("offline"), _load("gpu_plan")
+gpu_check, offline, gpu_plan = (load_script(TOOLS / f"{name}.py", f"tools_{name}_plan") for name in TOOLS_USED)
 
 
 def test_the_tests_sections_pytest_collects_the_tests_that_import_test_helpers():
@@ -74,7 +63,7 @@ def test_the_results_come_back_as_one_file_after_every_section(tmp_path):
 def test_a_kernel_cache_built_ahead_holds_what_warp_looks_up(tmp_path):
     """build compiles the discovered modules for sm_90 with no GPU; verify, in a fresh process, finds every file
     Warp will look for (wp_NAME_HASH.sm90.cubin and .meta); a file gone is named; pack holds them and the index."""
-    cache, script = tmp_path / "cache", str(BENCH / "kernel_cache.py")
+    cache, script = tmp_path / "cache", str(TOOLS / "kernel_cache.py")
     run = [sys.executable, script]
     done = subprocess.run([*run, "build", "--cache", str(cache), "--sections", "delay"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -112,7 +101,7 @@ def test_recompressed_wheels_and_the_kernel_archive_install_with_no_index(tmp_pa
     manifest = offline.lay_out([packed], wheels, 1 << 20, 60 << 20, files=[archive], python_version=here)
     assert [f["name"] for f in manifest["files"]] == [offline.KERNELS]
     target, kernels = tmp_path / "site", tmp_path / "kcache"
-    command = [sys.executable, str(BENCH / "offline.py"), "install", "--wheels", str(wheels), "--target", str(target)]
+    command = [sys.executable, str(TOOLS / "offline.py"), "install", "--wheels", str(wheels), "--target", str(target)]
     done = subprocess.run([*command, "--kernels", str(kernels)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (kernels / "wp_x_1234567" / "wp_x_1234567.meta").is_file()
@@ -122,10 +111,7 @@ def test_recompressed_wheels_and_the_kernel_archive_install_with_no_index(tmp_pa
 
 
 def _load_offline_test_helpers():
-    spec = importlib.util.spec_from_file_location("tests_offline_helpers", REPO / "tests" / "test_offline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "tests" / "test_offline.py", "tests_offline_helpers")
 
 
 def test_the_plan_has_at_most_three_calls_below_60_mib_and_leaves_40_percent(tmp_path, monkeypatch):

@@ -1,9 +1,8 @@
-"""bench/offline.py: wheels laid out as prepare leaves them install, with no index, into a folder of their own
+"""tools/offline.py: wheels laid out as prepare leaves them install, with no index, into a folder of their own
 (issue 21). No network: the wheels are forge_gpu's own, built here, and tiny ones written by the test."""
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,21 +11,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from scripts import TOOLS, load_script
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "bench" / "offline.py"
+SCRIPT = TOOLS / "offline.py"
 HERE_PYTHON = "{}.{}".format(*sys.version_info[:2])
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_offline", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-offline = _load()
+offline = load_script(SCRIPT, "tools_offline")
 
 
 def tiny_wheel(folder: Path, name: str, version: str = "0.1", requires=(), payload: int = 0, tag="py3-none-any"):

@@ -124,7 +124,8 @@ def _cited(text: str) -> set[str]:
     folders and every bare ``NAME.md``."""
     links = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"\w+:", t)}
     # a path, but not a pattern (``tests/test_<module>.py``, ``forge_gpu/stats/<key>``) nor what a run writes
-    paths = set(re.findall(r"(?<![\w./-])((?:docs|bench|tests|forge_gpu|configs|kernels)/[\w./-]*\w)(?![\w</*])", text))
+    folders = "docs|bench|tools|tests|forge_gpu|configs|kernels"
+    paths = set(re.findall(rf"(?<![\w./-])((?:{folders})/[\w./-]*\w)(?![\w</*])", text))
     paths = {p for p in paths if not p.startswith("bench/results")}  # the benchmarks' output (gitignored)
     markdown = set(re.findall(r"(?<![\w./-])([\w-]+\.md)\b", text))
     return {c for c in links | paths | markdown if c}

@@ -1,8 +1,8 @@
 """One prepared GPU check: warm-up, the CUDA and torch tests, then the GPU figures, in one command (issues 13, 21).
 
-python bench/gpu_check.py --out DIR            # on a GPU machine; sized for ~8 minutes on one H200, cold kernel cache
-python bench/gpu_check.py --smoke --out DIR    # tiny sizes on whatever device there is (CI: the CPU)
-python bench/gpu_check.py --only pipeline --out DIR   # some sections again (warmup, doctor, tests, torch, ...)
+python tools/gpu_check.py --out DIR            # on a GPU machine; sized for ~8 minutes on one H200, cold kernel cache
+python tools/gpu_check.py --smoke --out DIR    # tiny sizes on whatever device there is (CI: the CPU)
+python tools/gpu_check.py --only pipeline --out DIR   # some sections again (warmup, doctor, tests, torch, ...)
 
 Built for one try on a scarce machine. Every section runs in its own process (this script again, with
 ``--section NAME``), Python unbuffered, its output in ``DIR/gpu_check_logs/NAME.log``, under its own
@@ -66,9 +66,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parent.parent
+# The sections run modules of bench/ (gpu_frames.section) and write results as the benchmarks do
+# (bench/common.py): the one folder a tool adds to the path.
+sys.path.insert(0, str(ROOT / "bench"))
 from common import RESULTS, save, table  # noqa: E402
 
 FULL = {
@@ -103,7 +104,7 @@ RANDOMIZED = {
 """The randomize sections' tasks and ranges: every physics parameter cartpole and ant draw per world."""
 
 # The sections, in order: (name, what runs, seconds expected with the process's start-up: a full run on one H200
-# with the kernel cache of bench/kernel_cache.py carried in, and --smoke on a 2-core CPU with a warm cache). What
+# with the kernel cache of tools/kernel_cache.py carried in, and --smoke on a 2-core CPU with a warm cache). What
 # runs: "FUNCTION" or "FUNCTION:ARGUMENT" of this script, or "MODULE.FUNCTION" of a module in bench/, imported in
 # the section's process only; a generator of rows given the context. A module joins with one line here. The full
 # column is a budget, not yet measured on a GPU (modules loaded from the cache, none compiled): correct it from
@@ -662,7 +663,7 @@ def delay_kernel():
 
     # Types, not the strings that ``from __future__ import annotations`` would make of them (wp is local here).
     delay.__annotations__ = {"iterations": int, "out": wp.array(dtype=wp.float32)}
-    # One module name whether this file runs as __main__ (a section) or is imported (bench/kernel_cache.py), so
+    # One module name whether this file runs as __main__ (a section) or is imported (tools/kernel_cache.py), so
     # the kernel cache built ahead holds it under the name and hash a section looks for.
     delay.__module__, delay.__qualname__ = "gpu_check_delay", "delay"
     return wp.kernel(delay)

@@ -1,14 +1,14 @@
 """The GPU run as it will be made: the device calls, what each carries and how long it may take, and a dress
 rehearsal of them on this CPU (issue 33).
 
-python bench/gpu_plan.py show --wheels wheels             # the calls, their carry (checked < 60 MiB), the budget
-python bench/gpu_plan.py rehearse --wheels wheels --smoke  # the same calls here, as the device would run them
+python tools/gpu_plan.py show --wheels wheels             # the calls, their carry (checked < 60 MiB), the budget
+python tools/gpu_plan.py rehearse --wheels wheels --smoke  # the same calls here, as the device would run them
 
 The lent machine: one H200, 15 minutes of device time in all (start-up, every call, the waits between them),
 600 s per command, 64 MiB carried per call, a few files back from $OUT, warm 30 s between calls, no registry.
-The wheels and the kernel cache (bench/offline.py prepare) travel in parts, one callN/ folder a call; the
+The wheels and the kernel cache (tools/offline.py prepare) travel in parts, one callN/ folder a call; the
 machine keeps what earlier calls carried while it is warm, so the calls follow each other at once. The last
-call installs everything, unpacks the kernel cache and runs bench/gpu_check.py under a deadline that ends it
+call installs everything, unpacks the kernel cache and runs tools/gpu_check.py under a deadline that ends it
 inside the command's limit; gpu_check.py rewrites $OUT/gpu_check.tgz after every section, so a cut call still
 returns what was done.
 
@@ -32,10 +32,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-import offline  # noqa: E402
+import offline  # tools/offline.py: this script's folder is first on the path
+
+REPO = Path(__file__).resolve().parent.parent
 
 MIB = 1 << 20
 BUDGET_S = 900.0
@@ -88,9 +87,9 @@ def calls(wheels: Path, gpu_check_args: str = "") -> list[dict]:
         if last:
             command = (
                 "set -o pipefail; export PYTHONUNBUFFERED=1; "
-                f"python3 bench/offline.py install --wheels {rel} --target /tmp/site {kernels} "
+                f"python3 tools/offline.py install --wheels {rel} --target /tmp/site {kernels} "
                 "&& export PYTHONPATH=/tmp/site" + (f" WARP_CACHE_PATH={KCACHE}" if kernels else "") + " && "
-                f"python3 bench/gpu_check.py --out /tmp/gpu_check --tar $OUT/gpu_check.tgz --deadline-s {deadline} "
+                f"python3 tools/gpu_check.py --out /tmp/gpu_check --tar $OUT/gpu_check.tgz --deadline-s {deadline} "
                 f"{gpu_check_args} 2>&1 | tee $OUT/call{k}.log"
             ).replace("  ", " ")
             estimate = INSTALL_S + sections
@@ -306,7 +305,7 @@ def main(argv=None) -> int:
         for b in bad:
             print(f"problem: {b}")
         return 1 if bad else 0
-    have = set(offline.read_have(Path(args.have))) if args.have else set(offline.IMAGE_HAS)
+    have = set(offline.read_have(Path(args.have) if args.have else offline.IMAGE_PACKAGES))
     keep = Path(args.keep) if args.keep else None
     return rehearse(Path(args.wheels), args.gpu_check_args, have, keep, cpu_modules=not args.cold)
 

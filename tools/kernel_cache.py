@@ -1,9 +1,9 @@
 """The CUDA kernel cache, compiled here on the CPU before a GPU is lent, so the GPU run loads modules instead of
 compiling them (issue 33).
 
-python bench/kernel_cache.py build --cache DIR [--arch 90 ...]   # discover on the CPU, compile for sm_90 (NVRTC)
-python bench/kernel_cache.py verify --cache DIR [--arch 90 ...]  # a fresh process: is every module in it?
-python bench/kernel_cache.py pack --cache DIR --out FILE.tar.xz  # the .meta and .cubin files and index.json
+python tools/kernel_cache.py build --cache DIR [--arch 90 ...]   # discover on the CPU, compile for sm_90 (NVRTC)
+python tools/kernel_cache.py verify --cache DIR [--arch 90 ...]  # a fresh process: is every module in it?
+python tools/kernel_cache.py pack --cache DIR --out FILE.tar.xz  # the .meta and .cubin files and index.json
 
 Warp looks a CUDA module up in its kernel cache (``warp.config.kernel_cache_dir``, ``WARP_CACHE_PATH``) as
 ``wp_NAME_HASH/wp_NAME_HASH.smARCH.cubin`` beside ``wp_NAME_HASH.meta``. NAME is the Python module's name; HASH
@@ -37,9 +37,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 INDEX = "index.json"
 FAILED = "failed.json"

@@ -1,13 +1,13 @@
 """Carry forge_gpu and what it needs to a GPU machine that has no package registry (issue 21).
 
-python bench/offline.py prepare --out wheels                      # where pip reaches a registry
-python3 bench/offline.py install --wheels wheels --target /tmp/site   # on the bare machine
+python tools/offline.py prepare --out wheels                      # where pip reaches a registry
+python3 tools/offline.py install --wheels wheels --target /tmp/site   # on the bare machine
 export PYTHONPATH=/tmp/site
 
 prepare downloads, for the target's Python and platform, the wheels of forge_gpu's runtime dependencies
 (pyproject's ``dependencies``, walked through each downloaded wheel's Requires-Dist, extras and markers
 evaluated for the target) at the versions installed where prepare runs, so the GPU runs what CI tested,
-less what the target image already has (IMAGE_HAS below, or --have FILE). torch is never downloaded: a
+less what the target image already has (tools/image_packages.txt, or --have FILE). torch is never downloaded: a
 CPU build would replace the image's CUDA one. It builds forge_gpu's own wheel, splits every file over
 --part-mib into NAME.part000, NAME.part001, ..., and sorts the files into folders call1/, call2/, ...,
 each small enough to travel in one call of --call-mib together with the repository, then writes
@@ -17,7 +17,8 @@ install rejoins the parts, checks every sha256 against the manifest, refuses a t
 the wheels with ``pip install --no-index --no-deps --no-compile --target``, leaving the interpreter's own
 site-packages alone; it prints the ``export PYTHONPATH=...`` line to use.
 
-Standard library only: it runs on both machines.
+install uses the standard library alone (it runs on the bare machine); prepare reads requirements and markers
+with ``packaging`` (PEP 508).
 """
 
 from __future__ import annotations
@@ -39,40 +40,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"
 KERNELS = "kernels.tar.xz"
-"""The kernel cache's archive (bench/kernel_cache.py pack) as prepare carries it."""
+"""The kernel cache's archive (tools/kernel_cache.py pack) as prepare carries it."""
 FORMAT = 1
 MIB = 1 << 20
 # Never carried: a CPU torch from a registry would replace the target image's CUDA build.
 NEVER = frozenset({"torch"})
 
-# What the target image already holds, by name. Copied on 2026-12-01 from /work/.library/device/KINDS.md,
-# "Python packages already there": the nvidia-h200 image 'cuda', as last read off a machine on 2026-11-17.
-IMAGE_HAS_SOURCE = "KINDS.md's list for the nvidia-h200 image 'cuda' (read off it 2026-11-17, copied 2026-12-01)"
-IMAGE_HAS = frozenset(
-    """
-    absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
-    certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
-    cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
-    flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx
-    huggingface-hub humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt
-    jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities
-    linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes
-    mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba
-    numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
-    nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse
-    nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx
-    onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix
-    orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker prometheus-client
-    propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks pyre-extensions
-    pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
-    pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
-    scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six
-    sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl
-    tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics
-    torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop
-    wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-    """.split()
-)
+# What the target image already holds, by name: a data file beside this script (its header says where the list
+# comes from); --have FILE gives another.
+IMAGE_PACKAGES = Path(__file__).resolve().parent / "image_packages.txt"
+
 
 # The target: CPython 3.12 on x86-64 Linux (Ubuntu 24.04's glibc 2.39). pip matches manylinux_2_N exactly,
 # so every N a wheel may carry is named, newest first (pip ranks the tags in this order).
@@ -141,119 +118,29 @@ class Requirement:
     text: str
 
 
-_REQUIREMENT = re.compile(
-    r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[(?P<extras>[^\]]*)\])?"
-    r"\s*(?P<spec>[^;]*?)\s*(?:;\s*(?P<marker>.*?))?\s*$"
-)
-
-
 def parse_requirement(text: str) -> Requirement:
-    m = _REQUIREMENT.match(text)
-    if not m:
-        raise OfflineError(f"cannot read the requirement {text!r} (PEP 508: NAME[EXTRAS] SPECIFIER; MARKER)")
-    extras = frozenset(normalize(e.strip()) for e in (m["extras"] or "").split(",") if e.strip())
-    spec = m["spec"].strip().removeprefix("(").removesuffix(")").strip()
-    return Requirement(normalize(m["name"]), extras, spec, (m["marker"] or "").strip(), text.strip())
+    """A PEP 508 requirement (``packaging.requirements``: its name normalized, its specifier and marker as text)."""
+    from packaging.requirements import InvalidRequirement
+    from packaging.requirements import Requirement as Parsed
 
-
-_TOKEN = re.compile(
-    r"\s*(?:(?P<str>'[^']*'|\"[^\"]*\")|(?P<op>===|==|!=|<=|>=|~=|<|>|\(|\))|(?P<word>[A-Za-z_][A-Za-z0-9_.]*))"
-)
-_VERSION_VARS = {"python_version", "python_full_version", "implementation_version", "platform_release"}
-
-
-def _release(text: str):
-    return tuple(int(x) for x in text.split(".")) if re.fullmatch(r"\d+(?:\.\d+)*", text) else None
-
-
-def _compare(lhs: str, op: str, rhs: str, versions: bool) -> bool:
-    if op == "in":
-        return lhs in rhs
-    if op == "not in":
-        return lhs not in rhs
-    left, right = _release(lhs), _release(rhs.removesuffix(".*"))
-    if versions and left is not None and right is not None and op != "===":
-        if rhs.endswith(".*") and op in ("==", "!="):
-            return (left[: len(right)] == right) == (op == "==")
-        width = max(len(left), len(right))
-        a, b = left + (0,) * (width - len(left)), right + (0,) * (width - len(right))
-        if op == "~=":
-            return a >= b and left[: len(right) - 1] == right[:-1]
-        return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
-    ops = {"==": lhs == rhs, "===": lhs == rhs, "!=": lhs != rhs}
-    ops |= {"<": lhs < rhs, "<=": lhs <= rhs, ">": lhs > rhs, ">=": lhs >= rhs}
-    if op not in ops:
-        raise OfflineError(f"marker comparison {lhs!r} {op} {rhs!r}: {op} needs versions on both sides")
-    return ops[op]
+    try:
+        req = Parsed(text)
+    except InvalidRequirement as exc:
+        why = f"cannot read the requirement {text!r} (PEP 508: NAME[EXTRAS] SPECIFIER; MARKER): {exc}"
+        raise OfflineError(why) from None
+    spec = f"@ {req.url}" if req.url else str(req.specifier)
+    extras = frozenset(normalize(e) for e in req.extras)
+    return Requirement(normalize(req.name), extras, spec, str(req.marker or ""), text.strip())
 
 
 def evaluate_marker(marker: str, env: dict[str, str]) -> bool:
-    """PEP 508 environment marker against ``env`` (version comparisons on release numbers, which is all
-    Requires-Dist markers compare in practice)."""
-    tokens, pos = [], 0
-    while pos < len(marker.rstrip()):
-        m = _TOKEN.match(marker, pos)
-        if not m:
-            raise OfflineError(f"cannot read the marker {marker!r} at {marker[pos:]!r}")
-        kind = m.lastgroup
-        tokens.append((kind, m[kind]))
-        pos = m.end()
-    at = 0
+    """A PEP 508 environment marker against ``env`` (``packaging.markers``)."""
+    from packaging.markers import InvalidMarker, Marker
 
-    def peek(value=None):
-        if at < len(tokens) and (value is None or tokens[at][1] == value):
-            return tokens[at]
-        return None
-
-    def take(value=None):
-        nonlocal at
-        token = peek(value)
-        if token is None:
-            raise OfflineError(f"cannot read the marker {marker!r}: expected {value or 'more'} at token {at}")
-        at += 1
-        return token
-
-    def operand():
-        kind, value = take()
-        if kind == "str":
-            return value[1:-1], None
-        if kind == "word" and value in env:
-            return env[value], value
-        raise OfflineError(f"marker {marker!r}: unknown variable {value!r} (known: {', '.join(sorted(env))})")
-
-    def comparison() -> bool:
-        if peek("("):
-            take("(")
-            value = disjunction()
-            take(")")
-            return value
-        (lhs, lvar), op = operand(), take()[1]
-        if op == "not":
-            take("in")
-            op = "not in"
-        (rhs, rvar) = operand()
-        if "extra" in (lvar, rvar):
-            lhs, rhs = normalize(lhs), normalize(rhs)
-        return _compare(lhs, op, rhs, versions=bool({lvar, rvar} & _VERSION_VARS))
-
-    def conjunction() -> bool:
-        value = comparison()
-        while peek("and"):
-            take("and")
-            value = comparison() and value
-        return value
-
-    def disjunction() -> bool:
-        value = conjunction()
-        while peek("or"):
-            take("or")
-            value = conjunction() or value
-        return value
-
-    result = disjunction()
-    if at != len(tokens):
-        raise OfflineError(f"cannot read the marker {marker!r}: unexpected {tokens[at][1]!r}")
-    return result
+    try:
+        return Marker(marker).evaluate(env)
+    except InvalidMarker as exc:
+        raise OfflineError(f"cannot read the marker {marker!r}: {exc}") from None
 
 
 def target_environment(python_version: str, platforms: list[str]) -> dict[str, str]:
@@ -671,9 +558,9 @@ def prepare(args) -> None:
     out = Path(args.out)
     platforms = args.platform or DEFAULT_PLATFORMS
     env = target_environment(args.python_version, platforms)
-    have_versions = read_have(Path(args.have)) if args.have else dict.fromkeys(IMAGE_HAS)
+    have_versions = read_have(Path(args.have) if args.have else IMAGE_PACKAGES)
     have = set(have_versions)
-    source = args.have or IMAGE_HAS_SOURCE
+    source = args.have or str(IMAGE_PACKAGES.relative_to(REPO))
     clear_previous(out)
     out.mkdir(parents=True, exist_ok=True)  # git tells an ignored folder (a pattern with a slash) only if it exists
     reserve = tree_bytes(out)
@@ -734,8 +621,8 @@ def prepare(args) -> None:
 
 
 def kernel_archive(args, stage: Path) -> Path:
-    """bench/kernel_cache.py build (compiles only what --kernel-cache lacks) and pack, in this Python."""
-    script = REPO / "bench" / "kernel_cache.py"
+    """tools/kernel_cache.py build (compiles only what --kernel-cache lacks) and pack, in this Python."""
+    script = Path(__file__).resolve().parent / "kernel_cache.py"
     archs = [a for arch in args.arch or [90] for a in ("--arch", str(arch))]
     out = stage / KERNELS
     for command in (["build", "--cache", args.kernel_cache, *archs], ["pack", "--cache", args.kernel_cache, *archs]):
@@ -789,7 +676,7 @@ def assemble(folder: Path, wheel: dict, scratch: Path) -> Path:
 
 
 def unpack_kernels(archive: Path, folder: Path) -> None:
-    """The kernel cache's archive (bench/kernel_cache.py pack) into ``folder``, Warp's kernel cache there."""
+    """The kernel cache's archive (tools/kernel_cache.py pack) into ``folder``, Warp's kernel cache there."""
     import tarfile
 
     folder.mkdir(parents=True, exist_ok=True)
