@@ -215,14 +215,14 @@ def make_batches(sim, steps, *, resets_at=()):
 
 def record(directory, env, batches, *, recorder=None, **kwargs):
     """Record ``batches`` into a new run directory with ``recorder`` (a class; default the schema-1
-    EpisodeRecorder) and close; return the recorder. A packed run's images are stored losslessly unless ``codecs``
+    NpzRecorder) and close; return the recorder. A packed run's images are stored losslessly unless ``codecs``
     says otherwise (:data:`LOSSLESS`: the synthetic depth is noise, not a depth map, and the tests compare bit for
     bit; the default quantizes depth)."""
-    from forge_gpu import EpisodeRecorder, PackedRecorder
+    from forge_gpu import NpzRecorder, PackedRecorder
 
     if recorder is PackedRecorder:
         kwargs = {"codecs": LOSSLESS, **kwargs}
-    recorder = (recorder or EpisodeRecorder)(directory, env, **kwargs)
+    recorder = (recorder or NpzRecorder)(directory, env, **kwargs)
     for observation, result in batches:
         recorder.append(observation, result)
     recorder.close()

@@ -5,7 +5,7 @@ import pytest
 from envtools import DEVICES, rollout
 
 import forge_gpu
-from forge_gpu._src.collect.collector import collect
+from forge_gpu.recording import collect
 
 
 @pytest.mark.parametrize("device", DEVICES)

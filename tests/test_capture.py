@@ -144,7 +144,7 @@ def test_instantiate_makes_the_executable_capture_launch_would(monkeypatch):
 def test_eager_cost_says_what_an_eager_step_pays_in_the_configs_numbers():
     """On CUDA with the mujoco solver, the host waits for the device before each solver iteration and once more
     to stop, every substep: 4 x (10 + 1) = 44 for the cartpole defaults; not on the CPU, nor without that loop."""
-    from forge_gpu._src.sim.make import task_config
+    from forge_gpu.sim import task_config
 
     cuda, cpu = SimpleNamespace(is_cuda=True), SimpleNamespace(is_cuda=False)
     cartpole = task_config("cartpole")

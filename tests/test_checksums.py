@@ -24,10 +24,10 @@ from synthetic import (
 
 import forge_gpu
 from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows
-from forge_gpu._src.core.dataset import write_dataset_manifest
-from forge_gpu._src.data.tools.repair import repair_run
 from forge_gpu._src.formats.packed.commits import EPISODE_KEYS
 from forge_gpu.cli import main
+from forge_gpu.curation import repair_run
+from forge_gpu.recording import write_dataset_manifest
 
 LOG = "commits.jsonl"
 

@@ -252,7 +252,7 @@ def test_doctor_solver_loop_on_cuda_counts_the_host_syncs_eager_stepping_would_m
 
     from forge_gpu._src.sim import capture
     from forge_gpu._src.sim.doctor import _solver_loop_capture
-    from forge_gpu._src.sim.make import task_config
+    from forge_gpu.sim import task_config
 
     cpu = wp.get_device("cpu")
     as_cuda = SimpleNamespace(is_cuda=True)  # what the check asks of its device, besides handing it to capture_step

@@ -7,7 +7,7 @@ import pytest
 
 import forge_gpu
 from forge_gpu import PackedRecorder
-from forge_gpu._src.data.tools.repair import repair_run
+from forge_gpu.curation import repair_run
 from tests.crashsim import build, crash_states, remove, trace_recording
 from tests.synthetic import SyntheticSim, make_batches, make_env
 
@@ -120,7 +120,8 @@ def _committed_episodes(run, lines: int) -> list[list]:
 
 
 def test_durability_is_checked_and_recorded(tmp_path):
-    from forge_gpu._src.formats.options import OptionError, RecordingOptions
+    from forge_gpu._src.formats.options import OptionError
+    from forge_gpu.recording import RecordingOptions
 
     with pytest.raises(OptionError, match="durability='machine': the npz format takes process"):
         RecordingOptions(format="npz", durability="machine")

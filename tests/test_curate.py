@@ -13,13 +13,12 @@ from synthetic import PARAMS, STATE, SyntheticSim, make_batches, make_env, recor
 
 import forge_gpu
 from forge_gpu import EpisodeReadOptions, ExpressionError, PackedRecorder, merge_runs, select_run, split_run
-from forge_gpu._src.core.dataset import write_dataset_manifest
 from forge_gpu._src.data.tools.curate import split_keys
-from forge_gpu._src.data.tools.inspection import inspect_run
-from forge_gpu._src.data.tools.statistics import compute_statistics
-from forge_gpu._src.data.tools.verify import verify_run
 from forge_gpu._src.recording.stats import load_statistics
 from forge_gpu.cli import main
+from forge_gpu.curation import compute_statistics
+from forge_gpu.reading import inspect_run, verify_run
+from forge_gpu.recording import write_dataset_manifest
 
 
 def description(**changes):

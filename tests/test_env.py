@@ -251,8 +251,8 @@ def test_non_finite_actions_are_flagged_by_the_step_itself(graph):
 
 def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypatch):
     """With the CUDA staging (no check before the step), collect still fails on a NaN action, naming the rows."""
-    from forge_gpu._src.collect.collector import collect
-    from forge_gpu._src.sim.env import VectorEnv
+    from forge_gpu.recording import collect
+    from forge_gpu.sim import VectorEnv
 
     def stage_without_waiting(self, action, *, check_values=False):
         if check_values:  # collect's up-front check of the policy still runs

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from synthetic import SyntheticSim, make_batches, make_env, record
 
-from forge_gpu import EpisodeRecorder, PackedRecorder, export_lerobot, export_robomimic, read_episodes, run_statistics
+from forge_gpu import NpzRecorder, PackedRecorder, export_lerobot, export_robomimic, read_episodes, run_statistics
 from forge_gpu.cli import main
 
 SIZE = 16
@@ -148,7 +148,7 @@ def test_lerobot_export_of_an_npz_run_in_two_processes_splits_files(tmp_path):
     """A schema-1 run without stored statistics, exported by 2 processes with small file limits: several
     data and video files, every rule still holds, statistics computed while exporting."""
     pytest.importorskip("av")
-    run = camera_run(tmp_path / "npz", recorder=EpisodeRecorder, success=True, statistics=False)
+    run = camera_run(tmp_path / "npz", recorder=NpzRecorder, success=True, statistics=False)
     progress = []
     report = export_lerobot(
         run, tmp_path / "lerobot", workers=2, data_file_mb=0.002, progress=lambda d, t: progress.append((d, t))
@@ -192,7 +192,7 @@ def test_an_unclosed_run_is_refused_and_nothing_is_left(tmp_path):
         export_lerobot(run, tmp_path / "live")
 
 
-@pytest.mark.parametrize("recorder", [PackedRecorder, EpisodeRecorder])
+@pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
 def test_robomimic_export_reads_back_episode_by_episode(tmp_path, recorder):
     """The robomimic file holds every episode as data/demo_N (obs, next_obs, actions, rewards, dones,
     num_samples) equal to the run's, chunked and gzip-compressed, with train/valid/successful masks,

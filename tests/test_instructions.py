@@ -12,12 +12,12 @@ import pytest
 from synthetic import INSTRUCTION, SyntheticSim, downgrade_packed_run, make_batches, make_env, record
 
 import forge_gpu
-from forge_gpu import EpisodeRecorder, PackedRecorder
+from forge_gpu import NpzRecorder, PackedRecorder
 from forge_gpu._src.core.instructions import check_template, episode_instructions, slot_indices
-from forge_gpu._src.data.tools.convert import convert_run
-from forge_gpu._src.data.tools.inspection import format_report, inspect_run
-from forge_gpu._src.data.tools.repair import repair_run
+from forge_gpu._src.data.tools.inspection import format_report
 from forge_gpu.cli import main
+from forge_gpu.curation import convert_run, repair_run
+from forge_gpu.reading import inspect_run
 
 #: The synthetic params are drawn in [0.5, 1.5): two weights by mass_scale, three sides by target_color's component 1.
 TEMPLATE = {
@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
     sim = SyntheticSim(env, seed=5, end_prob=0.3)
     batches = make_batches(sim, 40)
     record(root / "packed", env, batches, recorder=PackedRecorder)
-    record(root / "npz", env, batches, recorder=EpisodeRecorder)
+    record(root / "npz", env, batches, recorder=NpzRecorder)
     wanted = {key: expected(members) for key, members in sim.completed.items()}
     assert len(set(wanted.values())) >= 3  # several distinct instructions to tell apart
     return root, wanted

@@ -74,8 +74,8 @@ def find_modules(root: Path) -> dict[str, Path]:
 def layer_of(module: str) -> str | None:
     """The layer of a module of forge_gpu, from where it is; None where it is in none."""
     parts = module.split(".")
-    if module == "forge_gpu" or module == "forge_gpu.__main__":
-        return "public"
+    if module == "forge_gpu" or (len(parts) == 2 and parts[1] not in ("cli", "kernels", "_src")):
+        return "public"  # the package, __main__, and the public modules: one per domain (forge_gpu/sim.py, ...)
     if parts[1] in ("cli", "kernels"):
         return parts[1]
     if parts[1] == "_src":

@@ -18,10 +18,10 @@ from test_cli import _BLOCKED_CLI
 
 import forge_gpu
 from forge_gpu import EpisodeReadOptions, NpzRecorder, PackedRecorder
-from forge_gpu._src.core.dataset import write_dataset_manifest
-from forge_gpu._src.data.tools.repair import repair_run
 from forge_gpu.cli import main
 from forge_gpu.cli._common import Progress
+from forge_gpu.curation import repair_run
+from forge_gpu.recording import write_dataset_manifest
 
 ALL = EpisodeReadOptions(state=True)
 

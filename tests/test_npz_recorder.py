@@ -1,4 +1,4 @@
-"""Tests of EpisodeRecorder: round trips, manifest, batch checks, memory budget, backpressure, failures."""
+"""Tests of NpzRecorder: round trips, manifest, batch checks, memory budget, backpressure, failures."""
 
 import copy
 import errno
@@ -15,7 +15,7 @@ from blocking import wait_until_blocked
 from synthetic import SyntheticSim, load_run, make_batches, make_env, record, slot_bytes
 
 import forge_gpu._src.formats.npz.recorder as recorder_module
-from forge_gpu import EpisodeRecorder, PackedRecorder, read_episodes, validate_episode
+from forge_gpu import NpzRecorder, PackedRecorder, read_episodes, validate_episode
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.manifest import MANIFEST_KEYS
 
@@ -69,7 +69,7 @@ def test_manifest_keys_while_recording_and_after_close(tmp_path):
     """run.json holds every FORMAT key at creation (status recording) and the final figures after close."""
     env = make_env()
     sim = SyntheticSim(env, seed=2)
-    recorder = EpisodeRecorder(tmp_path / "run", env, max_buffer_bytes=10**6)
+    recorder = NpzRecorder(tmp_path / "run", env, max_buffer_bytes=10**6)
     manifest = _read_manifest(tmp_path / "run")
     assert set(MANIFEST_KEYS) <= manifest.keys()
     assert manifest["status"] == "recording"
@@ -116,7 +116,7 @@ def test_close_is_idempotent_and_context_manager_closes(tmp_path):
     """Closing twice is harmless; leaving a with-block closes the recorder; append after close raises."""
     env = make_env()
     sim = SyntheticSim(env)
-    with EpisodeRecorder(tmp_path / "run", env) as recorder:
+    with NpzRecorder(tmp_path / "run", env) as recorder:
         for observation, result in make_batches(sim, 10):
             recorder.append(observation, result)
     assert _read_manifest(tmp_path / "run")["status"] == "closed"
@@ -129,7 +129,7 @@ def test_existing_directory_is_refused(tmp_path):
     """The recorder never reuses an existing directory."""
     (tmp_path / "run").mkdir()
     with pytest.raises(FileExistsError, match="already exists"):
-        EpisodeRecorder(tmp_path / "run", make_env())
+        NpzRecorder(tmp_path / "run", make_env())
 
 
 @pytest.mark.parametrize(
@@ -146,7 +146,7 @@ def test_existing_directory_is_refused(tmp_path):
 def test_bad_arguments_raise_and_create_nothing(tmp_path, kwargs, message):
     """Invalid arguments raise ValueError naming the argument, before anything is created on disk."""
     with pytest.raises(ValueError, match=message):
-        EpisodeRecorder(tmp_path / "sub" / "run", make_env(), **kwargs)
+        NpzRecorder(tmp_path / "sub" / "run", make_env(), **kwargs)
     assert not (tmp_path / "sub").exists()
 
 
@@ -155,9 +155,9 @@ def test_budget_too_small_is_refused_with_the_bytes_needed(tmp_path):
     env = make_env(num_envs=5, max_steps=10, images=True)
     needed = 6 * slot_bytes(env)
     with pytest.raises(ValueError, match=str(needed)):
-        EpisodeRecorder(tmp_path / "run", env, max_buffer_bytes=needed - 1)
+        NpzRecorder(tmp_path / "run", env, max_buffer_bytes=needed - 1)
     assert not (tmp_path / "run").exists()
-    recorder = EpisodeRecorder(tmp_path / "run", env, max_buffer_bytes=needed)
+    recorder = NpzRecorder(tmp_path / "run", env, max_buffer_bytes=needed)
     assert recorder.spare_buffers == 1
     recorder.close()
 
@@ -165,8 +165,8 @@ def test_budget_too_small_is_refused_with_the_bytes_needed(tmp_path):
 def test_spares_default_to_what_the_budget_allows(tmp_path):
     """With spare_buffers=None the recorder takes as many spares as fit, at most num_envs."""
     env = make_env(num_envs=4)
-    small = EpisodeRecorder(tmp_path / "a", env, max_buffer_bytes=6 * slot_bytes(env) + 1)
-    large = EpisodeRecorder(tmp_path / "b", env, max_buffer_bytes=100 * slot_bytes(env))
+    small = NpzRecorder(tmp_path / "a", env, max_buffer_bytes=6 * slot_bytes(env) + 1)
+    large = NpzRecorder(tmp_path / "b", env, max_buffer_bytes=100 * slot_bytes(env))
     assert (small.spare_buffers, large.spare_buffers) == (2, 4)
     small.close()
     large.close()
@@ -293,7 +293,7 @@ def test_bad_batch_raises_and_commits_nothing(tmp_path, case):
     record(tmp_path / "clean", env, batches)
 
     index = _find(batches, where)
-    recorder = EpisodeRecorder(tmp_path / "run", env)
+    recorder = NpzRecorder(tmp_path / "run", env)
     for k, (observation, result) in enumerate(batches):
         if k == index:
             bad_observation, bad_result = copy.deepcopy((observation, result))
@@ -321,7 +321,7 @@ def test_active_rows_before_the_first_reset_are_refused(tmp_path):
     env = make_env()
     sim = SyntheticSim(env)
     sim.reset()
-    with EpisodeRecorder(tmp_path / "run", env) as recorder, pytest.raises(ValueError, match="first reset"):
+    with NpzRecorder(tmp_path / "run", env) as recorder, pytest.raises(ValueError, match="first reset"):
         recorder.append(*sim.step())
 
 
@@ -330,7 +330,7 @@ def test_episode_longer_than_max_steps_is_refused(tmp_path):
     env = make_env(num_envs=2, max_steps=3)
     sim = SyntheticSim(env, end_prob=0.0)
     sim.env = make_env(num_envs=2, max_steps=10)  # the generator truncates late
-    recorder = EpisodeRecorder(tmp_path / "run", env)
+    recorder = NpzRecorder(tmp_path / "run", env)
     batches = make_batches(sim, 4)
     for observation, result in batches[:4]:
         recorder.append(observation, result)
@@ -359,7 +359,7 @@ def test_backpressure_blocks_append_until_a_writer_frees_a_buffer(tmp_path, monk
     env = make_env(num_envs=3, max_steps=6)
     sim = SyntheticSim(env, seed=5, end_prob=0.4)
     batches = make_batches(sim, 30)
-    recorder = EpisodeRecorder(tmp_path / "run", env, writers=1, spare_buffers=1)
+    recorder = NpzRecorder(tmp_path / "run", env, writers=1, spare_buffers=1)
     progress = []
 
     def feed():
@@ -403,7 +403,7 @@ def test_write_error_surfaces_at_the_next_call_and_fails_the_manifest(tmp_path, 
     monkeypatch.setattr(recorder_module, "write_episode_file", _failing_writer)
     env = make_env(num_envs=3, max_steps=5)
     batches = make_batches(SyntheticSim(env, seed=6, end_prob=0.4), 40)
-    recorder = EpisodeRecorder(tmp_path / "run", env, writers=2, spare_buffers=1)
+    recorder = NpzRecorder(tmp_path / "run", env, writers=2, spare_buffers=1)
     with pytest.raises(RuntimeError, match="run") as info:
         for batch in batches:
             recorder.append(*batch)
@@ -436,7 +436,7 @@ def test_write_error_wakes_an_append_blocked_on_backpressure(tmp_path, monkeypat
     monkeypatch.setattr(recorder_module, "write_episode_file", held_then_failing)
     env = make_env(num_envs=3, max_steps=6)
     batches = make_batches(SyntheticSim(env, seed=5, end_prob=0.4), 30)
-    recorder = EpisodeRecorder(tmp_path / "run", env, writers=1, spare_buffers=1)
+    recorder = NpzRecorder(tmp_path / "run", env, writers=1, spare_buffers=1)
     errors = []
 
     def feed():
@@ -469,7 +469,7 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
     monkeypatch.setattr(recorder_module, "write_marker_atomic", no_marker)
     env = make_env(num_envs=2, max_steps=4)
     batches = make_batches(SyntheticSim(env, seed=8, end_prob=0.5), 12)
-    recorder = EpisodeRecorder(tmp_path / "run", env, writers=1)
+    recorder = NpzRecorder(tmp_path / "run", env, writers=1)
     with pytest.raises(RuntimeError):
         for batch in batches:
             recorder.append(*batch)
@@ -537,7 +537,7 @@ def test_one_spare_buffer_and_many_ends_still_publish_every_episode_once(tmp_pat
     env = make_env(num_envs=16, max_steps=5)
     sim = SyntheticSim(env, seed=3, end_prob=0.5)
     batches = make_batches(sim, 30)
-    recorder = EpisodeRecorder(tmp_path / "run", env, writers=writers, spare_buffers=1)
+    recorder = NpzRecorder(tmp_path / "run", env, writers=writers, spare_buffers=1)
     for observation, result in batches:
         recorder.append(observation, result)
     recorder.close()

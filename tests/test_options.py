@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from forge_gpu import EpisodeRecorder, PackedRecorder, RecordingOptions, make_recorder
+from forge_gpu import NpzRecorder, PackedRecorder, RecordingOptions, make_recorder
 from forge_gpu._src.formats.options import OptionError, recording_options
 
 
@@ -57,7 +57,7 @@ def test_make_recorder_follows_the_options(tmp_path):
     )
     try:
         assert isinstance(packed, PackedRecorder) and packed._stats is None
-        assert isinstance(npz, EpisodeRecorder) and npz._compression_level == 3 and len(npz._threads) == 1
+        assert isinstance(npz, NpzRecorder) and npz._compression_level == 3 and len(npz._threads) == 1
     finally:
         packed.close()
         npz.close()

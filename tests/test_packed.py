@@ -12,9 +12,9 @@ from synthetic import SyntheticSim, make_batches, make_env, record, standard_rea
 
 import forge_gpu
 from forge_gpu import PackedRecorder, Windows, convert_run
-from forge_gpu._src.data.tools.repair import repair_run
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 from forge_gpu._src.formats.packed.writer import PackedWriter
+from forge_gpu.curation import repair_run
 
 MEMBERS = ("action", "reward", "terminated", "truncated")
 

@@ -7,7 +7,8 @@ import warp as wp
 from envtools import DEVICES, torch_on
 
 import forge_gpu
-from forge_gpu._src.sim.policies import TorchPolicy, load_policy
+from forge_gpu._src.sim.policies import TorchPolicy
+from forge_gpu.sim import load_policy
 
 
 @pytest.mark.parametrize("device", DEVICES)

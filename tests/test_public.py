@@ -1,6 +1,7 @@
-"""forge_gpu's public surface (forge_gpu/__init__.py): every name of ``__all__`` resolves, from the module
-``_EXPORTS`` names for it, which defines it or re-exports it; so a wrong path there fails here, not in a
-user's first call."""
+"""forge_gpu's public surface: one module per domain (forge_gpu/sim.py, recording.py, formats.py, reading.py,
+curation.py, export.py), each name in exactly one, resolving from the module its table names, which defines it or
+re-exports it (so a wrong path there fails here, not in a user's first call); ``forge_gpu.NAME`` is the same
+object, looked up in the domains."""
 
 import ast
 import importlib
@@ -12,7 +13,8 @@ import pytest
 
 import forge_gpu
 
-EXPORTS = sorted(forge_gpu._EXPORTS.items())
+DOMAINS = {d: importlib.import_module(f"forge_gpu.{d}") for d in forge_gpu.DOMAINS}
+EXPORTS = sorted((domain, name, home) for domain, m in DOMAINS.items() for name, home in m.NAMES.items())
 
 
 def bound_at_top_level(tree: ast.Module) -> set[str]:
@@ -30,45 +32,65 @@ def bound_at_top_level(tree: ast.Module) -> set[str]:
     return names
 
 
-def test_all_is_the_exports():
-    assert forge_gpu.__all__ == sorted(forge_gpu._EXPORTS)
-    assert dir(forge_gpu) == forge_gpu.__all__
+def test_all_is_the_domains_and_each_domains_all_its_table():
+    assert forge_gpu.__all__ == list(forge_gpu.DOMAINS)
+    for m in DOMAINS.values():
+        assert m.__all__ == sorted(m.NAMES) and dir(m) == m.__all__
+    assert dir(forge_gpu) == sorted({*forge_gpu.DOMAINS, *(name for _, name, _ in EXPORTS)})
 
 
-def export_problem(name: str, module: str) -> str | None:
-    """What is wrong with ``_EXPORTS[name] = module``: no such module, or one that neither defines nor imports
-    the name in its own source, or one whose object is not forge_gpu's; None where nothing is."""
+def test_each_name_is_in_one_domain_and_no_alias_is_left():
+    """No name is exposed by two domains, and no two names are one object (an alias such as the old
+    EpisodeRecorder = NpzRecorder)."""
+    names = [name for _, name, _ in EXPORTS]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    objects = {}
+    for domain, name, _ in EXPORTS:
+        value = getattr(DOMAINS[domain], name)
+        if isinstance(value, type) or callable(value):
+            assert id(value) not in objects, f"{name} is {objects[id(value)]}"
+            objects[id(value)] = name
+
+
+def export_problem(name: str, module: str, domain: str = "reading") -> str | None:
+    """What is wrong with ``NAMES[name] = module`` in the domain's table: no such module, or one that neither
+    defines nor imports the name in its own source, or one whose object is not the domain's and forge_gpu's; None
+    where nothing is."""
     try:
         spec = importlib.util.find_spec(module)
     except ModuleNotFoundError:
         spec = None
     if spec is None or not spec.origin:
-        return f"_EXPORTS[{name!r}]: no module {module}"
+        return f"{domain}.NAMES[{name!r}]: no module {module}"
     with open(spec.origin) as f:
         tree = ast.parse(f.read(), filename=spec.origin)
     if name not in bound_at_top_level(tree):
-        return f"_EXPORTS[{name!r}]: {module} neither defines nor imports {name}"
-    if getattr(importlib.import_module(module), name) is not getattr(forge_gpu, name):
-        return f"forge_gpu.{name} is not {module}.{name}"
+        return f"{domain}.NAMES[{name!r}]: {module} neither defines nor imports {name}"
+    value = getattr(importlib.import_module(module), name)
+    if value is not getattr(DOMAINS[domain], name) or value is not getattr(forge_gpu, name):
+        return f"forge_gpu.{domain}.{name} or forge_gpu.{name} is not {module}.{name}"
     return None
 
 
-@pytest.mark.parametrize("name, module", EXPORTS, ids=[name for name, _ in EXPORTS])
-def test_each_public_name_is_in_the_module_named_for_it(name, module):
+@pytest.mark.parametrize("domain, name, module", EXPORTS, ids=[f"{d}.{n}" for d, n, _ in EXPORTS])
+def test_each_public_name_is_in_the_module_named_for_it(domain, name, module):
     """The module exists, binds the name in its own source (a definition or an import that re-exports it),
-    and forge_gpu.<name> is that module's object, kept as an attribute once loaded."""
-    assert export_problem(name, module) is None  # which loaded it through forge_gpu's __getattr__
-    assert vars(forge_gpu).get(name) is getattr(importlib.import_module(module), name)  # and kept it
+    and forge_gpu.<domain>.<name> and forge_gpu.<name> are that module's object, kept once loaded."""
+    assert export_problem(name, module, domain) is None  # which loaded it through the modules' __getattr__
+    value = getattr(importlib.import_module(module), name)
+    assert vars(DOMAINS[domain]).get(name) is value and vars(forge_gpu).get(name) is value  # and kept it
 
 
 def test_every_name_of_all_resolves():
-    missing = [name for name in forge_gpu.__all__ if getattr(forge_gpu, name, None) is None]
+    missing = [f"{d}.{n}" for d, m in DOMAINS.items() for n in m.__all__ if getattr(m, n, None) is None]
     assert not missing
 
 
 def test_an_unknown_name_is_an_attribute_error():
-    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+    with pytest.raises(AttributeError, match="module 'forge_gpu' has no attribute 'not_a_name'"):
         forge_gpu.not_a_name  # noqa: B018
+    with pytest.raises(AttributeError, match="module 'forge_gpu.reading' has no attribute 'make'"):
+        DOMAINS["reading"].make  # noqa: B018
 
 
 @pytest.mark.parametrize(
@@ -89,9 +111,11 @@ def test_bound_at_top_level_sees_definitions_and_re_exports():
 
 
 def test_importing_forge_gpu_loads_none_of_its_modules():
-    """Names load on first use: ``import forge_gpu`` imports no module of forge_gpu._src, Warp or torch."""
+    """Names load on first use: ``import forge_gpu`` and its domain modules import no module of forge_gpu._src,
+    Warp or torch."""
     code = (
-        "import sys, forge_gpu; "
+        "import sys, forge_gpu, forge_gpu.sim, forge_gpu.recording, forge_gpu.formats, forge_gpu.reading, "
+        "forge_gpu.curation, forge_gpu.export; "
         "print(sorted(m for m in sys.modules if m.startswith('forge_gpu._src') or m in ('warp', 'newton', 'torch')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

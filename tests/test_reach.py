@@ -7,9 +7,9 @@ import pytest
 from envtools import DEVICES, assert_graph, rollout
 
 import forge_gpu
-from forge_gpu._src.collect.collector import collect
-from forge_gpu._src.data.runs import read_episodes
-from forge_gpu._src.formats.registry import read_manifest
+from forge_gpu.formats import read_manifest
+from forge_gpu.reading import read_episodes
+from forge_gpu.recording import collect
 
 SMALL = {"params.image_size": 32}
 

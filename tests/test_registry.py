@@ -31,12 +31,12 @@ from forge_gpu import (
 from forge_gpu._src.core.files import write_json_atomic
 from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.core.manifest import RUN_MANIFEST, initial_manifest
-from forge_gpu._src.data.tools.inspection import inspect_run
-from forge_gpu._src.data.tools.repair import repair_run
 from forge_gpu._src.formats import registry as formats
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.tracker import EpisodeTracker
 from forge_gpu.cli import build_parser, main
+from forge_gpu.curation import repair_run
+from forge_gpu.reading import inspect_run
 
 FILE = "episodes.pkl"
 MEMBERS = ("action", "reward", "terminated", "truncated")

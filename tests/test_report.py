@@ -16,11 +16,11 @@ from synthetic import SyntheticSim, make_batches, make_env, record
 
 import forge_gpu
 from forge_gpu import PackedRecorder
-from forge_gpu._src.core.dataset import write_dataset_manifest
 from forge_gpu._src.data.tools.report_charts import MAX_FRAMES, MAX_SIDE, animation, chart, histogram
 from forge_gpu._src.data.tools.report_page import SECTIONS
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
+from forge_gpu.recording import write_dataset_manifest
 
 needs_chromium = pytest.mark.skipif(chromium() is None, reason="no chromium: .ci/run installs it (apt-get)")
 

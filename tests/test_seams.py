@@ -5,10 +5,10 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, make_env, record
 
 import forge_gpu
-from forge_gpu import EpisodeRecorder, PackedRecorder, Recorder, RunDescription, read_episodes, read_manifest
+from forge_gpu import NpzRecorder, PackedRecorder, Recorder, RunDescription, read_episodes, read_manifest
 
 
-@pytest.mark.parametrize("recorder", [PackedRecorder, EpisodeRecorder])
+@pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
 def test_a_recorder_records_from_a_plain_description(tmp_path, recorder):
     """Given a RunDescription (no env object) a recorder writes a run whose manifest says what it described."""
     run = make_description(num_envs=3, max_steps=6, transport="elsewhere")

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from synthetic import SyntheticSim, make_batches, make_env, record
 
-from forge_gpu import EpisodeRecorder, PackedRecorder, compute_statistics, read_episodes, run_statistics
-from forge_gpu._src.data.tools.inspection import format_report, inspect_run
+from forge_gpu import NpzRecorder, PackedRecorder, compute_statistics, read_episodes, run_statistics
+from forge_gpu._src.data.tools.inspection import format_report
 from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
 from forge_gpu.cli import main
+from forge_gpu.reading import inspect_run
 
 
 def expected(values: np.ndarray) -> dict:
@@ -104,7 +105,7 @@ def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
         load_statistics(tmp_path)
 
 
-@pytest.mark.parametrize("recorder", [PackedRecorder, EpisodeRecorder])
+@pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
 def test_recorded_statistics_equal_numpy_over_the_batches(tmp_path, recorder):
     """Both recorders write stats.json at close: observation fields over every row of every batch, action and
     reward over the active rows, equal to numpy's figures on the same data."""

@@ -13,11 +13,12 @@ import warp as wp
 
 import forge_gpu
 from forge_gpu._src.sim.config import config_dir
-from forge_gpu._src.sim.env import SHARED, VectorEnv
+from forge_gpu._src.sim.env import SHARED
 from forge_gpu._src.sim.tasks.base import TaskBinding
 from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
 from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES
 from forge_gpu._src.sim.world import World
+from forge_gpu.sim import VectorEnv
 
 
 class ShortCartpole(CartpoleTask):

@@ -300,7 +300,3 @@ def _spare_buffers(num_envs: int, max_steps: int, slot_bytes: int, max_buffer_by
             f"{num_envs + spare} episode buffers need {(num_envs + spare) * slot_bytes} bytes"
         )
     return spare
-
-
-#: The name NpzRecorder had while it was the only recorder (``forge_gpu.EpisodeRecorder`` keeps working).
-EpisodeRecorder = NpzRecorder

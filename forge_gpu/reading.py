@@ -1,0 +1,22 @@
+"""forge_gpu.reading: reading runs (numpy alone; torch on first use of the torch datasets): episodes, training
+windows, and what checks or shows a run: ``inspect_run``, ``verify_run``, ``report``, ``view_run``."""
+
+from forge_gpu._surface import lazy_names
+
+NAMES = {
+    "open_run": "forge_gpu._src.data.runs",
+    "read_episodes": "forge_gpu._src.data.runs",
+    "action_windows": "forge_gpu._src.data.runs",
+    "Episode": "forge_gpu._src.core.episode",
+    "EpisodeReadOptions": "forge_gpu._src.core.episode",
+    "Windows": "forge_gpu._src.data.windows",
+    "WindowDataset": "forge_gpu._src.data.torch_data",
+    "WindowMapDataset": "forge_gpu._src.data.torch_data",
+    "device_batch": "forge_gpu._src.data.torch_data",
+    "inspect_run": "forge_gpu._src.data.tools.inspection",
+    "verify_run": "forge_gpu._src.data.tools.verify",
+    "report": "forge_gpu._src.data.tools.report",
+    "view_run": "forge_gpu._src.data.tools.view",
+}
+
+__all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

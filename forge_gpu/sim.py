@@ -1,0 +1,21 @@
+"""forge_gpu.sim: batched Newton worlds (Warp and Newton load on first use): tasks, their configs, the env, the
+device, policies."""
+
+from forge_gpu._surface import lazy_names
+
+NAMES = {
+    "make": "forge_gpu._src.sim.make",
+    "task_config": "forge_gpu._src.sim.make",
+    "VectorEnv": "forge_gpu._src.sim.env",
+    "default_device": "forge_gpu._src.sim.device",
+    "StepResult": "forge_gpu._src.sim.step_result",
+    "TaskConfig": "forge_gpu._src.sim.config",
+    "make_policy": "forge_gpu._src.sim.policies",
+    "load_policy": "forge_gpu._src.sim.policies",
+    "TASKS": "forge_gpu._src.sim.tasks.registry",
+    "Task": "forge_gpu._src.sim.tasks.base",
+    "TaskSpec": "forge_gpu._src.sim.tasks.base",
+    "register_task": "forge_gpu._src.sim.tasks.registry",
+}
+
+__all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)
