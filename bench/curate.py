@@ -41,7 +41,7 @@ from packed import fs_type  # noqa: E402
 
 from forge_gpu import Episode, RunDescription, merge_runs, select_run, split_run  # noqa: E402
 from forge_gpu._src.core.manifest import initial_manifest  # noqa: E402
-from forge_gpu._src.data.tools.convert import write_run  # noqa: E402
+from forge_gpu._src.data.curation.writing import write_run  # noqa: E402
 from forge_gpu._src.formats.registry import FORMATS  # noqa: E402
 
 FULL = {"episodes": 2000, "steps": 40}

@@ -13,10 +13,10 @@ NAMES = {
     "WindowDataset": "forge_gpu._src.data.torch_data",
     "WindowMapDataset": "forge_gpu._src.data.torch_data",
     "device_batch": "forge_gpu._src.data.torch_data",
-    "inspect_run": "forge_gpu._src.data.tools.inspection",
-    "verify_run": "forge_gpu._src.data.tools.verify",
-    "report": "forge_gpu._src.data.tools.report",
-    "view_run": "forge_gpu._src.data.tools.view",
+    "inspect_run": "forge_gpu._src.data.integrity.inspection",
+    "verify_run": "forge_gpu._src.data.integrity.verify",
+    "report": "forge_gpu._src.data.look.report",
+    "view_run": "forge_gpu._src.data.look.view",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -441,3 +441,16 @@ def test_collect_has_one_flag_per_recording_option_and_builds_them_from_it():
     default = forge_gpu.RecordingOptions()
     changed = {name for name in FIELDS for o in (a, b) if getattr(o, name) != getattr(default, name)}
     assert changed == set(FIELDS)
+
+
+def test_the_command_lines_docstring_names_every_subcommand():
+    """forge_gpu/cli/__init__.py's docstring lists the subcommands: each one the parser has (sixteen)."""
+    import re
+
+    import forge_gpu.cli
+    from forge_gpu.cli import build_parser
+
+    commands = set(build_parser()._subparsers._group_actions[0].choices)
+    listed = forge_gpu.cli.__doc__.split("\n\n")[0]
+    named = set(re.findall(r"[a-z]+", listed)) & commands
+    assert named == commands and len(commands) == 16, sorted(commands - named)

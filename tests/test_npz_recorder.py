@@ -510,9 +510,9 @@ import forge_gpu._src.formats.packed.blocks
 import forge_gpu._src.formats.packed.repair
 import forge_gpu._src.formats.packed.recorder
 import forge_gpu._src.data.windows
-import forge_gpu._src.data.tools.convert
-import forge_gpu._src.data.tools.repair
-import forge_gpu._src.data.tools.inspection
+import forge_gpu._src.data.curation.convert
+import forge_gpu._src.data.integrity.run_repair
+import forge_gpu._src.data.integrity.inspection
 import forge_gpu._src.core.manifest
 import forge_gpu._src.formats.registry
 import forge_gpu._src.formats.npz.reader

@@ -21,7 +21,7 @@ from synthetic import (
 
 import forge_gpu
 from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run
-from forge_gpu._src.data.tools.inspection import format_report
+from forge_gpu._src.data.integrity.inspection import format_report
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 from forge_gpu.curation import repair_run
 from forge_gpu.reading import inspect_run

@@ -7,7 +7,7 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_env, record
 
 from forge_gpu import NpzRecorder, PackedRecorder, compute_statistics, read_episodes, run_statistics
-from forge_gpu._src.data.tools.inspection import format_report
+from forge_gpu._src.data.integrity.inspection import format_report
 from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
 from forge_gpu.cli import main
 from forge_gpu.reading import inspect_run

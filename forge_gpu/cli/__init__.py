@@ -1,15 +1,17 @@
-"""The ``forge-gpu`` command: collect, replay, inspect and render runs.
+"""The ``forge-gpu`` command, its sixteen subcommands: collect, replay, tasks, doctor (simulate); inspect, verify,
+render, repair, convert, export, stats (read runs); select, merge, split (write runs of other runs' episodes);
+report, view (show a run to a person). tests/test_cli.py checks that this list names every subcommand.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
 The code is in six modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
-recording flags, one per ``RecordingOptions`` field), ``_sim`` (the commands
-that simulate: collect, doctor), ``_data`` (the commands that read runs: inspect, verify, render, repair,
-convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
-split) and ``_look`` (the commands that show a run to a person: report, view). Only ``_sim``'s commands import
-Warp and Newton, and only when they run.
+recording flags, one per ``RecordingOptions`` field), ``_sim`` (the commands that simulate: collect, replay, tasks,
+doctor), ``_data`` (the commands that read runs: inspect, verify, render, repair, convert, export, stats),
+``_curate`` (the commands that write runs of other runs' episodes: select, merge, split) and ``_look`` (the
+commands that show a run to a person: report, view). Only ``_sim``'s commands import Warp and Newton, and only
+when they run.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - :func:`split_run`: a deterministic train/validation split by episode, as two runs.
 
 Each writes a packed run (episodes end to end, statistics recomputed from what it holds) through ``convert``'s
-:func:`convert.write_run`. The episodes keep their values, state, params and instruction; their ids are kept but
+:func:`writing.write_run`. The episodes keep their values, state, params and instruction; their ids are kept but
 for the env offset of every source after the first (``env_id + env_offset``), so that no two collide, and run.json's
 ``curated`` names each source run and its offset, which traces every episode back. numpy and the standard library
 (pyarrow for packed runs).
@@ -25,9 +25,9 @@ from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_return, episode_succeeded
 from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import new_partial, publish
-from forge_gpu._src.data.tools.convert import check_target, new_manifest, now, open_closed_run, write_run
-from forge_gpu._src.data.tools.statistics import new_statistics
-from forge_gpu._src.data.tools.where import Where
+from forge_gpu._src.data.curation.run_statistics import new_statistics
+from forge_gpu._src.data.curation.where import Where
+from forge_gpu._src.data.curation.writing import check_target, new_manifest, now, open_closed_run, write_run
 from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of
 
 #: The per-episode values every run has, beside its params (each by its name).

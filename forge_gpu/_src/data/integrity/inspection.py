@@ -214,7 +214,7 @@ def format_report(report: dict) -> str:
     if report.get("statistics") is None:
         lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
     else:
-        from forge_gpu._src.data.tools.statistics import format_statistics
+        from forge_gpu._src.data.curation.run_statistics import format_statistics
 
         lines.append("statistics (per channel; q01/q99 within 0.4%):")
         lines += format_statistics(report["statistics"])
