@@ -12,16 +12,18 @@ from pathlib import Path
 import pytest
 from scripts import TOOLS, load_script
 
-TOOLS_USED = ("gpu_check", "offline", "gpu_plan")
+TOOLS_USED = ("gpu_check", "offline", "gpu_plan", "pytest_driver")
 
 REPO = Path(__file__).resolve().parent.parent
-gpu_check, offline, gpu_plan = (load_script(TOOLS / f"{name}.py", f"tools_{name}_plan") for name in TOOLS_USED)
+gpu_check, offline, gpu_plan, pytest_driver = (
+    load_script(TOOLS / f"{name}.py", f"tools_{name}_plan") for name in TOOLS_USED
+)
 
 
 def test_the_tests_sections_pytest_collects_the_tests_that_import_test_helpers():
     """Defect 1: pytest ran with -P from the root, so ``from tests.crashsim import ...`` (tests/test_crash.py)
     failed to import and the section ran no test. The command now puts the root last on PYTHONPATH."""
-    command, env = gpu_check.pytest_command(["tests/test_crash.py"], None)
+    command, env = pytest_driver.pytest_command(["tests/test_crash.py"], None, REPO)
     assert "-P" in command  # the installed forge_gpu, not the source tree's, comes first
     done = subprocess.run([*command, "--collect-only", "-q"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -55,7 +55,6 @@ import platform
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -71,6 +70,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # (bench/common.py): the one folder a tool adds to the path.
 sys.path.insert(0, str(ROOT / "bench"))
 from common import RESULTS, save, table  # noqa: E402
+from isolate import log_tail, run_isolated  # noqa: E402  (tools/: this script's folder)
+from pytest_driver import pytest_command, run_pytest  # noqa: E402
 
 FULL = {
     "cartpole": {"num_envs": 4096, "steps": 1000},
@@ -308,48 +309,6 @@ def doctor(ctx):
         yield {"figure": check.name, "value": check.found, "ok": check.ok}
 
 
-def junit_counts(path: Path) -> dict | None:
-    """passed / failed / errors / skipped and the failed tests' ids of a pytest junit XML; None if unreadable."""
-    import xml.etree.ElementTree as ET
-
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return None
-    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "failures": []}
-    for case in root.iter("testcase"):
-        if not case.get("name"):
-            continue  # the test that was running when pytest was interrupted
-        name = f"{case.get('classname', '')}::{case.get('name')}"
-        if case.find("failure") is not None or case.find("error") is not None:
-            bad = case.find("failure") if case.find("failure") is not None else case.find("error")
-            counts["failed" if bad.tag == "failure" else "errors"] += 1
-            message = (bad.get("message") or "").splitlines()[0][:120] if bad.get("message") else ""
-            counts["failures"].append(f"{name} ({message})" if message else name)
-        elif case.find("skipped") is not None:
-            counts["skipped"] += 1
-        else:
-            counts["passed"] += 1
-    return counts
-
-
-VERBOSE_RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.M)
-COLLECTED = re.compile(r"collected (\d+) items?(?: / (\d+) deselected)?(?: / (\d+) selected)?")
-
-
-def pytest_command(paths: list[str], marks: str | None) -> tuple[list[str], dict]:
-    """The tests section's pytest command and environment. ``-P``: the working directory (the repository root) is
-    not put first on sys.path, so ``forge_gpu`` is the installed one (the wheel layout: /tmp/site on PYTHONPATH,
-    where the source tree's ``forge_gpu`` lacks ``forge_gpu.kernels``); the root goes last on PYTHONPATH, so
-    ``tests.crashsim`` and the other helpers import, and an editable install (which maps ``forge_gpu.kernels``
-    onto ``kernels/``) behaves as in CI."""
-    command = [sys.executable, "-P", "-u", "-m", "pytest", *paths, *(["-m", marks] if marks else []), "-v", "-rA"]
-    command += ["-p", "no:cacheprovider", "--ignore=tests/test_bench_smoke.py"]
-    env = {k: v for k, v in os.environ.items() if k != "FORGE_GPU_VERBOSE"}  # tests check Warp's quiet start
-    env["PYTHONPATH"] = os.pathsep.join([*filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), str(ROOT)])
-    return command, env
-
-
 def tests(ctx):
     """pytest -m cuda (every device-parametrized test's CUDA case) in a child process, stopped with SIGINT at the
     section's deadline; --smoke: tests/test_env.py on the CPU."""
@@ -359,7 +318,7 @@ def tests(ctx):
     junit = ctx.logs / "tests-junit.xml"
     junit.unlink(missing_ok=True)
     selection = size["marks"]
-    command, env = pytest_command(size["paths"], selection)
+    command, env = pytest_command(size["paths"], selection, ROOT)
     command += [f"--junitxml={junit}"]
     if importlib.util.find_spec("pytest_timeout") is not None:
         per_test = f"per-test timeout {size['per_test_timeout_s']} s (pytest-timeout)"
@@ -368,58 +327,11 @@ def tests(ctx):
         per_test = "no per-test timeout: pytest-timeout is not importable"
     deadline = max(10.0, ctx.timeout - TESTS_GRACE_S)
     say(ctx, " ".join(command))
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        preexec_fn=_child_setup,
-    )
-    chunks: list[bytes] = []
-
-    def copy_output():
-        while chunk := os.read(proc.stdout.fileno(), 65536):
-            chunks.append(chunk)
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
-
-    reader = threading.Thread(target=copy_output, daemon=True)
-    reader.start()
-    stopped = ""
-    try:
-        proc.wait(deadline)
-    except subprocess.TimeoutExpired:
-        running = b"".join(chunks).decode(errors="replace").rsplit("\n", 1)[-1].strip()
-        stopped = f"stopped at its deadline of {deadline:.0f} s" + (f" during {running}" if "::" in running else "")
-        say(ctx, f"{stopped}: SIGINT")
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(TESTS_GRACE_S - 5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            stopped += ", killed (no answer to SIGINT)"
-    reader.join(5)
-    seconds = time.perf_counter() - started
-    output = b"".join(chunks).decode(errors="replace")
-    counts = junit_counts(junit)
-    source = "junit XML"
-    if counts is None:  # killed before it wrote the XML: count the -v lines
-        source = "-v output (no junit XML)"
-        counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "failures": []}
-        for nodeid, result in VERBOSE_RESULT.findall(output):
-            key = {"PASSED": "passed", "XPASS": "passed", "FAILED": "failed", "ERROR": "errors"}.get(result, "skipped")
-            counts[key] += 1
-            if key in ("failed", "errors"):
-                counts["failures"].append(nodeid)
-    collected, selected = COLLECTED.search(output), "?"
-    if collected:
-        selected = collected.group(3) or str(int(collected.group(1)) - int(collected.group(2) or 0))
-    summary = f"{selected} selected: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
-    summary += f", {counts['errors']} errors in {seconds:.0f} s (from the {source}; exit {proc.returncode}); {per_test}"
+    done = run_pytest(command, env, ROOT, junit, deadline, TESTS_GRACE_S, lambda message: say(ctx, message))
+    counts, stopped, seconds, returncode = done["counts"], done["stopped"], done["seconds"], done["returncode"]
+    summary = f"{done['selected']} selected: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} "
+    summary += f"skipped, {counts['errors']} errors in {seconds:.0f} s (from the {done['source']}; exit {returncode}); "
+    summary += per_test
     if stopped:
         summary += f"; {stopped}"
     failures = counts["failures"]
@@ -427,7 +339,7 @@ def tests(ctx):
     yield {
         "figure": f"pytest {' '.join(size['paths'])}" + (f" -m {selection}" if selection else ""),
         "value": "; ".join([summary, *failures[:10], *([f"{len(failures) - 10} more"] if len(failures) > 10 else [])]),
-        "ok": not stopped and proc.returncode == 0 and not failures and total > 0,
+        "ok": not stopped and returncode == 0 and not failures and total > 0,
     }
 
 
@@ -881,55 +793,6 @@ def run_section_here(args) -> int:
 # -- the parent: each section in a child process, under its timeout ----------------------------------------------
 
 
-def _child_setup() -> None:
-    """In a child before exec: SIGINT back to its default (a background shell ignores it, and pytest must be
-    able to stop on it), and on Linux SIGKILL when the parent dies, so no orphan keeps the GPU."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
-
-
-FAULT_HEADER = re.compile(r"^(Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!|Fatal Python error: .*)$", re.M)
-
-
-def log_tail(text: str, lines: int = 6, chars: int = 700) -> tuple[str, str]:
-    """The last lines of a section's log before any faulthandler dump, and the innermost frames of the dump
-    (the thread that crashed, or the main thread, listed last, for a timeout)."""
-    where = ""
-    match = FAULT_HEADER.search(text)
-    before = text if match is None else text[: match.start()]
-    if match is not None:
-        dump = text[match.start() :]
-        if match.group(0).startswith("Timeout"):
-            block = dump.rsplit("(most recent call first):", 1)[-1]
-        else:
-            block = dump.split("Current thread", 1)[-1].split("(most recent call first):", 1)[-1]
-        frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File")][:4]
-        where = f"{match.group(0)} " + " <- ".join(frames)
-    last = [line.strip() for line in before.splitlines() if line.strip()][-lines:]
-    return " | ".join(last)[-chars:], where[:chars]
-
-
-def _kill_group(proc: subprocess.Popen) -> str:
-    """SIGTERM to the child's process group, SIGKILL after TERM_GRACE_S; what it took."""
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return "exited"
-        try:
-            proc.wait(wait)
-            return "exited on SIGTERM" if sig == signal.SIGTERM else "killed (SIGTERM ignored)"
-        except subprocess.TimeoutExpired:
-            continue
-    return "still there after SIGKILL (stuck in the kernel driver?)"
-
-
 def run_child(name: str, args, logs: Path, most: float | None = None) -> tuple[list[dict], dict]:
     """Run one section in its own process under its timeout (at most ``most`` seconds): its rows, and what became
     of it."""
@@ -943,31 +806,7 @@ def run_child(name: str, args, logs: Path, most: float | None = None) -> tuple[l
     command += ["--smoke"] if args.smoke else []
     command += ["--device", args.device] if args.device else []
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1", FORGE_GPU_VERBOSE="1")
-    started = time.perf_counter()
-    status, note = "done", ""
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group: a cut takes its children (pytest) too
-            preexec_fn=_child_setup,
-        )
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            status, note = "timeout", _kill_group(proc)
-        except BaseException:  # Ctrl-C: stop the section, then let the caller save and stop
-            _kill_group(proc)
-            raise
-        else:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # anything it left running
-            except (ProcessLookupError, PermissionError):
-                pass
-    seconds = time.perf_counter() - started
+    status, note, returncode, seconds = run_isolated(command, log_path, timeout, env, TERM_GRACE_S)
     try:
         payload = json.loads(rows_path.read_text())
     except (OSError, ValueError):
@@ -984,8 +823,8 @@ def run_child(name: str, args, logs: Path, most: float | None = None) -> tuple[l
                 "ok": False,
             }
         )
-    elif proc.returncode != 0 or not payload["done"]:
-        code = proc.returncode
+    elif returncode != 0 or not payload["done"]:
+        code = returncode
         how = f"died of {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         status = "error"
         rows.append({"section": name, "figure": "error", "value": f"the process {how}{detail}", "ok": False})
