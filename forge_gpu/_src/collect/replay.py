@@ -24,7 +24,7 @@ from queue import Full, Queue
 
 import numpy as np
 
-from forge_gpu._src.collect.resimulate import batches, frame_bytes, from_actions, from_state, waves
+from forge_gpu._src.collect.replay_waves import batches, frame_bytes, from_actions, from_state, waves
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_succeeded
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
