@@ -1,4 +1,5 @@
-"""Shared helpers of the bench scripts: argument defaults, timing, JSON and table output."""
+"""Shared helpers of the bench scripts (each imports them from here, none from another script): argument defaults,
+timing, JSON and table output, the machine and its file system, sizes on disk, image error, one stepping rate."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import platform
 import time
 from pathlib import Path
+
+import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -39,7 +42,6 @@ def timed(fn, *, min_seconds: float, min_reps: int = 3) -> list[float]:
 
 def summary_ms(times) -> dict:
     """Median, 95th percentile and mean of per-call ``times`` [s], in milliseconds."""
-    import numpy as np
 
     t = np.asarray(times, dtype=np.float64) * 1e3
     return {"median_ms": float(np.median(t)), "p95_ms": float(np.percentile(t, 95)), "mean_ms": float(t.mean())}
@@ -115,3 +117,83 @@ def add_set_option(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument(
         "--set", dest="overrides", action="append", type=parse_override, default=[], metavar="KEY=VALUE", help=help
     )
+
+
+def fs_type(path: str) -> str:
+    """The file system type of ``path`` (from /proc/mounts; the longest matching mount point)."""
+    path, best = os.path.realpath(path), ("", "unknown")
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            mount, kind = line.split()[1], line.split()[2]
+            if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best[0]):
+                best = (mount, kind)
+    except OSError:
+        pass
+    return best[1]
+
+
+def tree_bytes(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def psnr(decoded: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Per-frame PSNR [dB] of uint8 frames (peak 255); inf where a frame is exact."""
+    error = (decoded.astype(np.float64) - reference.astype(np.float64)).reshape(len(reference), -1)
+    mse = (error**2).mean(axis=1)
+    with np.errstate(divide="ignore"):
+        return 10 * np.log10(255.0**2 / mse)
+
+
+def lerobot_video_frames(root: str, steps: list[int]) -> list[np.ndarray]:
+    """The camera frames of each episode of the LeRobot export ``root`` (``steps``: each episode's frames, in the
+    export's order), decoded with PyAV: one uint8 [T, H, W, 3] array per episode."""
+    import av
+    import pyarrow.parquet as pq
+
+    meta = pq.read_table(os.path.join(root, "meta/episodes/chunk-000/file-000.parquet")).to_pylist()
+    key = "observation.images.rgb"
+    fps = json.loads(Path(root, "meta/info.json").read_text())["fps"]
+    decoded, out = {}, []
+    for m, count in zip(meta, steps, strict=True):
+        path = os.path.join(
+            root,
+            f"videos/{key}/chunk-{m[f'videos/{key}/chunk_index']:03d}/file-{m[f'videos/{key}/file_index']:03d}.mp4",
+        )
+        if path not in decoded:
+            with av.open(path) as container:
+                decoded[path] = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        first = round(m[f"videos/{key}/from_timestamp"] * fps)
+        out.append(decoded[path][first : first + count])
+    return out
+
+
+def measure_stepping(task: str, num_envs: int, device: str, seconds: float, policy_name: str, overrides=None) -> dict:
+    """Median step time and env-steps/s of ``task`` at ``num_envs`` under ``policy_name`` (after 3 warm-up steps:
+    compile, and on CUDA capture), for at least ``seconds``."""
+    import warp as wp
+
+    import forge_gpu
+
+    env = forge_gpu.make(task, num_envs=num_envs, device=device, **(overrides or {}))
+    policy = forge_gpu.make_policy(policy_name, env)
+    env.reset()
+
+    def one_step():
+        env.step(policy(env.observation))
+        wp.synchronize_device(env.device)
+
+    for _ in range(3):  # compile and, on CUDA, capture the graph
+        one_step()
+    times = np.array(timed(one_step, min_seconds=seconds))
+    return {
+        "task": task,
+        "num_envs": num_envs,
+        "device": str(env.device),
+        "policy": policy_name,
+        "overrides": dict(overrides or {}),
+        "steps": len(times),
+        "median_step_ms": float(np.median(times) * 1e3),
+        "env_steps_per_s": float(num_envs / np.median(times)),
+    }

@@ -36,8 +36,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
-from packed import fs_type  # noqa: E402
+from common import fs_type, machine, save, table, tree_bytes  # noqa: E402
 
 from forge_gpu import Episode, RunDescription, merge_runs, select_run, split_run  # noqa: E402
 from forge_gpu._src.core.manifest import initial_manifest  # noqa: E402
@@ -113,10 +112,6 @@ def make_source(out: str, sizes: dict) -> str:
     manifest.update(status="closed")
     write_run(out, manifest, episodes(sizes["episodes"], sizes["steps"]), to="packed", compression="none")
     return out
-
-
-def tree_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def timed_copy(path: str) -> float:

@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 
-from common import machine, save, table
-from packed import fs_type, make_batches
+from common import fs_type, machine, save, table
+from packed import make_batches
 
 SHAPES = {
     "short": {"num_envs": 4096, "steps": 60, "image": None},

@@ -36,8 +36,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
-from packed import fs_type  # noqa: E402
+from common import fs_type, lerobot_video_frames, machine, save, table, tree_bytes  # noqa: E402
 
 import forge_gpu  # noqa: E402
 from forge_gpu import convert_run, export_lerobot, export_robomimic, read_episodes  # noqa: E402
@@ -65,35 +64,6 @@ def make_env(task: str, num_envs: int, image_size: int | None):
 def record(task: str, num_envs: int, steps: int, image_size: int | None, out: str, policy: str = "random") -> str:
     env = make_env(task, num_envs, image_size)
     forge_gpu.collect(env, forge_gpu.make_policy(policy, env), out, steps=steps)
-    return out
-
-
-def tree_bytes(path: str) -> int:
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-
-
-def lerobot_video_frames(root: str, steps: list[int]) -> list[np.ndarray]:
-    """The camera frames of each episode of the LeRobot export ``root`` (``steps``: each episode's frames, in the
-    export's order), decoded with PyAV: one uint8 [T, H, W, 3] array per episode."""
-    import av
-    import pyarrow.parquet as pq
-
-    meta = pq.read_table(os.path.join(root, "meta/episodes/chunk-000/file-000.parquet")).to_pylist()
-    key = "observation.images.rgb"
-    fps = json.loads(Path(root, "meta/info.json").read_text())["fps"]
-    decoded, out = {}, []
-    for m, count in zip(meta, steps, strict=True):
-        path = os.path.join(
-            root,
-            f"videos/{key}/chunk-{m[f'videos/{key}/chunk_index']:03d}/file-{m[f'videos/{key}/file_index']:03d}.mp4",
-        )
-        if path not in decoded:
-            with av.open(path) as container:
-                decoded[path] = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
-        first = round(m[f"videos/{key}/from_timestamp"] * fps)
-        out.append(decoded[path][first : first + count])
     return out
 
 

@@ -47,9 +47,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
-from export import lerobot_video_frames, tree_bytes  # noqa: E402
-from gpu_frames import psnr  # noqa: E402
+from common import lerobot_video_frames, machine, psnr, save, table, tree_bytes  # noqa: E402
 
 import forge_gpu  # noqa: E402
 from forge_gpu._src.core.codec_specs import default_codec  # noqa: E402

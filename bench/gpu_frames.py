@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
+from common import machine, psnr, save, table  # noqa: E402
 
 SIZES = {
     "full": {"num_envs": 512, "image_size": 128, "steps": 20},
@@ -64,14 +64,6 @@ def _publish(env, policy, transport, steps: int) -> tuple[float, dict]:
         transport.close()
         consumer.join(timeout=120)
     return time.perf_counter() - start, last
-
-
-def psnr(decoded: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Per-frame PSNR [dB] of uint8 frames (peak 255); inf where a frame is exact."""
-    error = (decoded.astype(np.float64) - reference.astype(np.float64)).reshape(len(reference), -1)
-    mse = (error**2).mean(axis=1)
-    with np.errstate(divide="ignore"):
-        return 10 * np.log10(255.0**2 / mse)
 
 
 def frames_rows(device: str | None, smoke: bool, say=print):

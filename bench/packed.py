@@ -66,7 +66,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
-from common import machine, save, table  # noqa: E402
+from common import fs_type, machine, save, table  # noqa: E402
 from recorder import PerRowRecorder, figure_directory, new_directory, record  # noqa: E402
 from synthetic import make_env  # noqa: E402
 
@@ -91,19 +91,6 @@ SMOKE = {
     "windows_mmap": {"num_envs": 8, "steps": 12, "image_size": 16},
     "verify": {"num_envs": 8, "steps": 12, "image_size": 16, "pairs": 1, "drop_caches": False},
 }
-
-
-def fs_type(path: str) -> str:
-    """The file system type of ``path`` (from /proc/mounts; the longest matching mount point)."""
-    path, best = os.path.realpath(path), ("", "unknown")
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            mount, kind = line.split()[1], line.split()[2]
-            if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best[0]):
-                best = (mount, kind)
-    except OSError:
-        pass
-    return best[1]
 
 
 def make_batches(num_envs: int, steps: int, *, max_steps: int, end_prob: float, image: int | None = None, seed=0):

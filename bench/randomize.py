@@ -4,7 +4,7 @@
 python bench/randomize.py            # cartpole and ant at 256 and 1024 envs, reach at 64, on the CPU
 python bench/randomize.py --smoke    # seconds-long check that every figure is produced
 
-Rows, per task and env count (bench/stepping.py's measure: median step of a random policy):
+Rows, per task and env count (bench/common.py's measure_stepping: median step of a random policy):
   none      no [randomize] table: no draw, no write, no solver notification
   physics   every physics parameter of the task: one draw and one write launch per parameter at each step
             (for the worlds that reset) and SolverMuJoCo.notify_model_changed once per step, in the graph
@@ -17,8 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common import machine, save, table
-from stepping import measure
+from common import machine, measure_stepping, save, table
 
 PHYSICS = {
     "cartpole": {"mass_scale": [0.5, 2.0], "actuator_gain_scale": [0.8, 1.2]},
@@ -58,7 +57,7 @@ def main(argv=None) -> int:
             first = None
             for name, ranges in variants.items():
                 overrides = base | {f"randomize.{k}": v for k, v in ranges.items()}
-                row = measure(task, n, device, args.seconds, "random", overrides) | {"randomize": name}
+                row = measure_stepping(task, n, device, args.seconds, "random", overrides) | {"randomize": name}
                 first = first or row
                 row["vs_none"] = row["env_steps_per_s"] / first["env_steps_per_s"]
                 rows.append(row)

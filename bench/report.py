@@ -31,8 +31,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
-from common import save, table  # noqa: E402
-from packed import fs_type  # noqa: E402
+from common import fs_type, save, table  # noqa: E402
 from synthetic import make_env  # noqa: E402
 
 import forge_gpu  # noqa: E402

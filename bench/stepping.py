@@ -10,36 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-from common import add_set_option, machine, save, table, timed
-
-
-def measure(task: str, num_envs: int, device: str, seconds: float, policy_name: str, overrides=None) -> dict:
-    import warp as wp
-
-    import forge_gpu
-
-    env = forge_gpu.make(task, num_envs=num_envs, device=device, **(overrides or {}))
-    policy = forge_gpu.make_policy(policy_name, env)
-    env.reset()
-
-    def one_step():
-        env.step(policy(env.observation))
-        wp.synchronize_device(env.device)
-
-    for _ in range(3):  # compile and, on CUDA, capture the graph
-        one_step()
-    times = np.array(timed(one_step, min_seconds=seconds))
-    return {
-        "task": task,
-        "num_envs": num_envs,
-        "device": str(env.device),
-        "policy": policy_name,
-        "overrides": dict(overrides or {}),
-        "steps": len(times),
-        "median_step_ms": float(np.median(times) * 1e3),
-        "env_steps_per_s": float(num_envs / np.median(times)),
-    }
+from common import add_set_option, machine, measure_stepping, save, table
 
 
 def main(argv=None) -> int:
@@ -66,7 +37,7 @@ def main(argv=None) -> int:
     else:
         envs = [64, 256, 1024, 4096] + ([16384] if device.startswith("cuda") else [])
     overrides = dict(args.overrides)
-    rows = [measure(t, n, device, args.seconds, args.policy, overrides) for t in args.tasks for n in envs]
+    rows = [measure_stepping(t, n, device, args.seconds, args.policy, overrides) for t in args.tasks for n in envs]
     md = "## Stepping only\n\n" + table(rows, ["task", "device", "num_envs", "median_step_ms", "env_steps_per_s"])
     path = save("stepping", {"machine": machine(), "rows": rows}, md, args.out)
     print(md)

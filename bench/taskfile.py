@@ -17,8 +17,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))  # tests/reference_ant.py, the hand-written ant it compares with
-from common import machine, save, table  # noqa: E402
-from stepping import measure  # noqa: E402
+from common import machine, measure_stepping, save, table  # noqa: E402
 
 
 def register_reference(folder: Path) -> None:
@@ -52,7 +51,7 @@ def main(argv=None) -> int:
         rates = {"ant_handwritten": [], "ant": []}
         for _ in range(args.rounds):  # alternate, so that a change of load weighs on both alike
             for task in rates:
-                row = measure(task, n, args.device, args.seconds, "random")
+                row = measure_stepping(task, n, args.device, args.seconds, "random")
                 rates[task].append(row["env_steps_per_s"])
         for task, values in rates.items():
             rows.append({"task": task, "num_envs": n, "env_steps_per_s": float(np.median(values))})
@@ -64,7 +63,7 @@ def main(argv=None) -> int:
         )
     for task in ("quadruped", "humanoid"):
         for n in args.robot_envs:
-            rows.append({k: v for k, v in measure(task, n, args.device, args.seconds, "random").items()
+            rows.append({k: v for k, v in measure_stepping(task, n, args.device, args.seconds, "random").items()
                          if k in ("task", "num_envs", "env_steps_per_s")})  # fmt: skip
     md = (
         "## Task files: env-steps/s (random policy)\n\n"
