@@ -74,12 +74,13 @@ def apply_position_kernel(
 def reset_kernel(
     # Model:
     seed: int,
-    joint_position_range: float,
-    joint_velocity_range: float,
     root_coords: int,
     root_dofs: int,
     coords: wp.array[int],
     dofs: wp.array[int],
+    draw_kind: wp.array[int],
+    draw_index: wp.array[int],
+    draw_range: wp.array[float],
     default_q: wp.array2d[float],
     # Data in:
     reset_mask_in: wp.array[wp.bool],
@@ -91,8 +92,8 @@ def reset_kernel(
     previous_action_out: wp.array2d[float],
     noise_key_out: wp.array2d[float],
 ):
-    """The default pose (a free root at its start pose, at rest) plus uniform joint noise in +-range, drawn per
-    joint coordinate (position, then velocity) from (seed, env, next episode)."""
+    """The default pose (a free root at its start pose, at rest), then the draws in order, each uniform in
+    +-range from (seed, env, next episode): a coordinate's position (default + noise) or a dof's velocity."""
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
@@ -102,9 +103,15 @@ def reset_kernel(
     for i in range(root_dofs):
         joint_qd_out[worldid, i] = 0.0
     for k in range(coords.shape[0]):
-        noise = joint_position_range * (2.0 * wp.randf(state) - 1.0)
-        joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]] + noise
-        joint_qd_out[worldid, dofs[k]] = joint_velocity_range * (2.0 * wp.randf(state) - 1.0)
+        joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]]
+        joint_qd_out[worldid, dofs[k]] = 0.0
+    for k in range(draw_kind.shape[0]):
+        noise = draw_range[k] * (2.0 * wp.randf(state) - 1.0)
+        i = draw_index[k]
+        if draw_kind[k] == 0:
+            joint_q_out[worldid, i] = default_q[worldid, i] + noise
+        else:
+            joint_qd_out[worldid, i] = noise
     for k in range(last_action_out.shape[1]):
         last_action_out[worldid, k] = 0.0
         previous_action_out[worldid, k] = 0.0

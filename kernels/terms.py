@@ -384,6 +384,8 @@ class TermInfo:
     root: bool = False
     """Reads the free root joint."""
     doc: str = ""
+    reads: str = ""
+    """``action``: reads the executed action; ``previous``: the one before it too (the task then records them)."""
 
 
 OBSERVATIONS = {
@@ -398,7 +400,9 @@ OBSERVATIONS = {
     "body_quat": TermInfo(obs_body_quat, ("body", "relative_to"), 4, doc="body orientation xyzw"),
     "body_lin_vel": TermInfo(obs_body_lin_vel, ("body", "relative_to"), 3, doc="body linear velocity"),
     "body_ang_vel": TermInfo(obs_body_ang_vel, ("body", "relative_to"), 3, doc="body angular velocity"),
-    "last_action": TermInfo(obs_last_action, width="action", doc="the executed action of the transition"),
+    "last_action": TermInfo(
+        obs_last_action, width="action", doc="the executed action of the transition", reads="action"
+    ),
     "command": TermInfo(obs_command, width="command", doc="the episode's command"),
 }
 REWARDS = {
@@ -415,9 +419,9 @@ REWARDS = {
     "joint_pos_l2": TermInfo(rew_joint_pos_l2, ("joints",), doc="sum (q - default)^2"),
     "joint_vel_l2": TermInfo(rew_joint_vel_l2, ("joints",), doc="sum qd^2"),
     "joint_limit": TermInfo(rew_joint_limit, ("joints",), doc="sum of the distances beyond the limits"),
-    "action_l2": TermInfo(rew_action_l2, doc="sum a^2 of the executed action"),
-    "action_rate_l2": TermInfo(rew_action_rate_l2, doc="sum (a - previous a)^2"),
-    "energy": TermInfo(rew_energy, doc="sum |a * scale * qd| over the actuated joints"),
+    "action_l2": TermInfo(rew_action_l2, doc="sum a^2 of the executed action", reads="action"),
+    "action_rate_l2": TermInfo(rew_action_rate_l2, doc="sum (a - previous a)^2", reads="previous"),
+    "energy": TermInfo(rew_energy, doc="sum |a * scale * qd| over the actuated joints", reads="action"),
     "body_distance": TermInfo(rew_body_distance, ("body", "other"), doc="distance between two bodies [m]"),
     "body_to_command": TermInfo(rew_body_to_command, ("body", "command"), doc="body distance to a commanded point"),
     "body_height": TermInfo(rew_body_height, ("body",), doc="body z [m]"),

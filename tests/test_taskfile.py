@@ -154,6 +154,23 @@ def test_a_task_file_run_replays_from_state_reports_and_exports(run, tmp_path):
     assert forge_gpu.export_robomimic(run, tmp_path / "run.hdf5")["episodes"] == len(recorded)
 
 
+def _same_task_bit_for_bit(hand, file, action_dim: int, steps: int) -> int:
+    """Step both envs with the same random actions (some beyond the bounds); every frame's proprio, reward,
+    flags and joint state equal. Returns the episodes that ended."""
+    a, b = hand.reset(), file.reset()
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(steps):
+        assert np.array_equal(a.observation["proprio"].numpy(), b.observation["proprio"].numpy())
+        for name in ("reward", "terminated", "truncated"):
+            assert np.array_equal(getattr(a, name).numpy(), getattr(b, name).numpy()), name
+        assert np.array_equal(hand.joint_q.numpy(), file.joint_q.numpy())
+        ended += int(a.terminated.numpy().sum() + a.truncated.numpy().sum())
+        action = rng.uniform(-1.3, 1.3, (hand.num_envs, action_dim)).astype(np.float32)
+        a, b = hand.step(action), file.step(action)
+    return ended
+
+
 def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
     from tests import reference_ant
 
@@ -162,18 +179,24 @@ def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
         forge_gpu.register_task(reference_ant.AntTask, config=tmp_path / "ant_handwritten.toml")
     hand = forge_gpu.make("ant_handwritten", num_envs=4, device="cpu", seed=3, max_steps=25)
     file = forge_gpu.make("ant", num_envs=4, device="cpu", seed=3, max_steps=25)
-    a, b = hand.reset(), file.reset()
-    rng = np.random.default_rng(0)
-    ended = 0
-    for _ in range(60):
-        assert np.array_equal(a.observation["proprio"].numpy(), b.observation["proprio"].numpy())
-        for name in ("reward", "terminated", "truncated"):
-            assert np.array_equal(getattr(a, name).numpy(), getattr(b, name).numpy()), name
-        assert np.array_equal(hand.joint_q.numpy(), file.joint_q.numpy())
-        ended += int(a.terminated.numpy().sum() + a.truncated.numpy().sum())
-        action = rng.uniform(-1.3, 1.3, (4, 8)).astype(np.float32)
-        a, b = hand.step(action), file.step(action)
-    assert ended >= 4  # the flags were compared where they are set, not only while all are false
+    # The flags were compared where they are set, not only while all are false.
+    assert _same_task_bit_for_bit(hand, file, 8, 60) >= 4
+
+
+def test_the_file_based_cartpole_equals_the_hand_written_one_bit_for_bit(tmp_path):
+    """Same observations, rewards (0 on a terminating step), flags and state columns, for the same seed and
+    actions; also with params overridden (the same key changes both) and a randomized mass."""
+    from tests import reference_cartpole
+
+    reference_cartpole.register(tmp_path)
+    for overrides in ({}, {"params.angle_cost": 2.5, "params.cart_limit": 0.5, "params.pole_length": 0.7,
+                           "randomize.mass_scale": [0.5, 2.0]}):  # fmt: skip
+        hand = forge_gpu.make("cartpole_handwritten", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
+        file = forge_gpu.make("cartpole", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
+        assert file.config.params.angle_cost == hand.config.params.angle_cost
+        assert _same_task_bit_for_bit(hand, file, 1, 90) >= 12
+        # The same fields and state columns (the README's quick start prints them).
+        assert hand.spec["observation"] == file.spec["observation"] and hand.spec["state"] == file.spec["state"]
 
 
 BAD = [

@@ -6,7 +6,7 @@ import dataclasses
 
 from forge_gpu._src.sim.tasks.filetask import FileTask
 from forge_gpu._src.sim.tasks.registry import TASKS, resolve_task
-from forge_gpu._src.sim.tasks.taskfile import model_file
+from forge_gpu._src.sim.tasks.taskmodel import model_file
 
 
 def task_lines() -> list[str]:
@@ -33,7 +33,7 @@ def describe_task(name: str) -> list[str]:
     lines = [f"task {task_id}: {config.instruction!r}", f"  defined by {_origin(TASKS[task_id])}"]
     if isinstance(task, FileTask):
         p, plan = config.params, task.plan
-        lines.append(f"  model: {model_file(p.model, p.file)[0]}")
+        lines.append(f"  model: {model_file(task.file.model, p.file)[0]}")
         lines.append(f"  joints: {', '.join(plan.joint_names)}")
         lines.append(f"  bodies: {', '.join(plan.body_names)}")
         lines.append(f"  action: {plan.action_kind} on {', '.join(plan.action_joints)} (A = {spec.action_dim})")

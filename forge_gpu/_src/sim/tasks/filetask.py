@@ -22,18 +22,16 @@ from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.taskfile import (
     FileParams,
     Plan,
-    add_model,
     catalog,
-    model_file,
     plan_task,
     read_task_file,
+    resolved,
     term_tables,
 )
+from forge_gpu._src.sim.tasks.taskmodel import add_model, model_file
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import filetask as kernels
 from forge_gpu.kernels import terms
-
-_RESET_KEYS = ("joint_position", "joint_velocity")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +40,7 @@ class FileScene:
 
     kind: str = "task_file"
     model: str = ""
-    """The model file's path (MJCF or URDF)."""
+    """The model file's path (MJCF or URDF), or its builder (``module:function``)."""
     task_file: str = ""
 
 
@@ -71,15 +69,13 @@ class FileTask(Task):
 
     def __init__(self, config):
         self.plan: Plan = plan_task(config.params, config.params.file)
+        self.file: FileParams = resolved(config.params, config.params.file)
+        """The sections with their ``params.NAME`` references replaced by numbers."""
         self.__dict__["spec"] = _spec(config, self.plan)
-        reset = config.params.reset
-        for key in reset:
-            if key not in _RESET_KEYS:
-                raise ValueError(f"{config.params.file}: unknown key reset.{key}; allowed keys are {_RESET_KEYS}")
         super().__init__(config)
 
     def make_scene(self) -> FileScene:
-        p = self.config.params
+        p = self.file
         return FileScene(model=model_file(p.model, p.file)[0], task_file=p.file)
 
     def randomizable(self) -> dict[str, Parameter]:
@@ -91,14 +87,14 @@ class FileTask(Task):
 
     def observation_fields(self) -> dict:
         fields = {}
-        if self.plan.reward_names:
+        if self.plan.reward_names and self.plan.record_terms:
             fields["reward_terms"] = ((len(self.plan.reward_names),), "float32")
         if self.spec.has_success:
             fields["success"] = ((), "bool")
         return fields
 
     def build_world(self, builder) -> None:
-        p = self.config.params
+        p = self.file
         add_model(builder, p.model, p.file)
         if self.plan.action_kind == "position":
             import newton
@@ -121,6 +117,9 @@ class FileTask(Task):
         self.default_q = wp.array(world.model.joint_q.numpy().reshape(n, coords), dtype=float, device=device)
         self.action_coord, self.action_dof = ints(plan.action_coords), ints(plan.action_dofs)
         self.reset_coord, self.reset_dof = ints(plan.reset_coords), ints(plan.reset_dofs)
+        draws = np.asarray(plan.draws, np.float64).reshape(-1, 3)
+        self.draw_kind, self.draw_index = ints(draws[:, 0]), ints(draws[:, 1])
+        self.draw_range = floats(draws[:, 2])
         self.lower, self.upper = floats(plan.lower), floats(plan.upper)
         self.last_action = wp.zeros_like(world.executed_action)
         self.previous_action = wp.zeros_like(world.executed_action)
@@ -145,12 +144,17 @@ class FileTask(Task):
         self.kernel = codegen.observe_kernel(plan)
         if plan.action_kind == "position":
             self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
-        fields = {"reward_terms": self.reward_terms} if plan.reward_names else {}
+        fields = {"reward_terms": self.reward_terms} if plan.reward_names and plan.record_terms else {}
         if self.spec.has_success:
             fields["success"] = self.success
-        state = {"last_action": self.last_action, "previous_action": self.previous_action}
-        state["observation_noise_key"] = self.noise_key
-        return TaskBinding(fields=fields, calibration={"reward_terms": plan.reward_names}, state=state)
+        state = {"last_action": self.last_action, "previous_action": self.previous_action} if plan.action_state else {}
+        if plan.noise_state:
+            state["observation_noise_key"] = self.noise_key
+        return TaskBinding(
+            fields=fields,
+            calibration={"reward_terms": plan.reward_names} if fields.get("reward_terms") else {},
+            state=state,
+        )
 
     def apply_action(self, world: World) -> None:
         if self.plan.action_kind == "effort":
@@ -165,18 +169,19 @@ class FileTask(Task):
         wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
 
     def reset_worlds(self, world: World) -> None:
-        reset, plan = self.config.params.reset, self.plan
+        plan = self.plan
         wp.launch(
             kernels.reset_kernel,
             dim=world.num_envs,
             inputs=[
                 world.seed,
-                float(reset.get("joint_position", 0.0)),
-                float(reset.get("joint_velocity", 0.0)),
                 7 if plan.root else 0,
                 6 if plan.root else 0,
                 self.reset_coord,
                 self.reset_dof,
+                self.draw_kind,
+                self.draw_index,
+                self.draw_range,
                 self.default_q,
                 world.reset_mask,
                 world.episode_id,
@@ -205,7 +210,7 @@ class FileTask(Task):
 
     def expert(self, world: World):
         """``[expert] factory = "module:function"``: ``function(task, world, settings)`` returns the policy."""
-        settings = dict(self.config.params.expert)
+        settings = dict(self.file.expert)
         factory = settings.pop("factory", None)
         if factory is None:
             return None
