@@ -5,6 +5,7 @@ the randomized reset. Their observation, reward and termination kernel is genera
 
 import warp as wp
 
+from .camera import look_at_transform
 from .rng import STREAM_RESET, env_rng
 
 STREAM_NOISE_SEED = wp.constant(5)
@@ -162,3 +163,21 @@ def hold_pose_kernel(
         torque = stiffness * error - damping * joint_qd_in[worldid, action_dof[actid]]
         value = torque / action_scale[actid]
     action_out[worldid, actid] = wp.clamp(value, action_low[actid], action_high[actid])
+
+
+@wp.kernel
+def follow_camera_kernel(
+    # Model:
+    body: int,
+    position: wp.vec3,
+    look_at: wp.vec3,
+    # Data in:
+    body_q_in: wp.array2d[wp.transform],
+    # Data out:
+    camera_out: wp.array[wp.transformf],
+):
+    """A task file's camera that follows a body: at ``position`` looking at ``look_at``, both offsets from the
+    body's position [m] (its orientation ignored), in Newton's camera convention."""
+    worldid = wp.tid()
+    p = wp.transform_get_translation(body_q_in[worldid, body])
+    camera_out[worldid] = look_at_transform(p + position, p + look_at)

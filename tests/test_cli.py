@@ -303,7 +303,6 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
     assert "holds no published episode 9:9; it holds 0:0" in capsys.readouterr().err
 
 
-
 def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     """A run with no image field (params.render = false) and a run whose rgb is all zero (an older forge_gpu's
     state-only run): render and report say there are no frames, in one line, and plot instead (exit 0)."""
@@ -336,6 +335,7 @@ def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     assert main(["report", str(tmp_path / "camera"), "--out", str(tmp_path / "camera.html")]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
     assert "image/webp" in (tmp_path / "camera.html").read_text()
+
 
 _BLOCKED_CLI = """
 import sys

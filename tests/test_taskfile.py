@@ -64,6 +64,12 @@ noise = 0.01
 term = "command"
 [[observations]]
 term = "last_action"
+[[observations]]
+term = "camera"
+size = 16
+position = [1.5, -1.5, 1.0]
+look_at = [0.0, 0.0, 0.3]
+follow = "torso"
 
 [[rewards]]
 term = "track_lin_vel"
@@ -117,6 +123,9 @@ def test_a_task_file_collects_with_state_params_per_term_rewards_and_instruction
     assert spec["observation"]["proprio"]["shape"] == [1 + 4 + 3 + 2 + 8]
     assert spec["observation"]["reward_terms"]["shape"] == [3] and spec["has_success"]
     assert manifest["calibration"]["reward_terms"] == ["track_lin_vel", "action_rate_l2", "hips_apart"]
+    assert spec["observation"]["rgb"]["shape"] == [16, 16, 3] and spec["observation"]["depth"]["shape"] == [16, 16]
+    front = manifest["calibration"]["cameras"]["front"]
+    assert front["intrinsics"]["width"] == 16 and "torso" in front["follows"]
     episodes = list(forge_gpu.open_run(run).read(list(range(5)), forge_gpu.EpisodeReadOptions(state=True)))
     for e in episodes:
         command = e.params["command"]
@@ -130,6 +139,10 @@ def test_a_task_file_collects_with_state_params_per_term_rewards_and_instruction
         total = (np.float32(0) + terms[:, 0]) + terms[:, 1] + terms[:, 2]
         assert np.array_equal(total, e.reward)
         assert np.allclose(terms[:, 2], 0.5 * (e.state["joint_q"][1:, 7] - e.state["joint_q"][1:, 9]))
+        # The camera follows the torso: the ground fills the lower rows, at depths the camera's height allows.
+        depth = e.next["depth"]
+        assert e.next["rgb"].shape == (e.steps, 16, 16, 3) and (depth[:, -4:] > 0).all() and depth.max() < 1e3
+        assert len(np.unique(e.next["rgb"].reshape(-1, 3), axis=0)) > 4
     assert len({e.params["command"][0] for e in episodes}) == len(episodes)
 
 
@@ -147,7 +160,7 @@ def test_a_task_file_run_replays_from_state_reports_and_exports(run, tmp_path):
     recorded = list(forge_gpu.open_run(run).read(list(range(report["episodes"])), options))
     again = list(forge_gpu.open_run(tmp_path / "again").read(list(range(report["episodes"])), options))
     for a, b in zip(recorded, again, strict=True):
-        for name in ("proprio", "reward_terms", "success"):  # proprio: noise on body_pos, last_action
+        for name in ("proprio", "reward_terms", "success", "rgb", "depth"):  # proprio: noise on body_pos, last_action
             assert np.array_equal(a.obs[name], b.obs[name]) and np.array_equal(a.next[name], b.next[name]), name
         assert np.array_equal(a.reward, b.reward) and np.array_equal(a.terminated, b.terminated)
     assert forge_gpu.report(run, tmp_path / "report.html")["episodes"] == len(recorded)
@@ -214,6 +227,9 @@ BAD = [
     ("low = [0.5, -0.2], high = [1.5, 0.2]", "low = [0.5, -0.2, 0], high = [1.5, 0.2, 0]", "randomize.command"),
     ('asset = "nv_ant.xml"', 'file = "robot.urdf"', "model.file"),
     ('module = "user_terms.py"', 'module = "no_terms.py"', "module"),
+    ('follow = "torso"', 'follow = "tail"', "observations[5].follow"),
+    ("size = 16", "size = 4", "observations[5].size"),
+    ("look_at = [0.0, 0.0, 0.3]", "look_at = [1.5, -1.5, 0.2]", "observations[5].position"),
 ]
 
 
@@ -244,6 +260,7 @@ def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
     described = capsys.readouterr().out
     assert "hips_apart (user @wp.func)" in described and "proprio[10:18]: last_action" in described
     assert "reward_terms [3] float32" in described and "front_left_foot" in described
+    assert "rgb and depth: a 16x16 camera following torso" in described and "rgb [16, 16, 3] uint8" in described
 
 
 def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):

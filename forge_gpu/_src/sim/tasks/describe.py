@@ -42,6 +42,10 @@ def describe_task(name: str) -> list[str]:
             if row.stage == "observations":
                 lines.append(f"  observation proprio[{col}:{col + row.width}]: {_term(row)}")
                 col += row.width
+        if plan.camera:
+            c = plan.camera
+            where = f"following {c['follow_name']} at +{c['position']}" if c["follow"] >= 0 else f"at {c['position']}"
+            lines.append(f"  observation rgb{' and depth' * c['depth']}: a {c['size']}x{c['size']} camera {where}")
         for row in plan.rows:
             if row.stage == "rewards":
                 lines.append(f"  reward {row.floats[0]:+g} x {_term(row)}")

@@ -19,6 +19,7 @@ import warp as wp
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.tasks import codegen
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
+from forge_gpu._src.sim.tasks.filecamera import FileCamera, camera_fields
 from forge_gpu._src.sim.tasks.taskfile import (
     FileParams,
     Plan,
@@ -91,7 +92,7 @@ class FileTask(Task):
             fields["reward_terms"] = ((len(self.plan.reward_names),), "float32")
         if self.spec.has_success:
             fields["success"] = ((), "bool")
-        return fields
+        return {**fields, **camera_fields(self.plan.camera)}
 
     def build_world(self, builder) -> None:
         p = self.file
@@ -150,11 +151,12 @@ class FileTask(Task):
         state = {"last_action": self.last_action, "previous_action": self.previous_action} if plan.action_state else {}
         if plan.noise_state:
             state["observation_noise_key"] = self.noise_key
-        return TaskBinding(
-            fields=fields,
-            calibration={"reward_terms": plan.reward_names} if fields.get("reward_terms") else {},
-            state=state,
-        )
+        calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
+        self.camera = FileCamera(plan.camera, world) if plan.camera else None
+        if self.camera is not None:
+            fields.update(self.camera.fields)
+            calibration.update(self.camera.calibration)
+        return TaskBinding(fields=fields, calibration=calibration, state=state)
 
     def apply_action(self, world: World) -> None:
         if self.plan.action_kind == "effort":
@@ -207,6 +209,8 @@ class FileTask(Task):
             outputs=[world.proprio, self.reward_terms, world.task_reward, world.task_terminated, self.success],
             device=world.device,
         )
+        if self.camera is not None:
+            self.camera.render(world, self.frame.body_q)
 
     def expert(self, world: World):
         """``[expert] factory = "module:function"``: ``function(task, world, settings)`` returns the policy."""

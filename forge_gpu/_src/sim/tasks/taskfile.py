@@ -27,6 +27,7 @@ import numpy as np
 from forge_gpu._src.sim import tasks as _tasks_package  # noqa: F401 (the package the module lives in)
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
+from forge_gpu._src.sim.tasks.filecamera import camera_entry
 from forge_gpu._src.sim.tasks.taskmodel import (
     BALL,
     FIXED,
@@ -125,6 +126,8 @@ class Plan:
     """Whether the recorded state holds the executed actions (a term observes them or reads the one before)."""
     noise_state: bool = True
     """Whether the recorded state holds the observation noise key (an observation has noise)."""
+    camera: dict | None = None
+    """The camera observation (``tasks/filecamera.py``), or None."""
 
 
 def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfig:
@@ -297,6 +300,7 @@ def plan_task(params: FileParams, source: str) -> Plan:
         lower[c], upper[c] = builder.joint_limit_lower[d], builder.joint_limit_upper[d]
     module = user_module(params.module, source) if params.module else None
     rows: list[Row] = []
+    camera = None
     libraries = {"observations": terms.OBSERVATIONS, "rewards": terms.REWARDS,
                  "terminations": terms.CONDITIONS, "success": terms.CONDITIONS}  # fmt: skip
     for stage, library in libraries.items():
@@ -304,6 +308,11 @@ def plan_task(params: FileParams, source: str) -> Plan:
         if not isinstance(entries, list):
             raise ValueError(f"{source}: {stage} must be a list of tables ([[{stage}]])")
         for i, entry in enumerate(entries):
+            if stage == "observations" and isinstance(entry, dict) and entry.get("term") == "camera":
+                if camera is not None:
+                    raise ValueError(f"{source}: observations[{i}]: a task file has one camera")
+                camera = camera_entry(entry, f"observations[{i}]", source, body)
+                continue
             rows.append(_row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names))
     proprio = sum(r.width for r in rows if r.stage == "observations")
     if proprio == 0:
@@ -321,7 +330,7 @@ def plan_task(params: FileParams, source: str) -> Plan:
         lower=lower, upper=upper, rows=rows, command_names=command_names, proprio_dim=proprio,
         reward_names=[r.name for r in rows if r.stage == "rewards"], record_terms=record,
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
-        noise_state=any(r.noise for r in rows),
+        noise_state=any(r.noise for r in rows), camera=camera,
     )  # fmt: skip
 
 
@@ -371,7 +380,8 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     user = info is None and module is not None and hasattr(module, name)
     if info is None and not user:
         own = f" or a @wp.func of {params_module_name(module)}" if module is not None else ""
-        raise ValueError(f"{source}: {where}.term = {name!r}: unknown; the library has {', '.join(library)}{own}")
+        known = ", ".join([*library, *(["camera"] if stage == "observations" else [])])
+        raise ValueError(f"{source}: {where}.term = {name!r}: unknown; the library has {known}{own}")
     if user:
         info = terms.TermInfo(getattr(module, name), width=entry.get("width", 1) if stage == "observations" else 0)
         allowed = (*_TERM_KEYS, "width")
