@@ -1,8 +1,15 @@
-"""Task files against hand-written tasks: env-steps/s of the file-based ant (configs/ant.toml, one generated
-observe kernel) and the hand-written ant it replaced (tests/reference_ant.py), same config, same envs, one run,
-measured in alternating rounds; and of the new robots (quadruped, humanoid) at 64 and 1024 envs.
+"""Task files against hand-written tasks, and what the shipped robots' policies earn.
 
-python bench/taskfile.py              # ant vs hand-written at 64 and 256 envs; robots at 64 and 1024 (CPU)
+- env-steps/s of the file-based ant (configs/ant.toml, one generated observe kernel) and cartpole
+  (configs/cartpole.toml) against the hand-written tasks they replaced (tests/reference_ant.py,
+  tests/reference_cartpole.py), same config, same envs, one run, measured in alternating rounds (median);
+- env-steps/s of the robots from files (quadruped, humanoid) at 64 and 1024 envs, random policy;
+- each robot's policies on its own reward, same seed and envs: the random policy, the config's expert (quadruped:
+  a sinusoid trot whose amplitude follows the commanded vx; humanoid: PD holding the start pose) and, for the
+  quadruped, hold_pose (stand): mean return and length of the episodes that ended, mean reward per active step,
+  and each reward term's mean per active step (which term pays).
+
+python bench/taskfile.py              # comparisons at 64 and 1024 envs; robots at 64 and 1024; policies (CPU)
 python bench/taskfile.py --smoke      # seconds-long check that every figure is produced
 """
 
@@ -21,15 +28,53 @@ sys.path.insert(0, str(ROOT.parent))
 from common import machine, save, table  # noqa: E402
 from stepping import measure  # noqa: E402
 
+PAIRS = (("ant", "ant_handwritten"), ("cartpole", "cartpole_handwritten"))
 
-def register_reference(folder: Path) -> None:
-    """The hand-written ant under the id ``ant_handwritten`` with its original config."""
+
+def register_references(folder: Path) -> None:
+    """The hand-written ant and cartpole under the ids ``ant_handwritten``, ``cartpole_handwritten``."""
     import forge_gpu
-    from tests import reference_ant
+    from tests import reference_ant, reference_cartpole
 
     if "ant_handwritten" not in forge_gpu.TASKS:
         (folder / "ant_handwritten.toml").write_text(reference_ant.CONFIG)
         forge_gpu.register_task(reference_ant.AntTask, config=folder / "ant_handwritten.toml")
+    reference_cartpole.register(folder)
+
+
+def policy_row(task: str, name: str, num_envs: int, steps: int) -> dict:
+    """Run ``name`` (random, expert, hold_pose) for ``steps`` steps from seed 0: the episodes' returns and the
+    reward terms' means per active step."""
+    import forge_gpu
+    from forge_gpu._src.sim.tasks.filetask import hold_pose
+
+    env = forge_gpu.make(task, num_envs=num_envs, device="cpu", seed=0)
+    policy = hold_pose(env.task, env.world, {}) if name == "hold_pose" else forge_gpu.make_policy(name, env)
+    env.reset()
+    running, returns, lengths = np.zeros(num_envs), [], []
+    terms, active_steps, reward_sum = 0.0, 0, 0.0
+    for _ in range(steps):
+        r = env.step(policy(env.observation)).numpy()
+        active = r.info["active"]
+        running += r.reward
+        reward_sum += float(r.reward[active].sum())
+        terms = terms + r.observation["reward_terms"][active].sum(0)
+        active_steps += int(active.sum())
+        ended = r.terminated | r.truncated
+        returns += list(running[ended])
+        lengths += list(r.observation["step_id"][ended])
+        running[ended] = 0.0
+    names = env.calibration["reward_terms"]
+    per_term = " ".join(f"{n} {v / active_steps:+.3g}" for n, v in zip(names, terms, strict=True))
+    return {
+        "task": task,
+        "policy": name,
+        "episodes_ended": len(returns),
+        "mean_return": float(np.mean(returns)) if returns else float("nan"),
+        "mean_length": float(np.mean(lengths)) if lengths else float("nan"),
+        "reward_per_step": reward_sum / active_steps,
+        "terms_per_step": per_term,
+    }
 
 
 def main(argv=None) -> int:
@@ -38,42 +83,50 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the ant comparison")
-    parser.add_argument("--ant-envs", nargs="+", type=int, default=[64, 256])
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of each comparison")
+    parser.add_argument("--pair-envs", nargs="+", type=int, default=[64, 1024])
     parser.add_argument("--robot-envs", nargs="+", type=int, default=[64, 1024])
+    parser.add_argument("--policy-envs", type=int, default=32, help="envs of the policies' runs")
+    parser.add_argument("--policy-steps", type=int, default=300, help="steps of the policies' runs")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
     if args.smoke:
-        args.seconds, args.rounds, args.ant_envs, args.robot_envs = 0.2, 1, [4], [4]
-    register_reference(Path(tempfile.mkdtemp(prefix="forge-gpu-bench-")))
-    rows, ratios = [], []
-    for n in args.ant_envs:
-        rates = {"ant_handwritten": [], "ant": []}
-        for _ in range(args.rounds):  # alternate, so that a change of load weighs on both alike
-            for task in rates:
-                row = measure(task, n, args.device, args.seconds, "random")
-                rates[task].append(row["env_steps_per_s"])
-        for task, values in rates.items():
-            rows.append({"task": task, "num_envs": n, "env_steps_per_s": float(np.median(values))})
-        ratios.append(
-            {
-                "num_envs": n,
-                "file_over_handwritten": float(np.median(rates["ant"]) / np.median(rates["ant_handwritten"])),
-            }
-        )
+        args.seconds, args.rounds, args.pair_envs, args.robot_envs = 0.2, 1, [4], [4]
+        args.policy_envs, args.policy_steps = 2, 5
+    register_references(Path(tempfile.mkdtemp(prefix="forge-gpu-bench-")))
+    rows, ratios, policies = [], [], []
+    for file_task, hand_task in PAIRS:
+        for n in args.pair_envs:
+            rates = {hand_task: [], file_task: []}
+            for _ in range(args.rounds):  # alternate, so that a change of load weighs on both alike
+                for task in rates:
+                    rates[task].append(measure(task, n, args.device, args.seconds, "random")["env_steps_per_s"])
+            for task, values in rates.items():
+                rows.append({"task": task, "num_envs": n, "env_steps_per_s": float(np.median(values))})
+            ratio = float(np.median(rates[file_task]) / np.median(rates[hand_task]))
+            ratios.append({"task": file_task, "num_envs": n, "file_over_handwritten": ratio})
     for task in ("quadruped", "humanoid"):
         for n in args.robot_envs:
             rows.append({k: v for k, v in measure(task, n, args.device, args.seconds, "random").items()
                          if k in ("task", "num_envs", "env_steps_per_s")})  # fmt: skip
+    for task, names in (("quadruped", ("random", "expert", "hold_pose")), ("humanoid", ("random", "expert"))):
+        for name in names:
+            policies.append(policy_row(task, name, args.policy_envs, args.policy_steps))
+    policy_columns = ["task", "policy", "episodes_ended", "mean_return", "mean_length", "reward_per_step"]
     md = (
         "## Task files: env-steps/s (random policy)\n\n"
         + table(rows, ["task", "num_envs", "env_steps_per_s"])
-        + "\n\n## File-based ant / hand-written ant (median of alternating rounds)\n\n"
-        + table(ratios, ["num_envs", "file_over_handwritten"])
+        + "\n\n## File-based / hand-written (median of alternating rounds)\n\n"
+        + table(ratios, ["task", "num_envs", "file_over_handwritten"])
+        + f"\n\n## Policies on their task's reward ({args.policy_envs} envs, {args.policy_steps} steps, seed 0)\n\n"
+        + table(policies, policy_columns)
+        + "\n\nReward terms' means per active step:\n\n"
+        + "\n".join(f"- {p['task']} {p['policy']}: {p['terms_per_step']}" for p in policies)
     )
-    path = save("taskfile", {"machine": machine(), "rows": rows, "ratios": ratios}, md, args.out)
+    data = {"machine": machine(), "rows": rows, "ratios": ratios, "policies": policies}
+    path = save("taskfile", data, md, args.out)
     print(md)
     print(f"\nwrote {path}")
     return 0

@@ -181,3 +181,32 @@ def follow_camera_kernel(
     worldid = wp.tid()
     p = wp.transform_get_translation(body_q_in[worldid, body])
     camera_out[worldid] = look_at_transform(p + position, p + look_at)
+
+
+@wp.kernel
+def sinusoid_gait_kernel(
+    # Model:
+    control_dt: float,
+    frequency: float,
+    amplitude: wp.array[float],
+    phase: wp.array[float],
+    command_column: int,
+    command_scale: float,
+    action_scale: wp.array[float],
+    action_low: wp.array[float],
+    action_high: wp.array[float],
+    # Data in:
+    command_in: wp.array2d[float],
+    step_id_in: wp.array[wp.int32],
+    # Data out:
+    action_out: wp.array2d[float],
+):
+    """The ``sinusoid_gait`` expert: joint k's position target = default pose + amplitude_k sin(2 pi (f t +
+    phase_k)), t = step * control_dt; the amplitudes times command[column] * command_scale when a column is given."""
+    worldid, actid = wp.tid()
+    gain = float(1.0)
+    if command_column >= 0:
+        gain = command_in[worldid, command_column] * command_scale
+    t = float(step_id_in[worldid]) * control_dt
+    angle = gain * amplitude[actid] * wp.sin(2.0 * wp.pi * (frequency * t + phase[actid]))
+    action_out[worldid, actid] = wp.clamp(angle / action_scale[actid], action_low[actid], action_high[actid])

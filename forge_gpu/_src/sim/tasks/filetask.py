@@ -8,6 +8,7 @@ and the generated observe kernel (``tasks/codegen.py``).
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import tomllib
 from dataclasses import dataclass
@@ -264,6 +265,46 @@ def hold_pose(task: FileTask, world: World, settings: dict):
             dim=action.shape,
             inputs=[*gains, mode, world.action_scale, task.action_coord, task.action_dof, world.action_low]
             + [world.action_high, task.default_q, world.joint_q, world.joint_qd],
+            outputs=[action],
+            device=world.device,
+        )
+        return action
+
+    return act
+
+
+def sinusoid_gait(task: FileTask, world: World, settings: dict):
+    """An ``[expert]`` factory for position actions: a gait of sinusoid joint targets around the default pose
+    (``factory = "forge_gpu._src.sim.tasks.filetask:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
+    joint pattern -> [amplitude (rad), phase (cycles)], unlisted joints hold the pose; ``command`` (optional): a
+    command name whose value, times ``command_scale``, scales every amplitude)."""
+    file = task.config.params.file
+    if task.plan.action_kind != "position" or set(settings) - {"frequency", "joints", "command", "command_scale"}:
+        raise ValueError(f"{file}: [expert] sinusoid_gait takes frequency, joints, command, command_scale and "
+                         "needs position actions")  # fmt: skip
+    amplitude, phase = [0.0] * task.spec.action_dim, [0.0] * task.spec.action_dim
+    for pattern, pair in settings.get("joints", {}).items():
+        hits = [k for k, name in enumerate(task.plan.action_joints) if fnmatch.fnmatchcase(name, pattern)]
+        if not hits or not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"{file}: expert.joints.{pattern} = {pair!r}: expected [amplitude, phase] of an "
+                             f"action joint ({', '.join(task.plan.action_joints)})")  # fmt: skip
+        for k in hits:
+            amplitude[k], phase[k] = float(pair[0]), float(pair[1])
+    name = settings.get("command")
+    if name is not None and name not in task.plan.command_names:
+        raise ValueError(f"{file}: expert.command = {name!r}: not in [command] names {task.plan.command_names}")
+    column = task.plan.command_names.index(name) if name is not None else -1
+    command = world.params.get("command", task.frame.command)
+    gait = [float(settings.get("frequency", 1.0)), wp.array(amplitude, dtype=float, device=world.device)]
+    gait += [wp.array(phase, dtype=float, device=world.device), column, float(settings.get("command_scale", 1.0))]
+    action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
+
+    def act(observation: dict) -> wp.array:
+        wp.launch(
+            kernels.sinusoid_gait_kernel,
+            dim=action.shape,
+            inputs=[world.config.control_dt, *gait, world.action_scale, world.action_low, world.action_high]
+            + [command, observation["step_id"]],
             outputs=[action],
             device=world.device,
         )

@@ -248,7 +248,7 @@ def _per_joint(value, count: int, where: str) -> list[float]:
 
 def plan_task(params: FileParams, source: str) -> Plan:
     """Resolve every section against the model: ValueError (one line, the key and what the model has)."""
-    from forge_gpu.kernels import terms
+    from forge_gpu._src.sim.tasks import library as terms
 
     params = resolved(params, source)
     builder = probe(params.model, source)
@@ -370,7 +370,7 @@ def _draws(reset: dict, joints, source: str) -> list[tuple[int, int, float]]:
 
 
 def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names) -> Row:
-    from forge_gpu.kernels import terms
+    from forge_gpu._src.sim.tasks import library as terms
 
     where = f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
@@ -411,7 +411,10 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
                 raise ValueError(f"{source}: {where}.axis = {axis!r}: allowed values are 'x', 'y', 'z'")
             ints[3] = "xyz".index(axis)
         elif key == "command":
-            wanted = entry.get("command", command_names[: {"track_lin_vel": 2, "track_yaw_rate": 1}.get(name, 3)])
+            wanted = entry.get(
+                "command",
+                command_names[: {"track_lin_vel": 2, "track_lin_vel_heading": 2, "track_yaw_rate": 1}.get(name, 3)],
+            )
             missing = [c for c in wanted if c not in command_names]
             if missing or not wanted:
                 raise ValueError(f"{source}: {where}.command = {wanted!r}: not in [command] names {command_names}")
