@@ -27,6 +27,9 @@ num_envs = 3
 max_steps = 10
 module = "user_terms.py"
 
+[params]
+hip_gain = 0.5
+
 [solver]
 iterations = 10
 ls_iterations = 5
@@ -80,7 +83,7 @@ term = "action_rate_l2"
 weight = -0.01
 [[rewards]]
 term = "hips_apart"
-args = [0.5]
+args = ["params.hip_gain"]
 weight = 1.0
 
 [[terminations]]
@@ -230,6 +233,21 @@ BAD = [
     ('follow = "torso"', 'follow = "tail"', "observations[5].follow"),
     ("size = 16", "size = 4", "observations[5].size"),
     ("look_at = [0.0, 0.0, 0.3]", "look_at = [1.5, -1.5, 0.2]", "observations[5].position"),
+    ('args = ["params.hip_gain"]', 'args = ["params.hip_gian"]', "rewards[2].args[0]"),
+    ("hip_gain = 0.5", 'hip_gain = "high"', "params.hip_gain"),
+    ("[reset]\njoint_position = 0.1", "[reset]\njoint_position = -0.1", "reset.joint_position"),
+    (
+        "[reset]\njoint_position = 0.1\njoint_velocity = 0.1",
+        '[[reset.joints]]\njoints = ["toe_*"]\nposition = 0.1',
+        "reset.joints[0].joints",
+    ),
+    (
+        '[[rewards]]\nterm = "track_lin_vel"',
+        '[reward]\nterms = "yes"\n[[rewards]]\nterm = "track_lin_vel"',
+        "reward.terms",
+    ),
+    ('asset = "nv_ant.xml"', 'asset = "nv_ant.xml"\nrandomizable = ["gravity"]', "model.randomizable"),
+    ('asset = "nv_ant.xml"', 'builder = "no_such_module:build"', "model.builder"),
 ]
 
 
@@ -250,6 +268,15 @@ def test_a_bad_task_file_is_refused_in_one_line_naming_the_key(tmp_path, capsys,
     assert len(err) == 1 and key in err[0], err
     assert not out.exists()
     assert all(getattr(cls, "path", "") != str(tmp_path / "bad.toml") for cls in forge_gpu.TASKS.values())
+
+
+def test_a_params_override_reaches_every_use_and_an_unknown_one_is_refused(task_file):
+    """``params.hip_gain`` set on make is the user term's argument; a name the file's [params] lacks is refused."""
+    env = forge_gpu.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gain": 2.0})
+    assert env.config.params.hip_gain == 2.0
+    assert [r.floats[2] for r in env.task.plan.rows if r.name == "hips_apart"] == [2.0]
+    with pytest.raises(ValueError, match=r"params.hip_gian: no such parameter; the file's \[params\] are hip_gain"):
+        forge_gpu.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gian": 2.0})
 
 
 def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
