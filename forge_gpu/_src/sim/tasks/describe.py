@@ -53,6 +53,8 @@ def describe_task(name: str) -> list[str]:
             for row in plan.rows:
                 if row.stage == stage:
                     lines.append(f"  {stage[:-1] if stage == 'terminations' else stage}: {_term(row)}")
+        if p.values:
+            lines.append("  params: " + ", ".join(f"{k} = {v!r}" for k, v in p.values.items()))
         if plan.command_names:
             lines.append(f"  command: {', '.join(plan.command_names)} (drawn per episode by [randomize] command)")
     else:
@@ -73,5 +75,7 @@ def _origin(cls) -> str:
 
 def _term(row) -> str:
     user = " (user @wp.func)" if row.user else ""
+    if row.joints:
+        user += f" of {', '.join(row.joints)}"
     numbers = [f"{v:g}" for v in row.floats[2:]]
     return f"{row.name}{user}" + (f" [{', '.join(numbers)}]" if numbers else "")

@@ -28,7 +28,6 @@ from forge_gpu._src.sim.tasks.taskfile import (
     plan_task,
     read_task_file,
     resolved,
-    term_tables,
 )
 from forge_gpu._src.sim.tasks.taskmodel import add_model, model_file
 from forge_gpu._src.sim.world import World
@@ -236,6 +235,18 @@ def _spec(config, plan: Plan) -> TaskSpec:
         has_contacts=contacts,
         has_success=any(r.stage == "success" for r in plan.rows),
     )
+
+
+def term_tables(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """The ``ti`` and ``tf`` tables of the plan's rows (one row per term), zero-padded."""
+    ni = max(len(r.ints) for r in plan.rows)
+    nf = max(len(r.floats) for r in plan.rows)
+    ti = np.zeros((len(plan.rows), ni), np.int32)
+    tf = np.zeros((len(plan.rows), nf), np.float32)
+    for t, r in enumerate(plan.rows):
+        ti[t, : len(r.ints)] = r.ints
+        tf[t, : len(r.floats)] = r.floats
+    return ti, tf
 
 
 def file_task_class(path, *, check: bool = True) -> type[FileTask]:

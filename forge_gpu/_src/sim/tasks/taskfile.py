@@ -96,6 +96,7 @@ class Row:
     user: bool = False
     reads: str = ""
     """``action`` (the executed action), ``previous`` (the action before it too) or empty."""
+    joints: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -394,10 +395,11 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         raise ValueError(f"{source}: {where}.term = {name!r} reads a free root joint; the model has a fixed base")
     ints, floats = [0, 0, -1, 0], [float(entry.get("weight", 1.0)), float(entry.get("noise", 0.0))]
     listed: list[int] = []
+    chosen: list[str] = []
     width = info.width
     for key in info.keys:
         if key == "joints":
-            cs, dd, _ = joints(entry.get("joints", ["*"]), f"{where}.joints")
+            cs, dd, chosen = joints(entry.get("joints", ["*"]), f"{where}.joints")
             listed, ints[0] = cs + dd, len(cs)
             width = len(cs) if width == "joints" else width
         elif key in ("body", "other", "relative_to"):
@@ -434,16 +436,5 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     if stage == "observations" and (not isinstance(width, int) or width < 1):
         raise ValueError(f"{source}: {where}: observation {name!r} has width {width!r}; expected at least 1")
     reads = "previous" if user else info.reads  # a user's term may read anything
-    return Row(stage, entry.get("name", name), info.func, ints + listed, floats, width, "noise" in entry, user, reads)
-
-
-def term_tables(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """The ``ti`` and ``tf`` tables of the plan's rows (one row per term), zero-padded."""
-    ni = max(len(r.ints) for r in plan.rows)
-    nf = max(len(r.floats) for r in plan.rows)
-    ti = np.zeros((len(plan.rows), ni), np.int32)
-    tf = np.zeros((len(plan.rows), nf), np.float32)
-    for t, r in enumerate(plan.rows):
-        ti[t, : len(r.ints)] = r.ints
-        tf[t, : len(r.floats)] = r.floats
-    return ti, tf
+    noise = "noise" in entry
+    return Row(stage, entry.get("name", name), info.func, ints + listed, floats, width, noise, user, reads, chosen)
