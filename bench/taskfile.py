@@ -5,6 +5,8 @@
   tests/reference_cartpole.py), same config, same envs, one run, measured in alternating rounds: the ratio of the
   medians and of the best rounds (a fresh env on this CPU steps in one of two speeds, about 2x apart, whichever the
   task: the best rounds compare the fast mode);
+- the task's own kernels per step (action, reset, observe hooks launched alone, best of 7 x 50), which a loaded
+  machine disturbs far less than whole steps;
 - env-steps/s of the robots from files (quadruped, humanoid) at 64 and 1024 envs, random policy;
 - each robot's policies on its own reward, same seed and envs: the random policy, the config's expert (quadruped:
   a sinusoid trot whose amplitude follows the commanded vx; humanoid: PD holding the start pose) and, for the
@@ -42,6 +44,33 @@ def register_references(folder: Path) -> None:
         (folder / "ant_handwritten.toml").write_text(reference_ant.CONFIG)
         forge_gpu.register_task(reference_ant.AntTask, config=folder / "ant_handwritten.toml")
     reference_cartpole.register(folder)
+
+
+def hook_times(task: str, num_envs: int, device: str) -> dict:
+    """Microseconds per call of the task's apply_action, reset_worlds and observe hooks (best of 7 x 50 calls)."""
+    import time
+
+    import warp as wp
+
+    import forge_gpu
+
+    env = forge_gpu.make(task, num_envs=num_envs, device=device, seed=0)
+    env.reset()
+    row = {"task": task, "num_envs": num_envs}
+    for hook in ("apply_action", "reset_worlds", "observe"):
+        call = getattr(env.task, hook)
+        call(env.world)
+        wp.synchronize_device(env.device)
+        best = float("inf")
+        for _ in range(7):
+            start = time.perf_counter()
+            for _ in range(50):
+                call(env.world)
+            wp.synchronize_device(env.device)
+            best = min(best, (time.perf_counter() - start) / 50)
+        row[f"{hook}_us"] = best * 1e6
+    row["total_us"] = row["apply_action_us"] + row["reset_worlds_us"] + row["observe_us"]
+    return row
 
 
 def policy_row(task: str, name: str, num_envs: int, steps: int) -> dict:
@@ -98,7 +127,7 @@ def main(argv=None) -> int:
         args.seconds, args.rounds, args.pair_envs, args.robot_envs = 0.2, 1, [4], [4]
         args.policy_envs, args.policy_steps = 2, 5
     register_references(Path(tempfile.mkdtemp(prefix="forge-gpu-bench-")))
-    rows, ratios, policies = [], [], []
+    rows, ratios, policies, hooks = [], [], [], []
     for file_task, hand_task in PAIRS:
         for n in args.pair_envs:
             rates = {hand_task: [], file_task: []}
@@ -110,6 +139,7 @@ def main(argv=None) -> int:
             ratio = float(np.median(rates[file_task]) / np.median(rates[hand_task]))
             best = float(np.max(rates[file_task]) / np.max(rates[hand_task]))
             ratios.append({"task": file_task, "num_envs": n, "file_over_handwritten": ratio, "best_over_best": best})
+            hooks += [hook_times(task, n, args.device) for task in (hand_task, file_task)]
     for task in ("quadruped", "humanoid"):
         for n in args.robot_envs:
             rows.append({k: v for k, v in measure(task, n, args.device, args.seconds, "random").items()
@@ -123,12 +153,14 @@ def main(argv=None) -> int:
         + table(rows, ["task", "num_envs", "env_steps_per_s"])
         + f"\n\n## File-based / hand-written ({args.rounds} alternating rounds: medians, best rounds)\n\n"
         + table(ratios, ["task", "num_envs", "file_over_handwritten", "best_over_best"])
+        + "\n\n## The task's kernels per step, microseconds (best of 7 x 50 calls of each hook)\n\n"
+        + table(hooks, ["task", "num_envs", "apply_action_us", "reset_worlds_us", "observe_us", "total_us"])
         + f"\n\n## Policies on their task's reward ({args.policy_envs} envs, {args.policy_steps} steps, seed 0)\n\n"
         + table(policies, policy_columns)
         + "\n\nReward terms' means per active step:\n\n"
         + "\n".join(f"- {p['task']} {p['policy']}: {p['terms_per_step']}" for p in policies)
     )
-    data = {"machine": machine(), "rows": rows, "ratios": ratios, "policies": policies}
+    data = {"machine": machine(), "rows": rows, "ratios": ratios, "hooks": hooks, "policies": policies}
     path = save("taskfile", data, md, args.out)
     print(md)
     print(f"\nwrote {path}")

@@ -393,6 +393,10 @@ def test_taskfile_smoke(out):
         check_figures(row, {"env_steps_per_s": True})
     assert [r["task"] for r in result["ratios"]] == ["ant", "cartpole"]
     assert all(check_figures(r, {"file_over_handwritten": True}) is None for r in result["ratios"])
+    assert [(h["task"], h["num_envs"]) for h in result["hooks"]] == [
+        ("ant_handwritten", 4), ("ant", 4), ("cartpole_handwritten", 4), ("cartpole", 4)]  # fmt: skip
+    for h in result["hooks"]:
+        check_figures(h, {"apply_action_us": True, "reset_worlds_us": True, "observe_us": True, "total_us": True})
     policies = [(p["task"], p["policy"]) for p in result["policies"]]
     assert policies == [("quadruped", "random"), ("quadruped", "expert"), ("quadruped", "hold_pose"),
                         ("humanoid", "random"), ("humanoid", "expert")]  # fmt: skip

@@ -67,7 +67,7 @@ class FileParams:
     rewards: list = field(default_factory=list)
     reward: dict = field(default_factory=dict)
     """``terms`` (default true: record each reward term's value, field ``reward_terms``) and
-    ``zero_on_termination`` (default false: a step that terminates pays 0)."""
+    ``zero_on_termination`` (default false: a step that a ``[[terminations]]`` condition ends pays 0)."""
     terminations: list = field(default_factory=list)
     success: list = field(default_factory=list)
     instruction_template: dict = field(default_factory=dict)
