@@ -5,6 +5,7 @@ the randomized reset. Their observation, reward and termination kernel is genera
 
 import warp as wp
 
+from .camera import look_at_transform
 from .rng import STREAM_RESET, env_rng
 
 STREAM_NOISE_SEED = wp.constant(5)
@@ -74,12 +75,13 @@ def apply_position_kernel(
 def reset_kernel(
     # Model:
     seed: int,
-    joint_position_range: float,
-    joint_velocity_range: float,
     root_coords: int,
     root_dofs: int,
     coords: wp.array[int],
     dofs: wp.array[int],
+    draw_kind: wp.array[int],
+    draw_index: wp.array[int],
+    draw_range: wp.array[float],
     default_q: wp.array2d[float],
     # Data in:
     reset_mask_in: wp.array[wp.bool],
@@ -91,8 +93,8 @@ def reset_kernel(
     previous_action_out: wp.array2d[float],
     noise_key_out: wp.array2d[float],
 ):
-    """The default pose (a free root at its start pose, at rest) plus uniform joint noise in +-range, drawn per
-    joint coordinate (position, then velocity) from (seed, env, next episode)."""
+    """The default pose (a free root at its start pose, at rest), then the draws in order, each uniform in
+    +-range from (seed, env, next episode): a coordinate's position (default + noise) or a dof's velocity."""
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
@@ -102,9 +104,15 @@ def reset_kernel(
     for i in range(root_dofs):
         joint_qd_out[worldid, i] = 0.0
     for k in range(coords.shape[0]):
-        noise = joint_position_range * (2.0 * wp.randf(state) - 1.0)
-        joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]] + noise
-        joint_qd_out[worldid, dofs[k]] = joint_velocity_range * (2.0 * wp.randf(state) - 1.0)
+        joint_q_out[worldid, coords[k]] = default_q[worldid, coords[k]]
+        joint_qd_out[worldid, dofs[k]] = 0.0
+    for k in range(draw_kind.shape[0]):
+        noise = draw_range[k] * (2.0 * wp.randf(state) - 1.0)
+        i = draw_index[k]
+        if draw_kind[k] == 0:
+            joint_q_out[worldid, i] = default_q[worldid, i] + noise
+        else:
+            joint_qd_out[worldid, i] = noise
     for k in range(last_action_out.shape[1]):
         last_action_out[worldid, k] = 0.0
         previous_action_out[worldid, k] = 0.0
@@ -155,3 +163,50 @@ def hold_pose_kernel(
         torque = stiffness * error - damping * joint_qd_in[worldid, action_dof[actid]]
         value = torque / action_scale[actid]
     action_out[worldid, actid] = wp.clamp(value, action_low[actid], action_high[actid])
+
+
+@wp.kernel
+def follow_camera_kernel(
+    # Model:
+    body: int,
+    position: wp.vec3,
+    look_at: wp.vec3,
+    # Data in:
+    body_q_in: wp.array2d[wp.transform],
+    # Data out:
+    camera_out: wp.array[wp.transformf],
+):
+    """A task file's camera that follows a body: at ``position`` looking at ``look_at``, both offsets from the
+    body's position [m] (its orientation ignored), in Newton's camera convention."""
+    worldid = wp.tid()
+    p = wp.transform_get_translation(body_q_in[worldid, body])
+    camera_out[worldid] = look_at_transform(p + position, p + look_at)
+
+
+@wp.kernel
+def sinusoid_gait_kernel(
+    # Model:
+    control_dt: float,
+    frequency: float,
+    amplitude: wp.array[float],
+    phase: wp.array[float],
+    command_column: int,
+    command_scale: float,
+    action_scale: wp.array[float],
+    action_low: wp.array[float],
+    action_high: wp.array[float],
+    # Data in:
+    command_in: wp.array2d[float],
+    step_id_in: wp.array[wp.int32],
+    # Data out:
+    action_out: wp.array2d[float],
+):
+    """The ``sinusoid_gait`` expert: joint k's position target = default pose + amplitude_k sin(2 pi (f t +
+    phase_k)), t = step * control_dt; the amplitudes times command[column] * command_scale when a column is given."""
+    worldid, actid = wp.tid()
+    gain = float(1.0)
+    if command_column >= 0:
+        gain = command_in[worldid, command_column] * command_scale
+    t = float(step_id_in[worldid]) * control_dt
+    angle = gain * amplitude[actid] * wp.sin(2.0 * wp.pi * (frequency * t + phase[actid]))
+    action_out[worldid, actid] = wp.clamp(angle / action_scale[actid], action_low[actid], action_high[actid])

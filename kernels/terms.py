@@ -1,4 +1,5 @@
-"""The term library of file-based tasks: Warp functions over one world's :class:`Frame`, and what each takes.
+"""The term library of file-based tasks: Warp functions over one world's :class:`Frame` (what each takes, and its
+TOML name: ``forge_gpu/_src/sim/tasks/library.py``).
 
 A term is a ``@wp.func`` of a fixed signature, so that a task's generated kernels (``tasks/codegen.py``) call its
 terms one after the other in one kernel per stage, whatever their number:
@@ -19,8 +20,6 @@ angular, world frame); body terms read ``body_q`` and ``body_qd`` (world frame, 
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import warp as wp
 
@@ -131,6 +130,51 @@ def obs_root_ang_vel(f: Frame, worldid: int, t: int, out: wp.array2d[float], col
 
 
 @wp.func
+def _root_quat(f: Frame, worldid: int) -> wp.quat:
+    return wp.quat(f.joint_q[worldid, 3], f.joint_q[worldid, 4], f.joint_q[worldid, 5], f.joint_q[worldid, 6])
+
+
+@wp.func
+def _root_vec(f: Frame, worldid: int, first: int) -> wp.vec3:
+    return wp.vec3(f.joint_qd[worldid, first], f.joint_qd[worldid, first + 1], f.joint_qd[worldid, first + 2])
+
+
+@wp.func
+def _heading_xy(f: Frame, worldid: int) -> wp.vec2:
+    """The root's planar velocity in its heading frame (the world frame turned by the root's yaw about z)."""
+    q = _root_quat(f, worldid)
+    yaw = wp.atan2(2.0 * (q[3] * q[2] + q[0] * q[1]), 1.0 - 2.0 * (q[1] * q[1] + q[2] * q[2]))
+    c = wp.cos(yaw)
+    s = wp.sin(yaw)
+    vx = f.joint_qd[worldid, 0]
+    vy = f.joint_qd[worldid, 1]
+    return wp.vec2(c * vx + s * vy, -s * vx + c * vy)
+
+
+@wp.func
+def obs_root_lin_vel_base(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(wp.quat_rotate_inv(_root_quat(f, worldid), _root_vec(f, worldid, 0)), worldid, out, col)
+
+
+@wp.func
+def obs_root_ang_vel_base(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(wp.quat_rotate_inv(_root_quat(f, worldid), _root_vec(f, worldid, 3)), worldid, out, col)
+
+
+@wp.func
+def obs_root_lin_vel_heading(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    v = _heading_xy(f, worldid)
+    out[worldid, col] = v[0]
+    out[worldid, col + 1] = v[1]
+    return col + 2
+
+
+@wp.func
+def obs_projected_gravity(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(wp.quat_rotate_inv(_root_quat(f, worldid), wp.vec3(0.0, 0.0, -1.0)), worldid, out, col)
+
+
+@wp.func
 def obs_joint_pos(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
     n = f.ti[t, TI_COUNT]
     for k in range(n):
@@ -238,6 +282,27 @@ def rew_track_lin_vel(f: Frame, worldid: int, t: int) -> float:
     ex = f.joint_qd[worldid, 0] - f.command[worldid, f.ti[t, TI_LIST]]
     ey = f.joint_qd[worldid, 1] - f.command[worldid, f.ti[t, TI_LIST + 1]]
     return wp.exp(-(ex * ex + ey * ey) / f.tf[t, TF_ARGS])
+
+
+@wp.func
+def rew_track_lin_vel_heading(f: Frame, worldid: int, t: int) -> float:
+    v = _heading_xy(f, worldid)
+    ex = v[0] - f.command[worldid, f.ti[t, TI_LIST]]
+    ey = v[1] - f.command[worldid, f.ti[t, TI_LIST + 1]]
+    return wp.exp(-(ex * ex + ey * ey) / f.tf[t, TF_ARGS])
+
+
+@wp.func
+def rew_root_lin_vel_z_l2(f: Frame, worldid: int, t: int) -> float:
+    vz = f.joint_qd[worldid, 2]
+    return vz * vz
+
+
+@wp.func
+def rew_root_ang_vel_xy_l2(f: Frame, worldid: int, t: int) -> float:
+    wx = f.joint_qd[worldid, 3]
+    wy = f.joint_qd[worldid, 4]
+    return wx * wx + wy * wy
 
 
 @wp.func
@@ -369,69 +434,3 @@ def done_joint_pos_beyond(f: Frame, worldid: int, t: int) -> bool:
         if wp.abs(f.joint_q[worldid, f.ti[t, TI_LIST + k]]) > f.tf[t, TF_ARGS]:
             out = True
     return out
-
-
-@dataclass(frozen=True)
-class TermInfo:
-    """A library term: its function and the TOML keys its entry takes (beyond ``term``, ``weight``, ``noise``)."""
-
-    func: object
-    keys: tuple[str, ...] = ()
-    """``joints`` (patterns), ``body``, ``other`` (a body), ``relative_to`` (a body), ``axis``, ``command``
-    (columns of the command), or a number's name (its ``tf`` column in order, from ``TF_ARGS``)."""
-    width: str | int = 0
-    """An observation's width: a number, ``joints`` (one per coordinate), ``action`` or ``command``."""
-    root: bool = False
-    """Reads the free root joint."""
-    doc: str = ""
-
-
-OBSERVATIONS = {
-    "root_height": TermInfo(obs_root_height, width=1, root=True, doc="root z [m]"),
-    "root_quat": TermInfo(obs_root_quat, width=4, root=True, doc="root orientation, quaternion xyzw"),
-    "root_lin_vel": TermInfo(obs_root_lin_vel, width=3, root=True, doc="root linear velocity, world [m/s]"),
-    "root_ang_vel": TermInfo(obs_root_ang_vel, width=3, root=True, doc="root angular velocity, world [rad/s]"),
-    "joint_pos": TermInfo(obs_joint_pos, ("joints",), "joints", doc="joint positions"),
-    "joint_pos_rel": TermInfo(obs_joint_pos_rel, ("joints",), "joints", doc="joint positions - default pose"),
-    "joint_vel": TermInfo(obs_joint_vel, ("joints",), "joints", doc="joint velocities"),
-    "body_pos": TermInfo(obs_body_pos, ("body", "relative_to"), 3, doc="body position (world or relative_to)"),
-    "body_quat": TermInfo(obs_body_quat, ("body", "relative_to"), 4, doc="body orientation xyzw"),
-    "body_lin_vel": TermInfo(obs_body_lin_vel, ("body", "relative_to"), 3, doc="body linear velocity"),
-    "body_ang_vel": TermInfo(obs_body_ang_vel, ("body", "relative_to"), 3, doc="body angular velocity"),
-    "last_action": TermInfo(obs_last_action, width="action", doc="the executed action of the transition"),
-    "command": TermInfo(obs_command, width="command", doc="the episode's command"),
-}
-REWARDS = {
-    "alive": TermInfo(rew_alive, doc="1 per step"),
-    "root_lin_vel": TermInfo(rew_root_lin_vel, ("axis",), root=True, doc="root velocity along axis [m/s]"),
-    "track_lin_vel": TermInfo(
-        rew_track_lin_vel, ("sigma", "command"), root=True, doc="exp(-|v_xy - command|^2 / sigma)"
-    ),
-    "track_yaw_rate": TermInfo(
-        rew_track_yaw_rate, ("sigma", "command"), root=True, doc="exp(-(w_z - command)^2 / sigma)"
-    ),
-    "track_height": TermInfo(rew_track_height, ("sigma", "height"), root=True, doc="exp(-(z - height)^2 / sigma)"),
-    "upright": TermInfo(rew_upright, root=True, doc="z of the root's up axis (1 upright)"),
-    "joint_pos_l2": TermInfo(rew_joint_pos_l2, ("joints",), doc="sum (q - default)^2"),
-    "joint_vel_l2": TermInfo(rew_joint_vel_l2, ("joints",), doc="sum qd^2"),
-    "joint_limit": TermInfo(rew_joint_limit, ("joints",), doc="sum of the distances beyond the limits"),
-    "action_l2": TermInfo(rew_action_l2, doc="sum a^2 of the executed action"),
-    "action_rate_l2": TermInfo(rew_action_rate_l2, doc="sum (a - previous a)^2"),
-    "energy": TermInfo(rew_energy, doc="sum |a * scale * qd| over the actuated joints"),
-    "body_distance": TermInfo(rew_body_distance, ("body", "other"), doc="distance between two bodies [m]"),
-    "body_to_command": TermInfo(rew_body_to_command, ("body", "command"), doc="body distance to a commanded point"),
-    "body_height": TermInfo(rew_body_height, ("body",), doc="body z [m]"),
-}
-CONDITIONS = {
-    "root_below": TermInfo(done_root_below, ("height",), root=True, doc="root z < height"),
-    "tilt": TermInfo(done_tilt, ("min_up",), root=True, doc="z of the root's up axis < min_up (cos of the angle)"),
-    "body_below": TermInfo(done_body_below, ("body", "height"), doc="body z < height"),
-    "body_distance_below": TermInfo(
-        done_body_distance_below, ("body", "other", "distance"), doc="two bodies closer than distance"
-    ),
-    "body_to_command_below": TermInfo(
-        done_body_to_command_below, ("body", "command", "distance"), doc="body closer than distance to the command"
-    ),
-    "joint_pos_beyond": TermInfo(done_joint_pos_beyond, ("joints", "limit"), doc="|q| > limit for any joint"),
-}
-"""Terminations (``[[terminations]]``) and success conditions (``[[success]]``) share this library."""

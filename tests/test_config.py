@@ -4,7 +4,7 @@ import pytest
 
 import forge_gpu
 from forge_gpu._src.sim.config import load_config
-from forge_gpu._src.sim.tasks.cartpole import CartpoleParams
+from tests.reference_cartpole import CartpoleParams
 
 
 def _write(tmp_path, text):

@@ -276,6 +276,7 @@ def test_either_part_of_a_split_feeds_the_torch_datasets_and_both_exports(runs, 
     pytest.importorskip("av")  # the LeRobot export writes its videos with PyAV
     h5py = pytest.importorskip("h5py")
     import pyarrow.parquet as pq
+
     split_run(runs[0], tmp_path / "s", val=0.3, seed=1)
     for part in ("train", "val"):
         path = tmp_path / "s" / part

@@ -31,7 +31,7 @@ def test_shapes_and_dtypes(device):
     assert not first.info["active"].any() and (first.observation["step_id"] == 0).all()
     assert result.info["active"].all() and (result.observation["step_id"] == 1).all()
     assert env.spec["action_shape"] == [1] and env.spec["instruction"] == "keep the pole upright"
-    assert env.calibration == {} and env.task.scene.kind == "cartpole" and env.task.spec.id == "cartpole"
+    assert env.calibration == {} and env.task.scene.kind == "task_file" and env.task.spec.id == "cartpole"
     assert env.config.to_dict()["num_envs"] == 3 and env.seed == 0
 
 

@@ -198,6 +198,7 @@ def test_inspect_lists_the_distinct_instructions_with_counts(runs, capsys):
 def test_lerobot_export_writes_one_task_per_instruction_and_each_episode_its_task(runs, tmp_path):
     pytest.importorskip("av")
     import pyarrow.parquet as pq
+
     root, wanted = runs
     order = [(e.env_id, e.episode_id) for e in forge_gpu.read_episodes(root / "packed")]
     forge_gpu.export_lerobot(root / "packed", tmp_path / "lerobot", workers=1)
@@ -298,7 +299,7 @@ def test_a_bad_template_in_run_json_is_refused_naming_it(runs, tmp_path):
 def test_a_task_template_reaches_run_json_and_each_collected_episode(tmp_path, monkeypatch):
     """A task's instruction_template goes into env.spec (checked against its params) and collect records each
     episode's instruction from its drawn mass_scale."""
-    from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
+    CartpoleTask = forge_gpu.TASKS["cartpole"]  # noqa: N806 (a class)
 
     template = {
         "text": "balance a {w} pole",

@@ -287,7 +287,7 @@ def test_collect_refuses_bad_arguments_before_loading_warp(tmp_path, args, words
     assert _listing(tmp_path) == ["afile"]
 
 
-_POLICY = '''
+_POLICY = """
 import torch
 
 def make(spec, device):
@@ -298,7 +298,7 @@ def make(spec, device):
 
 def broken(spec, device):
     raise RuntimeError("the checkpoint is missing")
-'''
+"""
 
 
 def test_collect_takes_a_policy_module_from_the_working_directory(tmp_path, capsys, monkeypatch):

@@ -393,5 +393,3 @@ def test_commit_values_past_int64_are_value_errors(recorded, tmp_path, key, valu
     (run / COMMIT_LOG).write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=f"{COMMIT_LOG}:{k + 1}: episodes.{key}"):
         list(forge_gpu.read_episodes(run))
-
-

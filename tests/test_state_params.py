@@ -254,8 +254,6 @@ def test_a_bad_params_entry_in_the_commit_log_is_refused_naming_the_line(recorde
         forge_gpu.open_run(run)
 
 
-
-
 @pytest.mark.parametrize("mmap", [False, True])
 def test_windows_carry_state_history_and_episode_params(recorded, mmap):
     """state=True adds state/<S> [B, history, ...] at the observation's frames, params=True params/<P> of each
@@ -307,6 +305,7 @@ def test_exports_carry_each_episodes_params(recorded, tmp_path):
     """LeRobot's meta/episodes holds params/<P> columns, robomimic's demos params/<P> attributes, each equal bit
     for bit to the episode's params; neither holds the state."""
     import pyarrow.parquet as pq
+
     h5py = pytest.importorskip("h5py")
     pytest.importorskip("av")
     directory, _ = recorded

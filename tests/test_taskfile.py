@@ -27,6 +27,9 @@ num_envs = 3
 max_steps = 10
 module = "user_terms.py"
 
+[params]
+hip_gain = 0.5
+
 [solver]
 iterations = 10
 ls_iterations = 5
@@ -64,6 +67,12 @@ noise = 0.01
 term = "command"
 [[observations]]
 term = "last_action"
+[[observations]]
+term = "camera"
+size = 16
+position = [1.5, -1.5, 1.0]
+look_at = [0.0, 0.0, 0.3]
+follow = "torso"
 
 [[rewards]]
 term = "track_lin_vel"
@@ -74,7 +83,7 @@ term = "action_rate_l2"
 weight = -0.01
 [[rewards]]
 term = "hips_apart"
-args = [0.5]
+args = ["params.hip_gain"]
 weight = 1.0
 
 [[terminations]]
@@ -117,6 +126,9 @@ def test_a_task_file_collects_with_state_params_per_term_rewards_and_instruction
     assert spec["observation"]["proprio"]["shape"] == [1 + 4 + 3 + 2 + 8]
     assert spec["observation"]["reward_terms"]["shape"] == [3] and spec["has_success"]
     assert manifest["calibration"]["reward_terms"] == ["track_lin_vel", "action_rate_l2", "hips_apart"]
+    assert spec["observation"]["rgb"]["shape"] == [16, 16, 3] and spec["observation"]["depth"]["shape"] == [16, 16]
+    front = manifest["calibration"]["cameras"]["front"]
+    assert front["intrinsics"]["width"] == 16 and "torso" in front["follows"]
     episodes = list(forge_gpu.open_run(run).read(list(range(5)), forge_gpu.EpisodeReadOptions(state=True)))
     for e in episodes:
         command = e.params["command"]
@@ -130,6 +142,10 @@ def test_a_task_file_collects_with_state_params_per_term_rewards_and_instruction
         total = (np.float32(0) + terms[:, 0]) + terms[:, 1] + terms[:, 2]
         assert np.array_equal(total, e.reward)
         assert np.allclose(terms[:, 2], 0.5 * (e.state["joint_q"][1:, 7] - e.state["joint_q"][1:, 9]))
+        # The camera follows the torso: the ground fills the lower rows, at depths the camera's height allows.
+        depth = e.next["depth"]
+        assert e.next["rgb"].shape == (e.steps, 16, 16, 3) and (depth[:, -4:] > 0).all() and depth.max() < 1e3
+        assert len(np.unique(e.next["rgb"].reshape(-1, 3), axis=0)) > 4
     assert len({e.params["command"][0] for e in episodes}) == len(episodes)
 
 
@@ -147,11 +163,28 @@ def test_a_task_file_run_replays_from_state_reports_and_exports(run, tmp_path):
     recorded = list(forge_gpu.open_run(run).read(list(range(report["episodes"])), options))
     again = list(forge_gpu.open_run(tmp_path / "again").read(list(range(report["episodes"])), options))
     for a, b in zip(recorded, again, strict=True):
-        for name in ("proprio", "reward_terms", "success"):  # proprio: noise on body_pos, last_action
+        for name in ("proprio", "reward_terms", "success", "rgb", "depth"):  # proprio: noise on body_pos, last_action
             assert np.array_equal(a.obs[name], b.obs[name]) and np.array_equal(a.next[name], b.next[name]), name
         assert np.array_equal(a.reward, b.reward) and np.array_equal(a.terminated, b.terminated)
     assert forge_gpu.report(run, tmp_path / "report.html")["episodes"] == len(recorded)
     assert forge_gpu.export_robomimic(run, tmp_path / "run.hdf5")["episodes"] == len(recorded)
+
+
+def _same_task_bit_for_bit(hand, file, action_dim: int, steps: int) -> int:
+    """Step both envs with the same random actions (some beyond the bounds); every frame's proprio, reward,
+    flags and joint state equal. Returns the episodes that ended."""
+    a, b = hand.reset(), file.reset()
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(steps):
+        assert np.array_equal(a.observation["proprio"].numpy(), b.observation["proprio"].numpy())
+        for name in ("reward", "terminated", "truncated"):
+            assert np.array_equal(getattr(a, name).numpy(), getattr(b, name).numpy()), name
+        assert np.array_equal(hand.joint_q.numpy(), file.joint_q.numpy())
+        ended += int(a.terminated.numpy().sum() + a.truncated.numpy().sum())
+        action = rng.uniform(-1.3, 1.3, (hand.num_envs, action_dim)).astype(np.float32)
+        a, b = hand.step(action), file.step(action)
+    return ended
 
 
 def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
@@ -162,18 +195,24 @@ def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
         forge_gpu.register_task(reference_ant.AntTask, config=tmp_path / "ant_handwritten.toml")
     hand = forge_gpu.make("ant_handwritten", num_envs=4, device="cpu", seed=3, max_steps=25)
     file = forge_gpu.make("ant", num_envs=4, device="cpu", seed=3, max_steps=25)
-    a, b = hand.reset(), file.reset()
-    rng = np.random.default_rng(0)
-    ended = 0
-    for _ in range(60):
-        assert np.array_equal(a.observation["proprio"].numpy(), b.observation["proprio"].numpy())
-        for name in ("reward", "terminated", "truncated"):
-            assert np.array_equal(getattr(a, name).numpy(), getattr(b, name).numpy()), name
-        assert np.array_equal(hand.joint_q.numpy(), file.joint_q.numpy())
-        ended += int(a.terminated.numpy().sum() + a.truncated.numpy().sum())
-        action = rng.uniform(-1.3, 1.3, (4, 8)).astype(np.float32)
-        a, b = hand.step(action), file.step(action)
-    assert ended >= 4  # the flags were compared where they are set, not only while all are false
+    # The flags were compared where they are set, not only while all are false.
+    assert _same_task_bit_for_bit(hand, file, 8, 60) >= 4
+
+
+def test_the_file_based_cartpole_equals_the_hand_written_one_bit_for_bit(tmp_path):
+    """Same observations, rewards (0 on a terminating step), flags and state columns, for the same seed and
+    actions; also with params overridden (the same key changes both) and a randomized mass."""
+    from tests import reference_cartpole
+
+    reference_cartpole.register(tmp_path)
+    for overrides in ({}, {"params.angle_cost": 2.5, "params.cart_limit": 0.5, "params.pole_length": 0.7,
+                           "randomize.mass_scale": [0.5, 2.0]}):  # fmt: skip
+        hand = forge_gpu.make("cartpole_handwritten", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
+        file = forge_gpu.make("cartpole", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
+        assert file.config.params.angle_cost == hand.config.params.angle_cost
+        assert _same_task_bit_for_bit(hand, file, 1, 90) >= 12
+        # The same fields and state columns (the README's quick start prints them).
+        assert hand.spec["observation"] == file.spec["observation"] and hand.spec["state"] == file.spec["state"]
 
 
 BAD = [
@@ -191,6 +230,24 @@ BAD = [
     ("low = [0.5, -0.2], high = [1.5, 0.2]", "low = [0.5, -0.2, 0], high = [1.5, 0.2, 0]", "randomize.command"),
     ('asset = "nv_ant.xml"', 'file = "robot.urdf"', "model.file"),
     ('module = "user_terms.py"', 'module = "no_terms.py"', "module"),
+    ('follow = "torso"', 'follow = "tail"', "observations[5].follow"),
+    ("size = 16", "size = 4", "observations[5].size"),
+    ("look_at = [0.0, 0.0, 0.3]", "look_at = [1.5, -1.5, 0.2]", "observations[5].position"),
+    ('args = ["params.hip_gain"]', 'args = ["params.hip_gian"]', "rewards[2].args[0]"),
+    ("hip_gain = 0.5", 'hip_gain = "high"', "params.hip_gain"),
+    ("[reset]\njoint_position = 0.1", "[reset]\njoint_position = -0.1", "reset.joint_position"),
+    (
+        "[reset]\njoint_position = 0.1\njoint_velocity = 0.1",
+        '[[reset.joints]]\njoints = ["toe_*"]\nposition = 0.1',
+        "reset.joints[0].joints",
+    ),
+    (
+        '[[rewards]]\nterm = "track_lin_vel"',
+        '[reward]\nterms = "yes"\n[[rewards]]\nterm = "track_lin_vel"',
+        "reward.terms",
+    ),
+    ('asset = "nv_ant.xml"', 'asset = "nv_ant.xml"\nrandomizable = ["gravity"]', "model.randomizable"),
+    ('asset = "nv_ant.xml"', 'builder = "no_such_module:build"', "model.builder"),
 ]
 
 
@@ -213,6 +270,15 @@ def test_a_bad_task_file_is_refused_in_one_line_naming_the_key(tmp_path, capsys,
     assert all(getattr(cls, "path", "") != str(tmp_path / "bad.toml") for cls in forge_gpu.TASKS.values())
 
 
+def test_a_params_override_reaches_every_use_and_an_unknown_one_is_refused(task_file):
+    """``params.hip_gain`` set on make is the user term's argument; a name the file's [params] lacks is refused."""
+    env = forge_gpu.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gain": 2.0})
+    assert env.config.params.hip_gain == 2.0
+    assert [r.floats[2] for r in env.task.plan.rows if r.name == "hips_apart"] == [2.0]
+    with pytest.raises(ValueError, match=r"params.hip_gian: no such parameter; the file's \[params\] are hip_gain"):
+        forge_gpu.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gian": 2.0})
+
+
 def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
     assert main(["tasks"]) == 0
     listing = capsys.readouterr().out
@@ -221,6 +287,7 @@ def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
     described = capsys.readouterr().out
     assert "hips_apart (user @wp.func)" in described and "proprio[10:18]: last_action" in described
     assert "reward_terms [3] float32" in described and "front_left_foot" in described
+    assert "rgb and depth: a 16x16 camera following torso" in described and "rgb [16, 16, 3] uint8" in described
 
 
 def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):
@@ -235,7 +302,7 @@ def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):
     )
 
 
-@pytest.mark.parametrize(("task", "proprio", "terms"), [("quadruped", 50, 6), ("humanoid", 59, 5)])
+@pytest.mark.parametrize(("task", "proprio", "terms"), [("quadruped", 48, 8), ("humanoid", 59, 5)])
 def test_the_shipped_robots_step_with_their_terms_and_experts(task, proprio, terms):
     env = forge_gpu.make(task, num_envs=2, device="cpu", seed=0)
     assert env.spec["observation"]["proprio"]["shape"] == [proprio]
@@ -252,5 +319,33 @@ def test_the_shipped_robots_step_with_their_terms_and_experts(task, proprio, ter
             assert np.array_equal(total, r.reward.numpy()) and np.isfinite(parts).all()
     if task == "quadruped":  # a command drawn per episode, in proprio and in the instruction's params
         command = env.randomizer.values["command"].numpy()
-        assert np.array_equal(r.observation["proprio"].numpy()[:, 35:38], command)
+        assert np.array_equal(r.observation["proprio"].numpy()[:, 33:36], command)
         assert (command[:, 0] >= 0.0).all() and (command[:, 0] <= 1.0).all()
+
+
+def _heading_vx(env) -> np.ndarray:
+    q, qd = env.joint_q.numpy(), env.joint_qd.numpy()
+    x, y, z, w = q[:, 3], q[:, 4], q[:, 5], q[:, 6]
+    yaw = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    return np.cos(yaw) * qd[:, 0] + np.sin(yaw) * qd[:, 1]
+
+
+def test_the_quadrupeds_gait_walks_forward_and_out_earns_random_and_standing():
+    """At a commanded 0.5 m/s the expert's trot (sinusoid targets, amplitude from the command) moves the base
+    forward in its heading frame and earns more of the task's reward than the random policy and than standing."""
+    from forge_gpu._src.sim.tasks.filetask import hold_pose
+
+    fixed = {"randomize.command": {"low": [0.5, 0.0, 0.0], "high": [0.5, 0.0, 0.0]}}
+    earned, speed = {}, {}
+    for name in ("random", "stand", "expert"):
+        env = forge_gpu.make("quadruped", num_envs=4, device="cpu", seed=0, max_steps=200, **fixed)
+        policy = hold_pose(env.task, env.world, {}) if name == "stand" else forge_gpu.make_policy(name, env)
+        env.reset()
+        total, vx = 0.0, []
+        for step in range(100):
+            total += float(env.step(policy(env.observation)).reward.numpy().mean())
+            if step >= 25:
+                vx.append(_heading_vx(env).mean())
+        earned[name], speed[name] = total, float(np.mean(vx))
+    assert speed["expert"] > 0.1 > abs(speed["stand"]), speed
+    assert earned["expert"] > earned["stand"] > earned["random"], earned

@@ -12,17 +12,17 @@ import pytest
 import warp as wp
 
 import forge_gpu
-from forge_gpu._src.sim.config import config_dir
 from forge_gpu._src.sim.env import SHARED
 from forge_gpu._src.sim.tasks.base import TaskBinding
-from forge_gpu._src.sim.tasks.cartpole import CartpoleTask
 from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES
 from forge_gpu._src.sim.world import World
 from forge_gpu.sim import VectorEnv
+from tests.reference_cartpole import CONFIG, CartpoleTask
 
 
 class ShortCartpole(CartpoleTask):
-    """A task defined outside forge_gpu: cartpole's scene and kernels under its own id and config file."""
+    """A task defined outside forge_gpu: the hand-written cartpole's scene and kernels (tests/reference_cartpole.py)
+    under its own id and config file."""
 
     spec = dataclasses.replace(CartpoleTask.spec, id="short_cartpole")
 
@@ -30,9 +30,10 @@ class ShortCartpole(CartpoleTask):
 @pytest.fixture
 def short_cartpole(tmp_path):
     config = tmp_path / "short_cartpole.toml"
-    text = (config_dir() / "cartpole.toml").read_text()
     config.write_text(
-        text.replace('task = "cartpole"', 'task = "short_cartpole"').replace("max_steps = 500", "max_steps = 7")
+        CONFIG.replace('task = "cartpole_handwritten"', 'task = "short_cartpole"').replace(
+            "max_steps = 500", "max_steps = 7"
+        )
     )
     forge_gpu.register_task(ShortCartpole, config=config)
     try:
@@ -117,8 +118,8 @@ def test_the_env_imports_the_task_interface_not_the_registry():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-class SpyCartpole(CartpoleTask):
-    """Cartpole that records what its hooks are given."""
+class SpyCartpole(forge_gpu.TASKS["cartpole"]):
+    """The shipped cartpole (a task file) recording what its hooks are given."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -172,7 +173,7 @@ def test_reach_contributes_its_fields_and_calibration_through_bind():
     assert env.calibration["cameras"]["front"]["intrinsics"]["width"] == 32
 
 
-class FieldCartpole(CartpoleTask):
+class FieldCartpole(forge_gpu.TASKS["cartpole"]):
     """Cartpole declaring a ``gap`` field float32 [2]; ``bind`` returns whatever ``returns(world)`` makes."""
 
     returns = staticmethod(lambda world: TaskBinding())

@@ -18,15 +18,13 @@ import warp as wp
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.tasks.base import Task
-from forge_gpu._src.sim.tasks.camera import WorldCameras
+from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, check_pose
 from forge_gpu.kernels import arm as kernels
 
 IMAGE_SIZES = (32, 64, 128, 256)
 """Square image sizes [px] the arm tasks accept. ``SensorCamera`` renders any size; the tasks keep to these
 tested ones so that recorded datasets come in a few known shapes."""
 
-BACKGROUND = 0xFF << 24 | 52 << 16 | 44 << 8 | 40
-"""Packed RGBA clear color of pixels that see no surface (dark blue-gray)."""
 TABLE_COLOR = (0.75, 0.75, 0.72)
 
 CAMERA_VISUALS = {
@@ -109,14 +107,7 @@ def check_arm(config, task: str, action_dim: int) -> None:
     p = config.params
     if len(p.home_q) != 4:
         raise ValueError(f"params.home_q = {p.home_q!r}: expected 4 values")
-    for name in ("camera_position", "camera_look_at"):
-        if len(getattr(p, name)) != 3:
-            raise ValueError(f"params.{name} = {getattr(p, name)!r}: expected 3 values [m]")
-    if np.allclose(p.camera_position, p.camera_look_at):
-        raise ValueError("params.camera_position must differ from params.camera_look_at")
-    forward = np.subtract(p.camera_look_at, p.camera_position)
-    if np.linalg.norm(np.cross(forward, (0.0, 0.0, 1.0))) < 1e-6 * np.linalg.norm(forward):
-        raise ValueError("params.camera_position: the camera must not look straight up or down (+z is image up)")
+    check_pose(p.camera_position, p.camera_look_at, "params.camera_position", "params.camera_look_at")
     if len(config.action.low) != action_dim:
         raise ValueError(
             f"action.low = {list(config.action.low)}: {task} has {action_dim} joints; "

@@ -1,5 +1,6 @@
 """One pinhole RGB-D camera per world, all rendered in one call of Newton's ``SensorCamera``, and its
-calibration in OpenCV's conventions. Used by the camera tasks (``reach``)."""
+calibration in OpenCV's conventions. Used by the camera tasks (``reach``, ``push``) and by a task file's camera
+(``tasks/filecamera.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ import warp as wp
 from newton.sensors import SensorCamera
 
 from forge_gpu.kernels import camera as kernels
+
+BACKGROUND = 0xFF << 24 | 52 << 16 | 44 << 8 | 40
+"""Packed RGBA clear color of pixels that see no surface (dark blue-gray)."""
+
+
+def check_pose(position, look_at, position_key: str, look_at_key: str) -> None:
+    """ValueError (naming the keys) for a camera pose :func:`camera_to_world` cannot make: not 3 values each, the
+    eye at the look-at point, or a view straight up or down."""
+    for key, value in ((position_key, position), (look_at_key, look_at)):
+        if len(value) != 3 or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"{key} = {value!r}: expected 3 values [m]")
+    if np.allclose(position, look_at):
+        raise ValueError(f"{position_key} must differ from {look_at_key}")
+    forward = np.subtract(look_at, position)
+    if np.linalg.norm(np.cross(forward, (0.0, 0.0, 1.0))) < 1e-6 * np.linalg.norm(forward):
+        raise ValueError(f"{position_key}: the camera must not look straight up or down (+z is image up)")
 
 
 def camera_to_world(position, look_at) -> np.ndarray:

@@ -1,8 +1,8 @@
 """The generated kernel of a file-based task: one ``observe`` kernel that calls every term in the task's order.
 
 Whatever the number of terms, a step launches it once: it writes ``proprio`` (each observation term in turn, with
-its noise), the weighted value of each reward term (``reward_terms``) and their sum, the termination and success
-flags. The source depends only on the terms'
+its noise), the termination and success flags, the weighted value of each reward term (``reward_terms``; 0 on a
+terminating step with ``[reward] zero_on_termination``) and their sum. The source depends only on the terms'
 functions and order (their numbers are in the ``ti``/``tf`` tables), so changing a weight or a threshold reuses
 the compiled module. The source is written to a file (Warp reads a kernel's source back) under
 ``$XDG_CACHE_HOME/forge_gpu/tasks`` (default ``~/.cache``), named by its hash, and imported once per process.
@@ -49,18 +49,18 @@ def source_of(plan: Plan) -> str:
         "    ok = bool(False)",
     ]
     reward_column = 0
-    for t, row in enumerate(plan.rows):
+    order = {"observations": 0, "terminations": 1, "success": 1, "rewards": 2}  # a reward may depend on done
+    for t, row in sorted(enumerate(plan.rows), key=lambda pair: order[pair[1].stage]):
         call = f"{aliases[(row.func.func.__module__, row.func.key)]}(f, worldid, {t}"
         if row.stage == "observations":
             body += ["    start = col", f"    col = {call}, proprio, col)"]
             if row.noise:
                 body.append(f"    add_noise(f, worldid, {t}, proprio, start, col)")
         elif row.stage == "rewards":
-            body += [
-                f"    value = f.tf[{t}, 0] * {call})",
-                f"    reward_terms[worldid, {reward_column}] = value",
-                "    reward = reward + value",
-            ]
+            body.append(f"    value = f.tf[{t}, 0] * {call})")
+            if plan.zero_on_termination:
+                body += ["    if done:", "        value = 0.0"]
+            body += [f"    reward_terms[worldid, {reward_column}] = value", "    reward = reward + value"]
             reward_column += 1
         else:
             flag = "done" if row.stage == "terminations" else "ok"

@@ -6,7 +6,7 @@ import dataclasses
 
 from forge_gpu._src.sim.tasks.filetask import FileTask
 from forge_gpu._src.sim.tasks.registry import TASKS, resolve_task
-from forge_gpu._src.sim.tasks.taskfile import model_file
+from forge_gpu._src.sim.tasks.taskmodel import model_file
 
 
 def task_lines() -> list[str]:
@@ -33,7 +33,7 @@ def describe_task(name: str) -> list[str]:
     lines = [f"task {task_id}: {config.instruction!r}", f"  defined by {_origin(TASKS[task_id])}"]
     if isinstance(task, FileTask):
         p, plan = config.params, task.plan
-        lines.append(f"  model: {model_file(p.model, p.file)[0]}")
+        lines.append(f"  model: {model_file(task.file.model, p.file)[0]}")
         lines.append(f"  joints: {', '.join(plan.joint_names)}")
         lines.append(f"  bodies: {', '.join(plan.body_names)}")
         lines.append(f"  action: {plan.action_kind} on {', '.join(plan.action_joints)} (A = {spec.action_dim})")
@@ -42,6 +42,10 @@ def describe_task(name: str) -> list[str]:
             if row.stage == "observations":
                 lines.append(f"  observation proprio[{col}:{col + row.width}]: {_term(row)}")
                 col += row.width
+        if plan.camera:
+            c = plan.camera
+            where = f"following {c['follow_name']} at +{c['position']}" if c["follow"] >= 0 else f"at {c['position']}"
+            lines.append(f"  observation rgb{' and depth' * c['depth']}: a {c['size']}x{c['size']} camera {where}")
         for row in plan.rows:
             if row.stage == "rewards":
                 lines.append(f"  reward {row.floats[0]:+g} x {_term(row)}")
@@ -49,6 +53,8 @@ def describe_task(name: str) -> list[str]:
             for row in plan.rows:
                 if row.stage == stage:
                     lines.append(f"  {stage[:-1] if stage == 'terminations' else stage}: {_term(row)}")
+        if p.values:
+            lines.append("  params: " + ", ".join(f"{k} = {v!r}" for k, v in p.values.items()))
         if plan.command_names:
             lines.append(f"  command: {', '.join(plan.command_names)} (drawn per episode by [randomize] command)")
     else:
@@ -69,5 +75,7 @@ def _origin(cls) -> str:
 
 def _term(row) -> str:
     user = " (user @wp.func)" if row.user else ""
+    if row.joints:
+        user += f" of {', '.join(row.joints)}"
     numbers = [f"{v:g}" for v in row.floats[2:]]
     return f"{row.name}{user}" + (f" [{', '.join(numbers)}]" if numbers else "")

@@ -8,6 +8,7 @@ and the generated observe kernel (``tasks/codegen.py``).
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import tomllib
 from dataclasses import dataclass
@@ -19,21 +20,19 @@ import warp as wp
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.tasks import codegen
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
+from forge_gpu._src.sim.tasks.filecamera import FileCamera, camera_fields
 from forge_gpu._src.sim.tasks.taskfile import (
     FileParams,
     Plan,
-    add_model,
     catalog,
-    model_file,
     plan_task,
     read_task_file,
-    term_tables,
+    resolved,
 )
+from forge_gpu._src.sim.tasks.taskmodel import add_model, model_file
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import filetask as kernels
 from forge_gpu.kernels import terms
-
-_RESET_KEYS = ("joint_position", "joint_velocity")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +41,7 @@ class FileScene:
 
     kind: str = "task_file"
     model: str = ""
-    """The model file's path (MJCF or URDF)."""
+    """The model file's path (MJCF or URDF), or its builder (``module:function``)."""
     task_file: str = ""
 
 
@@ -71,15 +70,13 @@ class FileTask(Task):
 
     def __init__(self, config):
         self.plan: Plan = plan_task(config.params, config.params.file)
+        self.file: FileParams = resolved(config.params, config.params.file)
+        """The sections with their ``params.NAME`` references replaced by numbers."""
         self.__dict__["spec"] = _spec(config, self.plan)
-        reset = config.params.reset
-        for key in reset:
-            if key not in _RESET_KEYS:
-                raise ValueError(f"{config.params.file}: unknown key reset.{key}; allowed keys are {_RESET_KEYS}")
         super().__init__(config)
 
     def make_scene(self) -> FileScene:
-        p = self.config.params
+        p = self.file
         return FileScene(model=model_file(p.model, p.file)[0], task_file=p.file)
 
     def randomizable(self) -> dict[str, Parameter]:
@@ -91,14 +88,14 @@ class FileTask(Task):
 
     def observation_fields(self) -> dict:
         fields = {}
-        if self.plan.reward_names:
+        if self.plan.reward_names and self.plan.record_terms:
             fields["reward_terms"] = ((len(self.plan.reward_names),), "float32")
         if self.spec.has_success:
             fields["success"] = ((), "bool")
-        return fields
+        return {**fields, **camera_fields(self.plan.camera)}
 
     def build_world(self, builder) -> None:
-        p = self.config.params
+        p = self.file
         add_model(builder, p.model, p.file)
         if self.plan.action_kind == "position":
             import newton
@@ -121,6 +118,9 @@ class FileTask(Task):
         self.default_q = wp.array(world.model.joint_q.numpy().reshape(n, coords), dtype=float, device=device)
         self.action_coord, self.action_dof = ints(plan.action_coords), ints(plan.action_dofs)
         self.reset_coord, self.reset_dof = ints(plan.reset_coords), ints(plan.reset_dofs)
+        draws = np.asarray(plan.draws, np.float64).reshape(-1, 3)
+        self.draw_kind, self.draw_index = ints(draws[:, 0]), ints(draws[:, 1])
+        self.draw_range = floats(draws[:, 2])
         self.lower, self.upper = floats(plan.lower), floats(plan.upper)
         self.last_action = wp.zeros_like(world.executed_action)
         self.previous_action = wp.zeros_like(world.executed_action)
@@ -145,12 +145,18 @@ class FileTask(Task):
         self.kernel = codegen.observe_kernel(plan)
         if plan.action_kind == "position":
             self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
-        fields = {"reward_terms": self.reward_terms} if plan.reward_names else {}
+        fields = {"reward_terms": self.reward_terms} if plan.reward_names and plan.record_terms else {}
         if self.spec.has_success:
             fields["success"] = self.success
-        state = {"last_action": self.last_action, "previous_action": self.previous_action}
-        state["observation_noise_key"] = self.noise_key
-        return TaskBinding(fields=fields, calibration={"reward_terms": plan.reward_names}, state=state)
+        state = {"last_action": self.last_action, "previous_action": self.previous_action} if plan.action_state else {}
+        if plan.noise_state:
+            state["observation_noise_key"] = self.noise_key
+        calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
+        self.camera = FileCamera(plan.camera, world) if plan.camera else None
+        if self.camera is not None:
+            fields.update(self.camera.fields)
+            calibration.update(self.camera.calibration)
+        return TaskBinding(fields=fields, calibration=calibration, state=state)
 
     def apply_action(self, world: World) -> None:
         if self.plan.action_kind == "effort":
@@ -165,18 +171,19 @@ class FileTask(Task):
         wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
 
     def reset_worlds(self, world: World) -> None:
-        reset, plan = self.config.params.reset, self.plan
+        plan = self.plan
         wp.launch(
             kernels.reset_kernel,
             dim=world.num_envs,
             inputs=[
                 world.seed,
-                float(reset.get("joint_position", 0.0)),
-                float(reset.get("joint_velocity", 0.0)),
                 7 if plan.root else 0,
                 6 if plan.root else 0,
                 self.reset_coord,
                 self.reset_dof,
+                self.draw_kind,
+                self.draw_index,
+                self.draw_range,
                 self.default_q,
                 world.reset_mask,
                 world.episode_id,
@@ -202,10 +209,12 @@ class FileTask(Task):
             outputs=[world.proprio, self.reward_terms, world.task_reward, world.task_terminated, self.success],
             device=world.device,
         )
+        if self.camera is not None:
+            self.camera.render(world, self.frame.body_q)
 
     def expert(self, world: World):
         """``[expert] factory = "module:function"``: ``function(task, world, settings)`` returns the policy."""
-        settings = dict(self.config.params.expert)
+        settings = dict(self.file.expert)
         factory = settings.pop("factory", None)
         if factory is None:
             return None
@@ -226,6 +235,18 @@ def _spec(config, plan: Plan) -> TaskSpec:
         has_contacts=contacts,
         has_success=any(r.stage == "success" for r in plan.rows),
     )
+
+
+def term_tables(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """The ``ti`` and ``tf`` tables of the plan's rows (one row per term), zero-padded."""
+    ni = max(len(r.ints) for r in plan.rows)
+    nf = max(len(r.floats) for r in plan.rows)
+    ti = np.zeros((len(plan.rows), ni), np.int32)
+    tf = np.zeros((len(plan.rows), nf), np.float32)
+    for t, r in enumerate(plan.rows):
+        ti[t, : len(r.ints)] = r.ints
+        tf[t, : len(r.floats)] = r.floats
+    return ti, tf
 
 
 def file_task_class(path, *, check: bool = True) -> type[FileTask]:
@@ -255,6 +276,46 @@ def hold_pose(task: FileTask, world: World, settings: dict):
             dim=action.shape,
             inputs=[*gains, mode, world.action_scale, task.action_coord, task.action_dof, world.action_low]
             + [world.action_high, task.default_q, world.joint_q, world.joint_qd],
+            outputs=[action],
+            device=world.device,
+        )
+        return action
+
+    return act
+
+
+def sinusoid_gait(task: FileTask, world: World, settings: dict):
+    """An ``[expert]`` factory for position actions: a gait of sinusoid joint targets around the default pose
+    (``factory = "forge_gpu._src.sim.tasks.filetask:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
+    joint pattern -> [amplitude (rad), phase (cycles)], unlisted joints hold the pose; ``command`` (optional): a
+    command name whose value, times ``command_scale``, scales every amplitude)."""
+    file = task.config.params.file
+    if task.plan.action_kind != "position" or set(settings) - {"frequency", "joints", "command", "command_scale"}:
+        raise ValueError(f"{file}: [expert] sinusoid_gait takes frequency, joints, command, command_scale and "
+                         "needs position actions")  # fmt: skip
+    amplitude, phase = [0.0] * task.spec.action_dim, [0.0] * task.spec.action_dim
+    for pattern, pair in settings.get("joints", {}).items():
+        hits = [k for k, name in enumerate(task.plan.action_joints) if fnmatch.fnmatchcase(name, pattern)]
+        if not hits or not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"{file}: expert.joints.{pattern} = {pair!r}: expected [amplitude, phase] of an "
+                             f"action joint ({', '.join(task.plan.action_joints)})")  # fmt: skip
+        for k in hits:
+            amplitude[k], phase[k] = float(pair[0]), float(pair[1])
+    name = settings.get("command")
+    if name is not None and name not in task.plan.command_names:
+        raise ValueError(f"{file}: expert.command = {name!r}: not in [command] names {task.plan.command_names}")
+    column = task.plan.command_names.index(name) if name is not None else -1
+    command = world.params.get("command", task.frame.command)
+    gait = [float(settings.get("frequency", 1.0)), wp.array(amplitude, dtype=float, device=world.device)]
+    gait += [wp.array(phase, dtype=float, device=world.device), column, float(settings.get("command_scale", 1.0))]
+    action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
+
+    def act(observation: dict) -> wp.array:
+        wp.launch(
+            kernels.sinusoid_gait_kernel,
+            dim=action.shape,
+            inputs=[world.config.control_dt, *gait, world.action_scale, world.action_low, world.action_high]
+            + [command, observation["step_id"]],
             outputs=[action],
             device=world.device,
         )

@@ -1,24 +1,23 @@
 """A file-based task's TOML: read, merged with overrides, and checked against its model before anything runs.
 
 The file holds the usual task keys (``task``, ``instruction``, ``num_envs``, ``[solver]``, ``[randomize]``, ...)
-and the sections that describe the task instead of code (docs/ARCHITECTURE.md "A task from a file"): ``[model]``,
-``[action]``, ``[reset]``, ``[command]``, ``[[observations]]``, ``[[rewards]]``, ``[[terminations]]``,
-``[[success]]``, ``[instruction_template]`` and ``[expert]``. Those sections become the config's ``params``
-(:class:`FileParams`, recorded in run.json's ``config.params`` with the file's path), and :func:`plan_task`
-resolves them against the model's joints and bodies: a name the model lacks, an unknown term or key, a list of
-the wrong length is a ``ValueError`` of one line naming the file, the key and what the model has.
+and the sections that describe the task instead of code (docs/ARCHITECTURE.md "A task from a file"): ``[model]``
+(``tasks/taskmodel.py``), ``[action]``, ``[reset]``, ``[command]``, ``[[observations]]``, ``[[rewards]]``,
+``[reward]``, ``[[terminations]]``, ``[[success]]``, ``[instruction_template]`` and ``[expert]``, and ``[params]``:
+named numbers that any number of those sections may name as ``"params.NAME"`` (or ``"-params.NAME"``), so that
+``--set params.NAME=...`` changes every place at once. They become the config's ``params`` (:class:`FileParams`,
+recorded in run.json's ``config.params`` with the file's path), and :func:`plan_task` resolves them against the
+model's joints and bodies: a name the model lacks, an unknown term or key, a list of the wrong length is a
+``ValueError`` of one line naming the file, the key and what the model has.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import importlib
-import importlib.util
 import math
-import sys
+import re
 import tomllib
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,36 +27,59 @@ import numpy as np
 from forge_gpu._src.sim import tasks as _tasks_package  # noqa: F401 (the package the module lives in)
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
+from forge_gpu._src.sim.tasks.filecamera import camera_entry
+from forge_gpu._src.sim.tasks.taskmodel import (
+    BALL,
+    FIXED,
+    FREE,
+    end_of,
+    params_module_name,
+    probe,
+    short_names,
+    user_module,
+)
 
 SECTIONS = (
-    "model", "action", "reset", "command", "observations", "rewards", "terminations", "success",
+    "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
     "instruction_template", "expert", "module",
 )  # fmt: skip
-"""The file's task sections, which become ``params``."""
-_MODEL_KEYS = ("asset", "file", "position", "rotation", "floating", "ground", "contacts", "ignore_names", "pose")
+"""The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits")
 _TERM_KEYS = ("term", "weight", "noise", "args", "name")
-FREE, BALL, FIXED = 4, 2, 3
-"""Newton's joint types that :func:`plan_task` treats apart (``newton.JointType``)."""
+_RESET_KEYS = ("joint_position", "joint_velocity", "joints")
+_REWARD_KEYS = ("terms", "zero_on_termination")
+_REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
 
 
 @dataclass(frozen=True, kw_only=True)
 class FileParams:
-    """A file-based task's sections, as the file (with overrides) gives them; ``file`` is its path."""
+    """A file-based task's sections, as the file (with overrides) gives them; ``file`` is its path. A name of
+    ``[params]`` reads as an attribute too (``config.params.cart_limit``)."""
 
     file: str
+    values: dict = field(default_factory=dict)
+    """The file's ``[params]``: name -> number, named elsewhere as ``"params.NAME"``."""
     model: dict = field(default_factory=dict)
     action: dict = field(default_factory=dict)
     reset: dict = field(default_factory=dict)
     command: dict = field(default_factory=dict)
     observations: list = field(default_factory=list)
     rewards: list = field(default_factory=list)
+    reward: dict = field(default_factory=dict)
+    """``terms`` (default true: record each reward term's value, field ``reward_terms``) and
+    ``zero_on_termination`` (default false: a step that a ``[[terminations]]`` condition ends pays 0)."""
     terminations: list = field(default_factory=list)
     success: list = field(default_factory=list)
     instruction_template: dict = field(default_factory=dict)
     expert: dict = field(default_factory=dict)
     module: str = ""
     """The user's module of ``@wp.func`` terms: a dotted name or a ``.py`` path (relative to the file)."""
+
+    def __getattr__(self, name: str):
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or parameter {name!r}")
 
 
 @dataclass
@@ -72,6 +94,9 @@ class Row:
     width: int = 0
     noise: bool = False
     user: bool = False
+    reads: str = ""
+    """``action`` (the executed action), ``previous`` (the action before it too) or empty."""
+    joints: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,17 +113,28 @@ class Plan:
     action_dofs: list[int]
     reset_coords: list[int]
     reset_dofs: list[int]
+    draws: list[tuple[int, int, float]]
+    """The reset's draws in order: (0 a coordinate's position offset or 1 a dof's velocity, its index, range)."""
     lower: list[float]
     upper: list[float]
     rows: list[Row]
     command_names: list[str]
     proprio_dim: int
     reward_names: list[str]
+    record_terms: bool = True
+    zero_on_termination: bool = False
+    action_state: bool = True
+    """Whether the recorded state holds the executed actions (a term observes them or reads the one before)."""
+    noise_state: bool = True
+    """Whether the recorded state holds the observation noise key (an observation has noise)."""
+    camera: dict | None = None
+    """The camera observation (``tasks/filecamera.py``), or None."""
 
 
 def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfig:
     """The checked :class:`TaskConfig` of the task file ``path`` with dotted ``overrides`` (``params.`` prefixed
-    keys, as run.json records them, address the task sections too); its ``params`` a :class:`FileParams`."""
+    keys, as run.json records them, address the task sections too; ``params.NAME`` a name of ``[params]``); its
+    ``params`` a :class:`FileParams`."""
     path = Path(path).resolve()
     source = str(path)
     try:
@@ -107,20 +143,23 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         raise ValueError(f"{source}: cannot read the task file ({e.strerror})") from e
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{source}: not valid TOML: {e}") from e
+    declared = dict(table.get("params", {}))
     if overrides:
-        plain = {(k[len("params.") :] if k.startswith("params.") else k): v for k, v in overrides.items()}
-        plain.pop("file", None)
-        table = _merge(table, plain, f"{source} (overrides)")
+        table = _merge(table, _plain_overrides(overrides), f"{source} (overrides)")
         source = f"{source} (with overrides)"
+    values = table.pop("params", {})
+    for name, value in values.items():
+        if name not in declared:
+            held = ", ".join(declared) or "none"
+            raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"{source}: params.{name} = {value!r}: expected a number")
     sections = {name: table.pop(name) for name in SECTIONS if name in table}
-    table.pop("params", None)
-    action = dict(sections.get("action", {}))
-    for key in ("low", "high", "scale"):
-        action.pop(key, None)
-    params = FileParams(file=str(path), **{**sections, "action": action})
+    given = resolve_references(sections.get("action", {}), values, "action", source)
+    action = {k: v for k, v in sections.get("action", {}).items() if k not in ("low", "high", "scale")}
+    params = FileParams(file=str(path), values=values, **{**sections, "action": action})
     plan = plan_task(params, source)
     a = len(plan.action_coords)
-    given = sections.get("action", {})
     table["action"] = {key: _per_joint(given.get(key, default), a, f"{source}: action.{key}")
                        for key, default in (("low", -1.0), ("high", 1.0), ("scale", 1.0))}  # fmt: skip
     randomize = parse_randomize(table.pop("randomize", {}), source)
@@ -137,10 +176,60 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     return config
 
 
+def _plain_overrides(overrides: dict) -> dict:
+    """Dotted overrides onto the file's own tables: ``params.<section>...`` (run.json's ``config.params``) onto
+    the section, ``params.values.NAME`` and ``params.NAME`` onto ``[params]``."""
+    plain = {}
+    for key, value in overrides.items():
+        if key.startswith("params."):
+            rest = key[len("params.") :]
+            head = rest.split(".")[0]
+            if head == "file":
+                continue
+            if head == "values":
+                key = "params" + rest[len("values") :]
+            elif head in SECTIONS:
+                key = rest
+        plain[key] = value
+    return plain
+
+
+def resolve_references(value, values: dict, where: str, source: str):
+    """``value`` with every ``"params.NAME"`` (``"-params.NAME"``) replaced by the number (negated)."""
+    if isinstance(value, dict):
+        return {k: resolve_references(v, values, f"{where}.{k}", source) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_references(v, values, f"{where}[{i}]", source) for i, v in enumerate(value)]
+    match = _REFERENCE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        return value
+    name = match.group(1)
+    if name not in values:
+        held = ", ".join(values) or "none"
+        raise ValueError(f"{source}: {where} = {value!r}: no such parameter; the file's [params] are {held}")
+    return -values[name] if value.startswith("-") else values[name]
+
+
+def resolved(params: FileParams, source: str) -> FileParams:
+    """``params`` with every section's ``"params.NAME"`` references replaced by their numbers."""
+    changes = {}
+    for name in SECTIONS:
+        value = getattr(params, name)
+        if isinstance(value, dict | list):
+            changes[name] = resolve_references(value, params.values, name, source)
+    return dataclasses.replace(params, **changes)
+
+
 def catalog(params: FileParams) -> dict[str, Parameter]:
-    """What a task file's ``[randomize]`` may name: every physics parameter, and ``command`` (shape (C,)) where
-    ``[command]`` names one."""
-    offered = dict(PHYSICS)
+    """What a task file's ``[randomize]`` may name: the physics parameters (all, or those ``model.randomizable``
+    lists), and ``command`` (shape (C,)) where ``[command]`` names one."""
+    listed = params.model.get("randomizable")
+    if listed is None:
+        offered = dict(PHYSICS)
+    elif isinstance(listed, list) and all(name in PHYSICS for name in listed):
+        offered = {name: PHYSICS[name] for name in listed}
+    else:
+        raise ValueError(f"{params.file}: model.randomizable = {listed!r}: expected a list of {', '.join(PHYSICS)}")
     names = params.command.get("names")
     if names:
         nominal = tuple(float(v) for v in params.command.get("default", [0.0] * len(names)))
@@ -155,99 +244,14 @@ def _per_joint(value, count: int, where: str) -> list[float]:
     return [float(v) for v in values]
 
 
-# -- the model ---------------------------------------------------------------------------------------------
-
-
-def model_file(model: dict, source: str) -> tuple[str, str]:
-    """``(path, kind)`` of ``[model]``'s ``asset`` (a Newton example asset) or ``file`` (relative to the TOML);
-    kind ``mjcf`` or ``urdf``."""
-    given = [k for k in ("asset", "file") if k in model]
-    if len(given) != 1:
-        raise ValueError(f"{source}: [model] needs exactly one of asset (a Newton example asset) or file (a path)")
-    if "asset" in model:
-        import newton.examples
-
-        name = model["asset"]
-        folder = Path(newton.examples.get_asset("nv_ant.xml")).parent
-        if not isinstance(name, str) or not (folder / name).is_file():
-            shipped = ", ".join(sorted(p.name for p in folder.iterdir() if p.suffix in (".xml", ".urdf")))
-            raise ValueError(f"{source}: model.asset = {name!r}: not a Newton example asset; shipped: {shipped}")
-        path = str(folder / name)
-    else:
-        path = str(Path(source.split(" (")[0]).parent / model["file"])
-        if not Path(path).is_file():
-            raise ValueError(f"{source}: model.file = {model['file']!r}: no such file ({path})")
-    kinds = {".xml": "mjcf", ".mjcf": "mjcf", ".urdf": "urdf"}
-    kind = kinds.get(Path(path).suffix.lower())
-    if kind is None:
-        raise ValueError(f"{source}: model: {Path(path).name}: expected an MJCF (.xml) or URDF (.urdf) file")
-    return path, kind
-
-
-def add_model(builder, model: dict, source: str) -> None:
-    """Add one world's robot (and ground) as ``[model]`` says; set the default pose ``[model.pose]``."""
-    import warp as wp
-
-    path, kind = model_file(model, source)
-    xform = wp.transform(tuple(model.get("position", (0.0, 0.0, 0.0))), tuple(model.get("rotation", (0, 0, 0, 1))))
-    if kind == "mjcf":
-        ignore = list(model.get("ignore_names", ["floor", "ground"]))
-        builder.add_mjcf(path, xform=xform, override_root_xform=True, ignore_names=ignore)
-    else:
-        builder.add_urdf(path, xform=xform, floating=bool(model.get("floating", True)))
-    names = short_names(builder.joint_label)
-    for pattern, value in model.get("pose", {}).items():
-        hits = [j for j, name in enumerate(names) if fnmatch.fnmatchcase(name, pattern)]
-        if not hits or not isinstance(value, int | float):
-            what = "matches no joint" if not hits else "expected a number"
-            raise ValueError(f"{source}: model.pose.{pattern} = {value!r}: {what}; the model has {', '.join(names)}")
-        for j in hits:
-            start, end = builder.joint_q_start[j], _end(builder.joint_q_start, j, len(builder.joint_q))
-            for c in range(start, end):
-                builder.joint_q[c] = float(value)
-    if model.get("ground", True):
-        builder.add_ground_plane()
-
-
-def _end(starts, j: int, total: int) -> int:
-    return starts[j + 1] if j + 1 < len(starts) else total
-
-
-def short_names(labels) -> list[str]:
-    """A label's last path component (``ant/worldbody/torso/hip_1`` -> ``hip_1``)."""
-    return [str(label).rsplit("/", 1)[-1] for label in labels]
-
-
-_PROBES: dict[str, Any] = {}
-
-
-def probe(model: dict, source: str):
-    """One world's :class:`newton.ModelBuilder` of ``[model]`` (kept per process: a file is imported once)."""
-    import json
-
-    from forge_gpu._src.sim.output import init_warp
-
-    init_warp()  # quietly, before Newton's import starts Warp
-    import newton
-
-    for key in model:
-        if key not in _MODEL_KEYS:
-            raise ValueError(f"{source}: unknown key model.{key}; allowed keys are {', '.join(_MODEL_KEYS)}")
-    key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
-    if key not in _PROBES:
-        builder = newton.ModelBuilder()
-        add_model(builder, model, source)
-        _PROBES[key] = builder
-    return _PROBES[key]
-
-
 # -- resolving names -----------------------------------------------------------------------------------------
 
 
 def plan_task(params: FileParams, source: str) -> Plan:
     """Resolve every section against the model: ValueError (one line, the key and what the model has)."""
-    from forge_gpu.kernels import terms
+    from forge_gpu._src.sim.tasks import library as terms
 
+    params = resolved(params, source)
     builder = probe(params.model, source)
     names, bodies = short_names(builder.joint_label), short_names(builder.body_label)
     types = [int(t) for t in builder.joint_type]
@@ -269,8 +273,8 @@ def plan_task(params: FileParams, source: str) -> Plan:
         for j in chosen:
             if types[j] == BALL:
                 raise ValueError(f"{source}: {where}: joint {names[j]!r} is a ball joint; name hinge or slide joints")
-        cs = [c for j in chosen for c in range(qs[j], _end(qs, j, coords))]
-        dd = [d for j in chosen for d in range(ds[j], _end(ds, j, dofs))]
+        cs = [c for j in chosen for c in range(qs[j], end_of(qs, j, coords))]
+        dd = [d for j in chosen for d in range(ds[j], end_of(ds, j, dofs))]
         return cs, dd, [names[j] for j in chosen]
 
     def body(name, where: str) -> int:
@@ -287,6 +291,7 @@ def plan_task(params: FileParams, source: str) -> Plan:
         raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'effort', 'position'")
     a_coords, a_dofs, a_names = joints(action.get("joints", ["*"]), "action.joints")
     r_coords, r_dofs, _ = joints(["*"], "reset") if movable else ([], [], [])
+    draws = _draws(params.reset, joints, source) if movable else []
     command = params.command
     command_names = list(command.get("names", []))
     if set(command) - {"names", "default"} or len(command.get("default", command_names)) != len(command_names):
@@ -294,8 +299,9 @@ def plan_task(params: FileParams, source: str) -> Plan:
     lower, upper = [-1e10] * coords, [1e10] * coords
     for c, d in zip(r_coords, r_dofs, strict=True):
         lower[c], upper[c] = builder.joint_limit_lower[d], builder.joint_limit_upper[d]
-    module = _user_module(params.module, source) if params.module else None
+    module = user_module(params.module, source) if params.module else None
     rows: list[Row] = []
+    camera = None
     libraries = {"observations": terms.OBSERVATIONS, "rewards": terms.REWARDS,
                  "terminations": terms.CONDITIONS, "success": terms.CONDITIONS}  # fmt: skip
     for stage, library in libraries.items():
@@ -303,20 +309,69 @@ def plan_task(params: FileParams, source: str) -> Plan:
         if not isinstance(entries, list):
             raise ValueError(f"{source}: {stage} must be a list of tables ([[{stage}]])")
         for i, entry in enumerate(entries):
+            if stage == "observations" and isinstance(entry, dict) and entry.get("term") == "camera":
+                if camera is not None:
+                    raise ValueError(f"{source}: observations[{i}]: a task file has one camera")
+                camera = camera_entry(entry, f"observations[{i}]", source, body)
+                continue
             rows.append(_row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names))
     proprio = sum(r.width for r in rows if r.stage == "observations")
     if proprio == 0:
         raise ValueError(f"{source}: observations: the task observes nothing; add [[observations]] terms")
+    reward = params.reward
+    for key, value in reward.items():
+        if key not in _REWARD_KEYS or not isinstance(value, bool):
+            raise ValueError(f"{source}: reward.{key} = {value!r}: [reward] takes true or false for {_REWARD_KEYS}")
+    record = reward.get("terms", True)
+    action_state = any(r.reads == "previous" or (r.reads == "action" and (r.stage == "observations" or (
+        r.stage == "rewards" and record))) for r in rows)  # fmt: skip
     return Plan(
         joint_names=names, body_names=bodies, root=root, coords=coords, action_kind=kind, action_joints=a_names,
-        action_coords=a_coords, action_dofs=a_dofs, reset_coords=r_coords, reset_dofs=r_dofs, lower=lower,
-        upper=upper, rows=rows, command_names=command_names, proprio_dim=proprio,
-        reward_names=[r.name for r in rows if r.stage == "rewards"],
+        action_coords=a_coords, action_dofs=a_dofs, reset_coords=r_coords, reset_dofs=r_dofs, draws=draws,
+        lower=lower, upper=upper, rows=rows, command_names=command_names, proprio_dim=proprio,
+        reward_names=[r.name for r in rows if r.stage == "rewards"], record_terms=record,
+        zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
+        noise_state=any(r.noise for r in rows), camera=camera,
     )  # fmt: skip
 
 
+def _draws(reset: dict, joints, source: str) -> list[tuple[int, int, float]]:
+    """``[reset]``'s draws in order: ``joint_position`` and ``joint_velocity`` (every movable joint, per joint its
+    position then its velocity), or ``[[reset.joints]]`` entries of ``joints``, ``position``, ``velocity`` (in the
+    entries' order; per joint of an entry, its position then its velocity)."""
+    for key in reset:
+        if key not in _RESET_KEYS:
+            raise ValueError(f"{source}: unknown key reset.{key}; allowed keys are {', '.join(_RESET_KEYS)}")
+    entries = reset.get("joints")
+    for key in ("joint_position", "joint_velocity"):
+        value = reset.get(key, 0.0)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{source}: reset.{key} = {value!r}: expected a range >= 0 (a number)")
+    if entries is None:
+        entries = [{"joints": ["*"], "position": reset.get("joint_position", 0.0),
+                    "velocity": reset.get("joint_velocity", 0.0)}]  # fmt: skip
+    elif set(reset) != {"joints"} or not isinstance(entries, list):
+        raise ValueError(f"{source}: [reset] takes joint_position and joint_velocity, or [[reset.joints]] entries")
+    draws = []
+    for i, entry in enumerate(entries):
+        where = f"reset.joints[{i}]"
+        if not isinstance(entry, dict) or set(entry) - {"joints", "position", "velocity"}:
+            raise ValueError(f"{source}: {where} = {entry!r}: expected a table of joints, position, velocity")
+        for key in ("position", "velocity"):
+            value = entry.get(key, 0.0)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{source}: {where}.{key} = {value!r}: expected a range >= 0 (a number)")
+        cs, dd, _ = joints(entry.get("joints", ["*"]), f"{where}.joints")
+        for c, d in zip(cs, dd, strict=True):
+            if "position" in entry:
+                draws.append((0, c, float(entry["position"])))
+            if "velocity" in entry:
+                draws.append((1, d, float(entry["velocity"])))
+    return draws
+
+
 def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names) -> Row:
-    from forge_gpu.kernels import terms
+    from forge_gpu._src.sim.tasks import library as terms
 
     where = f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
@@ -326,7 +381,8 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     user = info is None and module is not None and hasattr(module, name)
     if info is None and not user:
         own = f" or a @wp.func of {params_module_name(module)}" if module is not None else ""
-        raise ValueError(f"{source}: {where}.term = {name!r}: unknown; the library has {', '.join(library)}{own}")
+        known = ", ".join([*library, *(["camera"] if stage == "observations" else [])])
+        raise ValueError(f"{source}: {where}.term = {name!r}: unknown; the library has {known}{own}")
     if user:
         info = terms.TermInfo(getattr(module, name), width=entry.get("width", 1) if stage == "observations" else 0)
         allowed = (*_TERM_KEYS, "width")
@@ -339,10 +395,11 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         raise ValueError(f"{source}: {where}.term = {name!r} reads a free root joint; the model has a fixed base")
     ints, floats = [0, 0, -1, 0], [float(entry.get("weight", 1.0)), float(entry.get("noise", 0.0))]
     listed: list[int] = []
+    chosen: list[str] = []
     width = info.width
     for key in info.keys:
         if key == "joints":
-            cs, dd, _ = joints(entry.get("joints", ["*"]), f"{where}.joints")
+            cs, dd, chosen = joints(entry.get("joints", ["*"]), f"{where}.joints")
             listed, ints[0] = cs + dd, len(cs)
             width = len(cs) if width == "joints" else width
         elif key in ("body", "other", "relative_to"):
@@ -356,7 +413,10 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
                 raise ValueError(f"{source}: {where}.axis = {axis!r}: allowed values are 'x', 'y', 'z'")
             ints[3] = "xyz".index(axis)
         elif key == "command":
-            wanted = entry.get("command", command_names[: {"track_lin_vel": 2, "track_yaw_rate": 1}.get(name, 3)])
+            wanted = entry.get(
+                "command",
+                command_names[: {"track_lin_vel": 2, "track_lin_vel_heading": 2, "track_yaw_rate": 1}.get(name, 3)],
+            )
             missing = [c for c in wanted if c not in command_names]
             if missing or not wanted:
                 raise ValueError(f"{source}: {where}.command = {wanted!r}: not in [command] names {command_names}")
@@ -375,46 +435,6 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     width = {"action": len(a_coords), "command": len(command_names)}.get(width, width)
     if stage == "observations" and (not isinstance(width, int) or width < 1):
         raise ValueError(f"{source}: {where}: observation {name!r} has width {width!r}; expected at least 1")
-    return Row(stage, entry.get("name", name), info.func, ints + listed, floats, width, "noise" in entry, user)
-
-
-def params_module_name(module) -> str:
-    return getattr(module, "__forge_gpu_given__", module.__name__)
-
-
-def _user_module(given: str, source: str):
-    """The user's module of terms: a ``.py`` path (relative to the task file) or an importable dotted name."""
-    if given.endswith(".py"):
-        path = (Path(source.split(" (")[0]).parent / given).resolve()
-        if not path.is_file():
-            raise ValueError(f"{source}: module = {given!r}: no such file ({path})")
-        name = f"forge_gpu_terms_{zlib.crc32(str(path).encode()):08x}"
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except Exception as e:
-                del sys.modules[name]
-                raise ValueError(f"{source}: module = {given!r}: importing it failed ({type(e).__name__}: {e})") from e
-        module = sys.modules[name]
-    else:
-        try:
-            module = importlib.import_module(given)
-        except ImportError as e:
-            raise ValueError(f"{source}: module = {given!r}: cannot import it ({e})") from e
-    module.__forge_gpu_given__ = given
-    return module
-
-
-def term_tables(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """The ``ti`` and ``tf`` tables of the plan's rows (one row per term), zero-padded."""
-    ni = max(len(r.ints) for r in plan.rows)
-    nf = max(len(r.floats) for r in plan.rows)
-    ti = np.zeros((len(plan.rows), ni), np.int32)
-    tf = np.zeros((len(plan.rows), nf), np.float32)
-    for t, r in enumerate(plan.rows):
-        ti[t, : len(r.ints)] = r.ints
-        tf[t, : len(r.floats)] = r.floats
-    return ti, tf
+    reads = "previous" if user else info.reads  # a user's term may read anything
+    noise = "noise" in entry
+    return Row(stage, entry.get("name", name), info.func, ints + listed, floats, width, noise, user, reads, chosen)
