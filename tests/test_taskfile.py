@@ -279,6 +279,24 @@ def test_a_params_override_reaches_every_use_and_an_unknown_one_is_refused(task_
         forge_gpu.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gian": 2.0})
 
 
+def test_a_bounded_param_refuses_an_override_outside_its_range(tmp_path, capsys):
+    """cartpole's [params] carry the ranges its hand-written config had: an override outside one is refused in one
+    line naming the key and the range, by make and by collect (which creates nothing); one inside is taken."""
+    with pytest.raises(ValueError, match=r"params.pole_angle_limit = 3.0: allowed range is \[0.01, 1.5\]"):
+        forge_gpu.make("cartpole", num_envs=2, device="cpu", **{"params.pole_angle_limit": 3.0})
+    out = tmp_path / "run"
+    assert main(["collect", "cartpole", "--set", "params.cart_mass=0", "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "params.cart_mass = 0: allowed range is [0.001, 1000.0]" in err[0], err
+    assert not out.exists()
+    env = forge_gpu.make("cartpole", num_envs=2, device="cpu", **{"params.pole_angle_limit": 1.2})
+    assert env.config.params.pole_angle_limit == 1.2
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TASK.replace("hip_gain = 0.5", "hip_gain = { value = 0.5, lo = 0 }"))
+    with pytest.raises(ValueError, match=r"params.hip_gain = .*: a parameter is a number or \{ value = V"):
+        forge_gpu.make(str(bad), num_envs=2, device="cpu")
+
+
 def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
     assert main(["tasks"]) == 0
     listing = capsys.readouterr().out

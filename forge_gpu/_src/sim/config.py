@@ -101,7 +101,7 @@ def parse_randomize(table: Any, source: str) -> tuple[RandomRange, ...]:
         low = _coerce(entry["low"], tuple[float, ...], f"{where}.low")
         high = _coerce(entry["high"], tuple[float, ...], f"{where}.high")
         dist = _coerce(entry.get("dist", "uniform"), str, f"{where}.dist")
-        _check_range(dist, bounded(choices=DISTRIBUTIONS), f"{where}.dist")
+        check_range(dist, bounded(choices=DISTRIBUTIONS), f"{where}.dist")
         if len(low) != len(high):
             raise ValueError(f"{where}: low {list(low)} and high {list(high)} must have the same length")
         if any(lo > hi for lo, hi in zip(low, high, strict=True)):
@@ -224,7 +224,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     raise TypeError(f"unsupported config type {tp!r} at {where}")
 
 
-def _check_range(value: Any, meta: dict, where: str) -> None:
+def check_range(value: Any, meta: dict, where: str) -> None:
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise ValueError(f"{where} = {value!r}: allowed values are {', '.join(map(repr, choices))}")
@@ -235,6 +235,17 @@ def _check_range(value: Any, meta: dict, where: str) -> None:
             continue
         if (lo is not None and v < lo) or (hi is not None and v > hi):
             raise ValueError(f"{where} = {value!r}: allowed range is [{lo}, {hi}]")
+
+
+def param_bounds(name: str, entry: dict, source: str) -> dict:
+    """The bounds (:func:`bounded`) of a task file's bounded ``[params]`` entry ``NAME = { value = V, low = L,
+    high = H }`` (either bound may be left out): the file's value and every override must lie within them."""
+    lo, hi = entry.get("low"), entry.get("high")
+    numbers = all(b is None or (isinstance(b, int | float) and not isinstance(b, bool)) for b in (lo, hi))
+    if "value" not in entry or set(entry) - {"value", "low", "high"} or not numbers:
+        raise ValueError(f"{source}: params.{name} = {entry!r}: a parameter is a number or "
+                         "{ value = V, low = L, high = H } (numbers; either bound may be left out)")  # fmt: skip
+    return bounded(lo, hi)
 
 
 def build_dataclass(cls: type, table: dict, source: str, prefix: str = "") -> Any:
@@ -261,7 +272,7 @@ def build_dataclass(cls: type, table: dict, source: str, prefix: str = "") -> An
             kwargs[name] = build_dataclass(tp, value, source, f"{prefix}{name}.")
             continue
         value = _coerce(value, tp, where)
-        _check_range(value, fields[name].metadata, where)
+        check_range(value, fields[name].metadata, where)
         kwargs[name] = value
     missing = [
         n

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.sim import tasks as _tasks_package  # noqa: F401 (the package the module lives in)
-from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, parse_randomize
+from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.sim.tasks.filecamera import camera_entry
 from forge_gpu._src.sim.tasks.taskmodel import (
@@ -144,16 +144,19 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{source}: not valid TOML: {e}") from e
     declared = dict(table.get("params", {}))
+    bounds = {name: param_bounds(name, value, source) for name, value in declared.items() if isinstance(value, dict)}
     if overrides:
         table = _merge(table, _plain_overrides(overrides), f"{source} (overrides)")
         source = f"{source} (with overrides)"
-    values = table.pop("params", {})
+    values = {n: v["value"] if n in bounds and isinstance(v, dict) else v for n, v in table.pop("params", {}).items()}
     for name, value in values.items():
         if name not in declared:
             held = ", ".join(declared) or "none"
             raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise ValueError(f"{source}: params.{name} = {value!r}: expected a number")
+        if name in bounds:
+            check_range(value, bounds[name], f"{source}: params.{name}")
     sections = {name: table.pop(name) for name in SECTIONS if name in table}
     given = resolve_references(sections.get("action", {}), values, "action", source)
     action = {k: v for k, v in sections.get("action", {}).items() if k not in ("low", "high", "scale")}
