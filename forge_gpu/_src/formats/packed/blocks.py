@@ -76,7 +76,7 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                     check_checksum(next(checksums), blocks[0], path=path)
                 source.seek(0)
                 schema = pa.ipc.read_schema(source)
-                schema_columns(schema, name=path)  # checked before any block is read
+                layout = schema_columns(schema, name=path), schema_codecs(schema, name=path)  # checked first
                 indices = [schema.get_field_index(n) for n in names]
                 missing = [n for n, i in zip(names, indices, strict=True) if i < 0]
                 if missing:
@@ -93,7 +93,7 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                         check_block_episodes(
                             commit, metadata or {}, run.groups["params"], where=block_where(path, commit)
                         )
-                    yield commit, block_arrays(batch, names, schema, name=path)
+                    yield commit, block_arrays(batch, names, schema, name=path, layout=layout)
             except (pa.ArrowException, StopIteration, OSError, EOFError) as exc:
                 raise ValueError(f"{path}: cannot read segment: {type(exc).__name__}: {exc}") from exc
             except ValueError as exc:
