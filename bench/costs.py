@@ -75,15 +75,16 @@ TARGETS |= {"windows_epoch": 50, "loader": 1.0}
 def figure(path: str, forge: float, reference: float | None, unit: str, reference_is: str, **extra) -> dict:
     ratio = forge / reference if reference else None
     row = {"path": path, "forge": forge, "reference": reference if reference else "-", "unit": unit}
-    row |= {"ratio": ratio if ratio is not None else "-", "target": TARGETS.get(path, "-"), "reference_is": reference_is}
+    row |= {"ratio": "-" if ratio is None else ratio, "target": TARGETS.get(path, "-"), "reference_is": reference_is}
     return row | extra
 
 
 def recorder(size: dict, parent: str) -> list[dict]:
     env, batches = recorder_bench.long_batches(size)
-    small_env, small = recorder_bench.long_batches(dict(size, num_envs=size["reference_envs"]))
+    _, small = recorder_bench.long_batches(dict(size, num_envs=size["reference_envs"]))
     with recorder_bench.figure_directory(parent) as where:
-        forge_seconds, _ = recorder_bench.record(forge_gpu.make_recorder(recorder_bench.new_directory(where, "f"), env), batches)
+        recording = forge_gpu.make_recorder(recorder_bench.new_directory(where, "forge"), env)
+        forge_seconds, _ = recorder_bench.record(recording, batches)
         reference = recorder_bench.PerRowRecorder(recorder_bench.new_directory(where, "per-row"))
         reference_seconds, _ = recorder_bench.record(reference, small)
     forge = recorder_bench.active_rows(batches) / forge_seconds
