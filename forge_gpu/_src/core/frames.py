@@ -45,21 +45,32 @@ def stack_episodes(episodes: list) -> tuple[list[str], dict, dict]:
 
 
 def take_rows(
-    pieces: list[tuple[int, dict]], rows: np.ndarray, starts: np.ndarray | None = None
+    pieces: list[tuple[int, dict]], rows: np.ndarray, starts: np.ndarray | None = None, *, empty=None
 ) -> dict[str, np.ndarray]:
     """Every column at the run rows ``rows`` (1-d, each held by one of the blocks), from the consecutive blocks
     ``pieces`` (``(first row, columns)``, ascending; ``starts``: their first rows as an array, if at hand),
-    without joining the blocks: one copy, straight into the result, visiting only the blocks that hold rows."""
+    without joining the blocks: one copy, straight into the result, visiting only the blocks that hold rows.
+    ``empty(shape, dtype)`` makes the result's arrays where given (e.g. in a shared buffer), else they are new."""
     if len(pieces) == 1:
         start, columns = pieces[0]
-        return {name: values[rows - start] for name, values in columns.items()}
+        if empty is None:
+            return {name: values[rows - start] for name, values in columns.items()}
+        out = {}
+        for name, values in columns.items():
+            out[name] = target = empty((rows.size, *values.shape[1:]), values.dtype)
+            if hasattr(values, "take_into"):  # an encoded column: decoded straight into the result
+                values.take_into(rows - start, target)
+            else:  # in range by construction: "wrap" takes straight into ``target`` ("raise" buffers)
+                np.take(values, rows - start, axis=0, out=target, mode="wrap")
+        return out
     if starts is None:
         starts = np.array([start for start, _ in pieces])
     which = np.searchsorted(starts, rows, side="right") - 1
     order = np.argsort(which, kind="stable")
     touched, lows = np.unique(which[order], return_index=True)
     highs = np.append(lows[1:], rows.size)
-    out = {name: np.empty((rows.size, *v.shape[1:]), v.dtype) for name, v in pieces[0][1].items()}
+    empty = empty or np.empty
+    out = {name: empty((rows.size, *v.shape[1:]), v.dtype) for name, v in pieces[0][1].items()}
     for b, low, high in zip(touched.tolist(), lows.tolist(), highs.tolist(), strict=True):
         at = order[low:high]
         local = rows[at] - starts[b]

@@ -12,6 +12,7 @@ import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.data.runs import check_window
+from forge_gpu._src.data.shared_batches import worker_slots
 from forge_gpu._src.data.windows import Windows, check_flags
 
 #: Windows fetched at once by the iterable dataset (one vectorized batch call).
@@ -188,7 +189,13 @@ def _map_dataset_class() -> type:
             if isinstance(index, int | np.integer):
                 one = self.windows.batch([index])
                 return {key: value[0] for key, value in _to_torch(torch, one).items()}
-            return _to_torch(torch, self.windows.batch(np.asarray(index, dtype=np.int64)))
+            indices = np.asarray(index, dtype=np.int64)
+            if torch.utils.data.get_worker_info() is None:
+                return _to_torch(torch, self.windows.batch(indices))
+            # A worker: the batch gathered (and decoded) straight into a shared buffer it reuses (shared_batches).
+            slots = worker_slots()
+            allocator = slots.allocator()
+            return slots.publish(allocator, self.windows.batch(indices, empty=allocator))
 
     _WindowMapDataset.__name__ = _WindowMapDataset.__qualname__ = "WindowMapDataset"
     return _WindowMapDataset

@@ -126,9 +126,11 @@ class Windows:
             return {k: (v[0] if k == "instruction" else v[0] if v.ndim > 1 else v[0].item()) for k, v in one.items()}
         return self.batch(index)
 
-    def batch(self, indices: Sequence[int] | np.ndarray, *, encoded: bool = False) -> dict[str, Any]:
+    def batch(self, indices: Sequence[int] | np.ndarray, *, encoded: bool = False, empty=None) -> dict[str, Any]:
         """Many windows at once (see the class doc); ``indices`` may repeat and come in any order. With ``encoded``,
-        the fields of :attr:`encoded_fields` are left encoded: each an ``EncodedFrames`` of ``B x history`` frames."""
+        the fields of :attr:`encoded_fields` are left encoded: each an ``EncodedFrames`` of ``B x history`` frames.
+        ``empty(shape, dtype)`` makes the arrays the frames and actions are gathered (and decoded) into, where given
+        (a DataLoader worker's shared buffer); else they are new arrays."""
         indices = np.asarray(indices)
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
             raise ValueError(f"indices must be a 1-d sequence of integers, got shape {indices.shape} {indices.dtype}")
@@ -144,12 +146,12 @@ class Windows:
         out: dict[str, Any] = {
             name: values.reshape(*obs_rows.shape, *values.shape[1:])
             for name, values in take_rows(
-                self._unencoded if encoded else self._obs, obs_rows.ravel(), self._starts
+                self._unencoded if encoded else self._obs, obs_rows.ravel(), self._starts, empty=empty
             ).items()
         }
         if encoded:
             out.update(self._payloads(obs_rows.ravel()))
-        action = take_rows(self._action, action_rows.ravel(), self._starts)["action"]
+        action = take_rows(self._action, action_rows.ravel(), self._starts, empty=empty)["action"]
         out["action"] = action.reshape(*action_rows.shape, *action.shape[1:])
         if self.pad:
             out["obs_is_pad"] = frame < 0

@@ -249,6 +249,11 @@ class EncodedColumn:
         out = decode_frames(self.frames.spec, self.frames.take(flat), self.frame_shape, self.dtype, pool=reader_pool())
         return out.reshape(*rows.shape, *self.frame_shape)
 
+    def take_into(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """The frames at ``rows`` (1-d, in range) decoded straight into ``out`` (``[len(rows), *shape]``)."""
+        frames = self.frames.take(np.asarray(rows, np.int64))
+        decode_frames(self.frames.spec, frames, self.frame_shape, self.dtype, pool=reader_pool(), out=out)
+
     def __array__(self, dtype=None, copy=None):
         out = self[np.arange(len(self))]
         return out if dtype is None else out.astype(dtype)
