@@ -26,7 +26,8 @@ python bench/costs.py --only read_episodes --only loader   # some rows
                   copy of as many bytes (np.copyto into a buffer reused, the machine's memory bandwidth for it).
   loader          torch DataLoader over the cartpole run: WindowMapDataset (history 2, horizon 4), batches of 256
                   handed out whole by a BatchSampler over a RandomSampler (bench/loader.py's loader_rate), 2 workers
-                  against 0 workers, samples/s.
+                  against 0 workers, samples/s over the whole row (the workers' start in it) and after its first
+                  batch (steady_ratio).
 """
 
 from __future__ import annotations
@@ -218,7 +219,9 @@ def loader(size: dict, parent: str) -> list[dict]:
         rates = {w: loader_bench.loader_rate(Path(packed), workers=w, batch=256, batches=size["batches"])
                  for w in (0, 2)}  # fmt: skip
     forge, reference = rates[2]["samples_per_s"], rates[0]["samples_per_s"]
-    return [figure("loader", forge, reference, "samples/s", "the same with 0 workers", workers=2)]
+    steady = rates[2]["steady_samples_per_s"] / rates[0]["steady_samples_per_s"]
+    return [figure("loader", forge, reference, "samples/s", "the same with 0 workers (whole row, start included)",
+                   workers=2, steady_ratio=steady, first_batch_s=rates[2]["first_batch_s"])]  # fmt: skip
 
 
 SECTIONS = {"recorder": recorder, "ingest": ingest, "pipeline": pipeline, "reading": reading,
