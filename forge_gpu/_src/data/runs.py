@@ -125,7 +125,7 @@ def episode_windows(
                 _sliding(episode.action[history - 1 :], count, horizon)
             ]
             ids = {"instruction": episode.instruction, "env_id": episode.env_id, "episode_id": episode.episode_id}
-            for t, *values in zip(range(history - 1, history - 1 + count), *views, strict=True):
+            for t, values in zip(range(history - 1, history - 1 + count), zip(*views, strict=True), strict=True):
                 window: dict[str, Any] = dict(zip(keys, values, strict=True))
                 window.update(ids)
                 window["t"] = t

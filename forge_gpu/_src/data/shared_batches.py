@@ -52,8 +52,9 @@ class WorkerSlots:
             return None
         import torch  # noqa: PLC0415 - a DataLoader worker has torch loaded
 
-        try:
-            slot = torch.zeros(size, dtype=torch.uint8).share_memory_()
+        try:  # made in shared memory (zero-filled by the system), not copied there as share_memory_() does
+            empty = torch.empty(0, dtype=torch.uint8)
+            slot = empty.new(empty._typed_storage()._new_shared(size, device=empty.device))
         except (RuntimeError, OSError):
             return None
         if len(self.slots) >= MAX_SLOTS:

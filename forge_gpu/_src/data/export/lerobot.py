@@ -71,6 +71,8 @@ def check_video(codec: str, crf: int | None) -> None:
         raise ValueError(f"codec must be one of {list(CODECS)}, got {codec!r}")
     if crf is not None:
         check_int(f"crf for {codec}", crf, minimum=0, maximum=MAX_CRF[codec])
+
+
 LEFT_OUT_FIELDS = ("depth",)
 
 
