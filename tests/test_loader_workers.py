@@ -11,6 +11,7 @@ from synthetic import SyntheticSim, make_batches, make_env, record
 import forge_gpu
 from forge_gpu import PackedRecorder, Windows
 from forge_gpu._src.data import shared_batches
+from forge_gpu._src.data.torch_data import _new_slot, _tensors
 
 
 @pytest.fixture(scope="module")
@@ -59,36 +60,37 @@ def test_a_slot_is_reused_only_once_its_batch_is_let_go_of(run, monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(shared_batches, "SMALL", 0)  # these synthetic batches are small: through slots all the same
     windows = Windows(run, 2, 2)
-    slots = shared_batches.WorkerSlots()
+    slots = shared_batches.WorkerSlots(_new_slot, _tensors)
     first = slots.publish(slots.allocator(), windows.batch(np.arange(6)))  # the first batch learns the size
-    assert isinstance(first, shared_batches.SharedBatch)
-    batch = shared_batches.rebuild_batch(first.slot, first.entries, first.others)
+    assert first.rebuild is shared_batches.slot_batch
+    batch = first.rebuild(*first.args)
+    slot = first.args[1]
     expected = windows.batch(np.arange(6))
     for key, values in expected.items():
         got = batch[key]
         assert (got == values) if key == "instruction" else np.array_equal(got.numpy(), values), key
-    assert isinstance(batch["obs/rgb"], torch.Tensor) and first.slot.numpy()[0] == 1
+    assert isinstance(batch["obs/rgb"], torch.Tensor) and slot.numpy()[0] == 1
     allocator = slots.allocator()
-    assert allocator.slot is not None and allocator.slot is not first.slot  # busy: another slot
+    assert allocator.slot is not None and allocator.slot is not slot  # busy: another slot
     second = slots.publish(allocator, windows.batch(np.arange(6, 12)))
-    assert second.slot is allocator.slot  # gathered in place, not copied elsewhere
+    assert second.args[1] is allocator.slot  # gathered in place, not copied elsewhere
     kept = batch["action"][1:]  # a view keeps the slot busy
     del batch
     gc.collect()
-    assert first.slot.numpy()[0] == 1
+    assert slot.numpy()[0] == 1
     del kept
     gc.collect()
-    assert first.slot.numpy()[0] == 0
-    assert slots.allocator().slot is first.slot
+    assert slot.numpy()[0] == 0
+    assert slots.allocator().slot is slot
 
 
 def test_small_batches_go_pickled(run):
     """A batch under shared_batches.SMALL bytes is not put in a slot: it is pickled with the worker's reply."""
     windows = Windows(run, 1, 1, observation_keys=["proprio"])
-    slots = shared_batches.WorkerSlots()
+    slots = shared_batches.WorkerSlots(_new_slot, _tensors)
     out = slots.publish(slots.allocator(), windows.batch(np.arange(4)))
-    assert isinstance(out, shared_batches.PickledBatch) and not slots.slots
-    batch = shared_batches.rebuild_pickled(out.arrays, out.others)
+    assert out.rebuild is shared_batches.pickled_batch and not slots.slots
+    batch = out.rebuild(*out.args)
     assert np.array_equal(batch["obs/proprio"].numpy(), windows.batch(np.arange(4))["obs/proprio"])
 
 

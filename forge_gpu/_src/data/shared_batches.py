@@ -9,7 +9,8 @@ tensors that are views of it. A slot is reused only once the main process has le
 carried: the arrays are views of one numpy base whose finalizer clears the slot's busy byte. Where no slot is free (a
 user keeping many batches) or shared memory cannot be made, the batch goes as plain tensors, torch's own way.
 
-numpy and the standard library; torch, imported lazily, in the workers and the main process of a DataLoader.
+numpy and the standard library: the caller (``torch_data``) gives the functions that make a slot (a torch uint8
+tensor in shared memory) and turn numpy arrays into tensors, so that torch stays its module's alone.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import collections
 import os
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,9 +37,12 @@ def _aligned(offset: int) -> int:
 
 
 class WorkerSlots:
-    """One worker's slots (torch uint8 tensors in shared memory) and the size the last batch needed."""
+    """One worker's slots and the size the last batch needed. ``new_slot(size)``: a torch uint8 tensor of ``size``
+    bytes in shared memory, zero-filled (None where none can be made); ``convert(arrays)``: numpy arrays as tensors
+    over them, in the process that receives the batch."""
 
-    def __init__(self):
+    def __init__(self, new_slot: Callable[[int], Any], convert: Callable[[dict], dict]):
+        self.new_slot, self.convert = new_slot, convert
         self.slots: list[Any] = []
         self.need = 0
 
@@ -50,12 +55,8 @@ class WorkerSlots:
         free = [k for k, slot in enumerate(self.slots) if slot is not exclude and slot.numpy()[0] == 0]
         if len(self.slots) >= MAX_SLOTS and not free:
             return None
-        import torch  # noqa: PLC0415 - a DataLoader worker has torch loaded
-
-        try:  # made in shared memory (zero-filled by the system), not copied there as share_memory_() does
-            empty = torch.empty(0, dtype=torch.uint8)
-            slot = empty.new(empty._typed_storage()._new_shared(size, device=empty.device))
-        except (RuntimeError, OSError):
+        slot = self.new_slot(size)
+        if slot is None:
             return None
         if len(self.slots) >= MAX_SLOTS:
             self.slots[free[0]] = slot  # a free slot too small for this batch gives its place
@@ -67,15 +68,15 @@ class WorkerSlots:
         """Where the next batch's arrays are gathered: a free slot of the last batch's size (none for the first)."""
         return Allocator(self._free(self.need) if self.need else None)
 
-    def publish(self, allocator: Allocator, batch: dict) -> Any:
-        """``batch`` (numpy arrays and other picklable values) as what the worker returns: a :class:`SharedBatch`
-        over a slot (the arrays gathered into ``allocator``'s slot stay in place, the others are copied in), or, with
-        no slot to be had, the batch as torch tensors."""
+    def publish(self, allocator: Allocator, batch: dict) -> Reply:
+        """``batch`` (numpy arrays and other picklable values) as what the worker returns: over a slot (the arrays
+        gathered into ``allocator``'s slot stay in place, the others are copied in), or pickled whole where it is
+        small or no slot is to be had."""
         arrays = {k: v for k, v in batch.items() if isinstance(v, np.ndarray)}
         others = {k: v for k, v in batch.items() if not isinstance(v, np.ndarray)}
         total = HEADER + sum(_aligned(v.nbytes) for v in arrays.values())
         if total <= SMALL:  # through the pipe, pickled: a slot's file descriptor costs more to pass
-            return PickledBatch(arrays, others)
+            return Reply(pickled_batch, self.convert, arrays, others)
         self.need = max(self.need, total)
         slot, end = allocator.slot, allocator.end
         placed = allocator.places(arrays) if slot is not None else {}
@@ -83,9 +84,7 @@ class WorkerSlots:
         if slot is None or end + rest > len(allocator.base):  # copied whole into a slot large enough
             slot, end, placed = self._free(total, exclude=slot), HEADER, {}
         if slot is None:
-            import torch  # noqa: PLC0415
-
-            return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()} | others
+            return Reply(pickled_batch, self.convert, arrays, others)
         base = slot.numpy()
         entries = []
         for key, values in arrays.items():
@@ -96,7 +95,7 @@ class WorkerSlots:
                 end = _aligned(end + values.nbytes)
             entries.append((key, placed[key], values.shape, values.dtype.str))
         base[0] = 1
-        return SharedBatch(slot, entries, others)
+        return Reply(slot_batch, self.convert, slot, entries, others)
 
 
 class Allocator:
@@ -128,49 +127,34 @@ class Allocator:
         return out
 
 
-class SharedBatch:
-    """A batch in a slot, as a worker returns it: pickled, it carries the slot (torch shares it by file descriptor,
-    mapped once by the main process) and the arrays' places; unpickled, it is the batch as a dict of tensors, views
-    of the slot, and the other values."""
+class Reply:
+    """What a worker returns for a batch: pickled, the function that rebuilds it in the receiving process and its
+    arguments (a slot goes as torch shares it: by file descriptor, mapped once by the main process)."""
 
-    def __init__(self, slot, entries: list, others: dict):
-        self.slot, self.entries, self.others = slot, entries, others
-
-    def __reduce__(self):
-        return rebuild_batch, (self.slot, self.entries, self.others)
-
-
-class PickledBatch:
-    """A small batch as a worker returns it: numpy arrays pickled with it (not moved into shared memory, as torch
-    moves tensors), tensors over them once unpickled."""
-
-    def __init__(self, arrays: dict, others: dict):
-        self.arrays, self.others = arrays, others
+    def __init__(self, rebuild: Callable, *args):
+        self.rebuild, self.args = rebuild, args
 
     def __reduce__(self):
-        return rebuild_pickled, (self.arrays, self.others)
+        return self.rebuild, self.args
 
 
-def rebuild_pickled(arrays: dict, others: dict) -> dict:
-    import torch  # noqa: PLC0415
+def pickled_batch(convert: Callable[[dict], dict], arrays: dict, others: dict) -> dict:
+    """A batch that came pickled: its arrays as tensors (over the unpickled arrays), and the other values."""
+    return convert(arrays) | others
 
-    return {key: torch.from_numpy(values) for key, values in arrays.items()} | others
 
-
-def rebuild_batch(slot, entries: list, others: dict) -> dict:
-    """The batch of a :class:`SharedBatch`: tensors over views of one base array of the slot, whose finalizer (run
-    once every tensor and view of the batch is gone) marks the slot free for its worker."""
-    import torch  # noqa: PLC0415
-
+def slot_batch(convert: Callable[[dict], dict], slot, entries: list, others: dict) -> dict:
+    """A batch that came in a slot: tensors over views of one base array of the slot, whose finalizer (run once every
+    tensor and view of the batch is gone) marks the slot free for its worker; and the other values."""
     base = slot.numpy()
     weakref.finalize(base, _release, slot)
     _MAPPED.append(slot)  # kept mapped: the slot's next batch finds its storage in torch's cache, its pages in place
-    out = {}
+    arrays = {}
     for key, offset, shape, dtype in entries:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        out[key] = torch.from_numpy(base[offset : offset + nbytes].view(dtype).reshape(shape))
-    return out | others
+        arrays[key] = base[offset : offset + nbytes].view(dtype).reshape(shape)
+    return convert(arrays) | others
 
 
 def _release(slot) -> None:
@@ -182,9 +166,10 @@ _MAPPED: collections.deque = collections.deque(maxlen=16)
 _SLOTS: tuple[int, WorkerSlots] | None = None  # (the process id that made them, the slots)
 
 
-def worker_slots() -> WorkerSlots:
-    """This worker process's slots (made on first use; a forked process makes its own)."""
+def worker_slots(new_slot: Callable[[int], Any], convert: Callable[[dict], dict]) -> WorkerSlots:
+    """This worker process's slots (made on first use, of :class:`WorkerSlots`' arguments; a forked process makes
+    its own)."""
     global _SLOTS  # noqa: PLW0603 - one set per worker process
     if _SLOTS is None or _SLOTS[0] != os.getpid():
-        _SLOTS = (os.getpid(), WorkerSlots())
+        _SLOTS = (os.getpid(), WorkerSlots(new_slot, convert))
     return _SLOTS[1]

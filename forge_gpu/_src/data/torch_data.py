@@ -100,6 +100,25 @@ def _to_torch(torch, batch: dict) -> dict:
     }
 
 
+def _tensors(arrays: dict) -> dict:
+    """numpy arrays as torch tensors over them (a worker's batch, where the main process receives it)."""
+    import torch
+
+    return {key: torch.from_numpy(values) for key, values in arrays.items()}
+
+
+def _new_slot(size: int) -> Any:
+    """A torch uint8 tensor of ``size`` bytes made in shared memory (zero-filled by the system, not copied there as
+    ``share_memory_()`` does); None where shared memory cannot be had."""
+    import torch
+
+    try:
+        empty = torch.empty(0, dtype=torch.uint8)
+        return empty.new(empty._typed_storage()._new_shared(size, device=empty.device))
+    except (RuntimeError, OSError):
+        return None
+
+
 def _open_windows(dataset, **shard) -> Windows:
     """The :class:`Windows` of either torch dataset (its directory, sizes, fields, padding and mapping), of the
     ``shard`` (``shard_index``, ``num_shards``) where one is given."""
@@ -193,7 +212,7 @@ def _map_dataset_class() -> type:
             if torch.utils.data.get_worker_info() is None:
                 return _to_torch(torch, self.windows.batch(indices))
             # A worker: the batch gathered (and decoded) straight into a shared buffer it reuses (shared_batches).
-            slots = worker_slots()
+            slots = worker_slots(_new_slot, _tensors)
             allocator = slots.allocator()
             return slots.publish(allocator, self.windows.batch(indices, empty=allocator))
 
