@@ -59,7 +59,7 @@ FULL = {
     "pipeline": {"num_envs": 1024, "steps": 600, "pairs": 3},
     "reading": {"num_envs": 1024, "max_steps": 200},
     "image_batches": {"num_envs": 32, "steps": 100, "image": 128, "batches": 40},
-    "loader": {"num_envs": 1024, "max_steps": 200, "batches": 200},
+    "loader": {"num_envs": 1024, "max_steps": 200, "batches": 2000},
 }
 SMOKE = {
     "recorder": {"num_envs": 32, "reference_envs": 8, "max_steps": 10, "steps": 11},

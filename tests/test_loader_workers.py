@@ -81,7 +81,13 @@ def test_a_slot_is_reused_only_once_its_batch_is_let_go_of(run, monkeypatch):
     del kept
     gc.collect()
     assert slot.numpy()[0] == 0
-    assert slots.allocator().slot is slot
+    again = slots.allocator()
+    assert again.slot is slot
+    third = slots.publish(again, windows.batch(np.arange(12, 18)))
+    assert third.rebuild is shared_batches.known_slot_batch  # named, its buffer received once already
+    batch = third.rebuild(*third.args)
+    assert np.array_equal(batch["obs/rgb"].numpy(), windows.batch(np.arange(12, 18))["obs/rgb"])
+    assert slot.numpy()[0] == 1
 
 
 def test_small_batches_go_pickled(run):

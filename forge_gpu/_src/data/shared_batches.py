@@ -15,7 +15,6 @@ tensor in shared memory) and turn numpy arrays into tensors, so that torch stays
 
 from __future__ import annotations
 
-import collections
 import os
 import weakref
 from collections.abc import Callable
@@ -44,6 +43,8 @@ class WorkerSlots:
     def __init__(self, new_slot: Callable[[int], Any], convert: Callable[[dict], dict]):
         self.new_slot, self.convert = new_slot, convert
         self.slots: list[Any] = []
+        self.keys: list[tuple[int, int]] = []  # each slot's (process id, serial number): its name in the main process
+        self.sent: set[tuple[int, int]] = set()  # the slots the main process has received (and keeps mapped)
         self.need = 0
 
     def _free(self, size: int, exclude=None):
@@ -58,10 +59,12 @@ class WorkerSlots:
         slot = self.new_slot(size)
         if slot is None:
             return None
-        if len(self.slots) >= MAX_SLOTS:
-            self.slots[free[0]] = slot  # a free slot too small for this batch gives its place
+        key = (os.getpid(), len(self.sent) + len(self.slots))
+        if len(self.slots) >= MAX_SLOTS:  # a free slot too small for this batch gives its place
+            self.slots[free[0]], self.keys[free[0]] = slot, key
         else:
             self.slots.append(slot)
+            self.keys.append(key)
         return slot
 
     def allocator(self) -> Allocator:
@@ -95,7 +98,11 @@ class WorkerSlots:
                 end = _aligned(end + values.nbytes)
             entries.append((key, placed[key], values.shape, values.dtype.str))
         base[0] = 1
-        return Reply(slot_batch, self.convert, slot, entries, others)
+        key = self.keys[next(k for k, s in enumerate(self.slots) if s is slot)]
+        if key in self.sent:  # mapped there already: named, not passed again (a file descriptor per batch costs ms)
+            return Reply(known_slot_batch, self.convert, key, entries, others)
+        self.sent.add(key)
+        return Reply(slot_batch, self.convert, slot, key, entries, others)
 
 
 class Allocator:
@@ -129,7 +136,7 @@ class Allocator:
 
 class Reply:
     """What a worker returns for a batch: pickled, the function that rebuilds it in the receiving process and its
-    arguments (a slot goes as torch shares it: by file descriptor, mapped once by the main process)."""
+    arguments (a slot goes once as torch shares it, by file descriptor; its later batches name it)."""
 
     def __init__(self, rebuild: Callable, *args):
         self.rebuild, self.args = rebuild, args
@@ -143,26 +150,48 @@ def pickled_batch(convert: Callable[[dict], dict], arrays: dict, others: dict) -
     return convert(arrays) | others
 
 
-def slot_batch(convert: Callable[[dict], dict], slot, entries: list, others: dict) -> dict:
-    """A batch that came in a slot: tensors over views of one base array of the slot, whose finalizer (run once every
+def slot_batch(convert: Callable[[dict], dict], slot, key: tuple[int, int], entries: list, others: dict) -> dict:
+    """A batch in a slot the main process receives for the first time: the slot kept (mapped) under its ``key``,
+    then the batch as :func:`known_slot_batch` gives it."""
+    stale = [k for k in _RECEIVED if k[0] != key[0] and not _alive(k[0])]
+    for k in stale:  # the slots of workers that are gone (a loader's workers of an epoch before)
+        del _RECEIVED[k]
+    _RECEIVED[key] = slot
+    return known_slot_batch(convert, key, entries, others)
+
+
+def known_slot_batch(convert: Callable[[dict], dict], key: tuple[int, int], entries: list, others: dict) -> dict:
+    """A batch in the slot ``key``: tensors over views of one base array of the slot, whose finalizer (run once every
     tensor and view of the batch is gone) marks the slot free for its worker; and the other values."""
+    slot = _RECEIVED.get(key)
+    if slot is None:
+        raise RuntimeError(f"a DataLoader worker's batch names its shared buffer {key}, which this process never got")
     base = slot.numpy()
-    weakref.finalize(base, _release, slot)
-    _MAPPED.append(slot)  # kept mapped: the slot's next batch finds its storage in torch's cache, its pages in place
+    weakref.finalize(base, _release, slot.numpy()[:1])  # a view of its own: the finalizer keeps no batch alive
     arrays = {}
-    for key, offset, shape, dtype in entries:
+    for name, offset, shape, dtype in entries:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        arrays[key] = base[offset : offset + nbytes].view(dtype).reshape(shape)
+        arrays[name] = base[offset : offset + nbytes].view(dtype).reshape(shape)
     return convert(arrays) | others
 
 
-def _release(slot) -> None:
-    slot[0] = 0
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
-#: The slots the main process received last (their mappings kept, not their batches' busy bytes).
-_MAPPED: collections.deque = collections.deque(maxlen=16)
+def _release(busy: np.ndarray) -> None:
+    busy[0] = 0
+
+
+#: The slots this (main) process received from its loaders' workers, by (process id, serial number): kept mapped.
+_RECEIVED: dict[tuple[int, int], Any] = {}
 _SLOTS: tuple[int, WorkerSlots] | None = None  # (the process id that made them, the slots)
 
 
