@@ -25,7 +25,8 @@ python bench/costs.py --only read_episodes --only loader   # some rows
                   stored raw (synthetic frames: 32 envs, 100 steps), the batch's bytes per second against a plain
                   copy of as many bytes (np.copyto into a buffer reused, the machine's memory bandwidth for it).
   loader          torch DataLoader over the cartpole run: WindowMapDataset (history 2, horizon 4), batches of 256
-                  handed out whole by a BatchSampler over a RandomSampler (bench/loader.py's loader_rate), 2 workers
+                  handed out whole by a BatchSampler over a RandomSampler (bench/loader.py's loader_rate), 2000
+                  batches (epochs of one loader, its workers kept), 2 workers
                   against 0 workers, samples/s over the whole row (the workers' start in it) and after its first
                   batch (steady_ratio).
 """
