@@ -14,7 +14,8 @@ python bench/costs.py --only read_episodes --only loader   # some rows
                   unrecorded env-steps/s, each pair printed, the median as the figure.
   read_episodes   1024 cartpole episodes of 200 steps, recorded packed and converted to schema 1 (npz): a first
                   pass ``for episode in forge_gpu.read_episodes(run)`` in a new process (numpy and pyarrow imported
-                  before the clock, as a training script has them; forge_gpu's own lazy modules counted), then a
+                  before the clock, as a training script has them; forge_gpu's own lazy modules counted, from
+                  byte-compiled files as an installed package has them), then a
                   warm pass (the median of 3) in the same process; the run in the page cache. Episodes/s.
   action_windows  forge_gpu.action_windows(run, 2, 8) over the same runs, windows/s (median of 3).
   windows_epoch   an epoch of shuffled batches of 256 (history 2, horizon 8): ``Windows(packed, 2, 8)`` made and
@@ -34,6 +35,7 @@ python bench/costs.py --only read_episodes --only loader   # some rows
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import subprocess
@@ -132,7 +134,10 @@ print(json.dumps({"first": first, "warm": sorted(warm)[1], "episodes": count}))
 
 
 def passes(run: str) -> dict:
-    """The first and the warm pass of read_episodes over ``run``, in a new process."""
+    """The first and the warm pass of read_episodes over ``run``, in a new process. forge_gpu's modules are
+    byte-compiled first, as an installed package's are (this VM sets PYTHONDONTWRITEBYTECODE: an editable install's
+    modules were otherwise compiled from source in every new process, ~20 ms of the first pass)."""
+    compileall.compile_dir(os.path.dirname(forge_gpu.__file__), quiet=1)
     done = subprocess.run([sys.executable, "-c", _FIRST_PASS, run], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
