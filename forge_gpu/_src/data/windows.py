@@ -109,6 +109,13 @@ class Windows:
         starts = np.concatenate([[0], np.cumsum(counts)])
         self._window_episode = np.repeat(np.arange(counts.size), counts)
         self._window_t = np.arange(starts[-1]) - np.repeat(starts[:-1] - first_t, counts)
+        # Without padding and with one stride (a table in memory), a window's rows are its frame t's row plus fixed
+        # offsets: precomputed, ``batch`` adds them (no per-batch clipping, no per-episode lookups).
+        self._window_row, self._offsets = None, None
+        if not pad and self._stride.size and self._stride.min() == self._stride.max():
+            e, stride = self._window_episode, int(self._stride[0])
+            self._window_row = self._first_row[e] + self._window_t * stride
+            self._offsets = (np.arange(1 - history, 1) * stride, (np.arange(horizon) + 1) * stride)
 
     def __len__(self) -> int:
         return int(self._window_t.size)
@@ -138,11 +145,15 @@ class Windows:
             raise IndexError(f"window indices must lie in [-{len(self)}, {len(self) - 1}]")
         e = self._window_episode[indices]
         t = self._window_t[indices]
-        first, stride, last = self._first_row[e, None], self._stride[e, None], self._steps[e, None] - 1
-        frame = t[:, None] + np.arange(1 - self.history, 1)  # [B, history]: t-h+1 .. t
-        step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
-        obs_rows = first + np.maximum(frame, 0) * stride
-        action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
+        if self._offsets is not None:  # the same rows as below, where no frame nor step is clipped
+            row = self._window_row[indices][:, None]
+            obs_rows, action_rows = row + self._offsets[0], row + self._offsets[1]
+        else:
+            first, stride, last = self._first_row[e, None], self._stride[e, None], self._steps[e, None] - 1
+            frame = t[:, None] + np.arange(1 - self.history, 1)  # [B, history]: t-h+1 .. t
+            step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
+            obs_rows = first + np.maximum(frame, 0) * stride
+            action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
         out: dict[str, Any] = {
             name: values.reshape(*obs_rows.shape, *values.shape[1:])
             for name, values in take_rows(
@@ -160,7 +171,8 @@ class Windows:
         out["env_id"] = self._env_id[e]
         out["episode_id"] = self._episode_id[e]
         out["t"] = t.astype(np.int64)
-        out["instruction"] = self._texts[self._instruction[e]].tolist()
+        one = len(self.instructions) == 1  # the common case: no gather of object references
+        out["instruction"] = self.instructions * len(e) if one else self._texts[self._instruction[e]].tolist()
         return out
 
     def _payloads(self, rows: np.ndarray) -> dict[str, Any]:
