@@ -120,3 +120,31 @@ def test_dataloader_workers_give_the_batches_of_no_workers(run, monkeypatch, sma
                 assert worked[key] == values
             else:
                 assert isinstance(worked[key], torch.Tensor) and torch.equal(worked[key], values), key
+
+
+def test_a_plain_dataloader_gathers_each_batch_once_and_gives_the_same_batches(run):
+    """DataLoader(batch_size=B) calls WindowMapDataset.__getitems__ once per batch (one Windows.batch), and its
+    batches equal those of the same loader fetching dataset[i] one index at a time, a short last batch included."""
+    torch = pytest.importorskip("torch")
+    dataset = forge_gpu.WindowMapDataset(run, history=2, horizon=3)
+
+    class OneByOne(torch.utils.data.Dataset):  # the same windows, without __getitems__
+        def __len__(self):
+            return len(dataset)
+
+        def __getitem__(self, index):
+            return dataset[index]
+
+    calls = []
+    batch = dataset.windows.batch
+    dataset.windows.batch = lambda indices, **kw: calls.append(len(indices)) or batch(indices, **kw)
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0)).tolist()
+    size = 8 if len(dataset) % 8 else 7
+    fast = list(torch.utils.data.DataLoader(dataset, batch_size=size, sampler=order))
+    slow = list(torch.utils.data.DataLoader(OneByOne(), batch_size=size, sampler=order))
+    assert calls[: len(fast)] == [len(b["t"]) for b in fast] and len(fast) > 2 and len(fast[-1]["t"]) < size
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == b[key] if key == "instruction" else torch.equal(a[key], b[key]), key

@@ -72,6 +72,9 @@ def WindowMapDataset(  # noqa: N802 - as WindowDataset
         sampler = BatchSampler(RandomSampler(dataset), batch_size=256, drop_last=False)
         loader = DataLoader(dataset, sampler=sampler, batch_size=None)
 
+    A plain ``DataLoader(dataset, batch_size=B)`` gathers each batch in one call too (``__getitems__``), then
+    collates its samples (``default_collate`` stacks them: a copy per key).
+
     Shuffling with a sampler is global over the whole run or dataset. The windows are loaded on first
     access in each process (each DataLoader worker holds its own copy); with ``mmap`` (uncompressed packed
     runs) they stay in the files, whose pages the workers share.
@@ -215,6 +218,13 @@ def _map_dataset_class() -> type:
             slots = worker_slots(_new_slot, _tensors)
             allocator = slots.allocator()
             return slots.publish(allocator, self.windows.batch(indices, empty=allocator))
+
+        def __getitems__(self, indices) -> list[dict]:
+            """The windows ``dataset[i]`` gives for each of ``indices``, from one gather (``DataLoader`` with a
+            ``batch_size`` calls this, then its ``collate_fn``, in place of ``dataset[i]`` per index): each sample's
+            tensors are views of the batch's."""
+            batch = _to_torch(torch, self.windows.batch(np.asarray(indices, dtype=np.int64)))
+            return [{key: value[i] for key, value in batch.items()} for i in range(len(indices))]
 
     _WindowMapDataset.__name__ = _WindowMapDataset.__qualname__ = "WindowMapDataset"
     return _WindowMapDataset
