@@ -7,8 +7,10 @@ python bench/loader.py --smoke          # seconds-long check that every figure i
 Each row is ``--batches`` shuffled batches (epochs of one loader, its workers kept) of ``WindowMapDataset``
 (history 2, horizon 4) through ``DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), B),
 batch_size=None, num_workers=W)``: each worker gathers and decodes whole batches (one index list per call, no
-per-sample pickling). Figures: samples/s and the ratio against 0 workers in the same run (issue 30: workers keep
-the throughput; >= 1 is the goal).
+per-sample pickling; a worker gathers and decodes a large batch straight into a shared buffer it reuses, and pickles
+a small one: forge_gpu/_src/data/shared_batches.py). Figures: samples/s over the whole row and after its first batch
+(steady: the workers' start left out), each against 0 workers in the same run (issue 30: workers keep the
+throughput; >= 1 is the goal).
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
             if k == batches:
                 break
     seconds = time.perf_counter() - began
+    steady = (seen - batch) / max(seconds - first, 1e-9)  # after the first batch (the workers' start)
     return {"workers": workers, "batch": batch, "batches": k, "samples": seen, "seconds": seconds,
-            "first_batch_s": first, "samples_per_s": seen / seconds}  # fmt: skip
+            "first_batch_s": first, "samples_per_s": seen / seconds, "steady_samples_per_s": steady}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -70,9 +73,12 @@ def main(argv=None) -> int:
         batch, batches = (16, 3) if args.smoke else (args.batch, args.batches)
         rows = [loader_rate(run, workers=w, batch=batch, batches=batches) for w in args.workers]
     base = next((r["samples_per_s"] for r in rows if r["workers"] == 0), rows[0]["samples_per_s"])
+    steady = next((r["steady_samples_per_s"] for r in rows if r["workers"] == 0), rows[0]["steady_samples_per_s"])
     for row in rows:
         row["vs_0_workers"] = row["samples_per_s"] / base
-    columns = ["workers", "batch", "batches", "samples_per_s", "vs_0_workers", "first_batch_s", "seconds"]
+        row["steady_vs_0_workers"] = row["steady_samples_per_s"] / steady
+    columns = ["workers", "batch", "batches", "samples_per_s", "vs_0_workers", "steady_samples_per_s"]
+    columns += ["steady_vs_0_workers", "first_batch_s", "seconds"]
     markdown = "## DataLoader (WindowMapDataset, shuffled batches)\n\n" + table(rows, columns)
     print(markdown)
     path = save("loader", {"machine": machine(gpu=False), "smoke": args.smoke, "rows": rows}, markdown, args.out)

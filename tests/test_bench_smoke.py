@@ -114,6 +114,22 @@ def test_loader_smoke(out):
         assert row["samples"] == row["batch"] * row["batches"], row
 
 
+def test_costs_smoke(out):
+    """bench/costs.py --smoke: every row of issue 34's table, each with forge_gpu's figure and, where it has one, its
+    reference and their ratio."""
+    rows = run_bench("costs", out)["rows"]
+    paths = [r["path"] for r in rows]
+    assert paths == ["recorder", "ingest", "pipeline", "read_episodes", "read_episodes", "action_windows"] + [
+        "windows_epoch",
+        "image_batches",
+        "loader",
+    ]
+    for row in rows:
+        figures = {"forge": True} | ({"reference": True, "ratio": True} if row["reference"] != "-" else {})
+        check_figures(row, figures)
+    assert [r["pass_"] for r in rows if r["path"] == "read_episodes"] == ["first", "warm"]
+
+
 def test_recorder_smoke(out):
     """bench/recorder.py --smoke gives forge's figure, its reference and their ratio for every row."""
     rows = run_bench("recorder", out)["rows"]

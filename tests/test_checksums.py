@@ -295,6 +295,7 @@ def test_verify_finds_episodes_that_break_the_rules(recorded, tmp_path, capsys):
             [
                 np.asarray(c["episodes"]["params"][name], np.float32).reshape(len(c["episodes"]["steps"]), -1)
                 for c in lines
+                if c["episodes"]["steps"]  # a line can publish a block with no episode ended in it
             ]
         ).reshape(len(episodes["steps"]), *np.asarray(first["params"][name][0]).shape)
     run = tmp_path / "run"
@@ -416,3 +417,26 @@ def test_a_damaged_schema_costs_its_block_only(recorded, tmp_path):
     got = read(run)
     assert {f"{e.env_id}:{e.episode_id}" for e in got} == {f"{e}:{i}" for e, i in original} - lost
     assert all(same(e, original[(e.env_id, e.episode_id)]) for e in got)
+
+
+def test_the_checksum_is_crc32c_without_the_packages_command_line():
+    """forge_gpu's CRC32C gives the standard check value and the package's own results on any buffer, and in a new
+    process reading a run's checksums loads neither the package's ``__init__`` (its argparse command line) nor
+    ``importlib.metadata``."""
+    import subprocess
+    import sys
+
+    import crc32c
+
+    from forge_gpu._src.formats.packed.checksum import crc32c as checksum
+
+    assert checksum(b"123456789") == 0xE3069283  # the CRC-32C check value
+    data = np.random.default_rng(0).integers(0, 256, 100_003, dtype=np.uint8)
+    for view in (data.tobytes(), memoryview(data)[7:], data[:1]):
+        assert checksum(view) == crc32c.crc32c(view)
+    code = (
+        "import sys; from forge_gpu._src.formats.packed.checksum import crc32c; crc32c(b'x'); "
+        "print(sorted(m for m in ('crc32c', 'crc32c._cli', 'argparse', 'importlib.metadata') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

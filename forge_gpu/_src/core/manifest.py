@@ -8,10 +8,7 @@ Which format a manifest names (its ``schema_version`` and ``layout``) is the for
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
-import platform
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,6 +126,10 @@ def describe_run(env: Any, *, transport: str | None = None) -> RunDescription:
 def initial_manifest(run: RunDescription, max_buffer_bytes: int, identity: Mapping[str, Any]) -> dict:
     """run.json of a new run, before its first episode; checked to be writable as JSON. ``identity``: the
     keys that mark the run's format (``RunFormat.identity``: schema_version, layout)."""
+    import importlib.metadata  # noqa: PLC0415 - only a new run needs these: a reader starts without them (~15 ms)
+    import platform  # noqa: PLC0415
+    import uuid  # noqa: PLC0415
+
     packages, sources = {}, {}
     for name in RECORDED_PACKAGES:
         try:

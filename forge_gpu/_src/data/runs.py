@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
@@ -95,7 +97,8 @@ def action_windows(
     with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where
     ``options.state`` asks for it), ``action`` =
     ``action[t : t+horizon]`` (``[horizon, A]``), the episode's ``instruction`` (``Episode.instruction``) and the ints
-    ``env_id``, ``episode_id`` and ``t``. The arrays are views of the episode's arrays.
+    ``env_id``, ``episode_id`` and ``t``. The arrays are read-only views of the episode's arrays (windows overlap:
+    copy one to change it).
     """
     check_window(history, horizon)
     options = options or EpisodeReadOptions()
@@ -113,12 +116,30 @@ def episode_windows(
     """The windows of the indexed episodes, in index order."""
     for run, group in itertools.groupby(index, key=lambda entry: entry[0]):
         for episode in run.read([k for _, k in group], options):
-            for t in range(history - 1, episode.steps - horizon + 1):
-                window: dict[str, Any] = {f"obs/{f}": a[t - history + 1 : t + 1] for f, a in episode.obs.items()}
-                window.update({f"state/{n}": a[t - history + 1 : t + 1] for n, a in episode.state.items()})
-                window["action"] = episode.action[t : t + horizon]
-                window["instruction"] = episode.instruction
-                window["env_id"] = episode.env_id
-                window["episode_id"] = episode.episode_id
+            count = episode.steps - horizon - history + 2  # windows t = history-1 .. T-horizon
+            if count <= 0:
+                continue
+            keys = [f"obs/{f}" for f in episode.obs] + [f"state/{n}" for n in episode.state] + ["action"]
+            arrays = [*episode.obs.values(), *episode.state.values()]
+            views = [_sliding(a, count, history) for a in arrays] + [
+                _sliding(episode.action[history - 1 :], count, horizon)
+            ]
+            # Each window a copy of one dict in the windows' key order, its arrays and t then set (0.44 us a window
+            # against 0.50 built from the keys; its views cost about as much again).
+            base: dict[str, Any] = dict.fromkeys(keys)
+            base.update(instruction=episode.instruction, env_id=episode.env_id, episode_id=episode.episode_id, t=0)
+            for t, values in zip(range(history - 1, history - 1 + count), zip(*views, strict=True), strict=True):
+                window = base.copy()
+                window.update(zip(keys, values, strict=True))
                 window["t"] = t
                 yield window
+
+
+def _sliding(values: np.ndarray, count: int, size: int) -> list[np.ndarray]:
+    """The ``count`` read-only views ``values[k : k + size]``, k = 0, 1, ...: made at once (one strided view), not
+    sliced one by one."""
+    step = values.strides[0]
+    view = np.lib.stride_tricks.as_strided(
+        values, (count, size, *values.shape[1:]), (step, step, *values.strides[1:]), writeable=False
+    )
+    return list(view)

@@ -12,6 +12,7 @@ import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.data.runs import check_window
+from forge_gpu._src.data.shared_batches import worker_slots
 from forge_gpu._src.data.windows import Windows, check_flags
 
 #: Windows fetched at once by the iterable dataset (one vectorized batch call).
@@ -71,6 +72,9 @@ def WindowMapDataset(
         sampler = BatchSampler(RandomSampler(dataset), batch_size=256, drop_last=False)
         loader = DataLoader(dataset, sampler=sampler, batch_size=None)
 
+    A plain ``DataLoader(dataset, batch_size=B)`` gathers each batch in one call too (``__getitems__``), then
+    collates its samples (``default_collate`` stacks them: a copy per key).
+
     Shuffling with a sampler is global over the whole run or dataset. The windows are loaded on first
     access in each process (each DataLoader worker holds its own copy); with ``mmap`` (uncompressed packed
     runs) they stay in the files, whose pages the workers share.
@@ -97,6 +101,25 @@ def _to_torch(torch, batch: dict) -> dict:
         key: value if key == "instruction" else torch.from_numpy(np.ascontiguousarray(value))
         for key, value in batch.items()
     }
+
+
+def _tensors(arrays: dict) -> dict:
+    """numpy arrays as torch tensors over them (a worker's batch, where the main process receives it)."""
+    import torch
+
+    return {key: torch.from_numpy(values) for key, values in arrays.items()}
+
+
+def _new_slot(size: int) -> Any:
+    """A torch uint8 tensor of ``size`` bytes made in shared memory (zero-filled by the system, not copied there as
+    ``share_memory_()`` does); None where shared memory cannot be had."""
+    import torch
+
+    try:
+        empty = torch.empty(0, dtype=torch.uint8)
+        return empty.new(empty._typed_storage()._new_shared(size, device=empty.device))
+    except (RuntimeError, OSError):
+        return None
 
 
 def _open_windows(dataset, **shard) -> Windows:
@@ -188,7 +211,20 @@ def _map_dataset_class() -> type:
             if isinstance(index, int | np.integer):
                 one = self.windows.batch([index])
                 return {key: value[0] for key, value in _to_torch(torch, one).items()}
-            return _to_torch(torch, self.windows.batch(np.asarray(index, dtype=np.int64)))
+            indices = np.asarray(index, dtype=np.int64)
+            if torch.utils.data.get_worker_info() is None:
+                return _to_torch(torch, self.windows.batch(indices))
+            # A worker: the batch gathered (and decoded) straight into a shared buffer it reuses (shared_batches).
+            slots = worker_slots(_new_slot, _tensors)
+            allocator = slots.allocator()
+            return slots.publish(allocator, self.windows.batch(indices, empty=allocator))
+
+        def __getitems__(self, indices) -> list[dict]:
+            """The windows ``dataset[i]`` gives for each of ``indices``, from one gather (``DataLoader`` with a
+            ``batch_size`` calls this, then its ``collate_fn``, in place of ``dataset[i]`` per index): each sample's
+            tensors are views of the batch's."""
+            batch = _to_torch(torch, self.windows.batch(np.asarray(indices, dtype=np.int64)))
+            return [{key: value[i] for key, value in batch.items()} for i in range(len(indices))]
 
     _WindowMapDataset.__name__ = _WindowMapDataset.__qualname__ = "WindowMapDataset"
     return _WindowMapDataset

@@ -109,6 +109,13 @@ class Windows:
         starts = np.concatenate([[0], np.cumsum(counts)])
         self._window_episode = np.repeat(np.arange(counts.size), counts)
         self._window_t = np.arange(starts[-1]) - np.repeat(starts[:-1] - first_t, counts)
+        # Without padding and with one stride (a table in memory), a window's rows are its frame t's row plus fixed
+        # offsets: precomputed, ``batch`` adds them (no per-batch clipping, no per-episode lookups).
+        self._window_row, self._offsets = None, None
+        if not pad and self._stride.size and self._stride.min() == self._stride.max():
+            e, stride = self._window_episode, int(self._stride[0])
+            self._window_row = self._first_row[e] + self._window_t * stride
+            self._offsets = (np.arange(1 - history, 1) * stride, (np.arange(horizon) + 1) * stride)
 
     def __len__(self) -> int:
         return int(self._window_t.size)
@@ -126,9 +133,11 @@ class Windows:
             return {k: (v[0] if k == "instruction" else v[0] if v.ndim > 1 else v[0].item()) for k, v in one.items()}
         return self.batch(index)
 
-    def batch(self, indices: Sequence[int] | np.ndarray, *, encoded: bool = False) -> dict[str, Any]:
+    def batch(self, indices: Sequence[int] | np.ndarray, *, encoded: bool = False, empty=None) -> dict[str, Any]:
         """Many windows at once (see the class doc); ``indices`` may repeat and come in any order. With ``encoded``,
-        the fields of :attr:`encoded_fields` are left encoded: each an ``EncodedFrames`` of ``B x history`` frames."""
+        the fields of :attr:`encoded_fields` are left encoded: each an ``EncodedFrames`` of ``B x history`` frames.
+        ``empty(shape, dtype)`` makes the arrays the frames and actions are gathered (and decoded) into, where given
+        (a DataLoader worker's shared buffer); else they are new arrays."""
         indices = np.asarray(indices)
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
             raise ValueError(f"indices must be a 1-d sequence of integers, got shape {indices.shape} {indices.dtype}")
@@ -136,20 +145,24 @@ class Windows:
             raise IndexError(f"window indices must lie in [-{len(self)}, {len(self) - 1}]")
         e = self._window_episode[indices]
         t = self._window_t[indices]
-        first, stride, last = self._first_row[e, None], self._stride[e, None], self._steps[e, None] - 1
-        frame = t[:, None] + np.arange(1 - self.history, 1)  # [B, history]: t-h+1 .. t
-        step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
-        obs_rows = first + np.maximum(frame, 0) * stride
-        action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
+        if self._offsets is not None:  # the same rows as below, where no frame nor step is clipped
+            row = self._window_row[indices][:, None]
+            obs_rows, action_rows = row + self._offsets[0], row + self._offsets[1]
+        else:
+            first, stride, last = self._first_row[e, None], self._stride[e, None], self._steps[e, None] - 1
+            frame = t[:, None] + np.arange(1 - self.history, 1)  # [B, history]: t-h+1 .. t
+            step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
+            obs_rows = first + np.maximum(frame, 0) * stride
+            action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
         out: dict[str, Any] = {
             name: values.reshape(*obs_rows.shape, *values.shape[1:])
             for name, values in take_rows(
-                self._unencoded if encoded else self._obs, obs_rows.ravel(), self._starts
+                self._unencoded if encoded else self._obs, obs_rows.ravel(), self._starts, empty=empty
             ).items()
         }
         if encoded:
             out.update(self._payloads(obs_rows.ravel()))
-        action = take_rows(self._action, action_rows.ravel(), self._starts)["action"]
+        action = take_rows(self._action, action_rows.ravel(), self._starts, empty=empty)["action"]
         out["action"] = action.reshape(*action_rows.shape, *action.shape[1:])
         if self.pad:
             out["obs_is_pad"] = frame < 0
@@ -158,7 +171,8 @@ class Windows:
         out["env_id"] = self._env_id[e]
         out["episode_id"] = self._episode_id[e]
         out["t"] = t.astype(np.int64)
-        out["instruction"] = self._texts[self._instruction[e]].tolist()
+        one = len(self.instructions) == 1  # the common case: no gather of object references
+        out["instruction"] = self.instructions * len(e) if one else self._texts[self._instruction[e]].tolist()
         return out
 
     def _payloads(self, rows: np.ndarray) -> dict[str, Any]:

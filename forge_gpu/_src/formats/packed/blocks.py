@@ -7,11 +7,9 @@ numpy, pyarrow and the standard library; no Warp, Newton or torch.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from collections.abc import Iterable, Iterator, Mapping
 
-import crc32c
 import numpy as np
 
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
@@ -19,6 +17,7 @@ from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.instructions import INSTRUCTION
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.core.rules import check_frames
+from forge_gpu._src.formats.packed.checksum import crc32c
 from forge_gpu._src.formats.packed.commits import (
     CHECKSUM,
     EPISODE_KEYS,
@@ -76,7 +75,7 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                     check_checksum(next(checksums), blocks[0], path=path)
                 source.seek(0)
                 schema = pa.ipc.read_schema(source)
-                schema_columns(schema, name=path)  # checked before any block is read
+                layout = schema_columns(schema, name=path), schema_codecs(schema, name=path)  # checked first
                 indices = [schema.get_field_index(n) for n in names]
                 missing = [n for n, i in zip(names, indices, strict=True) if i < 0]
                 if missing:
@@ -93,7 +92,7 @@ def read_blocks(run: PackedRun, commits: list[dict], names: list[str], *, verify
                         check_block_episodes(
                             commit, metadata or {}, run.groups["params"], where=block_where(path, commit)
                         )
-                    yield commit, block_arrays(batch, names, schema, name=path)
+                    yield commit, block_arrays(batch, names, schema, name=path, layout=layout)
             except (pa.ArrowException, StopIteration, OSError, EOFError) as exc:
                 raise ValueError(f"{path}: cannot read segment: {type(exc).__name__}: {exc}") from exc
             except ValueError as exc:
@@ -113,13 +112,18 @@ _AHEAD_BYTES = 1 << 20
 def _checksums_ahead(whole, blocks: list[dict]) -> Iterator[int]:
     """The CRC32C of each of ``blocks`` (commit lines of one segment) in ``whole`` (the segment's mapped bytes); a
     large one's computed on a second thread while the previous block is being read (crc32c lets go of the GIL)."""
+    if all(commit["length"] < _AHEAD_BYTES for commit in blocks[1:]):  # no thread (nor its module) for small ones
+        yield from (crc32c(whole.slice(commit["offset"], commit["length"])) for commit in blocks)
+        return
+    import concurrent.futures  # noqa: PLC0415 - 3 ms of a first read, needed only for large blocks
+
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forge-gpu-crc32c") as pool:
         ahead = None
         for k, commit in enumerate(blocks):
-            found = ahead.result() if ahead else crc32c.crc32c(whole.slice(commit["offset"], commit["length"]))
+            found = ahead.result() if ahead else crc32c(whole.slice(commit["offset"], commit["length"]))
             after = blocks[k + 1] if k + 1 < len(blocks) else None
             big = after is not None and after["length"] >= _AHEAD_BYTES
-            ahead = pool.submit(crc32c.crc32c, whole.slice(after["offset"], after["length"])) if big else None
+            ahead = pool.submit(crc32c, whole.slice(after["offset"], after["length"])) if big else None
             yield found
 
 
@@ -199,7 +203,8 @@ class PackedRun:
         counts = [len(c["episodes"]["steps"]) for c in self.commits]
         self.episode_commit = np.repeat(np.arange(len(counts)), counts)  # the commit publishing each episode
         pairs = self.episodes["env_id"] * (1 << 32) + self.episodes["episode_id"]
-        if np.unique(pairs).size != pairs.size:
+        ordered = np.sort(pairs)  # not np.unique, which loads numpy.ma (6 ms of a first read)
+        if (ordered[1:] == ordered[:-1]).any():
             raise ValueError(f"{os.path.join(run_dir, COMMIT_LOG)}: an (env_id, episode_id) pair is committed twice")
 
     def __len__(self) -> int:
@@ -234,7 +239,7 @@ def _check_first_block(run_dir: str, commit: dict) -> None:
         raise ValueError(f"{path}: cannot open segment: {exc}") from exc
     if len(data) < commit["length"]:
         raise ValueError(f"{path}: holds {len(data)} bytes; the commit log says at least {commit['length']}")
-    check_checksum(crc32c.crc32c(data), commit, path=path)
+    check_checksum(crc32c(data), commit, path=path)
 
 
 def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -94,6 +94,8 @@ class PackedRunReader:
         fields, state, groups = self.groups(ks, options)
         params = [k for k in self.run.episodes if k.startswith(PARAMS_PREFIX)]
         for episodes, gathered, starts in groups:
+            for values in gathered.values():  # the episodes are views of one gather: an episode's obs and next share
+                values.flags.writeable = False  # rows, so writing one would change the other (and its neighbours)
             for i in range(len(starts) - 1):
                 s, e = int(starts[i]), int(starts[i + 1])
                 env_id, episode_id = int(episodes["env_id"][i]), int(episodes["episode_id"][i])

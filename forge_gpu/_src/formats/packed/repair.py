@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import os
 
-import crc32c
-
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.packed.blocks import PackedRun
+from forge_gpu._src.formats.packed.checksum import crc32c
 from forge_gpu._src.formats.packed.commits import (
     EPISODES,
     PARAMS,
@@ -255,7 +254,7 @@ def _whole_blocks(path: str, skip: int, run: PackedRun) -> tuple[list[tuple], in
             if run.checksums:
                 here = source.tell()
                 source.seek(end)
-                checksum = crc32c.crc32c(source.read_buffer(length))
+                checksum = crc32c(source.read_buffer(length))
                 source.seek(here)
             blocks.append((end, length, found, dict(metadata or {}), checksum))
             end = source.tell()

@@ -3,7 +3,7 @@ replaced, in place, by an empty block of the same rows and bytes, and the episod
 from the commit log (each line names the ones it drops); every block that checks keeps its bytes, and every
 episode whose blocks all check stays published.
 
-numpy, pyarrow, crc32c and the standard library.
+numpy, pyarrow, crc32c (its C function, formats/packed/checksum.py) and the standard library.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import contextlib
 import os
 from collections.abc import Mapping
 
-import crc32c
 import numpy as np
 
 from forge_gpu._src.formats.packed.blocks import PackedRun, episode_rows
+from forge_gpu._src.formats.packed.checksum import crc32c
 from forge_gpu._src.formats.packed.commits import DROPPED, EPISODES, append_commit, encode_episodes, open_commit_log
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
 from forge_gpu._src.formats.packed.scan import run_schema
@@ -70,7 +70,7 @@ def salvage_blocks(run: PackedRun, bad: list[int], manifest: dict, report: dict)
                     view = view[os.pwrite(fd, view, commit["offset"] + len(block) - len(view)) :]
             finally:
                 os.close(fd)
-            checksums[k] = crc32c.crc32c(block)
+            checksums[k] = crc32c(block)
     except pa.ArrowException as exc:
         raise ValueError(f"{run.directory}: cannot write an empty block: {exc}") from exc
     temporary = COMMIT_LOG + ".tmp"

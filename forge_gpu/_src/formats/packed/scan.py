@@ -2,7 +2,7 @@
 and ``repair`` find every block that fails its checks, not only the first, and read at the disk's sequential
 rate, from one reused buffer, with the next block read ahead.
 
-numpy, pyarrow, crc32c and the standard library.
+numpy, pyarrow, crc32c (its C function, formats/packed/checksum.py) and the standard library.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import itertools
 import os
 from collections.abc import Iterator
 
-import crc32c
-
 from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.formats.packed.blocks import PackedRun, block_where, check_batch, check_checksum, segment_schema
+from forge_gpu._src.formats.packed.checksum import crc32c
 from forge_gpu._src.formats.packed.commits import check_block_episodes
 from forge_gpu._src.formats.packed.identity import segment_name
 from forge_gpu._src.formats.packed.schema import arrow_schema, block_arrays, pyarrow, run_columns, stored_codecs
@@ -57,7 +56,7 @@ def scan_blocks(
                     continue
                 try:
                     if run.checksums:
-                        check_checksum(crc32c.crc32c(view[head:]), commit, path=path)
+                        check_checksum(crc32c(view[head:]), commit, path=path)
                     source = pa.BufferReader(pa.py_buffer(view))
                     batch, metadata = pa.ipc.open_stream(source, options=options).read_next_batch_with_custom_metadata()
                     check_batch(batch, source.tell() - head, commit)

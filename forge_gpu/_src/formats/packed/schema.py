@@ -173,10 +173,11 @@ def to_record_batch(schema, columns: Mapping[str, np.ndarray]):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def block_arrays(batch, names, schema, *, name: str) -> dict:
+def block_arrays(batch, names, schema, *, name: str, layout: tuple[dict, dict] | None = None) -> dict:
     """The ``names`` columns of a record batch of ``schema`` as numpy arrays (views where Arrow allows), each
-    encoded one as an :class:`EncodedColumn` (decoded on access); ValueError naming ``name``."""
-    columns, codecs = schema_columns(schema, name=name), schema_codecs(schema, name=name)
+    encoded one as an :class:`EncodedColumn` (decoded on access); ValueError naming ``name``. ``layout``: the
+    schema's ``(schema_columns, schema_codecs)`` where the caller has them (a segment's blocks share one)."""
+    columns, codecs = layout or (schema_columns(schema, name=name), schema_codecs(schema, name=name))
     return {
         n: column_to_numpy(batch.column(n), *columns[n], name=f"{name}: column {n!r}", codec=codecs.get(n))
         for n in names
@@ -248,6 +249,11 @@ class EncodedColumn:
         out = decode_frames(self.frames.spec, self.frames.take(flat), self.frame_shape, self.dtype, pool=reader_pool())
         return out.reshape(*rows.shape, *self.frame_shape)
 
+    def take_into(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """The frames at ``rows`` (1-d, in range) decoded straight into ``out`` (``[len(rows), *shape]``)."""
+        frames = self.frames.take(np.asarray(rows, np.int64))
+        decode_frames(self.frames.spec, frames, self.frame_shape, self.dtype, pool=reader_pool(), out=out)
+
     def __array__(self, dtype=None, copy=None):
         out = self[np.arange(len(self))]
         return out if dtype is None else out.astype(dtype)
@@ -276,8 +282,9 @@ def column_to_numpy(column, shape: tuple[int, ...], dtype: np.dtype, *, name: st
         raise ValueError(f"{name}: holds {column.null_count} nulls")
     if codec is not None:
         return EncodedColumn(binary_frames(column, codec), shape, dtype)
-    if shape:
-        column = column.flatten()
+    if shape:  # the list's values, sliced as the column is (``flatten`` would load pyarrow.compute: ~0.1 s)
+        size = column.type.list_size
+        column = column.values.slice(column.offset * size, len(column) * size)
     array = column.to_numpy(zero_copy_only=False)
     if array.dtype != dtype:
         raise ValueError(f"{name}: holds {array.dtype}, expected {dtype}")

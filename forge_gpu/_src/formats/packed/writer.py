@@ -11,12 +11,12 @@ import concurrent.futures
 import os
 from collections.abc import Iterable, Mapping
 
-import crc32c
 import numpy as np
 
 from forge_gpu._src.core.codecs import CodecSpec, encode_frames, field_codecs
 from forge_gpu._src.core.files import sync_directory
 from forge_gpu._src.core.frames import stack_episodes
+from forge_gpu._src.formats.packed.checksum import crc32c
 from forge_gpu._src.formats.packed.commits import (
     EPISODES,
     PARAMS_PREFIX,
@@ -132,7 +132,7 @@ class PackedWriter:
             if count <= 0:
                 raise OSError(f"segment {segment_name(self._segment)}: read back {done} of the {length} bytes written")
             done += count
-        return crc32c.crc32c(view)
+        return crc32c(view)
 
     def _end_segment(self) -> None:
         if self._readback >= 0:
