@@ -160,7 +160,7 @@ def hand_collated(run: str, order: np.ndarray, batch: int) -> int:
     keys = [k for k, v in windows[0].items() if isinstance(v, np.ndarray)]
     for at in range(0, len(order), batch):
         chosen = [windows[i] for i in order[at : at + batch]]
-        {k: np.stack([w[k] for w in chosen]) for k in keys}  # noqa: B018 - the collated batch, thrown away
+        {k: np.stack([w[k] for w in chosen]) for k in keys}  # the collated batch, thrown away
     return len(order)
 
 

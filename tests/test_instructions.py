@@ -299,7 +299,7 @@ def test_a_bad_template_in_run_json_is_refused_naming_it(runs, tmp_path):
 def test_a_task_template_reaches_run_json_and_each_collected_episode(tmp_path, monkeypatch):
     """A task's instruction_template goes into env.spec (checked against its params) and collect records each
     episode's instruction from its drawn mass_scale."""
-    CartpoleTask = forge_gpu.TASKS["cartpole"]  # noqa: N806 (a class)
+    CartpoleTask = forge_gpu.TASKS["cartpole"]  # a class
 
     template = {
         "text": "balance a {w} pole",

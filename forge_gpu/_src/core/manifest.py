@@ -126,9 +126,9 @@ def describe_run(env: Any, *, transport: str | None = None) -> RunDescription:
 def initial_manifest(run: RunDescription, max_buffer_bytes: int, identity: Mapping[str, Any]) -> dict:
     """run.json of a new run, before its first episode; checked to be writable as JSON. ``identity``: the
     keys that mark the run's format (``RunFormat.identity``: schema_version, layout)."""
-    import importlib.metadata  # noqa: PLC0415 - only a new run needs these: a reader starts without them (~15 ms)
-    import platform  # noqa: PLC0415
-    import uuid  # noqa: PLC0415
+    import importlib.metadata  # only a new run needs these: a reader starts without them (~15 ms)
+    import platform
+    import uuid
 
     packages, sources = {}, {}
     for name in RECORDED_PACKAGES:

@@ -198,7 +198,7 @@ _SLOTS: tuple[int, WorkerSlots] | None = None  # (the process id that made them,
 def worker_slots(new_slot: Callable[[int], Any], convert: Callable[[dict], dict]) -> WorkerSlots:
     """This worker process's slots (made on first use, of :class:`WorkerSlots`' arguments; a forked process makes
     its own)."""
-    global _SLOTS  # noqa: PLW0603 - one set per worker process
+    global _SLOTS  # one set per worker process
     if _SLOTS is None or _SLOTS[0] != os.getpid():
         _SLOTS = (os.getpid(), WorkerSlots(new_slot, convert))
     return _SLOTS[1]

@@ -115,7 +115,7 @@ def _checksums_ahead(whole, blocks: list[dict]) -> Iterator[int]:
     if all(commit["length"] < _AHEAD_BYTES for commit in blocks[1:]):  # no thread (nor its module) for small ones
         yield from (crc32c(whole.slice(commit["offset"], commit["length"])) for commit in blocks)
         return
-    import concurrent.futures  # noqa: PLC0415 - 3 ms of a first read, needed only for large blocks
+    import concurrent.futures  # 3 ms of a first read, needed only for large blocks
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forge-gpu-crc32c") as pool:
         ahead = None

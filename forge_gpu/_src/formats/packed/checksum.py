@@ -25,7 +25,7 @@ def _c_function():
             if os.path.isfile(os.path.join(folder, "_crc32c" + suffix))
         ]
         if not found:
-            import crc32c  # noqa: PLC0415 - the package's own way when its C module is not a file beside it
+            import crc32c  # the package's own way when its C module is not a file beside it
 
             return crc32c.crc32c
         loader = importlib.machinery.ExtensionFileLoader("crc32c._crc32c", found[0])
