@@ -40,6 +40,11 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 #: Default largest block the writer appends at once [bytes]; it bounds how long a finished episode
 #: waits to become visible (one block write) as much as how often a commit line is written.
 DEFAULT_BLOCK_BYTES = 8 << 20
+#: How long the writer lets buffered steps wait for more to fill a block [s]: it writes once a block is full,
+#: the first buffered step has waited this long, the ring's end is reached, or ``flush``/``close`` ask. A block's
+#: cost is mostly per block (the Arrow batch, the commit line, the checksum call), so gathering the steps of a fast
+#: producer costs a finished episode at most this much more wait before it is visible.
+BLOCK_WAIT_SECONDS = 0.1
 
 
 class PackedRecorder(RecorderBase):
@@ -115,14 +120,8 @@ class PackedRecorder(RecorderBase):
         self._head = 0  # steps appended
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
-        # The batches a producer handed encoded, by field and ring slot (None where the slot holds raw frames), and
-        # the statistics of those frames, decoded by the writer (merged into the run's at close).
+        # The batches a producer handed encoded, by field and ring slot (None where the slot holds raw frames).
         self._encoded: dict[str, list] = {f: [None] * capacity for f in self._codecs}
-        self._encoded_stats = (
-            StatsAccumulator({f: tracker.fields[f] for f in self._codecs}, tracker.action_dim)
-            if statistics and self._codecs
-            else None
-        )
         self._pool = (
             concurrent.futures.ThreadPoolExecutor(encode_threads, thread_name_prefix="forge-gpu-encode")
             if self._codecs
@@ -188,12 +187,6 @@ class PackedRecorder(RecorderBase):
         ring["reward"][index] = reward
         ring["terminated"][index] = terminated
         ring["truncated"][index] = truncated
-        if self._stats is not None:
-            if handed:  # the writer adds those frames' statistics once it has decoded them
-                self._stats.update_frames(observation, skip=handed)
-                self._stats.update_transitions(action[active], reward[active])
-            else:
-                self._stats.update_batch(observation, active, action, reward)
         tracker.commit(observation, active, terminated, truncated, groups["params"])
         with self._cond:
             self._head += 1
@@ -205,8 +198,7 @@ class PackedRecorder(RecorderBase):
         """Append the buffered steps in blocks, each at most `_block_steps` and never across the ring's end."""
         while True:
             with self._cond:
-                while self._tail == self._head and not self._stopping:
-                    self._work.wait()
+                self._wait_for_block()
                 if self._tail == self._head or self._error is not None:
                     return
                 first = self._tail
@@ -222,8 +214,35 @@ class PackedRecorder(RecorderBase):
                 self._add_published(len(episodes["steps"]), int(episodes["steps"].sum()), nbytes)
                 self._cond.notify_all()
 
+    def _wait_for_block(self) -> None:
+        """Wait (under the lock) until a block is worth writing (:data:`BLOCK_WAIT_SECONDS`) or the writer stops.
+        A full ring is a full block (it holds at least two), so ``append``'s backpressure never waits on this."""
+        since = None
+        while not self._stopping:
+            pending = self._head - self._tail
+            if pending and (
+                self._draining or pending >= min(self._block_steps, self._capacity - self._tail % self._capacity)
+            ):
+                return
+            if not pending:
+                since = None
+                self._work.wait()
+                continue
+            now = time.monotonic()
+            since = now if since is None else since
+            if now - since >= BLOCK_WAIT_SECONDS:
+                return
+            self._work.wait(since + BLOCK_WAIT_SECONDS - now)
+
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
         columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
+        if self._stats is not None:  # the block's statistics, whole-column (the encoded fields' in _encode)
+            self._stats.update_frames({f: columns[f"obs/{f}"] for f in self._stats.fields}, skip=self._codecs)
+            active = columns["obs/step_id"] != 0  # the check: a reset row has step_id 0, a transition's is >= 1
+            action, reward = columns["action"], columns["reward"]
+            if not active.all():
+                action, reward = action[active], reward[active]
+            self._stats.update_transitions(action, reward)
         for field, spec in self._codecs.items():
             columns[f"obs/{field}"] = self._encode(field, spec, start, count)
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
@@ -235,22 +254,27 @@ class PackedRecorder(RecorderBase):
     def _encode(self, field: str, spec: CodecSpec, start: int, count: int) -> EncodedFrames:
         """Ring slots ``[start, start + count)`` of an encoded field as one :class:`EncodedFrames`: runs of slots
         holding raw frames encoded in the pool, slots the producer handed encoded taken as they are (their frames
-        decoded for the statistics where the run keeps them)."""
+        decoded for the statistics where the run keeps them); the statistics of both kinds of frames counted."""
         handed, ring, parts = self._encoded[field], self._ring[f"obs/{field}"], []
+        counted = self._stats is not None and field in self._stats.fields
+        others = set(self._stats.fields) - {field} if counted else set()
         k = start
         while k < start + count:
             if handed[k] is not None:
                 parts.append(handed[k])
-                if self._encoded_stats is not None:
+                if counted:
                     shape, dtype = self._tracker.fields[field]
                     frames = decode_frames(spec, handed[k], shape, dtype, pool=self._pool)
-                    self._encoded_stats.update_frames({field: frames}, skip=set(self._codecs) - {field})
+                    self._stats.update_frames({field: frames}, skip=others)
                 k += 1
                 continue
             end = k
             while end < start + count and handed[end] is None:
                 end += 1
-            parts.append(encode_frames(spec, ring[k:end].reshape(-1, *ring.shape[2:]), pool=self._pool))
+            frames = ring[k:end].reshape(-1, *ring.shape[2:])
+            if counted:
+                self._stats.update_frames({field: frames}, skip=others)
+            parts.append(encode_frames(spec, frames, pool=self._pool))
             k = end
         return EncodedFrames.concatenate(parts)
 
@@ -276,9 +300,6 @@ class PackedRecorder(RecorderBase):
         self._thread.join()
         if self._pool is not None:
             self._pool.shutdown()
-        if self._encoded_stats is not None and self._stats is not None:
-            for key in self._encoded_stats.fields:
-                self._stats.stats[f"obs/{key}"].merge(self._encoded_stats.stats[f"obs/{key}"])
         try:
             self._writer.close()
         except BaseException as exc:
