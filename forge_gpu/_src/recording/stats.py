@@ -128,16 +128,19 @@ class ChannelStats:
             lo = levels[np.argmax(seen, axis=1)]
             hi = levels[255 - np.argmax(seen[:, ::-1], axis=1)]
         else:
-            x = values.reshape(-1) if self.channels == 1 else values
-            mean = np.atleast_1d(x.mean(axis=0, dtype=np.float64))
-            m2 = np.atleast_1d(x.var(axis=0, dtype=np.float64)) * rows
-            lo = np.atleast_1d(x.min(axis=0)).astype(np.float64)
-            hi = np.atleast_1d(x.max(axis=0)).astype(np.float64)
+            # Channel-major (one contiguous row per channel): every reduction then runs along contiguous memory,
+            # several times faster than down the columns of a [rows, channels] array, and releases the GIL.
+            by_channel = np.ascontiguousarray(values.reshape(rows, -1).T)  # its own dtype: float64 stays exact
+            mean = by_channel.mean(axis=1, dtype=np.float64)
+            deviation = by_channel - mean[:, None]  # float64
+            m2 = np.einsum("ij,ij->i", deviation, deviation)
+            lo = by_channel.min(axis=1).astype(np.float64)
+            hi = by_channel.max(axis=1).astype(np.float64)
             # Bucket = the float32's top 16 bits (sign, exponent, 7 mantissa bits); counted per channel over
             # the range of buckets the batch spans, which is narrow for real data.
-            keys = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32) >> np.uint32(_SHIFT)
+            keys = by_channel.astype(np.float32, copy=False).view(np.uint32) >> np.uint32(_SHIFT)
             for c in range(self.channels):
-                key = keys[:, c]
+                key = keys[c]
                 first = int(key.min())
                 counts = np.bincount(key - np.uint32(first))
                 self.hist[c, first : first + counts.size] += counts

@@ -25,7 +25,7 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames, encode_frames, field_codecs
 from forge_gpu._src.core.instructions import INSTRUCTION
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
-from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
+from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX, FactorizedInstructions
 from forge_gpu._src.formats.packed.identity import COMPRESSIONS, IDENTITY, LAYOUT_VERSION
 from forge_gpu._src.formats.packed.schema import arrow_schema, run_columns
 from forge_gpu._src.formats.packed.writer import PackedWriter, ended_episodes
@@ -246,9 +246,12 @@ class PackedRecorder(RecorderBase):
         for field, spec in self._codecs.items():
             columns[f"obs/{field}"] = self._encode(field, spec, start, count)
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
-        params = {k[len(PARAMS_PREFIX) :]: v for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)}
-        texts = self._tracker.instructions(params, len(episodes["steps"]))  # each episode's, from its params
-        episodes[INSTRUCTION] = np.array(texts, dtype=object).reshape(-1)
+        count, tracker = len(episodes["steps"]), self._tracker
+        if tracker.template is None:  # every episode has the run's instruction
+            episodes[INSTRUCTION] = FactorizedInstructions([tracker.instruction][:count], np.zeros(count, np.int64))
+        else:  # each episode's, from its params
+            params = {k[len(PARAMS_PREFIX) :]: v for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)}
+            episodes[INSTRUCTION] = np.array(tracker.instructions(params, count), dtype=object).reshape(-1)
         return self._writer.write(columns, episodes), episodes
 
     def _encode(self, field: str, spec: CodecSpec, start: int, count: int) -> EncodedFrames:
