@@ -120,6 +120,12 @@ class PackedRecorder(RecorderBase):
         self._head = 0  # steps appended
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
+        # The step held by the ring's first slot: step k lives in slot (k - origin) % capacity. ``append`` moves it
+        # to the next step whenever the ring is empty, so a writer that keeps up reuses the ring's first slots,
+        # whose pages are already mapped, instead of touching fresh memory every step (a first touch costs the
+        # stepping side a page fault per 4 KiB; bench/packed.py's pipeline).
+        self._origin = 0
+        self._wake_at = 1  # buffered steps at which ``append`` wakes the writer (set by the writer as it waits)
         # The batches a producer handed encoded, by field and ring slot (None where the slot holds raw frames).
         self._encoded: dict[str, list] = {f: [None] * capacity for f in self._codecs}
         self._pool = (
@@ -171,7 +177,9 @@ class PackedRecorder(RecorderBase):
                 self._stall_seconds += time.perf_counter() - start
             if self._error is not None:
                 raise self._failure()
-            index = self._head % self._capacity
+            if self._head == self._tail:  # nothing buffered, nothing being written: start again at slot 0
+                self._origin = self._head
+            index = self._slot(self._head)
         ring = self._ring
         for field in tracker.fields:
             if field in handed:
@@ -190,7 +198,8 @@ class PackedRecorder(RecorderBase):
         tracker.commit(observation, active, terminated, truncated, groups["params"])
         with self._cond:
             self._head += 1
-            self._work.notify()
+            if self._head - self._tail >= self._wake_at:  # else the writer is waiting for more, with a timeout
+                self._work.notify()
 
     # -- the writer -----------------------------------------------------------------------------
 
@@ -202,7 +211,7 @@ class PackedRecorder(RecorderBase):
                 if self._tail == self._head or self._error is not None:
                     return
                 first = self._tail
-                start = first % self._capacity
+                start = self._slot(first)
                 count = min(self._head - first, self._block_steps, self._capacity - start)
             try:
                 nbytes, episodes = self._write_block(start, count, first)
@@ -214,24 +223,29 @@ class PackedRecorder(RecorderBase):
                 self._add_published(len(episodes["steps"]), int(episodes["steps"].sum()), nbytes)
                 self._cond.notify_all()
 
+    def _slot(self, step: int) -> int:
+        """The ring slot of a buffered step (under the lock)."""
+        return (step - self._origin) % self._capacity
+
     def _wait_for_block(self) -> None:
         """Wait (under the lock) until a block is worth writing (:data:`BLOCK_WAIT_SECONDS`) or the writer stops.
         A full ring is a full block (it holds at least two), so ``append``'s backpressure never waits on this."""
         since = None
         while not self._stopping:
             pending = self._head - self._tail
-            if pending and (
-                self._draining or pending >= min(self._block_steps, self._capacity - self._tail % self._capacity)
-            ):
+            full = min(self._block_steps, self._capacity - self._slot(self._tail))
+            if pending and (self._draining or pending >= full):
                 return
             if not pending:
                 since = None
+                self._wake_at = 1
                 self._work.wait()
                 continue
             now = time.monotonic()
             since = now if since is None else since
             if now - since >= BLOCK_WAIT_SECONDS:
                 return
+            self._wake_at = full
             self._work.wait(since + BLOCK_WAIT_SECONDS - now)
 
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
@@ -285,7 +299,7 @@ class PackedRecorder(RecorderBase):
         """Episodes that ended in batches still in the ring (after a failure they are never published)."""
         out = []
         for step in range(self._tail, self._head):
-            index = step % self._capacity
+            index = self._slot(step)
             block = {name: ring[index] for name, ring in self._ring.items()}
             ended = ended_episodes(block, step * self._num_envs, self._num_envs)
             out += [
