@@ -1,8 +1,8 @@
 """Normalization statistics of a run: count, mean, std, min, max and the 1st/99th percentiles, per channel.
 
-The recorders feed a :class:`StatsAccumulator` with every batch they append (whole-array numpy, one pass
-over the batch; no second read of the run) and write ``stats.json`` into the run directory when they
-close. ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded
+The recorders feed a :class:`StatsAccumulator` with every batch they record (whole-array numpy, one pass
+over the rows; no second read of the run: the npz recorder in ``append``, the packed recorder's writer thread
+per block, over the block's columns) and write ``stats.json`` into the run directory when they close. ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded
 before statistics existed (or one closed by ``repair``).
 
 What is counted:
