@@ -295,7 +295,8 @@ class RecorderBase:
                 manifest["unwritten_episode_count"] = len(unwritten)
             if status != "recording":
                 manifest["incomplete_episodes"] = self._tracker.incomplete()
-            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest), durable=self._durable)
+            path = os.path.join(self._directory, RUN_MANIFEST)  # one line per listed episode and per progress row
+            write_json_atomic(path, jsonable(manifest), durable=self._durable, levels=2)
 
 
 def _preallocate(path: str, size: int) -> None:

@@ -2,8 +2,9 @@
 
 The recorders feed a :class:`StatsAccumulator` with every batch they record (whole-array numpy, one pass
 over the rows; no second read of the run: the npz recorder in ``append``, the packed recorder's writer thread
-per block, over the block's columns) and write ``stats.json`` into the run directory when they close. ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded
-before statistics existed (or one closed by ``repair``).
+per block, over the block's columns) and write ``stats.json`` into the run directory when they close.
+``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded before
+statistics existed (or one closed by ``repair``).
 
 What is counted:
   - observation fields other than the ids and ``time`` (``obs/proprio``, ``obs/rgb``, ``obs/depth``):
@@ -309,7 +310,7 @@ class StatsAccumulator:
     def write(self, directory: str | os.PathLike, source: str, *, durable: bool = False) -> str:
         """Write ``stats.json`` into ``directory`` (atomically; synced with ``durable``); return its path."""
         path = os.path.join(os.fspath(directory), STATS_FILE)
-        write_json_atomic(path, self.to_json(source), durable=durable)
+        write_json_atomic(path, self.to_json(source), durable=durable, levels=3)  # one line per statistic
         return path
 
     @classmethod

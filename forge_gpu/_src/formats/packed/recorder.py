@@ -4,9 +4,9 @@ Memory is one ring of whole batches (``max_buffer_bytes``), whatever the episode
 checks a batch, copies it into the ring and returns; one writer thread appends the buffered steps to
 the current segment as one Arrow record batch and then publishes them, with the episodes that ended in
 them, by one line in the commit log. Everything per block is the writer's, whole-column (the statistics, the
-episodes that end, the checksum): nothing runs per row or per episode in Python on either side. When the ring is full, ``append`` waits (backpressure; the wait
-is counted in ``stall_seconds``). Each episode's instruction is made from its params as its block is written
-(layout 4: ``episodes.instruction``).
+episodes that end, the checksum): nothing runs per row or per episode in Python on either side. When the
+ring is full, ``append`` waits (backpressure; the wait is counted in ``stall_seconds``). Each episode's
+instruction is made from its params as its block is written (layout 4: ``episodes.instruction``).
 
 numpy, pyarrow and the standard library: the env is only read as a description.
 """
