@@ -28,7 +28,11 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
                     to --record-dir against ``collect`` with ``directory=None``, same steps, alternated;
                     env-steps/s of the stepping loop. Five pairs (the order within a pair alternates), each ratio
                     printed: ``efficiency`` with the state columns (recorded by default), ``efficiency_no_state``
-                    with record_state = false; then ``pipeline``: the median and the lowest of each.
+                    with record_state = false; ``cpu_overhead``: the CPU seconds (every thread) of the recording
+                    collect over the bare one's, minus 1 (what recording costs the cores, whatever else runs on
+                    the machine: on 2 cores an upper bound of the slowdown, the recorder's work on the consumer and
+                    writer threads all serialized with stepping by the GIL); then ``pipeline``: the median and the
+                    lowest of each.
   rss               peak RSS of ``forge-gpu collect reach --envs 256`` at 128x128 (RGB-D) with max_steps 100
                     and 1000, packed, in fresh processes (same step count); ratio second/first.
   reader_TASK       the same episodes in both layouts (recorded packed, converted to npz), one process:
@@ -278,11 +282,13 @@ def pipeline(sizes: dict, parent: str) -> list[dict]:
         for pair in range(sizes["pairs"]):
             row = {"figure": f"pipeline_{pair}"}
             for state, env in envs.items():  # with the state columns (the default), then without
-                runs = {}
+                runs, cpu_seconds = {}, {}
                 for recording in (False, True) if pair % 2 == 0 else (True, False):  # the order alternates
                     os.sync()
                     directory = new_directory(where, "pipeline") if recording else None
+                    cpu = time.process_time()
                     runs[recording] = collect(env, policies[state], directory, steps=sizes["steps"])
+                    cpu_seconds[recording] = time.process_time() - cpu
                 bare, recorded = runs[False], runs[True]
                 efficiency = recorded.env_steps_per_second / bare.env_steps_per_second
                 if state:
@@ -290,6 +296,7 @@ def pipeline(sizes: dict, parent: str) -> list[dict]:
                         "recording": recorded.env_steps_per_second,
                         "stepping": bare.env_steps_per_second,
                         "efficiency": efficiency,
+                        "cpu_overhead": cpu_seconds[True] / cpu_seconds[False] - 1,
                         "stall": recorded.stall_fraction,
                         "episodes": recorded.episodes,
                     }
@@ -297,6 +304,7 @@ def pipeline(sizes: dict, parent: str) -> list[dict]:
                     row["efficiency_no_state"] = efficiency
             rows.append(row)
     summary = {"figure": "pipeline"}
+    summary["cpu_overhead_median"] = float(np.median([row["cpu_overhead"] for row in rows]))
     for key in ("efficiency", "efficiency_no_state"):
         values = [row[key] for row in rows]
         summary |= {f"{key}_median": float(np.median(values)), f"{key}_min": float(min(values))}
