@@ -7,11 +7,13 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
   checksum          CRC32C (the crc32c package, the blocks' checksum) against zlib.crc32 and ISA-L's crc32 (isal, the
                     schema-1 writer's), GB/s over one 8 MiB buffer in memory, the median of 7.
 
-  ingest_SHAPE      PackedRecorder fed pre-made host batches (cartpole layout: proprio 4, action 1, 4096 envs,
-                    compression none; no stepping), rows (env rows appended) per second over appends + close.
-                    SHAPE short: ~25-step episodes (end probability 0.04); long: 200-step episodes. Against
-                    (a) a raw sequential write of the same bytes into the same directory (os.write of
-                    8 MiB chunks into one file, then close), run right after; (b) bench/recorder.py's per-row
+  ingest_SHAPE      make_recorder's default recorder (packed, its defaults) fed pre-made host batches (cartpole
+                    layout: proprio 4, action 1, 4096 envs; no stepping), rows (env rows appended) per second over
+                    appends + close. SHAPE short: ~25-step episodes (end probability 0.04); long: 200-step episodes.
+                    Against (a) a raw sequential write of the same bytes into the same directory (os.write of
+                    8 MiB chunks into one file, then close), run right after each of ``pairs`` recorder runs:
+                    vs_raw_write is the median of the pairs' ratios (each in vs_raw_write_runs), rows_per_s and
+                    raw_write_mb_per_s the medians of each side; (b) bench/recorder.py's per-row
                     reference recorder on the first 1/8 of the batches (it is slow); (c) the schema-1
                     NpzRecorder (2 writers) on the same 1/8.
   ingest_SHAPE_CODEC  the same with lz4 or zstd buffer compression: rows/s, vs_none (its speed over the
@@ -24,8 +26,13 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
                     (schema 1: two per episode).
   pipeline          cartpole, 1024 envs, CPU, random policy (~25-step episodes): ``collect`` recording packed
                     to --record-dir against ``collect`` with ``directory=None``, same steps, alternated;
-                    env-steps/s of the stepping loop. Five pairs, each ratio printed: ``efficiency`` with
-                    the state columns (recorded by default), ``efficiency_no_state`` with record_state = false.
+                    env-steps/s of the stepping loop. Five pairs (the order within a pair alternates), each ratio
+                    printed: ``efficiency`` with the state columns (recorded by default), ``efficiency_no_state``
+                    with record_state = false; ``cpu_overhead``: the CPU seconds (every thread) of the recording
+                    collect over the bare one's, minus 1 (what recording costs the cores, whatever else runs on
+                    the machine: on 2 cores an upper bound of the slowdown, the recorder's work on the consumer and
+                    writer threads all serialized with stepping by the GIL); then ``pipeline``: the median and the
+                    lowest of each.
   rss               peak RSS of ``forge-gpu collect reach --envs 256`` at 128x128 (RGB-D) with max_steps 100
                     and 1000, packed, in fresh processes (same step count); ratio second/first.
   reader_TASK       the same episodes in both layouts (recorded packed, converted to npz), one process:
@@ -71,7 +78,7 @@ from recorder import PerRowRecorder, figure_directory, new_directory, record  # 
 from synthetic import make_env  # noqa: E402
 
 import forge_gpu  # noqa: E402
-from forge_gpu import NpzRecorder, PackedRecorder, Windows, convert_run  # noqa: E402
+from forge_gpu import NpzRecorder, PackedRecorder, Windows, convert_run, make_recorder  # noqa: E402
 
 FULL = {
     "checksum": {"megabytes": 8, "repeats": 7},
@@ -156,11 +163,18 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
         env, batches = make_batches(sizes["num_envs"], steps, max_steps=max_steps, end_prob=end_prob)
         count = len(batches) * sizes["num_envs"]
         with figure_directory(parent) as where:
-            directory = new_directory(where, "packed")
-            recorder = PackedRecorder(directory, env)
-            seconds, _ = record(recorder, batches)
-            files = len(os.listdir(directory))
-            raw = raw_write(where, recorder.bytes_written)
+            # The recorder (make_recorder's defaults) and the raw write of its bytes in turn, ``pairs`` times: the
+            # page cache's write speed drifts 10x over seconds here, and adjacent runs share the drift.
+            ratios, runs = [], []
+            for _ in range(sizes["pairs"]):
+                directory = new_directory(where, "packed")
+                recorder = make_recorder(directory, env)
+                seconds, _ = record(recorder, batches)
+                files = len(os.listdir(directory))
+                raw = raw_write(where, recorder.bytes_written)
+                ratios.append(raw / seconds)
+                runs.append((seconds, raw))
+            seconds, raw = (float(np.median(values)) for values in zip(*runs, strict=True))
             compressed = {}
             for codec in ("lz4", "zstd"):
                 other = PackedRecorder(new_directory(where, codec), env, compression=codec)
@@ -178,7 +192,8 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
                 "rows_per_s": rows_per_s,
                 "mb_per_s": recorder.bytes_written / seconds / 1e6,
                 "episodes_per_s": recorder.completed_episodes / seconds,
-                "vs_raw_write": rows_per_s / (count / raw),
+                "vs_raw_write": float(np.median(ratios)),
+                "vs_raw_write_runs": " ".join(f"{r:.3g}" for r in ratios),
                 "raw_write_mb_per_s": recorder.bytes_written / raw / 1e6,
                 "vs_per_row": rows_per_s / (part_rows / reference_seconds),
                 "vs_npz": rows_per_s / (part_rows / npz_seconds),
@@ -253,22 +268,33 @@ def pipeline(sizes: dict, parent: str) -> list[dict]:
         for pair in range(sizes["pairs"]):
             row = {"figure": f"pipeline_{pair}"}
             for state, env in envs.items():  # with the state columns (the default), then without
-                bare = collect(env, policies[state], None, steps=sizes["steps"])
-                os.sync()
-                recorded = collect(env, policies[state], new_directory(where, "pipeline"), steps=sizes["steps"])
+                runs, cpu_seconds = {}, {}
+                for recording in (False, True) if pair % 2 == 0 else (True, False):  # the order alternates
+                    os.sync()
+                    directory = new_directory(where, "pipeline") if recording else None
+                    cpu = time.process_time()
+                    runs[recording] = collect(env, policies[state], directory, steps=sizes["steps"])
+                    cpu_seconds[recording] = time.process_time() - cpu
+                bare, recorded = runs[False], runs[True]
                 efficiency = recorded.env_steps_per_second / bare.env_steps_per_second
                 if state:
                     row |= {
                         "recording": recorded.env_steps_per_second,
                         "stepping": bare.env_steps_per_second,
                         "efficiency": efficiency,
+                        "cpu_overhead": cpu_seconds[True] / cpu_seconds[False] - 1,
                         "stall": recorded.stall_fraction,
                         "episodes": recorded.episodes,
                     }
                 else:
                     row["efficiency_no_state"] = efficiency
             rows.append(row)
-    return rows
+    summary = {"figure": "pipeline"}
+    summary["cpu_overhead_median"] = float(np.median([row["cpu_overhead"] for row in rows]))
+    for key in ("efficiency", "efficiency_no_state"):
+        values = [row[key] for row in rows]
+        summary |= {f"{key}_median": float(np.median(values)), f"{key}_min": float(min(values))}
+    return [*rows, summary]
 
 
 def rss(sizes: dict, parent: str) -> list[dict]:

@@ -2,6 +2,7 @@
 
 python bench/recorder.py                 # CPU sizes, a few minutes
 python bench/recorder.py --smoke         # seconds-long check that every figure is produced
+python bench/recorder.py --only ingest   # sections: ingest, deflate, publish, pipeline, bytes (repeatable)
 
 Host batches come from tests/synthetic.py (the env's next-step auto-reset semantics) and are generated
 before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs; 7 for publish and
@@ -13,6 +14,9 @@ share the drift.
                     NpzRecorder (2 writers, stored members) against a plain per-row recorder fed the same
                     batches: Python dicts per env and per row, np.stack + np.savez on episode end, tmp + rename
                     for the .npz and its marker. 1024 envs, proprio 4, action 1, every episode 200 steps.
+  ingest_packed     the same rows per second of the default recorder (make_recorder's: packed, its defaults: one
+                    writer thread, statistics, checksums) fed the same batches, against the same per-row recorder
+                    runs; run third in each round (NpzRecorder, per-row, packed).
   ingest_none_vs_disk  the same forge figure against the disk's ceiling for it: the raw publication loop
                     (below) publishing as many files of forge's mean size on 2 threads, run after each pair.
                     The reference runs on the first half of the batches (one episode per env): it is slow.
@@ -61,7 +65,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from common import machine, save, table  # noqa: E402
 from synthetic import SyntheticSim, make_batches, make_env  # noqa: E402
 
-from forge_gpu import NpzRecorder  # noqa: E402
+from forge_gpu import NpzRecorder, make_recorder  # noqa: E402
 from forge_gpu._src.core.episode import episode_stem  # noqa: E402
 from forge_gpu._src.formats.npz.episode_file import make_marker  # noqa: E402
 
@@ -77,6 +81,9 @@ SMOKE = {
     "bytes": {"num_envs": 8, "max_steps": 10, "steps": 10, "image": 8, "pairs": 1},
     "pipeline": {"num_envs": 8, "expert_steps": 12, "random_steps": 12, "max_steps": 5, "random_max_steps": 5},
 }
+
+#: The sections ``--only`` chooses from, in the order they run (deflate runs after ingest, whose figure it takes).
+SECTIONS = ["ingest", "deflate", "publish", "pipeline", "bytes"]
 
 
 # -- the plain per-row recorder -----------------------------------------------------------------------
@@ -183,6 +190,13 @@ def run_forge(parent: str, env, batches, *, close: bool = True, **kwargs) -> dic
         "episodes": recorder.completed_episodes,
         "bytes": recorder.bytes_written,
     }
+
+
+def run_packed(parent: str, env, batches) -> dict:
+    """The default recorder (``make_recorder``'s: packed, its defaults) fed ``batches``."""
+    recorder = make_recorder(new_directory(parent, "packed"), env)
+    seconds, close_seconds = record(recorder, batches)
+    return {"seconds": seconds, "close_seconds": close_seconds, "episodes": recorder.completed_episodes}
 
 
 def run_reference(parent: str, batches) -> dict:
@@ -304,10 +318,11 @@ def long_batches(size: dict):
 def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dict]:
     prefix = batches[: size["reference_batches"]]
     rows_all, rows_prefix = active_rows(batches), active_rows(prefix)
-    forge, reference, raw = [], [], []
-    for _ in range(reps):  # forge, the reference, and the raw publication of forge's files, in turn
+    forge, reference, raw, packed = [], [], [], []
+    for _ in range(reps):  # forge, the reference, packed, and the raw publication of forge's files, in turn
         forge.append(run_forge(parent, env, batches, writers=2, compression="none"))
         reference.append(run_reference(parent, prefix))
+        packed.append(run_packed(parent, env, batches))
         episodes = forge[-1]["episodes"]
         payload = os.urandom(round(forge[-1]["bytes"] / episodes))
         raw.append(raw_publish(parent, episodes, payload, MARKER, 2))
@@ -315,6 +330,16 @@ def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dic
     reference_rate = [rows_prefix / r["seconds"] for r in reference]
     workload = f"{size['num_envs']} envs, {size['max_steps']}-step episodes, proprio 4"
     out = [
+        row(
+            "ingest_packed",
+            workload + f"; make_recorder defaults (packed); {rows_all} rows (reference: first {rows_prefix})",
+            1,
+            "rows/s",
+            [rows_all / r["seconds"] for r in packed],
+            reference_rate,
+            "per-row Python + np.savez",
+            180,
+        ),
         row(
             "ingest_none",
             workload + f"; {rows_all} rows (reference: first {rows_prefix})",
@@ -518,26 +543,33 @@ def main(argv=None) -> int:
     parser.add_argument("--record-dir", default=None, help="parent of the temporary run directories")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    parser.add_argument("--only", choices=SECTIONS, action="append", help="run these sections only (default all)")
     args = parser.parse_args(argv)
+    only = set(args.only or SECTIONS)
     wp.config.quiet = True
     sizes = SMOKE if args.smoke else FULL
     reps = args.reps or (1 if args.smoke else 3)
     rows = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="forge-bench-recorder-", dir=args.record_dir) as parent:
-        env, batches = long_batches(sizes["long"])
-        with figure_directory(parent) as folder:
-            rows += measure_ingest(folder, sizes["long"], reps, env, batches)
-        stored = rows[0]["forge"]
-        with figure_directory(parent) as folder:
-            rows += measure_deflate(folder, sizes["long"], reps, env, batches, stored)
-        del batches
-        with figure_directory(parent) as folder:
-            rows += measure_publish(folder, sizes["short"])
-        with figure_directory(parent) as folder:
-            rows += measure_pipeline(folder, sizes["pipeline"], reps)
-        with figure_directory(parent) as folder:  # last: it deletes GBs, which slows the disk for a while
-            rows += measure_bytes(folder, sizes["bytes"])
+        if only & {"ingest", "deflate"}:
+            env, batches = long_batches(sizes["long"])
+            with figure_directory(parent) as folder:
+                rows += measure_ingest(folder, sizes["long"], reps, env, batches)
+            stored = next(r["forge"] for r in rows if r["figure"] == "ingest_none")
+            if "deflate" in only:
+                with figure_directory(parent) as folder:
+                    rows += measure_deflate(folder, sizes["long"], reps, env, batches, stored)
+            del batches
+        if "publish" in only:
+            with figure_directory(parent) as folder:
+                rows += measure_publish(folder, sizes["short"])
+        if "pipeline" in only:
+            with figure_directory(parent) as folder:
+                rows += measure_pipeline(folder, sizes["pipeline"], reps)
+        if "bytes" in only:
+            with figure_directory(parent) as folder:  # last: it deletes GBs, which slows the disk for a while
+                rows += measure_bytes(folder, sizes["bytes"])
     columns = ["figure", "writers", "unit", "forge", "reference", "ratio", "target", "reference_is", "workload"]
     where = args.record_dir or tempfile.gettempdir()
     md = f"## Recorder (CPU, files under {where}, medians of alternating runs)\n\n" + table(rows, columns)

@@ -134,7 +134,7 @@ def test_recorder_smoke(out):
     """bench/recorder.py --smoke gives forge's figure, its reference and their ratio for every row."""
     rows = run_bench("recorder", out)["rows"]
     figures = {r["figure"] for r in rows}
-    expected = {"ingest_none", "ingest_none_vs_disk", "append_only", "write_bytes", "write_bytes_e2e"}
+    expected = {"ingest_packed", "ingest_none", "ingest_none_vs_disk", "append_only", "write_bytes", "write_bytes_e2e"}
     expected |= {"write_bytes_vs_publish"}
     expected |= {"pipeline_expert", "pipeline_random", "pipeline_random_vs_disk"}
     expected |= {f"ingest_deflate1_w{w}" for w in (1, 2, 4)} | {f"publish_w{w}" for w in (1, 2, 4)}
@@ -156,7 +156,7 @@ def test_packed_smoke(out):
     rows = {r["figure"]: r for r in run_bench("packed", out)["rows"]}
     codecs = {f"ingest_{shape}_{codec}" for shape in ("short", "long") for codec in ("lz4", "zstd")}
     sections = {"ingest_short", "ingest_long", "files_per_100k", "pipeline_0", "rss", "reader_cartpole", "reader_reach"}
-    sections |= {"windows_mmap", "checksum", "ingest_short_checksum", "verify"}
+    sections |= {"windows_mmap", "checksum", "ingest_short_checksum", "verify", "pipeline"}
     assert set(rows) == sections | codecs
     for name in codecs:
         check_figures(rows[name], {"rows_per_s": True, "vs_none": True, "size_vs_none": True})
@@ -165,6 +165,8 @@ def test_packed_smoke(out):
     check_figures(rows["files_per_100k"], {"files_per_100k": True})
     pipeline_figures = {"recording": True, "stepping": True, "efficiency": True, "efficiency_no_state": True}
     check_figures(rows["pipeline_0"], pipeline_figures)
+    summary = ["efficiency_median", "efficiency_min", "efficiency_no_state_median", "efficiency_no_state_min"]
+    check_figures(rows["pipeline"], dict.fromkeys(summary, True))
     check_figures(rows["rss"], {"peak_rss_mb_100": True, "peak_rss_mb_1000": True, "ratio": True})
     for name in ("reader_cartpole", "reader_reach"):
         figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]

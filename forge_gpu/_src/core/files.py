@@ -18,9 +18,28 @@ def load_json(path: str) -> Any:
         raise ValueError(f"{path}: cannot read JSON: {exc}") from exc
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, *, durable: bool = False) -> None:
-    """Write ``obj`` as indented UTF-8 JSON to ``path`` (:func:`write_text_atomic`)."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", durable=durable)
+def write_json_atomic(
+    path: str | os.PathLike, obj: Any, *, durable: bool = False, levels: int | None = None
+) -> None:
+    """Write ``obj`` as indented UTF-8 JSON to ``path`` (:func:`write_text_atomic`); ``levels``: indent only the
+    outer ``levels`` levels of objects and lists, each value below on one line (:func:`json_text`)."""
+    text = json.dumps(obj, indent=2) if levels is None else json_text(obj, levels)
+    write_text_atomic(path, text + "\n", durable=durable)
+
+
+def json_text(obj: Any, levels: int, depth: int = 0) -> str:
+    """``obj`` as JSON with its outer ``levels`` levels of objects and lists indented by 2 per level and each value
+    below them on one line. The values below are encoded by the json module's C encoder, which ``indent`` turns off:
+    a file of long lists (statistics' sketches, a manifest's episode lists) is written tens of times faster, and
+    reads the same."""
+    if levels <= 0 or not isinstance(obj, dict | list) or not obj:
+        return json.dumps(obj)
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(obj, dict):
+        items = [f"{inner}{json.dumps(str(k))}: {json_text(v, levels - 1, depth + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    items = [inner + json_text(v, levels - 1, depth + 1) for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + pad + "]"
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, *, durable: bool = False) -> None:

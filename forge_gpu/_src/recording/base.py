@@ -80,6 +80,7 @@ class RecorderBase:
         self._cond = threading.Condition(lock)
         self._work = threading.Condition(lock)
         self._stopping = False
+        self._draining = 0  # flush or close calls waiting: a writer that gathers steps into blocks writes at once
         self._completed = 0
         self._transitions_published = 0
         self._bytes_written = 0
@@ -171,10 +172,22 @@ class RecorderBase:
 
     def flush(self) -> None:
         """Wait until everything appended is published; raise RuntimeError after a write failure."""
-        with self._cond:
+        with self._draining_writers():
             while self._busy() and self._error is None:
                 self._cond.wait()
         self._raise_if_failed()
+
+    @contextlib.contextmanager
+    def _draining_writers(self):
+        """Hold the lock with ``_draining`` raised and the writers woken: a writer waiting for more steps to
+        fill a block writes what it has."""
+        with self._cond:
+            self._draining += 1
+            self._work.notify_all()
+            try:
+                yield
+            finally:
+                self._draining -= 1
 
     def close(self, error: BaseException | None = None) -> None:
         """Publish what was appended, write the final manifest and stop the writers.
@@ -189,7 +202,7 @@ class RecorderBase:
         self._closed = True
         if error is not None:
             self._manifest["error"] = f"{type(error).__name__}: {error}"
-        with self._cond:
+        with self._draining_writers():
             while self._busy() and self._error is None:
                 self._cond.wait()
             self._stopping = True
@@ -286,7 +299,8 @@ class RecorderBase:
                 manifest["unwritten_episode_count"] = len(unwritten)
             if status != "recording":
                 manifest["incomplete_episodes"] = self._tracker.incomplete()
-            write_json_atomic(os.path.join(self._directory, RUN_MANIFEST), jsonable(manifest), durable=self._durable)
+            path = os.path.join(self._directory, RUN_MANIFEST)  # one line per listed episode and per progress row
+            write_json_atomic(path, jsonable(manifest), durable=self._durable, levels=2)
 
 
 def _preallocate(path: str, size: int) -> None:

@@ -1,9 +1,10 @@
 """Normalization statistics of a run: count, mean, std, min, max and the 1st/99th percentiles, per channel.
 
-The recorders feed a :class:`StatsAccumulator` with every batch they append (whole-array numpy, one pass
-over the batch; no second read of the run) and write ``stats.json`` into the run directory when they
-close. ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded
-before statistics existed (or one closed by ``repair``).
+The recorders feed a :class:`StatsAccumulator` with every batch they record (whole-array numpy, one pass
+over the rows; no second read of the run: the npz recorder in ``append``, the packed recorder's writer thread
+per block, over the block's columns) and write ``stats.json`` into the run directory when they close.
+``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded before
+statistics existed (or one closed by ``repair``).
 
 What is counted:
   - observation fields other than the ids and ``time`` (``obs/proprio``, ``obs/rgb``, ``obs/depth``):
@@ -128,16 +129,19 @@ class ChannelStats:
             lo = levels[np.argmax(seen, axis=1)]
             hi = levels[255 - np.argmax(seen[:, ::-1], axis=1)]
         else:
-            x = values.reshape(-1) if self.channels == 1 else values
-            mean = np.atleast_1d(x.mean(axis=0, dtype=np.float64))
-            m2 = np.atleast_1d(x.var(axis=0, dtype=np.float64)) * rows
-            lo = np.atleast_1d(x.min(axis=0)).astype(np.float64)
-            hi = np.atleast_1d(x.max(axis=0)).astype(np.float64)
+            # Channel-major (one contiguous row per channel): every reduction then runs along contiguous memory,
+            # several times faster than down the columns of a [rows, channels] array, and releases the GIL.
+            by_channel = np.ascontiguousarray(values.reshape(rows, -1).T)  # its own dtype: float64 stays exact
+            mean = by_channel.mean(axis=1, dtype=np.float64)
+            deviation = by_channel - mean[:, None]  # float64
+            m2 = np.einsum("ij,ij->i", deviation, deviation)
+            lo = by_channel.min(axis=1).astype(np.float64)
+            hi = by_channel.max(axis=1).astype(np.float64)
             # Bucket = the float32's top 16 bits (sign, exponent, 7 mantissa bits); counted per channel over
             # the range of buckets the batch spans, which is narrow for real data.
-            keys = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32) >> np.uint32(_SHIFT)
+            keys = by_channel.astype(np.float32, copy=False).view(np.uint32) >> np.uint32(_SHIFT)
             for c in range(self.channels):
-                key = keys[:, c]
+                key = keys[c]
                 first = int(key.min())
                 counts = np.bincount(key - np.uint32(first))
                 self.hist[c, first : first + counts.size] += counts
@@ -306,7 +310,7 @@ class StatsAccumulator:
     def write(self, directory: str | os.PathLike, source: str, *, durable: bool = False) -> str:
         """Write ``stats.json`` into ``directory`` (atomically; synced with ``durable``); return its path."""
         path = os.path.join(os.fspath(directory), STATS_FILE)
-        write_json_atomic(path, self.to_json(source), durable=durable)
+        write_json_atomic(path, self.to_json(source), durable=durable, levels=3)  # one line per statistic
         return path
 
     @classmethod

@@ -68,6 +68,7 @@ class EpisodeTracker:
         self.ended = np.zeros(num_envs, np.bool_)  # the last transition terminated or truncated
         self.abandoned: list[dict] = []  # episodes given up by a reset, with >= 1 transition
         self.transitions = 0  # transitions recorded
+        self._env_ids = np.arange(num_envs)  # what every batch's observation['env_id'] must be
 
     @property
     def frame_bytes(self) -> int:
@@ -115,36 +116,43 @@ class EpisodeTracker:
         step_id = observation["step_id"]
         seen = self.episode >= 0
         inactive = ~active
-        _reject(env_id != np.arange(n), "observation['env_id'] must equal arange(N)")
-        _reject(terminated & truncated, "a row is both terminated and truncated")
-        _reject(
-            inactive & ((reward != 0) | terminated | truncated),
-            "an inactive (reset) row has nonzero reward or a set flag",
-        )
-        _reject(inactive & (step_id != 0), "an inactive (reset) row has step_id != 0")
-        _reject(inactive & (episode_id < 0), "an inactive (reset) row has a negative episode_id")
-        _reject(
-            inactive & seen & (episode_id != self.episode + 1),
-            "an inactive (reset) row must have episode_id = the env's previous episode_id + 1",
-        )
-        _reject(active & ~seen, "an active row came before the env's first reset frame")
-        _reject(
-            active & seen & self.ended,
-            "an active row came for an env whose previous transition ended; expected its reset frame",
-        )
         known = active & seen & ~self.ended
-        _reject(known & (episode_id != self.episode), "an active row changed episode_id")
-        _reject(known & (step_id != self.steps + 1), "an active row's step_id is not the previous step_id + 1")
-        _reject(
-            known & (step_id > self.max_steps),
-            f"an active row's step_id exceeds max_steps={self.max_steps} (episodes must truncate there)",
-        )
-        _reject(known & ~(observation["time"] > self.last_time), "an active row's time does not advance")
+        # Every rule's bad rows, in the order they are reported; one combined test for the batch, and only a
+        # bad batch is looked at rule by rule (the first rule it breaks is named).
+        rules = [
+            (env_id != self._env_ids, "observation['env_id'] must equal arange(N)"),
+            (terminated & truncated, "a row is both terminated and truncated"),
+            (
+                inactive & ((reward != 0) | terminated | truncated),
+                "an inactive (reset) row has nonzero reward or a set flag",
+            ),
+            (inactive & (step_id != 0), "an inactive (reset) row has step_id != 0"),
+            (inactive & (episode_id < 0), "an inactive (reset) row has a negative episode_id"),
+            (
+                inactive & seen & (episode_id != self.episode + 1),
+                "an inactive (reset) row must have episode_id = the env's previous episode_id + 1",
+            ),
+            (active & ~seen, "an active row came before the env's first reset frame"),
+            (
+                active & seen & self.ended,
+                "an active row came for an env whose previous transition ended; expected its reset frame",
+            ),
+            (known & (episode_id != self.episode), "an active row changed episode_id"),
+            (known & (step_id != self.steps + 1), "an active row's step_id is not the previous step_id + 1"),
+            (
+                known & (step_id > self.max_steps),
+                f"an active row's step_id exceeds max_steps={self.max_steps} (episodes must truncate there)",
+            ),
+            (known & ~(observation["time"] > self.last_time), "an active row's time does not advance"),
+        ]
         for name, now in self._params.items():
-            _reject(
-                known & (groups["params"][name] != now).reshape(n, -1).any(axis=1),
-                f"result.params[{name!r}] changed within an episode (an episode's params are drawn at its reset)",
+            rules.append(
+                (
+                    known & (groups["params"][name] != now).reshape(n, -1).any(axis=1),
+                    f"result.params[{name!r}] changed within an episode (an episode's params are drawn at its reset)",
+                )
             )
+        _reject_any(rules)
         if self.template is not None and inactive.any():  # a new episode's params must name its instruction's slots
             slot_indices(self.template, {k: v[inactive] for k, v in groups["params"].items()}, name="result.params")
         return active, reward, terminated, truncated, action
@@ -232,9 +240,22 @@ def _check_array(name: str, array: Any, shape: tuple[int, ...], dtype: Any) -> n
 
 
 def _check_finite(name: str, array: np.ndarray) -> None:
-    if array.dtype.kind == "f":
+    """ValueError naming the rows of ``array`` that hold a NaN or an infinity. A finite sum means every value is
+    finite (a NaN or an infinity makes it NaN or infinite): one pass without a temporary for a good batch; a sum
+    that is not finite (a bad value, or finite values that overflow it) is looked at row by row."""
+    if array.dtype.kind == "f" and array.size and not np.isfinite(np.add.reduce(array, axis=None)):
         finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
         _reject(~finite, f"{name} holds non-finite values")
+
+
+def _reject_any(rules: list[tuple[np.ndarray, str]]) -> None:
+    """:func:`_reject` for each ``(bad_rows, message)`` in order, after one combined test of all of them."""
+    combined = rules[0][0].copy()
+    for bad_rows, _ in rules[1:]:
+        np.logical_or(combined, bad_rows, out=combined)
+    if combined.any():
+        for bad_rows, message in rules:
+            _reject(bad_rows, message)
 
 
 def _reject(bad_rows: np.ndarray, message: str) -> None:

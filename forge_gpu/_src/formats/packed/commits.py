@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,10 +45,21 @@ def encode_params(episodes: Mapping[str, Any]) -> dict[str, list] | None:
     return params or None
 
 
+class FactorizedInstructions(NamedTuple):
+    """Episodes' instructions given as the ``instruction`` object holds them: ``texts``, the distinct ones in order of
+    first appearance, and ``index``, each episode's position in ``texts`` (a writer that knows them so, e.g. every
+    episode of a run without a template having the run's, skips :func:`factorize`'s pass over the episodes)."""
+
+    texts: list[str]
+    index: np.ndarray
+
+
 def encode_instructions(instructions) -> dict[str, list]:
     """The ``instruction`` object of an episode entry: ``texts``, the distinct instructions of the line's episodes
     (in order of first appearance), and ``index``, each episode's position in ``texts`` (a line of many episodes
-    holds each text once)."""
+    holds each text once). ``instructions``: one text per episode, or :class:`FactorizedInstructions`."""
+    if isinstance(instructions, FactorizedInstructions):
+        return {"texts": list(instructions.texts), "index": np.asarray(instructions.index, np.int64).tolist()}
     texts, index = factorize(instructions)
     return {"texts": texts, "index": index.tolist()}
 

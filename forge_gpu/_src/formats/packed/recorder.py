@@ -3,9 +3,10 @@
 Memory is one ring of whole batches (``max_buffer_bytes``), whatever the episode length: ``append``
 checks a batch, copies it into the ring and returns; one writer thread appends the buffered steps to
 the current segment as one Arrow record batch and then publishes them, with the episodes that ended in
-them, by one line in the commit log. When the ring is full, ``append`` waits (backpressure; the wait
-is counted in ``stall_seconds``). Each episode's instruction is made from its params as its block is written
-(layout 4: ``episodes.instruction``).
+them, by one line in the commit log. Everything per block is the writer's, whole-column (the statistics, the
+episodes that end, the checksum): nothing runs per row or per episode in Python on either side. When the
+ring is full, ``append`` waits (backpressure; the wait is counted in ``stall_seconds``). Each episode's
+instruction is made from its params as its block is written (layout 4: ``episodes.instruction``).
 
 numpy, pyarrow and the standard library: the env is only read as a description.
 """
@@ -25,7 +26,7 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames, encode_frames, field_codecs
 from forge_gpu._src.core.instructions import INSTRUCTION
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
-from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
+from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX, FactorizedInstructions
 from forge_gpu._src.formats.packed.identity import COMPRESSIONS, IDENTITY, LAYOUT_VERSION
 from forge_gpu._src.formats.packed.schema import arrow_schema, run_columns
 from forge_gpu._src.formats.packed.writer import PackedWriter, ended_episodes
@@ -40,6 +41,11 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 #: Default largest block the writer appends at once [bytes]; it bounds how long a finished episode
 #: waits to become visible (one block write) as much as how often a commit line is written.
 DEFAULT_BLOCK_BYTES = 8 << 20
+#: How long the writer lets buffered steps wait for more to fill a block [s]: it writes once a block is full,
+#: the first buffered step has waited this long, the ring's end is reached, or ``flush``/``close`` ask. A block's
+#: cost is mostly per block (the Arrow batch, the commit line, the checksum call), so gathering the steps of a fast
+#: producer costs a finished episode at most this much more wait before it is visible.
+BLOCK_WAIT_SECONDS = 0.1
 
 
 class PackedRecorder(RecorderBase):
@@ -115,14 +121,14 @@ class PackedRecorder(RecorderBase):
         self._head = 0  # steps appended
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
         self._tail = 0  # steps written and published (both under the base's lock)
-        # The batches a producer handed encoded, by field and ring slot (None where the slot holds raw frames), and
-        # the statistics of those frames, decoded by the writer (merged into the run's at close).
+        # The step held by the ring's first slot: step k lives in slot (k - origin) % capacity. ``append`` moves it
+        # to the next step whenever the ring is empty, so a writer that keeps up reuses the ring's first slots,
+        # whose pages are already mapped, instead of touching fresh memory every step (a first touch costs the
+        # stepping side a page fault per 4 KiB; bench/packed.py's pipeline).
+        self._origin = 0
+        self._wake_at = 1  # buffered steps at which ``append`` wakes the writer (set by the writer as it waits)
+        # The batches a producer handed encoded, by field and ring slot (None where the slot holds raw frames).
         self._encoded: dict[str, list] = {f: [None] * capacity for f in self._codecs}
-        self._encoded_stats = (
-            StatsAccumulator({f: tracker.fields[f] for f in self._codecs}, tracker.action_dim)
-            if statistics and self._codecs
-            else None
-        )
         self._pool = (
             concurrent.futures.ThreadPoolExecutor(encode_threads, thread_name_prefix="forge-gpu-encode")
             if self._codecs
@@ -172,7 +178,9 @@ class PackedRecorder(RecorderBase):
                 self._stall_seconds += time.perf_counter() - start
             if self._error is not None:
                 raise self._failure()
-            index = self._head % self._capacity
+            if self._head == self._tail:  # nothing buffered, nothing being written: start again at slot 0
+                self._origin = self._head
+            index = self._slot(self._head)
         ring = self._ring
         for field in tracker.fields:
             if field in handed:
@@ -188,16 +196,11 @@ class PackedRecorder(RecorderBase):
         ring["reward"][index] = reward
         ring["terminated"][index] = terminated
         ring["truncated"][index] = truncated
-        if self._stats is not None:
-            if handed:  # the writer adds those frames' statistics once it has decoded them
-                self._stats.update_frames(observation, skip=handed)
-                self._stats.update_transitions(action[active], reward[active])
-            else:
-                self._stats.update_batch(observation, active, action, reward)
         tracker.commit(observation, active, terminated, truncated, groups["params"])
         with self._cond:
             self._head += 1
-            self._work.notify()
+            if self._head - self._tail >= self._wake_at:  # else the writer is waiting for more, with a timeout
+                self._work.notify()
 
     # -- the writer -----------------------------------------------------------------------------
 
@@ -205,12 +208,11 @@ class PackedRecorder(RecorderBase):
         """Append the buffered steps in blocks, each at most `_block_steps` and never across the ring's end."""
         while True:
             with self._cond:
-                while self._tail == self._head and not self._stopping:
-                    self._work.wait()
+                self._wait_for_block()
                 if self._tail == self._head or self._error is not None:
                     return
                 first = self._tail
-                start = first % self._capacity
+                start = self._slot(first)
                 count = min(self._head - first, self._block_steps, self._capacity - start)
             try:
                 nbytes, episodes = self._write_block(start, count, first)
@@ -222,35 +224,75 @@ class PackedRecorder(RecorderBase):
                 self._add_published(len(episodes["steps"]), int(episodes["steps"].sum()), nbytes)
                 self._cond.notify_all()
 
+    def _slot(self, step: int) -> int:
+        """The ring slot of a buffered step (under the lock)."""
+        return (step - self._origin) % self._capacity
+
+    def _wait_for_block(self) -> None:
+        """Wait (under the lock) until a block is worth writing (:data:`BLOCK_WAIT_SECONDS`) or the writer stops.
+        A full ring is a full block (it holds at least two), so ``append``'s backpressure never waits on this."""
+        since = None
+        while not self._stopping:
+            pending = self._head - self._tail
+            full = min(self._block_steps, self._capacity - self._slot(self._tail))
+            if pending and (self._draining or pending >= full):
+                return
+            if not pending:
+                since = None
+                self._wake_at = 1
+                self._work.wait()
+                continue
+            now = time.monotonic()
+            since = now if since is None else since
+            if now - since >= BLOCK_WAIT_SECONDS:
+                return
+            self._wake_at = full
+            self._work.wait(since + BLOCK_WAIT_SECONDS - now)
+
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
         columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
+        if self._stats is not None:  # the block's statistics, whole-column (the encoded fields' in _encode)
+            self._stats.update_frames({f: columns[f"obs/{f}"] for f in self._stats.fields}, skip=self._codecs)
+            active = columns["obs/step_id"] != 0  # the check: a reset row has step_id 0, a transition's is >= 1
+            action, reward = columns["action"], columns["reward"]
+            if not active.all():
+                action, reward = action[active], reward[active]
+            self._stats.update_transitions(action, reward)
         for field, spec in self._codecs.items():
             columns[f"obs/{field}"] = self._encode(field, spec, start, count)
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
-        params = {k[len(PARAMS_PREFIX) :]: v for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)}
-        texts = self._tracker.instructions(params, len(episodes["steps"]))  # each episode's, from its params
-        episodes[INSTRUCTION] = np.array(texts, dtype=object).reshape(-1)
+        count, tracker = len(episodes["steps"]), self._tracker
+        if tracker.template is None:  # every episode has the run's instruction
+            episodes[INSTRUCTION] = FactorizedInstructions([tracker.instruction][:count], np.zeros(count, np.int64))
+        else:  # each episode's, from its params
+            params = {k[len(PARAMS_PREFIX) :]: v for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)}
+            episodes[INSTRUCTION] = np.array(tracker.instructions(params, count), dtype=object).reshape(-1)
         return self._writer.write(columns, episodes), episodes
 
     def _encode(self, field: str, spec: CodecSpec, start: int, count: int) -> EncodedFrames:
         """Ring slots ``[start, start + count)`` of an encoded field as one :class:`EncodedFrames`: runs of slots
         holding raw frames encoded in the pool, slots the producer handed encoded taken as they are (their frames
-        decoded for the statistics where the run keeps them)."""
+        decoded for the statistics where the run keeps them); the statistics of both kinds of frames counted."""
         handed, ring, parts = self._encoded[field], self._ring[f"obs/{field}"], []
+        counted = self._stats is not None and field in self._stats.fields
+        others = set(self._stats.fields) - {field} if counted else set()
         k = start
         while k < start + count:
             if handed[k] is not None:
                 parts.append(handed[k])
-                if self._encoded_stats is not None:
+                if counted:
                     shape, dtype = self._tracker.fields[field]
                     frames = decode_frames(spec, handed[k], shape, dtype, pool=self._pool)
-                    self._encoded_stats.update_frames({field: frames}, skip=set(self._codecs) - {field})
+                    self._stats.update_frames({field: frames}, skip=others)
                 k += 1
                 continue
             end = k
             while end < start + count and handed[end] is None:
                 end += 1
-            parts.append(encode_frames(spec, ring[k:end].reshape(-1, *ring.shape[2:]), pool=self._pool))
+            frames = ring[k:end].reshape(-1, *ring.shape[2:])
+            if counted:
+                self._stats.update_frames({field: frames}, skip=others)
+            parts.append(encode_frames(spec, frames, pool=self._pool))
             k = end
         return EncodedFrames.concatenate(parts)
 
@@ -258,7 +300,7 @@ class PackedRecorder(RecorderBase):
         """Episodes that ended in batches still in the ring (after a failure they are never published)."""
         out = []
         for step in range(self._tail, self._head):
-            index = step % self._capacity
+            index = self._slot(step)
             block = {name: ring[index] for name, ring in self._ring.items()}
             ended = ended_episodes(block, step * self._num_envs, self._num_envs)
             out += [
@@ -276,9 +318,6 @@ class PackedRecorder(RecorderBase):
         self._thread.join()
         if self._pool is not None:
             self._pool.shutdown()
-        if self._encoded_stats is not None and self._stats is not None:
-            for key in self._encoded_stats.fields:
-                self._stats.stats[f"obs/{key}"].merge(self._encoded_stats.stats[f"obs/{key}"])
         try:
             self._writer.close()
         except BaseException as exc:

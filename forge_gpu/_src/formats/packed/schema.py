@@ -158,7 +158,8 @@ def schema_columns(schema, *, name: str) -> dict[str, tuple[tuple[int, ...], np.
 
 
 def to_record_batch(schema, columns: Mapping[str, np.ndarray]):
-    """A record batch of ``columns`` (name -> [R, ...] C-contiguous arrays), zero-copy but for the flags."""
+    """A record batch of ``columns`` (name -> [R, ...] C-contiguous arrays), zero-copy but for the flags (packed to
+    bits): each column made from its buffer (no per-column conversion of numpy values)."""
     pa = pyarrow()
     arrays = []
     for field in schema:
@@ -166,11 +167,21 @@ def to_record_batch(schema, columns: Mapping[str, np.ndarray]):
         if isinstance(array, EncodedFrames):
             arrays.append(binary_array(array))
         elif pa.types.is_fixed_size_list(field.type):
-            flat = pa.array(array.reshape(-1), type=field.type.value_type)
+            flat = _primitive_array(pa, array.reshape(-1), field.type.value_type)
             arrays.append(pa.FixedSizeListArray.from_arrays(flat, field.type.list_size))
         else:
-            arrays.append(pa.array(array, type=field.type))
+            arrays.append(_primitive_array(pa, array, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _primitive_array(pa, values: np.ndarray, kind):
+    """A non-null Arrow array of ``kind`` over the 1-d ``values`` (of kind's numpy dtype): their buffer as it is, or
+    for booleans, the bits packed (LSB first, Arrow's order)."""
+    if pa.types.is_boolean(kind):
+        data = np.packbits(values.view(np.uint8), bitorder="little")
+    else:
+        data = np.ascontiguousarray(values, dtype=kind.to_pandas_dtype())
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(data)])
 
 
 def block_arrays(batch, names, schema, *, name: str, layout: tuple[dict, dict] | None = None) -> dict:
