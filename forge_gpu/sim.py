@@ -12,10 +12,10 @@ NAMES = {
     "TaskConfig": "forge_gpu._src.sim.config",
     "make_policy": "forge_gpu._src.sim.policies",
     "load_policy": "forge_gpu._src.sim.policies",
-    "TASKS": "forge_gpu._src.sim.tasks.registry",
+    "TASKS": "forge_gpu._src.sim.tasks.catalog",
     "Task": "forge_gpu._src.sim.tasks.base",
     "TaskSpec": "forge_gpu._src.sim.tasks.base",
-    "register_task": "forge_gpu._src.sim.tasks.registry",
+    "register_task": "forge_gpu._src.sim.tasks.catalog",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

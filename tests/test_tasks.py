@@ -14,7 +14,7 @@ import warp as wp
 import forge_gpu
 from forge_gpu._src.sim.env import SHARED
 from forge_gpu._src.sim.tasks.base import TaskBinding
-from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES
+from forge_gpu._src.sim.tasks.catalog import TASK_CONFIG_FILES
 from forge_gpu._src.sim.world import World
 from forge_gpu.sim import VectorEnv
 from tests.reference_cartpole import CONFIG, CartpoleTask
@@ -108,7 +108,7 @@ def test_the_env_imports_the_task_interface_not_the_registry():
     assert "forge_gpu._src.sim.tasks.base" in names and "forge_gpu._src.sim.world" in names
     tasks = {n for n in names if n.startswith("forge_gpu._src.sim.tasks")}
     assert all(n.startswith("forge_gpu._src.sim.tasks.base") for n in tasks), sorted(tasks)
-    code = "import sys, forge_gpu._src.sim.tasks.registry; assert 'forge_gpu._src.sim.env' not in sys.modules"
+    code = "import sys, forge_gpu._src.sim.tasks.catalog; assert 'forge_gpu._src.sim.env' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
     code = (
         "import sys, forge_gpu._src.sim.env; "

@@ -49,7 +49,7 @@ def cmd_collect(args) -> int:
     import forge_gpu
     from forge_gpu._src.collect.collector import collect
     from forge_gpu._src.sim.policies import load_policy
-    from forge_gpu._src.sim.tasks.registry import resolve_task
+    from forge_gpu._src.sim.tasks.catalog import resolve_task
 
     try:
         task_id = resolve_task(args.task)  # an id, or a task file (*.toml) read and checked against its model

@@ -34,7 +34,7 @@ from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
 from forge_gpu._src.sim.config import as_overrides
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.make import make, task_config
-from forge_gpu._src.sim.tasks.registry import TASKS, is_task_file, resolve_task
+from forge_gpu._src.sim.tasks.catalog import TASKS, is_task_file, resolve_task
 
 SOURCES = ("state", "actions")
 #: The config keys replay never takes from the recorded run: the batch of worlds is replay's own.

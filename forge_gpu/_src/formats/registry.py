@@ -272,7 +272,7 @@ class NpzFormat:
         return NpzRunReader(run_dir, manifest)
 
     def repair(self, run_dir: str, manifest: dict, *, salvage: bool = False) -> dict:
-        from forge_gpu._src.formats.npz.instructions import cut_torn_line
+        from forge_gpu._src.formats.npz.instruction_file import cut_torn_line
         from forge_gpu._src.formats.npz.writer import drop_damaged, remove_unmarked
 
         dropped = drop_damaged(run_dir, manifest) if salvage else {}  # salvage: unpublish the episodes that fail

@@ -8,7 +8,7 @@ from forge_gpu._src.sim.config import load_config
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.env import VectorEnv
 from forge_gpu._src.sim.output import init_warp
-from forge_gpu._src.sim.tasks.registry import TASK_CONFIG_FILES, TASKS, resolve_task
+from forge_gpu._src.sim.tasks.catalog import TASK_CONFIG_FILES, TASKS, resolve_task
 
 
 def task_config(task: str, **overrides):

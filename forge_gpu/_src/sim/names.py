@@ -22,5 +22,5 @@ def check_policy_name(name: str) -> None:
 
 def shipped_tasks() -> list[str]:
     """The ids of the tasks whose config ships with forge_gpu (``configs/<id>.toml``), sorted: what the command line
-    can collect without loading the task registry (a task registered from Python comes with its own config)."""
+    can collect without loading the task catalog (a task registered from Python comes with its own config)."""
     return sorted(path.stem for path in config_dir().glob("*.toml"))

@@ -32,7 +32,7 @@ from forge_gpu._src.formats.npz.episode_file import (
     validate_episode_values,
     validate_marker,
 )
-from forge_gpu._src.formats.npz.instructions import read_instructions
+from forge_gpu._src.formats.npz.instruction_file import read_instructions
 
 # Fields the value checks need even when a projection leaves them out.
 _CHECK_FIELDS = BOOKKEEPING_FIELDS

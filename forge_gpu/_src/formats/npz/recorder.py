@@ -24,7 +24,7 @@ from forge_gpu._src.core.files import remove_quietly
 from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
 from forge_gpu._src.formats.npz.episode_file import make_marker
 from forge_gpu._src.formats.npz.identity import COMPRESSIONS, IDENTITY, INSTRUCTIONS_FILE, INSTRUCTIONS_KEY
-from forge_gpu._src.formats.npz.instructions import InstructionLog
+from forge_gpu._src.formats.npz.instruction_file import InstructionLog
 from forge_gpu._src.formats.npz.writer import write_episode_file, write_marker_atomic
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator

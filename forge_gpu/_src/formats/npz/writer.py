@@ -30,7 +30,7 @@ from forge_gpu._src.formats.npz.episode_file import (
     make_marker,
 )
 from forge_gpu._src.formats.npz.identity import COMPRESSIONS
-from forge_gpu._src.formats.npz.instructions import InstructionLog
+from forge_gpu._src.formats.npz.instruction_file import InstructionLog
 
 try:  # ISA-L's CRC-32 runs about 10x faster than zlib's; the values are the same
     from isal.isal_zlib import crc32 as _crc32

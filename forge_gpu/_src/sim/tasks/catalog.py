@@ -1,4 +1,4 @@
-"""The task registry: task id -> Task class, for :func:`forge_gpu.make` and ``forge-gpu collect``.
+"""The task catalog: task id -> Task class, for :func:`forge_gpu.make` and ``forge-gpu collect``.
 
 A task file (a ``*.toml`` with a ``[model]`` section: a model file and its terms, ``tasks/taskfile.py``) needs no
 code: the shipped ones in ``configs/`` are registered below, another is registered by :func:`resolve_task` when
@@ -7,7 +7,7 @@ a config ``configs/<id>.toml``, its Warp kernels in
 ``kernels/<id>.py``, a module ``forge_gpu/_src/sim/tasks/<id>.py`` with a :class:`Task` subclass (its hooks
 take the :class:`~forge_gpu._src.sim.world.World`: see ``base.py``), and a registration: the tuple below for
 a task shipped with forge_gpu, or :func:`register_task` (with the config file's path) for a task that lives
-in another package. The env imports :mod:`tasks.base` alone, so it never loads this registry or the tasks.
+in another package. The env imports :mod:`tasks.base` alone, so it never loads this catalog or the tasks.
 """
 
 from __future__ import annotations

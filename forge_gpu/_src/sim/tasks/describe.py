@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from forge_gpu._src.sim.tasks.catalog import TASKS, resolve_task
 from forge_gpu._src.sim.tasks.filetask import FileTask
-from forge_gpu._src.sim.tasks.registry import TASKS, resolve_task
 from forge_gpu._src.sim.tasks.taskmodel import model_file
 
 

@@ -1,7 +1,7 @@
 """A task made of a model file and a TOML (``tasks/taskfile.py`` reads and checks it): no task code.
 
 :func:`file_task_class` makes the :class:`FileTask` subclass of one file (its :class:`TaskSpec` from the resolved
-plan); the registry registers it under the file's ``task`` id. Per step it launches three kernels whatever its
+plan); the catalog registers it under the file's ``task`` id. Per step it launches three kernels whatever its
 number of terms: the action onto the named joints (``kernels/filetask.py``), the reset of the worlds that end,
 and the generated observe kernel (``tasks/codegen.py``).
 """
