@@ -143,7 +143,7 @@ def test_torch_mlp_policy_drives_cartpole(tmp_path):
         assert episodes
         for ep in episodes:
             with torch.no_grad():
-                want = net({"proprio": torch.from_numpy(ep.obs["proprio"])}).numpy()
+                want = net({"proprio": torch.tensor(ep.obs["proprio"])}).numpy()
             np.testing.assert_allclose(ep.action, np.clip(want, -1, 1), rtol=1e-5, atol=1e-6)
     finally:
         sys.path.remove(str(TESTS))
