@@ -301,7 +301,7 @@ def test_window_dataset_with_dataloader(run):
     assert first["obs/proprio"].shape == (4, 2, 3) and first["obs/proprio"].dtype == torch.float32
     assert first["action"].shape == (4, 3, 2)
     assert first["instruction"] == [INSTRUCTION] * 4
-    torch.testing.assert_close(first["action"][1], torch.from_numpy(expected[1]["action"]))
+    torch.testing.assert_close(first["action"][1], torch.tensor(expected[1]["action"]))
     assert first["env_id"].dtype == torch.int64
 
 
