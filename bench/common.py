@@ -1,16 +1,28 @@
-"""Shared helpers of the bench scripts (each imports them from here, none from another script): argument defaults,
-timing, JSON and table output, the machine and its file system, sizes on disk, image error, one stepping rate."""
+"""Shared helpers of the bench scripts (each imports them from here; only bench/costs.py, which prints other scripts'
+figures in one table, imports their measurements): argument defaults, timing, JSON and table output, the machine and
+its file system, sizes on disk, image error, one stepping rate; and the recording and reading figures' runs:
+synthetic host batches (tests/synthetic.py, the one module of tests/ that bench uses), the per-row reference
+recorder, raw file loops."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
+import sys
+import tempfile
+import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
+
+from forge_gpu._src.core.episode import episode_stem
+from forge_gpu._src.formats.npz.episode_file import make_marker
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -197,3 +209,217 @@ def measure_stepping(task: str, num_envs: int, device: str, seconds: float, poli
         "median_step_ms": float(np.median(times) * 1e3),
         "env_steps_per_s": float(num_envs / np.median(times)),
     }
+
+
+# -- runs for the recording and reading figures: synthetic host batches (tests/synthetic.py), a per-row
+# reference recorder, raw file loops (bench/recorder.py, packed.py, threads.py, durability.py, costs.py) --
+
+
+class PerRowRecorder:
+    """The simple way: Python lists of per-row dicts per env; on episode end stack them and ``np.savez``
+    (stored members, the same file format) to ``<name>.npz.tmp``, rename, then the marker via tmp + rename."""
+
+    def __init__(self, directory: str):
+        os.mkdir(directory)
+        self.directory = directory
+        self.frames: dict[int, list[dict]] = {}
+        self.transitions: dict[int, list[tuple]] = {}
+        self.completed_episodes = 0
+        self.bytes_written = 0
+
+    def append(self, observation, result) -> None:
+        active, action = result.info["active"], result.info["executed_action"]
+        for i in range(len(active)):
+            row = {field: array[i].copy() for field, array in observation.items()}
+            if not active[i]:
+                self.frames[i], self.transitions[i] = [row], []
+                continue
+            self.frames[i].append(row)
+            self.transitions[i].append((action[i].copy(), result.reward[i], result.terminated[i], result.truncated[i]))
+            if result.terminated[i] or result.truncated[i]:
+                self._publish(i)
+
+    def _publish(self, env_id: int) -> None:
+        frames, transitions = self.frames.pop(env_id), self.transitions.pop(env_id)
+        members = {}
+        for field in frames[0]:
+            stacked = np.stack([frame[field] for frame in frames])
+            members[f"obs/{field}"], members[f"next/{field}"] = stacked[:-1], stacked[1:]
+        members["action"] = np.stack([t[0] for t in transitions])
+        members["reward"] = np.array([t[1] for t in transitions], np.float32)
+        members["terminated"] = np.array([t[2] for t in transitions], bool)
+        members["truncated"] = np.array([t[3] for t in transitions], bool)
+        episode_id = int(frames[0]["episode_id"])
+        base = os.path.join(self.directory, episode_stem(env_id, episode_id))
+        with open(base + ".npz.tmp", "wb") as f:
+            np.savez(f, **members)
+            self.bytes_written += f.tell()
+        os.replace(base + ".npz.tmp", base + ".npz")
+        with open(base + ".json.tmp", "w") as f:
+            json.dump(make_marker(env_id, episode_id, len(transitions)), f, indent=2)
+        os.replace(base + ".json.tmp", base + ".json")
+        self.completed_episodes += 1
+
+    def close(self) -> None:
+        pass
+
+
+MARKER = json.dumps(make_marker(1, 1, 25), indent=2).encode().ljust(100)  # the raw loops' marker file
+
+
+def new_directory(parent: str, name: str) -> str:
+    """A path under ``parent`` that does not exist yet (the recorders create their directory)."""
+    path = tempfile.mkdtemp(prefix=name + "-", dir=parent)
+    os.rmdir(path)
+    return path
+
+
+@contextlib.contextmanager
+def figure_directory(parent: str):
+    """A folder for one figure's runs, deleted (and the deletion synced) after its last run: deleting files
+    slows the file creations that follow for seconds on some disks (ext4 with online discard, here)."""
+    path = tempfile.mkdtemp(prefix="figure-", dir=parent)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+        os.sync()
+
+
+def active_rows(batches) -> int:
+    return sum(int(np.count_nonzero(result.info["active"])) for _, result in batches)
+
+
+def record(recorder, batches, *, close: bool = True) -> tuple[float, float]:
+    """Append every batch and close; the seconds it all took and the seconds of the close alone."""
+    os.sync()  # every timed run starts with no dirty page cache left by the one before
+    t0 = time.perf_counter()
+    for observation, result in batches:
+        recorder.append(observation, result)
+    t1 = time.perf_counter()
+    if close:
+        recorder.close()
+    t2 = time.perf_counter()
+    return t2 - t0, t2 - t1
+
+
+def write_file(path: str, data) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def on_threads(threads: int, count: int, work) -> float:
+    """Run ``work(k)`` for k in range(count), spread over ``threads`` threads; the wall seconds."""
+
+    def loop(first: int) -> None:
+        for k in range(first, count, threads):
+            work(k)
+
+    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    os.sync()  # every timed run starts with no dirty page cache left by the one before
+    t0 = time.perf_counter()
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return time.perf_counter() - t0
+
+
+def raw_publish(
+    parent: str, count: int, payload: bytes | list[bytes], marker: bytes, threads: int, *, python_us: float = 0.0
+) -> float:
+    """Publish ``count`` (payload, marker) pairs, each file to a temporary name then renamed; a list of
+    payloads is taken in turn. ``python_us``: microseconds of Python work (holding the GIL) per episode."""
+    directory = new_directory(parent, "raw-publish")
+    os.mkdir(directory)
+    payloads = payload if isinstance(payload, list) else [payload]
+
+    def publish(k: int) -> None:
+        if python_us:
+            busy(python_us)
+        base = os.path.join(directory, f"episode{k:08d}")
+        write_file(base + ".npz.tmp", payloads[k % len(payloads)])
+        os.replace(base + ".npz.tmp", base + ".npz")
+        write_file(base + ".json.tmp", marker)
+        os.replace(base + ".json.tmp", base + ".json")
+
+    return on_threads(threads, count, publish)
+
+
+def busy(microseconds: float) -> None:
+    """Hold the GIL for ``microseconds`` of Python work."""
+    end = time.perf_counter() + microseconds * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def make_batches(num_envs: int, steps: int, *, max_steps: int, end_prob: float, image: int | None = None, seed=0):
+    """Host batches with the env's step semantics, made with whole-array operations (a reset batch, then
+    ``steps`` step batches); cartpole's layout, plus RGB-D of ``image`` pixels a side when given."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from synthetic import make_env
+
+    rng = np.random.default_rng(seed)
+    env = make_env(num_envs=num_envs, max_steps=max_steps, proprio_dim=4, action_dim=1, images=image is not None)
+    if image is not None:
+        env.spec["observation"]["rgb"]["shape"] = [image, image, 3]
+        env.spec["observation"]["depth"]["shape"] = [image, image]
+    episode = np.zeros(num_envs, np.int32)
+    step = np.zeros(num_envs, np.int32)
+    ended = np.ones(num_envs, bool)
+    batches = []
+    for k in range(steps + 1):
+        active = ~ended if k else np.zeros(num_envs, bool)
+        episode[ended & (k > 0)] += 1
+        step[:] = np.where(active, step + 1, 0)
+        terminated = active & (rng.random(num_envs) < end_prob)
+        truncated = active & ~terminated & (step == max_steps)
+        obs = {
+            "env_id": np.arange(num_envs, dtype=np.int32),
+            "episode_id": episode.copy(),
+            "step_id": step.copy(),
+            "time": (step * np.float32(0.02)).astype(np.float32),
+            "proprio": rng.normal(size=(num_envs, 4)).astype(np.float32),
+        }
+        if image is not None:
+            obs["rgb"] = rng.integers(0, 256, (num_envs, image, image, 3), dtype=np.uint8)
+            obs["depth"] = rng.random((num_envs, image, image), dtype=np.float32)
+        action = np.where(active[:, None], rng.uniform(-1, 1, (num_envs, 1)), 0).astype(np.float32)
+        reward = np.where(active, rng.normal(size=num_envs), 0).astype(np.float32)
+        info = {"active": active, "executed_action": action}
+        batches.append(
+            (obs, types.SimpleNamespace(reward=reward, terminated=terminated, truncated=truncated, info=info))
+        )
+        ended = terminated | truncated
+    return env, batches
+
+
+def raw_sequential_write(parent: str, nbytes: int, chunk: int = 8 << 20) -> float:
+    """Seconds to write ``nbytes`` sequentially into one new file in 8 MiB writes, close included."""
+    data = np.random.default_rng(0).integers(0, 256, chunk, dtype=np.uint8).tobytes()
+    path = os.path.join(parent, "raw.bin")
+    os.sync()
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    left = nbytes
+    while left > 0:
+        left -= os.write(fd, memoryview(data)[: min(left, chunk)])
+    os.close(fd)
+    seconds = time.perf_counter() - start
+    os.remove(path)
+    return seconds
+
+
+def median_rate(count_items, repeats: int = 3) -> float:
+    """Items per second of ``count_items()`` (which returns how many it handled), the median of ``repeats``."""
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        items = count_items()
+        rates.append(items / (time.perf_counter() - start))
+    return float(np.median(rates))

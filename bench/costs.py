@@ -9,7 +9,7 @@ python bench/costs.py --only read_episodes --only loader   # some rows
                   bench/recorder.py's PerRowRecorder (per-row Python dicts, np.savez per episode) on 128 envs of the
                   same episodes (its rate does not depend on the env count; it is slow).
   ingest          make_recorder's defaults fed bench/packed.py's host batches (4096 envs, ~25-step episodes), rows/s,
-                  against a raw sequential write of as many bytes (bench/packed.py's raw_write) as rows/s.
+                  against a raw sequential write of as many bytes (bench/common.py's raw_sequential_write) as rows/s.
   pipeline        bench/packed.py's pipeline section (cartpole, 1024 envs, CPU, random policy): recorded over
                   unrecorded env-steps/s, each pair printed, the median as the figure.
   read_episodes   1024 cartpole episodes of 200 steps, recorded packed and converted to schema 1 (npz): a first
@@ -48,11 +48,22 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
 import loader as loader_bench  # noqa: E402
 import packed as packed_bench  # noqa: E402
 import recorder as recorder_bench  # noqa: E402
-from common import machine, save, table  # noqa: E402
+from common import (  # noqa: E402
+    PerRowRecorder,
+    active_rows,
+    figure_directory,
+    machine,
+    make_batches,
+    median_rate,
+    new_directory,
+    raw_sequential_write,
+    record,
+    save,
+    table,
+)
 
 import forge_gpu  # noqa: E402
 
@@ -86,23 +97,23 @@ def figure(path: str, forge: float, reference: float | None, unit: str, referenc
 def recorder(size: dict, parent: str) -> list[dict]:
     env, batches = recorder_bench.long_batches(size)
     _, small = recorder_bench.long_batches(dict(size, num_envs=size["reference_envs"]))
-    with recorder_bench.figure_directory(parent) as where:
-        recording = forge_gpu.make_recorder(recorder_bench.new_directory(where, "forge"), env)
-        forge_seconds, _ = recorder_bench.record(recording, batches)
-        reference = recorder_bench.PerRowRecorder(recorder_bench.new_directory(where, "per-row"))
-        reference_seconds, _ = recorder_bench.record(reference, small)
-    forge = recorder_bench.active_rows(batches) / forge_seconds
-    per_row = recorder_bench.active_rows(small) / reference_seconds
+    with figure_directory(parent) as where:
+        recording = forge_gpu.make_recorder(new_directory(where, "forge"), env)
+        forge_seconds, _ = record(recording, batches)
+        reference = PerRowRecorder(new_directory(where, "per-row"))
+        reference_seconds, _ = record(reference, small)
+    forge = active_rows(batches) / forge_seconds
+    per_row = active_rows(small) / reference_seconds
     return [figure("recorder", forge, per_row, "rows/s", f"PerRowRecorder, {size['reference_envs']} envs")]
 
 
 def ingest(size: dict, parent: str) -> list[dict]:
-    env, batches = packed_bench.make_batches(size["num_envs"], size["steps"], max_steps=200, end_prob=0.04)
+    env, batches = make_batches(size["num_envs"], size["steps"], max_steps=200, end_prob=0.04)
     count = len(batches) * size["num_envs"]
-    with recorder_bench.figure_directory(parent) as where:
-        recording = forge_gpu.make_recorder(recorder_bench.new_directory(where, "ingest"), env)
-        seconds, _ = recorder_bench.record(recording, batches)
-        raw = packed_bench.raw_write(where, recording.bytes_written)
+    with figure_directory(parent) as where:
+        recording = forge_gpu.make_recorder(new_directory(where, "ingest"), env)
+        seconds, _ = record(recording, batches)
+        raw = raw_sequential_write(where, recording.bytes_written)
     mb = recording.bytes_written / 1e6
     return [figure("ingest", count / seconds, count / raw, "rows/s", f"raw sequential write of {mb:.0f} MB")]
 
@@ -144,10 +155,10 @@ def passes(run: str) -> dict:
 
 def cartpole_runs(size: dict, where: str) -> tuple[str, str]:
     """A packed cartpole run of ``num_envs`` episodes of ``max_steps`` steps, and its schema-1 copy."""
-    env, batches = packed_bench.make_batches(size["num_envs"], size["max_steps"] + 1, max_steps=size["max_steps"],
+    env, batches = make_batches(size["num_envs"], size["max_steps"] + 1, max_steps=size["max_steps"],
                                              end_prob=0.0)  # fmt: skip
     packed = os.path.join(where, "packed")
-    packed_bench.record(forge_gpu.PackedRecorder(packed, env, max_buffer_bytes=1 << 30), batches)
+    record(forge_gpu.PackedRecorder(packed, env, max_buffer_bytes=1 << 30), batches)
     npz = os.path.join(where, "npz")
     forge_gpu.convert_run(packed, npz, to="npz")
     os.sync()
@@ -166,8 +177,8 @@ def hand_collated(run: str, order: np.ndarray, batch: int) -> int:
 
 def reading(size: dict, parent: str) -> list[dict]:
     rows = []
-    median_rate = packed_bench.median_rate
-    with recorder_bench.figure_directory(parent) as where:
+
+    with figure_directory(parent) as where:
         packed, npz = cartpole_runs(size, where)
         first = {name: passes(run) for name, run in (("npz", npz), ("packed", packed))}
         for kind in ("first", "warm"):
@@ -195,11 +206,11 @@ def reading(size: dict, parent: str) -> list[dict]:
 
 
 def image_batches(size: dict, parent: str) -> list[dict]:
-    env, batches = packed_bench.make_batches(size["num_envs"], size["steps"], max_steps=size["steps"], end_prob=0.02,
+    env, batches = make_batches(size["num_envs"], size["steps"], max_steps=size["steps"], end_prob=0.02,
                                              image=size["image"])  # fmt: skip
-    with recorder_bench.figure_directory(parent) as where:
+    with figure_directory(parent) as where:
         run = os.path.join(where, "raw")
-        packed_bench.record(forge_gpu.PackedRecorder(run, env, max_buffer_bytes=1 << 30, codecs={"*": "none"}), batches)
+        record(forge_gpu.PackedRecorder(run, env, max_buffer_bytes=1 << 30, codecs={"*": "none"}), batches)
         del batches
         windows = forge_gpu.Windows(run, 2, 4)
         order = np.random.default_rng(0).permutation(len(windows))
@@ -220,7 +231,7 @@ def image_batches(size: dict, parent: str) -> list[dict]:
 
 
 def loader(size: dict, parent: str) -> list[dict]:
-    with recorder_bench.figure_directory(parent) as where:
+    with figure_directory(parent) as where:
         packed, _ = cartpole_runs(size, where)
         rates = {w: loader_bench.loader_rate(Path(packed), workers=w, batch=256, batches=size["batches"])
                  for w in (0, 2)}  # fmt: skip

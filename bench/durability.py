@@ -20,8 +20,7 @@ import sys
 import tempfile
 import time
 
-from common import fs_type, machine, save, table
-from packed import make_batches
+from common import fs_type, machine, make_batches, save, table
 
 SHAPES = {
     "short": {"num_envs": 4096, "steps": 60, "image": None},

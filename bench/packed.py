@@ -66,16 +66,24 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
-from common import fs_type, machine, save, table  # noqa: E402
-from recorder import PerRowRecorder, figure_directory, new_directory, record  # noqa: E402
-from synthetic import make_env  # noqa: E402
+from common import (  # noqa: E402
+    PerRowRecorder,
+    figure_directory,
+    fs_type,
+    machine,
+    make_batches,
+    median_rate,
+    new_directory,
+    raw_sequential_write,
+    record,
+    save,
+    table,
+)
 
 import forge_gpu  # noqa: E402
 from forge_gpu import NpzRecorder, PackedRecorder, Windows, convert_run, make_recorder  # noqa: E402
@@ -100,60 +108,6 @@ SMOKE = {
 }
 
 
-def make_batches(num_envs: int, steps: int, *, max_steps: int, end_prob: float, image: int | None = None, seed=0):
-    """Host batches with the env's step semantics, made with whole-array operations (a reset batch, then
-    ``steps`` step batches); cartpole's layout, plus RGB-D of ``image`` pixels a side when given."""
-    rng = np.random.default_rng(seed)
-    env = make_env(num_envs=num_envs, max_steps=max_steps, proprio_dim=4, action_dim=1, images=image is not None)
-    if image is not None:
-        env.spec["observation"]["rgb"]["shape"] = [image, image, 3]
-        env.spec["observation"]["depth"]["shape"] = [image, image]
-    episode = np.zeros(num_envs, np.int32)
-    step = np.zeros(num_envs, np.int32)
-    ended = np.ones(num_envs, bool)
-    batches = []
-    for k in range(steps + 1):
-        active = ~ended if k else np.zeros(num_envs, bool)
-        episode[ended & (k > 0)] += 1
-        step[:] = np.where(active, step + 1, 0)
-        terminated = active & (rng.random(num_envs) < end_prob)
-        truncated = active & ~terminated & (step == max_steps)
-        obs = {
-            "env_id": np.arange(num_envs, dtype=np.int32),
-            "episode_id": episode.copy(),
-            "step_id": step.copy(),
-            "time": (step * np.float32(0.02)).astype(np.float32),
-            "proprio": rng.normal(size=(num_envs, 4)).astype(np.float32),
-        }
-        if image is not None:
-            obs["rgb"] = rng.integers(0, 256, (num_envs, image, image, 3), dtype=np.uint8)
-            obs["depth"] = rng.random((num_envs, image, image), dtype=np.float32)
-        action = np.where(active[:, None], rng.uniform(-1, 1, (num_envs, 1)), 0).astype(np.float32)
-        reward = np.where(active, rng.normal(size=num_envs), 0).astype(np.float32)
-        info = {"active": active, "executed_action": action}
-        batches.append(
-            (obs, types.SimpleNamespace(reward=reward, terminated=terminated, truncated=truncated, info=info))
-        )
-        ended = terminated | truncated
-    return env, batches
-
-
-def raw_write(parent: str, nbytes: int, chunk: int = 8 << 20) -> float:
-    """Seconds to write ``nbytes`` sequentially into one new file in 8 MiB writes, close included."""
-    data = np.random.default_rng(0).integers(0, 256, chunk, dtype=np.uint8).tobytes()
-    path = os.path.join(parent, "raw.bin")
-    os.sync()
-    start = time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    left = nbytes
-    while left > 0:
-        left -= os.write(fd, memoryview(data)[: min(left, chunk)])
-    os.close(fd)
-    seconds = time.perf_counter() - start
-    os.remove(path)
-    return seconds
-
-
 def ingest(sizes: dict, parent: str) -> list[dict]:
     rows = []
     for shape, steps, max_steps, end_prob in (
@@ -171,7 +125,7 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
                 recorder = make_recorder(directory, env)
                 seconds, _ = record(recorder, batches)
                 files = len(os.listdir(directory))
-                raw = raw_write(where, recorder.bytes_written)
+                raw = raw_sequential_write(where, recorder.bytes_written)
                 ratios.append(raw / seconds)
                 runs.append((seconds, raw))
             seconds, raw = (float(np.median(values)) for values in zip(*runs, strict=True))
@@ -426,16 +380,6 @@ def windows_mmap(sizes: dict, parent: str) -> list[dict]:
     figure["held_mmap_vs_loaded"] = figure["mmap_held_mb"] / max(figure["loaded_held_mb"], 1e-6)
     figure["rate_mmap_vs_loaded"] = figure["mmap_batch_shuffled_per_s"] / figure["loaded_batch_shuffled_per_s"]
     return [figure]
-
-
-def median_rate(count_items, repeats: int = 3) -> float:
-    """Items per second of ``count_items()`` (which returns how many it handled), the median of ``repeats``."""
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        items = count_items()
-        rates.append(items / (time.perf_counter() - start))
-    return float(np.median(rates))
 
 
 def checksum(sizes: dict, parent: str) -> list[dict]:

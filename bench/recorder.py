@@ -47,14 +47,10 @@ Columns: forge and reference in the row's unit; ratio = forge / reference; targe
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -62,12 +58,23 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
-from common import machine, save, table  # noqa: E402
+from common import (  # noqa: E402
+    MARKER,
+    PerRowRecorder,
+    active_rows,
+    figure_directory,
+    machine,
+    new_directory,
+    on_threads,
+    raw_publish,
+    record,
+    save,
+    table,
+    write_file,
+)
 from synthetic import SyntheticSim, make_batches, make_env  # noqa: E402
 
 from forge_gpu import NpzRecorder, make_recorder  # noqa: E402
-from forge_gpu._src.core.episode import episode_stem  # noqa: E402
-from forge_gpu._src.formats.npz.episode_file import make_marker  # noqa: E402
 
 FULL = {
     "long": {"num_envs": 1024, "max_steps": 200, "steps": 402, "reference_batches": 201, "append_batches": 100},
@@ -89,94 +96,7 @@ SECTIONS = ["ingest", "deflate", "publish", "pipeline", "bytes"]
 # -- the plain per-row recorder -----------------------------------------------------------------------
 
 
-class PerRowRecorder:
-    """The simple way: Python lists of per-row dicts per env; on episode end stack them and ``np.savez``
-    (stored members, the same file format) to ``<name>.npz.tmp``, rename, then the marker via tmp + rename."""
-
-    def __init__(self, directory: str):
-        os.mkdir(directory)
-        self.directory = directory
-        self.frames: dict[int, list[dict]] = {}
-        self.transitions: dict[int, list[tuple]] = {}
-        self.completed_episodes = 0
-        self.bytes_written = 0
-
-    def append(self, observation, result) -> None:
-        active, action = result.info["active"], result.info["executed_action"]
-        for i in range(len(active)):
-            row = {field: array[i].copy() for field, array in observation.items()}
-            if not active[i]:
-                self.frames[i], self.transitions[i] = [row], []
-                continue
-            self.frames[i].append(row)
-            self.transitions[i].append((action[i].copy(), result.reward[i], result.terminated[i], result.truncated[i]))
-            if result.terminated[i] or result.truncated[i]:
-                self._publish(i)
-
-    def _publish(self, env_id: int) -> None:
-        frames, transitions = self.frames.pop(env_id), self.transitions.pop(env_id)
-        members = {}
-        for field in frames[0]:
-            stacked = np.stack([frame[field] for frame in frames])
-            members[f"obs/{field}"], members[f"next/{field}"] = stacked[:-1], stacked[1:]
-        members["action"] = np.stack([t[0] for t in transitions])
-        members["reward"] = np.array([t[1] for t in transitions], np.float32)
-        members["terminated"] = np.array([t[2] for t in transitions], bool)
-        members["truncated"] = np.array([t[3] for t in transitions], bool)
-        episode_id = int(frames[0]["episode_id"])
-        base = os.path.join(self.directory, episode_stem(env_id, episode_id))
-        with open(base + ".npz.tmp", "wb") as f:
-            np.savez(f, **members)
-            self.bytes_written += f.tell()
-        os.replace(base + ".npz.tmp", base + ".npz")
-        with open(base + ".json.tmp", "w") as f:
-            json.dump(make_marker(env_id, episode_id, len(transitions)), f, indent=2)
-        os.replace(base + ".json.tmp", base + ".json")
-        self.completed_episodes += 1
-
-    def close(self) -> None:
-        pass
-
-
-MARKER = json.dumps(make_marker(1, 1, 25), indent=2).encode().ljust(100)  # the raw loops' marker file
-
 # -- helpers ------------------------------------------------------------------------------------------
-
-
-def new_directory(parent: str, name: str) -> str:
-    """A path under ``parent`` that does not exist yet (the recorders create their directory)."""
-    path = tempfile.mkdtemp(prefix=name + "-", dir=parent)
-    os.rmdir(path)
-    return path
-
-
-@contextlib.contextmanager
-def figure_directory(parent: str):
-    """A folder for one figure's runs, deleted (and the deletion synced) after its last run: deleting files
-    slows the file creations that follow for seconds on some disks (ext4 with online discard, here)."""
-    path = tempfile.mkdtemp(prefix="figure-", dir=parent)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path)
-        os.sync()
-
-
-def active_rows(batches) -> int:
-    return sum(int(np.count_nonzero(result.info["active"])) for _, result in batches)
-
-
-def record(recorder, batches, *, close: bool = True) -> tuple[float, float]:
-    """Append every batch and close; the seconds it all took and the seconds of the close alone."""
-    os.sync()  # every timed run starts with no dirty page cache left by the one before
-    t0 = time.perf_counter()
-    for observation, result in batches:
-        recorder.append(observation, result)
-    t1 = time.perf_counter()
-    if close:
-        recorder.close()
-    t2 = time.perf_counter()
-    return t2 - t0, t2 - t1
 
 
 def run_forge(parent: str, env, batches, *, close: bool = True, **kwargs) -> dict:
@@ -204,61 +124,6 @@ def run_reference(parent: str, batches) -> dict:
     recorder = PerRowRecorder(directory)
     seconds, _ = record(recorder, batches)
     return {"seconds": seconds, "episodes": recorder.completed_episodes, "bytes": recorder.bytes_written}
-
-
-def write_file(path: str, data) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def on_threads(threads: int, count: int, work) -> float:
-    """Run ``work(k)`` for k in range(count), spread over ``threads`` threads; the wall seconds."""
-
-    def loop(first: int) -> None:
-        for k in range(first, count, threads):
-            work(k)
-
-    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-    os.sync()  # every timed run starts with no dirty page cache left by the one before
-    t0 = time.perf_counter()
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    return time.perf_counter() - t0
-
-
-def raw_publish(
-    parent: str, count: int, payload: bytes | list[bytes], marker: bytes, threads: int, *, python_us: float = 0.0
-) -> float:
-    """Publish ``count`` (payload, marker) pairs, each file to a temporary name then renamed; a list of
-    payloads is taken in turn. ``python_us``: microseconds of Python work (holding the GIL) per episode."""
-    directory = new_directory(parent, "raw-publish")
-    os.mkdir(directory)
-    payloads = payload if isinstance(payload, list) else [payload]
-
-    def publish(k: int) -> None:
-        if python_us:
-            busy(python_us)
-        base = os.path.join(directory, f"episode{k:08d}")
-        write_file(base + ".npz.tmp", payloads[k % len(payloads)])
-        os.replace(base + ".npz.tmp", base + ".npz")
-        write_file(base + ".json.tmp", marker)
-        os.replace(base + ".json.tmp", base + ".json")
-
-    return on_threads(threads, count, publish)
-
-
-def busy(microseconds: float) -> None:
-    """Hold the GIL for ``microseconds`` of Python work."""
-    end = time.perf_counter() + microseconds * 1e-6
-    while time.perf_counter() < end:
-        pass
 
 
 def raw_write(parent: str, count: int, payloads: list[bytes], threads: int) -> float:

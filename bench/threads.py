@@ -20,8 +20,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
-from recorder import MARKER, figure_directory, raw_publish  # noqa: E402
+from common import MARKER, figure_directory, machine, raw_publish, save, table  # noqa: E402
 
 
 def main(argv=None) -> int:
