@@ -6,7 +6,7 @@ python bench/costs.py --only read_episodes --only loader   # some rows
 
   recorder        make_recorder's defaults (packed) fed pre-made host batches (tests/synthetic.py: cartpole's layout,
                   1024 envs, 200-step episodes, no state columns), rows/s over appends + close, against
-                  bench/recorder.py's PerRowRecorder (per-row Python dicts, np.savez per episode) on 128 envs of the
+                  bench/common.py's PerRowRecorder (per-row Python dicts, np.savez per episode) on 128 envs of the
                   same episodes (its rate does not depend on the env count; it is slow).
   ingest          make_recorder's defaults fed bench/packed.py's host batches (4096 envs, ~25-step episodes), rows/s,
                   against a raw sequential write of as many bytes (bench/common.py's raw_sequential_write) as rows/s.

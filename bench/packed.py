@@ -13,7 +13,7 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
                     Against (a) a raw sequential write of the same bytes into the same directory (os.write of
                     8 MiB chunks into one file, then close), run right after each of ``pairs`` recorder runs:
                     vs_raw_write is the median of the pairs' ratios (each in vs_raw_write_runs), rows_per_s and
-                    raw_write_mb_per_s the medians of each side; (b) bench/recorder.py's per-row
+                    raw_write_mb_per_s the medians of each side; (b) bench/common.py's per-row
                     reference recorder on the first 1/8 of the batches (it is slow); (c) the schema-1
                     NpzRecorder (2 writers) on the same 1/8.
   ingest_SHAPE_CODEC  the same with lz4 or zstd buffer compression: rows/s, vs_none (its speed over the
