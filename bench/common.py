@@ -110,6 +110,27 @@ def plot(rows: list[dict], *, x: str, y: str, series: str, panels: str, path: Pa
     return path
 
 
+def section_args(doc: str, sections: dict, argv=None) -> argparse.Namespace:
+    """The command line of a script of sections (packed.py, export.py, costs.py): ``--smoke``, ``--only SECTION``
+    (repeatable), ``--record-dir`` (where runs are written, default bench/results/tmp) and ``--out``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every figure is produced")
+    parser.add_argument("--only", choices=sorted(sections), action="append", help="run these sections only")
+    parser.add_argument("--record-dir", default=str(RESULTS / "tmp"), help="where runs are written")
+    parser.add_argument("--out", default=None, help="output folder (default bench/results)")
+    return parser.parse_args(argv)
+
+
+def run_sections(sections: dict, sizes: dict, only: list | None, parent: str) -> list[dict]:
+    """Every row of the ``only`` sections (default all, in order), each printed as its table as it comes."""
+    rows = []
+    for name in only or list(sections):
+        for row in sections[name](sizes[name], parent):
+            print(table([row], list(row)), flush=True)
+            rows.append(row)
+    return rows
+
+
 def parse_override(text: str) -> tuple[str, object]:
     """``KEY=VALUE`` with VALUE a TOML value (``false``, ``128``, ``[1.0, 2.0]``) or else a plain string."""
     import tomllib

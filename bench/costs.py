@@ -34,7 +34,6 @@ python bench/costs.py --only read_episodes --only loader   # some rows
 
 from __future__ import annotations
 
-import argparse
 import compileall
 import json
 import os
@@ -61,7 +60,9 @@ from common import (  # noqa: E402
     new_directory,
     raw_sequential_write,
     record,
+    run_sections,
     save,
+    section_args,
     table,
 )
 
@@ -246,20 +247,11 @@ SECTIONS = {"recorder": recorder, "ingest": ingest, "pipeline": pipeline, "readi
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every figure is produced")
-    parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run these sections only")
-    parser.add_argument("--record-dir", default=str(HERE / "results" / "tmp"), help="where runs are written")
-    parser.add_argument("--out", default=None, help="output folder (default bench/results)")
-    args = parser.parse_args(argv)
+    args = section_args(__doc__, SECTIONS, argv)
     os.makedirs(args.record_dir, exist_ok=True)
     parent = tempfile.mkdtemp(prefix="costs-", dir=args.record_dir)
     sizes = SMOKE if args.smoke else FULL
-    rows = []
-    for name in args.only or list(SECTIONS):
-        for row in SECTIONS[name](sizes[name], parent):
-            print(table([row], list(row)), flush=True)
-            rows.append(row)
+    rows = run_sections(SECTIONS, sizes, args.only, parent)
     os.rmdir(parent)
     columns = ["path", "forge", "reference", "unit", "ratio", "target", "reference_is"]
     markdown = "## The cost of a row and of an episode (issue 34)\n\n" + table(rows, columns)

@@ -24,7 +24,6 @@ python bench/export.py --smoke           # seconds-long check that every figure 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -36,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-from common import fs_type, lerobot_video_frames, machine, save, table, tree_bytes  # noqa: E402
+from common import fs_type, lerobot_video_frames, machine, save, section_args, table, tree_bytes  # noqa: E402
 
 import forge_gpu  # noqa: E402
 from forge_gpu import convert_run, export_lerobot, export_robomimic, read_episodes  # noqa: E402
@@ -176,12 +175,7 @@ SECTIONS = {"rate": rate, "size": size, "stats": stats_cost}
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every figure is produced")
-    parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run these sections only")
-    parser.add_argument("--record-dir", default=str(HERE / "results" / "tmp"), help="where runs are written")
-    parser.add_argument("--out", default=None, help="output folder (default bench/results)")
-    args = parser.parse_args(argv)
+    args = section_args(__doc__, SECTIONS, argv)
     import av
 
     encoders = [c for c in ("libaom-av1", "libsvtav1", "librav1e") if c in av.codecs_available]

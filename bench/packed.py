@@ -60,7 +60,6 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -81,7 +80,9 @@ from common import (  # noqa: E402
     new_directory,
     raw_sequential_write,
     record,
+    run_sections,
     save,
+    section_args,
     table,
 )
 
@@ -474,20 +475,11 @@ SECTIONS = {
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every figure is produced")
-    parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run these sections only")
-    parser.add_argument("--record-dir", default=str(HERE / "results" / "tmp"), help="where runs are written")
-    parser.add_argument("--out", default=None, help="output folder (default bench/results)")
-    args = parser.parse_args(argv)
+    args = section_args(__doc__, SECTIONS, argv)
     os.makedirs(args.record_dir, exist_ok=True)
     parent = tempfile.mkdtemp(prefix="packed-", dir=args.record_dir)
     sizes = SMOKE if args.smoke else FULL
-    rows = []
-    for name in args.only or list(SECTIONS):
-        for row in SECTIONS[name](sizes[name], parent):
-            print(table([row], list(row)), flush=True)
-            rows.append(row)
+    rows = run_sections(SECTIONS, sizes, args.only, parent)
     os.rmdir(parent)
     heading = f"packed layout figures, runs on {fs_type(args.record_dir)} ({args.record_dir})"
     markdown = heading + "\n\n" + "\n\n".join(table([r], list(r)) for r in rows)
