@@ -1,7 +1,7 @@
 """Shared helpers of the bench scripts (each imports them from here; only bench/costs.py, which prints other scripts'
 figures in one table, imports their measurements): argument defaults, timing, JSON and table output, the machine and
 its file system, sizes on disk, image error, one stepping rate; and the recording and reading figures' runs:
-synthetic host batches (tests/synthetic.py, the one module of tests/ that bench uses), the per-row reference
+synthetic host batches (``forge_gpu.testing``), the per-row reference
 recorder, raw file loops."""
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import threading
 import time
-import types
 from pathlib import Path
 
 import numpy as np
 
+from forge_gpu import testing
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.formats.npz.episode_file import make_marker
 
@@ -232,7 +231,7 @@ def measure_stepping(task: str, num_envs: int, device: str, seconds: float, poli
     }
 
 
-# -- runs for the recording and reading figures: synthetic host batches (tests/synthetic.py), a per-row
+# -- runs for the recording and reading figures: synthetic host batches (forge_gpu.testing), a per-row
 # reference recorder, raw file loops (bench/recorder.py, packed.py, threads.py, durability.py, costs.py) --
 
 
@@ -380,44 +379,11 @@ def busy(microseconds: float) -> None:
 
 
 def make_batches(num_envs: int, steps: int, *, max_steps: int, end_prob: float, image: int | None = None, seed=0):
-    """Host batches with the env's step semantics, made with whole-array operations (a reset batch, then
-    ``steps`` step batches); cartpole's layout, plus RGB-D of ``image`` pixels a side when given."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from synthetic import make_env
-
-    rng = np.random.default_rng(seed)
-    env = make_env(num_envs=num_envs, max_steps=max_steps, proprio_dim=4, action_dim=1, images=image is not None)
-    if image is not None:
-        env.spec["observation"]["rgb"]["shape"] = [image, image, 3]
-        env.spec["observation"]["depth"]["shape"] = [image, image]
-    episode = np.zeros(num_envs, np.int32)
-    step = np.zeros(num_envs, np.int32)
-    ended = np.ones(num_envs, bool)
-    batches = []
-    for k in range(steps + 1):
-        active = ~ended if k else np.zeros(num_envs, bool)
-        episode[ended & (k > 0)] += 1
-        step[:] = np.where(active, step + 1, 0)
-        terminated = active & (rng.random(num_envs) < end_prob)
-        truncated = active & ~terminated & (step == max_steps)
-        obs = {
-            "env_id": np.arange(num_envs, dtype=np.int32),
-            "episode_id": episode.copy(),
-            "step_id": step.copy(),
-            "time": (step * np.float32(0.02)).astype(np.float32),
-            "proprio": rng.normal(size=(num_envs, 4)).astype(np.float32),
-        }
-        if image is not None:
-            obs["rgb"] = rng.integers(0, 256, (num_envs, image, image, 3), dtype=np.uint8)
-            obs["depth"] = rng.random((num_envs, image, image), dtype=np.float32)
-        action = np.where(active[:, None], rng.uniform(-1, 1, (num_envs, 1)), 0).astype(np.float32)
-        reward = np.where(active, rng.normal(size=num_envs), 0).astype(np.float32)
-        info = {"active": active, "executed_action": action}
-        batches.append(
-            (obs, types.SimpleNamespace(reward=reward, terminated=terminated, truncated=truncated, info=info))
-        )
-        ended = terminated | truncated
-    return env, batches
+    """Host batches with the env's step semantics (``forge_gpu.testing``'s, made with whole-array operations): a
+    reset batch, then ``steps`` step batches; cartpole's layout, plus RGB-D of ``image`` pixels a side when given."""
+    env = testing.synthetic_description(num_envs, max_steps, proprio_dim=4, action_dim=1, images=image is not None,
+                                image_shape=(image, image) if image else (4, 5), seed=seed)  # fmt: skip
+    return env, testing.make_batches(testing.SyntheticBatches(env, seed=seed, end_prob=end_prob), steps)
 
 
 def raw_sequential_write(parent: str, nbytes: int, chunk: int = 8 << 20) -> float:

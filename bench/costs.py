@@ -4,7 +4,7 @@ python bench/costs.py                 # CPU sizes, a few minutes on 2 cores
 python bench/costs.py --smoke         # seconds-long check that every figure is produced
 python bench/costs.py --only read_episodes --only loader   # some rows
 
-  recorder        make_recorder's defaults (packed) fed pre-made host batches (tests/synthetic.py: cartpole's layout,
+  recorder        make_recorder's defaults (packed) fed pre-made host batches (forge_gpu.testing: cartpole's layout,
                   1024 envs, 200-step episodes, no state columns), rows/s over appends + close, against
                   bench/common.py's PerRowRecorder (per-row Python dicts, np.savez per episode) on 128 envs of the
                   same episodes (its rate does not depend on the env count; it is slow).

@@ -4,8 +4,8 @@ python bench/recorder.py                 # CPU sizes, a few minutes
 python bench/recorder.py --smoke         # seconds-long check that every figure is produced
 python bench/recorder.py --only ingest   # sections: ingest, deflate, publish, pipeline, bytes (repeatable)
 
-Host batches come from tests/synthetic.py (the env's next-step auto-reset semantics) and are generated
-before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs; 7 for publish and
+Host batches come from ``forge_gpu.testing`` (``SyntheticBatches``: the env's next-step auto-reset semantics)
+and are generated before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs; 7 for publish and
 write_bytes), each into a fresh directory under one figure's folder (under --record-dir), which is deleted
 only after the figure's last run; every timed run starts after os.sync(). A row gives the medians of both
 and the median of the pairs' ratios: file creation on this disk drifts 10x over seconds, and adjacent runs
@@ -57,7 +57,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
 from common import (  # noqa: E402
     MARKER,
     PerRowRecorder,
@@ -72,9 +71,9 @@ from common import (  # noqa: E402
     table,
     write_file,
 )
-from synthetic import SyntheticSim, make_batches, make_env  # noqa: E402
 
 from forge_gpu import NpzRecorder, make_recorder  # noqa: E402
+from forge_gpu.testing import SyntheticBatches, make_batches, synthetic_description  # noqa: E402
 
 FULL = {
     "long": {"num_envs": 1024, "max_steps": 200, "steps": 402, "reference_batches": 201, "append_batches": 100},
@@ -176,8 +175,8 @@ def row(figure: str, workload: str, writers, unit: str, forge, reference, refere
 
 
 def long_batches(size: dict):
-    env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
-    return env, make_batches(SyntheticSim(env, end_prob=0.0), size["steps"])
+    env = synthetic_description(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
+    return env, make_batches(SyntheticBatches(env, end_prob=0.0), size["steps"])
 
 
 def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dict]:
@@ -259,9 +258,8 @@ def measure_deflate(parent: str, size: dict, reps: int, env, batches, stored_rat
 
 
 def measure_publish(parent: str, size: dict) -> list[dict]:
-    env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
-    sim = SyntheticSim(env, end_prob=size["end_prob"])
-    batches = make_batches(sim, size["steps"])
+    env = synthetic_description(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
+    batches = make_batches(SyntheticBatches(env, end_prob=size["end_prob"]), size["steps"])
     out = []
     for writers in (1, 2, 4):
         payload = None
@@ -275,7 +273,8 @@ def measure_publish(parent: str, size: dict) -> list[dict]:
         episodes = forge[0]["episodes"]
         forge_rate = [r["episodes"] / r["seconds"] for r in forge]
         raw_rate = [episodes / s for s in raw]
-        mean_steps = np.mean([len(members["reward"]) for members in sim.completed.values()])
+        ended = sum(int(np.count_nonzero(r.terminated | r.truncated)) for _, r in batches)
+        mean_steps = active_rows(batches) / ended  # the unfinished episodes' steps counted too: hence "~"
         workload = f"{size['num_envs']} envs, {episodes} episodes of ~{mean_steps:.0f} steps, {len(payload)} B files"
         out.append(
             row(f"publish_w{writers}", workload, writers, "episodes/s", forge_rate, raw_rate, "raw tmp+rename x2", 0.8)
@@ -284,8 +283,8 @@ def measure_publish(parent: str, size: dict) -> list[dict]:
 
 
 def measure_bytes(parent: str, size: dict) -> list[dict]:
-    env = make_env(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
-    batches = make_batches(SyntheticSim(env, end_prob=0.0), size["steps"])
+    env = synthetic_description(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
+    batches = make_batches(SyntheticBatches(env, end_prob=0.0), size["steps"])
     # The image field is added after generation: views into a small pool of random frames, so that the
     # batches take little memory (the recorder copies every row anyway).
     side = size["image"]

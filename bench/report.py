@@ -30,12 +30,11 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
 from common import fs_type, save, table  # noqa: E402
-from synthetic import make_env  # noqa: E402
 
 import forge_gpu  # noqa: E402
 from forge_gpu import PackedRecorder  # noqa: E402
+from forge_gpu.testing import synthetic_description  # noqa: E402
 
 FULL = {
     "camera": {"num_envs": 64, "target_bytes": 1 << 30, "image": 64, "end_prob": 0.02, "max_steps": 100},
@@ -52,7 +51,7 @@ SMOKE = {
 def layout(num_envs: int, image: int | None, max_steps: int):
     """The RunDescription of a synthetic run: reach's layout with a camera of ``image`` pixels, else cartpole's."""
     camera = image is not None
-    env = make_env(num_envs=num_envs, max_steps=max_steps, proprio_dim=14 if camera else 4,
+    env = synthetic_description(num_envs=num_envs, max_steps=max_steps, proprio_dim=14 if camera else 4,
                    action_dim=4 if camera else 1, images=camera, params=camera)  # fmt: skip
     spec = env.spec
     if camera:

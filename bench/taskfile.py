@@ -1,10 +1,11 @@
 """Task files against hand-written tasks, and what the shipped robots' policies earn.
 
 - env-steps/s of the file-based ant (configs/ant.toml, one generated observe kernel) and cartpole
-  (configs/cartpole.toml) against the hand-written tasks they replaced (tests/reference_ant.py,
-  tests/reference_cartpole.py), same config, same envs, one run, measured in alternating rounds: the ratio of the
-  medians and of the best rounds (a fresh env on this CPU steps in one of two speeds, about 2x apart, whichever the
-  task: the best rounds compare the fast mode);
+  (configs/cartpole.toml) against the hand-written tasks they replaced (``forge_gpu.testing``'s
+  ``register_handwritten``: forge_gpu/_src/sim/tasks/handwritten_ant.py, handwritten_cartpole.py), same config,
+  same envs, one run, measured in alternating rounds: the ratio of the medians and of the best rounds (a fresh env
+  on this CPU steps in one of two speeds, about 2x apart, whichever the task: the best rounds compare the fast
+  mode);
 - the task's own kernels per step (action, reset, observe hooks launched alone, best of 7 x 50), which a loaded
   machine disturbs far less than whole steps;
 - env-steps/s of the robots from files (quadruped, humanoid) at 64 and 1024 envs, random policy;
@@ -27,21 +28,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))  # tests/reference_ant.py, the hand-written ant it compares with
 from common import machine, measure_stepping, save, table  # noqa: E402
 
 PAIRS = (("ant", "ant_handwritten"), ("cartpole", "cartpole_handwritten"))
-
-
-def register_references(folder: Path) -> None:
-    """The hand-written ant and cartpole under the ids ``ant_handwritten``, ``cartpole_handwritten``."""
-    import forge_gpu
-    from tests import reference_ant, reference_cartpole
-
-    if "ant_handwritten" not in forge_gpu.TASKS:
-        (folder / "ant_handwritten.toml").write_text(reference_ant.CONFIG)
-        forge_gpu.register_task(reference_ant.AntTask, config=folder / "ant_handwritten.toml")
-    reference_cartpole.register(folder)
 
 
 def hook_times(task: str, num_envs: int, device: str) -> dict:
@@ -124,7 +113,9 @@ def main(argv=None) -> int:
     if args.smoke:
         args.seconds, args.rounds, args.pair_envs, args.robot_envs = 0.2, 1, [4], [4]
         args.policy_envs, args.policy_steps = 2, 5
-    register_references(Path(tempfile.mkdtemp(prefix="forge-gpu-bench-")))
+    from forge_gpu.testing import register_handwritten
+
+    register_handwritten(Path(tempfile.mkdtemp(prefix="forge-gpu-bench-")))
     rows, ratios, policies, hooks = [], [], [], []
     for file_task, hand_task in PAIRS:
         for n in args.pair_envs:

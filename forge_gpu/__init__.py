@@ -18,7 +18,7 @@ The data side works with numpy alone; nothing here imports torch, and ``import f
 
 from importlib import import_module
 
-DOMAINS = ("sim", "recording", "formats", "reading", "curation", "export")
+DOMAINS = ("sim", "recording", "formats", "reading", "curation", "export", "testing")
 """The public modules, one per domain."""
 
 __all__ = list(DOMAINS)

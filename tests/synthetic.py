@@ -1,59 +1,30 @@
-"""Test helpers: a run description and a numpy batch generator with the env's step semantics."""
+"""Test helpers: the synthetic batches of ``forge_gpu.testing`` with the episodes they form remembered, and the
+run-directory helpers the tests share (record, load, tamper)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import types
 from pathlib import Path
 
 import numpy as np
 
-from forge_gpu import RunDescription
 from forge_gpu._src.formats.npz.episode_file import make_marker
+from forge_gpu.testing import (
+    CONTROL_DT,
+    INSTRUCTION,
+    PARAMS,
+    STATE,
+    SyntheticBatches,
+    make_batches,
+    synthetic_description,
+)
 
-CONTROL_DT = 0.05
+__all__ = ["CONTROL_DT", "INSTRUCTION", "PARAMS", "STATE", "make_batches", "synthetic_description"]
+
 #: The codecs of the packed runs :func:`record` writes where a test names none: lossless for every image field.
 LOSSLESS = {"*": "zstd"}
-INSTRUCTION = "push the red cube to the goal"
-
-
-@dataclasses.dataclass(frozen=True)
-class Scene:
-    kind: str = "tabletop"
-    table_height: float = 0.4
-
-
-#: The simulator state and the randomized params of ``make_env(..., state=True, params=True)``, as env.spec's.
-STATE = {"joint_q": {"shape": [2], "dtype": "float32"}, "body_q": {"shape": [2, 7], "dtype": "float32"}}
-PARAMS = {"mass_scale": {"shape": [], "dtype": "float32"}, "target_color": {"shape": [3], "dtype": "float32"}}
-
-
-def make_env(num_envs=3, max_steps=6, *, proprio_dim=3, action_dim=2, images=False, seed=7, state=False, params=False):
-    """The RunDescription a recorder takes, built directly: no env object, fake or real; with ``state`` and
-    ``params``, its spec describes :data:`STATE` and :data:`PARAMS`."""
-    observation = {
-        "env_id": {"shape": [], "dtype": "int32"},
-        "episode_id": {"shape": [], "dtype": "int32"},
-        "step_id": {"shape": [], "dtype": "int32"},
-        "time": {"shape": [], "dtype": "float32"},
-        "proprio": {"shape": [proprio_dim], "dtype": "float32"},
-    }
-    if images:
-        observation["rgb"] = {"shape": [4, 5, 3], "dtype": "uint8"}
-        observation["depth"] = {"shape": [4, 5], "dtype": "float32"}
-    config = {"num_envs": num_envs, "max_steps": max_steps, "seed": seed, "device": "cpu"}
-    spec = {
-        "action_shape": [action_dim],
-        "action_low": [-1.0] * action_dim,
-        "action_high": [1.0] * action_dim,
-        "observation": observation,
-        "instruction": INSTRUCTION,
-        "control_dt": CONTROL_DT,
-    }
-    spec.update({key: group for key, group, wanted in (("state", STATE, state), ("params", PARAMS, params)) if wanted})
-    return RunDescription(spec=spec, config=config, task="synthetic_push", scene=Scene(), seed=seed)
 
 
 def slot_bytes(env):
@@ -66,56 +37,18 @@ def slot_bytes(env):
     return (steps + 1) * frame + steps * (4 * action_dim + 4 + 1 + 1)
 
 
-class SyntheticSim:
-    """Makes host batches like the env (next-step auto-reset) and remembers the episodes they form.
-
-    ``completed`` maps (env_id, episode_id) to the expected episode members (with ``state/<S>`` [T+1, ...] and
-    ``params/<P>`` where the spec has state and params); ``abandoned`` lists the episodes given up by a `reset`
-    with at least one transition. State is drawn anew every frame, params at every episode's first frame.
-    """
+class SyntheticSim(SyntheticBatches):
+    """:class:`forge_gpu.testing.SyntheticBatches` that remembers the episodes its batches form: ``completed`` maps
+    (env_id, episode_id) to the expected episode members (with ``state/<S>`` [T+1, ...] and ``params/<P>`` where the
+    spec has state and params); ``abandoned`` lists the episodes given up by a `reset` with at least one transition.
+    The bookkeeping loops over envs in Python: it is the tests' oracle, not a path that is timed."""
 
     def __init__(self, env, *, seed=0, end_prob=0.25):
-        self.env = env
-        self.n = env.num_envs
-        self.rng = np.random.default_rng(seed)
-        self.end_prob = end_prob
-        self.episode_id = np.zeros(self.n, np.int32)
-        self.step_id = np.zeros(self.n, np.int32)
-        self.ended = np.zeros(self.n, bool)
-        self.started = False
+        super().__init__(env, seed=seed, end_prob=end_prob)
         self.frames = [[] for _ in range(self.n)]
         self.transitions = [[] for _ in range(self.n)]
         self.completed = {}
         self.abandoned = []
-        self.params = {
-            name: np.zeros((self.n, *e["shape"]), np.float32) for name, e in env.spec.get("params", {}).items()
-        }
-
-    def _observe(self):
-        n, obs = self.n, {}
-        for field, entry in self.env.spec["observation"].items():
-            shape, dtype = (n, *entry["shape"]), np.dtype(entry["dtype"])
-            if dtype.kind == "f":
-                obs[field] = self.rng.normal(size=shape).astype(dtype)
-            else:
-                obs[field] = self.rng.integers(0, 256, size=shape).astype(dtype)
-        obs["env_id"] = np.arange(n, dtype=np.int32)
-        obs["episode_id"] = self.episode_id.copy()
-        obs["step_id"] = self.step_id.copy()
-        obs["time"] = (self.step_id * np.float32(CONTROL_DT)).astype(np.float32)
-        return obs
-
-    def _groups(self, starts):
-        """The batch's state (drawn anew) and params (drawn anew on the rows ``starts`` that begin an episode), for
-        the groups the spec has."""
-        state = {
-            name: self.rng.normal(size=(self.n, *e["shape"])).astype(np.float32)
-            for name, e in self.env.spec.get("state", {}).items()
-        }
-        for values in self.params.values():
-            values[starts] = self.rng.uniform(0.5, 1.5, values[starts].shape).astype(np.float32)
-        groups = {"state": state, "params": {name: values.copy() for name, values in self.params.items()}}
-        return {group: values for group, values in groups.items() if group in self.env.spec}
 
     def _frame(self, obs, groups, i):
         """Env ``i``'s frame: its observation fields, and ``state/<S>`` and ``params/<P>``."""
@@ -123,48 +56,16 @@ class SyntheticSim:
         frame.update({f"{group}/{k}": v[i].copy() for group, values in groups.items() for k, v in values.items()})
         return frame
 
-    def _result(self, obs, active, action, reward, terminated, truncated, groups):
-        info = {"active": active, "executed_action": action}
-        result = types.SimpleNamespace(
-            observation=obs, reward=reward, terminated=terminated, truncated=truncated, info=info
-        )
-        for group, values in groups.items():  # only the groups the spec has: results without them lack the key
-            setattr(result, group, values)
-        return result
+    def abandoning(self):
+        self.abandoned.extend(self.in_progress())
 
-    def reset(self):
-        """The batch of ``env.reset()``: every env starts a new episode."""
-        if self.started:
-            for i in range(self.n):
-                if self.transitions[i] and not self.ended[i]:
-                    self.abandoned.append(
-                        {"env_id": i, "episode_id": int(self.episode_id[i]), "steps": len(self.transitions[i])}
-                    )
-            self.episode_id += 1
-        self.started = True
-        self.step_id[:] = 0
-        self.ended[:] = False
-        obs = self._observe()
-        groups = self._groups(np.ones(self.n, bool))
+    def began(self, obs, groups):
         for i in range(self.n):
             self.frames[i] = [self._frame(obs, groups, i)]
             self.transitions[i] = []
-        zeros = np.zeros(self.n, bool)
-        action = np.zeros((self.n, self.env.spec["action_shape"][0]), np.float32)
-        return obs, self._result(obs, zeros, action, np.zeros(self.n, np.float32), zeros, zeros.copy(), groups)
 
-    def step(self):
-        """The batch of ``env.step(a)``."""
-        active = ~self.ended
-        self.episode_id[self.ended] += 1
-        self.step_id[self.ended] = 0
-        self.step_id[active] += 1
-        terminated = active & (self.rng.random(self.n) < self.end_prob)
-        truncated = active & ~terminated & (self.step_id == self.env.max_steps)
-        action = self.rng.uniform(-1, 1, (self.n, self.env.spec["action_shape"][0])).astype(np.float32)
-        reward = np.where(active, self.rng.normal(size=self.n), 0).astype(np.float32)
-        obs = self._observe()
-        groups = self._groups(~active)
+    def stepped(self, obs, groups, active, transition):
+        action, reward, terminated, truncated = transition
         for i in range(self.n):
             frame = self._frame(obs, groups, i)
             if not active[i]:
@@ -175,8 +76,6 @@ class SyntheticSim:
             self.transitions[i].append((action[i].copy(), reward[i], terminated[i], truncated[i]))
             if terminated[i] or truncated[i]:
                 self.completed[(i, int(self.episode_id[i]))] = _episode_members(self.frames[i], self.transitions[i])
-        self.ended = terminated | truncated
-        return obs, self._result(obs, active, action, reward, terminated, truncated, groups)
 
     def in_progress(self):
         """Episodes with at least one transition that have not ended."""
@@ -203,14 +102,6 @@ def _episode_members(frames, transitions):
     members["terminated"] = np.array([t[2] for t in transitions], bool)
     members["truncated"] = np.array([t[3] for t in transitions], bool)
     return members
-
-
-def make_batches(sim, steps, *, resets_at=()):
-    """A reset batch, then ``steps`` step batches; `sim.reset()` again before each step index in resets_at."""
-    batches = [sim.reset()]
-    for k in range(steps):
-        batches.append(sim.reset() if k in resets_at else sim.step())
-    return batches
 
 
 def record(directory, env, batches, *, recorder=None, **kwargs):
@@ -417,5 +308,5 @@ def make_episode(steps=4, *, env_id=2, episode_id=5, proprio_dim=3, action_dim=2
 
 
 def make_description(num_envs=3, max_steps=6, *, transport="host_snapshot", **kwargs):
-    """make_env's description with another transport name."""
-    return dataclasses.replace(make_env(num_envs, max_steps, **kwargs), transport=transport)
+    """synthetic_description's description with another transport name."""
+    return dataclasses.replace(synthetic_description(num_envs, max_steps, **kwargs), transport=transport)

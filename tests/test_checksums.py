@@ -14,11 +14,11 @@ from synthetic import (
     SyntheticSim,
     downgrade_packed_run,
     make_batches,
-    make_env,
     mutate_packed_run,
     record,
     run_files,
     standard_read,
+    synthetic_description,
     write_run_files,
 )
 
@@ -36,7 +36,7 @@ LOG = "commits.jsonl"
 def recorded(tmp_path_factory):
     """A closed packed run with cameras, state and params, over several segments and blocks."""
     directory = tmp_path_factory.mktemp("checksums") / "run"
-    env = make_env(num_envs=5, max_steps=6, images=True, state=True, params=True)
+    env = synthetic_description(num_envs=5, max_steps=6, images=True, state=True, params=True)
     record(
         directory,
         env,
@@ -151,7 +151,7 @@ def test_older_runs_read_unverified_and_say_so(recorded, tmp_path, version, caps
     """A run of layout_version 1 or 2 (no checksums) reads as before; inspect and verify say it is unverified. (A
     run of layout 1 has neither state nor params.)"""
     # layouts before 5 hold raw images
-    env = make_env(num_envs=3, max_steps=5, images=True, state=version > 1, params=version > 1)
+    env = synthetic_description(num_envs=3, max_steps=5, images=True, state=version > 1, params=version > 1)
     batches = make_batches(SyntheticSim(env, seed=2), 20)
     record(tmp_path / "plain", env, batches, recorder=PackedRecorder, codecs={"*": "none"})
     recorded = tmp_path / "plain"
@@ -320,7 +320,7 @@ def test_2000_mutants_are_refused_or_read_back_exactly(tmp_path, capsys):
     which must find a problem where the read refused the run, no bad episode where it did not, and raise
     nothing; every 20th is salvaged (repair --salvage), after which every episode read is an original one, exactly
     (or the salvage is refused with a ValueError)."""
-    env = make_env(num_envs=3, max_steps=4, state=True, params=True)
+    env = synthetic_description(num_envs=3, max_steps=4, state=True, params=True)
     original_dir = tmp_path / "original"
     record(original_dir, env, make_batches(SyntheticSim(env, seed=5), 14), recorder=PackedRecorder, block_bytes=600)
     files = run_files(original_dir)

@@ -293,9 +293,9 @@ def test_a_directory_without_a_run_is_bad_input(tmp_path, capsys, command):
 
 def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
     """render of a run with no published episode (or without the asked one) exits 2 saying which it holds."""
-    from synthetic import SyntheticSim, make_batches, make_env, record
+    from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
-    env = make_env(num_envs=2, max_steps=50)
+    env = synthetic_description(num_envs=2, max_steps=50)
     record(str(tmp_path / "empty"), env, make_batches(SyntheticSim(env, seed=0, end_prob=0.0), 3))
     assert main(["render", str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err == f"forge-gpu: {tmp_path / 'empty'} holds no published episode\n"
@@ -307,18 +307,18 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
 def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     """A run with no image field (params.render = false) and a run whose rgb is all zero (an older forge_gpu's
     state-only run): render and report say there are no frames, in one line, and plot instead (exit 0)."""
-    from synthetic import SyntheticSim, make_batches, make_env, record
+    from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
     class BlackFrames(SyntheticSim):
         def _observe(self):
             obs = super()._observe()
             return {**obs, "rgb": np.zeros_like(obs["rgb"]), "depth": np.zeros_like(obs["depth"])}
 
-    state_only = make_env(num_envs=2, max_steps=8)
+    state_only = synthetic_description(num_envs=2, max_steps=8)
     record(str(tmp_path / "state"), state_only, make_batches(SyntheticSim(state_only, seed=0, end_prob=0.5), 10))
-    black = make_env(num_envs=2, max_steps=8, images=True)
+    black = synthetic_description(num_envs=2, max_steps=8, images=True)
     record(str(tmp_path / "black"), black, make_batches(BlackFrames(black, seed=0, end_prob=0.5), 10))
-    camera = make_env(num_envs=2, max_steps=8, images=True)
+    camera = synthetic_description(num_envs=2, max_steps=8, images=True)
     record(str(tmp_path / "camera"), camera, make_batches(SyntheticSim(camera, seed=0, end_prob=0.5), 10))
     for name, why in (("state", "stores no camera frames"), ("black", "rgb frames are all zero")):
         run = tmp_path / name
@@ -356,11 +356,11 @@ def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
     """inspect, stats, convert, repair, select, merge, split, report and view run with warp, newton and torch
     unimportable: a machine that only trains needs no simulator to read, curate or look at its runs."""
     pytest.importorskip("rerun")  # view (rerun-sdk, the [view] extra)
-    from synthetic import SyntheticSim, make_batches, make_env, record
+    from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
     from forge_gpu import PackedRecorder
 
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30), recorder=PackedRecorder)
     commands = [
         ["inspect", str(tmp_path / "run")],
@@ -385,9 +385,9 @@ def test_view_runs_without_warp_newton_or_torch(tmp_path):
     """view --save too; it needs the view extra, so (as every test of an optional extra) it skips as a whole, at its
     start, where rerun-sdk is not installed."""
     pytest.importorskip("rerun", reason="rerun-sdk is the view extra: pip install 'forge-gpu[view]'")
-    from synthetic import SyntheticSim, make_batches, make_env, record
+    from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30))
     _run_blocked(["view", str(tmp_path / "run"), "--save", str(tmp_path / "run.rrd")])
     assert (tmp_path / "run.rrd").stat().st_size > 0
@@ -395,9 +395,9 @@ def test_view_runs_without_warp_newton_or_torch(tmp_path):
 
 def test_inspect_into_a_closed_pipe_exits_quietly(tmp_path):
     """forge-gpu inspect RUN | head: when the reader stops early the command ends without a traceback."""
-    from synthetic import SyntheticSim, make_batches, make_env, record
+    from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30))
     code = "import sys; from forge_gpu.cli import main; sys.exit(main(sys.argv[1:]))"
     read_end, write_end = os.pipe()

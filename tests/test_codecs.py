@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
 from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run
@@ -166,7 +166,7 @@ def test_a_damaged_payload_is_refused_by_its_blocks_checksum_before_any_decode(t
 
     from forge_gpu._src.formats.packed import schema
 
-    env = make_env(num_envs=3, max_steps=5, images=True)
+    env = synthetic_description(num_envs=3, max_steps=5, images=True)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1), 12), recorder=PackedRecorder, codecs={})
     run = tmp_path / "run"
     segment = run / "segment-000000.arrows"
@@ -188,7 +188,7 @@ def test_a_damaged_payload_is_refused_by_its_blocks_checksum_before_any_decode(t
 def test_the_recorder_takes_frames_the_producer_encoded(tmp_path):
     """Batches whose rgb and depth come as EncodedFrames (as the GPU path hands them), mixed with raw ones, make
     the same run as raw batches: equal episodes, equal statistics; frames of another codec are refused."""
-    env = make_env(num_envs=3, max_steps=5, images=True)
+    env = synthetic_description(num_envs=3, max_steps=5, images=True)
     batches = make_batches(SyntheticSim(env, seed=2), 14, resets_at=(6,))
     codecs = {"rgb": CodecSpec("png"), "depth": CodecSpec("zstd")}
     record(tmp_path / "raw", env, batches, recorder=PackedRecorder, codecs=codecs)
@@ -230,7 +230,7 @@ def test_encoded_frames_take_and_concatenate_keep_each_payload():
 def test_convert_re_encodes_both_ways_and_mapped_windows_decode_on_access(tmp_path):
     """encoded -> raw -> encoded again with other codecs: lossless codecs keep every bit, run.json says what each
     run holds; a mapped Windows of an encoded run gives the loaded one's batches."""
-    env = make_env(num_envs=3, max_steps=5, images=True)
+    env = synthetic_description(num_envs=3, max_steps=5, images=True)
     record(tmp_path / "a", env, make_batches(SyntheticSim(env, seed=3), 16), recorder=PackedRecorder)
     convert_run(tmp_path / "a", tmp_path / "raw", to="packed", codecs={"*": "none"})
     convert_run(tmp_path / "raw", tmp_path / "b", to="packed", codecs={"rgb": "webp", "depth": "lz4"})
@@ -253,7 +253,7 @@ def test_bad_codec_options_are_refused_naming_them_and_create_nothing(tmp_path, 
     frames: ValueError naming it, no directory; the command line says so in one line."""
     from forge_gpu.cli import main
 
-    env = make_env(num_envs=2, max_steps=4, images=True)
+    env = synthetic_description(num_envs=2, max_steps=4, images=True)
     for codecs, words in (
         ({"left": "png"}, "the run has no such field"),
         ({"proprio": "zstd"}, "'proprio': it is float32\\[3\\], not an image"),
@@ -276,7 +276,7 @@ def test_a_window_dataset_over_an_encoded_run_decodes_in_its_workers(tmp_path):
     torch = pytest.importorskip("torch")
     from forge_gpu import WindowDataset
 
-    env = make_env(num_envs=3, max_steps=5, images=True)
+    env = synthetic_description(num_envs=3, max_steps=5, images=True)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=6), 14), recorder=PackedRecorder)
     Windows(tmp_path / "run", 1, 1, mmap=True).batch(np.arange(2))  # this process's pool exists before the fork
     dataset = WindowDataset(tmp_path / "run", history=1, horizon=1, observation_keys=["rgb", "depth"])

@@ -4,7 +4,7 @@ import pytest
 
 import forge_gpu
 from forge_gpu._src.sim.config import load_config
-from tests.reference_cartpole import CartpoleParams
+from forge_gpu._src.sim.tasks.handwritten_cartpole import CartpoleParams
 
 
 def _write(tmp_path, text):

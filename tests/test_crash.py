@@ -9,7 +9,7 @@ import forge_gpu
 from forge_gpu import PackedRecorder
 from forge_gpu.curation import repair_run
 from tests.crashsim import build, crash_states, remove, trace_recording
-from tests.synthetic import SyntheticSim, make_batches, make_env
+from tests.synthetic import SyntheticSim, make_batches, synthetic_description
 
 
 def _episodes(path):
@@ -55,7 +55,7 @@ def _is_prefix(found, recorded) -> bool:
 
 @pytest.mark.parametrize("durability", ["process", "machine"])
 def test_every_crash_state_reads_a_prefix_or_refuses(tmp_path, monkeypatch, durability):
-    env = make_env(num_envs=3, max_steps=5, state=True, params=True)
+    env = synthetic_description(num_envs=3, max_steps=5, state=True, params=True)
     batches = make_batches(SyntheticSim(env, seed=1, end_prob=0.3), 9)
     final = tmp_path / "final"
 
@@ -127,7 +127,7 @@ def test_durability_is_checked_and_recorded(tmp_path):
         RecordingOptions(format="npz", durability="machine")
     with pytest.raises(OptionError, match="durability='disk': the packed format takes process, machine"):
         RecordingOptions(durability="disk")
-    env = make_env(num_envs=2, max_steps=4)
+    env = synthetic_description(num_envs=2, max_steps=4)
     recorder = PackedRecorder(tmp_path / "run", env, durability="machine")
     for observation, result in make_batches(SyntheticSim(env, seed=2), 9):
         recorder.append(observation, result)

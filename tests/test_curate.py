@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from synthetic import PARAMS, STATE, SyntheticSim, make_batches, make_env, record
+from synthetic import PARAMS, STATE, SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
 from forge_gpu import EpisodeReadOptions, ExpressionError, PackedRecorder, merge_runs, select_run, split_run
@@ -22,8 +22,8 @@ from forge_gpu.recording import write_dataset_manifest
 
 
 def description(**changes):
-    """make_env's description of a task with success, state and params; ``changes`` replace env_spec keys."""
-    env = make_env(num_envs=4, max_steps=7, state=True, params=True)
+    """The synthetic description of a task with success, state and params; ``changes`` replace env_spec keys."""
+    env = synthetic_description(num_envs=4, max_steps=7, state=True, params=True)
     return dataclasses.replace(env, spec={**env.spec, "has_success": True, **changes})
 
 
@@ -167,7 +167,7 @@ def test_a_bad_expression_is_one_line_naming_the_allowed_names_and_writes_nothin
 
 
 def test_success_is_refused_for_a_task_without_it(tmp_path):
-    env = make_env(num_envs=2, max_steps=4)
+    env = synthetic_description(num_envs=2, max_steps=4)
     record_run(tmp_path / "run", seed=0, env=env, steps=12)
     with pytest.raises(ExpressionError, match="'success': task 'synthetic_push' defines no success"):
         select_run(tmp_path / "run", tmp_path / "out", "success")

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 from forge_gpu import NpzRecorder, PackedRecorder, export_lerobot, export_robomimic, read_episodes, run_statistics
 from forge_gpu.cli import main
@@ -29,7 +29,7 @@ def smooth_images(n: int, step: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
 
 def camera_run(directory, *, recorder=PackedRecorder, seed=1, num_envs=4, success=False, close=True, **kwargs):
     """A recorded run with a [16, 16, 3] camera of smooth images (and depth); returns the directory."""
-    env = make_env(num_envs=num_envs, max_steps=6, images=True)
+    env = synthetic_description(num_envs=num_envs, max_steps=6, images=True)
     env.spec["observation"]["rgb"]["shape"] = [SIZE, SIZE, 3]
     env.spec["observation"]["depth"]["shape"] = [SIZE, SIZE]
     env.spec["has_success"] = success
@@ -255,7 +255,7 @@ def test_lerobot_export_without_camera_writes_one_dim_action_as_a_scalar(tmp_pat
     """A run without camera exports with no video (video_path null); an action of shape [1] is a float32
     column, as LeRobot reads shape (1,) features, and equals the recorded action bit for bit."""
     pytest.importorskip("av")
-    env = make_env(num_envs=3, max_steps=5, action_dim=1)
+    env = synthetic_description(num_envs=3, max_steps=5, action_dim=1)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=5), 20), recorder=PackedRecorder)
     export_lerobot(tmp_path / "run", tmp_path / "lerobot")
     info = json.loads((tmp_path / "lerobot/meta/info.json").read_text())

@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from synthetic import INSTRUCTION, SyntheticSim, downgrade_packed_run, make_batches, make_env, record
+from synthetic import INSTRUCTION, SyntheticSim, downgrade_packed_run, make_batches, record, synthetic_description
 
 import forge_gpu
 from forge_gpu import NpzRecorder, PackedRecorder
@@ -38,7 +38,7 @@ def expected(params: dict) -> str:
 
 
 def template_env(**kwargs):
-    env = make_env(num_envs=4, max_steps=6, params=True, **kwargs)
+    env = synthetic_description(num_envs=4, max_steps=6, params=True, **kwargs)
     spec = dict(env.spec, instruction_template=TEMPLATE)
     return dataclasses.replace(env, spec=spec)
 
@@ -117,7 +117,7 @@ def test_a_value_that_names_no_slot_is_refused_by_the_formatter_and_by_the_recor
     template = {"text": "the {c} one", "slots": {"c": {"param": "mass_scale", "names": ["red", "green"]}}}
     with pytest.raises(ValueError, match=r"holds 2\.0.*allowed: a value that rounds to 0\.\.1"):
         slot_indices(template, {"mass_scale": np.array([1.0, 2.0])})
-    env = make_env(num_envs=4, max_steps=6, params=True)
+    env = synthetic_description(num_envs=4, max_steps=6, params=True)
     env = dataclasses.replace(env, spec=dict(env.spec, instruction_template=template))
     recorder = PackedRecorder(tmp_path / "run", env)
     observation, result = make_batches(SyntheticSim(env, seed=1), 0)[0]  # params drawn in [0.5, 1.5): 2 rounds to 2
@@ -278,7 +278,7 @@ def test_older_runs_and_runs_without_a_template_keep_the_runs_instruction(runs, 
     for layout in ("packed", "npz"):
         assert set(by_id(tmp_path / layout).values()) == {INSTRUCTION}
         assert forge_gpu.open_run(tmp_path / layout).instructions() == [INSTRUCTION] * len(wanted)
-    env = make_env(num_envs=3, max_steps=5)  # no template: every episode the run's instruction
+    env = synthetic_description(num_envs=3, max_steps=5)  # no template: every episode the run's instruction
     record(tmp_path / "plain", env, make_batches(SyntheticSim(env, seed=2), 20), recorder=PackedRecorder)
     assert set(by_id(tmp_path / "plain").values()) == {INSTRUCTION}
 

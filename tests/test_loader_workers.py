@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 import pytest
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
 from forge_gpu import PackedRecorder, Windows
@@ -16,7 +16,7 @@ from forge_gpu._src.data.torch_data import _new_slot, _tensors
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    env = make_env(num_envs=4, max_steps=9, images=True)
+    env = synthetic_description(num_envs=4, max_steps=9, images=True)
     directory = tmp_path_factory.mktemp("loader") / "run"
     record(directory, env, make_batches(SyntheticSim(env, seed=3, end_prob=0.1), 40), recorder=PackedRecorder)
     return directory

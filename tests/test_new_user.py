@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, record, synthetic_description
 from test_cli import _BLOCKED_CLI
 
 import forge_gpu
@@ -29,7 +29,7 @@ ALL = EpisodeReadOptions(state=True)
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     """A closed packed run of 3 envs, many short episodes over many blocks (a block per step)."""
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     path = tmp_path_factory.mktemp("packed") / "run"
     record(path, env, make_batches(SyntheticSim(env, seed=3, end_prob=0.4), 40), recorder=PackedRecorder)
     return path
@@ -206,7 +206,7 @@ def test_a_closed_run_whose_log_lost_lines_is_damaged_until_repair(packed, tmp_p
 def test_npz_salvage_drops_the_damaged_episode_and_keeps_the_rest(tmp_path, capsys):
     """A truncated episode file: verify flags it (and names --salvage), plain repair changes nothing, --salvage
     drops that episode alone (listed, run.json recounted) and every other reads as before; again, nothing."""
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     run = tmp_path / "run"
     record(run, env, make_batches(SyntheticSim(env, seed=5, end_prob=0.4), 20), recorder=NpzRecorder)
     before = {(e.env_id, e.episode_id): e for e in forge_gpu.read_episodes(run)}
@@ -242,7 +242,7 @@ def test_every_file_a_run_holds_follows_the_umask(tmp_path, umask):
     as the segments, the log and the episode files are."""
     previous = os.umask(umask)
     try:
-        env = make_env(num_envs=2, max_steps=5)
+        env = synthetic_description(num_envs=2, max_steps=5)
         for recorder in (PackedRecorder, NpzRecorder):
             run = tmp_path / recorder.__name__
             record(run, env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 12), recorder=recorder)

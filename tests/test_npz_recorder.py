@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 from blocking import wait_until_blocked
-from synthetic import SyntheticSim, load_run, make_batches, make_env, record, slot_bytes
+from synthetic import SyntheticSim, load_run, make_batches, record, slot_bytes, synthetic_description
 
 import forge_gpu._src.formats.npz.recorder as recorder_module
 from forge_gpu import NpzRecorder, PackedRecorder, read_episodes, validate_episode
@@ -35,7 +35,7 @@ def _published(directory):
 @pytest.mark.parametrize("images", [False, True])
 def test_recorded_episodes_equal_the_generated_ones(tmp_path, compression, images):
     """Every completed episode is published once, valid, and equal to what the batches described."""
-    env = make_env(num_envs=4, max_steps=6, images=images)
+    env = synthetic_description(num_envs=4, max_steps=6, images=images)
     sim = SyntheticSim(env, seed=1)
     batches = make_batches(sim, 40)
     recorder = record(tmp_path / "run", env, batches, compression=compression, writers=2)
@@ -67,7 +67,7 @@ def test_recorded_episodes_equal_the_generated_ones(tmp_path, compression, image
 
 def test_manifest_keys_while_recording_and_after_close(tmp_path):
     """run.json holds every FORMAT key at creation (status recording) and the final figures after close."""
-    env = make_env()
+    env = synthetic_description()
     sim = SyntheticSim(env, seed=2)
     recorder = NpzRecorder(tmp_path / "run", env, max_buffer_bytes=10**6)
     manifest = _read_manifest(tmp_path / "run")
@@ -98,7 +98,7 @@ def test_manifest_keys_while_recording_and_after_close(tmp_path):
 
 def test_reset_mid_episode_lists_abandoned_episodes_as_incomplete(tmp_path):
     """Episodes abandoned by reset() and those running at close are listed incomplete and never published."""
-    env = make_env(num_envs=3, max_steps=8)
+    env = synthetic_description(num_envs=3, max_steps=8)
     sim = SyntheticSim(env, seed=3, end_prob=0.1)
     batches = make_batches(sim, 30, resets_at=(5, 17))
     recorder = record(tmp_path / "run", env, batches)
@@ -114,7 +114,7 @@ def test_reset_mid_episode_lists_abandoned_episodes_as_incomplete(tmp_path):
 
 def test_close_is_idempotent_and_context_manager_closes(tmp_path):
     """Closing twice is harmless; leaving a with-block closes the recorder; append after close raises."""
-    env = make_env()
+    env = synthetic_description()
     sim = SyntheticSim(env)
     with NpzRecorder(tmp_path / "run", env) as recorder:
         for observation, result in make_batches(sim, 10):
@@ -129,7 +129,7 @@ def test_existing_directory_is_refused(tmp_path):
     """The recorder never reuses an existing directory."""
     (tmp_path / "run").mkdir()
     with pytest.raises(FileExistsError, match="already exists"):
-        NpzRecorder(tmp_path / "run", make_env())
+        NpzRecorder(tmp_path / "run", synthetic_description())
 
 
 @pytest.mark.parametrize(
@@ -146,13 +146,13 @@ def test_existing_directory_is_refused(tmp_path):
 def test_bad_arguments_raise_and_create_nothing(tmp_path, kwargs, message):
     """Invalid arguments raise ValueError naming the argument, before anything is created on disk."""
     with pytest.raises(ValueError, match=message):
-        NpzRecorder(tmp_path / "sub" / "run", make_env(), **kwargs)
+        NpzRecorder(tmp_path / "sub" / "run", synthetic_description(), **kwargs)
     assert not (tmp_path / "sub").exists()
 
 
 def test_budget_too_small_is_refused_with_the_bytes_needed(tmp_path):
     """A budget that cannot hold every env plus one spare is refused, and the message says how many bytes."""
-    env = make_env(num_envs=5, max_steps=10, images=True)
+    env = synthetic_description(num_envs=5, max_steps=10, images=True)
     needed = 6 * slot_bytes(env)
     with pytest.raises(ValueError, match=str(needed)):
         NpzRecorder(tmp_path / "run", env, max_buffer_bytes=needed - 1)
@@ -164,7 +164,7 @@ def test_budget_too_small_is_refused_with_the_bytes_needed(tmp_path):
 
 def test_spares_default_to_what_the_budget_allows(tmp_path):
     """With spare_buffers=None the recorder takes as many spares as fit, at most num_envs."""
-    env = make_env(num_envs=4)
+    env = synthetic_description(num_envs=4)
     small = NpzRecorder(tmp_path / "a", env, max_buffer_bytes=6 * slot_bytes(env) + 1)
     large = NpzRecorder(tmp_path / "b", env, max_buffer_bytes=100 * slot_bytes(env))
     assert (small.spare_buffers, large.spare_buffers) == (2, 4)
@@ -288,7 +288,7 @@ BAD_BATCHES = {
 def test_bad_batch_raises_and_commits_nothing(tmp_path, case):
     """A bad batch raises ValueError naming the problem; retrying the good batch gives the clean run's output."""
     mutate, where, message = BAD_BATCHES[case]
-    env = make_env(num_envs=4, max_steps=5)
+    env = synthetic_description(num_envs=4, max_steps=5)
     batches = make_batches(SyntheticSim(env, seed=4, end_prob=0.3), 25)
     record(tmp_path / "clean", env, batches)
 
@@ -318,7 +318,7 @@ def test_bad_batch_raises_and_commits_nothing(tmp_path, case):
 
 def test_active_rows_before_the_first_reset_are_refused(tmp_path):
     """A step batch before any reset batch is refused."""
-    env = make_env()
+    env = synthetic_description()
     sim = SyntheticSim(env)
     sim.reset()
     with NpzRecorder(tmp_path / "run", env) as recorder, pytest.raises(ValueError, match="first reset"):
@@ -327,9 +327,9 @@ def test_active_rows_before_the_first_reset_are_refused(tmp_path):
 
 def test_episode_longer_than_max_steps_is_refused(tmp_path):
     """An env that steps past max_steps without truncation is refused rather than overflowing its buffer."""
-    env = make_env(num_envs=2, max_steps=3)
+    env = synthetic_description(num_envs=2, max_steps=3)
     sim = SyntheticSim(env, end_prob=0.0)
-    sim.env = make_env(num_envs=2, max_steps=10)  # the generator truncates late
+    sim.env = synthetic_description(num_envs=2, max_steps=10)  # the generator truncates late
     recorder = NpzRecorder(tmp_path / "run", env)
     batches = make_batches(sim, 4)
     for observation, result in batches[:4]:
@@ -356,7 +356,7 @@ def test_backpressure_blocks_append_until_a_writer_frees_a_buffer(tmp_path, monk
     long as the test held the writer once append was waiting), then finishes losslessly."""
     gate, calls = threading.Event(), []
     monkeypatch.setattr(recorder_module, "write_episode_file", _gated_writer(gate, calls))
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     sim = SyntheticSim(env, seed=5, end_prob=0.4)
     batches = make_batches(sim, 30)
     recorder = NpzRecorder(tmp_path / "run", env, writers=1, spare_buffers=1)
@@ -401,7 +401,7 @@ def _marker_and_file_pairs(directory):
 def test_write_error_surfaces_at_the_next_call_and_fails_the_manifest(tmp_path, monkeypatch):
     """A disk-full error reaches the caller chained from the OSError; the manifest says failed; nothing dangles."""
     monkeypatch.setattr(recorder_module, "write_episode_file", _failing_writer)
-    env = make_env(num_envs=3, max_steps=5)
+    env = synthetic_description(num_envs=3, max_steps=5)
     batches = make_batches(SyntheticSim(env, seed=6, end_prob=0.4), 40)
     recorder = NpzRecorder(tmp_path / "run", env, writers=2, spare_buffers=1)
     with pytest.raises(RuntimeError, match="run") as info:
@@ -434,7 +434,7 @@ def test_write_error_wakes_an_append_blocked_on_backpressure(tmp_path, monkeypat
         raise OSError(errno.EACCES, "Permission denied")
 
     monkeypatch.setattr(recorder_module, "write_episode_file", held_then_failing)
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     batches = make_batches(SyntheticSim(env, seed=5, end_prob=0.4), 30)
     recorder = NpzRecorder(tmp_path / "run", env, writers=1, spare_buffers=1)
     errors = []
@@ -467,7 +467,7 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(recorder_module, "write_marker_atomic", no_marker)
-    env = make_env(num_envs=2, max_steps=4)
+    env = synthetic_description(num_envs=2, max_steps=4)
     batches = make_batches(SyntheticSim(env, seed=8, end_prob=0.5), 12)
     recorder = NpzRecorder(tmp_path / "run", env, writers=1)
     with pytest.raises(RuntimeError):
@@ -483,7 +483,7 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
 def test_data_side_imports_neither_warp_newton_nor_torch(tmp_path):
     """The data side (formats, both recorders, reader, windows, conversion, torch_data, statistics, exports) loads
     without warp, newton or torch, and reads a packed run that way: the episodes it reads are those read here."""
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     sim = SyntheticSim(env, seed=4, end_prob=0.3)
     record(tmp_path / "run", env, make_batches(sim, 25), recorder=PackedRecorder)
     expected = [[e.env_id, e.episode_id, e.steps, e.action.tolist()] for e in read_episodes(tmp_path / "run")]
@@ -534,7 +534,7 @@ print(json.dumps([[e.env_id, e.episode_id, e.steps, e.action.tolist()] for e in 
 def test_one_spare_buffer_and_many_ends_still_publish_every_episode_once(tmp_path, writers):
     """Many envs ending together with a single spare buffer: append waits until the writers have freed as
     many buffers as it needs, and every completed episode is published once, equal to the batches."""
-    env = make_env(num_envs=16, max_steps=5)
+    env = synthetic_description(num_envs=16, max_steps=5)
     sim = SyntheticSim(env, seed=3, end_prob=0.5)
     batches = make_batches(sim, 30)
     recorder = NpzRecorder(tmp_path / "run", env, writers=writers, spare_buffers=1)

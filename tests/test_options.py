@@ -48,9 +48,9 @@ def test_options_are_frozen_keyword_only_and_overridden_by_given_fields():
 
 def test_make_recorder_follows_the_options(tmp_path):
     """make_recorder builds the format's recorder with the options' fields."""
-    from synthetic import make_env
+    from synthetic import synthetic_description
 
-    env = make_env(num_envs=2, max_steps=4)
+    env = synthetic_description(num_envs=2, max_steps=4)
     packed = make_recorder(tmp_path / "a", env, RecordingOptions(compression="lz4", statistics=False))
     npz = make_recorder(
         tmp_path / "b", env, RecordingOptions(format="npz", writers=1, compression="deflate", compression_level=3)

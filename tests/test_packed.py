@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from synthetic import SyntheticSim, make_batches, make_env, record, standard_read
+from synthetic import SyntheticSim, make_batches, record, standard_read, synthetic_description
 
 import forge_gpu
 from forge_gpu import PackedRecorder, Windows, convert_run
@@ -45,7 +45,7 @@ def assert_same_episodes(a: dict, b: dict) -> None:
 def recorded(tmp_path_factory):
     """A packed run with cameras, several segments and blocks, and the simulation that made it."""
     directory = tmp_path_factory.mktemp("packed") / "run"
-    env = make_env(num_envs=5, max_steps=6, images=True)
+    env = synthetic_description(num_envs=5, max_steps=6, images=True)
     sim = SyntheticSim(env, seed=11)
     record_packed(directory, env, make_batches(sim, 40, resets_at=(17,)), block_bytes=3000, segment_bytes=11000)
     return directory, sim
@@ -54,7 +54,7 @@ def recorded(tmp_path_factory):
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
 def test_recorded_episodes_equal_the_generated_ones(tmp_path, compression):
     """Every ended episode is published once, bit-identical; the manifest lists the incomplete ones."""
-    env = make_env(num_envs=4, max_steps=5, images=True)
+    env = synthetic_description(num_envs=4, max_steps=5, images=True)
     sim = SyntheticSim(env, seed=2)
     batches = make_batches(sim, 30, resets_at=(12,))
     recorder = record_packed(tmp_path / "run", env, batches, compression=compression, block_bytes=2000)
@@ -90,7 +90,7 @@ def test_memory_does_not_grow_with_episode_length(tmp_path):
     """The ring holds whole batches: its size depends on the budget and the batch, not on max_steps."""
     sizes = []
     for max_steps in (10, 10_000):
-        env = make_env(num_envs=8, max_steps=max_steps, images=True)
+        env = synthetic_description(num_envs=8, max_steps=max_steps, images=True)
         recorder = PackedRecorder(tmp_path / f"run{max_steps}", env, max_buffer_bytes=1 << 20)
         sizes.append(recorder.buffer_bytes)
         recorder.close()
@@ -99,7 +99,7 @@ def test_memory_does_not_grow_with_episode_length(tmp_path):
 
 def test_budget_below_two_batches_is_refused_and_creates_nothing(tmp_path):
     """A budget that cannot hold 2 batches names the bytes needed; no directory is made."""
-    env = make_env(num_envs=8, max_steps=5, images=True)
+    env = synthetic_description(num_envs=8, max_steps=5, images=True)
     with pytest.raises(ValueError, match="needs room for 2; raise it to at least"):
         PackedRecorder(tmp_path / "run", env, max_buffer_bytes=1000)
     for bad in ({"compression": "deflate"}, {"segment_bytes": 0}, {"block_bytes": -1}):
@@ -110,7 +110,7 @@ def test_budget_below_two_batches_is_refused_and_creates_nothing(tmp_path):
 
 def test_bad_batch_raises_and_commits_nothing(tmp_path):
     """A batch that breaks the step semantics is refused whole; recording then goes on unchanged."""
-    env = make_env(num_envs=3, max_steps=6)
+    env = synthetic_description(num_envs=3, max_steps=6)
     sim = SyntheticSim(env, seed=4)
     batches = make_batches(sim, 20)
     recorder = PackedRecorder(tmp_path / "run", env)
@@ -136,7 +136,7 @@ def test_write_error_surfaces_and_wakes_a_blocked_append(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(PackedWriter, "write", failing)
-    env = make_env(num_envs=2, max_steps=3)
+    env = synthetic_description(num_envs=2, max_steps=3)
     batches = make_batches(SyntheticSim(env, seed=5, end_prob=0.5), 12)
     batch_bytes = 2 * (4 * 4 + 3 * 4 + 2 * 4 + 4 + 2)
     recorder = PackedRecorder(tmp_path / "run", env, max_buffer_bytes=2 * batch_bytes)
@@ -165,7 +165,7 @@ def test_write_error_surfaces_and_wakes_a_blocked_append(tmp_path, monkeypatch):
 
 def test_a_live_run_shows_only_committed_episodes(tmp_path):
     """While recording, readers see exactly the published episodes; a torn last log line is ignored."""
-    env = make_env(num_envs=3, max_steps=4)
+    env = synthetic_description(num_envs=3, max_steps=4)
     sim = SyntheticSim(env, seed=6, end_prob=0.4)
     batches = make_batches(sim, 25)
     recorder = PackedRecorder(tmp_path / "run", env)
@@ -335,7 +335,7 @@ def test_mapped_windows_equal_the_loaded_ones(recorded, history, horizon, pad):
 
 def test_mapped_windows_refuse_compressed_and_npz_runs(tmp_path):
     """mmap=True needs uncompressed packed runs: an lz4 run and an npz run are refused, naming the fix."""
-    env = make_env(num_envs=3, max_steps=5)
+    env = synthetic_description(num_envs=3, max_steps=5)
     batches = make_batches(SyntheticSim(env, seed=4), 20)
     record_packed(tmp_path / "lz4", env, batches, compression="lz4")
     record(tmp_path / "npz", env, batches)

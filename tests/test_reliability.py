@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from synthetic import SyntheticSim, make_batches, make_env, published, record
+from synthetic import SyntheticSim, make_batches, published, record, synthetic_description
 
 import forge_gpu
 from forge_gpu.cli import main
@@ -229,7 +229,7 @@ def test_repair_on_a_full_disk(tmp_path, capsys, monkeypatch, reserve):
     closes the run; without it, one line and exit 1, then it succeeds once space is freed."""
     from forge_gpu._src.recording.base import MANIFEST_RESERVE
 
-    env = make_env(num_envs=2, max_steps=5)
+    env = synthetic_description(num_envs=2, max_steps=5)
     killed = tmp_path / "killed"
     record(str(killed), env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 20))
     manifest = json.loads((killed / "run.json").read_text())
@@ -275,7 +275,7 @@ def test_a_recorder_that_cannot_keep_room_for_its_manifest_leaves_nothing(tmp_pa
 
     monkeypatch.setattr(recorder_base, "_preallocate", inject_full_disk)
     with pytest.raises(OSError, match="cannot start a run in .*run: No space left"):
-        PackedRecorder(tmp_path / "run", make_env())
+        PackedRecorder(tmp_path / "run", synthetic_description())
     assert not (tmp_path / "run").exists()
 
 

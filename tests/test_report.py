@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 from browser import chromium, load
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
 from forge_gpu import PackedRecorder
@@ -26,7 +26,7 @@ needs_chromium = pytest.mark.skipif(chromium() is None, reason="no chromium: .ci
 
 
 def camera_env(instruction=None):
-    env = make_env(num_envs=4, max_steps=12, images=True, state=True, params=True)
+    env = synthetic_description(num_envs=4, max_steps=12, images=True, state=True, params=True)
     env.spec["has_success"] = True
     env.spec["observation"]["rgb"]["shape"] = [16, 16, 3]
     env.spec["observation"]["depth"]["shape"] = [16, 16]
@@ -148,7 +148,7 @@ def test_a_dataset_report_shows_each_instruction(tmp_path):
     counts = {}
     results = []
     for worker, instruction in enumerate(("open the drawer", "close the drawer")):
-        env = make_env(num_envs=3, max_steps=6)
+        env = synthetic_description(num_envs=3, max_steps=6)
         env.spec["instruction"] = instruction
         sim = SyntheticSim(env, seed=worker, end_prob=0.3)
         name = f"worker-{worker:03d}"
@@ -220,7 +220,7 @@ def test_progress_stays_bounded_and_even(monkeypatch):
 
 def test_a_run_without_episodes_still_reports(tmp_path):
     """A run that published no episode gets every section, each saying what it lacks."""
-    env = make_env(num_envs=2, max_steps=50)
+    env = synthetic_description(num_envs=2, max_steps=50)
     record(tmp_path / "empty", env, make_batches(SyntheticSim(env, seed=0, end_prob=0.0), 3), recorder=PackedRecorder)
     result = forge_gpu.report(tmp_path / "empty", tmp_path / "empty.html")
     text = (tmp_path / "empty.html").read_text()

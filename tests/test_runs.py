@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from synthetic import INSTRUCTION, SyntheticSim, make_batches, make_env, record
+from synthetic import INSTRUCTION, SyntheticSim, make_batches, record, synthetic_description
 
 from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest
 from forge_gpu._src.core.episode import episode_stem
@@ -14,7 +14,7 @@ from forge_gpu._src.core.episode import episode_stem
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A recorded run with images and deflate, and the generator that made it."""
-    env = make_env(num_envs=4, max_steps=7, images=True)
+    env = synthetic_description(num_envs=4, max_steps=7, images=True)
     sim = SyntheticSim(env, seed=11, end_prob=0.25)
     directory = tmp_path_factory.mktemp("reader") / "run"
     record(directory, env, make_batches(sim, 40), compression="deflate")

@@ -2,7 +2,7 @@
 transport factory whose name reaches run.json."""
 
 import pytest
-from synthetic import SyntheticSim, make_batches, make_description, make_env, record
+from synthetic import SyntheticSim, make_batches, make_description, record, synthetic_description
 
 import forge_gpu
 from forge_gpu import NpzRecorder, PackedRecorder, Recorder, RunDescription, read_episodes, read_manifest
@@ -12,7 +12,7 @@ from forge_gpu import NpzRecorder, PackedRecorder, Recorder, RunDescription, rea
 def test_a_recorder_records_from_a_plain_description(tmp_path, recorder):
     """Given a RunDescription (no env object) a recorder writes a run whose manifest says what it described."""
     run = make_description(num_envs=3, max_steps=6, transport="elsewhere")
-    sim = SyntheticSim(make_env(num_envs=3, max_steps=6), seed=2, end_prob=0.4)
+    sim = SyntheticSim(synthetic_description(num_envs=3, max_steps=6), seed=2, end_prob=0.4)
     made = record(tmp_path / "run", run, make_batches(sim, 30), recorder=recorder)
     assert isinstance(made, Recorder)
     manifest = read_manifest(tmp_path / "run")

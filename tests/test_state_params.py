@@ -14,9 +14,9 @@ from synthetic import (
     SyntheticSim,
     downgrade_packed_run,
     make_batches,
-    make_env,
     record,
     standard_read,
+    synthetic_description,
 )
 
 import forge_gpu
@@ -47,7 +47,7 @@ def assert_state_and_params(episodes: dict, completed: dict, *, state=tuple(STAT
 
 
 def record_run(directory, *, recorder=PackedRecorder, seed=3, **kwargs):
-    env = make_env(num_envs=4, max_steps=5, state=True, params=True)
+    env = synthetic_description(num_envs=4, max_steps=5, state=True, params=True)
     sim = SyntheticSim(env, seed=seed)
     record(directory, env, make_batches(sim, 30, resets_at=(11,)), recorder=recorder, **kwargs)
     return sim
@@ -111,7 +111,7 @@ def test_a_run_without_state_or_params_reads_as_before(tmp_path):
     """A run whose spec has neither writes no state/ column and no params in its commit lines, and reads with
     empty state and params; so does a run of layout 1 (before state was stored), whatever its env_spec says; a
     newer layout is refused in one line naming it, by readers and by repair (which then changes nothing)."""
-    env = make_env(num_envs=3, max_steps=5)
+    env = synthetic_description(num_envs=3, max_steps=5)
     sim = SyntheticSim(env, seed=2)
     record(tmp_path / "run", env, make_batches(sim, 20), recorder=PackedRecorder)
     commits = [json.loads(line) for line in (tmp_path / "run" / COMMIT_LOG).read_text().splitlines()]
@@ -162,7 +162,7 @@ def bad_results(result):
 def test_a_bad_state_or_params_batch_is_refused_naming_it(tmp_path, recorder):
     """A batch whose state or params break the spec is refused whole, naming the entry; recording then goes on
     unchanged, and (packed) the run holds exactly the generated episodes."""
-    env = make_env(num_envs=4, max_steps=5, state=True, params=True)
+    env = synthetic_description(num_envs=4, max_steps=5, state=True, params=True)
     sim = SyntheticSim(env, seed=8)
     batches = make_batches(sim, 20)
     cls = PackedRecorder if recorder == "packed" else forge_gpu.NpzRecorder

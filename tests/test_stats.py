@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 from forge_gpu import NpzRecorder, PackedRecorder, compute_statistics, read_episodes, run_statistics
 from forge_gpu._src.data.integrity.inspection import format_report
@@ -109,7 +109,7 @@ def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
 def test_recorded_statistics_equal_numpy_over_the_batches(tmp_path, recorder):
     """Both recorders write stats.json at close: observation fields over every row of every batch, action and
     reward over the active rows, equal to numpy's figures on the same data."""
-    env = make_env(num_envs=4, max_steps=6, images=True)
+    env = synthetic_description(num_envs=4, max_steps=6, images=True)
     batches = make_batches(SyntheticSim(env, seed=3), 30)
     record(tmp_path / "run", env, batches, recorder=recorder)
     stats = run_statistics(tmp_path / "run")
@@ -130,7 +130,7 @@ def test_recorded_statistics_equal_numpy_over_the_batches(tmp_path, recorder):
 
 def test_statistics_switched_off_write_no_file(tmp_path):
     """statistics=False records the same run without stats.json, and run_statistics says how to get them."""
-    env = make_env(num_envs=3, max_steps=4)
+    env = synthetic_description(num_envs=3, max_steps=4)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env), 12), recorder=PackedRecorder, statistics=False)
     assert not (tmp_path / "run" / STATS_FILE).exists()
     with pytest.raises(LookupError, match="forge-gpu stats"):
@@ -140,7 +140,7 @@ def test_statistics_switched_off_write_no_file(tmp_path):
 def test_stats_command_computes_them_from_the_published_episodes(tmp_path, capsys):
     """forge-gpu stats on a run without statistics writes stats.json equal to numpy over its published
     episodes (every frame; every transition); inspect then shows them."""
-    env = make_env(num_envs=3, max_steps=5)
+    env = synthetic_description(num_envs=3, max_steps=5)
     record(
         tmp_path / "run", env, make_batches(SyntheticSim(env, seed=4), 20), recorder=PackedRecorder, statistics=False
     )

@@ -7,6 +7,7 @@ import pytest
 
 import forge_gpu
 from forge_gpu.cli import main
+from forge_gpu.testing import register_handwritten
 
 USER_TERMS = '''
 import warp as wp
@@ -188,11 +189,7 @@ def _same_task_bit_for_bit(hand, file, action_dim: int, steps: int) -> int:
 
 
 def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
-    from tests import reference_ant
-
-    (tmp_path / "ant_handwritten.toml").write_text(reference_ant.CONFIG)
-    if "ant_handwritten" not in forge_gpu.TASKS:
-        forge_gpu.register_task(reference_ant.AntTask, config=tmp_path / "ant_handwritten.toml")
+    register_handwritten(tmp_path)
     hand = forge_gpu.make("ant_handwritten", num_envs=4, device="cpu", seed=3, max_steps=25)
     file = forge_gpu.make("ant", num_envs=4, device="cpu", seed=3, max_steps=25)
     # The flags were compared where they are set, not only while all are false.
@@ -202,9 +199,7 @@ def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
 def test_the_file_based_cartpole_equals_the_hand_written_one_bit_for_bit(tmp_path):
     """Same observations, rewards (0 on a terminating step), flags and state columns, for the same seed and
     actions; also with params overridden (the same key changes both) and a randomized mass."""
-    from tests import reference_cartpole
-
-    reference_cartpole.register(tmp_path)
+    register_handwritten(tmp_path)
     for overrides in ({}, {"params.angle_cost": 2.5, "params.cart_limit": 0.5, "params.pole_length": 0.7,
                            "randomize.mass_scale": [0.5, 2.0]}):  # fmt: skip
         hand = forge_gpu.make("cartpole_handwritten", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)

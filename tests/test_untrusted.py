@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic import SyntheticSim, make_batches, make_env, record
+from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
 
@@ -21,7 +21,7 @@ import forge_gpu
 def pristine(tmp_path_factory):
     """A small valid run (deflate), recorded once per module."""
     directory = tmp_path_factory.mktemp("pristine") / "run"
-    env = make_env(num_envs=2, max_steps=5, images=True)
+    env = synthetic_description(num_envs=2, max_steps=5, images=True)
     record(str(directory), env, make_batches(SyntheticSim(env, seed=3, end_prob=0.4), 12), compression="deflate")
     assert len(list(forge_gpu.read_episodes(directory))) >= 2
     return directory

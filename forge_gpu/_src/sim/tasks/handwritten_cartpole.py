@@ -1,7 +1,8 @@
 """The hand-written cartpole task as it was before ``configs/cartpole.toml`` became a task file: the reference that
 tests/test_taskfile.py shows the file-based cartpole equal to, bit for bit (same observations, rewards and flags for
-the same seed and actions), and the hand-written task that the task API's tests (tests/test_tasks.py) subclass.
-Registered only by those tests, as ``cartpole_handwritten``. Its LQR expert and model stayed in the package
+the same seed and actions), that bench/taskfile.py times it against, and the hand-written task that the task API's
+tests (tests/test_tasks.py) subclass. Registered only by :func:`register_handwritten` (``forge_gpu.testing``), as
+``cartpole_handwritten``; the catalog does not hold it. Its LQR expert and model stayed in the package
 (``forge_gpu/_src/sim/tasks/cartpole.py``).
 
 One change from the package's kernel: the costs are ``angle_cost * (theta * theta)`` and ``action_cost * (u * u)``
@@ -12,15 +13,16 @@ costs (2.5 in the test); at the shipped costs (1.0 and 0.01) they gave the same 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import newton
 import warp as wp
-from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
 from forge_gpu._src.sim.world import World
+from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 
 @wp.kernel
@@ -263,12 +265,18 @@ action_cost = 0.01
 """Its config: configs/cartpole.toml as it was, under the id ``cartpole_handwritten``."""
 
 
-def register(folder) -> type[CartpoleTask]:
-    """Register the task (once per process) with its config written into ``folder``; return the class."""
-    import forge_gpu
+def register_handwritten(folder) -> dict[str, type[Task]]:
+    """Register the hand-written ant and cartpole (once per process) as ``ant_handwritten`` and
+    ``cartpole_handwritten``, their configs written into ``folder``; return the classes by task id."""
+    from forge_gpu._src.sim.tasks import catalog
+    from forge_gpu._src.sim.tasks.handwritten_ant import CONFIG as ANT_CONFIG
+    from forge_gpu._src.sim.tasks.handwritten_ant import AntTask
 
-    if CartpoleTask.spec.id not in forge_gpu.TASKS:
-        path = folder / "cartpole_handwritten.toml"
-        path.write_text(CONFIG)
-        forge_gpu.register_task(CartpoleTask, config=path)
-    return CartpoleTask
+    classes = {}
+    for task, config in ((AntTask, ANT_CONFIG), (CartpoleTask, CONFIG)):
+        if task.spec.id not in catalog.TASKS:
+            path = Path(folder) / f"{task.spec.id}.toml"
+            path.write_text(config)
+            catalog.register_task(task, config=path)
+        classes[task.spec.id] = task
+    return classes
