@@ -42,8 +42,8 @@ def rendered(task: str, size: int, frames: int, envs: int) -> dict[str, np.ndarr
     """rgb and depth of ``frames`` expert steps of ``envs`` envs of ``task`` at ``size`` px."""
     import forge_gpu
 
-    env = forge_gpu.make(task, num_envs=envs, device="cpu", seed=3, **{"params.image_size": size})
-    policy = forge_gpu.make_policy("expert", env)
+    env = forge_gpu.sim.make(task, num_envs=envs, device="cpu", seed=3, **{"params.image_size": size})
+    policy = forge_gpu.sim.make_policy("expert", env)
     env.reset()
     out: dict[str, list] = {"rgb": [], "depth": []}
     for _ in range(frames):

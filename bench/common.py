@@ -208,8 +208,8 @@ def measure_stepping(task: str, num_envs: int, device: str, seconds: float, poli
 
     import forge_gpu
 
-    env = forge_gpu.make(task, num_envs=num_envs, device=device, **(overrides or {}))
-    policy = forge_gpu.make_policy(policy_name, env)
+    env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, **(overrides or {}))
+    policy = forge_gpu.sim.make_policy(policy_name, env)
     env.reset()
 
     def one_step():

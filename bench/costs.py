@@ -13,11 +13,11 @@ python bench/costs.py --only read_episodes --only loader   # some rows
   pipeline        bench/packed.py's pipeline section (cartpole, 1024 envs, CPU, random policy): recorded over
                   unrecorded env-steps/s, each pair printed, the median as the figure.
   read_episodes   1024 cartpole episodes of 200 steps, recorded packed and converted to schema 1 (npz): a first
-                  pass ``for episode in forge_gpu.read_episodes(run)`` in a new process (numpy and pyarrow imported
-                  before the clock, as a training script has them; forge_gpu's own lazy modules counted, from
+                  pass ``for episode in forge_gpu.reading.read_episodes(run)`` in a new process (numpy and pyarrow
+                  imported before the clock, as a training script has them; forge_gpu's own lazy modules counted, from
                   byte-compiled files as an installed package has them), then a
                   warm pass (the median of 3) in the same process; the run in the page cache. Episodes/s.
-  action_windows  forge_gpu.action_windows(run, 2, 8) over the same runs, windows/s (median of 3).
+  action_windows  forge_gpu.reading.action_windows(run, 2, 8) over the same runs, windows/s (median of 3).
   windows_epoch   an epoch of shuffled batches of 256 (history 2, horizon 8): ``Windows(packed, 2, 8)`` made and
                   batched over a permutation, against the schema-1 run's action_windows collated by hand (every
                   window listed, then np.stack per key for each batch of the same permutation); windows/s, loads
@@ -99,7 +99,7 @@ def recorder(size: dict, parent: str) -> list[dict]:
     env, batches = recorder_bench.long_batches(size)
     _, small = recorder_bench.long_batches(dict(size, num_envs=size["reference_envs"]))
     with figure_directory(parent) as where:
-        recording = forge_gpu.make_recorder(new_directory(where, "forge"), env)
+        recording = forge_gpu.recording.make_recorder(new_directory(where, "forge"), env)
         forge_seconds, _ = record(recording, batches)
         reference = PerRowRecorder(new_directory(where, "per-row"))
         reference_seconds, _ = record(reference, small)
@@ -112,7 +112,7 @@ def ingest(size: dict, parent: str) -> list[dict]:
     env, batches = make_batches(size["num_envs"], size["steps"], max_steps=200, end_prob=0.04)
     count = len(batches) * size["num_envs"]
     with figure_directory(parent) as where:
-        recording = forge_gpu.make_recorder(new_directory(where, "ingest"), env)
+        recording = forge_gpu.recording.make_recorder(new_directory(where, "ingest"), env)
         seconds, _ = record(recording, batches)
         raw = raw_sequential_write(where, recording.bytes_written)
     mb = recording.bytes_written / 1e6
@@ -134,12 +134,12 @@ import numpy, pyarrow, pyarrow.ipc  # a training script has these loaded already
 import forge_gpu
 run = sys.argv[1]
 start = time.perf_counter()
-count = sum(1 for _ in forge_gpu.read_episodes(run))
+count = sum(1 for _ in forge_gpu.reading.read_episodes(run))
 first = count / (time.perf_counter() - start)
 warm = []
 for _ in range(3):
     start = time.perf_counter()
-    count = sum(1 for _ in forge_gpu.read_episodes(run))
+    count = sum(1 for _ in forge_gpu.reading.read_episodes(run))
     warm.append(count / (time.perf_counter() - start))
 print(json.dumps({"first": first, "warm": sorted(warm)[1], "episodes": count}))
 """
@@ -159,16 +159,16 @@ def cartpole_runs(size: dict, where: str) -> tuple[str, str]:
     env, batches = make_batches(size["num_envs"], size["max_steps"] + 1, max_steps=size["max_steps"],
                                              end_prob=0.0)  # fmt: skip
     packed = os.path.join(where, "packed")
-    record(forge_gpu.PackedRecorder(packed, env, max_buffer_bytes=1 << 30), batches)
+    record(forge_gpu.recording.PackedRecorder(packed, env, max_buffer_bytes=1 << 30), batches)
     npz = os.path.join(where, "npz")
-    forge_gpu.convert_run(packed, npz, to="npz")
+    forge_gpu.curation.convert_run(packed, npz, to="npz")
     os.sync()
     return packed, npz
 
 
 def hand_collated(run: str, order: np.ndarray, batch: int) -> int:
     """Schema 1's windows listed by action_windows, then collated by hand in batches of the ``order``."""
-    windows = list(forge_gpu.action_windows(run, 2, 8))
+    windows = list(forge_gpu.reading.action_windows(run, 2, 8))
     keys = [k for k, v in windows[0].items() if isinstance(v, np.ndarray)]
     for at in range(0, len(order), batch):
         chosen = [windows[i] for i in order[at : at + batch]]
@@ -187,12 +187,12 @@ def reading(size: dict, parent: str) -> list[dict]:
             rows.append(figure("read_episodes", forge, reference, "episodes/s", f"schema 1 (npz), {kind} pass",
                                pass_=kind, episodes=first["packed"]["episodes"]))  # fmt: skip
         rates = {
-            name: median_rate(lambda run=run: sum(1 for _ in forge_gpu.action_windows(run, 2, 8)))
+            name: median_rate(lambda run=run: sum(1 for _ in forge_gpu.reading.action_windows(run, 2, 8)))
             for name, run in (("npz", npz), ("packed", packed))
         }
         rows.append(figure("action_windows", rates["packed"], rates["npz"], "windows/s", "schema 1 (npz)"))
         start = time.perf_counter()
-        windows = forge_gpu.Windows(packed, 2, 8)
+        windows = forge_gpu.reading.Windows(packed, 2, 8)
         load = time.perf_counter() - start
         order = np.random.default_rng(0).permutation(len(windows))
         for at in range(0, len(order), 256):
@@ -211,9 +211,9 @@ def image_batches(size: dict, parent: str) -> list[dict]:
                                              image=size["image"])  # fmt: skip
     with figure_directory(parent) as where:
         run = os.path.join(where, "raw")
-        record(forge_gpu.PackedRecorder(run, env, max_buffer_bytes=1 << 30, codecs={"*": "none"}), batches)
+        record(forge_gpu.recording.PackedRecorder(run, env, max_buffer_bytes=1 << 30, codecs={"*": "none"}), batches)
         del batches
-        windows = forge_gpu.Windows(run, 2, 4)
+        windows = forge_gpu.reading.Windows(run, 2, 4)
         order = np.random.default_rng(0).permutation(len(windows))
         chunks = [order[(k * 256) % len(order) :][:256] for k in range(size["batches"])]
         nbytes = sum(v.nbytes for v in windows.batch(chunks[0]).values() if isinstance(v, np.ndarray))

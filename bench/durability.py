@@ -30,7 +30,7 @@ SMOKE = {"short": {"num_envs": 64, "steps": 10, "image": None}, "images": {"num_
 
 
 def record(parent: str, env, batches, durability: str) -> dict:
-    from forge_gpu import PackedRecorder
+    from forge_gpu.recording import PackedRecorder
 
     syncs = [0]
     real = os.fdatasync, os.fsync

@@ -38,7 +38,9 @@ HERE = Path(__file__).resolve().parent
 from common import fs_type, lerobot_video_frames, machine, save, section_args, table, tree_bytes  # noqa: E402
 
 import forge_gpu  # noqa: E402
-from forge_gpu import convert_run, export_lerobot, export_robomimic, read_episodes  # noqa: E402
+from forge_gpu.curation import convert_run  # noqa: E402
+from forge_gpu.export import export_lerobot, export_robomimic  # noqa: E402
+from forge_gpu.reading import read_episodes  # noqa: E402
 
 FULL = {
     "rate": {"cartpole": (256, 400, None), "reach": (64, 160, 64), "processes": [1, 2]},
@@ -57,18 +59,18 @@ MAX_STEPS = FULL["max_steps"]  # set from the sizes in main
 
 def make_env(task: str, num_envs: int, image_size: int | None):
     params = {} if image_size is None else {"params.image_size": image_size}
-    return forge_gpu.make(task, num_envs=num_envs, device="cpu", seed=0, max_steps=MAX_STEPS, **params)
+    return forge_gpu.sim.make(task, num_envs=num_envs, device="cpu", seed=0, max_steps=MAX_STEPS, **params)
 
 
 def record(task: str, num_envs: int, steps: int, image_size: int | None, out: str, policy: str = "random") -> str:
     env = make_env(task, num_envs, image_size)
-    forge_gpu.collect(env, forge_gpu.make_policy(policy, env), out, steps=steps)
+    forge_gpu.recording.collect(env, forge_gpu.sim.make_policy(policy, env), out, steps=steps)
     return out
 
 
 def image_mae(root: str, run: str) -> float:
     """Mean absolute error of every decoded frame of a LeRobot export against the run's frames."""
-    episodes = list(read_episodes(run, options=forge_gpu.EpisodeReadOptions(observation_keys=["rgb"])))
+    episodes = list(read_episodes(run, options=forge_gpu.reading.EpisodeReadOptions(observation_keys=["rgb"])))
     frames = lerobot_video_frames(root, [e.steps for e in episodes])
     errors = [np.abs(f.astype(np.float64) - e.obs["rgb"]).mean() for f, e in zip(frames, episodes, strict=True)]
     return float(np.mean(errors))
@@ -124,7 +126,9 @@ def size(sizes: dict, parent: str) -> list[dict]:
         "size_lerobot_av1": lambda out: export_lerobot(recorded, out, codec="av1"),
         "size_robomimic": lambda out: export_robomimic(recorded, out + ".hdf5"),
     }
-    episodes = sum(1 for _ in read_episodes(recorded, options=forge_gpu.EpisodeReadOptions(observation_keys=[])))
+    episodes = sum(
+        1 for _ in read_episodes(recorded, options=forge_gpu.reading.EpisodeReadOptions(observation_keys=[]))
+    )
     rows, raw = [], None
     for name, write in outputs.items():
         out = os.path.join(parent, name)
@@ -145,16 +149,16 @@ def stats_cost(sizes: dict, parent: str) -> list[dict]:
     for task, image_size in (("cartpole", None), ("reach", 64 if sizes["reach"][0] > 8 else 32)):
         num_envs, steps = sizes[task]
         env = make_env(task, num_envs, image_size)
-        policy = forge_gpu.make_policy("random", env)
-        forge_gpu.collect(env, policy, None, steps=3)  # compile and warm up
+        policy = forge_gpu.sim.make_policy("random", env)
+        forge_gpu.recording.collect(env, policy, None, steps=3)  # compile and warm up
         figures = {"with": [], "without": []}
         for k in range(sizes["rounds"]):
             for mode in ("with", "without"):
-                bare = forge_gpu.collect(env, policy, None, steps=steps)
+                bare = forge_gpu.recording.collect(env, policy, None, steps=steps)
                 os.sync()
                 out = os.path.join(parent, f"stats-{task}-{mode}-{k}")
-                options = forge_gpu.RecordingOptions(statistics=mode == "with")
-                recorded = forge_gpu.collect(env, policy, out, steps=steps, options=options)
+                options = forge_gpu.recording.RecordingOptions(statistics=mode == "with")
+                recorded = forge_gpu.recording.collect(env, policy, out, steps=steps, options=options)
                 figures[mode].append(recorded.env_steps_per_second / bare.env_steps_per_second)
                 shutil.rmtree(out)
         row = {

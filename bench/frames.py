@@ -127,7 +127,7 @@ def lerobot_rows(run: str, parent: str, episodes: list) -> tuple[list[dict], dic
     reference = np.concatenate([e.obs["rgb"] for e in episodes])
     for codec in ("h264", "av1"):
         root = os.path.join(parent, f"lerobot-{codec}")
-        report = forge_gpu.export_lerobot(run, root, codec=codec)
+        report = forge_gpu.export.export_lerobot(run, root, codec=codec)
         videos = tree_bytes(os.path.join(root, "videos"))
         decoded = np.concatenate(lerobot_video_frames(root, steps))
         quality = psnr(decoded, reference)
@@ -153,20 +153,20 @@ def pipeline_rows(sizes: dict, parent: str) -> list[dict]:
     import dataclasses
 
     env = make_env(sizes)
-    policy = forge_gpu.make_policy("random", env)
+    policy = forge_gpu.sim.make_policy("random", env)
     steps = sizes["pipeline_steps"]
-    forge_gpu.collect(env, policy, None, steps=3)
-    bare = forge_gpu.collect(env, policy, None, steps=steps).env_steps_per_second
-    has_codecs = "codecs" in {f.name for f in dataclasses.fields(forge_gpu.RecordingOptions)}
+    forge_gpu.recording.collect(env, policy, None, steps=3)
+    bare = forge_gpu.recording.collect(env, policy, None, steps=steps).env_steps_per_second
+    has_codecs = "codecs" in {f.name for f in dataclasses.fields(forge_gpu.recording.RecordingOptions)}
     modes = {"raw": {"codecs": RAW} if has_codecs else {}, "default codecs": {"codecs": {}}}
     rows = []
     for mode, extra in modes.items():
         if mode != "raw" and not has_codecs:
             rows.append({"recording": mode, "efficiency": "not measured: RecordingOptions takes no codecs here"})
             continue
-        options = forge_gpu.RecordingOptions(**extra)
+        options = forge_gpu.recording.RecordingOptions(**extra)
         out = os.path.join(parent, f"pipeline-{mode.replace(' ', '-')}")
-        recorded = forge_gpu.collect(env, policy, out, steps=steps, options=options)
+        recorded = forge_gpu.recording.collect(env, policy, out, steps=steps, options=options)
         rows.append(
             {
                 "recording": mode,
@@ -190,7 +190,7 @@ def forge_windows(runs: dict[str, str], batches: int) -> list[dict]:
     for label, run in runs.items():
         for mmap, keys in views:
             start = time.perf_counter()
-            windows = forge_gpu.Windows(run, history=HISTORY, horizon=HORIZON, observation_keys=keys, mmap=mmap)
+            windows = forge_gpu.reading.Windows(run, history=HISTORY, horizon=HORIZON, observation_keys=keys, mmap=mmap)
             opened = time.perf_counter() - start
             rng = np.random.default_rng(0)
             windows.batch(rng.integers(0, len(windows), BATCH))
@@ -230,7 +230,7 @@ def lerobot_windows(roots: dict, python: str, batches: int) -> list[dict]:
 
 
 def make_env(sizes: dict):
-    return forge_gpu.make(
+    return forge_gpu.sim.make(
         "reach",
         num_envs=sizes["num_envs"],
         device="cpu",
@@ -311,12 +311,16 @@ def main(argv=None) -> int:
     try:
         run = os.path.join(parent, "run")
         env = make_env(sizes)
-        options = forge_gpu.RecordingOptions(codecs=RAW)
-        forge_gpu.collect(env, forge_gpu.make_policy("expert", env), run, episodes=sizes["episodes"], options=options)
+        options = forge_gpu.recording.RecordingOptions(codecs=RAW)
+        forge_gpu.recording.collect(
+            env, forge_gpu.sim.make_policy("expert", env), run, episodes=sizes["episodes"], options=options
+        )
         collected = os.path.join(parent, "collected-default")  # the same episodes, as a new user's run records them
         env = make_env(sizes)
-        forge_gpu.collect(env, forge_gpu.make_policy("expert", env), collected, episodes=sizes["episodes"])
-        episodes = list(forge_gpu.read_episodes(run))
+        forge_gpu.recording.collect(
+            env, forge_gpu.sim.make_policy("expert", env), collected, episodes=sizes["episodes"]
+        )
+        episodes = list(forge_gpu.reading.read_episodes(run))
         frames = {
             name: np.concatenate([part for e in episodes for part in (e.obs[name], e.next[name][-1:])])
             for name in ("rgb", "depth")
@@ -329,7 +333,7 @@ def main(argv=None) -> int:
         for label, asked in RUNS.items():
             runs[label] = os.path.join(parent, label.replace(" ", "_").replace(":", "").replace(",", ""))
             defaults = {name: str(default_codec(v.shape[1:], v.dtype)) for name, v in frames.items()}
-            forge_gpu.convert_run(run, runs[label], to="packed", codecs={**defaults, **asked})
+            forge_gpu.curation.convert_run(run, runs[label], to="packed", codecs={**defaults, **asked})
         disk = disk_rows(run, collected, runs, published)
         lerobot, roots = lerobot_rows(run, parent, episodes)
         pipeline = pipeline_rows(sizes, parent)

@@ -71,16 +71,16 @@ def frames_rows(device: str | None, smoke: bool, say=print):
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import HostSnapshotTransport
     from forge_gpu._src.collect.encode import make_encoder
     from forge_gpu._src.core.codecs import CodecSpec, decode_frames
+    from forge_gpu.recording import HostSnapshotTransport
 
     size = SIZES["smoke" if smoke else "full"]
-    device = wp.get_device(device or forge_gpu.default_device())
+    device = wp.get_device(device or forge_gpu.sim.default_device())
     n, s, steps = size["num_envs"], size["image_size"], size["steps"]
     say(f"make reach x{n} at {s}x{s} on {device}")
-    env = forge_gpu.make("reach", num_envs=n, device=str(device), max_steps=200, **{"params.image_size": s})
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make("reach", num_envs=n, device=str(device), max_steps=200, **{"params.image_size": s})
+    policy = forge_gpu.sim.make_policy("random", env)
     env.reset()
     env.step(policy(env.observation))  # compile and capture outside the timed runs
     spec = CodecSpec("jpeg")

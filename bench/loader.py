@@ -27,8 +27,8 @@ from common import machine, save, table  # noqa: E402
 def record(out: Path, *, envs: int, size: int, episodes: int) -> Path:
     import forge_gpu
 
-    env = forge_gpu.make("reach", num_envs=envs, device="cpu", seed=0, max_steps=60, **{"params.image_size": size})
-    forge_gpu.collect(env, forge_gpu.make_policy("expert", env), str(out), episodes=episodes)
+    env = forge_gpu.sim.make("reach", num_envs=envs, device="cpu", seed=0, max_steps=60, **{"params.image_size": size})
+    forge_gpu.recording.collect(env, forge_gpu.sim.make_policy("expert", env), str(out), episodes=episodes)
     return out
 
 
@@ -38,7 +38,7 @@ def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
 
     import forge_gpu
 
-    dataset = forge_gpu.WindowMapDataset(run, history=2, horizon=4)
+    dataset = forge_gpu.reading.WindowMapDataset(run, history=2, horizon=4)
     sampler = BatchSampler(RandomSampler(dataset, generator=torch.Generator().manual_seed(0)), batch, drop_last=True)
     loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=workers,
                         persistent_workers=workers > 0)  # fmt: skip

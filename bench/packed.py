@@ -50,7 +50,7 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
                     anonymous memory it holds after construction (RssAnon, over the process's before), the load
                     time, and shuffled batches of 256 per second (median of 3, page cache warm: the run was
                     just written). Ratios: mmap over loaded.
-  verify            forge_gpu.verify_run over one packed reach-layout run of >= 1 GB (128x128 RGB-D, 64 envs, 150
+  verify            reading.verify_run over one packed reach-layout run of >= 1 GB (128x128 RGB-D, 64 envs, 150
                     steps), from a cold page cache (echo 3 > /proc/sys/vm/drop_caches; where that is refused,
                     posix_fadvise DONTNEED on each file: ``cold_cache`` says which; after the drop a 3-step run is
                     verified, untimed, so that the code's own pages are back), against a raw sequential read of the
@@ -87,7 +87,9 @@ from common import (  # noqa: E402
 )
 
 import forge_gpu  # noqa: E402
-from forge_gpu import NpzRecorder, PackedRecorder, Windows, convert_run, make_recorder  # noqa: E402
+from forge_gpu.curation import convert_run  # noqa: E402
+from forge_gpu.reading import Windows  # noqa: E402
+from forge_gpu.recording import NpzRecorder, PackedRecorder, make_recorder  # noqa: E402
 
 FULL = {
     "checksum": {"megabytes": 8, "repeats": 7},
@@ -209,13 +211,13 @@ def checksum_cost(env, batches, pairs: int, parent: str) -> dict:
 
 
 def pipeline(sizes: dict, parent: str) -> list[dict]:
-    from forge_gpu import collect
+    from forge_gpu.recording import collect
 
     envs = {
-        state: forge_gpu.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0, record_state=state)
+        state: forge_gpu.sim.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0, record_state=state)
         for state in (True, False)
     }
-    policies = {state: forge_gpu.make_policy("random", env) for state, env in envs.items()}
+    policies = {state: forge_gpu.sim.make_policy("random", env) for state, env in envs.items()}
     for state, env in envs.items():
         collect(env, policies[state], None, steps=5)  # compile and warm up
     rows = []
@@ -257,10 +259,10 @@ def rss(sizes: dict, parent: str) -> list[dict]:
     with figure_directory(parent) as where:
         for max_steps in (100, 1000):
             script = (
-                "import forge_gpu; from forge_gpu import collect; "
-                f"env = forge_gpu.make('reach', num_envs={sizes['num_envs']}, device='cpu', max_steps={max_steps}, "
+                "import forge_gpu; from forge_gpu.recording import collect; "
+                f"env = forge_gpu.sim.make('reach', num_envs={sizes['num_envs']}, device='cpu', max_steps={max_steps}, "
                 f"**{{'params.image_size': {sizes['image_size']}}}); "
-                f"collect(env, forge_gpu.make_policy('random', env), {new_directory(where, 'rss')!r}, "
+                f"collect(env, forge_gpu.sim.make_policy('random', env), {new_directory(where, 'rss')!r}, "
                 f"steps={sizes['steps']}); "
                 # VmHWM: this process's peak; ru_maxrss would keep the parent's peak across exec on Linux
                 "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
@@ -278,7 +280,7 @@ def rss(sizes: dict, parent: str) -> list[dict]:
 
 
 def reader(sizes: dict, parent: str) -> list[dict]:
-    read = forge_gpu.read_episodes
+    read = forge_gpu.reading.read_episodes
     rows = []
     for task, (num_envs, max_steps, end_prob, image) in sizes.items():
         steps = 2 * max_steps + 1 if not end_prob else int(4 / end_prob)
@@ -293,10 +295,10 @@ def reader(sizes: dict, parent: str) -> list[dict]:
             os.sync()  # no writeback of the runs just written during the reads
             for name, run in (("npz", npz), ("packed", packed)):
                 figure[f"{name}_episodes_per_s"] = median_rate(
-                    lambda run=run: sum(1 for _ in forge_gpu.read_episodes(run))
+                    lambda run=run: sum(1 for _ in forge_gpu.reading.read_episodes(run))
                 )
             figure["npz_action_windows_per_s"] = median_rate(
-                lambda npz=npz: sum(1 for _ in forge_gpu.action_windows(npz, 2, 8))
+                lambda npz=npz: sum(1 for _ in forge_gpu.reading.action_windows(npz, 2, 8))
             )
             for name, run in (("npz", npz), ("packed", packed)):
                 start = time.perf_counter()
@@ -315,7 +317,7 @@ def reader(sizes: dict, parent: str) -> list[dict]:
             rates = {True: [], False: []}
             for pair in range(5):
                 for verify in (True, False) if pair % 2 == 0 else (False, True):
-                    options = forge_gpu.EpisodeReadOptions(verify=verify)
+                    options = forge_gpu.reading.EpisodeReadOptions(verify=verify)
                     count = lambda o=options, run=packed: sum(1 for _ in read(run, options=o))  # noqa: E731
                     rates[verify].append(median_rate(count, 1))
             figure["packed_unverified_episodes_per_s"] = float(np.median(rates[False]))
@@ -339,7 +341,7 @@ _WINDOWS_PROBE = """
 import sys, time
 import pyarrow  # loaded before the first reading, so that it is not counted
 import numpy as np
-from forge_gpu import Windows
+from forge_gpu.reading import Windows
 
 def anon():
     return int([line.split()[1] for line in open("/proc/self/status") if line.startswith("RssAnon")][0]) * 1024
@@ -446,12 +448,12 @@ def verify(sizes: dict, parent: str) -> list[dict]:
         for pair in range(sizes["pairs"]):
             for kind in ("raw", "verify") if pair % 2 == 0 else ("verify", "raw"):
                 figure["cold_cache"] = drop_cache(paths, sizes.get("drop_caches", True))
-                forge_gpu.verify_run(small)
+                forge_gpu.reading.verify_run(small)
                 start = time.perf_counter()
                 if kind == "raw":
                     raw_read(paths)
                 else:
-                    report = forge_gpu.verify_run(run)
+                    report = forge_gpu.reading.verify_run(run)
                     assert report["ok"], report
                 rates[kind].append(figure["run_mb"] / (time.perf_counter() - start))
     figure["raw_read_mb_per_s"] = float(np.median(rates["raw"]))

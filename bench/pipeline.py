@@ -69,11 +69,11 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import collect
+    from forge_gpu.recording import collect
 
     overrides = ({"max_steps": args.max_steps} if args.max_steps > 0 else {}) | dict(args.overrides)
-    env = forge_gpu.make(task, num_envs=num_envs, device=device, **overrides)
-    policy = forge_gpu.make_policy(args.policy, env)
+    env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, **overrides)
+    policy = forge_gpu.sim.make_policy(args.policy, env)
     env.reset()
     t0 = time.perf_counter()
     for _ in range(3):  # compile and, on CUDA, capture the graph
@@ -107,7 +107,7 @@ def measure(task: str, num_envs: int, device: str, seconds: float, args, parent:
                 directory,
                 steps=steps,
                 slots=args.slots,
-                options=forge_gpu.RecordingOptions(
+                options=forge_gpu.recording.RecordingOptions(
                     format=format,
                     codecs=codecs,
                     writers=args.writers,
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     import forge_gpu
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=sorted(forge_gpu.TASKS))
+    parser.add_argument("--tasks", nargs="+", default=sorted(forge_gpu.sim.TASKS))
     parser.add_argument("--device", default=None)
     parser.add_argument("--envs", nargs="+", type=int, default=None, help="env counts for every task")
     parser.add_argument("--seconds", type=float, default=3.0, help="target stepping-only time per row")
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
-    device = args.device or forge_gpu.default_device()
+    device = args.device or forge_gpu.sim.default_device()
     cuda = wp.get_device(device).is_cuda
     seconds = 0.05 if args.smoke else args.seconds
     if args.smoke:
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="forge-bench-", dir=args.record_dir) as parent:
         for task in args.tasks:
-            if task not in forge_gpu.TASKS:
+            if task not in forge_gpu.sim.TASKS:
                 print(f"note: skipping task {task!r}: it is not registered")
                 continue
             default = CUDA_ENVS if cuda else CPU_ENVS.get(task, CPU_ENVS_OTHER)

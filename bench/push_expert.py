@@ -24,8 +24,8 @@ from common import add_set_option, machine, save, table
 def run(policy_name: str, num_envs: int, per_env: int, device: str, overrides: dict) -> dict:
     import forge_gpu
 
-    env = forge_gpu.make("push", num_envs=num_envs, device=device, **({"params.render": False} | overrides))
-    policy = forge_gpu.make_policy(policy_name, env)
+    env = forge_gpu.sim.make("push", num_envs=num_envs, device=device, **({"params.render": False} | overrides))
+    policy = forge_gpu.sim.make_policy(policy_name, env)
     env.reset()
     ended = np.zeros(num_envs, np.int64)
     steps, success, misses = [], [], []
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
-    device = args.device or forge_gpu.default_device()
+    device = args.device or forge_gpu.sim.default_device()
     overrides = dict(args.overrides)
     if args.smoke:
         args.envs, args.episodes_per_env = 4, 1

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
-    device = forge_gpu.default_device()
+    device = forge_gpu.sim.default_device()
     sizes = {"cartpole": [256, 1024], "ant": [256, 1024], "reach": [64]}
     if args.smoke:
         sizes, args.seconds = {"cartpole": [4], "reach": [4]}, 0.2

@@ -72,7 +72,7 @@ from common import (  # noqa: E402
     write_file,
 )
 
-from forge_gpu import NpzRecorder, make_recorder  # noqa: E402
+from forge_gpu.recording import NpzRecorder, make_recorder  # noqa: E402
 from forge_gpu.testing import SyntheticBatches, make_batches, synthetic_description  # noqa: E402
 
 FULL = {
@@ -339,10 +339,10 @@ def measure_collect(
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import RecordingOptions, collect
+    from forge_gpu.recording import RecordingOptions, collect
 
-    env = forge_gpu.make("cartpole", num_envs=num_envs, device="cpu", **overrides)
-    policy = forge_gpu.make_policy(policy_name, env)
+    env = forge_gpu.sim.make("cartpole", num_envs=num_envs, device="cpu", **overrides)
+    policy = forge_gpu.sim.make_policy(policy_name, env)
     env.reset()
     for _ in range(3):  # compile the kernels
         env.step(policy(env.observation))

@@ -40,12 +40,12 @@ def _collect(root: Path, name: str, *, envs: int, steps: int, policy: str, seed:
     import forge_gpu
 
     began = time.perf_counter()
-    env = forge_gpu.make("reach", num_envs=envs, device=None, seed=seed, **overrides)
-    summary = forge_gpu.collect(env, forge_gpu.load_policy(policy, env), str(root / name), steps=steps)
+    env = forge_gpu.sim.make("reach", num_envs=envs, device=None, seed=seed, **overrides)
+    summary = forge_gpu.recording.collect(env, forge_gpu.sim.load_policy(policy, env), str(root / name), steps=steps)
     seconds = time.perf_counter() - began
-    run = forge_gpu.open_run(root / name)
+    run = forge_gpu.reading.open_run(root / name)
     frames = sum(run.ids(k)[2] + 1 for k in range(len(run)))
-    successes = sum(e.terminated[-1] for e in run.read(list(range(len(run))), forge_gpu.EpisodeReadOptions()))
+    successes = sum(e.terminated[-1] for e in run.read(list(range(len(run))), forge_gpu.reading.EpisodeReadOptions()))
     return {"seconds": seconds, "frames": frames, "episodes": summary.episodes, "successful": int(successes)}
 
 
@@ -53,7 +53,7 @@ def _replay(root: Path, source: str, name: str, **kwargs):
     import forge_gpu
 
     began = time.perf_counter()
-    report = forge_gpu.replay(root / source, root / name, **kwargs)
+    report = forge_gpu.recording.replay(root / source, root / name, **kwargs)
     return {"seconds": time.perf_counter() - began, "frames": report["frames"], "episodes": report["episodes"]}
 
 

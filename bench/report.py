@@ -1,5 +1,5 @@
-"""Report figures (issue 25): how long ``forge_gpu.report`` takes on a large run and how large its page is; and the
-screenshot of a real run's report that docs/ shows.
+"""Report figures (issue 25): how long ``forge_gpu.reading.report`` takes on a large run and how large its page
+is; and the screenshot of a real run's report that docs/ shows.
 
 python bench/report.py                    # a >= 1 GB camera run and a many-episode run; several minutes on 2 cores
 python bench/report.py --smoke            # seconds-long check that every figure is produced
@@ -11,7 +11,7 @@ python bench/report.py --screenshot reach # docs/report-reach.png from a small r
              not noise, so that the gallery's WebP sizes are those of real frames.
   episodes   a packed run of many short episodes: cartpole's layout (proprio [4], action [1]), 4096 envs, ~25-step
              episodes: what the per-episode part of the report costs.
-  Each: report_s (wall time of forge_gpu.report, warm page cache, the median of ``repeats``), cold_report_s (the
+  Each: report_s (wall time of forge_gpu.reading.report, warm page cache, the median of ``repeats``), cold_report_s (the
   same after the run's files are dropped from the page cache with POSIX_FADV_DONTNEED), html_kb (the page),
   run_mb, episodes, gallery (episodes drawn), episodes_per_s = episodes / report_s.
 """
@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 from common import fs_type, save, table  # noqa: E402
 
 import forge_gpu  # noqa: E402
-from forge_gpu import PackedRecorder  # noqa: E402
+from forge_gpu.recording import PackedRecorder  # noqa: E402
 from forge_gpu.testing import synthetic_description  # noqa: E402
 
 FULL = {
@@ -144,10 +144,10 @@ def figure(name: str, sizes: dict, parent: str, repeats: int) -> dict:
     out = os.path.join(parent, f"{name}.html")
     times = []
     for _ in range(repeats):
-        result = forge_gpu.report(directory, out)
+        result = forge_gpu.reading.report(directory, out)
         times.append(result["seconds"])
     uncache(paths)
-    cold = forge_gpu.report(directory, out)
+    cold = forge_gpu.reading.report(directory, out)
     row.update(report_s=float(np.median(times)), cold_report_s=cold["seconds"], html_kb=result["bytes"] / 1e3)
     row.update(gallery=result["gallery"], episodes_per_s=made["episodes"] / row["report_s"])
     shutil.rmtree(directory)
@@ -163,10 +163,10 @@ def screenshot(task: str, out_dir: Path, overrides: dict, policy: str, envs: int
 
     work = tempfile.mkdtemp(prefix=f"report-{task}-")
     try:
-        env = forge_gpu.make(task, num_envs=envs, seed=0, **overrides)
+        env = forge_gpu.sim.make(task, num_envs=envs, seed=0, **overrides)
         run = f"{work}/{task}-demo"
-        forge_gpu.collect(env, forge_gpu.make_policy(policy, env), run, episodes=episodes)
-        result = forge_gpu.report(run, f"{work}/report.html")
+        forge_gpu.recording.collect(env, forge_gpu.sim.make_policy(policy, env), run, episodes=episodes)
+        result = forge_gpu.reading.report(run, f"{work}/report.html")
         page = browser.load(f"{work}/report.html", screenshot=f"{work}/shot.png", size=(1200, 3400))
         if not page.checked or page.errors or page.console or set(page.images.values()) - {"yes"}:
             raise RuntimeError(f"the page did not render cleanly: {page.errors} {page.console} {page.images}")

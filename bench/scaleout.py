@@ -21,7 +21,7 @@ from common import machine, save, table
 
 
 def measure(task: str, workers: int, num_envs: int, steps: int, device: str, max_steps: int) -> dict:
-    from forge_gpu import collect_distributed
+    from forge_gpu.recording import collect_distributed
 
     with tempfile.TemporaryDirectory(prefix="forge-scaleout-") as tmp:
         summary = collect_distributed(

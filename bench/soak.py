@@ -41,8 +41,9 @@ def rss_bytes() -> int:
 def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
-    from forge_gpu import EpisodeReadOptions, open_run, read_manifest
     from forge_gpu._src.formats.npz.reader import load_episode, marked_episodes
+    from forge_gpu.formats import read_manifest
+    from forge_gpu.reading import EpisodeReadOptions, open_run
 
     manifest = read_manifest(run)
     if manifest["schema_version"] == 2:
@@ -133,7 +134,7 @@ def kill_trials(kills: int, seed: int, envs: int, format: str) -> dict:
 
 def published(run: Path) -> bool:
     """Whether a reader sees at least one episode in the live run."""
-    from forge_gpu import open_run
+    from forge_gpu.reading import open_run
 
     try:
         return len(open_run(run)) > 0
@@ -146,12 +147,12 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
 
     import forge_gpu
     import forge_gpu._src.formats.npz.recorder as recorder_module
-    from forge_gpu import collect
     from forge_gpu._src.formats.packed.writer import PackedWriter
+    from forge_gpu.recording import collect
 
     wp.config.quiet = True
-    env = forge_gpu.make("cartpole", num_envs=envs, device="cpu", max_steps=50)
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make("cartpole", num_envs=envs, device="cpu", max_steps=50)
+    policy = forge_gpu.sim.make_policy("random", env)
     env.reset()
     env.step(policy(env.observation))  # compile before measuring the baseline
     owner, name = (recorder_module, "write_episode_file") if format == "npz" else (PackedWriter, "write")
@@ -187,11 +188,11 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
             episodes=10**9,
             stop=stop,
             slots=slots,
-            options=forge_gpu.RecordingOptions(format=format, max_buffer_bytes=budget),
+            options=forge_gpu.recording.RecordingOptions(format=format, max_buffer_bytes=budget),
         )
         done.set()  # the peak is the collection's: reading the run back below maps its files
         sampler.join()
-        count = len(list(forge_gpu.read_episodes(out)))
+        count = len(list(forge_gpu.reading.read_episodes(out)))
     finally:
         done.set()
         setattr(owner, name, real)

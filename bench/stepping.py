@@ -19,17 +19,17 @@ def main(argv=None) -> int:
     import forge_gpu
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=sorted(forge_gpu.TASKS))
+    parser.add_argument("--tasks", nargs="+", default=sorted(forge_gpu.sim.TASKS))
     parser.add_argument("--device", default=None)
     parser.add_argument("--envs", nargs="+", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     parser.add_argument("--policy", default="random", choices=["random", "expert"])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
-    add_set_option(parser, "config override passed to forge_gpu.make, e.g. params.render=false (repeatable)")
+    add_set_option(parser, "config override passed to forge_gpu.sim.make, e.g. params.render=false (repeatable)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
-    device = args.device or forge_gpu.default_device()
+    device = args.device or forge_gpu.sim.default_device()
     if args.smoke:
         envs, args.seconds = args.envs or [4, 16], 0.2
     elif args.envs:

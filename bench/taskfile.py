@@ -41,7 +41,7 @@ def hook_times(task: str, num_envs: int, device: str) -> dict:
 
     import forge_gpu
 
-    env = forge_gpu.make(task, num_envs=num_envs, device=device, seed=0)
+    env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, seed=0)
     env.reset()
     row = {"task": task, "num_envs": num_envs}
     for hook in ("apply_action", "reset_worlds", "observe"):
@@ -66,8 +66,8 @@ def policy_row(task: str, name: str, num_envs: int, steps: int) -> dict:
     import forge_gpu
     from forge_gpu._src.sim.tasks.filetask import hold_pose
 
-    env = forge_gpu.make(task, num_envs=num_envs, device="cpu", seed=0)
-    policy = hold_pose(env.task, env.world, {}) if name == "hold_pose" else forge_gpu.make_policy(name, env)
+    env = forge_gpu.sim.make(task, num_envs=num_envs, device="cpu", seed=0)
+    policy = hold_pose(env.task, env.world, {}) if name == "hold_pose" else forge_gpu.sim.make_policy(name, env)
     env.reset()
     running, returns, lengths = np.zeros(num_envs), [], []
     terms, active_steps, reward_sum = 0.0, 0, 0.0

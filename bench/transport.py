@@ -51,7 +51,7 @@ def image_overrides(task: str, side: int | None) -> dict:
         return {}
     import forge_gpu
 
-    params = {f.name for f in dataclasses.fields(forge_gpu.task_config(task).params)}
+    params = {f.name for f in dataclasses.fields(forge_gpu.sim.task_config(task).params)}
     for width, height in (("image_width", "image_height"), ("camera_width", "camera_height"), ("width", "height")):
         if width in params and height in params:
             return {f"params.{width}": side, f"params.{height}": side}
@@ -82,7 +82,7 @@ class HostSnapshot:
     """HostSnapshotTransport with a consumer thread that only gets and releases slots."""
 
     def __init__(self, env, slots: int):
-        from forge_gpu import HostSnapshotTransport
+        from forge_gpu.recording import HostSnapshotTransport
 
         self.transport = HostSnapshotTransport(env, slots=slots)
         self.bytes_per_step = self.transport.bytes_per_step
@@ -207,8 +207,8 @@ def measure(layout: str, num_envs: int, device: str, seconds: float, min_steps: 
     import forge_gpu
 
     task, side = LAYOUTS[layout]
-    env = forge_gpu.make(task, num_envs=num_envs, device=device, **image_overrides(task, side))
-    policy = forge_gpu.make_policy(args.policy, env)
+    env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, **image_overrides(task, side))
+    policy = forge_gpu.sim.make_policy(args.policy, env)
     slots = args.slots
     env.reset()
     warm, _ = run_loop(env, policy, None, 3, 1, True)  # compiles and, on CUDA, captures the graph
@@ -262,7 +262,7 @@ def measure_all(args, device: str, cuda: bool, seconds: float, min_steps: int, p
     rows = []
     for layout in args.layouts:
         task = LAYOUTS[layout][0]
-        if task not in forge_gpu.TASKS:
+        if task not in forge_gpu.sim.TASKS:
             print(f"note: skipping layout {layout}: task {task!r} is not registered")
             continue
         envs = args.envs or (SMOKE_ENVS[layout] if args.smoke else CUDA_ENVS if cuda else CPU_ENVS[layout])
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
-    device = args.device or forge_gpu.default_device()
+    device = args.device or forge_gpu.sim.default_device()
     cuda = wp.get_device(device).is_cuda
     seconds, min_steps = (0.05, 3) if args.smoke else (args.seconds, 8)
     peak = reference_gb_per_s(CUDA_PEAK_BYTES, wp.get_device(device), 1.0) if cuda else None

@@ -109,7 +109,7 @@ def record(directory, env, batches, *, recorder=None, **kwargs):
     NpzRecorder) and close; return the recorder. A packed run's images are stored losslessly unless ``codecs``
     says otherwise (:data:`LOSSLESS`: the synthetic depth is noise, not a depth map, and the tests compare bit for
     bit; the default quantizes depth)."""
-    from forge_gpu import NpzRecorder, PackedRecorder
+    from forge_gpu.recording import NpzRecorder, PackedRecorder
 
     if recorder is PackedRecorder:
         kwargs = {"codecs": LOSSLESS, **kwargs}
@@ -136,7 +136,7 @@ def load_run(directory):
 
 def published(directory) -> int:
     """Episodes a reader sees in a run directory of either layout now (0 while it holds no readable run)."""
-    from forge_gpu import open_run
+    from forge_gpu.reading import open_run
 
     try:
         return len(open_run(directory))

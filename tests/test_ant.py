@@ -11,8 +11,8 @@ from forge_gpu.recording import collect
 @pytest.mark.parametrize("device", DEVICES)
 def test_shapes_observation_reward_and_termination_match_numpy(device):
     """Fields have the spec's shapes; proprio, reward and termination match a NumPy reference of the state."""
-    env = forge_gpu.make("ant", num_envs=3, device=device)
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make("ant", num_envs=3, device=device)
+    policy = forge_gpu.sim.make_policy("random", env)
     p = env.config.params  # a task file's sections (configs/ant.toml)
     forward_weight, action_cost = (r["weight"] for r in p.rewards)  # action_cost < 0: a penalty
     min_height, min_upright = (t.get("height", t.get("min_up")) for t in p.terminations)
@@ -41,8 +41,8 @@ def test_shapes_observation_reward_and_termination_match_numpy(device):
 
 def test_low_torso_terminates_and_auto_resets():
     """A torso below min_height ends the episode; the next row is a reset frame at the start pose."""
-    env = forge_gpu.make("ant", num_envs=2, device="cpu", terminations=[{"term": "root_below", "height": 0.7}])
-    frames = rollout(env, forge_gpu.make_policy("random", env), 2)
+    env = forge_gpu.sim.make("ant", num_envs=2, device="cpu", terminations=[{"term": "root_below", "height": 0.7}])
+    frames = rollout(env, forge_gpu.sim.make_policy("random", env), 2)
     end, after = frames[1], frames[2]
     assert end.terminated.all() and not end.truncated.any() and end.info["active"].all()
     assert (end.observation["proprio"][:, 0] < 0.7).all()
@@ -56,8 +56,8 @@ def test_determinism_and_independence_from_env_count():
     """The same seed gives identical rollouts; env i's episodes do not depend on num_envs (2 vs 4)."""
 
     def run(n, seed):
-        env = forge_gpu.make("ant", num_envs=n, device="cpu", seed=seed, max_steps=8)
-        return rollout(env, forge_gpu.make_policy("random", env), 12)
+        env = forge_gpu.sim.make("ant", num_envs=n, device="cpu", seed=seed, max_steps=8)
+        return rollout(env, forge_gpu.sim.make_policy("random", env), 12)
 
     a, b, wide = run(2, 3), run(2, 3), run(4, 3)
     for fa, fb, fw in zip(a, b, wide, strict=True):
@@ -71,8 +71,8 @@ def test_determinism_and_independence_from_env_count():
 
 def mean_forward_velocity(policy_name, steps=150):
     """Mean torso x velocity [m/s] over the active rows of a rollout of 4 envs."""
-    env = forge_gpu.make("ant", num_envs=4, device="cpu", max_steps=steps)
-    frames = rollout(env, forge_gpu.make_policy(policy_name, env), steps)
+    env = forge_gpu.sim.make("ant", num_envs=4, device="cpu", max_steps=steps)
+    frames = rollout(env, forge_gpu.sim.make_policy(policy_name, env), steps)
     return np.concatenate([f.observation["proprio"][f.info["active"], 5] for f in frames]).mean()
 
 
@@ -85,9 +85,9 @@ def test_expert_gait_walks_forward():
 
 def test_collected_run_reads_back(tmp_path):
     """Expert episodes collected to disk read back whole, with the ant's fields and shapes."""
-    env = forge_gpu.make("ant", num_envs=2, device="cpu", max_steps=10)
-    summary = collect(env, forge_gpu.make_policy("expert", env), str(tmp_path / "run"), episodes=4)
-    episodes = list(forge_gpu.read_episodes(tmp_path / "run"))
+    env = forge_gpu.sim.make("ant", num_envs=2, device="cpu", max_steps=10)
+    summary = collect(env, forge_gpu.sim.make_policy("expert", env), str(tmp_path / "run"), episodes=4)
+    episodes = list(forge_gpu.reading.read_episodes(tmp_path / "run"))
     assert summary.status == "closed" and len(episodes) >= 4
     for ep in episodes:
         assert ep.steps == 10 and ep.truncated[-1] and not ep.terminated.any()

@@ -17,13 +17,13 @@ from forge_gpu._src.sim import capture as capture_module
 def assert_falls_back(break_it, why: str, mode: str):
     """Once ``break_it()`` has run (after an unbroken reference env's rollout), an env warns once (``why``),
     reports ``mode`` and steps like the reference; returns the env."""
-    reference = forge_gpu.make("cartpole", num_envs=3, device="cpu", seed=4, max_steps=4)
-    want = rollout(reference, forge_gpu.make_policy("random", reference), 7)
+    reference = forge_gpu.sim.make("cartpole", num_envs=3, device="cpu", seed=4, max_steps=4)
+    want = rollout(reference, forge_gpu.sim.make_policy("random", reference), 7)
     assert reference.step_mode == "graph"
     break_it()
-    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", seed=4, max_steps=4)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device="cpu", seed=4, max_steps=4)
     with pytest.warns(RuntimeWarning, match=why) as caught:
-        got = rollout(env, forge_gpu.make_policy("random", env), 7)
+        got = rollout(env, forge_gpu.sim.make_policy("random", env), 7)
     assert len(caught) == 1, [str(w.message) for w in caught]
     assert env.step_mode.startswith(mode), env.step_mode
     for a, b in zip(got, want, strict=True):  # resets included (max_steps=4)
@@ -58,7 +58,7 @@ def test_a_refused_instantiation_is_a_failed_capture(monkeypatch):
         "eagerly because graph capture failed.*refused to instantiate",
         "eager: graph capture failed (RuntimeError: the driver refused to instantiate",
     )
-    fresh = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    fresh = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     with pytest.warns(RuntimeWarning, match="refused to instantiate"):
         fresh.reset()
     assert fresh.step_mode == env.step_mode  # known before the first step
@@ -87,7 +87,7 @@ def test_a_refused_first_launch_falls_back_to_eager_stepping(monkeypatch):
 
 def test_a_launched_graph_is_not_guarded_again(monkeypatch):
     """After a first launch that worked, a failing launch is an error of that step, not a silent fallback."""
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     env.reset()
     env.step(np.zeros((2, 1), np.float32))
     assert env.step_mode == "graph"

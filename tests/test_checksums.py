@@ -23,11 +23,11 @@ from synthetic import (
 )
 
 import forge_gpu
-from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows
 from forge_gpu._src.formats.packed.commits import EPISODE_KEYS
 from forge_gpu.cli import main
 from forge_gpu.curation import repair_run
-from forge_gpu.recording import write_dataset_manifest
+from forge_gpu.reading import EpisodeReadOptions, Windows
+from forge_gpu.recording import PackedRecorder, write_dataset_manifest
 
 LOG = "commits.jsonl"
 
@@ -91,7 +91,7 @@ def damage(run, k, *, zero=None):
 
 
 def read(run, **options):
-    return list(forge_gpu.read_episodes(run, options=EpisodeReadOptions(state=True, **options)))
+    return list(forge_gpu.reading.read_episodes(run, options=EpisodeReadOptions(state=True, **options)))
 
 
 def same(a, b) -> bool:
@@ -110,7 +110,7 @@ def test_every_commit_line_holds_its_blocks_checksum(recorded):
     """Each line's crc32c is CRC32C of exactly its block's bytes; the run says layout_version 5."""
     import crc32c
 
-    assert forge_gpu.read_manifest(recorded)["layout_version"] == 5
+    assert forge_gpu.formats.read_manifest(recorded)["layout_version"] == 5
     lines = commits(recorded)
     assert len({c["segment"] for c in lines}) > 1
     for c in lines:
@@ -161,7 +161,7 @@ def test_older_runs_read_unverified_and_say_so(recorded, tmp_path, version, caps
     got = read(run)
     assert len(got) == len(original)
     assert all(same(a, b) for a, b in zip(got, original, strict=True))
-    report = forge_gpu.verify_run(run)
+    report = forge_gpu.reading.verify_run(run)
     assert report["ok"] and report["runs"][0]["checksums"] is False
     assert main(["verify", str(run)]) == 0
     assert "unverified (no checksums" in capsys.readouterr().out
@@ -188,8 +188,8 @@ def test_repair_cuts_a_crashed_run_at_its_first_damaged_block(recorded, tmp_path
     assert len(report["lost_episodes"]) == report["cut"]["episodes"] and report["episodes"] == kept
     original = read(recorded)
     assert all(same(a, b) for a, b in zip(read(run), original[:kept], strict=True)) and len(read(run)) == kept
-    assert forge_gpu.verify_run(run)["ok"]
-    manifest = forge_gpu.read_manifest(run)
+    assert forge_gpu.reading.verify_run(run)["ok"]
+    manifest = forge_gpu.formats.read_manifest(run)
     assert manifest["status"] == "closed" and manifest["repaired"]["lost_episodes"] == report["lost_episodes"]
     state = sorted((p.name, p.read_bytes()) for p in run.iterdir())
     assert repair_run(run)["changed"] is False
@@ -220,7 +220,7 @@ def test_salvage_keeps_every_episode_whose_blocks_check(recorded, tmp_path, caps
                 hit.add(f"{e}:{i}")
     assert main(["repair", "--salvage", str(run)]) == 0
     out = capsys.readouterr().out
-    report = forge_gpu.read_manifest(run)["repaired"]
+    report = forge_gpu.formats.read_manifest(run)["repaired"]
     assert set(report["lost_episodes"]) == hit and hit and all(name in out for name in hit)
     got = read(run)
     assert {f"{e.env_id}:{e.episode_id}" for e in got} == {f"{e}:{i}" for e, i in original} - hit
@@ -230,13 +230,15 @@ def test_salvage_keeps_every_episode_whose_blocks_check(recorded, tmp_path, caps
         assert (new["offset"], new["length"]) == (old["offset"], old["length"])
         if i != k:
             assert new["crc32c"] == old["crc32c"]
-    assert forge_gpu.verify_run(run)["ok"] and forge_gpu.read_manifest(run)["completed_episodes"] == len(got)
+    assert forge_gpu.reading.verify_run(run)["ok"] and forge_gpu.formats.read_manifest(run)[
+        "completed_episodes"
+    ] == len(got)
     state = sorted((p.name, p.read_bytes()) for p in run.iterdir())
     assert repair_run(run, salvage=True)["changed"] is False
     assert sorted((p.name, p.read_bytes()) for p in run.iterdir()) == state
     damage(run, 1)
     again = repair_run(run, salvage=True)
-    assert again["cut"]["blocks"] == 1 and forge_gpu.verify_run(run)["ok"]
+    assert again["cut"]["blocks"] == 1 and forge_gpu.reading.verify_run(run)["ok"]
     assert all(same(e, original[(e.env_id, e.episode_id)]) for e in read(run))
 
 
@@ -247,7 +249,7 @@ def test_verify_lists_bad_blocks_and_episodes_and_exits_1(recorded, tmp_path, ca
     assert capsys.readouterr().out.startswith(f"{recorded}: ok (")
     run = copy(recorded, tmp_path)
     commit = damage(run, 2)
-    report = forge_gpu.verify_run(run)["runs"][0]
+    report = forge_gpu.reading.verify_run(run)["runs"][0]
     assert [(b["offset"], b["line"]) for b in report["bad_blocks"]] == [(commit["offset"], 3)]
     assert report["bad_episodes"] and all(e["error"] == "it has rows in a bad block" for e in report["bad_episodes"])
     assert main(["verify", str(run)]) == 1
@@ -304,7 +306,7 @@ def test_verify_finds_episodes_that_break_the_rules(recorded, tmp_path, capsys):
     writer.write(columns, episodes)
     writer.close()
     shutil.copy(recorded / "run.json", run / "run.json")
-    report = forge_gpu.verify_run(run)["runs"][0]
+    report = forge_gpu.reading.verify_run(run)["runs"][0]
     expected = {f"{first['env_id'][0]}:{first['episode_id'][0]}", f"{second['env_id'][0]}:{second['episode_id'][0]}"}
     assert not report["bad_blocks"] and {e["episode"] for e in report["bad_episodes"]} == expected
     errors = " ".join(e["error"] for e in report["bad_episodes"])
@@ -348,7 +350,7 @@ def test_2000_mutants_are_refused_or_read_back_exactly(tmp_path, capsys):
             outcome = f"escaped: {type(exc).__name__}: {exc}"
         if seed % 10 == 0 and not outcome.startswith("escaped"):  # verify agrees, and raises nothing
             try:
-                found = forge_gpu.verify_run(run)["runs"][0]
+                found = forge_gpu.reading.verify_run(run)["runs"][0]
                 # refused: verify finds something; read: none of its episodes is bad (a damaged block after the
                 # last episode's, which readers never reach, is verify's alone)
                 if found["ok"] if outcome == "refused" else (found["bad_episodes"] or found["error"]):
@@ -385,8 +387,8 @@ def test_verify_reads_a_schema_1_run_episode_by_episode(recorded, tmp_path, caps
     """An npz run: verify reads each episode (its members' zip CRC-32 and the rules) and names a damaged one."""
     import zipfile
 
-    forge_gpu.convert_run(recorded, tmp_path / "npz", to="npz")
-    assert forge_gpu.verify_run(tmp_path / "npz")["ok"]
+    forge_gpu.curation.convert_run(recorded, tmp_path / "npz", to="npz")
+    assert forge_gpu.reading.verify_run(tmp_path / "npz")["ok"]
     victim = sorted((tmp_path / "npz").glob("*.npz"))[2]
     info = zipfile.ZipFile(victim).getinfo("action.npy")
     data = bytearray(victim.read_bytes())
@@ -408,11 +410,11 @@ def test_a_damaged_schema_costs_its_block_only(recorded, tmp_path):
     data = bytearray(segment.read_bytes())
     data[40] ^= 0xFF  # inside the schema message's flatbuffer
     segment.write_bytes(bytes(data))
-    report = forge_gpu.verify_run(run)["runs"][0]
+    report = forge_gpu.reading.verify_run(run)["runs"][0]
     assert [b["line"] for b in report["bad_blocks"]] == [k + 1]
     lost = {e["episode"] for e in report["bad_episodes"]}
     repair_run(run, salvage=True)
-    assert forge_gpu.verify_run(run)["ok"]
+    assert forge_gpu.reading.verify_run(run)["ok"]
     original = {(e.env_id, e.episode_id): e for e in read(recorded)}
     got = read(run)
     assert {f"{e.env_id}:{e.episode_id}" for e in got} == {f"{e}:{i}" for e, i in original} - lost

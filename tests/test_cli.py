@@ -36,7 +36,7 @@ def test_collect_inspect_render_end_to_end(tmp_path, layout):
     )
     assert done.returncode == 0, done.stderr
     assert f"run: {out}" in done.stdout and "episodes published" in done.stdout
-    manifest = forge_gpu.read_manifest(out)
+    manifest = forge_gpu.formats.read_manifest(out)
     assert manifest["status"] == "closed" and manifest["completed_episodes"] >= 6
     assert manifest["config"]["max_steps"] == 15
     report = run_cli("inspect", str(out), "--json")
@@ -84,9 +84,9 @@ def test_sigint_keeps_completed_episodes(tmp_path):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert "stopped by SIGINT" in stdout
-    manifest = forge_gpu.read_manifest(out)
+    manifest = forge_gpu.formats.read_manifest(out)
     assert manifest["status"] == "closed" and manifest["incomplete_episodes"]
-    episodes = list(forge_gpu.read_episodes(out))
+    episodes = list(forge_gpu.reading.read_episodes(out))
     assert len(episodes) == manifest["completed_episodes"] >= 4
     assert not list(out.glob("*.tmp"))
 
@@ -137,9 +137,9 @@ def test_torch_mlp_policy_drives_cartpole(tmp_path):
         import torch
         from torch_policies import tiny_mlp
 
-        spec = forge_gpu.read_manifest(out)["env_spec"]
+        spec = forge_gpu.formats.read_manifest(out)["env_spec"]
         net = tiny_mlp(spec, "cpu")
-        episodes = list(forge_gpu.read_episodes(out))
+        episodes = list(forge_gpu.reading.read_episodes(out))
         assert episodes
         for ep in episodes:
             with torch.no_grad():
@@ -358,7 +358,7 @@ def test_data_commands_run_without_warp_newton_or_torch(tmp_path):
     pytest.importorskip("rerun")  # view (rerun-sdk, the [view] extra)
     from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
-    from forge_gpu import PackedRecorder
+    from forge_gpu.recording import PackedRecorder
 
     env = synthetic_description(num_envs=3, max_steps=6)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.4), 30), recorder=PackedRecorder)
@@ -423,13 +423,13 @@ def test_collect_has_one_flag_per_recording_option_and_builds_them_from_it():
     collect = parser._subparsers._group_actions[0].choices["collect"]  # argparse keeps subparsers here
     flags = {s for action in collect._actions for s in action.option_strings}
     assert {flag(name) for name in FIELDS} <= flags
-    assert FIELDS == tuple(f.name for f in dataclasses.fields(forge_gpu.RecordingOptions))
-    assert recording_options_of(parser.parse_args(["collect", "cartpole"])) == forge_gpu.RecordingOptions()
+    assert FIELDS == tuple(f.name for f in dataclasses.fields(forge_gpu.recording.RecordingOptions))
+    assert recording_options_of(parser.parse_args(["collect", "cartpole"])) == forge_gpu.recording.RecordingOptions()
     packed = ["--compression", "lz4", "--writers", "3", "--max-buffer-bytes", "4096", "--no-statistics"]
     packed += ["--codec", "rgb=jpeg:90", "--durability", "machine"]
     npz = ["--format", "npz", "--compression", "deflate", "--compression-level", "3"]
     a, b = (recording_options_of(parser.parse_args(["collect", "cartpole", *extra])) for extra in (packed, npz))
-    assert a == forge_gpu.RecordingOptions(
+    assert a == forge_gpu.recording.RecordingOptions(
         compression="lz4",
         writers=3,
         max_buffer_bytes=4096,
@@ -437,8 +437,8 @@ def test_collect_has_one_flag_per_recording_option_and_builds_them_from_it():
         codecs={"rgb": "jpeg:90"},
         durability="machine",
     )
-    assert b == forge_gpu.RecordingOptions(format="npz", compression="deflate", compression_level=3)
-    default = forge_gpu.RecordingOptions()
+    assert b == forge_gpu.recording.RecordingOptions(format="npz", compression="deflate", compression_level=3)
+    default = forge_gpu.recording.RecordingOptions()
     changed = {name for name in FIELDS for o in (a, b) if getattr(o, name) != getattr(default, name)}
     assert changed == set(FIELDS)
 

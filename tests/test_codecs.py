@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run
 from forge_gpu._src.core.codecs import (
     CODECS,
     CodecSpec,
@@ -25,13 +24,16 @@ from forge_gpu._src.core.codecs import (
     decode_frames,
     encode_frames,
 )
+from forge_gpu.curation import convert_run
+from forge_gpu.reading import EpisodeReadOptions, Windows
+from forge_gpu.recording import PackedRecorder
 
 
 @pytest.fixture(scope="module")
 def rendered():
     """Real frames of the reach task's camera at 32 x 32 (2 envs, a few steps of the expert): rgb and depth."""
-    env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=4, **{"params.image_size": 32})
-    policy = forge_gpu.make_policy("expert", env)
+    env = forge_gpu.sim.make("reach", num_envs=2, device="cpu", seed=4, **{"params.image_size": 32})
+    policy = forge_gpu.sim.make_policy("expert", env)
     env.reset()
     rgb, depth = [], []
     for _ in range(6):
@@ -137,17 +139,19 @@ def independent_frames(run: Path) -> dict[str, np.ndarray]:
 def test_an_independent_decode_of_a_collected_run_agrees_with_forge_gpus(tmp_path, codecs):
     """A reach run (real frames, 32 px) collected with the default codecs and with others reads the same through
     forge_gpu and through the independent decoder of the format page."""
-    env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=1, max_steps=6, **{"params.image_size": 32})
-    policy = forge_gpu.make_policy("expert", env)
-    forge_gpu.collect(env, policy, str(tmp_path / "run"), episodes=2, options=forge_gpu.RecordingOptions(codecs=codecs))
-    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    env = forge_gpu.sim.make("reach", num_envs=2, device="cpu", seed=1, max_steps=6, **{"params.image_size": 32})
+    policy = forge_gpu.sim.make_policy("expert", env)
+    forge_gpu.recording.collect(
+        env, policy, str(tmp_path / "run"), episodes=2, options=forge_gpu.recording.RecordingOptions(codecs=codecs)
+    )
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "run")
     assert manifest["layout_version"] == 5 and set(manifest["codecs"]) == {"obs/rgb", "obs/depth"}
     expected = {"obs/rgb": codecs.get("rgb", "zstd"), "obs/depth": codecs.get("depth", "quantized")}
     assert {c: CodecSpec.from_json(s, name="run.json") for c, s in manifest["codecs"].items()} == {
         c: CodecSpec.parse(s) for c, s in expected.items()
     }
     mine = independent_frames(tmp_path / "run")
-    episodes = list(forge_gpu.read_episodes(tmp_path / "run"))
+    episodes = list(forge_gpu.reading.read_episodes(tmp_path / "run"))
     assert episodes
     lines = [json.loads(line) for line in (tmp_path / "run" / "commits.jsonl").read_text().splitlines()]
     first = np.concatenate([np.asarray(c["episodes"]["first_row"], np.int64) for c in lines])
@@ -178,11 +182,11 @@ def test_a_damaged_payload_is_refused_by_its_blocks_checksum_before_any_decode(t
     segment.write_bytes(bytes(data))
     decoded = []
     monkeypatch.setattr(schema, "decode_frames", lambda *a, **k: decoded.append(a) or pytest.fail("decoded"))
-    for attempt in (lambda: list(forge_gpu.read_episodes(run)), lambda: Windows(run, 1, 1)):
+    for attempt in (lambda: list(forge_gpu.reading.read_episodes(run)), lambda: Windows(run, 1, 1)):
         with pytest.raises(ValueError, match="fails its checksum"):
             attempt()
     assert not decoded
-    assert not forge_gpu.verify_run(run)["ok"]
+    assert not forge_gpu.reading.verify_run(run)["ok"]
 
 
 def test_the_recorder_takes_frames_the_producer_encoded(tmp_path):
@@ -201,7 +205,7 @@ def test_the_recorder_takes_frames_the_producer_encoded(tmp_path):
     with pytest.raises(ValueError, match=r"observation\['rgb'\]: encoded frames must be 3 frames of codec png"):
         recorder.append(wrong, batches[0][1])
     recorder.close()
-    a, b = (list(forge_gpu.read_episodes(tmp_path / name)) for name in ("raw", "handed"))
+    a, b = (list(forge_gpu.reading.read_episodes(tmp_path / name)) for name in ("raw", "handed"))
     assert len(a) == len(b) > 0
     for x, y in zip(a, b, strict=True):
         for f in x.obs:
@@ -235,10 +239,10 @@ def test_convert_re_encodes_both_ways_and_mapped_windows_decode_on_access(tmp_pa
     convert_run(tmp_path / "a", tmp_path / "raw", to="packed", codecs={"*": "none"})
     convert_run(tmp_path / "raw", tmp_path / "b", to="packed", codecs={"rgb": "webp", "depth": "lz4"})
     convert_run(tmp_path / "b", tmp_path / "c", to="packed")  # kept: the source's codecs
-    codecs = {name: forge_gpu.read_manifest(tmp_path / name)["codecs"] for name in ("a", "raw", "b", "c")}
+    codecs = {name: forge_gpu.formats.read_manifest(tmp_path / name)["codecs"] for name in ("a", "raw", "b", "c")}
     assert codecs["raw"] == {} and codecs["b"] == codecs["c"]
     assert codecs["b"] == {"obs/rgb": {"codec": "webp", "quality": 90}, "obs/depth": {"codec": "lz4"}}
-    runs = {name: list(forge_gpu.read_episodes(tmp_path / name)) for name in ("a", "raw", "b")}
+    runs = {name: list(forge_gpu.reading.read_episodes(tmp_path / name)) for name in ("a", "raw", "b")}
     for x, y, z in zip(runs["a"], runs["raw"], runs["b"], strict=True):
         assert np.array_equal(x.obs["depth"], y.obs["depth"]) and np.array_equal(y.obs["depth"], z.obs["depth"])
         assert np.array_equal(x.obs["rgb"], y.obs["rgb"])
@@ -264,7 +268,7 @@ def test_bad_codec_options_are_refused_naming_them_and_create_nothing(tmp_path, 
             PackedRecorder(tmp_path / "run", env, codecs=codecs)
         assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match="codecs apply to the packed format"):
-        forge_gpu.RecordingOptions(format="npz", codecs={"rgb": "png"})
+        forge_gpu.recording.RecordingOptions(format="npz", codecs={"rgb": "png"})
     assert main(["collect", "reach", "--codec", "rgb=gif", "--out", str(tmp_path / "cli")]) == 2
     assert "--codec rgb=gif: codec 'gif': expected one of" in capsys.readouterr().err
     assert not (tmp_path / "cli").exists()
@@ -274,7 +278,7 @@ def test_a_window_dataset_over_an_encoded_run_decodes_in_its_workers(tmp_path):
     """DataLoader workers (forked) decode an encoded run's frames in their own pools: every window once, equal to
     the ones read in this process."""
     torch = pytest.importorskip("torch")
-    from forge_gpu import WindowDataset
+    from forge_gpu.reading import WindowDataset
 
     env = synthetic_description(num_envs=3, max_steps=5, images=True)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=6), 14), recorder=PackedRecorder)
@@ -283,7 +287,7 @@ def test_a_window_dataset_over_an_encoded_run_decodes_in_its_workers(tmp_path):
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
     seen = {(int(w["env_id"]), int(w["episode_id"]), int(w["t"])): w for w in loader}
     options = EpisodeReadOptions(observation_keys=["rgb", "depth"])
-    expected = list(forge_gpu.action_windows(tmp_path / "run", options=options))
+    expected = list(forge_gpu.reading.action_windows(tmp_path / "run", options=options))
     assert len(seen) == len(expected) > 0
     for w in expected:
         got = seen[(w["env_id"], w["episode_id"], w["t"])]

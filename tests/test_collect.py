@@ -8,15 +8,17 @@ from blocking import wait_until_blocked
 from envtools import DEVICES
 
 import forge_gpu
-from forge_gpu import RecordingOptions, collect, read_episodes, read_manifest
+from forge_gpu.formats import read_manifest
+from forge_gpu.reading import read_episodes
+from forge_gpu.recording import RecordingOptions, collect
 
 HANG = 120.0  # seconds; only bounds a hang (the first collect compiles the kernels), never asserted
 
 
 def expected_episodes(task, num_envs, seed, calls, *, device="cpu", **overrides):
     """Roll the env directly and cut its host results into episodes: (env, episode) -> arrays."""
-    env = forge_gpu.make(task, num_envs=num_envs, device=device, seed=seed, **overrides)
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, seed=seed, **overrides)
+    policy = forge_gpu.sim.make_policy("random", env)
     frames = [env.reset().numpy()]
     for _ in range(calls):
         frames.append(env.step(policy(env.observation)).numpy())
@@ -43,10 +45,10 @@ def expected_episodes(task, num_envs, seed, calls, *, device="cpu", **overrides)
 )
 def test_recorded_run_equals_direct_rollout(device, tmp_path, format, compression):
     """Every episode the env completed is published once, bit-identical to a direct rollout (both layouts)."""
-    env = forge_gpu.make("cartpole", num_envs=4, device=device, seed=5, max_steps=12)
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device=device, seed=5, max_steps=12)
     summary = collect(
         env,
-        forge_gpu.make_policy("random", env),
+        forge_gpu.sim.make_policy("random", env),
         str(tmp_path / "run"),
         steps=40,
         slots=2,
@@ -68,7 +70,7 @@ def test_recorded_run_equals_direct_rollout(device, tmp_path, format, compressio
 @pytest.mark.parametrize("device", DEVICES)
 def test_stop_event_closes_cleanly(device, tmp_path):
     """Setting the stop event ends stepping; completed episodes stay, the rest are listed incomplete."""
-    env = forge_gpu.make("cartpole", num_envs=3, device=device, max_steps=10)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device=device, max_steps=10)
     stop = threading.Event()
     seen = []
 
@@ -79,7 +81,7 @@ def test_stop_event_closes_cleanly(device, tmp_path):
 
     summary = collect(
         env,
-        forge_gpu.make_policy("expert", env),
+        forge_gpu.sim.make_policy("expert", env),
         str(tmp_path / "run"),
         episodes=10**6,
         stop=stop,
@@ -95,26 +97,26 @@ def test_stop_event_closes_cleanly(device, tmp_path):
 @pytest.mark.parametrize("device", DEVICES)
 def test_collect_without_recording_counts_episodes(device):
     """directory=None steps and transports without writing; episodes are still counted."""
-    env = forge_gpu.make("cartpole", num_envs=4, device=device, max_steps=5)
-    summary = collect(env, forge_gpu.make_policy("expert", env), None, episodes=8)
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device=device, max_steps=5)
+    summary = collect(env, forge_gpu.sim.make_policy("expert", env), None, episodes=8)
     assert summary.episodes >= 8 and summary.bytes_written == 0
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_bad_target_is_refused(device, tmp_path):
     """Neither or both of episodes/steps, or a non-positive target, raise ValueError and create nothing."""
-    env = forge_gpu.make("cartpole", num_envs=2, device=device)
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device=device)
     for kwargs in ({}, {"episodes": 1, "steps": 1}, {"episodes": 0}):
         with pytest.raises(ValueError):
-            collect(env, forge_gpu.make_policy("random", env), str(tmp_path / "run"), **kwargs)
+            collect(env, forge_gpu.sim.make_policy("random", env), str(tmp_path / "run"), **kwargs)
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_policy_failure_marks_run_failed_and_keeps_episodes(device, tmp_path):
     """A policy that raises mid-run: the error reaches the caller, the manifest says failed, episodes stay."""
-    env = forge_gpu.make("cartpole", num_envs=3, device=device, max_steps=4)
-    inner = forge_gpu.make_policy("expert", env)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device=device, max_steps=4)
+    inner = forge_gpu.sim.make_policy("expert", env)
     calls = []
 
     def flaky(observation):
@@ -163,7 +165,7 @@ def test_held_writer_throttles_stepping_without_loss(device, tmp_path, monkeypat
             gate.set()
 
     monkeypatch.setattr(owner, name, gated)
-    env = forge_gpu.make("cartpole", num_envs=4, device=device, max_steps=3)
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device=device, max_steps=3)
     if format == "packed":  # a ring of 2 batches of 4 env rows: 5 fields (4 + 16 bytes), the state, a transition
         state = sum(4 * int(np.prod(e["shape"])) for e in env.spec.get("state", {}).values())  # float32 entries
         budget = 2 * 4 * (4 * 4 + 4 * 4 + state + 4 + 4 + 2)
@@ -173,7 +175,7 @@ def test_held_writer_throttles_stepping_without_loss(device, tmp_path, monkeypat
     holder.start()
     summary = collect(
         env,
-        forge_gpu.make_policy("expert", env),
+        forge_gpu.sim.make_policy("expert", env),
         str(tmp_path / "run"),
         steps=30,
         slots=2,

@@ -15,7 +15,7 @@ def _write(tmp_path, text):
 
 def test_shipped_config_loads_with_defaults():
     """The shipped cartpole config parses into frozen dataclasses with the documented values."""
-    config = forge_gpu.task_config("cartpole")
+    config = forge_gpu.sim.task_config("cartpole")
     assert config.max_steps == 500
     assert config.solver.name == "mujoco"
     assert config.params.pole_angle_limit == pytest.approx(0.3)
@@ -62,24 +62,24 @@ def test_bad_file_values_name_file_key_and_allowed(tmp_path, text, words):
 def test_bad_overrides_checked_like_file_values(overrides, words):
     """Python keyword overrides raise the same ValueError as file values."""
     with pytest.raises(ValueError) as info:
-        forge_gpu.task_config("cartpole", **overrides)
+        forge_gpu.sim.task_config("cartpole", **overrides)
     for word in words:
         assert word in str(info.value)
 
 
 def test_overrides_apply():
     """Dotted and top-level overrides reach the dataclasses."""
-    config = forge_gpu.task_config("cartpole", max_steps=7, **{"solver.name": "featherstone"})
+    config = forge_gpu.sim.task_config("cartpole", max_steps=7, **{"solver.name": "featherstone"})
     assert (config.max_steps, config.solver.name) == (7, "featherstone")
 
 
 def test_unknown_task_lists_known_tasks():
     """make() with an unknown task names it and lists the known ones."""
     with pytest.raises(ValueError, match="unknown task 'juggling'.*cartpole"):
-        forge_gpu.make("juggling", num_envs=2, device="cpu")
+        forge_gpu.sim.make("juggling", num_envs=2, device="cpu")
 
 
 def test_unknown_device_is_a_value_error():
     """An unavailable device is refused with a ValueError naming it."""
     with pytest.raises(ValueError, match="cuda:7"):
-        forge_gpu.make("cartpole", num_envs=2, device="cuda:7")
+        forge_gpu.sim.make("cartpole", num_envs=2, device="cuda:7")

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu import PackedRecorder
 from forge_gpu.curation import repair_run
+from forge_gpu.recording import PackedRecorder
 from tests.crashsim import build, crash_states, remove, trace_recording
 from tests.synthetic import SyntheticSim, make_batches, synthetic_description
 
 
 def _episodes(path):
-    run = forge_gpu.open_run(path)
-    return list(run.read(list(range(len(run))), forge_gpu.EpisodeReadOptions(state=True)))
+    run = forge_gpu.reading.open_run(path)
+    return list(run.read(list(range(len(run))), forge_gpu.reading.EpisodeReadOptions(state=True)))
 
 
 def _same(a, b) -> bool:
@@ -100,7 +100,7 @@ def test_every_crash_state_reads_a_prefix_or_refuses(tmp_path, monkeypatch, dura
             after = _episodes(where)
         except Exception as exc:
             raise AssertionError(f"{state} after repair: {exc}") from exc
-        assert forge_gpu.read_manifest(where)["status"] in ("closed", "failed"), state
+        assert forge_gpu.formats.read_manifest(where)["status"] in ("closed", "failed"), state
         # Repair keeps a prefix; salvage keeps every episode whose blocks check, wherever they are.
         assert (_is_subset if salvaged else _is_prefix)(after, recorded), (state, len(after))
         if durability == "machine":  # every episode whose commit returned survives
@@ -132,7 +132,7 @@ def test_durability_is_checked_and_recorded(tmp_path):
     for observation, result in make_batches(SyntheticSim(env, seed=2), 9):
         recorder.append(observation, result)
     recorder.close()
-    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "run")
     assert manifest["recorder"]["durability"] == "machine" and manifest["status"] == "closed"
     assert len(_episodes(tmp_path / "run")) == manifest["completed_episodes"] > 0
 
@@ -143,5 +143,5 @@ def test_cli_collect_takes_durability(tmp_path):
     out = tmp_path / "run"
     args = ["collect", "cartpole", "--envs", "2", "--episodes", "2", "--out", str(out), "--set", "max_steps=5"]
     assert main([*args, "--durability", "machine"]) == 0
-    assert forge_gpu.read_manifest(out)["recorder"]["durability"] == "machine"
+    assert forge_gpu.formats.read_manifest(out)["recorder"]["durability"] == "machine"
     assert main([*args[:-4], "--out", str(tmp_path / "npz"), "--format", "npz", "--durability", "machine"]) == 2

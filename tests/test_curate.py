@@ -12,13 +12,12 @@ import pytest
 from synthetic import PARAMS, STATE, SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu import EpisodeReadOptions, ExpressionError, PackedRecorder, merge_runs, select_run, split_run
 from forge_gpu._src.data.curation.curate import split_keys
 from forge_gpu._src.recording.stats import load_statistics
 from forge_gpu.cli import main
-from forge_gpu.curation import compute_statistics
-from forge_gpu.reading import inspect_run, verify_run
-from forge_gpu.recording import write_dataset_manifest
+from forge_gpu.curation import ExpressionError, compute_statistics, merge_runs, select_run, split_run
+from forge_gpu.reading import EpisodeReadOptions, inspect_run, verify_run
+from forge_gpu.recording import PackedRecorder, write_dataset_manifest
 
 
 def description(**changes):
@@ -41,7 +40,7 @@ def runs(tmp_path_factory):
 
 
 def read_all(path):
-    return list(forge_gpu.read_episodes(path, options=EpisodeReadOptions(state=True)))
+    return list(forge_gpu.reading.read_episodes(path, options=EpisodeReadOptions(state=True)))
 
 
 def assert_same_episode(found, expected, env_offset=0):
@@ -104,10 +103,12 @@ FILTERS = {
 def test_select_keeps_exactly_the_episodes_a_numpy_filter_keeps(runs, tmp_path, where):
     source = read_all(runs[0])
     values = numpy_values(source)
-    found = forge_gpu.episode_values(runs[0])
+    found = forge_gpu.curation.episode_values(runs[0])
     for name, expected in values.items():  # the values the expression sees are those computed here
         assert found[name].shape == expected.shape and np.array_equal(found[name], expected), name
-    assert found["instruction"].tolist() == [forge_gpu.read_manifest(runs[0])["env_spec"]["instruction"]] * len(source)
+    assert found["instruction"].tolist() == [forge_gpu.formats.read_manifest(runs[0])["env_spec"]["instruction"]] * len(
+        source
+    )
     kept = np.flatnonzero(FILTERS[where](values))
     assert 0 < kept.size < len(source), "the filter must keep some episodes and drop others"
     report = select_run(runs[0], tmp_path / "out", where)
@@ -120,7 +121,7 @@ def test_select_keeps_exactly_the_episodes_a_numpy_filter_keeps(runs, tmp_path, 
     assert manifest["curated"]["op"] == "select" and manifest["curated"]["where"] == where
     (entry,) = manifest["curated"]["sources"]
     assert entry["run_id"] == json.loads((runs[0] / "run.json").read_text())["run_id"] and entry["env_offset"] == 0
-    assert manifest["env_spec"]["instruction"] == forge_gpu.read_manifest(runs[0])["env_spec"]["instruction"]
+    assert manifest["env_spec"]["instruction"] == forge_gpu.formats.read_manifest(runs[0])["env_spec"]["instruction"]
     assert_closed_run_with_own_statistics(tmp_path / "out", kept.size)
 
 
@@ -238,7 +239,7 @@ def test_split_is_disjoint_covers_the_run_and_repeats_for_a_seed(runs, tmp_path)
     for part, episodes in parts.items():
         assert_closed_run_with_own_statistics(tmp_path / "s1" / part, len(episodes))
     # Either part is an ordinary run: windows read it.
-    windows = forge_gpu.Windows(tmp_path / "s1/val", history=2, horizon=2, state=True, params=True)
+    windows = forge_gpu.reading.Windows(tmp_path / "s1/val", history=2, horizon=2, state=True, params=True)
     assert len(windows) == sum(max(e.steps - 2, 0) for e in parts["val"]) and len(windows) > 0
     assert set(windows.batch(np.arange(len(windows)))["episode_id"].tolist()) <= {i for _, i in ids["val"]}
 
@@ -281,16 +282,16 @@ def test_either_part_of_a_split_feeds_the_torch_datasets_and_both_exports(runs, 
     for part in ("train", "val"):
         path = tmp_path / "s" / part
         episodes = read_all(path)
-        dataset = forge_gpu.WindowMapDataset(path, history=1, horizon=1, params=True)
+        dataset = forge_gpu.reading.WindowMapDataset(path, history=1, horizon=1, params=True)
         assert len(dataset) == sum(e.steps for e in episodes)
-        assert sum(1 for _ in forge_gpu.WindowDataset(path, history=1, horizon=1)) == len(dataset)
-        forge_gpu.export_robomimic(path, tmp_path / f"{part}.hdf5")
+        assert sum(1 for _ in forge_gpu.reading.WindowDataset(path, history=1, horizon=1)) == len(dataset)
+        forge_gpu.export.export_robomimic(path, tmp_path / f"{part}.hdf5")
         with h5py.File(tmp_path / f"{part}.hdf5") as f:
             demos = [f[f"data/demo_{k}"] for k in range(len(episodes))]
             assert [(d.attrs["forge_gpu_env_id"], d.attrs["forge_gpu_episode_id"]) for d in demos] == [
                 (e.env_id, e.episode_id) for e in episodes
             ]
-        report = forge_gpu.export_lerobot(path, tmp_path / f"{part}-lerobot")
+        report = forge_gpu.export.export_lerobot(path, tmp_path / f"{part}-lerobot")
         assert report["episodes"] == len(episodes)
         meta = pq.read_table(tmp_path / f"{part}-lerobot/meta/episodes/chunk-000/file-000.parquet")
         assert meta.column("forge_gpu/episode_id").to_pylist() == [e.episode_id for e in episodes]

@@ -15,9 +15,10 @@ pytest.importorskip("ray")
 
 from synthetic import downgrade_packed_run, published
 
-from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest
 from forge_gpu._src.collect.distributed import split_episodes, worker_seed
 from forge_gpu.cli import main
+from forge_gpu.formats import read_manifest
+from forge_gpu.reading import EpisodeReadOptions, action_windows, read_episodes
 
 SMALL = ["collect", "cartpole", "--envs", "2", "--set", "max_steps=20", "--device", "cpu"]
 
@@ -98,7 +99,7 @@ def test_windows_take_the_instruction_of_their_own_run(dataset, tmp_path):
     assert [w["instruction"] for w in windows] == [w["instruction"] for run in per_run for w in run]
 
     pytest.importorskip("torch")
-    from forge_gpu import WindowDataset
+    from forge_gpu.reading import WindowDataset
 
     items = list(WindowDataset(root, history=2, horizon=3, observation_keys=["proprio"]))
     assert len(items) == len(windows) and items[-1]["instruction"] == "balance it, worker one"

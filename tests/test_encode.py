@@ -7,21 +7,21 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu import HostSnapshotTransport
 from forge_gpu._src.collect.encode import HostEncoder, make_encoder, split_layout
 from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames
+from forge_gpu.recording import HostSnapshotTransport
 
 CODECS = {"rgb": CodecSpec("png"), "depth": CodecSpec("zstd")}
 
 
 @pytest.fixture(scope="module")
 def env():
-    return forge_gpu.make("reach", num_envs=3, device="cpu", seed=5, max_steps=6, **{"params.image_size": 32})
+    return forge_gpu.sim.make("reach", num_envs=3, device="cpu", seed=5, max_steps=6, **{"params.image_size": 32})
 
 
 def _run(env, transport, steps: int):
     """Publish ``steps`` steps of a random policy; return what the env observed and the batches received (copied)."""
-    policy = forge_gpu.make_policy("random", env)
+    policy = forge_gpu.sim.make_policy("random", env)
     expected, received = [], []
 
     def consume():
@@ -158,16 +158,16 @@ def test_frames_encoded_by_the_producer_record_as_the_writers_would(env, tmp_pat
     from forge_gpu._src.collect.encode import run_encoder
 
     # statistics off until the recorder takes two producer-encoded fields with them (notes/frames-to-codec.md)
-    options = forge_gpu.RecordingOptions(codecs={"rgb": "png", "depth": "zstd"}, statistics=False)
+    options = forge_gpu.recording.RecordingOptions(codecs={"rgb": "png", "depth": "zstd"}, statistics=False)
     assert run_encoder(env, options, recording=True) is None
     producer = functools.partial(HostSnapshotTransport, encoder=HostEncoder(CODECS))
     for name, transport in (("producer", producer), ("writers", None)):
-        fresh = forge_gpu.make("reach", num_envs=3, device="cpu", seed=5, max_steps=6, **{"params.image_size": 32})
-        policy = forge_gpu.make_policy("random", fresh)
-        forge_gpu.collect(fresh, policy, str(tmp_path / name), steps=14, options=options, transport=transport)
-    manifests = [forge_gpu.read_manifest(tmp_path / name) for name in ("producer", "writers")]
+        fresh = forge_gpu.sim.make("reach", num_envs=3, device="cpu", seed=5, max_steps=6, **{"params.image_size": 32})
+        policy = forge_gpu.sim.make_policy("random", fresh)
+        forge_gpu.recording.collect(fresh, policy, str(tmp_path / name), steps=14, options=options, transport=transport)
+    manifests = [forge_gpu.formats.read_manifest(tmp_path / name) for name in ("producer", "writers")]
     assert manifests[0]["codecs"] == manifests[1]["codecs"] and manifests[0]["codecs"]
-    runs = [list(forge_gpu.read_episodes(tmp_path / name)) for name in ("producer", "writers")]
+    runs = [list(forge_gpu.reading.read_episodes(tmp_path / name)) for name in ("producer", "writers")]
     assert len(runs[0]) == len(runs[1]) > 0
     for a, b in zip(*runs, strict=True):
         assert (a.env_id, a.episode_id, a.steps) == (b.env_id, b.episode_id, b.steps)
@@ -182,15 +182,17 @@ def test_a_device_batch_decodes_the_payloads_of_the_right_frames(env, tmp_path, 
     torch = pytest.importorskip("torch")
     from forge_gpu._src.data import torch_data
 
-    options = forge_gpu.RecordingOptions(codecs={"rgb": "png", "depth": "zstd"}, max_buffer_bytes=1 << 16)
-    forge_gpu.collect(env, forge_gpu.make_policy("random", env), str(tmp_path / "run"), steps=20, options=options)
-    windows = forge_gpu.Windows(tmp_path / "run", history=3, horizon=2, mmap=True)
+    options = forge_gpu.recording.RecordingOptions(codecs={"rgb": "png", "depth": "zstd"}, max_buffer_bytes=1 << 16)
+    forge_gpu.recording.collect(
+        env, forge_gpu.sim.make_policy("random", env), str(tmp_path / "run"), steps=20, options=options
+    )
+    windows = forge_gpu.reading.Windows(tmp_path / "run", history=3, horizon=2, mmap=True)
     assert len(windows._obs) > 1  # several blocks: the gather crosses them
     assert set(windows.encoded_fields) == {"obs/rgb", "obs/depth"}
     indices = np.random.default_rng(1).integers(0, len(windows), 40)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"decode_device='cuda': torch sees no CUDA device"):
-            forge_gpu.device_batch(windows, indices)
+            forge_gpu.reading.device_batch(windows, indices)
     asked = []
 
     def on_cpu(frames, shape, dtype, device):
@@ -199,7 +201,7 @@ def test_a_device_batch_decodes_the_payloads_of_the_right_frames(env, tmp_path, 
 
     monkeypatch.setattr(torch_data, "check_decode_device", lambda device: device)
     monkeypatch.setattr(torch_data, "decode_on_device", on_cpu)
-    a, b = windows.batch(indices), forge_gpu.device_batch(windows, indices, "cuda:7")
+    a, b = windows.batch(indices), forge_gpu.reading.device_batch(windows, indices, "cuda:7")
     assert sorted(asked) == [("png", "cuda:7"), ("zstd", "cuda:7")]
     assert set(a) == set(b)
     for key in a:

@@ -15,8 +15,8 @@ import forge_gpu
 @pytest.mark.parametrize("device", DEVICES)
 def test_shapes_and_dtypes(device):
     """Every field of the result has the documented shape and dtype, and the spec describes it."""
-    env = forge_gpu.make("cartpole", num_envs=3, device=device)
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device=device)
+    policy = forge_gpu.sim.make_policy("random", env)
     first = env.reset().numpy()
     result = env.step(policy(env.observation)).numpy()
     for r in (first, result):
@@ -38,8 +38,8 @@ def test_shapes_and_dtypes(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_auto_reset_keeps_true_terminal_state(device):
     """After a terminal step the env's next row is a reset frame; the terminal row is the real state."""
-    env = forge_gpu.make("cartpole", num_envs=8, device=device)
-    frames = rollout(env, forge_gpu.make_policy("random", env), 60)
+    env = forge_gpu.sim.make("cartpole", num_envs=8, device=device)
+    frames = rollout(env, forge_gpu.sim.make_policy("random", env), 60)
     limit = env.config.params.pole_angle_limit
     checked = 0
     for before, after in zip(frames[1:], frames[2:], strict=False):
@@ -65,8 +65,8 @@ def test_auto_reset_keeps_true_terminal_state(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_truncation_at_max_steps(device):
     """An episode that survives is truncated exactly when step_id reaches max_steps, then reset."""
-    env = forge_gpu.make("cartpole", num_envs=4, device=device, max_steps=6)
-    frames = rollout(env, forge_gpu.make_policy("expert", env), 8)
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device=device, max_steps=6)
+    frames = rollout(env, forge_gpu.sim.make_policy("expert", env), 8)
     for t in range(1, 6):
         assert not frames[t].truncated.any()
     assert frames[6].truncated.all() and not frames[6].terminated.any()
@@ -80,8 +80,8 @@ def test_determinism_and_independence_from_env_count():
     """The same seed gives identical rollouts; env i's episodes do not depend on num_envs."""
 
     def run(n, seed):
-        env = forge_gpu.make("cartpole", num_envs=n, device="cpu", seed=seed, max_steps=20)
-        return rollout(env, forge_gpu.make_policy("random", env), 45)
+        env = forge_gpu.sim.make("cartpole", num_envs=n, device="cpu", seed=seed, max_steps=20)
+        return rollout(env, forge_gpu.sim.make_policy("random", env), 45)
 
     a, b, wide, other = run(4, 3), run(4, 3), run(64, 3), run(4, 4)
     for fa, fb, fw in zip(a, b, wide, strict=True):
@@ -107,10 +107,10 @@ def episode_lengths(env, policy, steps):
 
 def test_expert_outlives_random_policy():
     """The LQR expert keeps >= 95% of episodes alive to truncation; random ones fall within tens of steps."""
-    env = forge_gpu.make("cartpole", num_envs=40, device="cpu", max_steps=300)
-    lengths, truncated = episode_lengths(env, forge_gpu.make_policy("expert", env), 300)
+    env = forge_gpu.sim.make("cartpole", num_envs=40, device="cpu", max_steps=300)
+    lengths, truncated = episode_lengths(env, forge_gpu.sim.make_policy("expert", env), 300)
     assert len(lengths) == 40 and truncated / len(lengths) >= 0.95
-    random_lengths, _ = episode_lengths(env, forge_gpu.make_policy("random", env), 300)
+    random_lengths, _ = episode_lengths(env, forge_gpu.sim.make_policy("random", env), 300)
     assert random_lengths.mean() * 5 < lengths.mean()
 
 
@@ -121,8 +121,8 @@ def test_bad_actions_raise_and_change_nothing(device):
     But for one case on CUDA, where checking a device array's values before the step would wait for the device:
     there the step itself flags the env whose action holds a NaN (``info["action_nonfinite"]``) and executes
     zeros for it; ``check_action`` (which may wait) still refuses it on every device."""
-    env = forge_gpu.make("cartpole", num_envs=4, device=device, seed=1)
-    twin = forge_gpu.make("cartpole", num_envs=4, device=device, seed=1)
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device=device, seed=1)
+    twin = forge_gpu.sim.make("cartpole", num_envs=4, device=device, seed=1)
     env.reset(), twin.reset()
     good = np.full((4, 1), 0.3, dtype=np.float32)
     before = env.result.numpy()
@@ -161,7 +161,7 @@ def test_bad_actions_raise_and_change_nothing(device):
 
 def test_action_is_clipped_to_bounds():
     """Actions outside the bounds are executed clipped, and the result reports the executed action."""
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     env.reset()
     r = env.step(np.array([[5.0], [-0.25]], dtype=np.float32)).numpy()
     np.testing.assert_array_equal(r.info["executed_action"], [[1.0], [-0.25]])
@@ -172,7 +172,7 @@ def test_torch_views_share_memory(device):
     """to_torch() gives zero-copy views of the device buffers (on CUDA ordered after the env's stream) and torch
     actions are accepted; on CUDA one made on another torch stream is ordered after it (wait_stream)."""
     torch, torch_device = torch_on(device)
-    env = forge_gpu.make("cartpole", num_envs=2, device=device)
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device=device)
     env.reset()
     views = env.result.to_torch()
     assert views.observation["proprio"].device == torch.device(torch_device)
@@ -194,7 +194,7 @@ def test_torch_views_share_memory(device):
 def test_non_contiguous_torch_action_executes_its_values(device):
     """A strided torch action (a column of a wider tensor) is made contiguous before the step reads it."""
     torch, torch_device = torch_on(device)
-    env = forge_gpu.make("cartpole", num_envs=3, device=device)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device=device)
     env.reset()
     wide = torch.tensor([[0.1, 9.0], [-0.2, 9.0], [0.3, 9.0]], dtype=torch.float32, device=torch_device)
     action = wide[:, :1]
@@ -210,7 +210,7 @@ def test_import_does_not_pull_torch(tmp_path):
     import subprocess
     import sys
 
-    code = "import forge_gpu, sys; forge_gpu.make; forge_gpu.StepResult; assert 'torch' not in sys.modules"
+    code = "import forge_gpu, sys; forge_gpu.sim.make; forge_gpu.sim.StepResult; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
 
 
@@ -219,8 +219,8 @@ def test_graph_replay_equals_eager_stepping(device):
     """The captured-graph step gives bit-identical results to eager stepping, resets included."""
     runs = []
     for capture in (False, True):
-        env = forge_gpu.make("cartpole", num_envs=6, device=device, seed=2, max_steps=9, capture_graph=capture)
-        runs.append(rollout(env, forge_gpu.make_policy("random", env), 25))
+        env = forge_gpu.sim.make("cartpole", num_envs=6, device=device, seed=2, max_steps=9, capture_graph=capture)
+        runs.append(rollout(env, forge_gpu.sim.make_policy("random", env), 25))
         if not capture:
             assert env.step_mode == "eager: capture_graph = false in the config"
     assert_graph(env)
@@ -232,7 +232,7 @@ def test_graph_replay_equals_eager_stepping(device):
 @pytest.mark.parametrize("graph", [True, False])
 def test_non_finite_actions_are_flagged_by_the_step_itself(graph):
     """The step's first kernel flags envs whose action holds a NaN or inf and executes zeros for them."""
-    env = forge_gpu.make("cartpole", num_envs=4, device="cpu", capture_graph=graph)
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device="cpu", capture_graph=graph)
     env.reset()
     action = np.full((4, 1), 0.5, np.float32)
     action[1, 0], action[3, 0] = np.nan, np.inf
@@ -260,17 +260,17 @@ def test_collect_raises_when_a_flagged_batch_reaches_the_host(tmp_path, monkeypa
         wp.copy(self.action_input, action)
 
     monkeypatch.setattr(VectorEnv, "_stage_action", stage_without_waiting)
-    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", max_steps=50)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device="cpu", max_steps=50)
     bad = wp.array(np.array([[0.1], [np.nan], [0.2]], np.float32), device="cpu")
     calls = []
 
     def policy(observation):
         calls.append(1)
-        return bad if len(calls) > 4 else forge_gpu.make_policy("random", env)(observation)
+        return bad if len(calls) > 4 else forge_gpu.sim.make_policy("random", env)(observation)
 
     with pytest.raises(ValueError, match=r"non-finite actions .* env rows \[1\]"):
         collect(env, policy, str(tmp_path / "run"), steps=20)
-    assert forge_gpu.read_manifest(tmp_path / "run")["status"] == "failed"
+    assert forge_gpu.formats.read_manifest(tmp_path / "run")["status"] == "failed"
 
 
 def test_device_choice_on_this_machine_says_why():

@@ -9,8 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
-from forge_gpu import NpzRecorder, PackedRecorder, export_lerobot, export_robomimic, read_episodes, run_statistics
 from forge_gpu.cli import main
+from forge_gpu.curation import run_statistics
+from forge_gpu.export import export_lerobot, export_robomimic
+from forge_gpu.reading import read_episodes
+from forge_gpu.recording import NpzRecorder, PackedRecorder
 
 SIZE = 16
 #: Mean absolute error of decoded frames, in levels of 0..255, allowed per codec at its default CRF on the

@@ -12,12 +12,12 @@ import pytest
 from synthetic import INSTRUCTION, SyntheticSim, downgrade_packed_run, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu import NpzRecorder, PackedRecorder
 from forge_gpu._src.core.instructions import check_template, episode_instructions, slot_indices
 from forge_gpu._src.data.integrity.inspection import format_report
 from forge_gpu.cli import main
 from forge_gpu.curation import convert_run, repair_run
 from forge_gpu.reading import inspect_run
+from forge_gpu.recording import NpzRecorder, PackedRecorder
 
 #: The synthetic params are drawn in [0.5, 1.5): two weights by mass_scale, three sides by target_color's component 1.
 TEMPLATE = {
@@ -58,7 +58,7 @@ def runs(tmp_path_factory):
 
 
 def by_id(directory) -> dict:
-    return {(e.env_id, e.episode_id): e.instruction for e in forge_gpu.read_episodes(directory)}
+    return {(e.env_id, e.episode_id): e.instruction for e in forge_gpu.reading.read_episodes(directory)}
 
 
 # -- the template ------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_a_value_that_names_no_slot_is_refused_by_the_formatter_and_by_the_recor
     with pytest.raises(ValueError, match="names no 'c'"):
         recorder.append(observation, result)
     recorder.close()
-    assert forge_gpu.read_manifest(tmp_path / "run")["completed_episodes"] == 0
+    assert forge_gpu.formats.read_manifest(tmp_path / "run")["completed_episodes"] == 0
     with pytest.raises(ValueError, match=r"'size' is not a param of the run"):
         bad = {**template, "slots": {"c": {"param": "size", "names": ["a"]}}}
         PackedRecorder(tmp_path / "other", dataclasses.replace(env, spec=dict(env.spec, instruction_template=bad)))
@@ -141,7 +141,7 @@ def test_each_episode_records_its_own_instruction_once(runs, layout):
     schema 1 one line per episode in instructions.jsonl, named by run.json, the contract's files untouched."""
     root, wanted = runs
     assert by_id(root / layout) == wanted
-    run = forge_gpu.open_run(root / layout)
+    run = forge_gpu.reading.open_run(root / layout)
     assert Counter(run.instructions()) == Counter(wanted.values())
     if layout == "packed":
         lines = [json.loads(line) for line in (root / layout / "commits.jsonl").read_text().splitlines()]
@@ -164,9 +164,9 @@ def test_each_episode_records_its_own_instruction_once(runs, layout):
 def test_windows_action_windows_and_torch_carry_each_episode_instruction(runs):
     root, wanted = runs
     for layout in ("packed", "npz"):
-        windows = list(forge_gpu.action_windows(root / layout, history=2, horizon=2))
+        windows = list(forge_gpu.reading.action_windows(root / layout, history=2, horizon=2))
         assert windows and all(w["instruction"] == wanted[(w["env_id"], w["episode_id"])] for w in windows)
-    table = forge_gpu.Windows(root / "packed", 2, 2, pad=True)
+    table = forge_gpu.reading.Windows(root / "packed", 2, 2, pad=True)
     batch = table.batch(np.arange(len(table)))
     pairs = zip(batch["env_id"].tolist(), batch["episode_id"].tolist(), strict=True)
     assert batch["instruction"] == [wanted[p] for p in pairs]
@@ -174,7 +174,7 @@ def test_windows_action_windows_and_torch_carry_each_episode_instruction(runs):
     one = table[len(table) - 1]
     assert one["instruction"] == wanted[(one["env_id"], one["episode_id"])]
     pytest.importorskip("torch")
-    dataset = forge_gpu.WindowMapDataset(root / "npz", history=1, horizon=1)
+    dataset = forge_gpu.reading.WindowMapDataset(root / "npz", history=1, horizon=1)
     items = dataset[list(range(len(dataset)))]
     pairs = zip(items["env_id"].tolist(), items["episode_id"].tolist(), strict=True)
     assert items["instruction"] == [wanted[p] for p in pairs]
@@ -200,8 +200,8 @@ def test_lerobot_export_writes_one_task_per_instruction_and_each_episode_its_tas
     import pyarrow.parquet as pq
 
     root, wanted = runs
-    order = [(e.env_id, e.episode_id) for e in forge_gpu.read_episodes(root / "packed")]
-    forge_gpu.export_lerobot(root / "packed", tmp_path / "lerobot", workers=1)
+    order = [(e.env_id, e.episode_id) for e in forge_gpu.reading.read_episodes(root / "packed")]
+    forge_gpu.export.export_lerobot(root / "packed", tmp_path / "lerobot", workers=1)
     tasks = pq.read_table(tmp_path / "lerobot/meta/tasks.parquet").to_pydict()
     assert tasks["task"] == list(dict.fromkeys(wanted[p] for p in order))  # one per instruction, first seen first
     assert tasks["task_index"] == list(range(len(tasks["task"])))
@@ -216,8 +216,8 @@ def test_lerobot_export_writes_one_task_per_instruction_and_each_episode_its_tas
 def test_robomimic_export_gives_each_demo_its_language(runs, tmp_path):
     h5py = pytest.importorskip("h5py")
     root, wanted = runs
-    order = [(e.env_id, e.episode_id) for e in forge_gpu.read_episodes(root / "npz")]
-    forge_gpu.export_robomimic(root / "npz", tmp_path / "demos.hdf5")
+    order = [(e.env_id, e.episode_id) for e in forge_gpu.reading.read_episodes(root / "npz")]
+    forge_gpu.export.export_robomimic(root / "npz", tmp_path / "demos.hdf5")
     with h5py.File(tmp_path / "demos.hdf5", "r") as f:
         langs = [json.loads(f[f"data/demo_{k}"].attrs["ep_meta"])["lang"] for k in range(len(order))]
     assert langs == [wanted[p] for p in order]
@@ -231,7 +231,7 @@ def test_convert_keeps_the_instructions_both_ways(runs, tmp_path):
     convert_run(root / "packed", tmp_path / "npz", to="npz")
     convert_run(tmp_path / "npz", tmp_path / "packed", to="packed")
     assert by_id(tmp_path / "npz") == wanted == by_id(tmp_path / "packed")
-    manifest = forge_gpu.read_manifest(tmp_path / "packed")
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "packed")
     assert "episode_instructions" not in manifest and manifest["env_spec"]["instruction_template"] == TEMPLATE
 
 
@@ -264,7 +264,7 @@ def test_a_changed_instruction_in_a_commit_line_is_refused(runs, tmp_path):
     lines[k]["episodes"]["instruction"]["texts"][0] = "push the cube off the table"
     log.write_text("".join(json.dumps(c) + "\n" for c in lines))
     with pytest.raises(ValueError, match="differ from the copy its block holds"):
-        list(forge_gpu.read_episodes(tmp_path / "run"))
+        list(forge_gpu.reading.read_episodes(tmp_path / "run"))
 
 
 def test_older_runs_and_runs_without_a_template_keep_the_runs_instruction(runs, tmp_path):
@@ -277,7 +277,7 @@ def test_older_runs_and_runs_without_a_template_keep_the_runs_instruction(runs, 
     (tmp_path / "npz" / "run.json").write_text(json.dumps(manifest))
     for layout in ("packed", "npz"):
         assert set(by_id(tmp_path / layout).values()) == {INSTRUCTION}
-        assert forge_gpu.open_run(tmp_path / layout).instructions() == [INSTRUCTION] * len(wanted)
+        assert forge_gpu.reading.open_run(tmp_path / layout).instructions() == [INSTRUCTION] * len(wanted)
     env = synthetic_description(num_envs=3, max_steps=5)  # no template: every episode the run's instruction
     record(tmp_path / "plain", env, make_batches(SyntheticSim(env, seed=2), 20), recorder=PackedRecorder)
     assert set(by_id(tmp_path / "plain").values()) == {INSTRUCTION}
@@ -290,7 +290,7 @@ def test_a_bad_template_in_run_json_is_refused_naming_it(runs, tmp_path):
     manifest["env_spec"]["instruction_template"]["slots"]["side"]["component"] = 7
     (tmp_path / "run" / "run.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=r"run.json: env_spec.instruction_template.slots\['side'\].component 7"):
-        forge_gpu.open_run(tmp_path / "run")
+        forge_gpu.reading.open_run(tmp_path / "run")
 
 
 # -- the simulation side -----------------------------------------------------------------------
@@ -299,19 +299,19 @@ def test_a_bad_template_in_run_json_is_refused_naming_it(runs, tmp_path):
 def test_a_task_template_reaches_run_json_and_each_collected_episode(tmp_path, monkeypatch):
     """A task's instruction_template goes into env.spec (checked against its params) and collect records each
     episode's instruction from its drawn mass_scale."""
-    CartpoleTask = forge_gpu.TASKS["cartpole"]  # a class
+    CartpoleTask = forge_gpu.sim.TASKS["cartpole"]  # a class
 
     template = {
         "text": "balance a {w} pole",
         "slots": {"w": {"param": "mass_scale", "edges": [1.0], "names": ["light", "heavy"]}},
     }
     monkeypatch.setattr(CartpoleTask, "instruction_template", lambda self: template)
-    env = forge_gpu.make(
+    env = forge_gpu.sim.make(
         "cartpole", num_envs=4, device="cpu", seed=3, max_steps=5, **{"randomize.mass_scale": [0.5, 1.5]}
     )
     assert env.spec["instruction_template"] == template
-    forge_gpu.collect(env, forge_gpu.make_policy("random", env), str(tmp_path / "run"), episodes=8)
-    episodes = list(forge_gpu.read_episodes(tmp_path / "run"))
+    forge_gpu.recording.collect(env, forge_gpu.sim.make_policy("random", env), str(tmp_path / "run"), episodes=8)
+    episodes = list(forge_gpu.reading.read_episodes(tmp_path / "run"))
     assert len({e.instruction for e in episodes}) == 2
     assert all(
         e.instruction == f"balance a {'light' if e.params['mass_scale'] < 1 else 'heavy'} pole" for e in episodes

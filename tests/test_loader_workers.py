@@ -9,9 +9,10 @@ import pytest
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu import PackedRecorder, Windows
 from forge_gpu._src.data import shared_batches
 from forge_gpu._src.data.torch_data import _new_slot, _tensors
+from forge_gpu.reading import Windows
+from forge_gpu.recording import PackedRecorder
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def run(tmp_path_factory):
 def test_episodes_are_read_only_views_whose_next_frames_are_their_obs_shifted(run):
     """An episode's obs and next share one gather (next is obs one frame on), so neither can be written: writing one
     would change the other; a copy can be."""
-    episodes = list(forge_gpu.read_episodes(run))
+    episodes = list(forge_gpu.reading.read_episodes(run))
     assert episodes
     for episode in episodes:
         proprio, after = episode.obs["proprio"], episode.next["proprio"]
@@ -42,8 +43,8 @@ def test_episodes_are_read_only_views_whose_next_frames_are_their_obs_shifted(ru
 
 def test_action_windows_are_read_only_views_of_the_episodes(run):
     """Windows overlap (history 2, horizon 3): each is a read-only view, equal to the episode's slices."""
-    episodes = {(e.env_id, e.episode_id): e for e in forge_gpu.read_episodes(run)}
-    windows = list(forge_gpu.action_windows(run, 2, 3))
+    episodes = {(e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(run)}
+    windows = list(forge_gpu.reading.action_windows(run, 2, 3))
     expected = sum(max(e.steps - 3 - 2 + 2, 0) for e in episodes.values())
     assert len(windows) == expected > 0
     for window in windows:
@@ -109,7 +110,7 @@ def test_dataloader_workers_give_the_batches_of_no_workers(run, monkeypatch, sma
     from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
     monkeypatch.setattr(shared_batches, "SMALL", small)  # the forked workers inherit it
-    dataset = forge_gpu.WindowMapDataset(run, history=2, horizon=2)
+    dataset = forge_gpu.reading.WindowMapDataset(run, history=2, horizon=2)
     sampler = BatchSampler(SequentialSampler(dataset), 3, drop_last=False)
     batches = {w: list(DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=w)) for w in (0, 2)}
     assert len(batches[0]) == len(batches[2]) > 2 * shared_batches.MAX_SLOTS
@@ -126,7 +127,7 @@ def test_a_plain_dataloader_gathers_each_batch_once_and_gives_the_same_batches(r
     """DataLoader(batch_size=B) calls WindowMapDataset.__getitems__ once per batch (one Windows.batch), and its
     batches equal those of the same loader fetching dataset[i] one index at a time, a short last batch included."""
     torch = pytest.importorskip("torch")
-    dataset = forge_gpu.WindowMapDataset(run, history=2, horizon=3)
+    dataset = forge_gpu.reading.WindowMapDataset(run, history=2, horizon=3)
 
     class OneByOne(torch.utils.data.Dataset):  # the same windows, without __getitems__
         def __len__(self):

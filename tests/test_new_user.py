@@ -17,11 +17,11 @@ from synthetic import SyntheticSim, make_batches, record, synthetic_description
 from test_cli import _BLOCKED_CLI
 
 import forge_gpu
-from forge_gpu import EpisodeReadOptions, NpzRecorder, PackedRecorder
 from forge_gpu.cli import main
 from forge_gpu.cli._common import Progress
 from forge_gpu.curation import repair_run
-from forge_gpu.recording import write_dataset_manifest
+from forge_gpu.reading import EpisodeReadOptions
+from forge_gpu.recording import NpzRecorder, PackedRecorder, write_dataset_manifest
 
 ALL = EpisodeReadOptions(state=True)
 
@@ -142,13 +142,13 @@ def test_where_refuses_arithmetic_that_overflows_or_divides_by_zero(packed, tmp_
     code = main(["select", str(packed), str(out), "--where", where])
     _one_line(capsys, code, 2, f"--where {where!r}: {part} {what}", "allowed names")
     assert not out.exists()
-    with pytest.raises(forge_gpu.ExpressionError, match=what):
-        forge_gpu.select_run(packed, out, where)
+    with pytest.raises(forge_gpu.curation.ExpressionError, match=what):
+        forge_gpu.curation.select_run(packed, out, where)
 
 
 def test_where_arithmetic_that_fits_keeps_what_it_says(packed, tmp_path):
     """The same operators within range give numpy's answers, compared with the values computed here."""
-    values = forge_gpu.episode_values(packed)
+    values = forge_gpu.curation.episode_values(packed)
     length, ret = values["length"].astype(np.int64), values["return"]
     cases = {
         "length ** 3 > 27": length**3 > 27,
@@ -158,7 +158,7 @@ def test_where_arithmetic_that_fits_keeps_what_it_says(packed, tmp_path):
     }
     for k, (where, expected) in enumerate(cases.items()):
         assert 0 < expected.sum() < len(expected) or where.startswith("2 **"), where  # a case that can tell
-        report = forge_gpu.select_run(packed, tmp_path / f"s{k}", where)
+        report = forge_gpu.curation.select_run(packed, tmp_path / f"s{k}", where)
         assert report["episodes"] == int(expected.sum()), where
 
 
@@ -177,22 +177,22 @@ def test_a_closed_run_whose_log_lost_lines_is_damaged_until_repair(packed, tmp_p
     last = max(k for k, line in enumerate(lines) if json.loads(line)["episodes"]["steps"])  # blocks follow timing
     keep = sum(len(line) + 1 for line in lines[:last]) + (30 if cut == "within a line" else 0)
     os.truncate(log, keep)
-    expected = forge_gpu.read_manifest(run)["completed_episodes"]
+    expected = forge_gpu.formats.read_manifest(run)["completed_episodes"]
     assert main(["verify", str(run)]) == 1
     out = capsys.readouterr().out
     assert "damaged" in out and f"run.json says {expected} episodes were published" in out
     assert f"forge-gpu repair {run}" in out
     with pytest.raises(ValueError, match=f"damaged.*forge-gpu repair {run}"):
-        forge_gpu.open_run(run)
+        forge_gpu.reading.open_run(run)
     with pytest.raises(ValueError, match="damaged"):
-        list(forge_gpu.read_episodes(run))
+        list(forge_gpu.reading.read_episodes(run))
     assert main(["inspect", str(run)]) == 1
     assert "damaged" in capsys.readouterr().err
     assert main(["repair", str(run)]) == 0
     assert "published a whole block" in capsys.readouterr().out
     assert main(["verify", str(run)]) == 0
     assert log.read_bytes() == data  # the same lines again, byte for byte
-    original, again = forge_gpu.open_run(packed), forge_gpu.open_run(run)
+    original, again = forge_gpu.reading.open_run(packed), forge_gpu.reading.open_run(run)
     assert len(again) == expected == len(original)
     for a, b in zip(original.read(list(range(len(original))), ALL), again.read(list(range(len(again))), ALL),
                     strict=True):  # fmt: skip
@@ -209,7 +209,7 @@ def test_npz_salvage_drops_the_damaged_episode_and_keeps_the_rest(tmp_path, caps
     env = synthetic_description(num_envs=3, max_steps=6)
     run = tmp_path / "run"
     record(run, env, make_batches(SyntheticSim(env, seed=5, end_prob=0.4), 20), recorder=NpzRecorder)
-    before = {(e.env_id, e.episode_id): e for e in forge_gpu.read_episodes(run)}
+    before = {(e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(run)}
     victim = sorted(run.glob("env*.npz"))[1]
     env_id, episode_id = (int(s) for s in victim.stem.replace("env", "").split("-episode"))
     os.truncate(victim, victim.stat().st_size // 2)
@@ -220,11 +220,11 @@ def test_npz_salvage_drops_the_damaged_episode_and_keeps_the_rest(tmp_path, caps
     assert main(["repair", "--salvage", str(run)]) == 0
     assert f"1 episode(s) lost: {env_id}:{episode_id}" in capsys.readouterr().out
     assert not victim.exists() and not victim.with_suffix(".json").exists()
-    manifest = forge_gpu.read_manifest(run)
+    manifest = forge_gpu.formats.read_manifest(run)
     assert manifest["completed_episodes"] == len(before) - 1
     assert manifest["repaired"]["lost_episodes"] == [f"{env_id}:{episode_id}"]
     assert main(["verify", str(run)]) == 0
-    after = {(e.env_id, e.episode_id): e for e in forge_gpu.read_episodes(run)}
+    after = {(e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(run)}
     assert set(after) == set(before) - {(env_id, episode_id)}
     for key, episode in after.items():
         assert np.array_equal(episode.action, before[key].action)
@@ -312,7 +312,7 @@ def test_collect_takes_a_policy_module_from_the_working_directory(tmp_path, caps
     common = ["collect", "cartpole", "--envs", "2", "--episodes", "2", "--set", "max_steps=8"]
     assert main([*common, "--policy", "newuser_policy:make", "--out", "run"]) == 0
     capsys.readouterr()
-    assert forge_gpu.read_manifest(tmp_path / "run")["completed_episodes"] >= 2
+    assert forge_gpu.formats.read_manifest(tmp_path / "run")["completed_episodes"] >= 2
     assert str(tmp_path) not in sys.path  # the working directory was on the path for the import only
     code = main([*common, "--policy", "newuser_policy:broken", "--out", "again"])
     _one_line(capsys, code, 2, "policy 'newuser_policy:broken': its factory raised RuntimeError: the checkpoint")
@@ -342,12 +342,12 @@ def test_a_plain_progress_line_is_not_printed_twice(capsys):
 
 def test_replay_limit_progress_counts_to_the_limit(tmp_path, capsys):
     """replay --limit 2: every progress line counts to 2, and the last one reaches it."""
-    env = forge_gpu.make("cartpole", num_envs=3, device="cpu", seed=0, max_steps=10)
-    forge_gpu.collect(env, forge_gpu.load_policy("random", env), str(tmp_path / "run"), episodes=6)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device="cpu", seed=0, max_steps=10)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("random", env), str(tmp_path / "run"), episodes=6)
     assert main(["replay", str(tmp_path / "run"), str(tmp_path / "again"), "--limit", "2", "--batch", "2"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("replay state:")]
     assert lines and all("/2 episodes" in line for line in lines) and lines[-1].startswith("replay state: 2/2")
-    assert len(forge_gpu.open_run(tmp_path / "again")) == 2
+    assert len(forge_gpu.reading.open_run(tmp_path / "again")) == 2
 
 
 # --- a dataset root given to a command of one run ---

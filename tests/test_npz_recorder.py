@@ -15,9 +15,11 @@ from blocking import wait_until_blocked
 from synthetic import SyntheticSim, load_run, make_batches, record, slot_bytes, synthetic_description
 
 import forge_gpu._src.formats.npz.recorder as recorder_module
-from forge_gpu import NpzRecorder, PackedRecorder, read_episodes, validate_episode
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.manifest import MANIFEST_KEYS
+from forge_gpu.formats import validate_episode
+from forge_gpu.reading import read_episodes
+from forge_gpu.recording import NpzRecorder, PackedRecorder
 
 JOIN_TIMEOUT = 10.0  # seconds; only bounds a hang, never asserted as a duration
 

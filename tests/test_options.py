@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from forge_gpu import NpzRecorder, PackedRecorder, RecordingOptions, make_recorder
 from forge_gpu._src.formats.options import OptionError, recording_options
+from forge_gpu.recording import NpzRecorder, PackedRecorder, RecordingOptions, make_recorder
 
 
 @pytest.mark.parametrize(

@@ -35,8 +35,9 @@ def test_piped_collect_is_quiet_with_one_device_line_and_plain_progress(tmp_path
 
 @pytest.mark.parametrize("verbose", ["0", "1"])
 def test_make_keeps_warp_quiet_unless_asked(verbose):
-    """forge_gpu.make prints nothing of Warp's; FORGE_GPU_VERBOSE=1 brings its greeting and module-load lines back."""
-    done = run(["-c", "import forge_gpu; forge_gpu.make('cartpole', num_envs=1).reset()"], verbose)
+    """forge_gpu.sim.make prints nothing of Warp's; FORGE_GPU_VERBOSE=1 brings its greeting and module-load lines
+    back."""
+    done = run(["-c", "import forge_gpu; forge_gpu.sim.make('cartpole', num_envs=1).reset()"], verbose)
     if verbose == "0":
         assert done.stdout + done.stderr == ""
     else:

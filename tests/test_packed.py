@@ -11,10 +11,11 @@ import pytest
 from synthetic import SyntheticSim, make_batches, record, standard_read, synthetic_description
 
 import forge_gpu
-from forge_gpu import PackedRecorder, Windows, convert_run
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
 from forge_gpu._src.formats.packed.writer import PackedWriter
-from forge_gpu.curation import repair_run
+from forge_gpu.curation import convert_run, repair_run
+from forge_gpu.reading import Windows
+from forge_gpu.recording import PackedRecorder
 
 MEMBERS = ("action", "reward", "terminated", "truncated")
 
@@ -24,7 +25,7 @@ def record_packed(directory, env, batches, **kwargs):
 
 
 def episodes_by_id(run, **options):
-    read = forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(**options))
+    read = forge_gpu.reading.read_episodes(run, options=forge_gpu.reading.EpisodeReadOptions(**options))
     return {(e.env_id, e.episode_id): e for e in read}
 
 
@@ -67,7 +68,7 @@ def test_recorded_episodes_equal_the_generated_ones(tmp_path, compression):
             assert np.array_equal(episode.next[f], expected[f"next/{f}"])
         for m in MEMBERS:
             assert np.array_equal(getattr(episode, m), expected[m])
-    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "run")
     assert manifest["schema_version"] == 2 and manifest["layout"] == "packed" and manifest["status"] == "closed"
     assert manifest["completed_episodes"] == len(episodes) and manifest["recorder"]["compression"] == compression
     incomplete = sorted((e["env_id"], e["episode_id"], e["steps"]) for e in manifest["incomplete_episodes"])
@@ -158,7 +159,7 @@ def test_write_error_surfaces_and_wakes_a_blocked_append(tmp_path, monkeypatch):
     assert not thread.is_alive() and outcome and "No space left" in str(outcome[0])
     with pytest.raises(RuntimeError, match="No space left"):
         recorder.close()
-    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "run")
     assert manifest["status"] == "failed" and "No space left" in manifest["error"]
     assert manifest["completed_episodes"] == 0 and "unwritten_episodes" in manifest
 
@@ -177,7 +178,7 @@ def test_a_live_run_shows_only_committed_episodes(tmp_path):
     with open(tmp_path / "run" / COMMIT_LOG, "ab") as log:  # a line being written: not yet published
         log.write(b'{"segment": 0, "offs')
     assert episodes_by_id(tmp_path / "run").keys() == live.keys()
-    assert forge_gpu.read_manifest(tmp_path / "run")["status"] == "recording"
+    assert forge_gpu.formats.read_manifest(tmp_path / "run")["status"] == "recording"
     recorder.close()
 
 
@@ -207,7 +208,7 @@ def test_repair_recovers_every_whole_block_and_is_idempotent(recorded, tmp_path)
     report = repair_run(run)
     assert report["recovered_episodes"] == len(original) - len(visible)
     assert_same_episodes(episodes_by_id(run), original)
-    manifest = forge_gpu.read_manifest(run)
+    manifest = forge_gpu.formats.read_manifest(run)
     assert manifest["status"] == "closed" and manifest["completed_episodes"] == len(original)
     before = sorted((p.name, p.read_bytes()) for p in run.iterdir())
     assert repair_run(run)["recovered_episodes"] == 0
@@ -249,12 +250,12 @@ def test_convert_both_ways_reads_back_bit_identical(recorded, tmp_path, compress
     directory, _ = recorded
     original = episodes_by_id(directory)
     convert_run(directory, tmp_path / "npz", to="npz", compression=compression[1])
-    assert forge_gpu.read_manifest(tmp_path / "npz")["schema_version"] == 1
+    assert forge_gpu.formats.read_manifest(tmp_path / "npz")["schema_version"] == 1
     assert len(list((tmp_path / "npz").glob("env*.npz"))) == len(original)
     assert_same_episodes(episodes_by_id(tmp_path / "npz"), original)
     convert_run(tmp_path / "npz", tmp_path / "packed", to="packed", compression=compression[0])
     assert_same_episodes(episodes_by_id(tmp_path / "packed"), original)
-    assert forge_gpu.read_manifest(tmp_path / "packed")["converted_from"]["format"] == "npz"
+    assert forge_gpu.formats.read_manifest(tmp_path / "packed")["converted_from"]["format"] == "npz"
 
 
 def test_convert_refuses_bad_input_and_leaves_nothing(recorded, tmp_path):
@@ -283,7 +284,7 @@ def test_windows_equal_action_windows_on_both_layouts(recorded, tmp_path, histor
     npz = tmp_path / "npz"
     convert_run(directory, npz, to="npz")
     for run in (directory, npz):
-        reference = list(forge_gpu.action_windows(run, history, horizon))
+        reference = list(forge_gpu.reading.action_windows(run, history, horizon))
         windows = Windows(run, history, horizon)
         assert len(windows) == len(reference) > 0
         batch = windows.batch(np.arange(len(windows)))
@@ -301,7 +302,7 @@ def test_padded_windows_repeat_the_edges_and_flag_them(recorded):
     directory, _ = recorded
     history, horizon = 3, 4
     windows = Windows(directory, history, horizon, pad=True)
-    episodes = list(forge_gpu.read_episodes(directory))
+    episodes = list(forge_gpu.reading.read_episodes(directory))
     assert len(windows) == sum(e.steps for e in episodes)
     batch = windows.batch(np.arange(len(windows)))
     i = 0
@@ -354,16 +355,16 @@ def test_window_datasets_shuffle_globally_and_load_batches(recorded):
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
     directory, _ = recorded
-    mapped = forge_gpu.WindowMapDataset(directory, history=2, horizon=2)
+    mapped = forge_gpu.reading.WindowMapDataset(directory, history=2, horizon=2)
     sampler = BatchSampler(RandomSampler(mapped, generator=torch.Generator().manual_seed(0)), 16, drop_last=False)
     batches = list(DataLoader(mapped, sampler=sampler, batch_size=None))
     assert sum(len(b["t"]) for b in batches) == len(mapped)
     assert batches[0]["obs/proprio"].shape == (16, 2, 3) and len(batches[0]["instruction"]) == 16
     assert mapped[0]["action"].shape == (2, 2)
-    mmapped = forge_gpu.WindowMapDataset(directory, history=2, horizon=2, mmap=True)
+    mmapped = forge_gpu.reading.WindowMapDataset(directory, history=2, horizon=2, mmap=True)
     indices = [int(i) for i in sampler.sampler][:16]
     assert all(torch.equal(mmapped[indices][k], mapped[indices][k]) for k in ("obs/rgb", "action", "t"))
-    shuffled = list(forge_gpu.WindowDataset(directory, history=2, horizon=2, shuffle=True, seed=1))
+    shuffled = list(forge_gpu.reading.WindowDataset(directory, history=2, horizon=2, shuffle=True, seed=1))
     first = {(int(w["env_id"]), int(w["episode_id"])) for w in shuffled[:10]}
     assert len(shuffled) == len(mapped) and len(first) >= 5  # in order, 10 windows span ~3 episodes
 
@@ -392,4 +393,4 @@ def test_commit_values_past_int64_are_value_errors(recorded, tmp_path, key, valu
     lines[k] = json.dumps(commit)
     (run / COMMIT_LOG).write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=f"{COMMIT_LOG}:{k + 1}: episodes.{key}"):
-        list(forge_gpu.read_episodes(run))
+        list(forge_gpu.reading.read_episodes(run))

@@ -18,7 +18,7 @@ def test_torch_policy_actions_are_what_the_env_executes(device):
     torch, torch_device = torch_on(device)
     from torch_policies import tiny_mlp
 
-    env = forge_gpu.make("cartpole", num_envs=4, device=device, max_steps=5)
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device=device, max_steps=5)
     policy = load_policy("torch_policies:tiny_mlp", env)
     assert isinstance(policy, TorchPolicy)
     if env.device.is_cuda:
@@ -47,7 +47,7 @@ def test_torch_policy_refuses_bad_actions(device):
     torch_on(device)
     import torch_policies
 
-    env = forge_gpu.make("cartpole", num_envs=3, device=device)
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device=device)
     env.reset()
     for factory, words in [
         (torch_policies.wrong_shape, "shape"),

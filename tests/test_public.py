@@ -1,7 +1,7 @@
 """forge_gpu's public surface: one module per domain (forge_gpu/sim.py, recording.py, formats.py, reading.py,
-curation.py, export.py), each name in exactly one, resolving from the module its table names, which defines it or
-re-exports it (so a wrong path there fails here, not in a user's first call); ``forge_gpu.NAME`` is the same
-object, looked up in the domains."""
+curation.py, export.py, testing.py), each name in exactly one, resolving from the module its table names, which
+defines it or re-exports it (so a wrong path there fails here, not in a user's first call); ``forge_gpu`` itself
+holds the domains alone, and ``forge_gpu.NAME`` is an AttributeError naming the domain that holds NAME."""
 
 import ast
 import importlib
@@ -36,7 +36,7 @@ def test_all_is_the_domains_and_each_domains_all_its_table():
     assert forge_gpu.__all__ == list(forge_gpu.DOMAINS)
     for m in DOMAINS.values():
         assert m.__all__ == sorted(m.NAMES) and dir(m) == m.__all__
-    assert dir(forge_gpu) == sorted({*forge_gpu.DOMAINS, *(name for _, name, _ in EXPORTS)})
+    assert dir(forge_gpu) == sorted(forge_gpu.DOMAINS)
 
 
 def test_each_name_is_in_one_domain_and_no_alias_is_left():
@@ -67,18 +67,21 @@ def export_problem(name: str, module: str, domain: str = "reading") -> str | Non
     if name not in bound_at_top_level(tree):
         return f"{domain}.NAMES[{name!r}]: {module} neither defines nor imports {name}"
     value = getattr(importlib.import_module(module), name)
-    if value is not getattr(DOMAINS[domain], name) or value is not getattr(forge_gpu, name):
-        return f"forge_gpu.{domain}.{name} or forge_gpu.{name} is not {module}.{name}"
+    if value is not getattr(DOMAINS[domain], name):
+        return f"forge_gpu.{domain}.{name} is not {module}.{name}"
     return None
 
 
 @pytest.mark.parametrize("domain, name, module", EXPORTS, ids=[f"{d}.{n}" for d, n, _ in EXPORTS])
 def test_each_public_name_is_in_the_module_named_for_it(domain, name, module):
     """The module exists, binds the name in its own source (a definition or an import that re-exports it),
-    and forge_gpu.<domain>.<name> and forge_gpu.<name> are that module's object, kept once loaded."""
+    and forge_gpu.<domain>.<name> is that module's object, kept once loaded; forge_gpu.<name> is not there."""
     assert export_problem(name, module, domain) is None  # which loaded it through the modules' __getattr__
     value = getattr(importlib.import_module(module), name)
-    assert vars(DOMAINS[domain]).get(name) is value and vars(forge_gpu).get(name) is value  # and kept it
+    assert vars(DOMAINS[domain]).get(name) is value  # and kept it
+    with pytest.raises(AttributeError, match=rf"no attribute '{name}'; it is forge_gpu\.{domain}\.{name}$"):
+        getattr(forge_gpu, name)
+    assert name not in vars(forge_gpu)
 
 
 def test_every_name_of_all_resolves():
@@ -87,7 +90,7 @@ def test_every_name_of_all_resolves():
 
 
 def test_an_unknown_name_is_an_attribute_error():
-    with pytest.raises(AttributeError, match="module 'forge_gpu' has no attribute 'not_a_name'"):
+    with pytest.raises(AttributeError, match="^module 'forge_gpu' has no attribute 'not_a_name'$"):
         forge_gpu.not_a_name  # noqa: B018
     with pytest.raises(AttributeError, match="module 'forge_gpu.reading' has no attribute 'make'"):
         DOMAINS["reading"].make  # noqa: B018
@@ -115,7 +118,7 @@ def test_importing_forge_gpu_loads_none_of_its_modules():
     Warp or torch."""
     code = (
         "import sys, forge_gpu, forge_gpu.sim, forge_gpu.recording, forge_gpu.formats, forge_gpu.reading, "
-        "forge_gpu.curation, forge_gpu.export; "
+        "forge_gpu.curation, forge_gpu.export, forge_gpu.testing; "
         "print(sorted(m for m in sys.modules if m.startswith('forge_gpu._src') or m in ('warp', 'newton', 'torch')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -42,7 +42,7 @@ def arm_ik(tip, p) -> np.ndarray:
 def fixed(request):
     """Three worlds of the fixed scene, rendered at 64 x 64, and their reset frame (state and params)."""
     device = request.param
-    env = forge_gpu.make("push", num_envs=3, device=device, seed=4, **FIXED)
+    env = forge_gpu.sim.make("push", num_envs=3, device=device, seed=4, **FIXED)
     result = env.reset()
     return env, _host(result.state), _host(result.params)
 
@@ -51,12 +51,12 @@ def fixed(request):
 def randomized(request):
     """Eight worlds of the default (randomized) config, without rendering."""
     device = request.param
-    return forge_gpu.make("push", num_envs=8, device=device, seed=21, **FAST)
+    return forge_gpu.sim.make("push", num_envs=8, device=device, seed=21, **FAST)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_spec_fields_params_and_instruction_template(device):
-    env = forge_gpu.make("push", num_envs=3, device=device, seed=3, **{"params.image_size": 32})
+    env = forge_gpu.sim.make("push", num_envs=3, device=device, seed=3, **{"params.image_size": 32})
     obs, params = _host(env.reset().observation), _host(env.result.params)
     for name, desc in env.spec["observation"].items():
         assert obs[name].shape == (3, *desc["shape"]) and obs[name].dtype == np.dtype(desc["dtype"]), name
@@ -80,7 +80,7 @@ def test_spec_fields_params_and_instruction_template(device):
             "side": {"param": "goal_position", "component": 1, "edges": edges, "names": sides},
         },
     }
-    config = forge_gpu.task_config("push", device=device)
+    config = forge_gpu.sim.task_config("push", device=device)
     assert PushTask(dataclasses.replace(config, randomize=())).instruction_template() is None
     only_goal = tuple(r for r in config.randomize if r.name == "goal_position")
     template = PushTask(dataclasses.replace(config, randomize=only_goal)).instruction_template()
@@ -132,8 +132,8 @@ def _successes(env, policy, episodes_per_env: int = 1) -> int:
 
 def test_the_expert_succeeds_far_more_often_than_the_random_policy(randomized):
     env = randomized
-    expert = _successes(env, forge_gpu.make_policy("expert", env))
-    random = _successes(env, forge_gpu.make_policy("random", env))
+    expert = _successes(env, forge_gpu.sim.make_policy("expert", env))
+    random = _successes(env, forge_gpu.sim.make_policy("random", env))
     assert expert >= 6 and random <= 2, (expert, random)
 
 
@@ -143,7 +143,7 @@ def test_a_heavier_or_rougher_cube_moves_less_under_the_same_push(device):
     behind the cube through its place) to a 1 kg cube of friction 0.3, a 3 kg one and one of friction 0.9, drawn
     per world: the heavier and the rougher cube move less. The solver holds each world's drawn mass and friction."""
     soft = {"params.joint_stiffness": 20.0, "params.joint_damping": 4.0}
-    env = forge_gpu.make("push", num_envs=3, device=device, seed=4, **{**FIXED, **FAST, **soft})
+    env = forge_gpu.sim.make("push", num_envs=3, device=device, seed=4, **{**FIXED, **FAST, **soft})
     reset = env.reset()
     state, params = _host(reset.state), _host(reset.params)
     values = {**params, "cube_mass": np.float32([1.0, 3.0, 1.0]), "cube_friction": np.float32([0.3, 0.3, 0.9])}
@@ -179,8 +179,8 @@ def test_colours_change_the_pixels_of_the_cube_and_the_goal_only(fixed):
 @pytest.mark.parametrize("device", DEVICES)
 def test_determinism_and_independence_of_env_count(device):
     """Env i's episodes (drawn values, physics, images) are the same with 2 envs as with 3; another seed differs."""
-    a, b = (forge_gpu.make("push", num_envs=n, device=device, seed=7, **{"params.image_size": 32}) for n in (2, 3))
-    pa, pb = forge_gpu.make_policy("random", a), forge_gpu.make_policy("random", b)
+    a, b = (forge_gpu.sim.make("push", num_envs=n, device=device, seed=7, **{"params.image_size": 32}) for n in (2, 3))
+    pa, pb = forge_gpu.sim.make_policy("random", a), forge_gpu.sim.make_policy("random", b)
     ra, rb = a.reset().numpy(), b.reset().numpy()
     for step in range(6):
         for name in ("proprio", "cube_pose", "cube_velocity", "goal_position", "rgb", "depth"):
@@ -188,7 +188,7 @@ def test_determinism_and_independence_of_env_count(device):
         for name, value in ra.params.items():
             np.testing.assert_array_equal(value, rb.params[name][:2])
         ra, rb = a.step(pa(a.observation)).numpy(), b.step(pb(b.observation)).numpy()
-    c = forge_gpu.make("push", num_envs=2, device=device, seed=8, **FAST)
+    c = forge_gpu.sim.make("push", num_envs=2, device=device, seed=8, **FAST)
     assert not np.array_equal(c.reset().numpy().observation["cube_pose"], a.reset().numpy().observation["cube_pose"])
 
 
@@ -197,15 +197,15 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, 
     import pyarrow.parquet as pq
 
     pytest.importorskip("av", reason="the LeRobot export is the export extra: pip install 'forge-gpu[export]'")
-    env = forge_gpu.make("push", num_envs=3, device=device, seed=5, max_steps=12, **{"params.image_size": 32})
-    forge_gpu.collect(env, forge_gpu.make_policy("expert", env), str(tmp_path / "run"), episodes=4)
-    report = forge_gpu.replay(tmp_path / "run", tmp_path / "again", from_="actions", batch=2)
+    env = forge_gpu.sim.make("push", num_envs=3, device=device, seed=5, max_steps=12, **{"params.image_size": 32})
+    forge_gpu.recording.collect(env, forge_gpu.sim.make_policy("expert", env), str(tmp_path / "run"), episodes=4)
+    report = forge_gpu.recording.replay(tmp_path / "run", tmp_path / "again", from_="actions", batch=2)
     assert report["episodes"] >= 4 and report["diverged"] == 0
     assert all(d["max_error"] == 0.0 for d in report["divergence"]), report["divergence"]
-    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "run")
     assert manifest["env_spec"]["instruction_template"]["slots"]["cube"]["param"] == "cube_color"
     # Each episode's instruction names its drawn colours and goal side, and survives replay, windows and export.
-    episodes = list(forge_gpu.read_episodes(tmp_path / "run"))
+    episodes = list(forge_gpu.reading.read_episodes(tmp_path / "run"))
     sides = ["on the right", "in the middle", "on the left"]
     for e in episodes:
         cube, goal = (COLOR_NAMES[int(e.params[k].item())] for k in ("cube_color", "goal_color"))
@@ -213,13 +213,13 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, 
         assert e.instruction == f"push the {cube} cube to the {goal} square {side}"
     wanted = [e.instruction for e in episodes]
     assert len(set(wanted)) >= 2, wanted
-    assert [e.instruction for e in forge_gpu.read_episodes(tmp_path / "again")][: len(wanted)] == wanted
-    windows = forge_gpu.Windows(tmp_path / "run", 2, 4)
+    assert [e.instruction for e in forge_gpu.reading.read_episodes(tmp_path / "again")][: len(wanted)] == wanted
+    windows = forge_gpu.reading.Windows(tmp_path / "run", 2, 4)
     batch = windows.batch(np.arange(len(windows)))
     by_episode = {(e.env_id, e.episode_id): e.instruction for e in episodes}
     keys = zip(batch["env_id"].tolist(), batch["episode_id"].tolist(), strict=True)
     assert batch["instruction"] == [by_episode[k] for k in keys]
-    forge_gpu.export_lerobot(tmp_path / "run", tmp_path / "lerobot")
+    forge_gpu.export.export_lerobot(tmp_path / "run", tmp_path / "lerobot")
     tasks = pq.read_table(tmp_path / "lerobot/meta/tasks.parquet").to_pydict()
     assert sorted(tasks["task"]) == sorted(set(wanted)) and tasks["task_index"] == list(range(len(tasks["task"])))
     frames = pq.read_table(tmp_path / "lerobot/data").to_pydict()
@@ -240,11 +240,11 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, 
 )
 def test_bad_values_name_the_key_and_what_is_allowed(device, overrides, words):
     with pytest.raises(ValueError, match=words):
-        forge_gpu.make("push", num_envs=1, device=device, **overrides)
+        forge_gpu.sim.make("push", num_envs=1, device=device, **overrides)
 
 
 def test_equal_fixed_colours_are_refused():
-    config = forge_gpu.task_config("push", **{"params.goal_color": "red"})
+    config = forge_gpu.sim.task_config("push", **{"params.goal_color": "red"})
     with pytest.raises(ValueError, match="params.cube_color and params.goal_color are both 'red'"):
         PushTask(dataclasses.replace(config, randomize=()))
 
@@ -252,7 +252,7 @@ def test_equal_fixed_colours_are_refused():
 def test_the_recorded_ranges_load_back_over_the_files_list_form():
     """configs/push.toml writes ranges as [low, high]; the recorded config's tables (what replay passes back as
     overrides) replace them, integer ranges included."""
-    config = forge_gpu.task_config("push")
-    again = forge_gpu.task_config("push", randomize=config.to_dict()["randomize"])
+    config = forge_gpu.sim.task_config("push")
+    again = forge_gpu.sim.task_config("push", randomize=config.to_dict()["randomize"])
     assert again.randomize == config.randomize
     assert {r.name: r.dist for r in again.randomize}["cube_color"] == "integer"

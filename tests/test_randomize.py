@@ -26,8 +26,8 @@ def _run(env, steps: int, action: float = 0.0) -> list[dict]:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_drawn_values_of_env_i_do_not_depend_on_the_number_of_envs(device):
-    small = forge_gpu.make("cartpole", num_envs=4, device=device, seed=3, max_steps=5, **CARTPOLE_RANGES)
-    large = forge_gpu.make("cartpole", num_envs=16, device=device, seed=3, max_steps=5, **CARTPOLE_RANGES)
+    small = forge_gpu.sim.make("cartpole", num_envs=4, device=device, seed=3, max_steps=5, **CARTPOLE_RANGES)
+    large = forge_gpu.sim.make("cartpole", num_envs=16, device=device, seed=3, max_steps=5, **CARTPOLE_RANGES)
     a, b = _run(small, 12), _run(large, 12)  # two resets of every env (max_steps 5)
     for name in ("params/mass_scale", "params/actuator_gain_scale"):
         for fa, fb in zip(a, b, strict=True):
@@ -46,9 +46,9 @@ def test_a_heavier_cart_and_pole_move_less_under_the_same_force(device):
     """mass_scale scales every body's mass and inertia in the solver: the same force accelerates less."""
     trajectories = {}
     for scale in (1.0, 2.0):
-        env = forge_gpu.make("cartpole", num_envs=2, device=device, **{"randomize.mass_scale": [scale, scale]})
+        env = forge_gpu.sim.make("cartpole", num_envs=2, device=device, **{"randomize.mass_scale": [scale, scale]})
         trajectories[scale] = _run(env, 10, action=0.5)
-        nominal = forge_gpu.make("cartpole", num_envs=2, device=device).model.body_mass.numpy()
+        nominal = forge_gpu.sim.make("cartpole", num_envs=2, device=device).model.body_mass.numpy()
         np.testing.assert_allclose(env.model.body_mass.numpy(), nominal * scale, rtol=1e-6)
     light, heavy = (np.abs(trajectories[s][-1]["joint_q"][:, 0] - trajectories[s][0]["joint_q"][:, 0]) for s in (1, 2))
     assert (heavy < 0.75 * light).all(), (light, heavy)
@@ -57,23 +57,23 @@ def test_a_heavier_cart_and_pole_move_less_under_the_same_force(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_ant_friction_armature_and_mass_reach_mujoco_per_world(device):
     ranges = {"randomize.friction": [0.3, 1.5], "randomize.joint_armature_scale": [0.5, 1.5]}
-    env = forge_gpu.make("ant", num_envs=3, device=device, **ranges)
+    env = forge_gpu.sim.make("ant", num_envs=3, device=device, **ranges)
     result = env.reset()
     friction = result.params["friction"].numpy()
     mjw = env.solver.mjw_model
     np.testing.assert_allclose(mjw.geom_friction.numpy()[:, :, 0], np.repeat(friction[:, None], mjw.ngeom, 1))
     armature = result.params["joint_armature_scale"].numpy()
-    nominal = forge_gpu.make("ant", num_envs=3, device=device).solver.mjw_model.dof_armature.numpy()
+    nominal = forge_gpu.sim.make("ant", num_envs=3, device=device).solver.mjw_model.dof_armature.numpy()
     np.testing.assert_allclose(mjw.dof_armature.numpy(), nominal * armature[:, None], rtol=1e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_colour_range_changes_the_pixels_and_not_the_depth(device):
     size = {"params.image_size": 32}
-    plain = forge_gpu.make("reach", num_envs=2, device=device, **size).reset()
+    plain = forge_gpu.sim.make("reach", num_envs=2, device=device, **size).reset()
     plain = _host(plain.observation)
     blue = {"randomize.table_color": {"low": [0.0, 0.0, 0.8], "high": [0.1, 0.1, 1.0]}}
-    env = forge_gpu.make("reach", num_envs=2, device=device, **size, **blue)
+    env = forge_gpu.sim.make("reach", num_envs=2, device=device, **size, **blue)
     coloured = _host(env.reset().observation)
     assert np.array_equal(plain["depth"], coloured["depth"])
     changed = (plain["rgb"] != coloured["rgb"]).any(axis=-1)
@@ -87,14 +87,14 @@ def test_restore_gives_back_the_recorded_frame_bit_for_bit(device):
     """state round-trips: restore a frame's state into a fresh env of another size, read it back, equal; the
     observations (rendered images included) equal the recorded ones."""
     size = {"params.image_size": 32, "randomize.camera_position_offset": [[-0.05] * 3, [0.05] * 3]}
-    env = forge_gpu.make("reach", num_envs=3, device=device, seed=1, **size)
+    env = forge_gpu.sim.make("reach", num_envs=3, device=device, seed=1, **size)
     env.reset()
     a = np.full((3, 4), 0.3, np.float32)
     for _ in range(4):
         env.step(a)
     state, params, observation = _host(env.result.state), _host(env.result.params), _host(env.observation)
     assert set(state) == {"joint_q", "joint_qd", "body_q", "target_pos"}
-    other = forge_gpu.make("reach", num_envs=3, device=device, seed=9, **size)
+    other = forge_gpu.sim.make("reach", num_envs=3, device=device, seed=9, **size)
     restored = other.restore(state, params)
     for name, values in state.items():
         assert np.array_equal(restored.state[name].numpy(), values), name
@@ -106,7 +106,7 @@ def test_restore_gives_back_the_recorded_frame_bit_for_bit(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_record_state_false_records_no_state(device):
-    env = forge_gpu.make("cartpole", num_envs=2, device=device, record_state=False)
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device=device, record_state=False)
     assert env.reset().state == {} and env.spec["state"] == {}
     assert not any(k.startswith("state/") for k in env.result.arrays())
 
@@ -125,11 +125,11 @@ def test_record_state_false_records_no_state(device):
 def test_bad_ranges_name_the_key_and_what_is_allowed(device, overrides, words):
     task = "reach" if "target_color" in str(overrides) else "cartpole"
     with pytest.raises(ValueError, match=words):
-        forge_gpu.make(task, num_envs=2, device=device, **overrides)
+        forge_gpu.sim.make(task, num_envs=2, device=device, **overrides)
 
 
 def test_ranges_are_recorded_in_the_config():
-    config = forge_gpu.task_config("cartpole", **CARTPOLE_RANGES).to_dict()
+    config = forge_gpu.sim.task_config("cartpole", **CARTPOLE_RANGES).to_dict()
     assert config["randomize"]["mass_scale"] == {"low": 0.5, "high": 2.0, "dist": "uniform"}
-    again = forge_gpu.task_config("cartpole", randomize=config["randomize"])
-    assert again.randomize == forge_gpu.task_config("cartpole", **CARTPOLE_RANGES).randomize
+    again = forge_gpu.sim.task_config("cartpole", randomize=config["randomize"])
+    assert again.randomize == forge_gpu.sim.task_config("cartpole", **CARTPOLE_RANGES).randomize

@@ -33,8 +33,8 @@ def project(calibration, points):
 @pytest.mark.parametrize("device", DEVICES)
 def test_shapes_dtypes_and_spec(device):
     """rgb is uint8 [N, H, W, 3], depth float32 [N, H, W] in metres, and the spec and calibration say so."""
-    env = forge_gpu.make("reach", num_envs=3, device=device)
-    frames = rollout(env, forge_gpu.make_policy("random", env), 2)
+    env = forge_gpu.sim.make("reach", num_envs=3, device=device)
+    frames = rollout(env, forge_gpu.sim.make_policy("random", env), 2)
     for r in frames:
         obs = r.observation
         assert set(obs) == set(env.spec["observation"])
@@ -61,8 +61,8 @@ def test_shapes_dtypes_and_spec(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_calibration_projects_target_onto_its_pixels(device):
     """The target's world position, projected with the recorded calibration, lands on its red blob and depth."""
-    env = forge_gpu.make("reach", num_envs=4, device=device, seed=3)
-    frames = rollout(env, forge_gpu.make_policy("random", env), 3)
+    env = forge_gpu.sim.make("reach", num_envs=4, device=device, seed=3)
+    frames = rollout(env, forge_gpu.sim.make_policy("random", env), 3)
     radius = env.config.params.target_radius_m
     fx = env.calibration["cameras"]["front"]["intrinsics"]["fx"]
     checked = 0
@@ -84,7 +84,7 @@ def test_calibration_projects_target_onto_its_pixels(device):
 
 def test_image_size_128_and_unsupported_sizes():
     """128 x 128 renders; a size outside 32, 64, 128, 256 is refused naming the value and the allowed ones."""
-    env = forge_gpu.make("reach", num_envs=1, device="cpu", **{"params.image_size": 128})
+    env = forge_gpu.sim.make("reach", num_envs=1, device="cpu", **{"params.image_size": 128})
     obs = env.reset().numpy().observation
     assert obs["rgb"].shape == (1, 128, 128, 3) and obs["depth"].shape == (1, 128, 128)
     assert env.spec["observation"]["rgb"]["shape"] == [128, 128, 3]
@@ -92,20 +92,20 @@ def test_image_size_128_and_unsupported_sizes():
     assert env.calibration["cameras"]["front"]["intrinsics"]["cx"] == 63.5
     for bad in (100, 0, 512):
         with pytest.raises(ValueError, match=rf"image_size = {bad}: allowed values are 32, 64, 128, 256"):
-            forge_gpu.make("reach", num_envs=1, device="cpu", **{"params.image_size": bad})
+            forge_gpu.sim.make("reach", num_envs=1, device="cpu", **{"params.image_size": bad})
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_determinism_and_independence_of_env_count(device):
     """Same seed, same frames (images included); env i's frames do not depend on how many envs run."""
-    a = forge_gpu.make("reach", num_envs=2, device=device, seed=7, **SMALL)
-    b = forge_gpu.make("reach", num_envs=3, device=device, seed=7, **SMALL)
-    fa = rollout(a, forge_gpu.make_policy("random", a), 4)
-    fb = rollout(b, forge_gpu.make_policy("random", b), 4)
+    a = forge_gpu.sim.make("reach", num_envs=2, device=device, seed=7, **SMALL)
+    b = forge_gpu.sim.make("reach", num_envs=3, device=device, seed=7, **SMALL)
+    fa = rollout(a, forge_gpu.sim.make_policy("random", a), 4)
+    fb = rollout(b, forge_gpu.sim.make_policy("random", b), 4)
     for x, y in zip(fa, fb, strict=True):
         for name in ("proprio", "rgb", "depth"):
             np.testing.assert_array_equal(x.observation[name], y.observation[name][:2])
-    c = forge_gpu.make("reach", num_envs=2, device=device, seed=8, **SMALL)
+    c = forge_gpu.sim.make("reach", num_envs=2, device=device, seed=8, **SMALL)
     assert not np.array_equal(c.reset().numpy().observation["proprio"], fa[0].observation["proprio"])
 
 
@@ -114,10 +114,10 @@ def test_rendering_inside_the_captured_step_graph(device):
     """The replayed step graph renders the same frames as eager stepping, across auto-resets."""
 
     def frames(capture_graph):
-        env = forge_gpu.make(
+        env = forge_gpu.sim.make(
             "reach", num_envs=3, device=device, seed=2, max_steps=4, capture_graph=capture_graph, **SMALL
         )
-        out = rollout(env, forge_gpu.make_policy("random", env), 10)
+        out = rollout(env, forge_gpu.sim.make_policy("random", env), 10)
         if capture_graph:
             assert_graph(env)
         else:
@@ -134,8 +134,8 @@ def test_rendering_inside_the_captured_step_graph(device):
 
 def test_expert_reaches_the_target():
     """The IK expert ends at least 90% of 40 fixed-seed episodes within tolerance (rendering off: same physics)."""
-    env = forge_gpu.make("reach", num_envs=20, device="cpu", seed=11, **{"params.render": False})
-    policy = forge_gpu.make_policy("expert", env)
+    env = forge_gpu.sim.make("reach", num_envs=20, device="cpu", seed=11, **{"params.render": False})
+    policy = forge_gpu.sim.make_policy("expert", env)
     env.reset()
     ended = np.zeros(env.num_envs, np.int64)
     successes = 0
@@ -159,16 +159,16 @@ def test_collection_reads_back_with_images(tmp_path):
     """An expert collection reads back through read_episodes with rgb equal to the direct frames and depth within
     the default codec's stated bound."""
     overrides = {**SMALL, "max_steps": 30}
-    env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=5, **overrides)
-    summary = collect(env, forge_gpu.make_policy("expert", env), str(tmp_path / "run"), episodes=2)
+    env = forge_gpu.sim.make("reach", num_envs=2, device="cpu", seed=5, **overrides)
+    summary = collect(env, forge_gpu.sim.make_policy("expert", env), str(tmp_path / "run"), episodes=2)
     episodes = list(read_episodes(tmp_path / "run"))
     assert summary.status == "closed" and len(episodes) == summary.episodes >= 2
     manifest = read_manifest(tmp_path / "run")
     assert manifest["calibration"] == json.loads(json.dumps(env.calibration))
     assert manifest["env_spec"]["observation"]["rgb"] == {"shape": [32, 32, 3], "dtype": "uint8"}
 
-    direct = forge_gpu.make("reach", num_envs=2, device="cpu", seed=5, **overrides)
-    frames = rollout(direct, forge_gpu.make_policy("expert", direct), 31)
+    direct = forge_gpu.sim.make("reach", num_envs=2, device="cpu", seed=5, **overrides)
+    frames = rollout(direct, forge_gpu.sim.make_policy("expert", direct), 31)
     for ep in episodes:
         assert ep.obs["rgb"].dtype == np.uint8 and ep.obs["rgb"].shape[1:] == (32, 32, 3)
         assert ep.obs["depth"].dtype == np.float32 and ep.obs["depth"].shape[1:] == (32, 32)

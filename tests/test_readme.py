@@ -21,7 +21,7 @@ def test_readme_python_example_runs(tmp_path):
 def test_readme_replay_example_runs(tmp_path):
     """The README's python block of state, randomization and replay runs to completion."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    (block,) = [b for b in blocks if "forge_gpu.replay(" in b]
+    (block,) = [b for b in blocks if "forge_gpu.recording.replay(" in b]
     (tmp_path / "example.py").write_text(block)
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -31,7 +31,7 @@ def test_readme_replay_example_runs(tmp_path):
 def forge_gpu_manifest(path):
     import forge_gpu
 
-    return forge_gpu.read_manifest(path)
+    return forge_gpu.formats.read_manifest(path)
 
 
 def _blocks(kind: str = "") -> list[str]:

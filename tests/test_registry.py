@@ -16,18 +16,6 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, record
 
 import forge_gpu
-from forge_gpu import (
-    Episode,
-    EpisodeReadOptions,
-    FormatCapabilities,
-    PackedRecorder,
-    Recorder,
-    convert_run,
-    describe_run,
-    make_recorder,
-    read_episodes,
-    read_manifest,
-)
 from forge_gpu._src.core.files import write_json_atomic
 from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.core.manifest import RUN_MANIFEST, initial_manifest
@@ -35,8 +23,10 @@ from forge_gpu._src.formats import registry as formats
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.tracker import EpisodeTracker
 from forge_gpu.cli import build_parser, main
-from forge_gpu.curation import repair_run
-from forge_gpu.reading import inspect_run
+from forge_gpu.curation import convert_run, repair_run
+from forge_gpu.formats import FormatCapabilities, read_manifest
+from forge_gpu.reading import Episode, EpisodeReadOptions, inspect_run, read_episodes
+from forge_gpu.recording import PackedRecorder, Recorder, describe_run, make_recorder
 
 FILE = "episodes.pkl"
 MEMBERS = ("action", "reward", "terminated", "truncated")
@@ -182,7 +172,7 @@ class ListFormat:
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     """ListFormat in the registry for this module's tests only."""
-    fmt = forge_gpu.register_format(ListFormat())
+    fmt = forge_gpu.formats.register_format(ListFormat())
     yield fmt
     del formats.FORMATS[fmt.name]
 
@@ -216,7 +206,7 @@ def assert_same(a, b):
 def record_list(directory):
     """Record a simulated run in the double's format through make_recorder; return the simulation."""
     run, sim, batches = simulate()
-    recorder = make_recorder(str(directory), run, forge_gpu.RecordingOptions(format="pickled_test"))
+    recorder = make_recorder(str(directory), run, forge_gpu.recording.RecordingOptions(format="pickled_test"))
     assert isinstance(recorder, Recorder)
     for observation, result in batches:
         recorder.append(observation, result)
@@ -234,25 +224,25 @@ def test_register_format_refuses_an_incomplete_a_duplicate_or_a_clashing_format(
         identity = {"schema_version": 2, "layout": "packed"}
 
     with pytest.raises(TypeError, match="RunFormat"):
-        forge_gpu.register_format(object())
+        forge_gpu.formats.register_format(object())
     with pytest.raises(ValueError, match="'pickled_test' is already registered"):
-        forge_gpu.register_format(ListFormat())
+        forge_gpu.formats.register_format(ListFormat())
     with pytest.raises(ValueError, match="'clashing_test'.*clashes with format 'packed'"):
-        forge_gpu.register_format(Clashing())
+        forge_gpu.formats.register_format(Clashing())
 
     class Unversioned(ListFormat):
         name = "unversioned_test"
         identity = ["layout", "unversioned_test"]
 
     with pytest.raises(ValueError, match="'unversioned_test': identity must hold an integer schema_version"):
-        forge_gpu.register_format(Unversioned())
+        forge_gpu.formats.register_format(Unversioned())
     assert formats.FORMATS == before
 
 
 def test_a_registered_format_records_reads_and_inspects(tmp_path):
     """RecordingOptions takes the format (and refuses a compression it lacks); its run reads back as simulated."""
     with pytest.raises(ValueError, match="compression.*pickled_test format takes none"):
-        forge_gpu.RecordingOptions(format="pickled_test", compression="lz4")
+        forge_gpu.recording.RecordingOptions(format="pickled_test", compression="lz4")
     sim = record_list(tmp_path / "run")
     assert_same(members(tmp_path / "run"), sim.completed)
     projected = members(tmp_path / "run", observation_keys=["proprio"])
@@ -310,7 +300,7 @@ def test_windows_read_a_registered_format_through_its_frame_table(tmp_path):
     refused with the reader's own message."""
     record_list(tmp_path / "list")
     convert_run(tmp_path / "list", tmp_path / "npz", to="npz")
-    listed, npz = (forge_gpu.Windows(tmp_path / name, history=2, horizon=3) for name in ("list", "npz"))
+    listed, npz = (forge_gpu.reading.Windows(tmp_path / name, history=2, horizon=3) for name in ("list", "npz"))
     assert len(listed) == len(npz) > 0
     a, b = (w.batch(np.arange(len(w))) for w in (listed, npz))  # the same windows, in each run's episode order
     order = [np.lexsort((w["t"], w["episode_id"], w["env_id"])) for w in (a, b)]
@@ -319,14 +309,14 @@ def test_windows_read_a_registered_format_through_its_frame_table(tmp_path):
         x, y = a[key][order[0]], b[key][order[1]]
         assert x.dtype == y.dtype and np.array_equal(x, y), key
     with pytest.raises(ValueError, match="cannot be memory-mapped"):
-        forge_gpu.Windows(tmp_path / "list", mmap=True)
+        forge_gpu.reading.Windows(tmp_path / "list", mmap=True)
 
 
 def test_capabilities_are_declared_and_read_not_probed(tmp_path):
     """The double declares no codecs and no salvage: RecordingOptions refuses codecs for it, repair_run refuses to
     salvage its run (and changes nothing), both in one line naming the format; a bad declaration is refused."""
     with pytest.raises(ValueError, match="codecs apply to the packed format, not pickled_test"):
-        forge_gpu.RecordingOptions(format="pickled_test", codecs={"rgb": "jpeg:90"})
+        forge_gpu.recording.RecordingOptions(format="pickled_test", codecs={"rgb": "jpeg:90"})
     directory = tmp_path / "run"
     record_list(directory)
     before = sorted(os.listdir(directory)), (directory / RUN_MANIFEST).read_bytes()
@@ -348,12 +338,12 @@ def test_capabilities_are_declared_and_read_not_probed(tmp_path):
         capabilities = ("none",)
 
     with pytest.raises(ValueError, match="'undeclared_test': capabilities must be a FormatCapabilities"):
-        forge_gpu.register_format(Undeclared())
+        forge_gpu.formats.register_format(Undeclared())
 
 
 def test_the_recorder_options_protocol_names_every_recording_option():
     """RunFormat.recorder's options type (the registry cannot import RecordingOptions) lists exactly its fields."""
-    fields = {f.name for f in dataclasses.fields(forge_gpu.RecordingOptions)}
+    fields = {f.name for f in dataclasses.fields(forge_gpu.recording.RecordingOptions)}
     assert set(formats.RecorderOptions.__annotations__) == fields
 
 

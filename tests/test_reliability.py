@@ -75,11 +75,11 @@ def test_sigkill_at_random_moments_leaves_only_whole_episodes(tmp_path, format):
         time.sleep(rng.uniform(0.0, 1.5))
         proc.kill()
         proc.wait(timeout=60)
-        visible = list(forge_gpu.read_episodes(out))  # raises on a torn or invalid episode
-        assert forge_gpu.read_manifest(out)["status"] == "recording"
+        visible = list(forge_gpu.reading.read_episodes(out))  # raises on a torn or invalid episode
+        assert forge_gpu.formats.read_manifest(out)["status"] == "recording"
         assert main(["repair", str(out)]) == 0
-        manifest = forge_gpu.read_manifest(out)
-        repaired = list(forge_gpu.read_episodes(out))
+        manifest = forge_gpu.formats.read_manifest(out)
+        repaired = list(forge_gpu.reading.read_episodes(out))
         assert manifest["status"] == "closed" and manifest["completed_episodes"] == len(repaired)
         # packed: repair may also publish a block written whole just before the kill; it drops nothing
         assert len(repaired) == len(visible) >= 1 if format == "npz" else len(repaired) >= len(visible) >= 1
@@ -89,7 +89,7 @@ def test_sigkill_at_random_moments_leaves_only_whole_episodes(tmp_path, format):
         before = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in out.iterdir())
         assert main(["repair", str(out)]) == 0
         assert sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in out.iterdir()) == before
-        assert len(list(forge_gpu.read_episodes(out))) == len(repaired)
+        assert len(list(forge_gpu.reading.read_episodes(out))) == len(repaired)
 
 
 def test_inspect_tells_to_repair_an_interrupted_run(tmp_path, capsys):
@@ -179,13 +179,13 @@ def test_full_disk_fails_fast_with_nothing_torn(tmp_path, capsys, monkeypatch, f
         assert code == 1
         assert str(out) in err and "No space left on device" in err
         assert not list(out.glob("*.tmp"))  # the room kept for run.json is given back too
-        episodes = list(forge_gpu.read_episodes(out))  # whole and valid, or the reader raises
-        manifest = forge_gpu.read_manifest(out)
+        episodes = list(forge_gpu.reading.read_episodes(out))  # whole and valid, or the reader raises
+        manifest = forge_gpu.formats.read_manifest(out)
         # The room kept for the final manifest lets it say `failed` even on a full disk.
         assert manifest["status"] == "failed" and "No space" in manifest["error"]
         assert manifest["completed_episodes"] == len(episodes)
         assert main(["repair", str(out)]) == 0  # cuts a torn last block, if any
-        assert len(list(forge_gpu.read_episodes(out))) == len(episodes)
+        assert len(list(forge_gpu.reading.read_episodes(out))) == len(episodes)
 
 
 def test_manifest_that_cannot_be_written_says_to_repair(tmp_path, capsys, monkeypatch):
@@ -208,10 +208,10 @@ def test_manifest_that_cannot_be_written_says_to_repair(tmp_path, capsys, monkey
     assert run_main_with_timeout(args) == 1
     err = capsys.readouterr().err
     assert "run.json could not be updated and still says 'recording'" in err and f"forge-gpu repair {out}" in err
-    assert forge_gpu.read_manifest(out)["status"] == "recording"
+    assert forge_gpu.formats.read_manifest(out)["status"] == "recording"
     monkeypatch.undo()
     assert main(["repair", str(out)]) == 0
-    assert forge_gpu.read_manifest(out)["status"] == "closed"
+    assert forge_gpu.formats.read_manifest(out)["status"] == "closed"
 
 
 def fill(directory: Path) -> Path:
@@ -252,15 +252,15 @@ def test_repair_on_a_full_disk(tmp_path, capsys, monkeypatch, reserve):
         code = main(["repair", str(run)])
         err = capsys.readouterr().err
         if reserve:
-            assert code == 0 and forge_gpu.read_manifest(run)["status"] == "closed", err
+            assert code == 0 and forge_gpu.formats.read_manifest(run)["status"] == "closed", err
             return
         assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err
         assert str(run) in err and "No space left on device" in err
-        assert forge_gpu.read_manifest(run)["status"] == "recording"
+        assert forge_gpu.formats.read_manifest(run)["status"] == "recording"
         if filler is not None:
             filler.unlink()
         monkeypatch.undo()
-        assert main(["repair", str(run)]) == 0 and forge_gpu.read_manifest(run)["status"] == "closed"
+        assert main(["repair", str(run)]) == 0 and forge_gpu.formats.read_manifest(run)["status"] == "closed"
 
 
 def inject_full_disk(*args, **kwargs):
@@ -271,7 +271,7 @@ def test_a_recorder_that_cannot_keep_room_for_its_manifest_leaves_nothing(tmp_pa
     """A disk too full for the room kept for run.json: the recorder raises OSError naming the directory and
     leaves no directory behind."""
     import forge_gpu._src.recording.base as recorder_base
-    from forge_gpu import PackedRecorder
+    from forge_gpu.recording import PackedRecorder
 
     monkeypatch.setattr(recorder_base, "_preallocate", inject_full_disk)
     with pytest.raises(OSError, match="cannot start a run in .*run: No space left"):
@@ -312,6 +312,6 @@ def test_sigterm_exits_143_with_closed_manifest(tmp_path):
     assert wait_for(lambda: has_marker(out), 240)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 143
-    assert forge_gpu.read_manifest(out)["status"] == "closed"
-    assert len(list(forge_gpu.read_episodes(out))) == forge_gpu.read_manifest(out)["completed_episodes"]
+    assert forge_gpu.formats.read_manifest(out)["status"] == "closed"
+    assert len(list(forge_gpu.reading.read_episodes(out))) == forge_gpu.formats.read_manifest(out)["completed_episodes"]
     os.sync()

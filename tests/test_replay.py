@@ -10,17 +10,17 @@ from envtools import DEVICES
 import forge_gpu
 from forge_gpu.cli import main
 
-ALL = forge_gpu.EpisodeReadOptions(state=True)
+ALL = forge_gpu.reading.EpisodeReadOptions(state=True)
 
 
 def _record(path, task, *, envs, episodes, policy="random", seed=0, device="cpu", **overrides):
-    env = forge_gpu.make(task, num_envs=envs, device=device, seed=seed, **overrides)
-    forge_gpu.collect(env, forge_gpu.load_policy(policy, env), str(path), episodes=episodes)
+    env = forge_gpu.sim.make(task, num_envs=envs, device=device, seed=seed, **overrides)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy(policy, env), str(path), episodes=episodes)
     return path
 
 
 def _episodes(path, options=ALL):
-    run = forge_gpu.open_run(path)
+    run = forge_gpu.reading.open_run(path)
     return list(run.read(list(range(len(run))), options))
 
 
@@ -51,7 +51,7 @@ def reach_run(tmp_path_factory):
 @pytest.mark.parametrize("device", DEVICES)
 def test_from_actions_replays_cartpole_and_ant_bit_for_bit(tmp_path, task, overrides, device):
     run = _record(tmp_path / "run", task, envs=3, episodes=4, device=device, **overrides)
-    report = forge_gpu.replay(run, tmp_path / "again", from_="actions", batch=2, device=device)
+    report = forge_gpu.recording.replay(run, tmp_path / "again", from_="actions", batch=2, device=device)
     recorded = _episodes(run)
     assert report["diverged"] == 0 and len(report["divergence"]) == len(recorded) == report["episodes"]
     assert all(d["max_error"] == 0.0 for d in report["divergence"]), report["divergence"]
@@ -68,7 +68,7 @@ def test_from_actions_replays_cartpole_and_ant_bit_for_bit(tmp_path, task, overr
 def test_from_actions_replays_reach_bit_for_bit(tmp_path, reach_run):
     """Every episode replayed (its divergence report alone starts empty, so a replay of none would pass) and its
     states compared here with the recorded ones."""
-    report = forge_gpu.replay(reach_run, tmp_path / "again", from_="actions", batch=4)
+    report = forge_gpu.recording.replay(reach_run, tmp_path / "again", from_="actions", batch=4)
     recorded, again = _episodes(reach_run), _episodes(tmp_path / "again")
     assert report["episodes"] == len(recorded) == len(again) == len(report["divergence"]) > 0
     assert report["diverged"] == 0 and all(d["max_error"] == 0.0 for d in report["divergence"])
@@ -80,7 +80,7 @@ def test_from_actions_replays_reach_bit_for_bit(tmp_path, reach_run):
 def test_from_actions_reports_where_a_changed_model_diverges(tmp_path, reach_run):
     """A config that changes the physics (heavier links) makes the states differ: the first step and the error
     are reported and the episode is left out of the output."""
-    report = forge_gpu.replay(
+    report = forge_gpu.recording.replay(
         reach_run, tmp_path / "heavy", from_="actions", overrides={"params.link_density": 2000.0}, batch=8
     )
     assert report["diverged"] == len(report["divergence"]) > 0 and report["episodes"] == 0
@@ -88,7 +88,7 @@ def test_from_actions_reports_where_a_changed_model_diverges(tmp_path, reach_run
 
 
 def test_from_state_re_renders_the_recorded_images(tmp_path, reach_run):
-    report = forge_gpu.replay(reach_run, tmp_path / "again", batch=2)
+    report = forge_gpu.recording.replay(reach_run, tmp_path / "again", batch=2)
     recorded, again = _episodes(reach_run), _episodes(tmp_path / "again")
     assert report["episodes"] == len(recorded) == len(again) > 0
     for a, b in zip(recorded, again, strict=True):
@@ -106,8 +106,8 @@ def test_a_larger_re_render_is_a_readable_run_with_the_new_images(tmp_path, devi
     run = _record(
         tmp_path / "run", "reach", envs=2, episodes=2, max_steps=6, device=device, **{"params.image_size": 64}
     )
-    forge_gpu.replay(run, tmp_path / "big", overrides={"params.image_size": 128}, device=device)
-    manifest = forge_gpu.read_manifest(tmp_path / "big")
+    forge_gpu.recording.replay(run, tmp_path / "big", overrides={"params.image_size": 128}, device=device)
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "big")
     assert manifest["status"] == "closed" and manifest["env_spec"]["observation"]["rgb"]["shape"] == [128, 128, 3]
     assert manifest["replayed_from"]["from"] == "state"
     small, big = _episodes(run), _episodes(tmp_path / "big")
@@ -118,17 +118,17 @@ def test_a_larger_re_render_is_a_readable_run_with_the_new_images(tmp_path, devi
                 assert np.array_equal(a.obs[name], b.obs[name]), name
         for name in ("action", "reward", "terminated", "truncated"):
             assert np.array_equal(getattr(a, name), getattr(b, name)), name
-    windows = forge_gpu.Windows(tmp_path / "big", history=2, horizon=2)
+    windows = forge_gpu.reading.Windows(tmp_path / "big", history=2, horizon=2)
     assert windows.batch(np.arange(len(windows)))["obs/rgb"].shape[-3:] == (128, 128, 3)
 
 
 def test_another_camera_pose_changes_the_images_and_nothing_else(tmp_path, reach_run):
-    forge_gpu.replay(reach_run, tmp_path / "moved", overrides={"params.camera_position": [0.9, -0.6, 0.7]})
+    forge_gpu.recording.replay(reach_run, tmp_path / "moved", overrides={"params.camera_position": [0.9, -0.6, 0.7]})
     for a, b in zip(_episodes(reach_run), _episodes(tmp_path / "moved"), strict=True):
         assert not np.array_equal(a.obs["rgb"], b.obs["rgb"]) and not np.array_equal(a.obs["depth"], b.obs["depth"])
         assert np.array_equal(a.obs["proprio"], b.obs["proprio"]) and np.array_equal(a.reward, b.reward)
         assert all(np.array_equal(a.state[k], b.state[k]) for k in a.state)
-    calibration = forge_gpu.read_manifest(tmp_path / "moved")["calibration"]["cameras"]["front"]
+    calibration = forge_gpu.formats.read_manifest(tmp_path / "moved")["calibration"]["cameras"]["front"]
     assert calibration["camera_to_world"][0][3] == pytest.approx(0.9)
 
 
@@ -137,18 +137,21 @@ def test_rendering_switched_on_for_a_run_recorded_without_it(tmp_path):
     rendering on adds rgb and depth, the very frames a run recorded with rendering on holds."""
     small = {"params.image_size": 32, "randomize.camera_position_offset": {"low": [-0.03] * 3, "high": [0.03] * 3}}
     run = _record(tmp_path / "run", "reach", envs=2, episodes=2, max_steps=5, **small, **{"params.render": False})
-    manifest = forge_gpu.read_manifest(run)
+    manifest = forge_gpu.formats.read_manifest(run)
     assert not {"rgb", "depth"} & set(manifest["env_spec"]["observation"])
     assert "cameras" not in manifest["calibration"]
     assert all(not {"rgb", "depth"} & set(e.obs) for e in _episodes(run))
-    assert "rgb" not in forge_gpu.Windows(run, history=1, horizon=1).batch(np.arange(2))
-    forge_gpu.replay(run, tmp_path / "rendered", overrides={"params.render": True})
+    assert "rgb" not in forge_gpu.reading.Windows(run, history=1, horizon=1).batch(np.arange(2))
+    forge_gpu.recording.replay(run, tmp_path / "rendered", overrides={"params.render": True})
     seen = tmp_path / "seen"  # recorded with rendering on, at the default codecs the replay writes too
-    env = forge_gpu.make("reach", num_envs=2, device="cpu", seed=0, max_steps=5, **small)
-    forge_gpu.collect(env, forge_gpu.load_policy("random", env), str(seen), episodes=2)
-    assert forge_gpu.read_manifest(seen)["codecs"] == forge_gpu.read_manifest(tmp_path / "rendered")["codecs"]
+    env = forge_gpu.sim.make("reach", num_envs=2, device="cpu", seed=0, max_steps=5, **small)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("random", env), str(seen), episodes=2)
+    assert (
+        forge_gpu.formats.read_manifest(seen)["codecs"]
+        == forge_gpu.formats.read_manifest(tmp_path / "rendered")["codecs"]
+    )
     rendered, recorded = _episodes(tmp_path / "rendered"), _episodes(seen)
-    assert forge_gpu.read_manifest(tmp_path / "rendered")["calibration"]["cameras"]["front"]["randomized"]
+    assert forge_gpu.formats.read_manifest(tmp_path / "rendered")["calibration"]["cameras"]["front"]["randomized"]
     for a, b in zip(rendered, recorded, strict=True):
         assert a.obs["rgb"].any() and a.obs["depth"].any()
         for name in ("rgb", "depth", "proprio"):
@@ -158,28 +161,28 @@ def test_rendering_switched_on_for_a_run_recorded_without_it(tmp_path):
 def test_episode_selection(tmp_path, reach_run):
     recorded = _episodes(reach_run)
     pick = [(recorded[1].env_id, recorded[1].episode_id), (recorded[3].env_id, recorded[3].episode_id)]
-    forge_gpu.replay(reach_run, tmp_path / "picked", episodes=pick)
+    forge_gpu.recording.replay(reach_run, tmp_path / "picked", episodes=pick)
     assert [(e.env_id, e.episode_id) for e in _episodes(tmp_path / "picked")] == pick
     successful = [e for e in recorded if e.terminated[-1]]
     assert successful
-    forge_gpu.replay(reach_run, tmp_path / "ok", successful=True, limit=2)
+    forge_gpu.recording.replay(reach_run, tmp_path / "ok", successful=True, limit=2)
     kept = _episodes(tmp_path / "ok")
     assert [(e.env_id, e.episode_id) for e in kept] == [(e.env_id, e.episode_id) for e in successful[:2]]
     with pytest.raises(ValueError, match="holds no episode env 9 episode 9"):
-        forge_gpu.replay(reach_run, tmp_path / "none", episodes=[(9, 9)])
+        forge_gpu.recording.replay(reach_run, tmp_path / "none", episodes=[(9, 9)])
     assert not (tmp_path / "none").exists()
 
 
 def test_refusals_name_what_differs(tmp_path, reach_run):
     with pytest.raises(ValueError, match="the run is of task 'reach', not 'cartpole'"):
-        forge_gpu.replay(reach_run, tmp_path / "x", task="cartpole")
+        forge_gpu.recording.replay(reach_run, tmp_path / "x", task="cartpole")
     with pytest.raises(ValueError, match="replay keeps the run's randomize"):
-        forge_gpu.replay(reach_run, tmp_path / "x", overrides={"randomize.mass_scale": [1.0, 2.0]})
+        forge_gpu.recording.replay(reach_run, tmp_path / "x", overrides={"randomize.mass_scale": [1.0, 2.0]})
     with pytest.raises(ValueError, match=r"incompatible config: state 'body_q' is \{.*\} in the run and None"):
-        forge_gpu.replay(reach_run, tmp_path / "x", overrides={"record_state": False})
+        forge_gpu.recording.replay(reach_run, tmp_path / "x", overrides={"record_state": False})
     stateless = _record(tmp_path / "stateless", "cartpole", envs=2, episodes=2, max_steps=5, record_state=False)
     with pytest.raises(ValueError, match="records no simulator state"):
-        forge_gpu.replay(stateless, tmp_path / "x")
+        forge_gpu.recording.replay(stateless, tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
@@ -187,10 +190,10 @@ def test_a_stop_closes_the_output_with_what_is_done(tmp_path, reach_run):
     """Stopped at the first progress report: the worlds finish the episodes they hold, take no new one, and the
     output is a closed run of those."""
     stop = threading.Event()
-    report = forge_gpu.replay(reach_run, tmp_path / "part", batch=2, stop=stop, progress=lambda c: stop.set())
+    report = forge_gpu.recording.replay(reach_run, tmp_path / "part", batch=2, stop=stop, progress=lambda c: stop.set())
     total = len(_episodes(reach_run))
     assert report["interrupted"] and 0 < report["episodes"] < total
-    manifest = forge_gpu.read_manifest(tmp_path / "part")
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "part")
     assert manifest["replayed_from"]["interrupted"] is True and manifest["status"] == "closed"
     assert len(_episodes(tmp_path / "part")) == report["episodes"]
 

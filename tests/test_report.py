@@ -15,12 +15,11 @@ from browser import chromium, load
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu import PackedRecorder
 from forge_gpu._src.data.look.report_charts import MAX_FRAMES, MAX_SIDE, animation, chart, histogram
 from forge_gpu._src.data.look.report_page import SECTIONS
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
-from forge_gpu.recording import write_dataset_manifest
+from forge_gpu.recording import PackedRecorder, write_dataset_manifest
 
 needs_chromium = pytest.mark.skipif(chromium() is None, reason="no chromium: .ci/run installs it (apt-get)")
 
@@ -48,7 +47,7 @@ def camera_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def camera_report(camera_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "report.html"
-    return forge_gpu.report(camera_run[0], out), out
+    return forge_gpu.reading.report(camera_run[0], out), out
 
 
 def images(text: str) -> list:
@@ -159,7 +158,7 @@ def test_a_dataset_report_shows_each_instruction(tmp_path):
             | {"episodes": len(sim.completed), "seed": worker, "error": None}
         )
     write_dataset_manifest(tmp_path / "data", results)
-    result = forge_gpu.report(tmp_path / "data", tmp_path / "data.html", gallery=1)
+    result = forge_gpu.reading.report(tmp_path / "data", tmp_path / "data.html", gallery=1)
     text = (tmp_path / "data.html").read_text()
     assert result["episodes"] == sum(counts.values())
     for instruction, count in counts.items():
@@ -222,7 +221,7 @@ def test_a_run_without_episodes_still_reports(tmp_path):
     """A run that published no episode gets every section, each saying what it lacks."""
     env = synthetic_description(num_envs=2, max_steps=50)
     record(tmp_path / "empty", env, make_batches(SyntheticSim(env, seed=0, end_prob=0.0), 3), recorder=PackedRecorder)
-    result = forge_gpu.report(tmp_path / "empty", tmp_path / "empty.html")
+    result = forge_gpu.reading.report(tmp_path / "empty", tmp_path / "empty.html")
     text = (tmp_path / "empty.html").read_text()
     assert result["episodes"] == 0 and result["gallery"] == 0
     assert all(f'<section id="{key}">' in text for key in SECTIONS)

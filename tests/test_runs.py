@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, record, synthetic_description
 
-from forge_gpu import EpisodeReadOptions, action_windows, read_episodes, read_manifest
 from forge_gpu._src.core.episode import episode_stem
+from forge_gpu.formats import read_manifest
+from forge_gpu.reading import EpisodeReadOptions, action_windows, read_episodes
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +287,7 @@ def test_window_dataset_with_dataloader(run):
     """WindowDataset feeds a DataLoader batches of tensors matching action_windows, with the instruction."""
     import torch
 
-    from forge_gpu import WindowDataset
+    from forge_gpu.reading import WindowDataset
 
     directory, _ = run
     expected = list(
@@ -311,7 +312,7 @@ def test_window_dataset_splits_episodes_across_workers(run):
 
     import torch
 
-    from forge_gpu import WindowDataset
+    from forge_gpu.reading import WindowDataset
 
     directory, _ = run
     dataset = WindowDataset(directory, history=1, horizon=2, observation_keys=["time"])
@@ -329,7 +330,7 @@ def test_window_dataset_shuffles_by_seed_and_epoch(run):
     """Shuffled epochs still yield every window once; the order depends on (seed, epoch) alone."""
     import torch
 
-    from forge_gpu import WindowDataset
+    from forge_gpu.reading import WindowDataset
 
     directory, _ = run
 

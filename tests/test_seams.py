@@ -5,7 +5,9 @@ import pytest
 from synthetic import SyntheticSim, make_batches, make_description, record, synthetic_description
 
 import forge_gpu
-from forge_gpu import NpzRecorder, PackedRecorder, Recorder, RunDescription, read_episodes, read_manifest
+from forge_gpu.formats import read_manifest
+from forge_gpu.reading import read_episodes
+from forge_gpu.recording import NpzRecorder, PackedRecorder, Recorder, RunDescription
 
 
 @pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
@@ -32,7 +34,7 @@ def test_a_bad_description_is_refused_naming_the_value():
 
 def test_collect_takes_a_transport_factory(tmp_path):
     """collect(transport=factory) moves the steps through the given Transport; its name is run.json's transport."""
-    from forge_gpu import HostSnapshotTransport, Transport
+    from forge_gpu.recording import HostSnapshotTransport, Transport
 
     made = []
 
@@ -50,9 +52,9 @@ def test_collect_takes_a_transport_factory(tmp_path):
             self.published += 1
             super().publish(result)
 
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu", max_steps=10)
-    policy = forge_gpu.make_policy("random", env)
-    summary = forge_gpu.collect(env, policy, str(tmp_path / "run"), steps=12, transport=CountingTransport)
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu", max_steps=10)
+    policy = forge_gpu.sim.make_policy("random", env)
+    summary = forge_gpu.recording.collect(env, policy, str(tmp_path / "run"), steps=12, transport=CountingTransport)
     assert isinstance(made[0], Transport) and made[0].published == 13  # the reset batch and 12 steps
     assert read_manifest(tmp_path / "run")["transport"] == "counting_snapshot"
     assert summary.status == "closed"

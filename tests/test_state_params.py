@@ -20,15 +20,17 @@ from synthetic import (
 )
 
 import forge_gpu
-from forge_gpu import EpisodeReadOptions, PackedRecorder, Windows, convert_run
 from forge_gpu._src.data.integrity.inspection import format_report
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
-from forge_gpu.curation import repair_run
-from forge_gpu.reading import inspect_run
+from forge_gpu.curation import convert_run, repair_run
+from forge_gpu.reading import EpisodeReadOptions, Windows, inspect_run
+from forge_gpu.recording import PackedRecorder
 
 
 def episodes_by_id(run, **options):
-    return {(e.env_id, e.episode_id): e for e in forge_gpu.read_episodes(run, options=EpisodeReadOptions(**options))}
+    return {
+        (e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(run, options=EpisodeReadOptions(**options))
+    }
 
 
 def assert_bits(found: np.ndarray, expected: np.ndarray) -> None:
@@ -65,7 +67,7 @@ def test_state_and_params_read_back_bit_for_bit(recorded):
     stats.json hold them as docs/FORMAT.md says."""
     directory, sim = recorded
     assert_state_and_params(episodes_by_id(directory, state=True), sim.completed)
-    manifest = forge_gpu.read_manifest(directory)
+    manifest = forge_gpu.formats.read_manifest(directory)
     assert manifest["layout_version"] == 5
     assert manifest["env_spec"]["state"] == STATE and manifest["env_spec"]["params"] == PARAMS
     assert len(list(directory.glob("segment-*.arrows"))) > 1
@@ -125,7 +127,7 @@ def test_a_run_without_state_or_params_reads_as_before(tmp_path):
     assert len(Windows(tmp_path / "run", 2, 2, state=True, params=True)) > 0
     (tmp_path / "run" / "run.json").write_text(json.dumps(dict(manifest, layout_version=6, status="recording")))
     with pytest.raises(ValueError, match=r"run.json: layout_version 6 is newer than this reader reads \(up to 5\)"):
-        forge_gpu.open_run(tmp_path / "run")
+        forge_gpu.reading.open_run(tmp_path / "run")
     with open(tmp_path / "run" / COMMIT_LOG, "ab") as log:  # what a newer writer might be writing
         log.write(b'{"segment": 0, "checks')
     before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "run").iterdir())
@@ -165,7 +167,7 @@ def test_a_bad_state_or_params_batch_is_refused_naming_it(tmp_path, recorder):
     env = synthetic_description(num_envs=4, max_steps=5, state=True, params=True)
     sim = SyntheticSim(env, seed=8)
     batches = make_batches(sim, 20)
-    cls = PackedRecorder if recorder == "packed" else forge_gpu.NpzRecorder
+    cls = PackedRecorder if recorder == "packed" else forge_gpu.recording.NpzRecorder
     rec = cls(tmp_path / "run", env)
     rec.append(*batches[0])
     observation, result = batches[1]
@@ -187,8 +189,8 @@ def test_a_bad_state_or_params_batch_is_refused_naming_it(tmp_path, recorder):
 def test_npz_runs_store_neither_and_read_with_empty_state_and_params(tmp_path):
     """Schema 1 keeps its members exactly (FORMAT-v1) and its env_spec describes no state or params; its episodes
     read with empty state and params; asking for a state entry names it."""
-    sim = record_run(tmp_path / "npz", recorder=forge_gpu.NpzRecorder)
-    manifest = forge_gpu.read_manifest(tmp_path / "npz")
+    sim = record_run(tmp_path / "npz", recorder=forge_gpu.recording.NpzRecorder)
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "npz")
     assert manifest["schema_version"] == 1 and not {"state", "params", "layout_version"} & {*manifest["env_spec"]}
     episodes = episodes_by_id(tmp_path / "npz", state=True)
     assert episodes.keys() == sim.completed.keys()
@@ -206,10 +208,10 @@ def test_convert_keeps_state_and_params_in_packed_and_drops_them_in_npz(recorded
     directory, sim = recorded
     convert_run(directory, tmp_path / "copy", to="packed", compression="zstd")
     assert_state_and_params(episodes_by_id(tmp_path / "copy", state=True), sim.completed)
-    copy = forge_gpu.read_manifest(tmp_path / "copy")
+    copy = forge_gpu.formats.read_manifest(tmp_path / "copy")
     assert copy["layout_version"] == 5 and copy["env_spec"]["params"] == PARAMS
     convert_run(directory, tmp_path / "npz", to="npz")
-    assert "state" not in forge_gpu.read_manifest(tmp_path / "npz")["env_spec"]
+    assert "state" not in forge_gpu.formats.read_manifest(tmp_path / "npz")["env_spec"]
     convert_run(tmp_path / "npz", tmp_path / "back", to="packed")
     back = episodes_by_id(tmp_path / "back", state=True)
     assert back.keys() == sim.completed.keys() and all(e.state == {} == e.params for e in back.values())
@@ -251,7 +253,7 @@ def test_a_bad_params_entry_in_the_commit_log_is_refused_naming_the_line(recorde
     lines[k] = json.dumps(commit)
     (run / COMMIT_LOG).write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=rf"{COMMIT_LOG}:{k + 1}: episodes.params.mass_scale: .*{words}"):
-        forge_gpu.open_run(run)
+        forge_gpu.reading.open_run(run)
 
 
 @pytest.mark.parametrize("mmap", [False, True])
@@ -261,7 +263,7 @@ def test_windows_carry_state_history_and_episode_params(recorded, mmap):
     directory, _ = recorded
     history, horizon = 3, 2
     windows = Windows(directory, history, horizon, pad=True, state=True, params=True, mmap=mmap)
-    episodes = list(forge_gpu.read_episodes(directory, options=EpisodeReadOptions(state=True)))
+    episodes = list(forge_gpu.reading.read_episodes(directory, options=EpisodeReadOptions(state=True)))
     batch = windows.batch(np.arange(len(windows)))
     assert batch["state/body_q"].shape == (len(windows), history, 2, 7)
     assert batch["params/target_color"].shape == (len(windows), 3) and batch["params/mass_scale"].dtype == np.float32
@@ -277,11 +279,11 @@ def test_windows_carry_state_history_and_episode_params(recorded, mmap):
     assert i == len(windows)
     unpadded = Windows(directory, history, horizon, state=True, mmap=mmap).batch(np.arange(3))
     options = EpisodeReadOptions(state=["body_q"])
-    reference = itertools.islice(forge_gpu.action_windows(directory, history, horizon, options=options), 3)
+    reference = itertools.islice(forge_gpu.reading.action_windows(directory, history, horizon, options=options), 3)
     for k, window in enumerate(reference):  # action_windows' windows alike
         assert_bits(unpadded["state/body_q"][k], window["state/body_q"])
     assert not [k for k in Windows(directory, history, horizon).batch([0]) if k.startswith(("state/", "params/"))]
-    dataset = forge_gpu.WindowMapDataset(directory, history=2, horizon=2, state=["joint_q"], params=True)
+    dataset = forge_gpu.reading.WindowMapDataset(directory, history=2, horizon=2, state=["joint_q"], params=True)
     item = dataset[[0, 1]]
     assert tuple(item["state/joint_q"].shape) == (2, 2, 2) and tuple(item["params/target_color"].shape) == (2, 3)
     assert "state/body_q" not in item
@@ -292,7 +294,7 @@ def test_inspect_reports_the_params_and_state(recorded):
     directory, _ = recorded
     report = inspect_run(directory)
     assert report["state"] == STATE
-    values = np.stack([e.params["target_color"] for e in forge_gpu.read_episodes(directory)]).astype(np.float64)
+    values = np.stack([e.params["target_color"] for e in forge_gpu.reading.read_episodes(directory)]).astype(np.float64)
     color = report["params"]["target_color"]
     assert color["shape"] == [3] and report["params"]["mass_scale"]["shape"] == []
     assert np.allclose(color["min"], values.min(0)) and np.allclose(color["max"], values.max(0))
@@ -309,14 +311,14 @@ def test_exports_carry_each_episodes_params(recorded, tmp_path):
     h5py = pytest.importorskip("h5py")
     pytest.importorskip("av")
     directory, _ = recorded
-    episodes = list(forge_gpu.read_episodes(directory))
-    forge_gpu.export_lerobot(directory, tmp_path / "lerobot")
+    episodes = list(forge_gpu.reading.read_episodes(directory))
+    forge_gpu.export.export_lerobot(directory, tmp_path / "lerobot")
     meta = pq.read_table(tmp_path / "lerobot/meta/episodes/chunk-000/file-000.parquet")
     assert not [name for name in meta.column_names if "state/" in name]
     for name in PARAMS:
         column = np.array(meta.column(f"params/{name}").to_pylist(), np.float32)
         assert_bits(column, np.stack([e.params[name] for e in episodes]))
-    forge_gpu.export_robomimic(directory, tmp_path / "demo.hdf5")
+    forge_gpu.export.export_robomimic(directory, tmp_path / "demo.hdf5")
     with h5py.File(tmp_path / "demo.hdf5") as f:
         for number, episode in enumerate(episodes):
             demo = f[f"data/demo_{number}"]

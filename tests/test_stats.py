@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
-from forge_gpu import NpzRecorder, PackedRecorder, compute_statistics, read_episodes, run_statistics
 from forge_gpu._src.data.integrity.inspection import format_report
 from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
 from forge_gpu.cli import main
-from forge_gpu.reading import inspect_run
+from forge_gpu.curation import compute_statistics, run_statistics
+from forge_gpu.reading import inspect_run, read_episodes
+from forge_gpu.recording import NpzRecorder, PackedRecorder
 
 
 def expected(values: np.ndarray) -> dict:

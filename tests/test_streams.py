@@ -59,7 +59,7 @@ def test_repeated_torch_actions_make_each_stream_wrapper_once(counted, monkeypat
     ``wp.stream_to_torch`` run once each; every step the env's stream waits on the same wrapper of torch's stream
     and the action is recorded on the same torch wrapper of the env's stream."""
     torch = pytest.importorskip("torch")
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     waits, recorded = [], []
     env_stream = SimpleNamespace(cuda_stream=0xE5, device="cuda:0", wait_stream=waits.append)
     monkeypatch.setattr(wp, "get_stream", lambda device=None: env_stream)
@@ -75,7 +75,7 @@ def test_repeated_torch_actions_make_each_stream_wrapper_once(counted, monkeypat
 def test_torch_actions_on_the_cpu_wrap_no_stream(counted):
     """On the CPU a torch action needs no stream ordering: no wrapper is made."""
     torch = pytest.importorskip("torch")
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     env.reset()
     for _ in range(3):
         env.step(torch.zeros((2, 1), dtype=torch.float32))

@@ -115,13 +115,13 @@ def task_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run(task_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "walker"
-    env = forge_gpu.make(str(task_file), num_envs=3, device="cpu", seed=1)
-    forge_gpu.collect(env, forge_gpu.load_policy("random", env), str(out), episodes=5)
+    env = forge_gpu.sim.make(str(task_file), num_envs=3, device="cpu", seed=1)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("random", env), str(out), episodes=5)
     return out
 
 
 def test_a_task_file_collects_with_state_params_per_term_rewards_and_instructions(run):
-    manifest = forge_gpu.read_manifest(run)
+    manifest = forge_gpu.formats.read_manifest(run)
     spec = manifest["env_spec"]
     assert spec["task"] == "walker_test" and spec["action_shape"] == [8]
     assert spec["observation"]["proprio"]["shape"] == [1 + 4 + 3 + 2 + 8]
@@ -130,7 +130,9 @@ def test_a_task_file_collects_with_state_params_per_term_rewards_and_instruction
     assert spec["observation"]["rgb"]["shape"] == [16, 16, 3] and spec["observation"]["depth"]["shape"] == [16, 16]
     front = manifest["calibration"]["cameras"]["front"]
     assert front["intrinsics"]["width"] == 16 and "torso" in front["follows"]
-    episodes = list(forge_gpu.open_run(run).read(list(range(5)), forge_gpu.EpisodeReadOptions(state=True)))
+    episodes = list(
+        forge_gpu.reading.open_run(run).read(list(range(5)), forge_gpu.reading.EpisodeReadOptions(state=True))
+    )
     for e in episodes:
         command = e.params["command"]
         assert command.shape == (2,) and 0.5 <= command[0] <= 1.5 and -0.2 <= command[1] <= 0.2
@@ -151,24 +153,24 @@ def test_a_task_file_collects_with_state_params_per_term_rewards_and_instruction
 
 
 def test_a_task_file_replays_from_actions_with_zero_divergence(run, tmp_path):
-    report = forge_gpu.replay(run, tmp_path / "again", from_="actions", batch=2)
-    assert report["episodes"] == len(forge_gpu.open_run(run)) >= 5 and report["diverged"] == 0
+    report = forge_gpu.recording.replay(run, tmp_path / "again", from_="actions", batch=2)
+    assert report["episodes"] == len(forge_gpu.reading.open_run(run)) >= 5 and report["diverged"] == 0
     assert all(d["max_error"] == 0.0 for d in report["divergence"])
 
 
 def test_a_task_file_run_replays_from_state_reports_and_exports(run, tmp_path):
     """--from state re-observes every frame equal (proprio's noise included: its key is recorded state); the
     report and the robomimic export take the run like any other."""
-    report = forge_gpu.replay(run, tmp_path / "again", batch=2)
-    options = forge_gpu.EpisodeReadOptions(state=True)
-    recorded = list(forge_gpu.open_run(run).read(list(range(report["episodes"])), options))
-    again = list(forge_gpu.open_run(tmp_path / "again").read(list(range(report["episodes"])), options))
+    report = forge_gpu.recording.replay(run, tmp_path / "again", batch=2)
+    options = forge_gpu.reading.EpisodeReadOptions(state=True)
+    recorded = list(forge_gpu.reading.open_run(run).read(list(range(report["episodes"])), options))
+    again = list(forge_gpu.reading.open_run(tmp_path / "again").read(list(range(report["episodes"])), options))
     for a, b in zip(recorded, again, strict=True):
         for name in ("proprio", "reward_terms", "success", "rgb", "depth"):  # proprio: noise on body_pos, last_action
             assert np.array_equal(a.obs[name], b.obs[name]) and np.array_equal(a.next[name], b.next[name]), name
         assert np.array_equal(a.reward, b.reward) and np.array_equal(a.terminated, b.terminated)
-    assert forge_gpu.report(run, tmp_path / "report.html")["episodes"] == len(recorded)
-    assert forge_gpu.export_robomimic(run, tmp_path / "run.hdf5")["episodes"] == len(recorded)
+    assert forge_gpu.reading.report(run, tmp_path / "report.html")["episodes"] == len(recorded)
+    assert forge_gpu.export.export_robomimic(run, tmp_path / "run.hdf5")["episodes"] == len(recorded)
 
 
 def _same_task_bit_for_bit(hand, file, action_dim: int, steps: int) -> int:
@@ -190,8 +192,8 @@ def _same_task_bit_for_bit(hand, file, action_dim: int, steps: int) -> int:
 
 def test_the_file_based_ant_equals_the_hand_written_one_bit_for_bit(tmp_path):
     register_handwritten(tmp_path)
-    hand = forge_gpu.make("ant_handwritten", num_envs=4, device="cpu", seed=3, max_steps=25)
-    file = forge_gpu.make("ant", num_envs=4, device="cpu", seed=3, max_steps=25)
+    hand = forge_gpu.sim.make("ant_handwritten", num_envs=4, device="cpu", seed=3, max_steps=25)
+    file = forge_gpu.sim.make("ant", num_envs=4, device="cpu", seed=3, max_steps=25)
     # The flags were compared where they are set, not only while all are false.
     assert _same_task_bit_for_bit(hand, file, 8, 60) >= 4
 
@@ -202,8 +204,8 @@ def test_the_file_based_cartpole_equals_the_hand_written_one_bit_for_bit(tmp_pat
     register_handwritten(tmp_path)
     for overrides in ({}, {"params.angle_cost": 2.5, "params.cart_limit": 0.5, "params.pole_length": 0.7,
                            "randomize.mass_scale": [0.5, 2.0]}):  # fmt: skip
-        hand = forge_gpu.make("cartpole_handwritten", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
-        file = forge_gpu.make("cartpole", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
+        hand = forge_gpu.sim.make("cartpole_handwritten", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
+        file = forge_gpu.sim.make("cartpole", num_envs=6, device="cpu", seed=5, max_steps=30, **overrides)
         assert file.config.params.angle_cost == hand.config.params.angle_cost
         assert _same_task_bit_for_bit(hand, file, 1, 90) >= 12
         # The same fields and state columns (the README's quick start prints them).
@@ -255,41 +257,41 @@ def test_a_bad_task_file_is_refused_in_one_line_naming_the_key(tmp_path, capsys,
     (tmp_path / "bad.toml").write_text(text)
     out = tmp_path / "out"
     with pytest.raises(ValueError) as error:
-        forge_gpu.make(str(tmp_path / "bad.toml"), num_envs=2, device="cpu")
+        forge_gpu.sim.make(str(tmp_path / "bad.toml"), num_envs=2, device="cpu")
     message = str(error.value)
     assert "\n" not in message and key in message, message
     assert main(["collect", str(tmp_path / "bad.toml"), "--out", str(out), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and key in err[0], err
     assert not out.exists()
-    assert all(getattr(cls, "path", "") != str(tmp_path / "bad.toml") for cls in forge_gpu.TASKS.values())
+    assert all(getattr(cls, "path", "") != str(tmp_path / "bad.toml") for cls in forge_gpu.sim.TASKS.values())
 
 
 def test_a_params_override_reaches_every_use_and_an_unknown_one_is_refused(task_file):
     """``params.hip_gain`` set on make is the user term's argument; a name the file's [params] lacks is refused."""
-    env = forge_gpu.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gain": 2.0})
+    env = forge_gpu.sim.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gain": 2.0})
     assert env.config.params.hip_gain == 2.0
     assert [r.floats[2] for r in env.task.plan.rows if r.name == "hips_apart"] == [2.0]
     with pytest.raises(ValueError, match=r"params.hip_gian: no such parameter; the file's \[params\] are hip_gain"):
-        forge_gpu.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gian": 2.0})
+        forge_gpu.sim.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gian": 2.0})
 
 
 def test_a_bounded_param_refuses_an_override_outside_its_range(tmp_path, capsys):
     """cartpole's [params] carry the ranges its hand-written config had: an override outside one is refused in one
     line naming the key and the range, by make and by collect (which creates nothing); one inside is taken."""
     with pytest.raises(ValueError, match=r"params.pole_angle_limit = 3.0: allowed range is \[0.01, 1.5\]"):
-        forge_gpu.make("cartpole", num_envs=2, device="cpu", **{"params.pole_angle_limit": 3.0})
+        forge_gpu.sim.make("cartpole", num_envs=2, device="cpu", **{"params.pole_angle_limit": 3.0})
     out = tmp_path / "run"
     assert main(["collect", "cartpole", "--set", "params.cart_mass=0", "--out", str(out), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "params.cart_mass = 0: allowed range is [0.001, 1000.0]" in err[0], err
     assert not out.exists()
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu", **{"params.pole_angle_limit": 1.2})
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu", **{"params.pole_angle_limit": 1.2})
     assert env.config.params.pole_angle_limit == 1.2
     bad = tmp_path / "bad.toml"
     bad.write_text(TASK.replace("hip_gain = 0.5", "hip_gain = { value = 0.5, lo = 0 }"))
     with pytest.raises(ValueError, match=r"params.hip_gain = .*: a parameter is a number or \{ value = V"):
-        forge_gpu.make(str(bad), num_envs=2, device="cpu")
+        forge_gpu.sim.make(str(bad), num_envs=2, device="cpu")
 
 
 def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
@@ -306,7 +308,7 @@ def test_forge_gpu_tasks_lists_and_describes(capsys, task_file):
 def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):
     out = tmp_path / "run"
     assert main(["collect", str(task_file), "--out", str(out), "--episodes", "3", "--device", "cpu"]) == 0
-    manifest = forge_gpu.read_manifest(out)
+    manifest = forge_gpu.formats.read_manifest(out)
     assert manifest["task"] == "walker_test" and manifest["config"]["params"]["file"] == str(task_file.resolve())
     assert (
         manifest["scene"] == "task_file:v1"
@@ -317,11 +319,11 @@ def test_forge_gpu_collect_takes_a_task_file(task_file, tmp_path):
 
 @pytest.mark.parametrize(("task", "proprio", "terms"), [("quadruped", 48, 8), ("humanoid", 59, 5)])
 def test_the_shipped_robots_step_with_their_terms_and_experts(task, proprio, terms):
-    env = forge_gpu.make(task, num_envs=2, device="cpu", seed=0)
+    env = forge_gpu.sim.make(task, num_envs=2, device="cpu", seed=0)
     assert env.spec["observation"]["proprio"]["shape"] == [proprio]
     assert env.spec["observation"]["reward_terms"]["shape"] == [terms]
     for name in ("random", "expert"):
-        policy = forge_gpu.make_policy(name, env)
+        policy = forge_gpu.sim.make_policy(name, env)
         r = env.reset()
         for _ in range(3):
             r = env.step(policy(env.observation))
@@ -351,8 +353,8 @@ def test_the_quadrupeds_gait_walks_forward_and_out_earns_random_and_standing():
     fixed = {"randomize.command": {"low": [0.5, 0.0, 0.0], "high": [0.5, 0.0, 0.0]}}
     earned, speed = {}, {}
     for name in ("random", "stand", "expert"):
-        env = forge_gpu.make("quadruped", num_envs=4, device="cpu", seed=0, max_steps=200, **fixed)
-        policy = hold_pose(env.task, env.world, {}) if name == "stand" else forge_gpu.make_policy(name, env)
+        env = forge_gpu.sim.make("quadruped", num_envs=4, device="cpu", seed=0, max_steps=200, **fixed)
+        policy = hold_pose(env.task, env.world, {}) if name == "stand" else forge_gpu.sim.make_policy(name, env)
         env.reset()
         total, vx = 0.0, []
         for step in range(100):

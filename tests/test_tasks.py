@@ -35,47 +35,49 @@ def short_cartpole(tmp_path):
             "max_steps = 500", "max_steps = 7"
         )
     )
-    forge_gpu.register_task(ShortCartpole, config=config)
+    forge_gpu.sim.register_task(ShortCartpole, config=config)
     try:
         yield ShortCartpole
     finally:
-        forge_gpu.TASKS.pop("short_cartpole")
+        forge_gpu.sim.TASKS.pop("short_cartpole")
         TASK_CONFIG_FILES.pop("short_cartpole")
 
 
 def test_a_task_registered_from_outside_the_package_collects(short_cartpole, tmp_path):
-    """register_task with a config path makes the task a forge_gpu.make and collect target like the shipped ones."""
-    env = forge_gpu.make("short_cartpole", num_envs=2, device="cpu")
+    """register_task with a config path makes the task a forge_gpu.sim.make and collect target like the shipped ones."""
+    env = forge_gpu.sim.make("short_cartpole", num_envs=2, device="cpu")
     assert env.spec["task"] == "short_cartpole" and env.spec["max_steps"] == 7
-    summary = forge_gpu.collect(env, forge_gpu.make_policy("random", env), str(tmp_path / "run"), episodes=2)
+    summary = forge_gpu.recording.collect(
+        env, forge_gpu.sim.make_policy("random", env), str(tmp_path / "run"), episodes=2
+    )
     assert summary.episodes >= 2
-    manifest = forge_gpu.read_manifest(tmp_path / "run")
+    manifest = forge_gpu.formats.read_manifest(tmp_path / "run")
     assert manifest["task"] == "short_cartpole" and manifest["config"]["max_steps"] == 7
-    assert len(list(forge_gpu.read_episodes(tmp_path / "run"))) == summary.episodes
+    assert len(list(forge_gpu.reading.read_episodes(tmp_path / "run"))) == summary.episodes
 
 
 def test_register_task_refuses_what_is_not_a_new_task(short_cartpole, tmp_path):
     """A taken id, a class that is no Task, and a missing config file are refused, naming what was wrong."""
     with pytest.raises(ValueError, match="already registered"):
-        forge_gpu.register_task(ShortCartpole, config=tmp_path / "short_cartpole.toml")
-    with pytest.raises(ValueError, match="subclass of forge_gpu.Task"):
-        forge_gpu.register_task(dict)
+        forge_gpu.sim.register_task(ShortCartpole, config=tmp_path / "short_cartpole.toml")
+    with pytest.raises(ValueError, match="subclass of forge_gpu.sim.Task"):
+        forge_gpu.sim.register_task(dict)
 
     class Other(CartpoleTask):
         spec = dataclasses.replace(CartpoleTask.spec, id="other_cartpole")
 
     with pytest.raises(ValueError, match="no such file"):
-        forge_gpu.register_task(Other, config=tmp_path / "missing.toml")
-    assert "other_cartpole" not in forge_gpu.TASKS
+        forge_gpu.sim.register_task(Other, config=tmp_path / "missing.toml")
+    assert "other_cartpole" not in forge_gpu.sim.TASKS
 
 
 def test_reach_spec_does_not_claim_an_image_size():
     """TASKS['reach'].spec holds no image shapes (they follow the config); an instance's fields follow its size."""
-    reach = forge_gpu.TASKS["reach"]
+    reach = forge_gpu.sim.TASKS["reach"]
     assert "rgb" not in reach.spec.extra_fields
-    task = reach(forge_gpu.task_config("reach", **{"params.image_size": 32}))
+    task = reach(forge_gpu.sim.task_config("reach", **{"params.image_size": 32}))
     assert task.observation_fields() == {"rgb": ((32, 32, 3), "uint8"), "depth": ((32, 32), "float32")}
-    assert reach.spec is forge_gpu.TASKS["reach"].spec  # not replaced per instance
+    assert reach.spec is forge_gpu.sim.TASKS["reach"].spec  # not replaced per instance
 
 
 SIM = Path(forge_gpu.__file__).resolve().parent / "_src" / "sim"
@@ -99,7 +101,7 @@ def test_no_task_module_imports_the_env(path):
     """The tasks see the env only through sim/world.py: no import of sim.env (nor of the env through sim)."""
     names = imported_modules(path)
     assert not {n for n in names if n.startswith("forge_gpu._src.sim.env")}, sorted(names)
-    assert "forge_gpu._src.sim.VectorEnv" not in names and "forge_gpu.VectorEnv" not in names
+    assert "forge_gpu._src.sim.VectorEnv" not in names and "forge_gpu.sim.VectorEnv" not in names
 
 
 def test_the_env_imports_the_task_interface_not_the_registry():
@@ -118,7 +120,7 @@ def test_the_env_imports_the_task_interface_not_the_registry():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-class SpyCartpole(forge_gpu.TASKS["cartpole"]):
+class SpyCartpole(forge_gpu.sim.TASKS["cartpole"]):
     """The shipped cartpole (a task file) recording what its hooks are given."""
 
     def __init__(self, config):
@@ -148,11 +150,11 @@ class SpyCartpole(forge_gpu.TASKS["cartpole"]):
 
 def test_hooks_get_the_world_and_the_env_shows_it_read_only():
     """Every hook gets the env's World (never the env); the env's shared names are the world's, read-only."""
-    config = forge_gpu.task_config("cartpole", num_envs=2, device="cpu", capture_graph=False)
+    config = forge_gpu.sim.task_config("cartpole", num_envs=2, device="cpu", capture_graph=False)
     task = SpyCartpole(config)
     env = VectorEnv(task, config)
     env.reset()
-    env.step(forge_gpu.make_policy("expert", env)(env.observation))
+    env.step(forge_gpu.sim.make_policy("expert", env)(env.observation))
     assert {hook for hook, _ in task.given} == {"bind", "apply_action", "reset_worlds", "observe", "expert"}
     assert all(type(world) is World and world is env.world for _, world in task.given)
     for name in SHARED:
@@ -164,8 +166,8 @@ def test_hooks_get_the_world_and_the_env_shows_it_read_only():
 
 def test_reach_contributes_its_fields_and_calibration_through_bind():
     """reach's bind returns rgb, depth and the camera calibration; the env keeps them in the world and the result."""
-    config = forge_gpu.task_config("reach", num_envs=2, device="cpu", **{"params.image_size": 32})
-    task = forge_gpu.TASKS["reach"](config)
+    config = forge_gpu.sim.task_config("reach", num_envs=2, device="cpu", **{"params.image_size": 32})
+    task = forge_gpu.sim.TASKS["reach"](config)
     env = VectorEnv(task, config)
     assert env.world.task_fields == task.images == {"rgb": task.camera.rgb, "depth": task.camera.depth}
     assert env.observation["rgb"] is task.camera.rgb and env.observation["depth"] is task.camera.depth
@@ -173,7 +175,7 @@ def test_reach_contributes_its_fields_and_calibration_through_bind():
     assert env.calibration["cameras"]["front"]["intrinsics"]["width"] == 32
 
 
-class FieldCartpole(forge_gpu.TASKS["cartpole"]):
+class FieldCartpole(forge_gpu.sim.TASKS["cartpole"]):
     """Cartpole declaring a ``gap`` field float32 [2]; ``bind`` returns whatever ``returns(world)`` makes."""
 
     returns = staticmethod(lambda world: TaskBinding())
@@ -208,7 +210,7 @@ def gap(world, shape=(2,), dtype=wp.float32, device=None):
 def test_what_bind_returns_is_checked(returns, message):
     """A binding that does not match observation_fields (names, shape, dtype, type) or a calibration that run.json
     cannot hold is refused when the env is made, naming the task and the field."""
-    config = forge_gpu.task_config("cartpole", num_envs=2, device="cpu")
+    config = forge_gpu.sim.task_config("cartpole", num_envs=2, device="cpu")
     task = FieldCartpole(config)
     task.returns = returns
     with pytest.raises(ValueError, match=message):
@@ -217,7 +219,7 @@ def test_what_bind_returns_is_checked(returns, message):
 
 def test_a_field_returned_by_bind_is_observed_and_described():
     """A well-formed binding's field is in the observation and the spec, and its calibration is the env's."""
-    config = forge_gpu.task_config("cartpole", num_envs=2, device="cpu")
+    config = forge_gpu.sim.task_config("cartpole", num_envs=2, device="cpu")
     task = FieldCartpole(config)
     task.returns = lambda w: TaskBinding(fields={"gap": gap(w)}, calibration={"units": "m"})
     env = VectorEnv(task, config)

@@ -9,16 +9,16 @@ from blocking import wait_until_blocked
 from envtools import DEVICES
 
 import forge_gpu
-from forge_gpu import HostSnapshotTransport
 from forge_gpu._src.collect.transport import TransportClosed
 from forge_gpu._src.sim.pack import PACK_ALIGNMENT
+from forge_gpu.recording import HostSnapshotTransport
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_batches_arrive_exact_and_in_order(device):
     """Every published step arrives once, in order, equal to the env's result at publish time."""
-    env = forge_gpu.make("cartpole", num_envs=5, device=device, max_steps=8)
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make("cartpole", num_envs=5, device=device, max_steps=8)
+    policy = forge_gpu.sim.make_policy("random", env)
     transport = HostSnapshotTransport(env, slots=3)
     expected, received = [], []
 
@@ -50,7 +50,7 @@ def test_batches_arrive_exact_and_in_order(device):
 def test_publish_blocks_when_all_slots_are_held():
     """With K slots held by the consumer, publish waits until one is released (backpressure), and counts as
     stall at least the time the test held it blocked (measured by the test from when publish was waiting)."""
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     transport = HostSnapshotTransport(env, slots=2)
     env.reset()
     transport.publish(env.result)
@@ -71,7 +71,7 @@ def test_publish_blocks_when_all_slots_are_held():
 
 def test_consumer_failure_wakes_blocked_publisher():
     """fail() from the consumer makes a waiting publisher raise instead of hanging."""
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     transport = HostSnapshotTransport(env, slots=1)
     env.reset()
     transport.publish(env.result)
@@ -93,7 +93,7 @@ def test_consumer_failure_wakes_blocked_publisher():
 @pytest.mark.parametrize("slots", [0, -1, 2.5, True])
 def test_bad_slot_count(slots):
     """A slot count that is not a positive integer is refused, naming the value."""
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu")
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu")
     with pytest.raises(ValueError, match="slots"):
         HostSnapshotTransport(env, slots=slots)
 
@@ -117,7 +117,7 @@ def run_bounded(fn, *args, bound: float = 60.0):
 
 
 def published_transport(slots: int, steps: int, device: str = "cpu"):
-    env = forge_gpu.make("cartpole", num_envs=2, device=device)
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device=device)
     transport = HostSnapshotTransport(env, slots=slots)
     env.reset()
     for _ in range(steps):

@@ -23,7 +23,7 @@ def pristine(tmp_path_factory):
     directory = tmp_path_factory.mktemp("pristine") / "run"
     env = synthetic_description(num_envs=2, max_steps=5, images=True)
     record(str(directory), env, make_batches(SyntheticSim(env, seed=3, end_prob=0.4), 12), compression="deflate")
-    assert len(list(forge_gpu.read_episodes(directory))) >= 2
+    assert len(list(forge_gpu.reading.read_episodes(directory))) >= 2
     return directory
 
 
@@ -36,7 +36,9 @@ def copy_run(pristine, tmp_path) -> Path:
 
 
 def read_all(run, **kwargs):
-    return [ep.steps for ep in forge_gpu.read_episodes(run, options=forge_gpu.EpisodeReadOptions(**kwargs))]
+    return [
+        ep.steps for ep in forge_gpu.reading.read_episodes(run, options=forge_gpu.reading.EpisodeReadOptions(**kwargs))
+    ]
 
 
 def peak_bytes(fn) -> int:
@@ -300,7 +302,7 @@ def test_fuzzed_runs_only_raise_value_error(pristine, tmp_path, kind, seed):
 
     def read() -> None:
         try:
-            for episode in forge_gpu.read_episodes(run):
+            for episode in forge_gpu.reading.read_episodes(run):
                 assert episode.steps >= 1
         except ValueError:
             pass

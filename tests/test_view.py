@@ -8,8 +8,8 @@ import pytest
 from synthetic import INSTRUCTION, SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu import PackedRecorder
 from forge_gpu.cli import main
+from forge_gpu.recording import PackedRecorder
 
 rr_chunk = pytest.importorskip("rerun.chunk", reason="rerun-sdk is the view extra: pip install 'forge-gpu[view]'")
 
@@ -82,7 +82,7 @@ def test_view_saves_an_episodes_frames_and_series(run, tmp_path):
 
 def test_view_without_episodes_takes_the_first_ones(run, tmp_path):
     directory, completed = run
-    result = forge_gpu.view_run(directory, save=tmp_path / "first.rrd", limit=2)
+    result = forge_gpu.reading.view_run(directory, save=tmp_path / "first.rrd", limit=2)
     assert result["episodes"] == 2
     timelines = set().union(*(e["timelines"] for e in chunks(tmp_path / "first.rrd").values()))
     assert len(timelines) == 2 and all(t.startswith("env") for t in timelines)

@@ -170,7 +170,7 @@ def device_of(ctx):
 
     import forge_gpu
 
-    return wp.get_device(ctx.device or forge_gpu.default_device())
+    return wp.get_device(ctx.device or forge_gpu.sim.default_device())
 
 
 def machine_section(ctx):
@@ -211,12 +211,12 @@ def warmup(task: str, ctx, **overrides):
     device = device_of(ctx)
     say(ctx, f"make {task} x2 on {device}" + (f" with {overrides}" if overrides else ""))
     t0 = time.perf_counter()
-    env = forge_gpu.make(task, num_envs=2, device=str(device), **overrides)
+    env = forge_gpu.sim.make(task, num_envs=2, device=str(device), **overrides)
     t1 = time.perf_counter()
     say(ctx, "reset: loads the kernel modules (from the cache, or compiles them) and captures the step")
     env.reset()
     t2 = time.perf_counter()
-    policy = forge_gpu.make_policy("random", env)
+    policy = forge_gpu.sim.make_policy("random", env)
     for _ in range(2):
         env.step(policy(env.observation))
     wp.synchronize_device(device)
@@ -240,14 +240,14 @@ def warmup_randomize(ctx):
     for task, ranges in RANDOMIZED.items():
         yield from warmup(task, ctx, **ranges)
     device = device_of(ctx)
-    env = forge_gpu.make("cartpole", num_envs=3, device=str(device), seed=1, **RANDOMIZED["cartpole"])
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device=str(device), seed=1, **RANDOMIZED["cartpole"])
     env.reset()
-    policy = forge_gpu.make_policy("random", env)
+    policy = forge_gpu.sim.make_policy("random", env)
     for _ in range(3):
         env.step(policy(env.observation))
     state = {k: v.numpy().copy() for k, v in env.result.state.items()}
     params = {k: v.numpy().copy() for k, v in env.result.params.items()}
-    other = forge_gpu.make("cartpole", num_envs=3, device=str(device), seed=9, **RANDOMIZED["cartpole"])
+    other = forge_gpu.sim.make("cartpole", num_envs=3, device=str(device), seed=9, **RANDOMIZED["cartpole"])
     restored = other.restore(state, params)
     same = all(np.array_equal(restored.state[k].numpy(), v) for k, v in state.items())
     same = same and all(np.array_equal(restored.params[k].numpy(), v) for k, v in params.items())
@@ -264,8 +264,10 @@ def recorded_run(ctx, task: str, num_envs: int, steps: int, **overrides) -> Path
 
     device = device_of(ctx)
     root = Path(tempfile.mkdtemp(prefix=f"gpu-check-{task}-", dir=ctx.record_dir))
-    env = forge_gpu.make(task, num_envs=num_envs, device=str(device), seed=3, max_steps=max(4, steps // 3), **overrides)
-    forge_gpu.collect(env, forge_gpu.make_policy("random", env), str(root / "run"), steps=steps)
+    env = forge_gpu.sim.make(
+        task, num_envs=num_envs, device=str(device), seed=3, max_steps=max(4, steps // 3), **overrides
+    )
+    forge_gpu.recording.collect(env, forge_gpu.sim.make_policy("random", env), str(root / "run"), steps=steps)
     return root
 
 
@@ -280,7 +282,7 @@ def replay_rows(ctx, num_envs: int, steps: int, label: str):
         for how in ("actions", "state"):
             say(ctx, f"replay from {how}")
             began = time.perf_counter()
-            report = forge_gpu.replay(root / "run", root / how, from_=how, device=str(device))
+            report = forge_gpu.recording.replay(root / "run", root / how, from_=how, device=str(device))
             seconds = time.perf_counter() - began
             diverged = report.get("diverged", 0)
             yield {
@@ -347,11 +349,11 @@ def bandwidth(ctx):
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import HostSnapshotTransport
+    from forge_gpu.recording import HostSnapshotTransport
 
     device, size = device_of(ctx), ctx.sizes["bandwidth"]
     publishes = size["publishes"]
-    env = forge_gpu.make("reach", num_envs=size["num_envs"], device=str(device), **{"params.render": False})
+    env = forge_gpu.sim.make("reach", num_envs=size["num_envs"], device=str(device), **{"params.render": False})
     env.reset()
     transport = HostSnapshotTransport(env, slots=4)
     seen = []
@@ -408,13 +410,13 @@ def pipeline(task: str, ctx, size_name: str | None = None, **overrides):
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import RecordingOptions, collect
+    from forge_gpu.recording import RecordingOptions, collect
 
     device, size = device_of(ctx), ctx.sizes[size_name or task]
     section = f"pipeline_{size_name or task}"
     say(ctx, f"make {task} x{size['num_envs']}" + (f" with {overrides}" if overrides else ""))
-    env = forge_gpu.make(task, num_envs=size["num_envs"], device=str(device), max_steps=200, **overrides)
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make(task, num_envs=size["num_envs"], device=str(device), max_steps=200, **overrides)
+    policy = forge_gpu.sim.make_policy("random", env)
     collect(env, policy, None, steps=3)  # compile and capture outside the timed runs
     env.reset()
     say(ctx, f"stepping only, {size['steps']} steps")
@@ -494,7 +496,7 @@ def check_recorded_actions(directory: str, low: np.ndarray, high: np.ndarray) ->
 
     episodes = rows = clipped = mismatched = 0
     first = ""
-    for episode in forge_gpu.read_episodes(directory):
+    for episode in forge_gpu.reading.read_episodes(directory):
         episodes += 1
         obs = episode.obs
         raw = action_pattern(obs["env_id"].astype(np.int64), obs["episode_id"].astype(np.int64), obs["step_id"])
@@ -519,7 +521,7 @@ def torch_section(ctx):
     import warp as wp
 
     import forge_gpu
-    from forge_gpu import RecordingOptions
+    from forge_gpu.recording import RecordingOptions
 
     device, size = device_of(ctx), ctx.sizes["torch"]
     usable = device.is_cpu or torch.cuda.is_available()
@@ -530,7 +532,7 @@ def torch_section(ctx):
     }
     if not usable:
         return
-    env = forge_gpu.make("cartpole", num_envs=size["num_envs"], device=str(device), max_steps=size["max_steps"])
+    env = forge_gpu.sim.make("cartpole", num_envs=size["num_envs"], device=str(device), max_steps=size["max_steps"])
     low, high = (np.asarray(env.spec[key], dtype=np.float32) for key in ("action_low", "action_high"))
     counter = {"calls": 0, "strided": 0}
 
@@ -540,14 +542,14 @@ def torch_section(ctx):
         return torch_action(env.result.to_torch().observation, counter)
 
     policies = [(f"a torch callable on {wp.device_to_torch(device)}: the env stages its tensors", staged, counter)]
-    loaded = forge_gpu.load_policy(f"{__name__}:strided_torch_policy", env)
+    loaded = forge_gpu.sim.load_policy(f"{__name__}:strided_torch_policy", env)
     policies.append(("load_policy('MODULE:FACTORY'), TorchPolicy", loaded, loaded.fn.counter))
     for label, policy, calls in policies:
         directory = tempfile.mkdtemp(prefix="gpu-check-torch-", dir=ctx.record_dir)
         Path(directory).rmdir()
         say(ctx, f"{label}: {size['steps']} steps recorded to {directory}")
         try:
-            summary = forge_gpu.collect(
+            summary = forge_gpu.recording.collect(
                 env, policy, directory, steps=size["steps"], options=RecordingOptions(statistics=False)
             )
             ok, found = check_recorded_actions(directory, low, high)
@@ -624,8 +626,8 @@ def syncs(ctx):
 
     device, size = device_of(ctx), ctx.sizes["syncs"]
     burst = size["burst"]
-    env = forge_gpu.make("cartpole", num_envs=size["num_envs"], device=str(device))
-    policy = forge_gpu.make_policy("random", env)
+    env = forge_gpu.sim.make("cartpole", num_envs=size["num_envs"], device=str(device))
+    policy = forge_gpu.sim.make_policy("random", env)
     env.reset()
     for _ in range(3):
         env.step(policy(env.observation))

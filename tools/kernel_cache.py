@@ -221,7 +221,7 @@ def section(ctx):
 
     import forge_gpu
 
-    device = wp.get_device(ctx.device or forge_gpu.default_device())
+    device = wp.get_device(ctx.device or forge_gpu.sim.default_device())
     cache = Path(wp.config.kernel_cache_dir)
     index_path = cache / INDEX
     index = json.loads(index_path.read_text()) if index_path.is_file() else None

@@ -55,16 +55,16 @@ def cmd_collect(args) -> int:
         task_id = resolve_task(args.task)  # an id, or a task file (*.toml) read and checked against its model
         if task_file:
             out = check_out(args.out, task_id)
-        config = forge_gpu.task_config(args.task, seed=args.seed, **overrides)
+        config = forge_gpu.sim.task_config(args.task, seed=args.seed, **overrides)
         if args.envs is not None:
-            config = forge_gpu.task_config(args.task, seed=args.seed, num_envs=args.envs, **overrides)
+            config = forge_gpu.sim.task_config(args.task, seed=args.seed, num_envs=args.envs, **overrides)
     except ValueError as e:
         raise UsageError(str(e)) from e
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
         return cmd_collect_workers(args, config, overrides, out, options)
     try:
         began = time.perf_counter()
-        env = forge_gpu.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
+        env = forge_gpu.sim.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
         policy = load_policy(args.policy, env)
         make_seconds = time.perf_counter() - began
     except ValueError as e:

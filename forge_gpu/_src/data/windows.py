@@ -54,7 +54,8 @@ class Windows:
 
     Encoded image fields (packed layout 5) are decoded as a batch gathers them, on the CPU over the reader's thread
     pool; ``batch(indices, encoded=True)`` leaves them encoded (an ``EncodedFrames`` of the batch's ``B x history``
-    frames, window by window), for a decoder elsewhere: ``forge_gpu.device_batch`` decodes them on a CUDA device.
+    frames, window by window), for a decoder elsewhere: ``forge_gpu.reading.device_batch`` decodes them on a CUDA
+    device.
     """
 
     def __init__(

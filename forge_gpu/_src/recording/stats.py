@@ -271,7 +271,7 @@ class StatsAccumulator:
         self.stats["reward"].update(reward.reshape(-1, 1))
 
     def update_episode(self, episode) -> None:
-        """Add a read episode (:class:`forge_gpu.Episode`): its T + 1 frames and T transitions."""
+        """Add a read episode (:class:`forge_gpu.reading.Episode`): its T + 1 frames and T transitions."""
         self.update_frames({f: np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in self.fields})
         self.update_transitions(episode.action, episode.reward)
 

@@ -350,7 +350,7 @@ class VectorEnv:
         ``state_fields``) and, when given, set the drawn values ``params`` (name -> [N, ...], one per recorded
         parameter) of the worlds in ``worlds`` (bool [N]; default all; the others keep theirs), then observe;
         the result is a reset frame (episode ids advance). Steps taken after it replay the recorded episodes
-        (``forge_gpu.replay``). Eager (not captured): a few dozen launches and the copies of ``state``.
+        (``forge_gpu.recording.replay``). Eager (not captured): a few dozen launches and the copies of ``state``.
         ValueError names a missing or misshapen entry and changes nothing."""
         _check_given("state", state, self.state_fields)
         if params is not None:

@@ -1,4 +1,4 @@
-"""The task catalog: task id -> Task class, for :func:`forge_gpu.make` and ``forge-gpu collect``.
+"""The task catalog: task id -> Task class, for :func:`forge_gpu.sim.make` and ``forge-gpu collect``.
 
 A task file (a ``*.toml`` with a ``[model]`` section: a model file and its terms, ``tasks/taskfile.py``) needs no
 code: the shipped ones in ``configs/`` are registered below, another is registered by :func:`resolve_task` when
@@ -30,7 +30,7 @@ TASK_CONFIG_FILES: dict[str, Path] = {}
 
 
 def register_task(cls: type[Task], *, config: str | os.PathLike | None = None) -> type[Task]:
-    """Make ``cls`` a task of :func:`forge_gpu.make` and ``forge-gpu collect`` under ``cls.spec.id``.
+    """Make ``cls`` a task of :func:`forge_gpu.sim.make` and ``forge-gpu collect`` under ``cls.spec.id``.
 
     Args:
         cls: A :class:`Task` subclass with class attributes ``spec`` (a :class:`TaskSpec`) and
@@ -41,7 +41,7 @@ def register_task(cls: type[Task], *, config: str | os.PathLike | None = None) -
     Returns ``cls``, so it also serves as a class decorator (without ``config``).
     """
     if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise ValueError(f"register_task({cls!r}): expected a subclass of forge_gpu.Task")
+        raise ValueError(f"register_task({cls!r}): expected a subclass of forge_gpu.sim.Task")
     spec = getattr(cls, "spec", None)
     if not isinstance(spec, TaskSpec) or not isinstance(getattr(cls, "params_type", None), type):
         raise ValueError(f"{cls.__name__}: a task class needs spec = TaskSpec(...) and params_type = <dataclass>")
