@@ -33,18 +33,10 @@ LOG = "commits.jsonl"
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(synthetic_run):
     """A closed packed run with cameras, state and params, over several segments and blocks."""
-    directory = tmp_path_factory.mktemp("checksums") / "run"
     env = synthetic_description(num_envs=5, max_steps=6, images=True, state=True, params=True)
-    record(
-        directory,
-        env,
-        make_batches(SyntheticSim(env, seed=3), 40),
-        recorder=PackedRecorder,
-        block_bytes=3000,
-        segment_bytes=12000,
-    )
+    directory, _ = synthetic_run(env, 40, seed=3, recorder=PackedRecorder, block_bytes=3000, segment_bytes=12000)
     return directory
 
 

@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 import pytest
-from synthetic import SyntheticSim, make_batches, record, synthetic_description
+from synthetic import synthetic_description
 
 import forge_gpu
 from forge_gpu._src.data import shared_batches
@@ -16,11 +16,9 @@ from forge_gpu.recording import PackedRecorder
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(synthetic_run):
     env = synthetic_description(num_envs=4, max_steps=9, images=True)
-    directory = tmp_path_factory.mktemp("loader") / "run"
-    record(directory, env, make_batches(SyntheticSim(env, seed=3, end_prob=0.1), 40), recorder=PackedRecorder)
-    return directory
+    return synthetic_run(env, 40, seed=3, end_prob=0.1, recorder=PackedRecorder)[0]
 
 
 def test_episodes_are_read_only_views_whose_next_frames_are_their_obs_shifted(run):

@@ -27,12 +27,10 @@ ALL = EpisodeReadOptions(state=True)
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
+def packed(synthetic_run):
     """A closed packed run of 3 envs, many short episodes over many blocks (a block per step)."""
     env = synthetic_description(num_envs=3, max_steps=6)
-    path = tmp_path_factory.mktemp("packed") / "run"
-    record(path, env, make_batches(SyntheticSim(env, seed=3, end_prob=0.4), 40), recorder=PackedRecorder)
-    return path
+    return synthetic_run(env, 40, seed=3, end_prob=0.4, recorder=PackedRecorder)[0]
 
 
 def _copy(run: Path, tmp_path: Path, name: str = "copy") -> Path:

@@ -43,13 +43,11 @@ def assert_same_episodes(a: dict, b: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(synthetic_run):
     """A packed run with cameras, several segments and blocks, and the simulation that made it."""
-    directory = tmp_path_factory.mktemp("packed") / "run"
     env = synthetic_description(num_envs=5, max_steps=6, images=True)
-    sim = SyntheticSim(env, seed=11)
-    record_packed(directory, env, make_batches(sim, 40, resets_at=(17,)), block_bytes=3000, segment_bytes=11000)
-    return directory, sim
+    options = {"block_bytes": 3000, "segment_bytes": 11000}
+    return synthetic_run(env, 40, seed=11, resets_at=(17,), recorder=PackedRecorder, **options)
 
 
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])

@@ -35,13 +35,10 @@ def camera_env(instruction=None):
 
 
 @pytest.fixture(scope="module")
-def camera_run(tmp_path_factory):
+def camera_run(synthetic_run):
     """A packed run with a camera, state, params and success: its directory and the episodes it holds."""
-    root = tmp_path_factory.mktemp("report")
-    env = camera_env()
-    sim = SyntheticSim(env, seed=3, end_prob=0.15)
-    record(root / "run", env, make_batches(sim, 60), recorder=PackedRecorder)
-    return root / "run", sim.completed
+    directory, sim = synthetic_run(camera_env(), 60, seed=3, end_prob=0.15, recorder=PackedRecorder)
+    return directory, sim.completed
 
 
 @pytest.fixture(scope="module")

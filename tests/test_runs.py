@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from synthetic import INSTRUCTION, SyntheticSim, make_batches, record, synthetic_description
+from synthetic import INSTRUCTION, synthetic_description
 
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu.formats import read_manifest
@@ -13,13 +13,10 @@ from forge_gpu.reading import EpisodeReadOptions, action_windows, read_episodes
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(synthetic_run):
     """A recorded run with images and deflate, and the generator that made it."""
     env = synthetic_description(num_envs=4, max_steps=7, images=True)
-    sim = SyntheticSim(env, seed=11, end_prob=0.25)
-    directory = tmp_path_factory.mktemp("reader") / "run"
-    record(directory, env, make_batches(sim, 40), compression="deflate")
-    return directory, sim
+    return synthetic_run(env, 40, seed=11, end_prob=0.25, compression="deflate")
 
 
 @pytest.fixture

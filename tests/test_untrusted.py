@@ -12,17 +12,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic import SyntheticSim, make_batches, record, synthetic_description
+from synthetic import synthetic_description
 
 import forge_gpu
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
+def pristine(synthetic_run):
     """A small valid run (deflate), recorded once per module."""
-    directory = tmp_path_factory.mktemp("pristine") / "run"
     env = synthetic_description(num_envs=2, max_steps=5, images=True)
-    record(str(directory), env, make_batches(SyntheticSim(env, seed=3, end_prob=0.4), 12), compression="deflate")
+    directory, _ = synthetic_run(env, 12, seed=3, end_prob=0.4, compression="deflate")
     assert len(list(forge_gpu.reading.read_episodes(directory))) >= 2
     return directory
 

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from synthetic import INSTRUCTION, SyntheticSim, make_batches, record, synthetic_description
+from synthetic import INSTRUCTION, synthetic_description
 
 import forge_gpu
 from forge_gpu.cli import main
@@ -15,11 +15,9 @@ rr_chunk = pytest.importorskip("rerun.chunk", reason="rerun-sdk is the view extr
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(synthetic_run):
     env = synthetic_description(num_envs=3, max_steps=8, images=True, state=True, params=True)
-    sim = SyntheticSim(env, seed=5, end_prob=0.25)
-    directory = tmp_path_factory.mktemp("view") / "run"
-    record(directory, env, make_batches(sim, 30), recorder=PackedRecorder)
+    directory, sim = synthetic_run(env, 30, seed=5, end_prob=0.25, recorder=PackedRecorder)
     return directory, sim.completed
 
 
