@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -376,6 +377,18 @@ def busy(microseconds: float) -> None:
     end = time.perf_counter() + microseconds * 1e-6
     while time.perf_counter() < end:
         pass
+
+
+def tool(name: str):
+    """The module of ``tools/<name>.py`` (a tool a benchmark uses, e.g. tools/browser.py), loaded by its path."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"tools_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_batches(num_envs: int, steps: int, *, max_steps: int, end_prob: float, image: int | None = None, seed=0):

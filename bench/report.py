@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-from common import fs_type, save, table  # noqa: E402
+from common import fs_type, save, table, tool  # noqa: E402
 
 import forge_gpu  # noqa: E402
 from forge_gpu.recording import PackedRecorder  # noqa: E402
@@ -158,7 +158,7 @@ def figure(name: str, sizes: dict, parent: str, repeats: int) -> dict:
 def screenshot(task: str, out_dir: Path, overrides: dict, policy: str, envs: int, episodes: int) -> Path:
     """Collect a small real run of ``task`` on this machine's default device, report it, and keep the browser's
     screenshot as ``out_dir/report-<task>.png`` (1200 pixels wide, the top of the page)."""
-    import browser  # tests/browser.py: headless Chromium
+    browser = tool("browser")  # tools/browser.py: headless Chromium
     from PIL import Image
 
     work = tempfile.mkdtemp(prefix=f"report-{task}-")

@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 import pytest
-from browser import chromium, load
+from scripts import TOOLS, load_script
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
@@ -21,6 +21,8 @@ from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
 from forge_gpu.recording import PackedRecorder, write_dataset_manifest
 
+browser = load_script(TOOLS / "browser.py", "tools_browser")  # headless Chromium (tools/browser.py)
+chromium, load = browser.chromium, browser.load
 needs_chromium = pytest.mark.skipif(chromium() is None, reason="no chromium: .ci/run installs it (apt-get)")
 
 
