@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 import loader as loader_bench  # noqa: E402
 import packed as packed_bench  # noqa: E402
 import recorder as recorder_bench  # noqa: E402
