@@ -1,8 +1,7 @@
-"""Shared helpers of the bench scripts (each imports them from here; only bench/costs.py, which prints other scripts'
-figures in one table, imports their measurements): argument defaults, timing, JSON and table output, the machine and
-its file system, sizes on disk, image error, one stepping rate; and the recording and reading figures' runs:
-synthetic host batches (``forge_gpu.testing``), the per-row reference
-recorder, raw file loops."""
+"""Shared helpers of the bench scripts (each imports them from here; no script imports another): argument defaults,
+timing, JSON and table output, the machine and its file system, sizes on disk, image error, one stepping rate; and
+the runs that several scripts measure: synthetic host batches (``forge_gpu.testing``), the per-row reference
+recorder, raw file loops, the recording pipeline's pairs, the DataLoader's rate; ``tool`` loads a tool of tools/."""
 
 from __future__ import annotations
 
@@ -397,6 +396,80 @@ def make_batches(num_envs: int, steps: int, *, max_steps: int, end_prob: float, 
     env = testing.synthetic_description(num_envs, max_steps, proprio_dim=4, action_dim=1, images=image is not None,
                                 image_shape=(image, image) if image else (4, 5), seed=seed)  # fmt: skip
     return env, testing.make_batches(testing.SyntheticBatches(env, seed=seed, end_prob=end_prob), steps)
+
+
+def pipeline(sizes: dict, parent: str) -> list[dict]:
+    """cartpole collected with and without recording, with and without state columns, ``sizes["pairs"]`` pairs in
+    alternating order: each pair's efficiency (recording over bare env-steps/s), CPU overhead and stall, and a
+    summary row of the medians (bench/packed.py's pipeline section, bench/costs.py's pipeline row)."""
+    import forge_gpu
+    from forge_gpu.recording import collect
+
+    envs = {
+        state: forge_gpu.sim.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0, record_state=state)
+        for state in (True, False)
+    }
+    policies = {state: forge_gpu.sim.make_policy("random", env) for state, env in envs.items()}
+    for state, env in envs.items():
+        collect(env, policies[state], None, steps=5)  # compile and warm up
+    rows = []
+    with figure_directory(parent) as where:
+        for pair in range(sizes["pairs"]):
+            row = {"figure": f"pipeline_{pair}"}
+            for state, env in envs.items():  # with the state columns (the default), then without
+                runs, cpu_seconds = {}, {}
+                for recording in (False, True) if pair % 2 == 0 else (True, False):  # the order alternates
+                    os.sync()
+                    directory = new_directory(where, "pipeline") if recording else None
+                    cpu = time.process_time()
+                    runs[recording] = collect(env, policies[state], directory, steps=sizes["steps"])
+                    cpu_seconds[recording] = time.process_time() - cpu
+                bare, recorded = runs[False], runs[True]
+                efficiency = recorded.env_steps_per_second / bare.env_steps_per_second
+                if state:
+                    row |= {
+                        "recording": recorded.env_steps_per_second,
+                        "stepping": bare.env_steps_per_second,
+                        "efficiency": efficiency,
+                        "cpu_overhead": cpu_seconds[True] / cpu_seconds[False] - 1,
+                        "stall": recorded.stall_fraction,
+                        "episodes": recorded.episodes,
+                    }
+                else:
+                    row["efficiency_no_state"] = efficiency
+            rows.append(row)
+    summary = {"figure": "pipeline"}
+    summary["cpu_overhead_median"] = float(np.median([row["cpu_overhead"] for row in rows]))
+    for key in ("efficiency", "efficiency_no_state"):
+        values = [row[key] for row in rows]
+        summary |= {f"{key}_median": float(np.median(values)), f"{key}_min": float(min(values))}
+    return [*rows, summary]
+
+
+def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
+    """Samples/s of a torch DataLoader over ``WindowMapDataset(run)`` with ``workers`` workers, whole batches of
+    ``batch`` from a BatchSampler over a RandomSampler, for ``batches`` batches (bench/loader.py, bench/costs.py)."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    import forge_gpu
+
+    dataset = forge_gpu.reading.WindowMapDataset(run, history=2, horizon=4)
+    sampler = BatchSampler(RandomSampler(dataset, generator=torch.Generator().manual_seed(0)), batch, drop_last=True)
+    loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=workers,
+                        persistent_workers=workers > 0)  # fmt: skip
+    began, seen, first, k = time.perf_counter(), 0, None, 0
+    while k < batches:  # epochs of the same loader (its workers kept) until ``batches`` batches
+        for item in loader:
+            seen, k = seen + len(item["action"]), k + 1
+            if first is None:
+                first = time.perf_counter() - began  # the workers' start (a fork, the run opened again) is in it
+            if k == batches:
+                break
+    seconds = time.perf_counter() - began
+    steady = (seen - batch) / max(seconds - first, 1e-9)  # after the first batch (the workers' start)
+    return {"workers": workers, "batch": batch, "batches": k, "samples": seen, "seconds": seconds,
+            "first_batch_s": first, "samples_per_s": seen / seconds, "steady_samples_per_s": steady}  # fmt: skip
 
 
 def raw_sequential_write(parent: str, nbytes: int, chunk: int = 8 << 20) -> float:

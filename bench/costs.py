@@ -10,7 +10,7 @@ python bench/costs.py --only read_episodes --only loader   # some rows
                   same episodes (its rate does not depend on the env count; it is slow).
   ingest          make_recorder's defaults fed bench/packed.py's host batches (4096 envs, ~25-step episodes), rows/s,
                   against a raw sequential write of as many bytes (bench/common.py's raw_sequential_write) as rows/s.
-  pipeline        bench/packed.py's pipeline section (cartpole, 1024 envs, CPU, random policy): recorded over
+  pipeline        bench/common.py's pipeline (packed.py's section) (cartpole, 1024 envs, CPU, random policy): recorded over
                   unrecorded env-steps/s, each pair printed, the median as the figure.
   read_episodes   1024 cartpole episodes of 200 steps, recorded packed and converted to schema 1 (npz): a first
                   pass ``for episode in forge_gpu.reading.read_episodes(run)`` in a new process (numpy and pyarrow
@@ -26,7 +26,7 @@ python bench/costs.py --only read_episodes --only loader   # some rows
                   stored raw (synthetic frames: 32 envs, 100 steps), the batch's bytes per second against a plain
                   copy of as many bytes (np.copyto into a buffer reused, the machine's memory bandwidth for it).
   loader          torch DataLoader over the cartpole run: WindowMapDataset (history 2, horizon 4), batches of 256
-                  handed out whole by a BatchSampler over a RandomSampler (bench/loader.py's loader_rate), 2000
+                  handed out whole by a BatchSampler over a RandomSampler (bench/common.py's loader_rate), 2000
                   batches (epochs of one loader, its workers kept), 2 workers
                   against 0 workers, samples/s over the whole row (the workers' start in it) and after its first
                   batch (steady_ratio).
@@ -46,13 +46,12 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-import loader as loader_bench  # noqa: E402
-import packed as packed_bench  # noqa: E402
-import recorder as recorder_bench  # noqa: E402
+import common  # noqa: E402
 from common import (  # noqa: E402
     PerRowRecorder,
     active_rows,
     figure_directory,
+    loader_rate,
     machine,
     make_batches,
     median_rate,
@@ -95,8 +94,8 @@ def figure(path: str, forge: float, reference: float | None, unit: str, referenc
 
 
 def recorder(size: dict, parent: str) -> list[dict]:
-    env, batches = recorder_bench.long_batches(size)
-    _, small = recorder_bench.long_batches(dict(size, num_envs=size["reference_envs"]))
+    env, batches = make_batches(size["num_envs"], size["steps"], max_steps=size["max_steps"], end_prob=0.0)
+    _, small = make_batches(size["reference_envs"], size["steps"], max_steps=size["max_steps"], end_prob=0.0)
     with figure_directory(parent) as where:
         recording = forge_gpu.recording.make_recorder(new_directory(where, "forge"), env)
         forge_seconds, _ = record(recording, batches)
@@ -119,7 +118,7 @@ def ingest(size: dict, parent: str) -> list[dict]:
 
 
 def pipeline(size: dict, parent: str) -> list[dict]:
-    pairs = [p for p in packed_bench.pipeline(size, parent) if p["figure"] != "pipeline"]  # not the summary row
+    pairs = [p for p in common.pipeline(size, parent) if p["figure"] != "pipeline"]  # not the summary row
     efficiencies = [p["efficiency"] for p in pairs]
     runs = ", ".join(f"{e:.2f}" for e in efficiencies)
     recorded = float(np.median([p["recording"] for p in pairs]))
@@ -233,7 +232,7 @@ def image_batches(size: dict, parent: str) -> list[dict]:
 def loader(size: dict, parent: str) -> list[dict]:
     with figure_directory(parent) as where:
         packed, _ = cartpole_runs(size, where)
-        rates = {w: loader_bench.loader_rate(Path(packed), workers=w, batch=256, batches=size["batches"])
+        rates = {w: loader_rate(Path(packed), workers=w, batch=256, batches=size["batches"])
                  for w in (0, 2)}  # fmt: skip
     forge, reference = rates[2]["samples_per_s"], rates[0]["samples_per_s"]
     steady = rates[2]["steady_samples_per_s"] / rates[0]["steady_samples_per_s"]

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
+from common import loader_rate, machine, save, table  # noqa: E402
 
 
 def record(out: Path, *, envs: int, size: int, episodes: int) -> Path:
@@ -30,30 +29,6 @@ def record(out: Path, *, envs: int, size: int, episodes: int) -> Path:
     env = forge_gpu.sim.make("reach", num_envs=envs, device="cpu", seed=0, max_steps=60, **{"params.image_size": size})
     forge_gpu.recording.collect(env, forge_gpu.sim.make_policy("expert", env), str(out), episodes=episodes)
     return out
-
-
-def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
-    import torch
-    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
-
-    import forge_gpu
-
-    dataset = forge_gpu.reading.WindowMapDataset(run, history=2, horizon=4)
-    sampler = BatchSampler(RandomSampler(dataset, generator=torch.Generator().manual_seed(0)), batch, drop_last=True)
-    loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=workers,
-                        persistent_workers=workers > 0)  # fmt: skip
-    began, seen, first, k = time.perf_counter(), 0, None, 0
-    while k < batches:  # epochs of the same loader (its workers kept) until ``batches`` batches
-        for item in loader:
-            seen, k = seen + len(item["action"]), k + 1
-            if first is None:
-                first = time.perf_counter() - began  # the workers' start (a fork, the run opened again) is in it
-            if k == batches:
-                break
-    seconds = time.perf_counter() - began
-    steady = (seen - batch) / max(seconds - first, 1e-9)  # after the first batch (the workers' start)
-    return {"workers": workers, "batch": batch, "batches": k, "samples": seen, "seconds": seconds,
-            "first_batch_s": first, "samples_per_s": seen / seconds, "steady_samples_per_s": steady}  # fmt: skip
 
 
 def main(argv=None) -> int:

@@ -78,6 +78,7 @@ from common import (  # noqa: E402
     make_batches,
     median_rate,
     new_directory,
+    pipeline,
     raw_sequential_write,
     record,
     run_sections,
@@ -208,50 +209,6 @@ def checksum_cost(env, batches, pairs: int, parent: str) -> dict:
         "with_over_without": with_ / without,
         "checksum_share_of_wall": float(np.median(shares)),
     }
-
-
-def pipeline(sizes: dict, parent: str) -> list[dict]:
-    from forge_gpu.recording import collect
-
-    envs = {
-        state: forge_gpu.sim.make("cartpole", num_envs=sizes["num_envs"], device="cpu", seed=0, record_state=state)
-        for state in (True, False)
-    }
-    policies = {state: forge_gpu.sim.make_policy("random", env) for state, env in envs.items()}
-    for state, env in envs.items():
-        collect(env, policies[state], None, steps=5)  # compile and warm up
-    rows = []
-    with figure_directory(parent) as where:
-        for pair in range(sizes["pairs"]):
-            row = {"figure": f"pipeline_{pair}"}
-            for state, env in envs.items():  # with the state columns (the default), then without
-                runs, cpu_seconds = {}, {}
-                for recording in (False, True) if pair % 2 == 0 else (True, False):  # the order alternates
-                    os.sync()
-                    directory = new_directory(where, "pipeline") if recording else None
-                    cpu = time.process_time()
-                    runs[recording] = collect(env, policies[state], directory, steps=sizes["steps"])
-                    cpu_seconds[recording] = time.process_time() - cpu
-                bare, recorded = runs[False], runs[True]
-                efficiency = recorded.env_steps_per_second / bare.env_steps_per_second
-                if state:
-                    row |= {
-                        "recording": recorded.env_steps_per_second,
-                        "stepping": bare.env_steps_per_second,
-                        "efficiency": efficiency,
-                        "cpu_overhead": cpu_seconds[True] / cpu_seconds[False] - 1,
-                        "stall": recorded.stall_fraction,
-                        "episodes": recorded.episodes,
-                    }
-                else:
-                    row["efficiency_no_state"] = efficiency
-            rows.append(row)
-    summary = {"figure": "pipeline"}
-    summary["cpu_overhead_median"] = float(np.median([row["cpu_overhead"] for row in rows]))
-    for key in ("efficiency", "efficiency_no_state"):
-        values = [row[key] for row in rows]
-        summary |= {f"{key}_median": float(np.median(values)), f"{key}_min": float(min(values))}
-    return [*rows, summary]
 
 
 def rss(sizes: dict, parent: str) -> list[dict]:

@@ -4,45 +4,36 @@ python bench/recorder.py                 # CPU sizes, a few minutes
 python bench/recorder.py --smoke         # seconds-long check that every figure is produced
 python bench/recorder.py --only ingest   # sections: ingest, deflate, publish, pipeline, bytes (repeatable)
 
-Host batches come from ``forge_gpu.testing`` (``SyntheticBatches``: the env's next-step auto-reset semantics)
-and are generated before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs; 7 for publish and
-write_bytes), each into a fresh directory under one figure's folder (under --record-dir), which is deleted
-only after the figure's last run; every timed run starts after os.sync(). A row gives the medians of both
-and the median of the pairs' ratios: file creation on this disk drifts 10x over seconds, and adjacent runs
-share the drift.
-  ingest_none       rows (env-transitions) per second, end to end (append every batch, publish, close), of
-                    NpzRecorder (2 writers, stored members) against a plain per-row recorder fed the same
-                    batches: Python dicts per env and per row, np.stack + np.savez on episode end, tmp + rename
-                    for the .npz and its marker. 1024 envs, proprio 4, action 1, every episode 200 steps.
-  ingest_packed     the same rows per second of the default recorder (make_recorder's: packed, its defaults: one
-                    writer thread, statistics, checksums) fed the same batches, against the same per-row recorder
-                    runs; run third in each round (NpzRecorder, per-row, packed).
-  ingest_none_vs_disk  the same forge figure against the disk's ceiling for it: the raw publication loop
-                    (below) publishing as many files of forge's mean size on 2 threads, run after each pair.
-                    The reference runs on the first half of the batches (one episode per env): it is slow.
-  append_only       the same two recorders on the first 100 batches, in which no episode ends: appends alone.
-  publish_wW        episodes published per second with short episodes (end_prob 0.04, 60 batches: ~16 steps) by
-                    NpzRecorder with W writers, against a raw publication loop on W threads: per episode
-                    two files (a payload of the recorder's mean episode-file size and a 100-byte marker), each
-                    written to a temporary name and renamed.
-  write_bytes       bytes of episode files published per second with stored members and an rgb 64x64x3 uint8
-                    field (128 envs, 200-step episodes, 4.9 MB per file), against raw writes of the same bytes:
-                    one file per episode-sized chunk (open, write, close; no rename) on as many threads (2),
-                    from 16 distinct episode-sized buffers in turn.
-                    Every episode ends in the last batch, so the writers do all their work in ``close``:
-                    write_bytes is the bytes over the close's time, write_bytes_e2e over appends + close.
-  write_bytes_vs_publish  write_bytes against the raw publication loop (tmp + rename for the file and for
-                    a 100-byte marker, as FORMAT.md asks) of the same files, run after each pair.
-  ingest_deflate1_wW  rows per second of the ingest_none workload with deflate level 1 and W writers; the
-                    reference is ingest_none's forge figure (stored members, 2 writers) of the same run.
-  pipeline_POLICY   cartpole, 1024 envs, on the CPU: ``collect`` recording (stored members) against the same
-                    ``collect`` with ``directory=None``, same policy and step count; env-steps per second over
-                    the whole call, including the recorder's close. expert: max_steps 500, 600 steps (every env
-                    publishes one 500-step episode); random: ~25-step episodes, 200 steps.
-  pipeline_random_vs_disk  the recording run's episodes published per second against the raw publication
-                    loop on 2 threads publishing as many files of its mean size, right after each pair.
-Columns: forge and reference in the row's unit; ratio = forge / reference; target from the issue.
-"""
+Host batches come from bench/common.py's ``make_batches`` (``forge_gpu.testing``: the env's next-step auto-reset
+semantics) and are generated before any clock starts. Forge and its reference run in turn (A/B/A/B: --reps pairs; 7
+for publish and write_bytes), each into a fresh directory under one figure's folder (under --record-dir), which is
+deleted only after the figure's last run; every timed run starts after os.sync(). A row gives the medians of both
+and the median of the pairs' ratios: file creation on this disk drifts 10x over seconds, and adjacent runs share the
+drift. ingest_none rows (env-transitions) per second, end to end (append every batch, publish, close), of
+NpzRecorder (2 writers, stored members) against a plain per-row recorder fed the same batches: Python dicts per env
+and per row, np.stack + np.savez on episode end, tmp + rename for the .npz and its marker. 1024 envs, proprio 4,
+action 1, every episode 200 steps. ingest_packed the same rows per second of the default recorder (make_recorder's:
+packed, its defaults: one writer thread, statistics, checksums) fed the same batches, against the same per-row
+recorder runs; run third in each round (NpzRecorder, per-row, packed). ingest_none_vs_disk the same forge figure
+against the disk's ceiling for it: the raw publication loop (below) publishing as many files of forge's mean size on
+2 threads, run after each pair. The reference runs on the first half of the batches (one episode per env): it is
+slow. append_only the same two recorders on the first 100 batches, in which no episode ends: appends alone.
+publish_wW episodes published per second with short episodes (end_prob 0.04, 60 batches: ~16 steps) by NpzRecorder
+with W writers, against a raw publication loop on W threads: per episode two files (a payload of the recorder's mean
+episode-file size and a 100-byte marker), each written to a temporary name and renamed. write_bytes bytes of episode
+files published per second with stored members and an rgb 64x64x3 uint8 field (128 envs, 200-step episodes, 4.9 MB
+per file), against raw writes of the same bytes: one file per episode-sized chunk (open, write, close; no rename) on
+as many threads (2), from 16 distinct episode-sized buffers in turn. Every episode ends in the last batch, so the
+writers do all their work in ``close``: write_bytes is the bytes over the close's time, write_bytes_e2e over appends
++ close. write_bytes_vs_publish write_bytes against the raw publication loop (tmp + rename for the file and for a
+100-byte marker, as FORMAT.md asks) of the same files, run after each pair. ingest_deflate1_wW rows per second of
+the ingest_none workload with deflate level 1 and W writers; the reference is ingest_none's forge figure (stored
+members, 2 writers) of the same run. pipeline_POLICY cartpole, 1024 envs, on the CPU: ``collect`` recording (stored
+members) against the same ``collect`` with ``directory=None``, same policy and step count; env-steps per second over
+the whole call, including the recorder's close. expert: max_steps 500, 600 steps (every env publishes one 500-step
+episode); random: ~25-step episodes, 200 steps. pipeline_random_vs_disk the recording run's episodes published per
+second against the raw publication loop on 2 threads publishing as many files of its mean size, right after each
+pair. Columns: forge and reference in the row's unit; ratio = forge / reference; target from the issue. """
 
 from __future__ import annotations
 
@@ -63,6 +54,7 @@ from common import (  # noqa: E402
     active_rows,
     figure_directory,
     machine,
+    make_batches,
     new_directory,
     on_threads,
     raw_publish,
@@ -73,7 +65,6 @@ from common import (  # noqa: E402
 )
 
 from forge_gpu.recording import NpzRecorder, make_recorder  # noqa: E402
-from forge_gpu.testing import SyntheticBatches, make_batches, synthetic_description  # noqa: E402
 
 FULL = {
     "long": {"num_envs": 1024, "max_steps": 200, "steps": 402, "reference_batches": 201, "append_batches": 100},
@@ -174,11 +165,6 @@ def row(figure: str, workload: str, writers, unit: str, forge, reference, refere
 # -- the measurements ---------------------------------------------------------------------------------
 
 
-def long_batches(size: dict):
-    env = synthetic_description(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
-    return env, make_batches(SyntheticBatches(env, end_prob=0.0), size["steps"])
-
-
 def measure_ingest(parent: str, size: dict, reps: int, env, batches) -> list[dict]:
     prefix = batches[: size["reference_batches"]]
     rows_all, rows_prefix = active_rows(batches), active_rows(prefix)
@@ -258,8 +244,7 @@ def measure_deflate(parent: str, size: dict, reps: int, env, batches, stored_rat
 
 
 def measure_publish(parent: str, size: dict) -> list[dict]:
-    env = synthetic_description(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
-    batches = make_batches(SyntheticBatches(env, end_prob=size["end_prob"]), size["steps"])
+    env, batches = make_batches(size["num_envs"], size["steps"], max_steps=size["max_steps"], end_prob=size["end_prob"])
     out = []
     for writers in (1, 2, 4):
         payload = None
@@ -283,8 +268,7 @@ def measure_publish(parent: str, size: dict) -> list[dict]:
 
 
 def measure_bytes(parent: str, size: dict) -> list[dict]:
-    env = synthetic_description(size["num_envs"], size["max_steps"], proprio_dim=4, action_dim=1)
-    batches = make_batches(SyntheticBatches(env, end_prob=0.0), size["steps"])
+    env, batches = make_batches(size["num_envs"], size["steps"], max_steps=size["max_steps"], end_prob=0.0)
     # The image field is added after generation: views into a small pool of random frames, so that the
     # batches take little memory (the recorder copies every row anyway).
     side = size["image"]
@@ -417,7 +401,8 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="forge-bench-recorder-", dir=args.record_dir) as parent:
         if only & {"ingest", "deflate"}:
-            env, batches = long_batches(sizes["long"])
+            long = sizes["long"]
+            env, batches = make_batches(long["num_envs"], long["steps"], max_steps=long["max_steps"], end_prob=0.0)
             with figure_directory(parent) as folder:
                 rows += measure_ingest(folder, sizes["long"], reps, env, batches)
             stored = next(r["forge"] for r in rows if r["figure"] == "ingest_none")
