@@ -8,9 +8,9 @@ python bench/costs.py --only read_episodes --only loader   # some rows
                   1024 envs, 200-step episodes, no state columns), rows/s over appends + close, against
                   bench/common.py's PerRowRecorder (per-row Python dicts, np.savez per episode) on 128 envs of the
                   same episodes (its rate does not depend on the env count; it is slow).
-  ingest          make_recorder's defaults fed bench/packed.py's host batches (4096 envs, ~25-step episodes), rows/s,
+  ingest          make_recorder's defaults fed bench/common.py's host batches (4096 envs, ~25-step episodes), rows/s,
                   against a raw sequential write of as many bytes (bench/common.py's raw_sequential_write) as rows/s.
-  pipeline        bench/common.py's pipeline (packed.py's section) (cartpole, 1024 envs, CPU, random policy): recorded over
+  pipeline        bench/common.py's pipeline (cartpole, 1024 envs, CPU, random policy): recorded over
                   unrecorded env-steps/s, each pair printed, the median as the figure.
   read_episodes   1024 cartpole episodes of 200 steps, recorded packed and converted to schema 1 (npz): a first
                   pass ``for episode in forge_gpu.reading.read_episodes(run)`` in a new process (numpy and pyarrow
