@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -235,12 +236,15 @@ def test_gpu_check_smoke(out):
     assert len(torch_rows) == 2 and all(r["ok"] for r in torch_rows), torch_rows
 
 
-def test_gpu_check_cuts_a_hanging_section_and_keeps_going(tmp_path):
+@pytest.mark.parametrize("start", ["exec", "fork"])
+def test_gpu_check_cuts_a_hanging_section_and_keeps_going(tmp_path, start):
     """A section that hangs (deaf to SIGTERM) is cut at its timeout and reported with where it hung, one that
     aborts keeps the row it gave and gets an error row, one that raises keeps its rows too; the other sections
-    still run and report, the results are saved, and the exit status is 1."""
-    module = load_script(TOOLS / "gpu_check.py", "tools_gpu_check_isolation")
-    args = ["--smoke", "--test-section", "hang", "--test-section", "crash", "--only", "pipeline_cartpole"]
+    still run and report, the results are saved, and the exit status is 1: with each section's process a new
+    interpreter (exec, a full run's) or forked from the zygote (fork, --smoke's)."""
+    module = load_script(TOOLS / "gpu_check.py", f"tools_gpu_check_isolation_{start}")
+    args = ["--smoke", "--start", start, "--test-section", "hang", "--test-section", "crash"]
+    args += ["--only", "pipeline_cartpole"]
     args += ["--only", "syncs", "--record-dir", str(tmp_path / "missing"), "--out", str(tmp_path)]
     assert module.main(args) == 1
     payload = json.loads((tmp_path / "gpu_check.json").read_text())
@@ -411,3 +415,22 @@ def test_taskfile_smoke(out):
     for p in result["policies"]:
         assert math.isfinite(p["reward_per_step"])
         assert p["terms_per_step"].startswith("track_lin_vel_heading" if p["task"] == "quadruped" else "alive")
+
+
+def test_the_zygote_refuses_to_fork_once_an_import_initialized_warp(tmp_path):
+    """A fork after Warp's initialization would share a CUDA context on a GPU: a zygote whose preloaded modules
+    initialized Warp exits with that reason instead of forking; one whose imports did not runs its command."""
+    isolate = load_script(TOOLS / "isolate.py", "tools_isolate_zygote")
+    (tmp_path / "initializes_warp.py").write_text("import warp\nwarp.init()\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    with pytest.raises(RuntimeError, match="initialized Warp: forking is unsafe"):
+        isolate.Zygote(["initializes_warp"], env)
+    script = tmp_path / "hello.py"
+    script.write_text("import sys, warp\nprint('hello', sys.argv[1:], warp.__name__)\nsys.exit(3)\n")
+    zygote = isolate.Zygote(["warp"], env)
+    try:
+        status, note, code, _ = zygote.run([str(script), "x"], tmp_path / "hello.log", 30, env, 1.0)
+    finally:
+        zygote.close()
+    assert (status, note, code) == ("done", "", 3)
+    assert (tmp_path / "hello.log").read_text() == "hello ['x'] warp\n"

@@ -10,7 +10,9 @@ timeout (ESTIMATES below, with margin). A section that raises gives an ``error``
 that crashes, hangs or meets a sticky CUDA error costs only its own row: a process cut at its timeout (SIGTERM,
 then SIGKILL, its whole process group) gives a ``timeout`` row, one that died an ``error`` row, each with the
 last lines of its log and, for a hang, where Python was (a faulthandler dump just before the cut). Rows a
-section gave before it failed are kept. Then the next section runs. This process never touches the GPU. The
+section gave before it failed are kept. Then the next section runs. This process never touches the GPU.
+``--start fork`` (--smoke's default) forks each section's process from a zygote that imported Newton and Warp
+once (tools/isolate.py), which halves a CPU smoke run; a full run execs a new interpreter per section. The
 table and JSON under --out are rewritten after every section, so a run stopped early keeps what it
 measured. Exit status 1 when a check failed, a section raised, crashed or timed out.
 
@@ -70,7 +72,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (bench/common.py): the one folder a tool adds to the path.
 sys.path.insert(0, str(ROOT / "bench"))
 from common import RESULTS, save, table  # noqa: E402
-from isolate import log_tail, run_isolated  # noqa: E402  (tools/: this script's folder)
+from isolate import Zygote, log_tail, run_isolated  # noqa: E402  (tools/: this script's folder)
 from pytest_driver import pytest_command, run_pytest  # noqa: E402
 
 FULL = {
@@ -795,6 +797,19 @@ def run_section_here(args) -> int:
 # -- the parent: each section in a child process, under its timeout ----------------------------------------------
 
 
+# What a forked section's zygote imports once (tools/isolate.py): the modules whose import is most of a section's
+# start on the CPU. Importing them creates no CUDA context (the zygote refuses to fork where one did).
+PRELOAD = ["numpy", "warp", "newton", "newton.solvers"]
+_zygotes: list[Zygote] = []
+
+
+def zygote(env: dict) -> Zygote:
+    """The zygote the forked sections start from: one per run, started anew where the last one was closed."""
+    if not _zygotes or _zygotes[-1].proc.poll() is not None:
+        _zygotes.append(Zygote(PRELOAD, env))
+    return _zygotes[-1]
+
+
 def run_child(name: str, args, logs: Path, most: float | None = None) -> tuple[list[dict], dict]:
     """Run one section in its own process under its timeout (at most ``most`` seconds): its rows, and what became
     of it."""
@@ -808,7 +823,10 @@ def run_child(name: str, args, logs: Path, most: float | None = None) -> tuple[l
     command += ["--smoke"] if args.smoke else []
     command += ["--device", args.device] if args.device else []
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1", FORGE_GPU_VERBOSE="1")
-    status, note, returncode, seconds = run_isolated(command, log_path, timeout, env, TERM_GRACE_S)
+    if args.start == "fork":
+        status, note, returncode, seconds = zygote(env).run(command[2:], log_path, timeout, env, TERM_GRACE_S)
+    else:
+        status, note, returncode, seconds = run_isolated(command, log_path, timeout, env, TERM_GRACE_S)
     try:
         payload = json.loads(rows_path.read_text())
     except (OSError, ValueError):
@@ -902,6 +920,13 @@ def main(argv=None) -> int:
         help="stop within this many seconds: a section "
         "runs only where its timeout fits in what is left (cut to fit otherwise); the rest are skipped",
     )
+    parser.add_argument(
+        "--start",
+        choices=("exec", "fork"),
+        default=None,
+        help="how a section's process starts: exec (a new interpreter; the default on a full run) or fork (from a "
+        "process that imported Newton and Warp once, without initializing Warp; the default with --smoke)",
+    )
     parser.add_argument("--test-section", action="append", choices=sorted(HOOKS), default=[], help=argparse.SUPPRESS)
     parser.add_argument("--section", choices=[*SECTIONS, *HOOKS], help=argparse.SUPPRESS)  # the child's
     parser.add_argument("--rows-file", help=argparse.SUPPRESS)
@@ -909,6 +934,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.section:
         return run_section_here(args)
+    args.start = args.start or ("fork" if args.smoke else "exec")
+    try:
+        return run_sections(args, parser)
+    finally:
+        while _zygotes:
+            _zygotes.pop().close()
+
+
+def run_sections(args, parser) -> int:
 
     names = [name for name in SECTIONS if name != "machine"]
     if args.only:
@@ -920,7 +954,8 @@ def main(argv=None) -> int:
     logs = out / "gpu_check_logs"
     logs.mkdir(parents=True, exist_ok=True)
     mode = "smoke" if args.smoke else "full"
-    print(f"GPU check ({mode}): {len(names)} sections, each in its own process; logs in {logs}", flush=True)
+    start = f"each in its own process ({args.start})"
+    print(f"GPU check ({mode}): {len(names)} sections, {start}; logs in {logs}", flush=True)
     print(plan(names, args.smoke), flush=True)
     machine = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count()}
     rows: list[dict] = []

@@ -1,11 +1,15 @@
 """Run a command in a process of its own under a timeout, and say what became of it: its process group cut with
 SIGTERM, then SIGKILL; SIGKILL on Linux when the parent dies, so no orphan keeps the GPU; the last lines of its
-log and the frames of any faulthandler dump. tools/gpu_check.py runs each section so. Standard library only."""
+log and the frames of any faulthandler dump. tools/gpu_check.py runs each section so, started anew
+(:func:`run_isolated`) or forked from a :class:`Zygote` that imported Newton and Warp once. Standard library only."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -92,3 +96,128 @@ def run_isolated(
             except (ProcessLookupError, PermissionError):
                 pass
     return status, note, proc.returncode, time.perf_counter() - started
+
+
+# -- the same, forked from a process that imported the heavy modules once -------------------------------------------
+#
+# A section's process spends most of a CPU smoke run importing Newton and Warp (about 5 of its 7 s here). A zygote
+# imports them once, without initializing Warp (no CUDA context: importing Warp or Newton creates none, and the
+# zygote checks), and forks each command from there: the child is a process of its own as above (its own session and
+# log, SIGKILL with the zygote, which dies with its parent), only its start is cheaper. The protocol is one JSON line
+# each way on the zygote's stdin/stdout: {"argv", "log", "env"} in, {"pid"} then {"pid", "code"} out.
+
+
+class Zygote:
+    """A process that imported ``modules`` and forks one command (a Python script and its argv) at a time."""
+
+    def __init__(self, modules: list[str], env: dict):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", str(Path(__file__).resolve()), "--zygote", *modules],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            preexec_fn=child_setup,
+            text=True,
+        )
+        ready = json.loads(self.proc.stdout.readline() or "{}")
+        if not ready.get("ready"):
+            self.close()
+            raise RuntimeError(f"the zygote did not start: {ready.get('error', 'it exited')}")
+
+    def _reply(self, timeout: float | None) -> dict | None:
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            return None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the zygote exited")
+        return json.loads(line)
+
+    def run(self, argv: list[str], log_path: Path, timeout: float, env: dict, grace: float):
+        """As :func:`run_isolated` for ``[sys.executable, *argv]``: ``("done" or "timeout", how it was stopped, its
+        exit status, seconds)``; anything the child left running is killed."""
+        started = time.perf_counter()
+        self.proc.stdin.write(json.dumps({"argv": argv, "log": str(log_path), "env": env}) + "\n")
+        self.proc.stdin.flush()
+        pid = self._reply(None)["pid"]
+        status, note, reply = "done", "", self._reply(timeout)
+        if reply is None:
+            status = "timeout"
+            stops = ((signal.SIGTERM, grace, "exited on SIGTERM"), (signal.SIGKILL, 5.0, "killed (SIGTERM ignored)"))
+            for sig, wait, how in stops:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, sig)
+                reply = self._reply(wait)
+                if reply is not None:
+                    note = how
+                    break
+            else:
+                self.close()  # a child stuck in the kernel driver: this zygote cannot wait for it; the next starts anew
+                note = "still there after SIGKILL (stuck in the kernel driver?)"
+                return status, note, -9, time.perf_counter() - started
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # anything it left running
+        return status, note, reply["code"], time.perf_counter() - started
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def _zygote(modules: list[str]) -> None:
+    """The zygote's loop (``python isolate.py --zygote MODULE...``)."""
+    import importlib
+    import runpy
+
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # a stray print of an import must not break the protocol
+    for module in modules:
+        importlib.import_module(module)
+    warp_context = sys.modules.get("warp._src.context")
+    if warp_context is not None and getattr(warp_context, "runtime", None) is not None:
+        protocol.write(json.dumps({"error": "importing those modules initialized Warp: forking is unsafe"}) + "\n")
+        return
+    protocol.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the child: a session and a log of its own, then the script as its __main__
+            code = 1
+            try:
+                protocol.close()  # the zygote's alone: a child holding it would hide the zygote's exit
+                os.setsid()
+                child_setup()
+                os.environ.clear()
+                os.environ.update(job["env"])
+                log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)
+                sys.stderr = open(2, "w", buffering=1, closefd=False)
+                import faulthandler
+
+                faulthandler.enable()
+                sys.argv = list(job["argv"])
+                sys.path[0] = str(Path(sys.argv[0]).resolve().parent)
+                runpy.run_path(sys.argv[0], run_name="__main__")
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                with contextlib.suppress(Exception):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                os._exit(code)
+        protocol.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        protocol.write(json.dumps({"pid": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:
+    _zygote(sys.argv[2:])
