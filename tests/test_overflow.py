@@ -102,3 +102,12 @@ def test_a_clean_tally_says_nothing_and_its_list_is_bounded():
     report = _tally([([BROADPHASE] * 3, [1, 1, 1], [1, 1, 1])] * (MAX_LISTED // 3 + 2))
     assert report["dropped"]["episodes"] == 3 * (MAX_LISTED // 3 + 2)
     assert len(report["dropped"]["episode_ids"]) == MAX_LISTED
+
+
+def test_a_solver_without_overflow_bits_reports_nothing(tmp_path):
+    """featherstone keeps no overflow mask: zero bits each step, an empty report, no run.json key."""
+    env = forge_gpu.make("cartpole", num_envs=2, device="cpu", seed=0, **{"solver.name": "featherstone"})
+    summary = collect(env, load_policy("random", env), str(tmp_path / "run"), steps=3)
+    assert env.solver_overflow.limits == {} and not env.result.numpy().info["solver_overflow"].any()
+    assert summary.solver_overflow == {} and summary.solver_warnings == []
+    assert "solver_overflow" not in json.loads((tmp_path / "run" / "run.json").read_text())

@@ -241,7 +241,8 @@ def collect(
     summary.solver_overflow = tally.report() if tally is not None else {}
     warn_dropped(summary.solver_overflow)
     if recorder is not None:
-        recorder.note("solver_overflow", summary.solver_overflow)
+        if tally is not None:
+            recorder.note("solver_overflow", summary.solver_overflow)
         error = _close_recorder(recorder, summary, error)
     if progress is not None:
         progress(loop.counters(summary.seconds))  # the loop's time, as the summary's: not the close's
