@@ -16,6 +16,7 @@ NAMES = {
     "Task": "forge_gpu._src.sim.tasks.base",
     "TaskSpec": "forge_gpu._src.sim.tasks.base",
     "register_task": "forge_gpu._src.sim.tasks.catalog",
+    "SolverOverflowWarning": "forge_gpu._src.sim.overflow",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def cmd_collect(args) -> int:
 
     import forge_gpu
     from forge_gpu._src.collect.collector import collect
+    from forge_gpu._src.sim.overflow import SolverOverflowWarning
     from forge_gpu._src.sim.policies import load_policy
     from forge_gpu._src.sim.tasks.catalog import resolve_task
 
@@ -77,17 +79,19 @@ def cmd_collect(args) -> int:
     with stop_on_signals() as (stop, caught):
         display = Progress(task_id, env, out)
         try:
-            summary = collect(
-                env,
-                policy,
-                str(out),
-                episodes=episodes,
-                steps=args.steps,
-                slots=args.slots,
-                options=options,
-                stop=stop,
-                progress=display.update,
-            )
+            with warnings.catch_warnings():  # the summary below says what the solver dropped, once
+                warnings.simplefilter("ignore", SolverOverflowWarning)
+                summary = collect(
+                    env,
+                    policy,
+                    str(out),
+                    episodes=episodes,
+                    steps=args.steps,
+                    slots=args.slots,
+                    options=options,
+                    stop=stop,
+                    progress=display.update,
+                )
         except ValueError as e:
             if not out.exists():
                 raise UsageError(str(e)) from e
@@ -174,6 +178,8 @@ def _print_summary(summary, env, make_seconds: float = 0.0) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+    for line in summary.solver_warnings:  # once per collection: the solver's overflows, counted
+        print(f"warning: {line}")
     print(f"run: {summary.directory}")
 
 

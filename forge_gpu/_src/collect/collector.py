@@ -24,6 +24,7 @@ from forge_gpu._src.core.manifest import describe_run
 from forge_gpu._src.formats.options import RecordingOptions, recording_options
 from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.recording.base import Recorder
+from forge_gpu._src.sim.overflow import OverflowTally, overflow_lines, warn_dropped
 
 
 @dataclass
@@ -48,6 +49,14 @@ class CollectionSummary:
     """``graph`` (each step one captured graph) or ``eager: <why>`` (see ``VectorEnv.step_mode``)."""
     warmup_seconds: float = 0.0
     """Before the first step, not in ``seconds``: reset, kernel compilation on first use, graph capture [s]."""
+    solver_overflow: dict = field(default_factory=dict)
+    """MuJoCo-Warp's overflows over the collection (``sim/overflow.py``'s ``OverflowTally.report``, also run.json's
+    ``solver_overflow``); empty for the other solvers."""
+
+    @property
+    def solver_warnings(self) -> list[str]:
+        """What ``solver_overflow`` means, one line per kind that occurred (dropped contacts, iteration limits)."""
+        return overflow_lines(self.solver_overflow)
 
     @property
     def env_steps_per_second(self) -> float:
@@ -61,9 +70,9 @@ class CollectionSummary:
 class _Consumer(threading.Thread):
     """The recorder thread: host batches -> recorder.append -> release."""
 
-    def __init__(self, transport: Transport, recorder: Recorder | None):
+    def __init__(self, transport: Transport, recorder: Recorder | None, overflow: OverflowTally | None = None):
         super().__init__(name="forge-recorder", daemon=True)
-        self.transport, self.recorder = transport, recorder
+        self.transport, self.recorder, self.overflow = transport, recorder, overflow
         self.ended = 0
         """Episodes that ended (terminated or truncated) in the batches seen so far."""
         self.steps = 0
@@ -83,7 +92,12 @@ class _Consumer(threading.Thread):
                 self.steps += 1
                 if self.recorder is not None:
                     self.recorder.append(batch.observation, result)
-                self.ended += int(np.count_nonzero(result.terminated | result.truncated))
+                ended = result.terminated | result.truncated
+                if self.overflow is not None:
+                    obs = batch.observation
+                    self.overflow.add(result.info["solver_overflow"], result.info["active"], ended, obs["env_id"],
+                                      obs["episode_id"])  # fmt: skip
+                self.ended += int(np.count_nonzero(ended))
                 self.transport.release(batch)
         except BaseException as exc:  # surfaces in the stepping thread at its next publish
             self.error = exc
@@ -206,7 +220,9 @@ def collect(
     recorder = None
     if directory is not None:
         recorder = make_recorder(directory, describe_run(env, transport=transport.name), options)
-    consumer = _Consumer(transport, recorder)
+    overflow = env.solver_overflow
+    tally = OverflowTally(env.num_envs, overflow.limits) if overflow.limits else None
+    consumer = _Consumer(transport, recorder, tally)
     consumer.start()
     loop = _Loop(env, policy, transport, consumer, recorder, episodes, steps)
     warmup_seconds = loop.start - began
@@ -222,7 +238,11 @@ def collect(
         consumer.join()
     error = error or consumer.error
     summary = loop.summary(directory, status, warmup_seconds)
+    summary.solver_overflow = tally.report() if tally is not None else {}
+    warn_dropped(summary.solver_overflow)
     if recorder is not None:
+        if tally is not None:
+            recorder.note("solver_overflow", summary.solver_overflow)
         error = _close_recorder(recorder, summary, error)
     if progress is not None:
         progress(loop.counters(summary.seconds))  # the loop's time, as the summary's: not the close's

@@ -41,6 +41,9 @@ class Recorder(Protocol):
     def close(self, error: BaseException | None = None) -> None:
         """Publish what is complete, close the manifest (``failed`` with ``error``)."""
 
+    def note(self, key: str, value: Any) -> None:
+        """Put ``key: value`` (plain JSON) into the manifest that ``close`` writes."""
+
     @property
     def directory(self) -> str: ...
 
@@ -188,6 +191,12 @@ class RecorderBase:
                 yield
             finally:
                 self._draining -= 1
+
+    def note(self, key: str, value: Any) -> None:
+        """Put ``key: value`` (plain JSON, small: it lives in the room kept for the last manifest) into the manifest
+        that ``close`` writes, e.g. the collection's ``solver_overflow``."""
+        with self._manifest_lock:
+            self._manifest[key] = value
 
     def close(self, error: BaseException | None = None) -> None:
         """Publish what was appended, write the final manifest and stop the writers.

@@ -42,6 +42,12 @@ class SolverConfig:
     """Line-search iterations (MuJoCo)."""
     integrator: str = field(default="implicitfast", metadata=bounded(choices=("euler", "implicitfast")))
     """MuJoCo integrator."""
+    nconmax: int | None = field(default=None, metadata=bounded(1, 1 << 16))
+    """Contact points per world MuJoCo-Warp makes room for (its pool holds ``nconmax * num_envs``, shared by all
+    worlds); ``None`` (not set): MuJoCo-Warp's estimate from the model. Contacts beyond the pool are dropped and
+    the collection says so (``CollectionSummary.solver_overflow``)."""
+    njmax: int | None = field(default=None, metadata=bounded(1, 1 << 16))
+    """Constraint rows per world (contacts, joint limits) MuJoCo-Warp makes room for; ``None``: its estimate."""
 
 
 @dataclass(frozen=True, kw_only=True)

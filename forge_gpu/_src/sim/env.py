@@ -12,6 +12,7 @@ from forge_gpu._src.core.fields import group_layout
 from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template
 from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_cost
 from forge_gpu._src.sim.config import TaskConfig
+from forge_gpu._src.sim.overflow import SolverOverflow
 from forge_gpu._src.sim.pack import packed_result
 from forge_gpu._src.sim.randomize import Randomizer
 from forge_gpu._src.sim.solver import make_solver
@@ -67,6 +68,7 @@ class VectorEnv:
             scene.replicate(builder, n)
             model = scene.finalize(device=device)
             self.solver = make_solver(model, config, task.spec.has_contacts)
+            self.solver_overflow = SolverOverflow(self.solver, n, device)
             self.world = World(config, model, proprio_dim=task.spec.proprio_dim, action_dim=task.spec.action_dim)
             """What the task's hooks read and write: model, state, control, action and observation buffers."""
             self.state_1 = model.state()
@@ -123,6 +125,7 @@ class VectorEnv:
                 "active": self.active,
                 "executed_action": self.executed_action,
                 "action_nonfinite": self.action_nonfinite,
+                "solver_overflow": self.solver_overflow.bits,
             },
             state=dict(self.state_fields) if config.record_state else {},
             params=dict(self.randomizer.recorded),
@@ -191,6 +194,7 @@ class VectorEnv:
             outputs=[self.reset_mask, self.executed_action, self.action_nonfinite],
             device=self.device,
         )
+        self.solver_overflow.clear()
 
     def _start(self) -> None:
         """After the first frames: stepping may begin; the step graph is captured now, before a consumer thread
@@ -244,11 +248,8 @@ class VectorEnv:
         """Step eagerly from now on; ``step_mode`` says why and one warning tells the caller of reset/step."""
         self._graph, self._use_graph = None, False
         self.step_mode = f"eager: {reason}"
-        warnings.warn(
-            f"forge_gpu: stepping {self.device} eagerly because {reason}; {eager_cost(self.config, self.device)}",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+        why = f"forge_gpu: stepping {self.device} eagerly because {reason}; {eager_cost(self.config, self.device)}"
+        warnings.warn(why, RuntimeWarning, stacklevel=4)
 
     def check_action(self, action) -> None:
         """Raise ``ValueError`` if ``step`` would refuse ``action``, non-finite values included (on CUDA
@@ -328,9 +329,10 @@ class VectorEnv:
         self.task.apply_action(self.world)
         dt = self.config.sim_dt
         a, b = self.state_0, self.state_1
-        for _ in range(self.config.substeps):
+        for substep in range(self.config.substeps):
             a.clear_forces()
             self.solver.step(a, b, self.control, self.contacts, dt)
+            self.solver_overflow.gather(substep)
             a, b = b, a
         if a is not self.state_0:
             self.state_0.assign(a)

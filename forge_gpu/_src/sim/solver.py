@@ -20,6 +20,8 @@ def make_solver(model, config: TaskConfig, has_contacts: bool):
             iterations=s.iterations,
             ls_iterations=s.ls_iterations,
             integrator=s.integrator,
+            nconmax=s.nconmax,
+            njmax=s.njmax,
             disable_contacts=not has_contacts,
         )
     if s.name == "featherstone":
