@@ -23,7 +23,7 @@ def test_a_tiny_nconmax_drops_contacts_counted_per_step_and_said_once(tmp_path, 
     each step's info flags every env, collect warns once, run.json and the summary count every env-step, and no
     kernel prints a line."""
     envs, steps = 2, 5
-    env = forge_gpu.make("ant", num_envs=envs, device="cpu", seed=0, **{"solver.nconmax": 8})
+    env = forge_gpu.sim.make("ant", num_envs=envs, device="cpu", seed=0, **{"solver.nconmax": 8})
     policy = load_policy("random", env)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -56,7 +56,7 @@ def test_the_command_line_prints_the_overflow_once(tmp_path, capfd):
 def test_shipped_contact_tasks_drop_no_contacts_at_four_envs(task, capfd):
     """At 4 envs the random policy's falls stay within each task file's [solver] nconmax and njmax (humanoid at
     MuJoCo-Warp's estimate, 48 per world, dropped contacts within 300 steps)."""
-    env = forge_gpu.make(task, num_envs=4, device="cpu", seed=0)
+    env = forge_gpu.sim.make(task, num_envs=4, device="cpu", seed=0)
     summary = collect(env, load_policy("random", env), None, steps=300)
     report = summary.solver_overflow
     assert report["steps"] >= 290 and report["dropped"]["env_steps"] == 0, overflow_lines(report)
@@ -106,7 +106,7 @@ def test_a_clean_tally_says_nothing_and_its_list_is_bounded():
 
 def test_a_solver_without_overflow_bits_reports_nothing(tmp_path):
     """featherstone keeps no overflow mask: zero bits each step, an empty report, no run.json key."""
-    env = forge_gpu.make("cartpole", num_envs=2, device="cpu", seed=0, **{"solver.name": "featherstone"})
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu", seed=0, **{"solver.name": "featherstone"})
     summary = collect(env, load_policy("random", env), str(tmp_path / "run"), steps=3)
     assert env.solver_overflow.limits == {} and not env.result.numpy().info["solver_overflow"].any()
     assert summary.solver_overflow == {} and summary.solver_warnings == []
