@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.collect.collector import collect
-from forge_gpu._src.sim.overflow import FLAGS, MAX_LISTED, OverflowTally, SolverOverflowWarning, overflow_lines
-from forge_gpu._src.sim.policies import load_policy
+from forge_gpu._src.sim.overflow import FLAGS, MAX_LISTED, OverflowTally, overflow_lines
 from forge_gpu.cli import main
+from forge_gpu.recording import collect
+from forge_gpu.sim import SolverOverflowWarning, load_policy
 
 BROADPHASE, LINESEARCH = FLAGS["BROADPHASE"], FLAGS["LS_ITERATIONS"]
 PRINTED = "please increase"  # every MuJoCo-Warp overflow printf says it
