@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -427,10 +428,22 @@ def test_the_zygote_refuses_to_fork_once_an_import_initialized_warp(tmp_path):
         isolate.Zygote(["initializes_warp"], env)
     script = tmp_path / "hello.py"
     script.write_text("import sys, warp\nprint('hello', sys.argv[1:], warp.__name__)\nsys.exit(3)\n")
+    quick = tmp_path / "quick.py"
+    quick.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
     zygote = isolate.Zygote(["warp"], env)
     try:
         status, note, code, _ = zygote.run([str(script), "x"], tmp_path / "hello.log", 30, env, 1.0)
+        # a command that ends before its pid is read: the zygote's two lines (the pid, the status) wait in the pipe
+        # together, and each is still read on its own (a buffered reader would keep the second out of select's sight)
+        job = {"argv": [str(quick), "5"], "log": str(tmp_path / "quick.log"), "env": env}
+        zygote.proc.stdin.write(json.dumps(job).encode() + b"\n")
+        zygote.proc.stdin.flush()
+        time.sleep(1.0)
+        first, second = zygote._reply(10), zygote._reply(10)
+        after = zygote.run([str(quick), "6"], tmp_path / "quick.log", 30, env, 1.0)
     finally:
         zygote.close()
     assert (status, note, code) == ("done", "", 3)
     assert (tmp_path / "hello.log").read_text() == "hello ['x'] warp\n"
+    assert second is not None and second == {"pid": first["pid"], "code": 5}
+    assert after[:3] == ("done", "", 6)

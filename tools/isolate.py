@@ -118,26 +118,36 @@ class Zygote:
             env=env,
             start_new_session=True,
             preexec_fn=child_setup,
-            text=True,
         )
-        ready = json.loads(self.proc.stdout.readline() or "{}")
+        self._fd, self._pending = self.proc.stdout.fileno(), b""
+        try:
+            ready = self._reply(None)
+        except RuntimeError:  # it exited before a word: an import failed (its traceback is on stderr)
+            ready = {}
         if not ready.get("ready"):
             self.close()
             raise RuntimeError(f"the zygote did not start: {ready.get('error', 'it exited')}")
 
     def _reply(self, timeout: float | None) -> dict | None:
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            return None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the zygote exited")
+        """The zygote's next line, or None after ``timeout`` seconds. Read from the pipe itself into a buffer of
+        this object's own: a buffered file object may hold a second line already read, which select cannot see."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self._fd, 1 << 16)
+            if not chunk:
+                raise RuntimeError("the zygote exited")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
         return json.loads(line)
 
     def run(self, argv: list[str], log_path: Path, timeout: float, env: dict, grace: float):
         """As :func:`run_isolated` for ``[sys.executable, *argv]``: ``("done" or "timeout", how it was stopped, its
         exit status, seconds)``; anything the child left running is killed."""
         started = time.perf_counter()
-        self.proc.stdin.write(json.dumps({"argv": argv, "log": str(log_path), "env": env}) + "\n")
+        self.proc.stdin.write((json.dumps({"argv": argv, "log": str(log_path), "env": env}) + "\n").encode())
         self.proc.stdin.flush()
         pid = self._reply(None)["pid"]
         status, note, reply = "done", "", self._reply(timeout)
