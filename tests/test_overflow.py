@@ -111,3 +111,33 @@ def test_a_solver_without_overflow_bits_reports_nothing(tmp_path):
     assert env.solver_overflow.limits == {} and not env.result.numpy().info["solver_overflow"].any()
     assert summary.solver_overflow == {} and summary.solver_warnings == []
     assert "solver_overflow" not in json.loads((tmp_path / "run" / "run.json").read_text())
+
+
+def test_the_workers_reports_are_summed_and_said_once_for_the_dataset(capsys):
+    """A distributed collection's summary sums its workers' reports (a clean worker's too, and none from a failed
+    one) and the command line says each kind once, for all of them."""
+    from forge_gpu._src.collect.distributed import DatasetSummary
+    from forge_gpu._src.sim.overflow import merge_reports
+    from forge_gpu.cli._sim import print_dataset_summary
+
+    a = _tally([([BROADPHASE, 0, LINESEARCH], [1, 1, 1], [1, 0, 0]), ([0, 0, 0], [0, 1, 1], [0, 0, 0])])
+    b = _tally([([0, LINESEARCH, 0], [1, 1, 1], [0, 1, 0])])
+    clean = _tally([([0, 0, 0], [1, 1, 1], [0, 0, 0])])
+    merged = merge_reports([a, b, clean])
+    assert (merged["steps"], merged["env_steps"], merged["envs"], merged["episodes"]) == (4, 11, 9, 2)
+    assert merged["flags"] == {
+        "BROADPHASE": {"steps": 1, "env_steps": 1},
+        "LS_ITERATIONS": {"steps": 2, "env_steps": 2},
+    }
+    assert merged["not_converged"] == {"steps": 2, "env_steps": 2, "episodes": 1, "envs": 2}
+    assert merged["dropped"] == {"steps": 1, "env_steps": 1, "episodes": 1, "envs": 1}
+    assert merge_reports([]) == {} and overflow_lines({}) == []
+
+    run = {"worker": 0, "device": "cpu", "status": "closed", "episodes": 1, "env_steps": 3, "seconds": 1.0}
+    run |= {"stall_seconds": 0.0, "error": None}
+    runs = [dict(run, solver_overflow=a), dict(run, worker=1, solver_overflow=b), dict(run, worker=2, error="x")]
+    summary = DatasetSummary(directory="out", runs=runs, seconds=1.0)
+    assert summary.solver_overflow == merge_reports([a, b])
+    print_dataset_summary(summary)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ")]
+    assert printed == [f"warning: {line}" for line in overflow_lines(merge_reports([a, b]))] and len(printed) == 2

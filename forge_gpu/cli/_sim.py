@@ -202,6 +202,7 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> in
     """``forge-gpu collect --workers K`` (Ray workers, :func:`collect_distributed`): the checked arguments of
     ``cmd_collect`` -> exit status."""
     from forge_gpu._src.collect.distributed import collect_distributed, import_ray, start_ray
+    from forge_gpu._src.sim.overflow import SolverOverflowWarning
 
     try:
         import_ray()
@@ -220,7 +221,8 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> in
     display = Progress(f"{config.task} ({args.workers} workers)", _Envs(config.num_envs * args.workers), out)
     try:
         # After ray.init, which installs its own SIGTERM handler in the driver; restored before shutdown.
-        with stop_on_signals() as (stop, caught):
+        with stop_on_signals() as (stop, caught), warnings.catch_warnings():
+            warnings.simplefilter("ignore", SolverOverflowWarning)  # print_dataset_summary says it, once
             summary = collect_distributed(
                 args.task,
                 out,
@@ -285,6 +287,8 @@ def print_dataset_summary(summary) -> None:
         f"{summary.seconds:.1f} s from the first start to the last end, warm-ups included)"
     )
     print(f"stall               {summary.stall_fraction:.1%}")
+    for line in summary.solver_warnings:  # the workers' overflows counted together, once
+        print(f"warning: {line}")
     print(f"dataset: {summary.directory}")
 
 

@@ -147,8 +147,9 @@ class _Loop:
         )
 
     def counters(self, elapsed: float | None = None) -> dict:
-        """The progress dict ``collect`` reports (and ``distributed.aggregate`` sums); ``elapsed``: the seconds of
-        the loop, default until now (the last report gives the summary's, so that its rate is the summary's)."""
+        """The progress dict ``collect`` reports (``recording.progress.aggregate`` sums the workers'); ``elapsed``: the
+        seconds of the loop, default until now (the last report gives the summary's, so that its rate is the
+        summary's)."""
         elapsed = time.perf_counter() - self.start if elapsed is None else elapsed
         consumer, recorder, env_steps = self.consumer, self.recorder, self.calls * self.env.num_envs
         return {

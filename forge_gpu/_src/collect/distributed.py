@@ -31,6 +31,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,9 @@ from forge_gpu._src.core.dataset import write_dataset_manifest
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.options import RecordingOptions, recording_options
+from forge_gpu._src.recording.progress import aggregate
 from forge_gpu._src.sim.output import is_verbose
+from forge_gpu._src.sim.overflow import SolverOverflowWarning, merge_reports, overflow_lines, warn_dropped
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
 
@@ -145,22 +148,25 @@ class _Worker:
             if self._env is None:
                 raise RuntimeError(self._error or "run() before prepare()")
             result["started_at"] = time.time()
-            summary = collect(
-                self._env,
-                self._policy,
-                spec.directory,
-                episodes=spec.episodes,
-                steps=spec.steps,
-                slots=spec.slots,
-                options=spec.recording,
-                stop=self._stop,
-                progress=self._on_progress,
-            )
+            with warnings.catch_warnings():  # the driver warns once for every worker (collect_distributed)
+                warnings.simplefilter("ignore", SolverOverflowWarning)
+                summary = collect(
+                    self._env,
+                    self._policy,
+                    spec.directory,
+                    episodes=spec.episodes,
+                    steps=spec.steps,
+                    slots=spec.slots,
+                    options=spec.recording,
+                    stop=self._stop,
+                    progress=self._on_progress,
+                )
             result.update(
                 status=summary.status,
                 env_steps=summary.env_steps,
                 seconds=summary.seconds,
                 stall_seconds=summary.stall_seconds,
+                solver_overflow=summary.solver_overflow,
             )
         except BaseException as e:  # reported to the driver; the other workers go on
             result["error"] = self._error or f"{type(e).__name__}: {e}"
@@ -231,6 +237,16 @@ class DatasetSummary:
         return sum(r["stall_seconds"] for r in self.runs) / busy if busy > 0 else 0.0
 
     @property
+    def solver_overflow(self) -> dict:
+        """The workers' solver overflow counts summed (each worker's run.json holds its own); empty without any."""
+        return merge_reports([r["solver_overflow"] for r in self.runs if r.get("solver_overflow")])
+
+    @property
+    def solver_warnings(self) -> list[str]:
+        """What ``solver_overflow`` means, one line per kind that occurred."""
+        return overflow_lines(self.solver_overflow)
+
+    @property
     def failed(self) -> list[dict]:
         return [r for r in self.runs if r["status"] == "failed" or r["error"]]
 
@@ -271,28 +287,6 @@ def start_ray(workers: int, address: str | None) -> bool:
     finally:
         token_setup.removeFilter(note)
     return True
-
-
-def aggregate(counters: list[dict | None]) -> dict | None:
-    """One progress dict (the shape ``collect`` reports) over the latest counters of every worker."""
-    seen = [c for c in counters if c]
-    if not seen:
-        return None
-    elapsed = sum(c["seconds"] for c in seen)
-    return {
-        "episodes_ended": sum(c["episodes_ended"] for c in seen),
-        "episodes_published": sum(c["episodes_published"] for c in seen),
-        "target": sum(c["target"] for c in seen),
-        "unit": seen[0]["unit"],
-        "steps": sum(c["steps"] for c in seen),
-        "env_steps": sum(c["env_steps"] for c in seen),
-        "seconds": max(c["seconds"] for c in seen),
-        "env_steps_per_s": sum(c["env_steps_per_s"] for c in seen),
-        "stall_fraction": sum(c["stall_fraction"] * c["seconds"] for c in seen) / elapsed if elapsed > 0 else 0.0,
-        "backlog": sum(c["backlog"] for c in seen),
-        "bytes_written": sum(c["bytes_written"] for c in seen),
-        "workers_reporting": len(seen),
-    }
 
 
 def collect_distributed(
@@ -431,7 +425,9 @@ def _run_workers(
     ends = [r["ended_at"] for r in results if r["started_at"]]
     seconds = max(ends) - min(starts) if starts else 0.0
     write_dataset_manifest(root, results)
-    return DatasetSummary(directory=str(root), runs=results, seconds=seconds)
+    summary = DatasetSummary(directory=str(root), runs=results, seconds=seconds)
+    warn_dropped(summary.solver_overflow)  # once for every worker: theirs were held back
+    return summary
 
 
 def _result_of(ray, ref, worker: int, root: Path) -> dict:

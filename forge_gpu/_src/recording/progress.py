@@ -54,3 +54,25 @@ class ProgressSeries:
             row = [now, int(episodes), int(transitions), int(nbytes), round(stall, 3), int(backlog)]
             rows.append(row)
         return {"every_seconds": self._every, "columns": list(PROGRESS_COLUMNS), "rows": rows}
+
+
+def aggregate(counters: list[dict | None]) -> dict | None:
+    """One progress dict (the shape ``collect`` reports) over the latest counters of every worker."""
+    seen = [c for c in counters if c]
+    if not seen:
+        return None
+    elapsed = sum(c["seconds"] for c in seen)
+    return {
+        "episodes_ended": sum(c["episodes_ended"] for c in seen),
+        "episodes_published": sum(c["episodes_published"] for c in seen),
+        "target": sum(c["target"] for c in seen),
+        "unit": seen[0]["unit"],
+        "steps": sum(c["steps"] for c in seen),
+        "env_steps": sum(c["env_steps"] for c in seen),
+        "seconds": max(c["seconds"] for c in seen),
+        "env_steps_per_s": sum(c["env_steps_per_s"] for c in seen),
+        "stall_fraction": sum(c["stall_fraction"] * c["seconds"] for c in seen) / elapsed if elapsed > 0 else 0.0,
+        "backlog": sum(c["backlog"] for c in seen),
+        "bytes_written": sum(c["bytes_written"] for c in seen),
+        "workers_reporting": len(seen),
+    }

@@ -153,6 +153,23 @@ class OverflowTally:
                 "limits": dict(self.limits), "flags": flags, **classes}  # fmt: skip
 
 
+def merge_reports(reports: list[dict]) -> dict:
+    """Several collections' reports (:meth:`OverflowTally.report`, e.g. one per worker) as one: every count
+    summed, the limits of the first; the episode lists stay in each run's run.json (their env ids are the run's)."""
+    if not reports:
+        return {}
+    merged = {key: sum(r[key] for r in reports) for key in ("steps", "env_steps", "envs", "episodes")}
+    merged["limits"] = dict(reports[0]["limits"])
+    merged["flags"] = {}
+    for report in reports:
+        for name, counts in report["flags"].items():
+            into = merged["flags"].setdefault(name, {"steps": 0, "env_steps": 0})
+            into["steps"], into["env_steps"] = into["steps"] + counts["steps"], into["env_steps"] + counts["env_steps"]
+    for name in CLASSES:
+        merged[name] = {key: sum(r[name][key] for r in reports) for key in ("steps", "env_steps", "episodes", "envs")}
+    return merged
+
+
 def overflow_lines(report: dict) -> list[str]:
     """What a report (:meth:`OverflowTally.report`) means, one line per class that occurred; none when clean."""
     lines = []
