@@ -56,12 +56,11 @@ def record_run(directory, *, recorder=PackedRecorder, seed=3, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def recorded(synthetic_run):
-    """A packed run with state and params over several segments and blocks, and the simulation that made it."""
-    env = synthetic_description(num_envs=4, max_steps=5, state=True, params=True)
-    return synthetic_run(
-        env, 30, seed=3, resets_at=(11,), recorder=PackedRecorder, block_bytes=1500, segment_bytes=4000
-    )
+def recorded(tmp_path_factory):
+    """A packed run with state and params over several segments and blocks, and the simulation that made it (the
+    run :func:`record_run` records, as the npz test's)."""
+    directory = tmp_path_factory.mktemp("state") / "run"
+    return directory, record_run(directory, block_bytes=1500, segment_bytes=4000)
 
 
 def test_state_and_params_read_back_bit_for_bit(recorded):
