@@ -51,19 +51,30 @@ def log_tail(text: str, lines: int = 6, chars: int = 700) -> tuple[str, str]:
     return " | ".join(last)[-chars:], where[:chars]
 
 
-def kill_group(proc: subprocess.Popen, grace: float) -> str:
-    """SIGTERM to the child's process group, SIGKILL after ``grace`` seconds; what it took."""
+def stop_group(pid: int, grace: float, ended) -> str:
+    """SIGTERM to the process group ``pid``, SIGKILL after ``grace`` seconds; what it took. ``ended(seconds)``
+    waits at most that long for the process to end and says whether it did."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pid, sig)
         except ProcessLookupError:
             return "exited"
-        try:
-            proc.wait(wait)
+        if ended(wait):
             return "exited on SIGTERM" if sig == signal.SIGTERM else "killed (SIGTERM ignored)"
-        except subprocess.TimeoutExpired:
-            continue
     return "still there after SIGKILL (stuck in the kernel driver?)"
+
+
+def kill_group(proc: subprocess.Popen, grace: float) -> str:
+    """:func:`stop_group` of a child of this process."""
+
+    def ended(seconds: float) -> bool:
+        try:
+            proc.wait(seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    return stop_group(proc.pid, grace, ended)
 
 
 def run_isolated(
@@ -150,21 +161,21 @@ class Zygote:
         self.proc.stdin.write((json.dumps({"argv": argv, "log": str(log_path), "env": env}) + "\n").encode())
         self.proc.stdin.flush()
         pid = self._reply(None)["pid"]
-        status, note, reply = "done", "", self._reply(timeout)
-        if reply is None:
-            status = "timeout"
-            stops = ((signal.SIGTERM, grace, "exited on SIGTERM"), (signal.SIGKILL, 5.0, "killed (SIGTERM ignored)"))
-            for sig, wait, how in stops:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, sig)
-                reply = self._reply(wait)
-                if reply is not None:
-                    note = how
-                    break
-            else:
+        replies = [self._reply(timeout)]
+
+        def ended(seconds: float) -> bool:
+            replies.append(self._reply(seconds))
+            return replies[-1] is not None
+
+        status, note = "done", ""
+        if replies[-1] is None:
+            status, note = "timeout", stop_group(pid, grace, ended)
+            if replies[-1] is None and note == "exited":  # it ended just before the signal: its status is on its way
+                replies.append(self._reply(5.0))
+            if replies[-1] is None:
                 self.close()  # a child stuck in the kernel driver: this zygote cannot wait for it; the next starts anew
-                note = "still there after SIGKILL (stuck in the kernel driver?)"
                 return status, note, -9, time.perf_counter() - started
+        reply = replies[-1]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # anything it left running
         return status, note, reply["code"], time.perf_counter() - started
