@@ -4,8 +4,10 @@ runs read unverified, repair cuts a crashed run at its first damaged block or sa
 
 import collections
 import json
+import os
 import re
 import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ from synthetic import (
 )
 
 import forge_gpu
-from forge_gpu._src.formats.packed.commits import EPISODE_KEYS
+from forge_gpu._src.formats.packed.commits import EPISODE_KEYS, append_commit, open_commit_log
 from forge_gpu.cli import main
 from forge_gpu.curation import repair_run
 from forge_gpu.reading import EpisodeReadOptions, Windows
@@ -434,3 +436,70 @@ def test_the_checksum_is_crc32c_without_the_packages_command_line():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def numeric_fields(entry, path=()) -> list[tuple]:
+    """The path of every integer in a parsed commit line (a key, or a key and an index into its list)."""
+    if type(entry) is int:
+        return [path]
+    if isinstance(entry, dict):
+        return [p for key, value in entry.items() for p in numeric_fields(value, (*path, key))]
+    if isinstance(entry, list):
+        return [p for k, value in enumerate(entry) for p in numeric_fields(value, (*path, k))]
+    return []
+
+
+def written_line() -> dict:
+    """A commit line as the one encoder of lines writes it, for a block that published an episode with an
+    instruction and a param."""
+    with tempfile.TemporaryDirectory() as directory:
+        log = open_commit_log(directory, create=True)
+        episodes = {key: [1] for key in EPISODE_KEYS} | {"instruction": ["reach"], "params/mass": [1.0]}
+        append_commit(log, segment=1, offset=8, length=8, first_row=1, rows=1, episodes=episodes, crc32c=1)
+        os.close(log)
+        return json.loads(open(os.path.join(directory, LOG)).read())
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A small closed packed run with state and params, its commit log cut after the last line that publishes an
+    episode (a crashed run's prefix: nothing follows that line to pin its rows and length)."""
+    env = synthetic_description(num_envs=3, max_steps=4, state=True, params=True)
+    run = tmp_path_factory.mktemp("bounds") / "run"
+    record(run, env, make_batches(SyntheticSim(env, seed=5), 14), recorder=PackedRecorder, block_bytes=600)
+    lines = (run / LOG).read_text().splitlines()
+    while not json.loads(lines[-1])["episodes"]["steps"]:
+        lines.pop()
+    (run / LOG).write_text("\n".join(lines) + "\n")
+    return run
+
+
+@pytest.mark.parametrize("value", [0, -1, 1 << 40])
+@pytest.mark.parametrize("field", numeric_fields(written_line()), ids=lambda path: ".".join(map(str, path)))
+def test_every_count_and_offset_of_a_commit_line_is_checked_before_allocation(small_run, tmp_path, field, value):
+    """Each integer of the last commit line (a block's segment, offset, length, checksum, first row and rows; an
+    episode's ids, steps, first row and stride; an instruction's index) set to 0, -1 or 2**40: opening the run
+    refuses it or reading it does, and verify reports it, each with a ValueError or a report, never a MemoryError
+    or another exception; salvage empties the block or refuses."""
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    lines = (run / LOG).read_text().splitlines()
+    line = json.loads(lines[-1])
+    *parents, key = field
+    parent = line
+    for step in parents:
+        parent = parent[step]
+    if parent[key] == value:
+        pytest.skip(f"the line already holds {value} there")
+    parent[key] = value
+    lines[-1] = json.dumps(line, separators=(",", ":"))
+    (run / LOG).write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=re.escape(str(run))):
+        forge_gpu.reading.open_run(run)
+        list(forge_gpu.reading.read_episodes(run))
+    report = forge_gpu.reading.verify_run(run)["runs"][0]
+    assert not report["ok"] and (report["error"] or report["bad_blocks"] or report["bad_episodes"])
+    try:
+        repair_run(run, salvage=True)
+    except ValueError:
+        pass

@@ -298,15 +298,11 @@ def gather_episodes(run: PackedRun, blocks: Iterable[tuple[dict, dict | None]], 
         if upto == done:
             continue
         group = {key: values[done:upto] for key, values in episodes.items()}
-        rows, starts = episode_rows(group)
-        hit = np.zeros(rows.size, bool)
-        for start, end in unread:
-            hit |= (rows >= start) & (rows < end)
-        missing = np.add.reduceat(hit, starts[:-1]) > 0 if hit.any() else np.zeros(len(starts) - 1, bool)
+        missing = in_rows(group, unread)  # before any row is listed: a lost episode's steps are unchecked
         lost = {key: values[missing] for key, values in group.items()}
         if missing.any():
             group = {key: values[~missing] for key, values in group.items()}
-            rows, starts = episode_rows(group)
+        rows, starts = episode_rows(group)
         if rows.size and (not pieces or rows.min() < pieces[0][0]):
             raise ValueError(f"{run.directory}: an episode's first row precedes the rows the commit log allows")
         yield group, take_rows(pieces, rows) if rows.size else {}, starts, lost
@@ -316,3 +312,14 @@ def gather_episodes(run: PackedRun, blocks: Iterable[tuple[dict, dict | None]], 
         while len(pieces) > 1 and pieces[1][0] <= needed[done]:
             pieces.pop(0)
         unread = [(start, end) for start, end in unread if end > needed[done]]
+
+
+def in_rows(episodes: Mapping[str, np.ndarray], spans: list[tuple[int, int]]) -> np.ndarray:
+    """Which of ``episodes`` (entries as in the commit log) have a row in one of ``spans`` (rows ``[start, end)``),
+    found from their first row, steps and stride alone (no list of their rows is made)."""
+    first, steps, stride = episodes["first_row"], episodes["steps"], episodes["stride"]
+    hit = np.zeros(first.size, bool)
+    for start, end in spans:
+        j = np.maximum(0, -((first - start) // stride))  # the first step at or after ``start``
+        hit |= (j <= steps) & (first + j * stride < end)
+    return hit

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from forge_gpu._src.formats.packed.blocks import PackedRun, episode_rows
+from forge_gpu._src.formats.packed.blocks import PackedRun, in_rows
 from forge_gpu._src.formats.packed.checksum import crc32c
 from forge_gpu._src.formats.packed.commits import DROPPED, EPISODES, append_commit, encode_episodes, open_commit_log
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, segment_name
@@ -22,8 +22,6 @@ from forge_gpu._src.formats.packed.scan import run_schema
 from forge_gpu._src.formats.packed.schema import empty_arrays, pyarrow, to_record_batch
 
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-#: Episodes whose rows are mapped to blocks at once (bounds the memory of that step).
-_EPISODES_AT_ONCE = 1 << 16
 
 
 def episode_names(episodes: Mapping[str, np.ndarray], select: np.ndarray) -> list[str]:
@@ -44,15 +42,8 @@ def salvage_blocks(run: PackedRun, bad: list[int], manifest: dict, report: dict)
     in a damaged one's bytes."""
     pa = pyarrow()
     commits = run.commits
-    damaged = np.zeros(len(commits), bool)
-    damaged[bad] = True
-    starts = np.array([c["first_row"] for c in commits], np.int64)
-    lost = np.zeros(len(run), bool)
-    for at in range(0, len(run), _EPISODES_AT_ONCE):
-        part = {key: values[at : at + _EPISODES_AT_ONCE] for key, values in run.episodes.items()}
-        rows, first = episode_rows(part)
-        hit = damaged[np.searchsorted(starts, rows, side="right") - 1]
-        lost[at : at + len(part["steps"])] = np.add.reduceat(hit, first[:-1]) > 0
+    spans = [(commits[k]["first_row"], commits[k]["first_row"] + commits[k]["rows"]) for k in bad]
+    lost = in_rows(run.episodes, spans)
     compression = manifest.get("recorder", {}).get("compression", "none")
     if compression not in COMPRESSIONS:
         compression = "none"
@@ -116,6 +107,14 @@ def _empty_block(schema, commit: Mapping, episodes: str, compression: str) -> by
     JSON text): the batch's message is padded after its metadata, which Arrow readers skip."""
     pa = pyarrow()
     rows = commit["rows"]
+    least = -(-rows * _row_bits(schema) // (8 * _MOST_SHRUNK[compression]))  # bytes, however well zeros compress
+    if least > commit["length"] or commit["length"] >= 1 << 31:  # refused before the rows are allocated; the
+        # padding goes into the batch message's metadata, whose size is a 32-bit integer
+        raise ValueError(
+            f"segment {commit['segment']}: the damaged block at offset {commit['offset']} (commit line "
+            f"{commit['line']}) holds {commit['length']} bytes; an empty block of its {rows} rows takes at least "
+            f"{least}: it cannot be emptied in place"
+        )
     batch = to_record_batch(schema, empty_arrays(schema, rows))
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
@@ -138,3 +137,24 @@ def _empty_block(schema, commit: Mapping, episodes: str, compression: str) -> by
     size = int.from_bytes(message[4:8], "little")  # the metadata's, after the continuation marker
     padded = message[:4] + (size + pad).to_bytes(4, "little") + message[8 : 8 + size] + bytes(pad) + message[8 + size :]
     return data[:head] + padded
+
+
+#: The most a compression shrinks zeros: zstd's run-length blocks hold 128 KiB in 4 bytes; an lz4 frame's bytes
+#: hold at most 255 times as many.
+_MOST_SHRUNK = {"none": 1, "lz4": 255, "zstd": 32768}
+
+
+def _row_bits(schema) -> int:
+    """The bits one zero row of ``schema`` takes before compression: a flag's bit, a value's bytes, and an encoded
+    column's 32-bit offset."""
+    pa = pyarrow()
+    bits = 0
+    for field in schema:
+        kind = field.type
+        if pa.types.is_binary(kind):
+            bits += 32
+            continue
+        size = kind.list_size if pa.types.is_fixed_size_list(kind) else 1
+        kind = kind.value_type if pa.types.is_fixed_size_list(kind) else kind
+        bits += size * kind.bit_width
+    return bits

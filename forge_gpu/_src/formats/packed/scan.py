@@ -100,11 +100,16 @@ def _read_ahead(fd: int, blocks: list[dict], prefix: bytes) -> Iterator[tuple[di
     asked of the disk first (``POSIX_FADV_WILLNEED``: the kernel reads them while this one is checked; a second
     thread would need a free core and the GIL): ``(commit, view, bytes read)``, the view holding the segment's
     schema message ``prefix`` first for a block after the segment's first, and valid until the next block is
-    asked for."""
+    asked for. A block that reaches past the segment's end is not read: its count is the bytes the segment holds
+    from its offset, and its view is empty."""
     buffer = bytearray()
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    size = os.fstat(fd).st_size
     for k, commit in enumerate(blocks):
         head = len(prefix) if commit["offset"] else 0
+        if commit["offset"] + commit["length"] > size:  # nothing allocated for bytes the segment does not hold
+            yield commit, memoryview(b""), max(0, size - commit["offset"])
+            continue
         if len(buffer) < head + commit["length"]:
             buffer = bytearray(head + commit["length"])  # a new one: views of the old one may still be held
         view = memoryview(buffer)[: head + commit["length"]]
