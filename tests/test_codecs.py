@@ -5,6 +5,7 @@ bad codec options are refused and create nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sys
@@ -86,12 +87,23 @@ def test_every_codec_round_trips_real_rendered_frames(rendered):
     assert tried == set(CODECS) - {"none"}
 
 
-def independent_frames(run: Path) -> dict[str, np.ndarray]:
-    """Every committed row of every column, decoded with pyarrow, Pillow and numpy as docs/FORMAT.md "Encoded
-    fields" describes it, written without forge_gpu: column -> [rows, ...] array."""
-    import pyarrow as pa
-    from PIL import Image
+def format_page_decode():
+    """The ``decode`` function of docs/FORMAT.md "Encoded fields" (its code block, run without its last line, which
+    needs a table): numpy, pyarrow and Pillow, no forge_gpu."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "FORMAT.md").read_text()
+    section = page[page.index("## Encoded fields") : page.index("## The commit log")]
+    code = next(block for block in section.split("```python\n")[1:] if "def decode(" in block).split("```")[0]
+    names: dict = {}
+    exec(compile(code.rsplit("\nframes = ", 1)[0], "docs/FORMAT.md", "exec"), names)
+    return names["decode"]
 
+
+def independent_frames(run: Path) -> dict[str, np.ndarray]:
+    """Every committed row of every column, decoded as docs/FORMAT.md "Encoded fields" decodes a frame (its own
+    code), without forge_gpu: column -> [rows, ...] array."""
+    import pyarrow as pa
+
+    decode = format_page_decode()
     manifest = json.loads((run / "run.json").read_text())
     lines = [json.loads(line) for line in (run / "commits.jsonl").read_text().splitlines()]
     out: dict[str, list] = {}
@@ -108,29 +120,9 @@ def independent_frames(run: Path) -> dict[str, np.ndarray]:
                     continue
                 codec = manifest["codecs"][field.name]
                 assert json.loads(field.metadata[b"codec"]) == codec
+                assert set(field.metadata) == {b"shape", b"dtype", b"codec"}
                 dtype = np.dtype(field.metadata[b"dtype"].decode())
-                frames = []
-                for payload in column.to_pylist():
-                    if codec["codec"] in ("png", "jpeg", "webp"):
-                        frames.append(np.asarray(Image.open(io.BytesIO(payload))).reshape(shape))
-                        continue
-                    words = 4 if codec["codec"] == "quantized" else dtype.itemsize
-                    size = int(np.prod(shape)) * words
-                    name = "lz4" if codec["codec"] == "lz4" else "zstd"
-                    data = np.frombuffer(
-                        pa.Codec(name).decompress(payload, decompressed_size=size, asbytes=True), np.uint8
-                    )
-                    if words == 1:
-                        frames.append(data.view(dtype).reshape(shape))
-                        continue
-                    z = data.reshape(words, -1).T.copy().view(f"<u{words}").reshape(shape[0], -1).astype(np.int64)
-                    bits = 8 * words
-                    v = np.cumsum((z >> 1) ^ -(z & 1), axis=1) % (1 << bits)  # the left differences undone
-                    if codec["codec"] == "quantized":
-                        q = np.where(v >= 1 << 31, v - (1 << 32), v)
-                        frames.append((q * (codec["step_um"] * 1e-6)).astype(np.float32).reshape(shape))
-                    else:
-                        frames.append(v.astype(f"<u{words}").view(dtype).reshape(shape))
+                frames = [decode(payload, codec, tuple(shape), dtype) for payload in column.to_pylist()]
                 out.setdefault(field.name, []).append(np.stack(frames))
     return {name: np.concatenate(parts) for name, parts in out.items()}
 
@@ -294,3 +286,76 @@ def test_a_window_dataset_over_an_encoded_run_decodes_in_its_workers(tmp_path):
         assert np.array_equal(got["obs/rgb"].numpy(), w["obs/rgb"]) and np.array_equal(
             got["obs/depth"].numpy(), w["obs/depth"]
         )
+
+
+def payloads(*parts: bytes) -> EncodedFrames:
+    """One frame whose payload is ``parts`` joined."""
+    data = b"".join(parts)
+    return EncodedFrames(CodecSpec("zstd"), np.frombuffer(data, np.uint8), np.array([0, len(data)], np.int64))
+
+
+@pytest.mark.parametrize("name", ["zstd", "lz4", "quantized"])
+def test_a_payload_must_be_one_frame_of_exactly_the_frames_bytes(name):
+    """A compressed payload decodes only as one frame of exactly the frame's bytes (docs/FORMAT.md "Encoded
+    fields"): a frame of fewer bytes, the frame's bytes in two frames, and a whole frame followed by another are
+    each refused, naming the codec."""
+    import pyarrow as pa
+
+    from forge_gpu._src.core.codecs import transform
+
+    spec = CodecSpec(name)
+    frame = np.random.default_rng(1).random((8, 6), dtype=np.float32)
+    data = transform(spec, frame).tobytes()
+    compressor = pa.Codec("lz4" if name == "lz4" else "zstd")
+    whole = compressor.compress(data, asbytes=True)
+    half = len(data) // 2
+    cases = {
+        "short": compressor.compress(data[:half], asbytes=True),
+        "two frames": compressor.compress(data[:half], asbytes=True) + compressor.compress(data[half:], asbytes=True),
+        "a frame more": whole + compressor.compress(data, asbytes=True),
+    }
+    back = decode_frames(spec, dataclasses.replace(payloads(whole), spec=spec), frame.shape, np.float32)
+    assert np.array_equal(back[0], decode_frames(spec, encode_frames(spec, frame[None]), frame.shape, np.float32)[0])
+    page = format_page_decode()  # the format page's decoder agrees
+    assert np.array_equal(page(whole, spec.to_json(), frame.shape, np.dtype(np.float32)), back[0])
+    for case, payload in cases.items():
+        with pytest.raises(ValueError, match=f"a {name} frame does not decode"):
+            decode_frames(spec, dataclasses.replace(payloads(payload), spec=spec), frame.shape, np.float32)
+            pytest.fail(f"{case} decoded")
+        with pytest.raises(AssertionError):
+            page(payload, spec.to_json(), frame.shape, np.dtype(np.float32))
+
+
+def test_webp_keeps_an_opaque_alpha_and_image_payloads_of_another_mode_are_refused():
+    """A 4-channel webp frame whose alpha is all 255 (stored as an RGB image: libwebp drops an opaque alpha) decodes
+    to 4 channels, alpha 255; a png payload of another mode (palette, grey with alpha, 16-bit) or size, or of
+    another format, is refused naming what it is."""
+    from PIL import Image
+
+    rng = np.random.default_rng(2)
+    frames = rng.integers(0, 256, (2, 8, 6, 4), dtype=np.uint8)
+    frames[..., 3] = 255
+    spec = CodecSpec("webp")
+    back = decode_frames(spec, encode_frames(spec, frames), (8, 6, 4), np.uint8)
+    assert back.shape == (2, 8, 6, 4) and (back[..., 3] == 255).all()
+    payload = encode_frames(spec, frames[:1]).frame(0).tobytes()
+    assert np.array_equal(format_page_decode()(payload, spec.to_json(), (8, 6, 4), np.dtype(np.uint8)), back[0])
+
+    def image(mode: str, size=(6, 8), fmt="PNG") -> EncodedFrames:
+        out = io.BytesIO()
+        Image.new(mode, size).save(out, format=fmt)
+        data = out.getvalue()
+        return EncodedFrames(CodecSpec("png"), np.frombuffer(data, np.uint8), np.array([0, len(data)], np.int64))
+
+    png = CodecSpec("png")
+    assert decode_frames(png, image("L"), (8, 6), np.uint8).shape == (1, 8, 6)
+    for mode, size, fmt, shape in [
+        ("P", (6, 8), "PNG", (8, 6)),
+        ("LA", (6, 8), "PNG", (8, 6)),
+        ("I;16", (6, 8), "PNG", (8, 6)),
+        ("L", (8, 6), "PNG", (8, 6)),
+        ("RGB", (6, 8), "PNG", (8, 6, 4)),
+        ("RGB", (6, 8), "JPEG", (8, 6, 3)),
+    ]:
+        with pytest.raises(ValueError, match=f"is a {fmt} image of mode {mode} and {size[0]}x{size[1]} pixels"):
+            decode_frames(png, image(mode, size, fmt), shape, np.uint8)

@@ -209,19 +209,36 @@ def _decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
     if name in _COMPRESSED:
         codec = _arrow_codec(_COMPRESSED[name], None)
         size = int(np.prod(shape)) * (4 if name == "quantized" else dtype.itemsize)
+        check = _zstd_frame if _COMPRESSED[name] == "zstd" else _lz4_frame
 
         def decode(data) -> np.ndarray:
-            planes = np.frombuffer(codec.decompress(data, decompressed_size=size, asbytes=True), np.uint8)
-            if planes.size != size:
-                raise ValueError(f"a {name} payload decompresses to {planes.size} bytes, expected {size}")
+            check(memoryview(data).cast("B"), size)
+            if _COMPRESSED[name] == "zstd":  # the frame's content size, checked above, is the size Arrow returns
+                planes = np.frombuffer(codec.decompress(data, decompressed_size=size, asbytes=True), np.uint8)
+            else:  # Arrow's lz4 decompress returns `size` bytes whatever the frame holds: read one more, as a stream
+                import pyarrow as pa
+
+                found = pa.CompressedInputStream(pa.BufferReader(data), "lz4").read(size + 1)
+                if len(found) != size:
+                    raise ValueError(f"an lz4 payload decompresses to {len(found)} bytes, expected {size}")
+                planes = np.frombuffer(found, np.uint8)
             return untransform(spec, planes, shape, dtype)
 
         return decode
     Image = _pillow()
+    fmt, modes = _IMAGE_FORMATS[name], _IMAGE_MODES[name][channels(shape)]
 
     def decode_image(data) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as image:
+            if image.format != fmt or image.mode not in modes or image.size != (shape[1], shape[0]):
+                raise ValueError(
+                    f"a {name} payload is a {image.format} image of mode {image.mode} and {image.size[0]}x"
+                    f"{image.size[1]} pixels; a {dtype}{list(shape)} frame is a {fmt} image of mode "
+                    f"{' or '.join(modes)} and {shape[1]}x{shape[0]} pixels"
+                )
             frame = np.asarray(image)
+        if frame.ndim == 3 and frame.shape[2] == 3 and channels(shape) == 4:  # webp: the writer's opaque alpha
+            frame = np.concatenate([frame, np.full((*frame.shape[:2], 1), 255, np.uint8)], axis=2)
         frame = frame.reshape(shape) if frame.size == int(np.prod(shape)) else frame
         if frame.shape != shape or frame.dtype != dtype:
             raise ValueError(
@@ -230,6 +247,67 @@ def _decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
         return frame
 
     return decode_image
+
+
+#: The file format of each image codec's payload (Pillow's name), and the image modes a payload of a field of C
+#: channels may decode to: a webp payload of a 4-channel field whose alpha was all 255 is an RGB image (libwebp
+#: drops an opaque alpha), its alpha 255 again when decoded.
+_IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
+_IMAGE_MODES = {
+    "png": {1: ("L",), 3: ("RGB",), 4: ("RGBA",)},
+    "jpeg": {1: ("L",), 3: ("RGB",)},
+    "webp": {3: ("RGB",), 4: ("RGBA", "RGB")},
+}
+
+
+def _zstd_frame(data: memoryview, size: int) -> None:
+    """A ``zstd`` payload must be one Zstandard frame, its header giving its content size, ``size`` bytes, and ending
+    where the payload ends (docs/FORMAT.md "Encoded fields"): ValueError otherwise. Read from the frame's header and
+    its blocks' headers; the decompressor checks the content against the size."""
+    if len(data) < 6 or bytes(data[:4]) != b"\x28\xb5\x2f\xfd":
+        raise ValueError("a zstd payload does not begin with a Zstandard frame")
+    descriptor = data[4]
+    single, checksum, dictionary = (descriptor >> 5) & 1, (descriptor >> 2) & 1, descriptor & 3
+    content_bytes = (single, 2, 4, 8)[descriptor >> 6]
+    at = 5 + (1 - single) + (0, 1, 2, 4)[dictionary]
+    content = int.from_bytes(data[at : at + content_bytes], "little") + (256 if content_bytes == 2 else 0)
+    if not content_bytes or content != size:
+        given = f"gives {content} bytes" if content_bytes else "gives no content size"
+        raise ValueError(f"a zstd payload's frame header {given}, expected {size}")
+    at += content_bytes
+    last = 0
+    while not last:
+        if at + 3 > len(data):
+            raise ValueError(f"a zstd payload of {len(data)} bytes ends inside its frame")
+        header = int.from_bytes(data[at : at + 3], "little")
+        last, kind = header & 1, (header >> 1) & 3
+        if kind == 3:
+            raise ValueError("a zstd payload holds a block of the reserved type")
+        at += 3 + (1 if kind == 1 else header >> 3)  # an RLE block holds one byte
+    at += 4 * checksum
+    if at != len(data):
+        raise ValueError(f"a zstd payload of {len(data)} bytes holds its frame in {at}: it must be one frame")
+
+
+def _lz4_frame(data: memoryview, size: int) -> None:
+    """An ``lz4`` payload must be one LZ4 frame ending where the payload ends (docs/FORMAT.md "Encoded fields"):
+    ValueError otherwise. Read from the frame's header and its blocks' sizes."""
+    if len(data) < 7 or bytes(data[:4]) != b"\x04\x22\x4d\x18":
+        raise ValueError("an lz4 payload does not begin with an LZ4 frame")
+    flags = data[4]
+    block_checksum, content_checksum = (flags >> 4) & 1, (flags >> 2) & 1
+    at = 7 + 8 * ((flags >> 3) & 1) + 4 * (flags & 1)  # magic, flags, block size, [content size], [dictionary], HC
+    while True:
+        if at + 4 > len(data):
+            raise ValueError(f"an lz4 payload of {len(data)} bytes ends inside its frame")
+        block = int.from_bytes(data[at : at + 4], "little") & 0x7FFFFFFF  # the high bit: stored uncompressed
+        at += 4
+        if not block:
+            break
+        at += block + 4 * block_checksum
+    at += 4 * content_checksum
+    if at != len(data):
+        raise ValueError(f"an lz4 payload of {len(data)} bytes holds its frame in {at}: it must be one frame")
 
 
 def _chunks(n: int, parts: int) -> list[tuple[int, int]]:

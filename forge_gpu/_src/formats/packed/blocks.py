@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
+from forge_gpu._src.core.codecs import is_image
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.instructions import INSTRUCTION
@@ -222,6 +223,14 @@ class PackedRun:
             path = os.path.join(self.directory, segment_name(segment))
             if schema_codecs(schema, name=path) != self.codecs:
                 raise ValueError(f"{path}: its encoded columns differ from run.json's {CODECS}")
+            for column, spec in self.codecs.items():  # an encoded column is an image its codec takes
+                if not is_image(*columns[column]):
+                    shape, dtype = columns[column]
+                    raise ValueError(f"{path}: column {column!r} is encoded but {dtype}{list(shape)} is not an image")
+                try:
+                    spec.check(*columns[column], field=column)
+                except ValueError as exc:
+                    raise ValueError(f"{path}: {exc}") from exc
             if found is not None and columns != found:
                 path = os.path.join(self.directory, segment_name(segment))
                 raise ValueError(f"{path}: its columns differ from the run's first segment")
