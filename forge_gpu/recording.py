@@ -16,7 +16,7 @@ NAMES = {
     "Recorder": "forge_gpu._src.recording.base",
     "RunDescription": "forge_gpu._src.core.manifest",
     "describe_run": "forge_gpu._src.core.manifest",
-    "RecordingOptions": "forge_gpu._src.formats.options",
+    "RecordingOptions": "forge_gpu._src.formats.registry",
     "PackedRecorder": "forge_gpu._src.formats.packed.recorder",
     "NpzRecorder": "forge_gpu._src.formats.npz.recorder",
 }

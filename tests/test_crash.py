@@ -120,7 +120,7 @@ def _committed_episodes(run, lines: int) -> list[list]:
 
 
 def test_durability_is_checked_and_recorded(tmp_path):
-    from forge_gpu._src.formats.options import OptionError
+    from forge_gpu._src.formats.registry import OptionError
     from forge_gpu.recording import RecordingOptions
 
     with pytest.raises(OptionError, match="durability='machine': the npz format takes process"):

@@ -238,7 +238,7 @@ def test_every_layer_has_modules():
 
 
 @pytest.mark.parametrize(
-    "module", ["forge_gpu._src.formats.registry", "forge_gpu._src.formats.options", "forge_gpu._src.core.manifest"]
+    "module", ["forge_gpu._src.formats.registry", "forge_gpu._src.core.manifest"]
 )
 def test_the_registries_load_with_the_standard_library_alone(module):
     """The modules the command line reads for its choices import, with everything they import at load, nothing

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from forge_gpu._src.formats.options import OptionError, recording_options
+from forge_gpu._src.formats.registry import OptionError, recording_options
 from forge_gpu.recording import NpzRecorder, PackedRecorder, RecordingOptions, make_recorder
 
 

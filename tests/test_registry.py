@@ -9,6 +9,7 @@ import dataclasses
 import os
 import pickle
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,15 @@ class ListReader:
             raise ValueError(f"{self.directory}: cannot be memory-mapped; forge-gpu convert it --to packed")
         fields, columns, episodes = stack_episodes(list(self.read(ks, options)))
         return fields, [(0, columns)], episodes
+
+    def verify(self):
+        """Every episode read back (the pickle holds no checksums)."""
+        episodes = sum(1 for _ in self.read(list(range(len(self))), EpisodeReadOptions()))
+        return {"checksums": False, "blocks": 0, "episodes": episodes, "bytes": 0, "dropped": 0} | {
+            "bad_blocks": [],
+            "bad_episodes": [],
+            "error": None,
+        }
 
 
 class ListFormat:
@@ -341,10 +351,22 @@ def test_capabilities_are_declared_and_read_not_probed(tmp_path):
         forge_gpu.formats.register_format(Undeclared())
 
 
-def test_the_recorder_options_protocol_names_every_recording_option():
-    """RunFormat.recorder's options type (the registry cannot import RecordingOptions) lists exactly its fields."""
-    fields = {f.name for f in dataclasses.fields(forge_gpu.recording.RecordingOptions)}
-    assert set(formats.RecorderOptions.__annotations__) == fields
+def test_verify_is_the_formats_own_and_reached_through_the_registry_alone(tmp_path, capsys):
+    """verify_run checks a run of a registered format through its reader's verify (here every episode read, no
+    blocks, as the format declares), and the module behind it imports nothing of a format's implementation."""
+    sim = record_list(tmp_path / "run")
+    run = forge_gpu.reading.verify_run(tmp_path / "run")["runs"][0]
+    assert run["ok"] and run["format"] == "pickled_test" and run["episodes"] == len(sim.completed)
+    assert run["blocks"] == 0 and not run["checksums"] and set(formats.VERIFY_KEYS) <= run.keys()
+    assert main(["verify", str(tmp_path / "run")]) == 0
+    assert "blocks" not in capsys.readouterr().out
+    source = Path(sys.modules[forge_gpu.reading.verify_run.__module__].__file__).read_text()
+    imported = [
+        node.module or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("forge_gpu._src.formats")
+    ]
+    assert imported == ["forge_gpu._src.formats.registry"]
 
 
 PACKAGE = Path(forge_gpu.__file__).parent

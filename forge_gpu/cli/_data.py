@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from forge_gpu._src.formats.options import OptionError, check_codecs
+from forge_gpu._src.formats.registry import OptionError, check_codecs
 
 from ._common import (
     UsageError,

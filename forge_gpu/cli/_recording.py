@@ -10,8 +10,7 @@ import argparse
 import dataclasses
 
 from forge_gpu._src.core.codec_specs import CODECS
-from forge_gpu._src.formats.options import OptionError, RecordingOptions, parse_codec_option
-from forge_gpu._src.formats.registry import DURABILITIES, FORMATS
+from forge_gpu._src.formats.registry import DURABILITIES, FORMATS, OptionError, RecordingOptions, parse_codec_option
 
 from ._common import UsageError
 

@@ -21,8 +21,7 @@ from forge_gpu._src.collect.encode import run_encoder
 from forge_gpu._src.collect.transport import HostSnapshotTransport, Transport, TransportClosed
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.manifest import describe_run
-from forge_gpu._src.formats.options import RecordingOptions, recording_options
-from forge_gpu._src.formats.registry import FORMATS
+from forge_gpu._src.formats.registry import FORMATS, RecordingOptions, recording_options
 from forge_gpu._src.recording.base import Recorder
 from forge_gpu._src.sim.overflow import OverflowTally, overflow_lines, warn_dropped
 

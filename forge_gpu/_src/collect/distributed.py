@@ -40,7 +40,7 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.dataset import write_dataset_manifest
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.formats.options import RecordingOptions, recording_options
+from forge_gpu._src.formats.registry import RecordingOptions, recording_options
 from forge_gpu._src.recording.progress import aggregate
 from forge_gpu._src.sim.output import is_verbose
 from forge_gpu._src.sim.overflow import SolverOverflowWarning, merge_reports, overflow_lines, warn_dropped

@@ -3,24 +3,33 @@
 A format has a name (``RecordingOptions.format``, ``--format``), the compressions it takes, the keys that
 mark its run.json (``schema_version``, and ``layout`` where the version alone does not say), and four
 operations: a recorder for a new run, a reader of a run (:class:`RunReader`: its episodes one by one, or as a
-frame table for random access), the repair of a run a killed process left (a report of fixed keys), and the
-writing of checked episodes as a new run (``convert``). ``make_recorder``, ``open_run``, ``repair_run``,
-``inspect_run``, ``convert_run``, run.json's checks and the command line's choices all look formats up
-here, so a new format is one class that satisfies :class:`RunFormat` and one :func:`register_format` call
+frame table for random access, and the check of all its data, ``verify``), the repair of a run a killed process
+left (a report of fixed keys), and the writing of checked episodes as a new run (``convert``).
+``make_recorder``, ``open_run``, ``repair_run``, ``inspect_run``, ``verify_run``, ``convert_run``, run.json's
+checks and the command line's choices all look formats up here, so a new format is one class that satisfies
+:class:`RunFormat` and one :func:`register_format` call
 (tests/test_registry.py registers one from outside the package).
 
 Two are built in: ``packed`` (schema 2, many episodes per file, docs/FORMAT.md) and ``npz`` (schema 1, one
-file per episode, docs/FORMAT-v1.md). The standard library only at import: an implementation imports
-numpy and pyarrow when it is used, so the command line checks names without them.
+file per episode, docs/FORMAT-v1.md).
+
+How a run is written in a registered format is :class:`RecordingOptions` (format, compression, writers, memory
+budget, statistics, codecs, durability): one frozen value checked once against the formats' capabilities and
+passed from the command line through ``collect``, ``collect_distributed`` and ``make_recorder`` to the format's
+recorder. The standard library only at import: an implementation imports numpy and pyarrow when it is used, so
+the command line checks names and options without them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from forge_gpu._src.core.checks import is_int
+from forge_gpu._src.core.codec_specs import CodecSpec
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.core.manifest import RUN_MANIFEST, validate_manifest
 from forge_gpu._src.formats.npz import identity as npz
@@ -69,6 +78,19 @@ class RunReader(Protocol):
         ValueError naming the command that converts it to one that can."""
         ...
 
+    def verify(self) -> dict:
+        """Check every episode (and, where the format stores blocks, every block) without building episodes for a
+        caller, and list what is damaged: the report :data:`VERIFY_KEYS` name (``forge-gpu verify``)."""
+        ...
+
+
+#: The keys of the report :meth:`RunReader.verify` returns, format-neutral: ``checksums`` (whether the run's data
+#: carries checksums that were checked), ``blocks`` (the blocks read; 0 for a format without blocks), ``episodes``,
+#: ``bytes`` (read), ``dropped`` (episodes a salvage dropped earlier), ``bad_blocks`` (each ``segment``, ``offset``,
+#: ``line``, ``error``), ``bad_episodes`` (each ``episode`` as ``"env_id:episode_id"``, ``error``) and ``error``
+#: (what kept the run from being checked at all, else None).
+VERIFY_KEYS = ("checksums", "blocks", "episodes", "bytes", "dropped", "bad_blocks", "bad_episodes", "error")
+
 
 DURABILITIES = ("process", "machine")
 """The durability levels, weakest first (``RecordingOptions.durability``; docs/FORMAT.md "Durability")."""
@@ -77,7 +99,8 @@ DURABILITIES = ("process", "machine")
 @dataclass(frozen=True, kw_only=True)
 class FormatCapabilities:
     """What a run format can do, declared on the format (:attr:`RunFormat.capabilities`) and read by every caller
-    that must know: ``RecordingOptions``' checks, the command line's choices, ``repair_run``, ``convert_run``. No
+    that must know: ``RecordingOptions``' checks, the command line's choices, ``repair_run``, ``convert_run``,
+    ``verify_run``. No
     caller tests a format's attributes or signatures (tests/test_registry.py fails one that does)."""
 
     compressions: tuple[str, ...]
@@ -92,6 +115,9 @@ class FormatCapabilities:
     then takes a ``codecs`` keyword)."""
     salvage: bool = False
     """Whether its ``repair`` takes ``salvage=True`` (``repair --salvage``: keep every episode whose data checks)."""
+    blocks: bool = False
+    """Whether its runs are stored in blocks that ``verify`` reads and counts (:meth:`RunReader.verify`'s
+    ``blocks`` and ``bad_blocks``); without, its report lists episodes alone."""
     restores: str | None = None
     """What restores the published episodes a closed run's index lost (``{run}`` the run directory), where anything
     can; ``None``: they cannot be rebuilt (:func:`check_published`)."""
@@ -107,26 +133,11 @@ class FormatCapabilities:
             raise ValueError(
                 f"FormatCapabilities.durabilities={self.durabilities!r}: 'process' and any of {DURABILITIES}"
             )
-        for name, value in {"codecs": self.codecs, "salvage": self.salvage}.items():
+        for name, value in {"codecs": self.codecs, "salvage": self.salvage, "blocks": self.blocks}.items():
             if not isinstance(value, bool):
                 raise ValueError(f"FormatCapabilities.{name}={value!r}: must be True or False")
         if self.restores is not None and not isinstance(self.restores, str):
             raise ValueError(f"FormatCapabilities.restores={self.restores!r}: must be a string or None")
-
-
-class RecorderOptions(Protocol):
-    """What a format's recorder reads of ``RecordingOptions`` (``formats.options``, which imports this registry
-    for its checks, so the registry names the fields instead of importing the class; tests/test_registry.py checks
-    that they are exactly ``RecordingOptions``' fields)."""
-
-    format: str
-    compression: str
-    compression_level: int
-    writers: int
-    max_buffer_bytes: int | None
-    statistics: bool
-    codecs: Mapping[str, Any]
-    durability: str
 
 
 #: The keys of the report every :meth:`RunFormat.repair` returns.
@@ -154,9 +165,9 @@ class RunFormat(Protocol):
         """Whether ``manifest`` (run.json, keys already type-checked) is a run of this format."""
         ...
 
-    def recorder(self, directory: str, run: RunDescription, options: RecorderOptions) -> Recorder:
+    def recorder(self, directory: str, run: RunDescription, options: RecordingOptions) -> Recorder:
         """A new :class:`Recorder` writing run ``directory`` (it must not exist), for the :class:`RunDescription`
-        (or env) ``run`` and the ``RecordingOptions`` ``options`` (:class:`RecorderOptions`)."""
+        (or env) ``run`` and the :class:`RecordingOptions` ``options``."""
         ...
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
@@ -180,7 +191,7 @@ class RunFormat(Protocol):
         ...
 
 
-def _budget(options: RecorderOptions) -> dict:
+def _budget(options: RecordingOptions) -> dict:
     """The recorder's ``max_buffer_bytes`` keyword where the options set one; none keeps the format's default."""
     return {} if options.max_buffer_bytes is None else {"max_buffer_bytes": options.max_buffer_bytes}
 
@@ -195,6 +206,7 @@ class PackedFormat:
         spec_groups=("state", "params"),
         codecs=True,
         salvage=True,
+        blocks=True,
         restores="forge-gpu repair {run} publishes again the blocks written whole after its last line",
     )
     identity = packed.IDENTITY
@@ -203,7 +215,7 @@ class PackedFormat:
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return all(manifest.get(key) == value for key, value in self.identity.items())
 
-    def recorder(self, directory: str, run: RunDescription, options: RecorderOptions) -> Recorder:
+    def recorder(self, directory: str, run: RunDescription, options: RecordingOptions) -> Recorder:
         from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
         budget = _budget(options)
@@ -252,7 +264,7 @@ class NpzFormat:
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
 
-    def recorder(self, directory: str, run: RunDescription, options: RecorderOptions) -> Recorder:
+    def recorder(self, directory: str, run: RunDescription, options: RecordingOptions) -> Recorder:
         from forge_gpu._src.formats.npz.recorder import NpzRecorder
 
         budget = _budget(options)
@@ -357,3 +369,101 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
         params = group_layout(spec, "params", name=f"{path}: env_spec") if "params" in spec else None
         check_template(spec[TEMPLATE_KEY], params, name=f"{path}: env_spec.{TEMPLATE_KEY}")
     return manifest
+
+
+# -- how a run is written: the recording options, checked against the formats ---------------------------------
+
+
+class OptionError(ValueError):
+    """A recording option out of range: ``name`` (the field), ``value`` and what is ``allowed``."""
+
+    def __init__(self, name: str, value: Any, allowed: str):
+        super().__init__(f"{name}={value!r}: {allowed}")
+        self.name, self.value, self.allowed = name, value, allowed
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordingOptions:
+    """How a run is recorded; every field is checked when the value is made (:class:`OptionError`)."""
+
+    format: str = "packed"
+    """A registered format (:data:`formats.FORMATS`): ``packed`` (schema 2, many episodes per file,
+    :class:`PackedRecorder`), ``npz`` (schema 1, one file per episode, :class:`NpzRecorder`), or one added by
+    ``register_format``."""
+    compression: str = "none"
+    """One of the format's compressions: packed ``none``, ``lz4`` or ``zstd``; npz ``none`` or ``deflate``."""
+    compression_level: int = 1
+    """npz deflate level, 0-9 (packed ignores it)."""
+    writers: int = 2
+    """npz writer threads; packed: the threads of its one writer's pool that encode image frames."""
+    max_buffer_bytes: int | None = None
+    """The recorder's memory budget [bytes]; ``None``: the format's default (packed 256 MiB of buffered batches,
+    npz 1 GiB of episode buffers)."""
+    statistics: bool = True
+    """Compute normalization statistics while recording and write them as ``stats.json`` at close."""
+    codecs: Mapping[str, Any] = field(default_factory=dict)
+    """Image codecs, field -> codec (a :class:`CodecSpec` or its text, ``jpeg:90``, ``quantized:step_um=100``,
+    ``none`` for raw), the key ``*`` for every image field not named (packed only; docs/FORMAT.md "Encoded
+    fields"). An image field named nowhere gets the default codec (:func:`core.codec_specs.default_codec`); the
+    recorder checks each against its field. Kept as field -> :class:`CodecSpec`."""
+    durability: str = "process"
+    """What a published episode survives (docs/FORMAT.md "Durability"): ``process`` (the default: its data is in
+    the page cache when its commit returns, so it survives the recording process being killed) or ``machine``
+    (packed only: each block's data is synced before its commit line and the log after it, one sync pair per
+    block, so it survives a machine crash or power cut once its commit returned)."""
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise OptionError("format", self.format, f"expected one of {', '.join(FORMATS)}")
+        capabilities = FORMATS[self.format].capabilities
+        allowed = capabilities.compressions
+        if self.compression not in allowed:
+            raise OptionError("compression", self.compression, f"the {self.format} format takes {', '.join(allowed)}")
+        if not is_int(self.compression_level) or not 0 <= self.compression_level <= 9:
+            raise OptionError("compression_level", self.compression_level, "must be an integer in [0, 9] (npz deflate)")
+        if not is_int(self.writers) or self.writers < 1:
+            raise OptionError("writers", self.writers, "must be an integer >= 1")
+        if self.max_buffer_bytes is not None and (not is_int(self.max_buffer_bytes) or self.max_buffer_bytes < 1):
+            raise OptionError("max_buffer_bytes", self.max_buffer_bytes, "must be an integer >= 1 (or None)")
+        if not isinstance(self.statistics, bool):
+            raise OptionError("statistics", self.statistics, "must be True or False")
+        object.__setattr__(self, "codecs", check_codecs(self.codecs, self.format))
+        takes = capabilities.durabilities
+        if self.durability not in takes:
+            raise OptionError("durability", self.durability, f"the {self.format} format takes {', '.join(takes)}")
+
+    def replace(self, **changes: Any) -> RecordingOptions:
+        """A copy with ``changes`` (RecordingOptions' fields), checked."""
+        return dataclasses.replace(self, **changes)
+
+
+def check_codecs(codecs: Any, format: str) -> dict[str, CodecSpec]:
+    """``RecordingOptions.codecs`` checked: field -> :class:`CodecSpec` (OptionError naming the bad entry)."""
+    if not isinstance(codecs, Mapping):
+        raise OptionError("codecs", codecs, "must be a dict of field -> codec, e.g. {'rgb': 'jpeg:90'}")
+    if codecs and not FORMATS[format].capabilities.codecs:
+        takes = ", ".join(f.name for f in FORMATS.values() if f.capabilities.codecs)
+        raise OptionError("codecs", dict(codecs), f"codecs apply to the {takes} format, not {format}")
+    out = {}
+    for name, spec in codecs.items():
+        if not isinstance(name, str) or not name:
+            raise OptionError("codecs", name, "a field name (or '*' for every image field)")
+        try:
+            out[name] = spec if isinstance(spec, CodecSpec) else CodecSpec.parse(spec)
+        except ValueError as exc:
+            raise OptionError("codec", f"{name}={spec}", str(exc)) from exc
+    return out
+
+
+def parse_codec_option(text: str) -> tuple[str, str]:
+    """The command line's ``--codec FIELD=CODEC`` (``--codec CODEC``: every image field, ``*``) as (field, codec)."""
+    name, eq, spec = text.partition("=")
+    return (name, spec) if eq else ("*", name)
+
+
+def recording_options(options: RecordingOptions | None = None) -> RecordingOptions:
+    """``options``, or ``RecordingOptions()`` for ``None``: the one way ``collect``, ``collect_distributed`` and
+    ``make_recorder`` take how a run is recorded (TypeError for anything else)."""
+    if options is not None and not isinstance(options, RecordingOptions):
+        raise TypeError(f"options must be a RecordingOptions, got {type(options).__name__}")
+    return options or RecordingOptions()

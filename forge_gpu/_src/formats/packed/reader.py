@@ -23,6 +23,7 @@ from forge_gpu._src.formats.packed.blocks import (
     read_episode_tables,
 )
 from forge_gpu._src.formats.packed.commits import PARAMS_PREFIX
+from forge_gpu._src.formats.packed.scan import verify_packed
 from forge_gpu._src.formats.packed.schema import PACKED_LAYOUT, TRANSITION_COLUMNS
 
 
@@ -114,6 +115,10 @@ class PackedRunReader:
                     params={k[len(PARAMS_PREFIX) :]: episodes[k][i, ...] for k in params},
                     instruction=episodes[INSTRUCTION][i],
                 )
+
+    def verify(self) -> dict:
+        """Every block and every episode checked (``RunReader.verify``): :func:`scan.verify_packed`."""
+        return verify_packed(self)
 
     def _chosen(self, options: EpisodeReadOptions) -> tuple[list[str], list[str]]:
         """The observation fields and state entries to read, after checking the segments' columns against

@@ -1,6 +1,6 @@
 """Reading a packed run's committed blocks one by one, each on its own (docs/FORMAT.md "Checksums"): ``verify``
-and ``repair`` find every block that fails its checks, not only the first, and read at the disk's sequential
-rate, from one reused buffer, with the next block read ahead.
+(:func:`verify_packed`, the packed reader's ``verify``) and ``repair`` find every block that fails its checks, not
+only the first, and read at the disk's sequential rate, from one reused buffer, with the next block read ahead.
 
 numpy, pyarrow, crc32c (its C function, formats/packed/checksum.py) and the standard library.
 """
@@ -11,10 +11,23 @@ import itertools
 import os
 from collections.abc import Iterator
 
+import numpy as np
+
+from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
-from forge_gpu._src.formats.packed.blocks import PackedRun, block_where, check_batch, check_checksum, segment_schema
+from forge_gpu._src.core.rules import check_frames
+from forge_gpu._src.formats.packed.blocks import (
+    CHECK_COLUMNS,
+    PackedRun,
+    block_where,
+    check_batch,
+    check_checksum,
+    episode_rows,
+    gather_episodes,
+    segment_schema,
+)
 from forge_gpu._src.formats.packed.checksum import crc32c
-from forge_gpu._src.formats.packed.commits import check_block_episodes
+from forge_gpu._src.formats.packed.commits import DROPPED, check_block_episodes
 from forge_gpu._src.formats.packed.identity import segment_name
 from forge_gpu._src.formats.packed.schema import arrow_schema, block_arrays, pyarrow, run_columns, stored_codecs
 
@@ -128,3 +141,95 @@ def _read_at(fd: int, view: memoryview, offset: int) -> int:
             break
         done += count
     return done
+
+
+def verify_packed(reader) -> dict:
+    """:meth:`PackedRunReader.verify`: the run read once, sequentially, block by block (:func:`scan_blocks`: every
+    block's checksum, record batch and copy of its line's episodes), and its episodes checked whole-column as they
+    complete (:func:`core.rules.check_frames` over the bookkeeping and transition columns; every raw float column
+    of every block for finiteness), so memory holds about the rows one episode spans: the report
+    ``formats.registry.VERIFY_KEYS`` name."""
+    report = {"checksums": False, "blocks": 0, "episodes": 0, "bytes": 0, "dropped": 0}
+    report.update(bad_blocks=[], bad_episodes=[], error=None)
+    try:
+        _verify(reader, report)
+    except (ValueError, OSError) as exc:
+        report["error"] = str(exc)
+    return report
+
+
+def _verify(reader, report: dict) -> None:
+    run = reader.run
+    report["checksums"], report["episodes"] = run.checksums, len(run)
+    report["dropped"] = sum(len(c[DROPPED]["env_id"]) for c in run.commits if DROPPED in c)
+    try:  # the segments' columns against run.json and one another
+        for _ in reader.groups([], EpisodeReadOptions()):
+            pass
+        columns, mismatch = run.columns(), None
+    except ValueError as exc:  # a damaged schema message is a bad block below; anything else is the run's error
+        columns, mismatch = (run_schema(run, run.commits[0]["segment"])[1] if run.commits else {}), str(exc)
+    # Raw float columns are scanned for non-finite values; an encoded one's bytes are its blocks' checksums' (its
+    # frames were checked finite when recorded, and a block salvage emptied holds no payload to decode).
+    floats = [
+        n for n, (_, dtype) in columns.items() if dtype.kind == "f" and n not in CHECK_COLUMNS and n not in run.codecs
+    ]
+    unfinite: list[tuple[np.ndarray, str]] = []  # run rows of a float column holding NaN or infinity, and which
+
+    def blocks() -> Iterator[tuple[dict, dict | None]]:
+        for commit, found, error in scan_blocks(run, run.commits, [*CHECK_COLUMNS, *floats]):
+            report["blocks"] += 1
+            report["bytes"] += commit["length"]
+            if error is not None:
+                where = {"segment": segment_name(commit["segment"]), "offset": commit["offset"], "line": commit["line"]}
+                report["bad_blocks"].append({**where, "error": error})
+                yield commit, None
+                continue
+            for name in floats:
+                values = found[name].reshape(commit["rows"], -1)
+                if not np.isfinite(values).all():
+                    rows = commit["first_row"] + np.flatnonzero(~np.isfinite(values).all(axis=1))
+                    unfinite.append((rows, f"{name} holds a non-finite value"))
+            yield commit, {n: found[n].copy() for n in CHECK_COLUMNS}  # the views last until the next block
+
+    scan = blocks()
+    bad = report["bad_episodes"]
+    for group, gathered, starts, lost in gather_episodes(run, scan, np.arange(len(run))):
+        bad += [{"episode": f"{e}:{k}", "error": "it has rows in a bad block"} for e, k in _ids(lost)]
+        if not len(group["steps"]):
+            continue
+        errors = _broken(gathered, group, starts, name=run.directory)
+        if unfinite:
+            rows, _ = episode_rows(group)
+            owner = np.repeat(np.arange(len(group["steps"])), group["steps"] + 1)
+            for found, message in unfinite:
+                for k in np.unique(owner[np.isin(rows, found)]).tolist():
+                    errors.setdefault(k, f"{run.directory}: {message}")
+        ids = list(_ids(group))
+        bad += [{"episode": "{}:{}".format(*ids[k]), "error": errors[k]} for k in sorted(errors)]
+    for _ in scan:  # the blocks after the last episode's
+        pass
+    if mismatch is not None and not report["bad_blocks"]:
+        report["error"] = mismatch
+
+
+def _ids(entries: dict) -> Iterator[tuple[int, int]]:
+    return zip(entries["env_id"].tolist(), entries["episode_id"].tolist(), strict=True)
+
+
+def _broken(columns: dict, episodes: dict, starts: np.ndarray, *, name: str) -> dict[int, str]:
+    """The episodes (index -> the break) of a group laid end to end that break :func:`core.rules.check_frames`'s
+    rules: the group at once, then, where it breaks one, each episode on its own."""
+    try:
+        check_frames(columns, episodes, starts, name=name)
+        return {}
+    except ValueError:
+        pass
+    broken = {}
+    for k in range(len(starts) - 1):
+        s, e = int(starts[k]), int(starts[k + 1])
+        one = {key: values[k : k + 1] for key, values in episodes.items()}
+        try:
+            check_frames({n: c[s:e] for n, c in columns.items()}, one, np.array([0, e - s]), name=name)
+        except ValueError as exc:
+            broken[k] = str(exc)
+    return broken
