@@ -21,7 +21,7 @@ import numpy as np
 
 from forge_gpu import testing
 from forge_gpu._src.core.episode import episode_stem
-from forge_gpu._src.formats.npz.episode_file import make_marker
+from forge_gpu._src.formats.npz.files import make_marker
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -175,7 +175,7 @@ def ingest(sizes: dict, parent: str) -> list[dict]:
 
 def checksum_cost(env, batches, pairs: int, parent: str) -> dict:
     """``ingest_short_checksum``: the recorder with its checksums and without, alternated (see the docstring)."""
-    from forge_gpu._src.formats.packed.writer import PackedWriter
+    from forge_gpu._src.formats.packed.write import PackedWriter
 
     count = len(batches) * env.num_envs
     checksum = PackedWriter._checksum

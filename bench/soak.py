@@ -41,7 +41,7 @@ def rss_bytes() -> int:
 def count_invalid(run: Path) -> tuple[set, int]:
     """(the visible episodes' ids, torn or invalid ones) of a run; schema 1: each episode checked on its
     own; packed: the run is checked whole (an invalid one counts its episodes as invalid)."""
-    from forge_gpu._src.formats.npz.reader import load_episode, marked_episodes
+    from forge_gpu._src.formats.npz.read import load_episode, marked_episodes
     from forge_gpu.formats import read_manifest
     from forge_gpu.reading import EpisodeReadOptions, open_run
 
@@ -146,8 +146,8 @@ def throttled_run(seconds: float, delay: float, rate: float, envs: int, budget: 
     import warp as wp
 
     import forge_gpu
-    import forge_gpu._src.formats.npz.recorder as recorder_module
-    from forge_gpu._src.formats.packed.writer import PackedWriter
+    import forge_gpu._src.formats.npz.write as recorder_module
+    from forge_gpu._src.formats.packed.write import PackedWriter
     from forge_gpu.recording import collect
 
     wp.config.quiet = True

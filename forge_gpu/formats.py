@@ -10,7 +10,7 @@ NAMES = {
     "FormatCapabilities": "forge_gpu._src.formats.registry",
     "register_format": "forge_gpu._src.formats.registry",
     "read_manifest": "forge_gpu._src.formats.registry",
-    "validate_episode": "forge_gpu._src.formats.npz.episode_file",
+    "validate_episode": "forge_gpu._src.formats.npz.files",
     "SCHEMA_VERSION": "forge_gpu._src.formats.npz.identity",
 }
 

@@ -17,8 +17,8 @@ NAMES = {
     "RunDescription": "forge_gpu._src.core.manifest",
     "describe_run": "forge_gpu._src.core.manifest",
     "RecordingOptions": "forge_gpu._src.formats.registry",
-    "PackedRecorder": "forge_gpu._src.formats.packed.recorder",
-    "NpzRecorder": "forge_gpu._src.formats.npz.recorder",
+    "PackedRecorder": "forge_gpu._src.formats.packed.write",
+    "NpzRecorder": "forge_gpu._src.formats.npz.write",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

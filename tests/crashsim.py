@@ -34,7 +34,7 @@ class Op:
 
 def trace_recording(directory: Path, record, monkeypatch) -> list[Op]:
     """Run ``record()`` (which writes the packed run ``directory``) with its file operations traced."""
-    from forge_gpu._src.formats.packed import writer as writer_module
+    from forge_gpu._src.formats.packed import write as writer_module
     from forge_gpu._src.recording import base as base_module
 
     ops: list[Op] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from forge_gpu._src.formats.npz.episode_file import make_marker
+from forge_gpu._src.formats.npz.files import make_marker
 from forge_gpu.testing import (
     CONTROL_DT,
     INSTRUCTION,

@@ -266,8 +266,8 @@ def test_verify_lists_bad_blocks_and_episodes_and_exits_1(recorded, tmp_path, ca
 def test_verify_finds_episodes_that_break_the_rules(recorded, tmp_path, capsys):
     """A run whose blocks check but whose values break the rules (as a faulty writer would leave it: a NaN in a
     field, a clock going back): verify names exactly those episodes, reads on, and exits 1."""
-    from forge_gpu._src.formats.packed.schema import binary_frames, column_to_numpy, schema_codecs, schema_columns
-    from forge_gpu._src.formats.packed.writer import PackedWriter
+    from forge_gpu._src.formats.packed.layout import binary_frames, column_to_numpy, schema_codecs, schema_columns
+    from forge_gpu._src.formats.packed.write import PackedWriter
 
     lines, table = standard_read(recorded)
     layout, codecs = schema_columns(table.schema, name="run"), schema_codecs(table.schema, name="run")
@@ -424,14 +424,14 @@ def test_the_checksum_is_crc32c_without_the_packages_command_line():
 
     import crc32c
 
-    from forge_gpu._src.formats.packed.checksum import crc32c as checksum
+    from forge_gpu._src.formats.packed.layout import crc32c as checksum
 
     assert checksum(b"123456789") == 0xE3069283  # the CRC-32C check value
     data = np.random.default_rng(0).integers(0, 256, 100_003, dtype=np.uint8)
     for view in (data.tobytes(), memoryview(data)[7:], data[:1]):
         assert checksum(view) == crc32c.crc32c(view)
     code = (
-        "import sys; from forge_gpu._src.formats.packed.checksum import crc32c; crc32c(b'x'); "
+        "import sys; from forge_gpu._src.formats.packed.layout import crc32c; crc32c(b'x'); "
         "print(sorted(m for m in ('crc32c', 'crc32c._cli', 'argparse', 'importlib.metadata') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -160,7 +160,7 @@ def test_a_damaged_payload_is_refused_by_its_blocks_checksum_before_any_decode(t
     frame of that block was handed to a decoder; verify lists the block and exits 1."""
     import pyarrow as pa
 
-    from forge_gpu._src.formats.packed import schema
+    from forge_gpu._src.formats.packed import layout as schema
 
     env = synthetic_description(num_envs=3, max_steps=5, images=True)
     record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1), 12), recorder=PackedRecorder, codecs={})

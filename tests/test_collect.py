@@ -139,8 +139,8 @@ def test_held_writer_throttles_stepping_without_loss(device, tmp_path, monkeypat
     once both append and publish were waiting on it), yet every ended episode is published."""
     import time
 
-    import forge_gpu._src.formats.npz.recorder as recorder_module
-    from forge_gpu._src.formats.packed.writer import PackedWriter
+    import forge_gpu._src.formats.npz.write as recorder_module
+    from forge_gpu._src.formats.packed.write import PackedWriter
 
     owner, name = (PackedWriter, "write") if format == "packed" else (recorder_module, "write_episode_file")
     real = getattr(owner, name)

@@ -14,7 +14,7 @@ import pytest
 from blocking import wait_until_blocked
 from synthetic import SyntheticSim, load_run, make_batches, record, slot_bytes, synthetic_description
 
-import forge_gpu._src.formats.npz.recorder as recorder_module
+import forge_gpu._src.formats.npz.write as recorder_module
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.manifest import MANIFEST_KEYS
 from forge_gpu.formats import validate_episode
@@ -503,22 +503,22 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
     module = types.ModuleType(name)
     module.__path__ = [{root!r} + '/' + sub]
     sys.modules[name] = module
-import forge_gpu._src.formats.npz.episode_file
-import forge_gpu._src.formats.npz.recorder
+import forge_gpu._src.formats.npz.files
+import forge_gpu._src.formats.npz.write
 import forge_gpu._src.data.runs
 import forge_gpu._src.data.torch_data
-import forge_gpu._src.formats.packed.writer
-import forge_gpu._src.formats.packed.blocks
+import forge_gpu._src.formats.packed.write
+import forge_gpu._src.formats.packed.read
 import forge_gpu._src.formats.packed.repair
-import forge_gpu._src.formats.packed.recorder
+import forge_gpu._src.formats.packed.write
 import forge_gpu._src.data.windows
 import forge_gpu._src.data.curation.convert
 import forge_gpu._src.data.integrity.run_repair
 import forge_gpu._src.data.integrity.inspection
 import forge_gpu._src.core.manifest
 import forge_gpu._src.formats.registry
-import forge_gpu._src.formats.npz.reader
-import forge_gpu._src.formats.packed.reader
+import forge_gpu._src.formats.npz.read
+import forge_gpu._src.formats.packed.read
 import forge_gpu._src.recording.stats
 import forge_gpu._src.data.export.lerobot
 import forge_gpu._src.data.export.robomimic

@@ -12,7 +12,7 @@ from synthetic import SyntheticSim, make_batches, record, standard_read, synthet
 
 import forge_gpu
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
-from forge_gpu._src.formats.packed.writer import PackedWriter
+from forge_gpu._src.formats.packed.write import PackedWriter
 from forge_gpu.curation import convert_run, repair_run
 from forge_gpu.reading import Windows
 from forge_gpu.recording import PackedRecorder

@@ -133,8 +133,8 @@ def run_main_with_timeout(args, timeout=180):
 
 def inject_enospc(monkeypatch, format):
     """Make the recorder's writes fail with ENOSPC after a few (where no tmpfs can be mounted)."""
-    import forge_gpu._src.formats.npz.recorder as recorder_module
-    import forge_gpu._src.formats.packed.recorder as packed_module
+    import forge_gpu._src.formats.npz.write as recorder_module
+    import forge_gpu._src.formats.packed.write as packed_module
 
     owner, name = (recorder_module, "write_episode_file") if format == "npz" else (packed_module.PackedWriter, "write")
     real, calls = getattr(owner, name), []

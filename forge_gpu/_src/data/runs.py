@@ -1,8 +1,8 @@
 """Read a run directory or a dataset of runs: the manifest, checked episodes, training windows.
 
 A run is of any registered format (:mod:`formats.registry`): schema 1 (docs/FORMAT-v1.md: one ``.npz`` per
-episode, read by :mod:`formats.npz.reader`) or packed (schema 2, docs/FORMAT.md, read by
-:mod:`formats.packed.reader`); all read
+episode, read by :mod:`formats.npz.read`) or packed (schema 2, docs/FORMAT.md, read by
+:mod:`formats.packed.read`); all read
 back as the same :class:`Episode` objects. A dataset root is a directory holding ``dataset.json``
 (written by the distributed collector) and its run directories. Over a dataset, episodes are counted in
 the order of the runs in ``dataset.json``, then in each run's order (schema 1: file names; packed: the

@@ -216,7 +216,7 @@ class PackedFormat:
         return all(manifest.get(key) == value for key, value in self.identity.items())
 
     def recorder(self, directory: str, run: RunDescription, options: RecordingOptions) -> Recorder:
-        from forge_gpu._src.formats.packed.recorder import PackedRecorder
+        from forge_gpu._src.formats.packed.write import PackedRecorder
 
         budget = _budget(options)
         return PackedRecorder(
@@ -231,7 +231,7 @@ class PackedFormat:
         )
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
-        from forge_gpu._src.formats.packed.reader import PackedRunReader
+        from forge_gpu._src.formats.packed.read import PackedRunReader
 
         return PackedRunReader(run_dir, manifest)
 
@@ -244,7 +244,7 @@ class PackedFormat:
         self, directory: str, episodes: Iterable[Episode], compression: str, *, codecs: Mapping | None = None
     ) -> tuple[int, dict]:
         """As :meth:`RunFormat.write`; ``codecs``: field -> ``CodecSpec`` (``*`` the rest), as the recorder's."""
-        from forge_gpu._src.formats.packed.writer import write_episodes
+        from forge_gpu._src.formats.packed.write import write_episodes
 
         count, stored = write_episodes(directory, episodes, compression, codecs)
         recorder = {"compression": compression, "converted": True}
@@ -265,7 +265,7 @@ class NpzFormat:
         return manifest.get("schema_version") == npz.SCHEMA_VERSION and manifest.get("layout", "npz") == "npz"
 
     def recorder(self, directory: str, run: RunDescription, options: RecordingOptions) -> Recorder:
-        from forge_gpu._src.formats.npz.recorder import NpzRecorder
+        from forge_gpu._src.formats.npz.write import NpzRecorder
 
         budget = _budget(options)
         return NpzRecorder(
@@ -279,20 +279,20 @@ class NpzFormat:
         )
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
-        from forge_gpu._src.formats.npz.reader import NpzRunReader
+        from forge_gpu._src.formats.npz.read import NpzRunReader
 
         return NpzRunReader(run_dir, manifest)
 
     def repair(self, run_dir: str, manifest: dict, *, salvage: bool = False) -> dict:
-        from forge_gpu._src.formats.npz.instruction_file import cut_torn_line
-        from forge_gpu._src.formats.npz.writer import drop_damaged, remove_unmarked
+        from forge_gpu._src.formats.npz.files import cut_torn_line
+        from forge_gpu._src.formats.npz.write import drop_damaged, remove_unmarked
 
         dropped = drop_damaged(run_dir, manifest) if salvage else {}  # salvage: unpublish the episodes that fail
         removed = remove_unmarked(run_dir)
         return {"removed": removed, "actions": cut_torn_line(run_dir), "recovered_episodes": 0, **dropped}
 
     def write(self, directory: str, episodes: Iterable[Episode], compression: str) -> tuple[int, dict]:
-        from forge_gpu._src.formats.npz.writer import write_episodes
+        from forge_gpu._src.formats.npz.write import write_episodes
 
         count = write_episodes(directory, episodes, compression)
         return count, {**self.identity, npz.INSTRUCTIONS_KEY: npz.INSTRUCTIONS_FILE}

@@ -19,7 +19,7 @@ from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.npz.identity import INSTRUCTIONS_KEY
-from forge_gpu._src.formats.packed.schema import CODECS, stored_codecs
+from forge_gpu._src.formats.packed.layout import CODECS, stored_codecs
 from forge_gpu._src.formats.registry import FORMATS, RunReader, check_codecs, format_of
 
 

@@ -145,7 +145,7 @@ def read_commits(
     run_dir: str, params: Mapping, *, checksums: bool, instructions: bool = False
 ) -> tuple[list[dict], bool]:
     """The whole lines of the commit log, parsed and checked, their episodes' params against ``params`` (name ->
-    per-episode shape, dtype: ``schema.run_groups``'s); and whether a torn last line was ignored. Each line's
+    per-episode shape, dtype: ``layout.run_groups``'s); and whether a torn last line was ignored. Each line's
     ``episodes`` holds int64 arrays, ``params/<name>`` arrays of the described dtype, one row per episode, and (with
     ``instructions``: layout 4) ``instruction``, each episode's, an object array of strings; ``line`` is its line
     number.

@@ -23,16 +23,16 @@ from forge_gpu._src.core.episode import MAX_MEMBER_BYTES, Episode, EpisodeReadOp
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, check_spec_layout
 from forge_gpu._src.core.files import load_json
 from forge_gpu._src.core.frames import stack_episodes
-from forge_gpu._src.formats.npz.episode_file import (
+from forge_gpu._src.formats.npz.files import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
     TRANSITION_MEMBERS,
     observation_fields,
+    read_instructions,
     validate_episode_schema,
     validate_episode_values,
     validate_marker,
 )
-from forge_gpu._src.formats.npz.instruction_file import read_instructions
 
 # Fields the value checks need even when a projection leaves them out.
 _CHECK_FIELDS = BOOKKEEPING_FIELDS
