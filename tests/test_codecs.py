@@ -359,3 +359,22 @@ def test_webp_keeps_an_opaque_alpha_and_image_payloads_of_another_mode_are_refus
     ]:
         with pytest.raises(ValueError, match=f"is a {fmt} image of mode {mode} and {size[0]}x{size[1]} pixels"):
             decode_frames(png, image(mode, size, fmt), shape, np.uint8)
+
+
+def test_inspect_names_each_fields_codec_in_its_lines_and_its_json(tmp_path, capsys):
+    """forge-gpu inspect lists each observation field with its codec, every parameter written out (``none`` for a
+    field stored raw), in its text and in --json, as run.json records them."""
+    from forge_gpu.cli import main
+
+    env = synthetic_description(num_envs=2, max_steps=4, images=True)
+    batches = make_batches(SyntheticSim(env, seed=2), 10)
+    record(tmp_path / "run", env, batches, recorder=PackedRecorder, codecs={"rgb": "png:level=4", "depth": "lz4"})
+    assert main(["inspect", str(tmp_path / "run")]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert lines["rgb"].endswith("codec png:level=4") and lines["depth"].endswith("codec lz4")
+    assert lines["proprio"].endswith("codec none")
+    assert main(["inspect", str(tmp_path / "run"), "--json"]) == 0
+    fields = json.loads(capsys.readouterr().out)["fields"]
+    stored = json.loads((tmp_path / "run" / "run.json").read_text())["codecs"]
+    assert {f"obs/{name}": d["codec"] for name, d in fields.items() if d["codec"]["codec"] != "none"} == stored
+    assert fields["proprio"]["codec"] == {"codec": "none"} and stored["obs/rgb"] == {"codec": "png", "level": 4}

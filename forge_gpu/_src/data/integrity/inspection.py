@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from forge_gpu._src.core.codec_specs import RAW, CodecSpec
 from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_return, episode_stem, episode_succeeded
+from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.packed import identity as packed_identity
 from forge_gpu._src.formats.registry import format_of
@@ -61,7 +63,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "episode_length": _stats(lengths),
         "episode_return": None if quick else _stats(returns),
         "success_rate": None,
-        "fields": spec.get("observation", {}),
+        "fields": _fields(spec, manifest, name=os.path.join(run_dir, RUN_MANIFEST)),
         "state": spec.get("state", {}),
         "params": None if quick else {name: _param_stats(values) for name, values in params.items()},
         "action_shape": spec["action_shape"],
@@ -79,6 +81,20 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             f"if it was killed, run: forge-gpu repair {run_dir}"
         )
     return report
+
+
+def _fields(spec: dict, manifest: dict, *, name: str) -> dict:
+    """Each observation field's entry of env_spec, with ``codec``: how its frames are stored (run.json's ``codecs``
+    entry for its column, every parameter written out; ``{"codec": "none"}`` for a field stored raw)."""
+    stored = manifest.get("codecs", {})
+    if not isinstance(stored, dict):
+        raise ValueError(f"{name}: codecs must be a dict of column -> codec, got {stored!r}")
+    out = {}
+    for field, entry in spec.get("observation", {}).items():
+        column = f"obs/{field}"
+        codec = CodecSpec.from_json(stored[column], name=f"{name}: codecs[{column!r}]") if column in stored else None
+        out[field] = {**entry, "codec": (codec or CodecSpec(RAW)).to_json()}
+    return out
 
 
 def instruction_counts(counts: Counter) -> dict[str, int]:
@@ -201,7 +217,10 @@ def format_report(report: dict) -> str:
         *_instruction_lines(report["instructions"]),
         "fields:",
     ]
-    lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["fields"].items()]
+    lines += [
+        f"  {name:<12} {d.get('shape')} {d.get('dtype')}  codec {CodecSpec.from_json(d['codec'], name=name)}"
+        for name, d in report["fields"].items()
+    ]
     if report.get("state"):
         lines.append("state (every frame):")
         lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["state"].items()]
