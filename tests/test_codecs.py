@@ -378,3 +378,53 @@ def test_inspect_names_each_fields_codec_in_its_lines_and_its_json(tmp_path, cap
     stored = json.loads((tmp_path / "run" / "run.json").read_text())["codecs"]
     assert {f"obs/{name}": d["codec"] for name, d in fields.items() if d["codec"]["codec"] != "none"} == stored
     assert fields["proprio"]["codec"] == {"codec": "none"} and stored["obs/rgb"] == {"codec": "png", "level": 4}
+
+
+def episode_payloads(run: Path, column: str) -> list[list[bytes]]:
+    """Each published episode's payloads of ``column`` (its T + 1 frames, in the commit log's order), read with
+    pyarrow from the segments."""
+    import pyarrow as pa
+
+    lines = [json.loads(line) for line in (run / "commits.jsonl").read_text().splitlines()]
+    payloads: list[bytes] = []
+    for segment in sorted({c["segment"] for c in lines}):
+        reader = pa.ipc.open_stream(pa.memory_map(str(run / f"segment-{segment:06d}.arrows")))
+        for _ in (c for c in lines if c["segment"] == segment):
+            payloads += reader.read_next_batch().column(column).to_pylist()
+    out = []
+    for line in lines:
+        e = line["episodes"]
+        for first, steps, stride in zip(e["first_row"], e["steps"], e["stride"], strict=True):
+            out.append([payloads[first + k * stride] for k in range(steps + 1)])
+    return out
+
+
+def test_convert_copies_the_payloads_of_a_field_whose_codec_does_not_change(tmp_path, monkeypatch):
+    """convert keeping a field's codec copies its payloads byte for byte without decoding or encoding one; a field
+    whose codec changes is decoded and encoded; every episode reads back equal."""
+    from forge_gpu._src.core import codecs as codec_module
+
+    env = synthetic_description(num_envs=3, max_steps=5, images=True)
+    record(tmp_path / "a", env, make_batches(SyntheticSim(env, seed=7), 16), recorder=PackedRecorder,
+           codecs={"rgb": "png", "depth": "zstd"})
+    calls = {"decode": [], "encode": []}
+    decoder, encoder = codec_module._decoder, codec_module._encoder
+
+    def counted(make, kind):
+        return lambda spec, *args: calls[kind].append(spec.name) or make(spec, *args)
+
+    monkeypatch.setattr(codec_module, "_decoder", counted(decoder, "decode"))
+    monkeypatch.setattr(codec_module, "_encoder", counted(encoder, "encode"))
+    convert_run(tmp_path / "a", tmp_path / "b", to="packed", codecs={"depth": "lz4"})
+    assert "png" not in calls["decode"] + calls["encode"] and calls["encode"] and set(calls["encode"]) == {"lz4"}
+    assert episode_payloads(tmp_path / "b", "obs/rgb") == episode_payloads(tmp_path / "a", "obs/rgb")
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["codecs"] == {
+        "obs/rgb": {"codec": "png", "level": 1},
+        "obs/depth": {"codec": "lz4"},
+    }
+    monkeypatch.undo()
+    options = EpisodeReadOptions(state=True)
+    before, after = (list(forge_gpu.reading.read_episodes(tmp_path / n, options=options)) for n in "ab")
+    assert len(before) == len(after) > 0
+    for x, y in zip(before, after, strict=True):
+        assert all(np.array_equal(x.obs[f], y.obs[f]) and np.array_equal(x.next[f], y.next[f]) for f in x.obs)

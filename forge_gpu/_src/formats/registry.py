@@ -112,7 +112,8 @@ class FormatCapabilities:
     only those in the env_spec it writes."""
     codecs: bool = False
     """Whether it stores image fields encoded (``RecordingOptions.codecs``, ``convert --codec``; its ``write``
-    then takes a ``codecs`` keyword)."""
+    then takes a ``codecs`` keyword, its reader's ``read`` an ``encoded`` keyword, the fields to give as their
+    stored payloads, and its ``write`` episodes holding such payloads, copied where their codec is kept)."""
     salvage: bool = False
     """Whether its ``repair`` takes ``salvage=True`` (``repair --salvage``: keep every episode whose data checks)."""
     blocks: bool = False

@@ -16,8 +16,16 @@ from typing import Any
 
 from forge_gpu._src.core.dataset import is_dataset
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.data.curation.writing import check_target, new_manifest, now, open_closed_run, write_run
-from forge_gpu._src.formats.registry import check_codecs, format_of
+from forge_gpu._src.data.curation.writing import (
+    check_target,
+    codec_request,
+    new_manifest,
+    now,
+    open_closed_run,
+    write_run,
+)
+from forge_gpu._src.formats.packed.layout import CODECS, stored_codecs
+from forge_gpu._src.formats.registry import FORMATS, check_codecs, format_of
 
 
 def convert_run(
@@ -33,7 +41,8 @@ def convert_run(
 
     ``compression``: one of the format's (packed ``none``, ``lz4`` or ``zstd``; npz ``none`` or ``deflate``).
     ``codecs`` (packed): image field -> codec (``*``: every image field not named; ``none``: raw), as
-    ``RecordingOptions.codecs``; a field named nowhere keeps the source's codec (raw where it has none). Frames are
+    ``RecordingOptions.codecs``; a field named nowhere keeps the source's codec (raw where it has none). A field
+    whose codec does not change keeps its payloads, copied as stored (nothing decoded); the others' frames are
     decoded and encoded again: a lossless codec keeps every bit, a lossy one loses again.
     Raises ValueError for bad arguments, a run that is still recording, or invalid data; FileExistsError when
     ``out`` exists. Nothing is left at ``out`` unless the conversion completed.
@@ -52,6 +61,19 @@ def convert_run(
     }
     # The env_spec describes the state and params the new run stores (packed: the source's; schema 1: none).
     manifest = new_manifest(run.manifest, to, converted_from=source)
-    episodes = run.read(list(range(len(run))), EpisodeReadOptions(state=True))
+    kept = _kept_codecs(run.manifest, codecs, format_of(run.manifest).name, to)
+    options = EpisodeReadOptions(state=True)
+    ks = list(range(len(run)))
+    episodes = run.read(ks, options, encoded=kept) if kept else run.read(ks, options)
     count = write_run(out, manifest, episodes, to=to, compression=compression, codecs=codecs)
     return {"episodes": count, "out": out}
+
+
+def _kept_codecs(source: dict, codecs: Mapping[str, Any] | None, source_format: str, to: str) -> tuple[str, ...]:
+    """The encoded fields of run.json ``source`` whose codec the new run keeps (both formats store codecs: their
+    reader gives a field's payloads as stored, ``read(..., encoded=...)``, and their writer copies them)."""
+    if not (FORMATS[source_format].capabilities.codecs and FORMATS[to].capabilities.codecs):
+        return ()
+    request = codec_request(source.get(CODECS, {}), codecs, to)
+    stored = {c.removeprefix("obs/"): spec for c, spec in stored_codecs(source, name="run.json").items()}
+    return tuple(f for f, spec in stored.items() if request.get(f, request["*"]) == spec)

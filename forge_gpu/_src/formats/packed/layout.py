@@ -283,6 +283,11 @@ class EncodedColumn:
         return self.shape[0]
 
     @property
+    def nbytes(self) -> int:
+        """The payloads' bytes."""
+        return self.frames.nbytes
+
+    @property
     def flags(self):
         """The payload's flags: a mapped run's are a read-only view of its segment file."""
         return self.frames.payload.flags

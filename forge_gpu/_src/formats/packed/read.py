@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from forge_gpu._src.core.codecs import is_image
+from forge_gpu._src.core.codecs import EncodedFrames, is_image
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, chosen, episode_stem
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, check_layout, check_spec_layout, observation_layout
 from forge_gpu._src.core.frames import take_rows
@@ -53,6 +53,7 @@ from forge_gpu._src.formats.packed.layout import (
     CODECS,
     PACKED_LAYOUT,
     TRANSITION_COLUMNS,
+    EncodedColumn,
     arrow_schema,
     block_arrays,
     crc32c,
@@ -283,7 +284,9 @@ def episode_rows(episodes: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nda
     return rows, starts
 
 
-def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray, *, verify: bool = True):
+def read_episode_tables(
+    run: PackedRun, names: list[str], select: np.ndarray, *, verify: bool = True, encoded: tuple[str, ...] = ()
+):
     """Yield the selected episodes (indices into ``run.episodes``, ascending) in groups, each as
     ``(episodes, gathered, starts)``: their entries, their rows of the ``names`` columns laid end to
     end (episode ``k``'s are ``[starts[k], starts[k+1])``), checked by :func:`core.rules.check_frames`, from
@@ -292,21 +295,26 @@ def read_episode_tables(run: PackedRun, names: list[str], select: np.ndarray, *,
     One pass over the blocks: a group is gathered as soon as the blocks holding its episodes' last rows
     are read, and blocks are let go once no later episode needs their rows, so memory holds about the
     rows one episode spans (an episode of T steps at stride N spans T * N rows), not the whole run.
+    ``encoded``: encoded columns gathered as their payloads (:func:`gather_episodes`), which are not decoded, so
+    not checked (a block's checksum covers its payloads' bytes).
     """
     if not select.size:
         return
     blocks = read_blocks(run, run.commits[: int(run.episode_commit[select[-1]]) + 1], names, verify=verify)
-    for group, gathered, starts, _ in gather_episodes(run, blocks, select):
-        check_frames(gathered, group, starts, name=run.directory)
+    for group, gathered, starts, _ in gather_episodes(run, blocks, select, encoded=encoded):
+        check_frames({n: c for n, c in gathered.items() if n not in encoded}, group, starts, name=run.directory)
         yield group, gathered, starts
 
 
-def gather_episodes(run: PackedRun, blocks: Iterable[tuple[dict, dict | None]], select: np.ndarray) -> Iterator:
+def gather_episodes(
+    run: PackedRun, blocks: Iterable[tuple[dict, dict | None]], select: np.ndarray, *, encoded: tuple[str, ...] = ()
+) -> Iterator:
     """The selected episodes (indices into ``run.episodes``, ascending) gathered, unchecked, from ``blocks`` (the
     run's committed blocks in order, from the first, as :func:`read_blocks` yields them: ``(commit, columns)``, the
     columns ``None`` for a block that could not be read) in groups: ``(episodes, gathered, starts, lost)``, as
     :func:`read_episode_tables`' groups, and ``lost``, the entries of the group's episodes that have a row in a
-    block given as ``None`` (left out of the rest). Memory as :func:`read_episode_tables` says."""
+    block given as ``None`` (left out of the rest). Memory as :func:`read_episode_tables` says. The ``encoded``
+    columns are gathered as their payloads, not decoded: an :class:`EncodedColumn` each."""
     if not select.size:
         return
     if (np.diff(select) < 0).any():
@@ -334,13 +342,32 @@ def gather_episodes(run: PackedRun, blocks: Iterable[tuple[dict, dict | None]], 
         rows, starts = episode_rows(group)
         if rows.size and (not pieces or rows.min() < pieces[0][0]):
             raise ValueError(f"{run.directory}: an episode's first row precedes the rows the commit log allows")
-        yield group, take_rows(pieces, rows) if rows.size else {}, starts, lost
+        gathered = {}
+        if rows.size:
+            gathered = take_rows([(at, {n: c for n, c in cs.items() if n not in encoded}) for at, cs in pieces], rows)
+            gathered.update({n: _take_payloads(pieces, rows, n) for n in encoded})
+        yield group, gathered, starts, lost
         done = upto
         if done == select.size:
             return
         while len(pieces) > 1 and pieces[1][0] <= needed[done]:
             pieces.pop(0)
         unread = [(start, end) for start, end in unread if end > needed[done]]
+
+
+def _take_payloads(pieces: list[tuple[int, dict]], rows: np.ndarray, name: str) -> EncodedColumn:
+    """The payloads of encoded column ``name`` at the run rows ``rows``, from the blocks ``pieces`` (as
+    :func:`core.frames.take_rows` takes them), in the order of ``rows``: an :class:`EncodedColumn`, nothing decoded."""
+    which = np.searchsorted(np.array([at for at, _ in pieces], np.int64), rows, side="right") - 1
+    parts, order = [], []
+    for k in np.unique(which).tolist():
+        at, columns = pieces[k]
+        picked = np.flatnonzero(which == k)
+        parts.append(columns[name].frames.take(rows[picked] - at))
+        order.append(picked)
+    column = pieces[int(which[0])][1][name]
+    frames = EncodedFrames.concatenate(parts).take(np.argsort(np.concatenate(order), kind="stable"))
+    return EncodedColumn(frames, column.frame_shape, column.dtype)
 
 
 def in_rows(episodes: Mapping[str, np.ndarray], spans: list[tuple[int, int]]) -> np.ndarray:
@@ -577,13 +604,16 @@ class PackedRunReader:
         """Every episode's instruction, in reading order (from the commit log)."""
         return self.run.episodes[INSTRUCTION].tolist()
 
-    def groups(self, ks: list[int], options: EpisodeReadOptions) -> tuple[list[str], list[str], Iterator]:
+    def groups(
+        self, ks: list[int], options: EpisodeReadOptions, *, encoded: tuple[str, ...] = ()
+    ) -> tuple[list[str], list[str], Iterator]:
         """The observation fields and state entries to read, and the selected episodes (``ks`` ascending) in checked
         groups: ``(episodes, gathered, starts)`` of :func:`read_episode_tables`."""
         fields, state = self._chosen(options)
         names = list(dict.fromkeys(_names(fields, state) + list(CHECK_COLUMNS)))
         select = np.asarray(ks, dtype=np.int64)
-        return fields, state, read_episode_tables(self.run, names, select, verify=options.verify)
+        columns = tuple(f"obs/{f}" for f in encoded)
+        return fields, state, read_episode_tables(self.run, names, select, verify=options.verify, encoded=columns)
 
     def frame_table(
         self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
@@ -621,8 +651,11 @@ class PackedRunReader:
         episodes = {key: values[select] for key, values in self.run.episodes.items()}
         return fields, blocks, episodes
 
-    def read(self, ks: list[int], options: EpisodeReadOptions) -> Iterator[Episode]:
-        fields, state, groups = self.groups(ks, options)
+    def read(self, ks: list[int], options: EpisodeReadOptions, *, encoded: tuple[str, ...] = ()) -> Iterator[Episode]:
+        """The checked episodes ``ks`` (``RunReader.read``). ``encoded``: encoded observation fields to give as
+        their stored payloads, an :class:`EncodedColumn` each (``obs`` and ``next`` alike), not decoded: a writer of
+        the same codec copies them (``convert``); they are the payloads the run's checksums cover."""
+        fields, state, groups = self.groups(ks, options, encoded=tuple(encoded))
         params = [k for k in self.run.episodes if k.startswith(PARAMS_PREFIX)]
         for episodes, gathered, starts in groups:
             for values in gathered.values():  # the episodes are views of one gather: an episode's obs and next share
@@ -634,8 +667,8 @@ class PackedRunReader:
                     env_id=env_id,
                     episode_id=episode_id,
                     steps=e - s - 1,
-                    obs={f: gathered[f"obs/{f}"][s : e - 1] for f in fields},
-                    next={f: gathered[f"obs/{f}"][s + 1 : e] for f in fields},
+                    obs={f: _rows(gathered[f"obs/{f}"], s, e - 1) for f in fields},
+                    next={f: _rows(gathered[f"obs/{f}"], s + 1, e) for f in fields},
                     action=gathered["action"][s + 1 : e],
                     reward=gathered["reward"][s + 1 : e],
                     terminated=gathered["terminated"][s + 1 : e],
@@ -672,6 +705,13 @@ class PackedRunReader:
             check_layout(found, state, name=self.directory, what="column", source="run.json's env_spec.state")
         fields = chosen(options.observation_keys, present, what="field", name=self.directory)
         return fields, chosen(options.state, list(self.state), what="state entry", name=self.directory)
+
+
+def _rows(column, start: int, stop: int):
+    """Rows ``[start, stop)`` of a gathered column: a view of an array, or an encoded column's payloads."""
+    if isinstance(column, EncodedColumn):
+        return EncodedColumn(column.frames.take(np.arange(start, stop)), column.frame_shape, column.dtype)
+    return column[start:stop]
 
 
 def _names(fields: list[str], state: list[str]) -> list[str]:

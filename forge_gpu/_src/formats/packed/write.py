@@ -23,6 +23,7 @@ numpy, pyarrow and the standard library: the env is only read as a description.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import threading
 import time
@@ -46,7 +47,14 @@ from forge_gpu._src.formats.packed.commits import (
     open_commit_log,
 )
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG, COMPRESSIONS, IDENTITY, LAYOUT_VERSION, segment_name
-from forge_gpu._src.formats.packed.layout import arrow_schema, crc32c, pyarrow, run_columns, to_record_batch
+from forge_gpu._src.formats.packed.layout import (
+    EncodedColumn,
+    arrow_schema,
+    crc32c,
+    pyarrow,
+    run_columns,
+    to_record_batch,
+)
 from forge_gpu._src.recording.base import RecorderBase
 from forge_gpu._src.recording.stats import StatsAccumulator
 from forge_gpu._src.recording.tracker import EpisodeTracker, result_groups
@@ -191,17 +199,30 @@ def write_episodes(
     line; return the count. The directory's run.json is the caller's (``convert_run``, replay): its env_spec
     describes the state and params, and its layout_version is :data:`identity.LAYOUT_VERSION`. ``codecs``: field ->
     codec as the recorder takes them (:func:`core.codecs.field_codecs`; none: the default codecs); returns the
-    count and run.json's ``codecs`` (column -> codec) of what was written."""
+    count and run.json's ``codecs`` (column -> codec) of what was written. An episode's field given as its stored
+    payloads (an ``EncodedColumn``: ``PackedRunReader.read``'s ``encoded``) is written as those payloads where its
+    codec is the field's here, not decoded, and decoded where it is not."""
     writer = None
     encoded: dict[str, CodecSpec] = {}
+    fields: dict = {}
     pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="forge-gpu-encode")
     block: list = []
     block_bytes = count = 0
 
     def write_block() -> int:
-        _, columns, table = stack_episodes(block)
+        stored = {f for f, values in block[0].obs.items() if isinstance(values, EncodedColumn)}
+        rows = [dataclasses.replace(ep, obs=_without(ep.obs, stored), next=_without(ep.next, stored)) for ep in block]
+        _, columns, table = stack_episodes(rows)
+        for f in stored:  # each episode's frames as read, then its last next frame: the payloads as stored
+            frames = EncodedFrames.concatenate(
+                [part for ep in block for part in (ep.obs[f].frames, ep.next[f].frames.take([len(ep.next[f]) - 1]))]
+            )
+            spec, (shape, dtype) = encoded.get(f"obs/{f}"), fields[f]
+            same = spec is not None and frames.spec == spec
+            columns[f"obs/{f}"] = frames if same else decode_frames(frames.spec, frames, shape, dtype, pool=pool)
         for column, spec in encoded.items():
-            columns[column] = encode_frames(spec, columns[column], pool=pool)
+            if not isinstance(columns[column], EncodedFrames):
+                columns[column] = encode_frames(spec, columns[column], pool=pool)
         table["first_row"] += writer.rows
         writer.write(columns, table)
         return len(block)
@@ -548,3 +569,7 @@ def _allocate_ring(tracker: EpisodeTracker, capacity: int) -> dict[str, np.ndarr
     ring["terminated"] = np.empty((capacity, n), np.bool_)
     ring["truncated"] = np.empty((capacity, n), np.bool_)
     return ring
+
+
+def _without(frames: Mapping, names: set[str]) -> dict:
+    return {k: v for k, v in frames.items() if k not in names}
