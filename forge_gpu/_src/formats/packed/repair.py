@@ -331,9 +331,11 @@ def salvage_blocks(run: PackedRun, bad: list[int], manifest: dict, report: dict)
         compression = "none"
     checksums = {}
     try:
+        schemas = {k: run_schema(run, commits[k]["segment"])[0] for k in bad}
+        for k in bad:  # every block's counts first: a refusal leaves every block as it was
+            check_emptiable(schemas[k], commits[k], compression)
         for k in bad:
-            commit = commits[k]
-            schema, _ = run_schema(run, commit["segment"])
+            commit, schema = commits[k], schemas[k]
             block = _empty_block(schema, commit, encode_episodes(commit["episodes"]), compression)
             path = os.path.join(run.directory, segment_name(commit["segment"]))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
@@ -389,14 +391,7 @@ def _empty_block(schema, commit: Mapping, episodes: str, compression: str) -> by
     JSON text): the batch's message is padded after its metadata, which Arrow readers skip."""
     pa = pyarrow()
     rows = commit["rows"]
-    least = -(-rows * _row_bits(schema) // (8 * _MOST_SHRUNK[compression]))  # bytes, however well zeros compress
-    if least > commit["length"] or commit["length"] >= 1 << 31:  # refused before the rows are allocated; the
-        # padding goes into the batch message's metadata, whose size is a 32-bit integer
-        raise ValueError(
-            f"segment {commit['segment']}: the damaged block at offset {commit['offset']} (commit line "
-            f"{commit['line']}) holds {commit['length']} bytes; an empty block of its {rows} rows takes at least "
-            f"{least}: it cannot be emptied in place"
-        )
+    check_emptiable(schema, commit, compression)
     batch = to_record_batch(schema, empty_arrays(schema, rows))
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
@@ -419,6 +414,21 @@ def _empty_block(schema, commit: Mapping, episodes: str, compression: str) -> by
     size = int.from_bytes(message[4:8], "little")  # the metadata's, after the continuation marker
     padded = message[:4] + (size + pad).to_bytes(4, "little") + message[8 : 8 + size] + bytes(pad) + message[8 + size :]
     return data[:head] + padded
+
+
+def check_emptiable(schema, commit: Mapping, compression: str) -> None:
+    """An empty block of ``commit["rows"]`` zero rows of ``schema`` could take ``commit["length"]`` bytes, as far as
+    the counts tell, before anything is allocated: ValueError naming the block otherwise. Its rows take at least
+    their bits over the most ``compression`` shrinks zeros; its padding goes into the batch message's metadata,
+    whose size is a 32-bit integer."""
+    rows = commit["rows"]
+    least = -(-rows * _row_bits(schema) // (8 * _MOST_SHRUNK[compression]))
+    if least > commit["length"] or commit["length"] >= 1 << 31:
+        raise ValueError(
+            f"segment {commit['segment']}: the damaged block at offset {commit['offset']} (commit line "
+            f"{commit['line']}) holds {commit['length']} bytes; an empty block of its {rows} rows takes at least "
+            f"{least}: it cannot be emptied in place"
+        )
 
 
 #: The most a compression shrinks zeros: zstd's run-length blocks hold 128 KiB in 4 bytes; an lz4 frame's bytes
