@@ -39,7 +39,7 @@ MAY_IMPORT = {
 DATA_SIDE = {"core", "recording", "formats", "data"}
 SIMULATION_PACKAGES = {"warp", "newton", "mujoco", "mujoco_warp", "torch"}
 # ... but for the torch datasets, which import torch inside their functions (on first use), never at load.
-LAZY_EXCEPTIONS = {"forge_gpu._src.data.torch_data": {"torch"}}
+LAZY_EXCEPTIONS = {"forge_gpu._src.reading.torch_data": {"torch"}}
 MAX_LINES = 450
 
 
@@ -283,7 +283,7 @@ GOOD = {
     "forge_gpu/_src/data/torch_data.py": "def dataset():\n    import torch\n    return torch\n",
     "forge_gpu/_src/sim/env.py": "import warp\nfrom forge_gpu.kernels import env\nfrom ..core.checks import x\n",
     "forge_gpu/_src/collect/collector.py": "from forge_gpu._src.sim import env\nfrom ..formats import registry\n",
-    "forge_gpu/cli/_data.py": "from forge_gpu._src.data.runs import open_run\nfrom forge_gpu.kernels import env\n",
+    "forge_gpu/cli/_data.py": "from forge_gpu._src.reading.runs import open_run\nfrom forge_gpu.kernels import env\n",
     "forge_gpu/cli/__init__.py": "from ._data import x\nimport forge_gpu\n",
     "forge_gpu/__main__.py": "from forge_gpu.cli import main\n",
     "kernels/env.py": "import warp\nfrom .rng import x\n",
@@ -317,7 +317,7 @@ def test_the_checker_resolves_relative_and_from_imports(tmp_path):
         # upward on the data side
         ("forge_gpu/_src/core/up.py", "from forge_gpu._src.recording import base\n", "core may import only"),
         ("forge_gpu/_src/recording/up.py", "from ..formats.registry import x\n", "not formats"),
-        ("forge_gpu/_src/formats/up.py", "import forge_gpu._src.data.runs\n", "not data"),
+        ("forge_gpu/_src/formats/up.py", "import forge_gpu._src.reading.runs\n", "not data"),
         # across, from the data side to the simulation side, lazily too
         ("forge_gpu/_src/data/across.py", "def f():\n    from forge_gpu._src.sim import env\n", "not sim"),
         ("forge_gpu/_src/formats/across.py", "from forge_gpu._src.collect.collector import x\n", "not collect"),
@@ -330,7 +330,7 @@ def test_the_checker_resolves_relative_and_from_imports(tmp_path):
         # upward and across on the simulation side
         ("forge_gpu/_src/sim/up.py", "from forge_gpu._src.collect import collector\n", "not collect"),
         ("forge_gpu/_src/sim/across.py", "from forge_gpu._src.formats import registry\n", "not formats"),
-        ("forge_gpu/_src/collect/across.py", "from forge_gpu._src.data import runs\n", "not data"),
+        ("forge_gpu/_src/collect/across.py", "from forge_gpu._src.reading import runs\n", "not data"),
         # the kernels from anywhere but sim
         ("forge_gpu/_src/collect/k.py", "from forge_gpu.kernels import env\n", "not kernels"),
         ("forge_gpu/_src/data/k.py", "import forge_gpu.kernels.env\n", "not kernels"),
@@ -369,7 +369,7 @@ def test_the_checker_reports_a_cycle_with_its_modules(tmp_path):
         tmp_path,
         {
             **GOOD,
-            "forge_gpu/_src/data/a.py": "from forge_gpu._src.data import b\n",
+            "forge_gpu/_src/data/a.py": "from forge_gpu._src.reading import b\n",
             "forge_gpu/_src/data/b.py": "def f():\n    from . import c\n",  # lazy imports count
             "forge_gpu/_src/data/c.py": "from forge_gpu._src.data.a import x\n",
         },

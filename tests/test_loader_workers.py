@@ -9,8 +9,8 @@ import pytest
 from synthetic import synthetic_description
 
 import forge_gpu
-from forge_gpu._src.data import shared_batches
-from forge_gpu._src.data.torch_data import _new_slot, _tensors
+from forge_gpu._src.reading import shared_batches
+from forge_gpu._src.reading.torch_data import _new_slot, _tensors
 from forge_gpu.reading import Windows
 from forge_gpu.recording import PackedRecorder
 

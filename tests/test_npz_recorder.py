@@ -505,25 +505,25 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
     sys.modules[name] = module
 import forge_gpu._src.formats.npz.episode_file
 import forge_gpu._src.formats.npz.recorder
-import forge_gpu._src.data.runs
-import forge_gpu._src.data.torch_data
+import forge_gpu._src.reading.runs
+import forge_gpu._src.reading.torch_data
 import forge_gpu._src.formats.packed.writer
 import forge_gpu._src.formats.packed.blocks
 import forge_gpu._src.formats.packed.repair
 import forge_gpu._src.formats.packed.recorder
-import forge_gpu._src.data.windows
-import forge_gpu._src.data.curation.convert
-import forge_gpu._src.data.integrity.run_repair
-import forge_gpu._src.data.integrity.inspection
+import forge_gpu._src.reading.windows
+import forge_gpu._src.curation.convert
+import forge_gpu._src.curation.repair
+import forge_gpu._src.reading.inspection
 import forge_gpu._src.core.manifest
 import forge_gpu._src.formats.registry
 import forge_gpu._src.formats.npz.reader
 import forge_gpu._src.formats.packed.reader
 import forge_gpu._src.recording.stats
-import forge_gpu._src.data.export.lerobot
-import forge_gpu._src.data.export.robomimic
+import forge_gpu._src.export.lerobot
+import forge_gpu._src.export.robomimic
 import json
-from forge_gpu._src.data.runs import read_episodes
+from forge_gpu._src.reading.runs import read_episodes
 episodes = read_episodes({str(tmp_path / "run")!r})
 print(json.dumps([[e.env_id, e.episode_id, e.steps, e.action.tolist()] for e in episodes]))
 """

@@ -20,8 +20,8 @@ from synthetic import (
 )
 
 import forge_gpu
-from forge_gpu._src.data.integrity.inspection import format_report
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
+from forge_gpu._src.reading.inspection import format_report
 from forge_gpu.curation import convert_run, repair_run
 from forge_gpu.reading import EpisodeReadOptions, Windows, inspect_run
 from forge_gpu.recording import PackedRecorder

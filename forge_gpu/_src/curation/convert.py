@@ -16,7 +16,7 @@ from typing import Any
 
 from forge_gpu._src.core.dataset import is_dataset
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.data.curation.writing import check_target, new_manifest, now, open_closed_run, write_run
+from forge_gpu._src.curation.writing import check_target, new_manifest, now, open_closed_run, write_run
 from forge_gpu._src.formats.options import check_codecs
 from forge_gpu._src.formats.registry import format_of
 

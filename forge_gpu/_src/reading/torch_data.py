@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.data.runs import check_window
-from forge_gpu._src.data.shared_batches import worker_slots
-from forge_gpu._src.data.windows import Windows, check_flags
+from forge_gpu._src.reading.runs import check_window
+from forge_gpu._src.reading.shared_batches import worker_slots
+from forge_gpu._src.reading.windows import Windows, check_flags
 
 #: Windows fetched at once by the iterable dataset (one vectorized batch call).
 _CHUNK = 256

@@ -41,14 +41,14 @@ from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.core.instructions import factorize
 from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.data.export.common import closed_runs, export_report, source_statistics
-from forge_gpu._src.data.export.lerobot_meta import (
+from forge_gpu._src.export.common import closed_runs, export_report, source_statistics
+from forge_gpu._src.export.lerobot_meta import (
     DATA_FILE_MB,
     VIDEO_FILE_MB,
     number_files,
     write_meta,
 )
-from forge_gpu._src.data.runs import episode_index, index_instructions, open_run, read_index
+from forge_gpu._src.reading.runs import episode_index, index_instructions, open_run, read_index
 from forge_gpu._src.recording.stats import StatsAccumulator
 
 #: codec name -> (PyAV encoder, default CRF, encoder options). ``g`` (2): a keyframe every 2 frames, as

@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from forge_gpu._src.core.files import write_text_atomic
-from forge_gpu._src.data.look.report_charts import binned, chart, fmt, histogram
-from forge_gpu._src.data.look.report_page import (
+from forge_gpu._src.reading.report_charts import binned, chart, fmt, histogram
+from forge_gpu._src.reading.report_page import (
     cards,
     gallery_note,
     gallery_section,
@@ -23,7 +23,7 @@ from forge_gpu._src.data.look.report_page import (
     statistics_section,
     table,
 )
-from forge_gpu._src.data.look.summary import GALLERY_EACH, gather, pick_gallery, read_gallery
+from forge_gpu._src.reading.summary import GALLERY_EACH, gather, pick_gallery, read_gallery
 
 #: The most randomized components a report plots (a vector param is one per component).
 MAX_PARAM_PLOTS = 12

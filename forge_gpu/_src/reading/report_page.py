@@ -10,8 +10,8 @@ import html
 import numpy as np
 
 from forge_gpu._src.core.episode import episode_stem
-from forge_gpu._src.data.integrity.inspection import no_frames
-from forge_gpu._src.data.look.report_charts import animation, chart, data_uri, fmt
+from forge_gpu._src.reading.inspection import no_frames
+from forge_gpu._src.reading.report_charts import animation, chart, data_uri, fmt
 
 #: The page's sections, in order: their ids (what a test looks for) and headings.
 SECTIONS = {

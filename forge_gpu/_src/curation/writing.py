@@ -17,11 +17,11 @@ from forge_gpu._src.core.episode import Episode
 from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.npz.identity import INSTRUCTIONS_KEY
 from forge_gpu._src.formats.options import check_codecs
 from forge_gpu._src.formats.packed.schema import CODECS, stored_codecs
 from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of
+from forge_gpu._src.reading.runs import open_run
 
 
 def open_closed_run(run_dir: str | os.PathLike) -> RunReader:

@@ -18,13 +18,13 @@ import numpy as np
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.rules import check_frames
-from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.packed.blocks import CHECK_COLUMNS, episode_rows, gather_episodes
 from forge_gpu._src.formats.packed.commits import DROPPED
 from forge_gpu._src.formats.packed.identity import segment_name
 from forge_gpu._src.formats.packed.reader import PackedRunReader
 from forge_gpu._src.formats.packed.scan import run_schema, scan_blocks
 from forge_gpu._src.formats.registry import format_of
+from forge_gpu._src.reading.runs import open_run
 
 
 def verify_run(path: str | os.PathLike) -> dict:

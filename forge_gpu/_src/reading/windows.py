@@ -22,7 +22,7 @@ import numpy as np
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.instructions import INSTRUCTION, factorize
-from forge_gpu._src.data.runs import check_window, episode_index
+from forge_gpu._src.reading.runs import check_window, episode_index
 
 
 class Windows:

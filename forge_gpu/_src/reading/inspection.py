@@ -13,9 +13,9 @@ import numpy as np
 
 from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_return, episode_stem, episode_succeeded
-from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.packed import identity as packed_identity
 from forge_gpu._src.formats.registry import format_of
+from forge_gpu._src.reading.runs import open_run
 
 
 def _stats(values: list[float]) -> dict:
@@ -214,7 +214,7 @@ def format_report(report: dict) -> str:
     if report.get("statistics") is None:
         lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
     else:
-        from forge_gpu._src.data.curation.run_statistics import format_statistics
+        from forge_gpu._src.curation.statistics import format_statistics
 
         lines.append("statistics (per channel; q01/q99 within 0.4%):")
         lines += format_statistics(report["statistics"])

@@ -12,7 +12,7 @@ import numpy as np
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
-from forge_gpu._src.data.curation.writing import open_closed_run
+from forge_gpu._src.curation.writing import open_closed_run
 from forge_gpu._src.recording.stats import StatsAccumulator, load_statistics
 
 
