@@ -188,7 +188,8 @@ def cmd_export(args) -> int:
 def cmd_stats(args) -> int:
     import json
 
-    from forge_gpu._src.curation.statistics import compute_statistics, format_statistics
+    from forge_gpu._src.curation.statistics import compute_statistics
+    from forge_gpu._src.reading.inspection import format_statistics
     from forge_gpu._src.recording.stats import load_statistics
 
     check_run(args.run, dataset=True)

@@ -214,8 +214,6 @@ def format_report(report: dict) -> str:
     if report.get("statistics") is None:
         lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
     else:
-        from forge_gpu._src.curation.statistics import format_statistics
-
         lines.append("statistics (per channel; q01/q99 within 0.4%):")
         lines += format_statistics(report["statistics"])
     if "note" in report:
@@ -288,3 +286,20 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     fig.savefig(out)
     plt.close(fig)
     return out, missing
+
+
+def format_statistics(summary: dict[str, dict]) -> list[str]:
+    """Readable lines: one per key, with each figure shown per channel (at most 6 channels)."""
+
+    def show(values) -> str:
+        values = np.atleast_1d(values)
+        text = " ".join(f"{v:.4g}" for v in values[:6])
+        return f"[{text}{' ...' if values.size > 6 else ''}]"
+
+    lines = []
+    for key, s in summary.items():
+        lines.append(
+            f"  {key:<12} count {s['count']:,}  mean {show(s['mean'])}  std {show(s['std'])}  "
+            f"min {show(s['min'])}  max {show(s['max'])}  q01 {show(s['q01'])}  q99 {show(s['q99'])}"
+        )
+    return lines
