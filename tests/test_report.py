@@ -15,8 +15,7 @@ from scripts import TOOLS, load_script
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu._src.reading.report_charts import MAX_FRAMES, MAX_SIDE, animation, chart, histogram
-from forge_gpu._src.reading.report_page import SECTIONS
+from forge_gpu._src.reading.report import MAX_FRAMES, MAX_SIDE, SECTIONS, animation, chart, histogram
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
 from forge_gpu.recording import PackedRecorder, write_dataset_manifest
