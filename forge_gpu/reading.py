@@ -6,7 +6,7 @@ from forge_gpu._surface import lazy_names
 NAMES = {
     "open_run": "forge_gpu._src.reading.runs",
     "read_episodes": "forge_gpu._src.reading.runs",
-    "action_windows": "forge_gpu._src.reading.runs",
+    "action_windows": "forge_gpu._src.reading.windows",
     "Episode": "forge_gpu._src.core.episode",
     "EpisodeReadOptions": "forge_gpu._src.core.episode",
     "Windows": "forge_gpu._src.reading.windows",

@@ -1,37 +1,50 @@
-"""torch datasets of training windows, over :class:`Windows`. torch is imported on first use, not with
-this module."""
+"""The torch datasets of training windows, over :class:`Windows`: :class:`WindowDataset` (iterable) and
+:class:`WindowMapDataset` (map-style), and :func:`device_batch`, a batch decoded on a CUDA device. The one module of
+the data side that imports torch (forge_gpu.reading loads it when one of its names is first used)."""
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
+import torch.utils.data
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.reading.runs import check_window
 from forge_gpu._src.reading.shared_batches import worker_slots
-from forge_gpu._src.reading.windows import Windows, check_flags
-
-#: Windows fetched at once by the iterable dataset (one vectorized batch call).
-_CHUNK = 256
+from forge_gpu._src.reading.windows import CHUNK, Windows, check_flags, check_window
 
 
-def WindowDataset(
-    directory: str | os.PathLike,
-    *,
-    history: int = 1,
-    horizon: int = 1,
-    observation_keys: Sequence[str] | None = None,
-    shuffle: bool = False,
-    seed: int = 0,
-    pad: bool = False,
-    mmap: bool = False,
-    state: bool | Sequence[str] = False,
-    params: bool = False,
-) -> Any:
+class _WindowSource:
+    """What both datasets hold: the arguments of their :class:`Windows`, checked when the dataset is made (not in a
+    worker), and picklable (a DataLoader worker under spawn gets a copy and opens its own windows)."""
+
+    def _keep(self, directory, history, horizon, observation_keys, pad, mmap, state, params) -> None:
+        check_window(history, horizon)
+        EpisodeReadOptions(observation_keys=observation_keys, state=state)
+        check_flags(pad=pad, mmap=mmap, params=params)
+        self.directory = os.fspath(directory)
+        self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+        self.observation_keys = None if observation_keys is None else list(observation_keys)
+        self.extras = {"state": state, "params": params}
+
+    def _open_windows(self, **shard: int) -> Windows:
+        """The :class:`Windows` of the dataset, of the ``shard`` (``shard_index``, ``num_shards``) where given."""
+        return Windows(
+            self.directory,
+            self.history,
+            self.horizon,
+            observation_keys=self.observation_keys,
+            pad=self.pad,
+            mmap=self.mmap,
+            **self.extras,
+            **shard,
+        )
+
+
+class WindowDataset(_WindowSource, torch.utils.data.IterableDataset):
     """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
     (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks; ``mmap`` leaves
     uncompressed packed runs in their memory-mapped files instead of loading each shard; ``state`` and ``params``
@@ -46,26 +59,51 @@ def WindowDataset(
     shuffle within the shard, not episode by episode); call ``set_epoch(epoch)`` before each epoch, as
     with a ``DistributedSampler``.
     """
-    _check(history, horizon, observation_keys, pad, mmap, state, params)
-    extras = {"state": state, "params": params}
-    return _window_dataset_class()(directory, history, horizon, observation_keys, shuffle, seed, pad, mmap, extras)
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        history: int = 1,
+        horizon: int = 1,
+        observation_keys: Sequence[str] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        pad: bool = False,
+        mmap: bool = False,
+        state: bool | Sequence[str] = False,
+        params: bool = False,
+    ):
+        super().__init__()
+        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params)
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the shuffled order of the next epoch."""
+        self.epoch = epoch
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info()
+        worker_id, num_workers = (0, 1) if worker is None else (worker.id, worker.num_workers)
+        rank, world_size = 0, 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        shard = rank * num_workers + worker_id
+        windows = self._open_windows(shard_index=shard, num_shards=world_size * num_workers)
+        order = np.arange(len(windows))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch, shard]).permutation(len(windows))
+        for start in range(0, len(order), CHUNK):
+            batch = _to_torch(windows.batch(order[start : start + CHUNK]))
+            for i in range(len(batch["t"])):
+                yield {key: value[i] for key, value in batch.items()}
 
 
-def WindowMapDataset(
-    directory: str | os.PathLike,
-    *,
-    history: int = 1,
-    horizon: int = 1,
-    observation_keys: Sequence[str] | None = None,
-    pad: bool = False,
-    mmap: bool = False,
-    state: bool | Sequence[str] = False,
-    params: bool = False,
-) -> Any:
+class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
     """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`, and
-    :func:`WindowDataset` for ``state`` and ``params``).
+    :class:`WindowDataset` for ``state`` and ``params``).
 
-    ``dataset[i]`` is one window (tensors as in :func:`WindowDataset`); ``dataset[indices]`` with a list
+    ``dataset[i]`` is one window (tensors as in :class:`WindowDataset`); ``dataset[indices]`` with a list
     of indices is a whole batch in one vectorized call (``obs/<F>`` ``[B, history, ...]``, ...), so
     the fastest loader hands it batches of indices::
 
@@ -79,24 +117,58 @@ def WindowMapDataset(
     access in each process (each DataLoader worker holds its own copy); with ``mmap`` (uncompressed packed
     runs) they stay in the files, whose pages the workers share.
     """
-    _check(history, horizon, observation_keys, pad, mmap, state, params)
-    return _map_dataset_class()(
-        directory, history, horizon, observation_keys, pad, mmap, {"state": state, "params": params}
-    )
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        history: int = 1,
+        horizon: int = 1,
+        observation_keys: Sequence[str] | None = None,
+        pad: bool = False,
+        mmap: bool = False,
+        state: bool | Sequence[str] = False,
+        params: bool = False,
+    ):
+        super().__init__()
+        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params)
+        self._windows: Windows | None = None
+
+    @property
+    def windows(self) -> Windows:
+        """The dataset's :class:`Windows`, loaded on first use in each process."""
+        if self._windows is None:
+            self._windows = self._open_windows()
+        return self._windows
+
+    def __getstate__(self) -> dict:
+        # A copy (a DataLoader worker under spawn) loads its own windows; the ones loaded here stay here.
+        return {**self.__dict__, "_windows": None}
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index):
+        if isinstance(index, int | np.integer):
+            one = self.windows.batch([index])
+            return {key: value[0] for key, value in _to_torch(one).items()}
+        indices = np.asarray(index, dtype=np.int64)
+        if torch.utils.data.get_worker_info() is None:
+            return _to_torch(self.windows.batch(indices))
+        # A worker: the batch gathered (and decoded) straight into a shared buffer it reuses (shared_batches).
+        slots = worker_slots(_new_slot, _tensors)
+        allocator = slots.allocator()
+        return slots.publish(allocator, self.windows.batch(indices, empty=allocator))
+
+    def __getitems__(self, indices) -> list[dict]:
+        """The windows ``dataset[i]`` gives for each of ``indices``, from one gather (``DataLoader`` with a
+        ``batch_size`` calls this, then its ``collate_fn``, in place of ``dataset[i]`` per index): each sample's
+        tensors are views of the batch's."""
+        batch = _to_torch(self.windows.batch(np.asarray(indices, dtype=np.int64)))
+        return [{key: value[i] for key, value in batch.items()} for i in range(len(indices))]
 
 
-def _check(history, horizon, observation_keys, pad, mmap, state, params) -> None:
-    """Check the arguments now, not in a worker."""
-    check_window(history, horizon)
-    EpisodeReadOptions(observation_keys=observation_keys, state=state)
-    check_flags(pad=pad, mmap=mmap, params=params)
-
-
-def _rebuild(kind, *args):
-    return (_window_dataset_class() if kind == "iterable" else _map_dataset_class())(*args)
-
-
-def _to_torch(torch, batch: dict) -> dict:
+def _to_torch(batch: dict) -> dict:
     return {
         key: value if key == "instruction" else torch.from_numpy(np.ascontiguousarray(value))
         for key, value in batch.items()
@@ -105,136 +177,24 @@ def _to_torch(torch, batch: dict) -> dict:
 
 def _tensors(arrays: dict) -> dict:
     """numpy arrays as torch tensors over them (a worker's batch, where the main process receives it)."""
-    import torch
-
     return {key: torch.from_numpy(values) for key, values in arrays.items()}
 
 
-def _new_slot(size: int) -> Any:
-    """A torch uint8 tensor of ``size`` bytes made in shared memory (zero-filled by the system, not copied there as
-    ``share_memory_()`` does); None where shared memory cannot be had."""
-    import torch
-
+def _new_slot(size: int) -> torch.Tensor | None:
+    """A torch uint8 tensor of ``size`` bytes in shared memory, its first byte (the busy flag) 0; None where shared
+    memory cannot be had. ``share_memory_()`` is torch's public way there: it moves the new tensor's storage into
+    shared memory (a copy of its ``size`` bytes, made once per slot, which is reused from batch to batch)."""
     try:
-        empty = torch.empty(0, dtype=torch.uint8)
-        return empty.new(empty._typed_storage()._new_shared(size, device=empty.device))
+        slot = torch.empty(size, dtype=torch.uint8).share_memory_()
     except (RuntimeError, OSError):
         return None
-
-
-def _open_windows(dataset, **shard) -> Windows:
-    """The :class:`Windows` of either torch dataset (its directory, sizes, fields, padding and mapping), of the
-    ``shard`` (``shard_index``, ``num_shards``) where one is given."""
-    return Windows(
-        dataset.directory,
-        dataset.history,
-        dataset.horizon,
-        observation_keys=dataset.observation_keys,
-        pad=dataset.pad,
-        mmap=dataset.mmap,
-        **dataset.extras,
-        **shard,
-    )
-
-
-@functools.cache
-def _window_dataset_class() -> type:
-    import torch
-
-    class _WindowDataset(torch.utils.data.IterableDataset):
-        def __init__(
-            self, directory, history, horizon, observation_keys, shuffle, seed, pad, mmap=False, extras=None, epoch=0
-        ):
-            super().__init__()
-            self.directory = os.fspath(directory)
-            self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
-            self.extras = dict(extras or {})  # state, params
-            self.observation_keys = None if observation_keys is None else list(observation_keys)
-            self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
-
-        def set_epoch(self, epoch: int) -> None:
-            """Choose the shuffled order of the next epoch."""
-            self.epoch = epoch
-
-        def __reduce__(self):
-            # The class is made inside a function, so pickle (DataLoader workers under spawn) rebuilds it.
-            args = (self.directory, self.history, self.horizon, self.observation_keys, self.shuffle, self.seed)
-            return _rebuild, ("iterable", *args, self.pad, self.mmap, self.extras, self.epoch)
-
-        def __iter__(self):
-            worker = torch.utils.data.get_worker_info()
-            worker_id, num_workers = (0, 1) if worker is None else (worker.id, worker.num_workers)
-            rank, world_size = 0, 1
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-            shard = rank * num_workers + worker_id
-            windows = _open_windows(self, shard_index=shard, num_shards=world_size * num_workers)
-            order = np.arange(len(windows))
-            if self.shuffle:
-                order = np.random.default_rng([self.seed, self.epoch, shard]).permutation(len(windows))
-            for start in range(0, len(order), _CHUNK):
-                batch = _to_torch(torch, windows.batch(order[start : start + _CHUNK]))
-                for i in range(len(batch["t"])):
-                    yield {key: value[i] for key, value in batch.items()}
-
-    _WindowDataset.__name__ = _WindowDataset.__qualname__ = "WindowDataset"
-    return _WindowDataset
-
-
-@functools.cache
-def _map_dataset_class() -> type:
-    import torch
-
-    class _WindowMapDataset(torch.utils.data.Dataset):
-        def __init__(self, directory, history, horizon, observation_keys, pad, mmap=False, extras=None):
-            super().__init__()
-            self.directory = os.fspath(directory)
-            self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
-            self.extras = dict(extras or {})  # state, params
-            self.observation_keys = None if observation_keys is None else list(observation_keys)
-            self._windows = None
-
-        @property
-        def windows(self) -> Windows:
-            if self._windows is None:
-                self._windows = _open_windows(self)
-            return self._windows
-
-        def __reduce__(self):
-            args = (self.directory, self.history, self.horizon, self.observation_keys, self.pad, self.mmap)
-            return _rebuild, ("map", *args, self.extras)
-
-        def __len__(self) -> int:
-            return len(self.windows)
-
-        def __getitem__(self, index):
-            if isinstance(index, int | np.integer):
-                one = self.windows.batch([index])
-                return {key: value[0] for key, value in _to_torch(torch, one).items()}
-            indices = np.asarray(index, dtype=np.int64)
-            if torch.utils.data.get_worker_info() is None:
-                return _to_torch(torch, self.windows.batch(indices))
-            # A worker: the batch gathered (and decoded) straight into a shared buffer it reuses (shared_batches).
-            slots = worker_slots(_new_slot, _tensors)
-            allocator = slots.allocator()
-            return slots.publish(allocator, self.windows.batch(indices, empty=allocator))
-
-        def __getitems__(self, indices) -> list[dict]:
-            """The windows ``dataset[i]`` gives for each of ``indices``, from one gather (``DataLoader`` with a
-            ``batch_size`` calls this, then its ``collate_fn``, in place of ``dataset[i]`` per index): each sample's
-            tensors are views of the batch's."""
-            batch = _to_torch(torch, self.windows.batch(np.asarray(indices, dtype=np.int64)))
-            return [{key: value[i] for key, value in batch.items()} for i in range(len(indices))]
-
-    _WindowMapDataset.__name__ = _WindowMapDataset.__qualname__ = "WindowMapDataset"
-    return _WindowMapDataset
+    slot[0] = 0
+    return slot
 
 
 def check_decode_device(device: Any) -> Any:
     """``device`` as a CUDA ``torch.device``; ValueError (one line) for a device that is not CUDA or a machine where
     torch sees none."""
-    import torch
-
     try:
         target = torch.device(device)
     except (RuntimeError, TypeError) as exc:
@@ -268,9 +228,7 @@ def decode_on_device(frames, shape: Sequence[int], dtype: Any, device: Any = "cu
     ``[n, *shape]`` on the CUDA ``device``: JPEG decoded there, every frame in one batched nvJPEG call
     (``torchvision.io.decode_jpeg(..., device=device)``); any other codec decoded on the CPU (``core/codecs``) and
     copied over from page-locked memory. ValueError (one line) for a device that is not CUDA or a machine where
-    torch sees none. Unverified on CUDA (no GPU lent yet)."""
-    import torch
-
+    torch sees none. Unverified on CUDA."""
     from forge_gpu._src.core.codecs import decode_frames
 
     target = check_decode_device(device)
