@@ -483,8 +483,9 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
 
 
 def test_data_side_imports_neither_warp_newton_nor_torch(tmp_path):
-    """The data side (formats, both recorders, reader, windows, conversion, torch_data, statistics, exports) loads
-    without warp, newton or torch, and reads a packed run that way: the episodes it reads are those read here."""
+    """The data side (formats, both recorders, reader, windows, inspect, verify, report, view, conversion, curation,
+    statistics, exports; all but the torch datasets' module) loads without warp, newton or torch, and reads a packed
+    run that way: the episodes it reads are those read here."""
     env = synthetic_description(num_envs=3, max_steps=6)
     sim = SyntheticSim(env, seed=4, end_prob=0.3)
     record(tmp_path / "run", env, make_batches(sim, 25), recorder=PackedRecorder)
@@ -506,7 +507,10 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
 import forge_gpu._src.formats.npz.episode_file
 import forge_gpu._src.formats.npz.recorder
 import forge_gpu._src.reading.runs
-import forge_gpu._src.reading.torch_data
+import forge_gpu._src.reading.shared_batches
+import forge_gpu._src.reading.verify
+import forge_gpu._src.reading.report
+import forge_gpu._src.reading.view
 import forge_gpu._src.formats.packed.writer
 import forge_gpu._src.formats.packed.blocks
 import forge_gpu._src.formats.packed.repair
@@ -514,6 +518,8 @@ import forge_gpu._src.formats.packed.recorder
 import forge_gpu._src.reading.windows
 import forge_gpu._src.curation.convert
 import forge_gpu._src.curation.repair
+import forge_gpu._src.curation.curate
+import forge_gpu._src.curation.statistics
 import forge_gpu._src.reading.inspection
 import forge_gpu._src.core.manifest
 import forge_gpu._src.formats.registry
