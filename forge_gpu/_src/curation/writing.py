@@ -1,5 +1,5 @@
 """The writing of a new run from read episodes, shared by ``convert`` and the curation commands
-(:mod:`data.curation.curate`) and read by ``stats``: the source opened (a closed run only), the new run.json, the
+(:mod:`curate`) and read by ``stats``: the source opened (a closed run only), the new run.json, the
 codecs it is written with, the target checked, and the run written whole (a temporary directory renamed when
 complete). numpy, pyarrow and the standard library."""
 
