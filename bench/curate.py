@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 from common import fs_type, machine, save, table, tree_bytes  # noqa: E402
 
 from forge_gpu._src.core.manifest import initial_manifest  # noqa: E402
-from forge_gpu._src.data.curation.writing import write_run  # noqa: E402
+from forge_gpu._src.curation.writing import write_run  # noqa: E402
 from forge_gpu._src.formats.registry import FORMATS  # noqa: E402
 from forge_gpu.curation import merge_runs, select_run, split_run  # noqa: E402
 from forge_gpu.reading import Episode  # noqa: E402

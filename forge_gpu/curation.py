@@ -4,15 +4,15 @@
 from forge_gpu._surface import lazy_names
 
 NAMES = {
-    "convert_run": "forge_gpu._src.data.curation.convert",
-    "select_run": "forge_gpu._src.data.curation.curate",
-    "merge_runs": "forge_gpu._src.data.curation.curate",
-    "split_run": "forge_gpu._src.data.curation.curate",
-    "episode_values": "forge_gpu._src.data.curation.curate",
-    "ExpressionError": "forge_gpu._src.data.curation.where",
-    "repair_run": "forge_gpu._src.data.integrity.run_repair",
-    "run_statistics": "forge_gpu._src.data.curation.run_statistics",
-    "compute_statistics": "forge_gpu._src.data.curation.run_statistics",
+    "convert_run": "forge_gpu._src.curation.convert",
+    "select_run": "forge_gpu._src.curation.curate",
+    "merge_runs": "forge_gpu._src.curation.curate",
+    "split_run": "forge_gpu._src.curation.curate",
+    "episode_values": "forge_gpu._src.curation.curate",
+    "ExpressionError": "forge_gpu._src.curation.where",
+    "repair_run": "forge_gpu._src.curation.repair",
+    "run_statistics": "forge_gpu._src.curation.statistics",
+    "compute_statistics": "forge_gpu._src.curation.statistics",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

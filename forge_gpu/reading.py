@@ -4,19 +4,19 @@ windows, and what checks or shows a run: ``inspect_run``, ``verify_run``, ``repo
 from forge_gpu._surface import lazy_names
 
 NAMES = {
-    "open_run": "forge_gpu._src.data.runs",
-    "read_episodes": "forge_gpu._src.data.runs",
-    "action_windows": "forge_gpu._src.data.runs",
+    "open_run": "forge_gpu._src.reading.runs",
+    "read_episodes": "forge_gpu._src.reading.runs",
+    "action_windows": "forge_gpu._src.reading.windows",
     "Episode": "forge_gpu._src.core.episode",
     "EpisodeReadOptions": "forge_gpu._src.core.episode",
-    "Windows": "forge_gpu._src.data.windows",
-    "WindowDataset": "forge_gpu._src.data.torch_data",
-    "WindowMapDataset": "forge_gpu._src.data.torch_data",
-    "device_batch": "forge_gpu._src.data.torch_data",
-    "inspect_run": "forge_gpu._src.data.integrity.inspection",
-    "verify_run": "forge_gpu._src.data.integrity.verify",
-    "report": "forge_gpu._src.data.look.report",
-    "view_run": "forge_gpu._src.data.look.view",
+    "Windows": "forge_gpu._src.reading.windows",
+    "WindowDataset": "forge_gpu._src.reading.torch_data",
+    "WindowMapDataset": "forge_gpu._src.reading.torch_data",
+    "device_batch": "forge_gpu._src.reading.torch_data",
+    "inspect_run": "forge_gpu._src.reading.inspection",
+    "verify_run": "forge_gpu._src.reading.verify",
+    "report": "forge_gpu._src.reading.report",
+    "view_run": "forge_gpu._src.reading.view",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

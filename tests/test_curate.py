@@ -1,4 +1,4 @@
-"""Curation (forge_gpu._src.data.curation.curate, cli/_curate.py): select keeps exactly the episodes a numpy filter of
+"""Curation (forge_gpu._src.curation.curate, cli/_curate.py): select keeps exactly the episodes a numpy filter of
 the same values keeps, merge reads back as the union of its runs, split is disjoint, covers the run and repeats for
 a seed; every output is a closed run that inspect and verify pass, whose statistics are its own; bad expressions
 are refused in one line naming the allowed names, and the expressions are never Python's eval."""
@@ -12,7 +12,7 @@ import pytest
 from synthetic import PARAMS, STATE, SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu._src.data.curation.curate import split_keys
+from forge_gpu._src.curation.curate import split_keys
 from forge_gpu._src.recording.stats import load_statistics
 from forge_gpu.cli import main
 from forge_gpu.curation import ExpressionError, compute_statistics, merge_runs, select_run, split_run

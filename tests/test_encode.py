@@ -132,7 +132,7 @@ def test_decode_on_device_refuses_clearly_without_cuda():
     CUDA (the nvJPEG path itself is unverified: no GPU lent)."""
     torch = pytest.importorskip("torch")
     from forge_gpu._src.core.codecs import encode_frames
-    from forge_gpu._src.data.torch_data import decode_on_device
+    from forge_gpu._src.reading.torch_data import decode_on_device
 
     gradient = (np.arange(2 * 8 * 8 * 3).reshape(2, 8, 8, 3) % 256).astype(np.uint8)
     frames = encode_frames(CodecSpec("jpeg"), gradient)
@@ -180,7 +180,7 @@ def test_a_device_batch_decodes_the_payloads_of_the_right_frames(env, tmp_path, 
     them to the device decoder in the batch's order: with the decoder replaced by a CPU one (no GPU here), the batch
     equals the CPU path's, over a mapped run of several blocks. Without CUDA it is a one-line refusal."""
     torch = pytest.importorskip("torch")
-    from forge_gpu._src.data import torch_data
+    from forge_gpu._src.reading import torch_data
 
     options = forge_gpu.recording.RecordingOptions(codecs={"rgb": "png", "depth": "zstd"}, max_buffer_bytes=1 << 16)
     forge_gpu.recording.collect(

@@ -13,7 +13,7 @@ from synthetic import INSTRUCTION, SyntheticSim, downgrade_packed_run, make_batc
 
 import forge_gpu
 from forge_gpu._src.core.instructions import check_template, episode_instructions, slot_indices
-from forge_gpu._src.data.integrity.inspection import format_report
+from forge_gpu._src.reading.inspection import format_report
 from forge_gpu.cli import main
 from forge_gpu.curation import convert_run, repair_run
 from forge_gpu.reading import inspect_run

@@ -1,8 +1,8 @@
 """The layers of docs/ARCHITECTURE.md, read from the source with ``ast``: every import of every module of
 forge_gpu (``_src``, ``cli``, ``kernels``; imports inside functions and under ``TYPE_CHECKING`` included,
-relative ones resolved) keeps to its layer; the data side never imports the simulators or torch; the
-package's import graph has no cycle; the layout has no flat module in ``_src`` and no module over
-``MAX_LINES`` lines; and the registries the command line reads load with the standard library alone.
+relative ones resolved) keeps to its layer; the data side never imports the simulators, and torch only in the
+torch datasets' module; the package's import graph has no cycle; the layout has no flat module in ``_src``; and the
+registries the command line reads load with the standard library alone.
 
 The checker is a set of functions of a source root, so each rule is also fed a synthetic tree that breaks
 it (the ``test_the_checker_*`` tests): a rule that cannot fail is not checked."""
@@ -18,17 +18,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # The rule. Each layer with the layers its modules may import: its own and the ones below it. Two branches
-# grow from core: the data side (core < recording < formats < data) and the simulation side
-# (core < sim < collect). collect is where the two meet (it makes the recorder its stepping loop appends to),
-# so it also takes recording and formats; nothing on the data side takes sim or collect. The Warp kernels
-# (forge_gpu.kernels) are launched by sim alone. The command line and the public surface (forge_gpu's
-# __init__ and __main__) are on top and may import anything.
-LAYERS = ("core", "recording", "formats", "data", "kernels", "sim", "collect", "cli", "public")
+# grow from core: the data side (core < recording < formats < reading < curation, export; curation and export,
+# side by side, both read runs and neither takes the other) and the simulation side (core < sim < collect).
+# collect is where the two meet (it makes the recorder its stepping loop appends to), so it also takes recording
+# and formats; nothing on the data side takes sim or collect. The Warp kernels (forge_gpu.kernels) are launched by
+# sim alone. The command line and the public surface (forge_gpu's __init__ and __main__) are on top and may import
+# anything.
+LAYERS = ("core", "recording", "formats", "reading", "curation", "export", "kernels", "sim", "collect", "cli", "public")
+READING = {"core", "recording", "formats", "reading"}
 MAY_IMPORT = {
     "core": {"core"},
     "recording": {"core", "recording"},
     "formats": {"core", "recording", "formats"},
-    "data": {"core", "recording", "formats", "data"},
+    "reading": READING,
+    "curation": READING | {"curation"},
+    "export": READING | {"export"},
     "kernels": {"kernels"},
     "sim": {"core", "sim", "kernels"},
     "collect": {"core", "recording", "formats", "sim", "collect"},
@@ -36,11 +40,11 @@ MAY_IMPORT = {
     "public": set(LAYERS),
 }
 # The data side works with numpy and pyarrow: it never imports a simulator or torch...
-DATA_SIDE = {"core", "recording", "formats", "data"}
+DATA_SIDE = {"core", "recording", "formats", "reading", "curation", "export"}
 SIMULATION_PACKAGES = {"warp", "newton", "mujoco", "mujoco_warp", "torch"}
-# ... but for the torch datasets, which import torch inside their functions (on first use), never at load.
-LAZY_EXCEPTIONS = {"forge_gpu._src.data.torch_data": {"torch"}}
-MAX_LINES = 450
+# ... but for the torch datasets' module, which is torch's: it imports torch at its top. The public surface loads it
+# only when one of its names is used (test_public checks that importing forge_gpu.reading loads no torch).
+TORCH_MODULE = "forge_gpu._src.reading.torch_data"
 
 
 @dataclass(frozen=True)
@@ -145,12 +149,12 @@ def layer_violations(root: Path) -> list[str]:
 
 
 def package_violations(root: Path) -> list[str]:
-    """Imports of a simulator or torch by the data side (torch_data's lazy torch excepted)."""
+    """Imports of a simulator or torch by the data side (torch by the torch datasets' module excepted)."""
     imports, _ = read_imports(root)
     found = []
     for i in imports:
         if layer_of(i.module) in DATA_SIDE and i.target in SIMULATION_PACKAGES:
-            if i.lazy and i.target in LAZY_EXCEPTIONS.get(i.module, ()):
+            if i.module == TORCH_MODULE and i.target == "torch":
                 continue
             found.append(f"{i}: the data side ({layer_of(i.module)}) never imports {i.target}")
     return found
@@ -189,12 +193,6 @@ def flat_modules(root: Path) -> list[str]:
     return sorted(str(path.relative_to(root)) for path in flat if path.name != "__init__.py")
 
 
-def long_modules(root: Path, limit: int = MAX_LINES) -> list[str]:
-    """Modules of forge_gpu over ``limit`` lines, with their lengths."""
-    lengths = {m: len(p.read_text().splitlines()) for m, p in find_modules(root).items()}
-    return [f"{m}: {n} lines" for m, n in sorted(lengths.items()) if n > limit]
-
-
 def _listing(found: list) -> str:
     return "\n" + "\n".join(map(str, found))
 
@@ -203,15 +201,15 @@ def _listing(found: list) -> str:
 
 
 def test_every_import_keeps_to_its_layer():
-    """core < recording < formats < data and core < sim < collect (collect takes recording and formats too);
-    kernels only from sim; cli on top. Every import of forge_gpu names a module that exists."""
+    """core < recording < formats < reading < curation, export and core < sim < collect (collect takes recording and
+    formats too); kernels only from sim; cli on top. Every import of forge_gpu names a module that exists."""
     found = layer_violations(ROOT)
     assert not found, _listing(found)
 
 
 def test_the_data_side_never_imports_a_simulator_or_torch():
-    """core, recording, formats and data import none of warp, newton, mujoco, mujoco_warp, torch (torch_data
-    imports torch in its functions)."""
+    """core, recording, formats, reading, curation and export import none of warp, newton, mujoco, mujoco_warp,
+    torch (reading.torch_data, the torch datasets' module, imports torch)."""
     found = package_violations(ROOT)
     assert not found, _listing(found)
 
@@ -224,11 +222,6 @@ def test_the_import_graph_has_no_cycle():
 def test_no_module_is_left_directly_in_src():
     found = flat_modules(ROOT)
     assert not found, _listing(found)
-
-
-def test_no_module_is_over_the_line_limit():
-    found = long_modules(ROOT)
-    assert not found, f"over {MAX_LINES} lines:" + _listing(found)
 
 
 def test_every_layer_has_modules():
@@ -266,7 +259,7 @@ def tree(root: Path, files: dict[str, str]) -> Path:
     for package in ("forge_gpu", "forge_gpu/_src", "forge_gpu/cli", "kernels"):
         (root / package).mkdir(parents=True, exist_ok=True)
         (root / package / "__init__.py").write_text("")
-    for layer in ("core", "recording", "formats", "data", "sim", "collect"):
+    for layer in ("core", "recording", "formats", "reading", "curation", "export", "sim", "collect"):
         (root / "forge_gpu" / "_src" / layer).mkdir(exist_ok=True)
         (root / "forge_gpu" / "_src" / layer / "__init__.py").write_text("")
     for path, source in files.items():
@@ -279,11 +272,13 @@ GOOD = {
     "forge_gpu/_src/core/checks.py": "import numpy\n",
     "forge_gpu/_src/recording/base.py": "from forge_gpu._src.core import checks\n",
     "forge_gpu/_src/formats/registry.py": "from ..recording.base import Recorder\nfrom ..core.checks import x\n",
-    "forge_gpu/_src/data/runs.py": "from forge_gpu._src.formats import registry\n",
-    "forge_gpu/_src/data/torch_data.py": "def dataset():\n    import torch\n    return torch\n",
+    "forge_gpu/_src/reading/runs.py": "from forge_gpu._src.formats import registry\n",
+    "forge_gpu/_src/reading/torch_data.py": "import torch\nfrom . import runs\n",
+    "forge_gpu/_src/curation/curate.py": "from forge_gpu._src.reading import runs\n",
+    "forge_gpu/_src/export/lerobot.py": "from ..reading.runs import open_run\nfrom ..recording import base\n",
     "forge_gpu/_src/sim/env.py": "import warp\nfrom forge_gpu.kernels import env\nfrom ..core.checks import x\n",
     "forge_gpu/_src/collect/collector.py": "from forge_gpu._src.sim import env\nfrom ..formats import registry\n",
-    "forge_gpu/cli/_data.py": "from forge_gpu._src.data.runs import open_run\nfrom forge_gpu.kernels import env\n",
+    "forge_gpu/cli/_data.py": "from forge_gpu._src.reading.runs import open_run\nfrom forge_gpu.kernels import env\n",
     "forge_gpu/cli/__init__.py": "from ._data import x\nimport forge_gpu\n",
     "forge_gpu/__main__.py": "from forge_gpu.cli import main\n",
     "kernels/env.py": "import warp\nfrom .rng import x\n",
@@ -297,7 +292,6 @@ def test_the_checker_passes_a_tree_that_keeps_the_rules(tmp_path):
     assert package_violations(root) == []
     assert import_cycles(root) == []
     assert flat_modules(root) == []
-    assert long_modules(root) == []
 
 
 def test_the_checker_resolves_relative_and_from_imports(tmp_path):
@@ -317,9 +311,14 @@ def test_the_checker_resolves_relative_and_from_imports(tmp_path):
         # upward on the data side
         ("forge_gpu/_src/core/up.py", "from forge_gpu._src.recording import base\n", "core may import only"),
         ("forge_gpu/_src/recording/up.py", "from ..formats.registry import x\n", "not formats"),
-        ("forge_gpu/_src/formats/up.py", "import forge_gpu._src.data.runs\n", "not data"),
+        ("forge_gpu/_src/formats/up.py", "import forge_gpu._src.reading.runs\n", "not reading"),
+        ("forge_gpu/_src/reading/up.py", "def f():\n    from forge_gpu._src.curation import curate\n", "not curation"),
+        ("forge_gpu/_src/reading/up2.py", "from ..export.lerobot import x\n", "not export"),
+        # across, between the two layers that read runs
+        ("forge_gpu/_src/curation/across.py", "from forge_gpu._src.export import lerobot\n", "not export"),
+        ("forge_gpu/_src/export/across.py", "from forge_gpu._src.curation.curate import x\n", "not curation"),
         # across, from the data side to the simulation side, lazily too
-        ("forge_gpu/_src/data/across.py", "def f():\n    from forge_gpu._src.sim import env\n", "not sim"),
+        ("forge_gpu/_src/reading/across.py", "def f():\n    from forge_gpu._src.sim import env\n", "not sim"),
         ("forge_gpu/_src/formats/across.py", "from forge_gpu._src.collect.collector import x\n", "not collect"),
         # under TYPE_CHECKING
         (
@@ -330,16 +329,16 @@ def test_the_checker_resolves_relative_and_from_imports(tmp_path):
         # upward and across on the simulation side
         ("forge_gpu/_src/sim/up.py", "from forge_gpu._src.collect import collector\n", "not collect"),
         ("forge_gpu/_src/sim/across.py", "from forge_gpu._src.formats import registry\n", "not formats"),
-        ("forge_gpu/_src/collect/across.py", "from forge_gpu._src.data import runs\n", "not data"),
+        ("forge_gpu/_src/collect/across.py", "from forge_gpu._src.reading import runs\n", "not reading"),
         # the kernels from anywhere but sim
         ("forge_gpu/_src/collect/k.py", "from forge_gpu.kernels import env\n", "not kernels"),
-        ("forge_gpu/_src/data/k.py", "import forge_gpu.kernels.env\n", "not kernels"),
+        ("forge_gpu/_src/export/k.py", "import forge_gpu.kernels.env\n", "not kernels"),
         ("kernels/up.py", "from forge_gpu._src.core import checks\n", "not core"),
         # the library importing the command line or the public surface
-        ("forge_gpu/_src/data/cli.py", "from forge_gpu.cli import main\n", "not cli"),
+        ("forge_gpu/_src/reading/cli.py", "from forge_gpu.cli import main\n", "not cli"),
         ("forge_gpu/_src/collect/public.py", "def f():\n    import forge_gpu\n", "not public"),
         # a stale path and a package in no layer
-        ("forge_gpu/_src/data/stale.py", "from forge_gpu._src.data.gone import x\n", "which is no module"),
+        ("forge_gpu/_src/reading/stale.py", "from forge_gpu._src.reading.gone import x\n", "which is no module"),
         ("forge_gpu/_src/extra/thing.py", "", "in no layer"),
     ],
 )
@@ -354,9 +353,11 @@ def test_the_checker_reports_an_import_against_the_layers(tmp_path, path, source
         ("forge_gpu/_src/core/sim.py", "import warp as wp\n"),
         ("forge_gpu/_src/recording/sim.py", "from newton.sensors import SensorCamera\n"),
         ("forge_gpu/_src/formats/sim.py", "def f():\n    import mujoco\n"),
-        ("forge_gpu/_src/data/sim.py", "import mujoco_warp\n"),
-        ("forge_gpu/_src/data/windows.py", "def f():\n    import torch\n"),  # torch_data alone takes torch
-        ("forge_gpu/_src/data/torch_data.py", "import torch\n"),  # and only in a function
+        ("forge_gpu/_src/reading/sim.py", "import mujoco_warp\n"),
+        ("forge_gpu/_src/curation/sim.py", "def f():\n    import newton\n"),
+        ("forge_gpu/_src/reading/windows.py", "def f():\n    import torch\n"),  # torch_data alone takes torch
+        ("forge_gpu/_src/export/lerobot.py", "import torch\n"),
+        ("forge_gpu/_src/reading/torch_data.py", "import torch\nimport warp\n"),  # torch, and nothing else
     ],
 )
 def test_the_checker_reports_a_data_side_simulator_import(tmp_path, path, source):
@@ -369,21 +370,16 @@ def test_the_checker_reports_a_cycle_with_its_modules(tmp_path):
         tmp_path,
         {
             **GOOD,
-            "forge_gpu/_src/data/a.py": "from forge_gpu._src.data import b\n",
-            "forge_gpu/_src/data/b.py": "def f():\n    from . import c\n",  # lazy imports count
-            "forge_gpu/_src/data/c.py": "from forge_gpu._src.data.a import x\n",
+            "forge_gpu/_src/reading/a.py": "from forge_gpu._src.reading import b\n",
+            "forge_gpu/_src/reading/b.py": "def f():\n    from . import c\n",  # lazy imports count
+            "forge_gpu/_src/reading/c.py": "from forge_gpu._src.reading.a import x\n",
         },
     )
-    assert import_cycles(root) == [
-        ["forge_gpu._src.data.a", "forge_gpu._src.data.b", "forge_gpu._src.data.c", "forge_gpu._src.data.a"]
-    ]
-    assert "forge_gpu._src.data.a -> forge_gpu._src.data.b" in _listing(" -> ".join(c) for c in import_cycles(root))
+    a, b, c = (f"forge_gpu._src.reading.{name}" for name in "abc")
+    assert import_cycles(root) == [[a, b, c, a]]
+    assert f"{a} -> {b}" in _listing(" -> ".join(cycle) for cycle in import_cycles(root))
 
 
-def test_the_checker_reports_a_flat_module_and_a_long_one(tmp_path):
-    root = tree(
-        tmp_path,
-        {**GOOD, "forge_gpu/_src/flat.py": "", "forge_gpu/_src/data/long.py": "x = 1\n" * (MAX_LINES + 1)},
-    )
+def test_the_checker_reports_a_flat_module(tmp_path):
+    root = tree(tmp_path, {**GOOD, "forge_gpu/_src/flat.py": ""})
     assert flat_modules(root) == ["forge_gpu/_src/flat.py"]
-    assert long_modules(root) == [f"forge_gpu._src.data.long: {MAX_LINES + 1} lines"]

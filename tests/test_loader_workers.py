@@ -1,4 +1,4 @@
-"""Tests of the reader's views and of DataLoader workers handing out whole batches (issues 30 and 34): episodes and
+"""Tests of the reader's views and of DataLoader workers handing out whole batches: episodes and
 windows are read-only views, and workers give the samples the main process gives, through shared slots reused only
 once a batch is let go of."""
 
@@ -9,8 +9,7 @@ import pytest
 from synthetic import synthetic_description
 
 import forge_gpu
-from forge_gpu._src.data import shared_batches
-from forge_gpu._src.data.torch_data import _new_slot, _tensors
+from forge_gpu._src.reading import shared_batches
 from forge_gpu.reading import Windows
 from forge_gpu.recording import PackedRecorder
 
@@ -39,8 +38,8 @@ def test_episodes_are_read_only_views_whose_next_frames_are_their_obs_shifted(ru
         assert copy.flags.writeable
 
 
-def test_action_windows_are_read_only_views_of_the_episodes(run):
-    """Windows overlap (history 2, horizon 3): each is a read-only view, equal to the episode's slices."""
+def test_action_windows_are_read_only_and_equal_the_episodes_slices(run):
+    """Windows overlap (history 2, horizon 3): each is read-only, equal to the episode's slices."""
     episodes = {(e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(run)}
     windows = list(forge_gpu.reading.action_windows(run, 2, 3))
     expected = sum(max(e.steps - 3 - 2 + 2, 0) for e in episodes.values())
@@ -57,6 +56,8 @@ def test_a_slot_is_reused_only_once_its_batch_is_let_go_of(run, monkeypatch):
     """A batch gathered into a slot comes back as tensors viewing it; the slot stays busy while any of them lives
     (a second batch gets another slot), and is handed out again once they are gone."""
     torch = pytest.importorskip("torch")
+    from forge_gpu._src.reading.torch_data import _new_slot, _tensors
+
     monkeypatch.setattr(shared_batches, "SMALL", 0)  # these synthetic batches are small: through slots all the same
     windows = Windows(run, 2, 2)
     slots = shared_batches.WorkerSlots(_new_slot, _tensors)
@@ -91,6 +92,9 @@ def test_a_slot_is_reused_only_once_its_batch_is_let_go_of(run, monkeypatch):
 
 def test_small_batches_go_pickled(run):
     """A batch under shared_batches.SMALL bytes is not put in a slot: it is pickled with the worker's reply."""
+    pytest.importorskip("torch")
+    from forge_gpu._src.reading.torch_data import _new_slot, _tensors
+
     windows = Windows(run, 1, 1, observation_keys=["proprio"])
     slots = shared_batches.WorkerSlots(_new_slot, _tensors)
     out = slots.publish(slots.allocator(), windows.batch(np.arange(4)))

@@ -483,8 +483,9 @@ def test_marker_failure_unpublishes_the_episode(tmp_path, monkeypatch):
 
 
 def test_data_side_imports_neither_warp_newton_nor_torch(tmp_path):
-    """The data side (formats, both recorders, reader, windows, conversion, torch_data, statistics, exports) loads
-    without warp, newton or torch, and reads a packed run that way: the episodes it reads are those read here."""
+    """The data side (formats, both recorders, reader, windows, inspect, verify, report, view, conversion, curation,
+    statistics, exports; all but the torch datasets' module) loads without warp, newton or torch, and reads a packed
+    run that way: the episodes it reads are those read here."""
     env = synthetic_description(num_envs=3, max_steps=6)
     sim = SyntheticSim(env, seed=4, end_prob=0.3)
     record(tmp_path / "run", env, make_batches(sim, 25), recorder=PackedRecorder)
@@ -505,25 +506,29 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
     sys.modules[name] = module
 import forge_gpu._src.formats.npz.files
 import forge_gpu._src.formats.npz.write
-import forge_gpu._src.data.runs
-import forge_gpu._src.data.torch_data
+import forge_gpu._src.reading.runs
+import forge_gpu._src.reading.shared_batches
+import forge_gpu._src.reading.verify
+import forge_gpu._src.reading.report
+import forge_gpu._src.reading.view
 import forge_gpu._src.formats.packed.write
 import forge_gpu._src.formats.packed.read
 import forge_gpu._src.formats.packed.repair
-import forge_gpu._src.formats.packed.write
-import forge_gpu._src.data.windows
-import forge_gpu._src.data.curation.convert
-import forge_gpu._src.data.integrity.run_repair
-import forge_gpu._src.data.integrity.inspection
+import forge_gpu._src.reading.windows
+import forge_gpu._src.curation.convert
+import forge_gpu._src.curation.repair
+import forge_gpu._src.curation.curate
+import forge_gpu._src.curation.statistics
+import forge_gpu._src.reading.inspection
 import forge_gpu._src.core.manifest
 import forge_gpu._src.formats.registry
 import forge_gpu._src.formats.npz.read
 import forge_gpu._src.formats.packed.read
 import forge_gpu._src.recording.stats
-import forge_gpu._src.data.export.lerobot
-import forge_gpu._src.data.export.robomimic
+import forge_gpu._src.export.lerobot
+import forge_gpu._src.export.robomimic
 import json
-from forge_gpu._src.data.runs import read_episodes
+from forge_gpu._src.reading.runs import read_episodes
 episodes = read_episodes({str(tmp_path / "run")!r})
 print(json.dumps([[e.env_id, e.episode_id, e.steps, e.action.tolist()] for e in episodes]))
 """

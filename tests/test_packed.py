@@ -275,24 +275,44 @@ def test_convert_refuses_bad_input_and_leaves_nothing(recorded, tmp_path):
     assert not (tmp_path / "out").exists() and sorted(os.listdir(tmp_path)) == ["live", "taken"]
 
 
+def windows_by_loop(directory, history: int, horizon: int) -> list[dict]:
+    """The training windows of a run as docs/FORMAT-v1.md defines them, by a plain loop over its episodes: one per
+    ``t`` in ``[history-1, T-horizon]``, the frames ``t-history+1 .. t`` and the actions ``t .. t+horizon-1``."""
+    windows = []
+    for episode in forge_gpu.reading.read_episodes(directory):
+        for t in range(history - 1, episode.steps - horizon + 1):
+            window = {f"obs/{name}": values[t - history + 1 : t + 1] for name, values in episode.obs.items()}
+            window["action"] = episode.action[t : t + horizon]
+            window.update(env_id=episode.env_id, episode_id=episode.episode_id, t=t, instruction=episode.instruction)
+            windows.append(window)
+    return windows
+
+
 @pytest.mark.parametrize("history, horizon", [(1, 1), (2, 3), (3, 1)])
-def test_windows_equal_action_windows_on_both_layouts(recorded, tmp_path, history, horizon):
-    """The vectorized windows are action_windows' windows, in the same order, for packed and npz runs."""
+def test_windows_equal_a_loop_over_the_episodes_on_both_layouts(recorded, tmp_path, history, horizon):
+    """Windows (a batch of all, and one by one) and action_windows give the windows of a plain loop over the
+    episodes, in its order, for packed and npz runs."""
     directory, _ = recorded
     npz = tmp_path / "npz"
     convert_run(directory, npz, to="npz")
     for run in (directory, npz):
-        reference = list(forge_gpu.reading.action_windows(run, history, horizon))
+        expected = windows_by_loop(run, history, horizon)
         windows = Windows(run, history, horizon)
-        assert len(windows) == len(reference) > 0
+        assert len(windows) == len(expected) > 0
         batch = windows.batch(np.arange(len(windows)))
-        for i, window in enumerate(reference):
+        walked = list(forge_gpu.reading.action_windows(run, history, horizon))
+        assert len(walked) == len(expected)
+        for i, window in enumerate(expected):
+            assert set(walked[i]) == set(window) and set(batch) == set(window)
             for key, value in window.items():
                 if isinstance(value, np.ndarray):
-                    assert np.array_equal(batch[key][i], value), key
+                    assert np.array_equal(batch[key][i], value) and np.array_equal(walked[i][key], value), key
+                    assert walked[i][key].dtype == value.dtype, key
                 else:
-                    assert batch[key][i] == value, key
-        assert windows[-1]["t"] == reference[-1]["t"]
+                    assert batch[key][i] == value and walked[i][key] == value, key
+                    assert type(walked[i][key]) is type(value), key
+        last = windows[-1]  # one window by index
+        assert all(np.array_equal(last[k], v) if isinstance(v, np.ndarray) else last[k] == v for k, v in window.items())
 
 
 def test_padded_windows_repeat_the_edges_and_flag_them(recorded):

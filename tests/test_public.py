@@ -100,7 +100,7 @@ def test_an_unknown_name_is_an_attribute_error():
     "name, module, expected",
     [
         ("read_episodes", "forge_gpu._src.core.episode", "neither defines nor imports"),  # moved, path stale
-        ("read_episodes", "forge_gpu._src.data.gone", "no module"),
+        ("read_episodes", "forge_gpu._src.reading.gone", "no module"),
         ("read_episodes", "forge_gpu._src.gone.runs", "no module"),
     ],
 )

@@ -240,7 +240,7 @@ def test_repair_on_a_full_disk(tmp_path, capsys, monkeypatch, reserve):
         if mount is None:
             if reserve:
                 pytest.skip("a full disk needs a tmpfs")
-            import forge_gpu._src.data.integrity.run_repair as repair_module
+            import forge_gpu._src.curation.repair as repair_module
 
             monkeypatch.setattr(repair_module, "write_json_atomic", inject_full_disk)
             run, filler = killed, None

@@ -15,8 +15,7 @@ from scripts import TOOLS, load_script
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
-from forge_gpu._src.data.look.report_charts import MAX_FRAMES, MAX_SIDE, animation, chart, histogram
-from forge_gpu._src.data.look.report_page import SECTIONS
+from forge_gpu._src.reading.report import MAX_FRAMES, MAX_SIDE, SECTIONS, animation, chart, histogram
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
 from forge_gpu.recording import PackedRecorder, write_dataset_manifest
@@ -248,7 +247,7 @@ def test_an_all_zero_series_has_an_axis_from_zero():
 
 def test_success_per_instruction_names_each_instructions_row():
     """The points stand at #1, #2, ... , the rows of the per-instruction table (the axis was a bare index)."""
-    from forge_gpu._src.data.look.report import episodes_section
+    from forge_gpu._src.reading.report import episodes_section
 
     texts = ["pick the red block", "pick the blue block", "pick the green block"]
     instructions = np.array([texts[0]] * 6 + [texts[1]] * 4 + [texts[2]] * 2, dtype=object)  # the most common first

@@ -2,6 +2,9 @@
 
 import json
 import os
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -278,6 +281,47 @@ def test_action_windows_refuse_bad_lengths(run):
         action_windows(run[0], history=0, horizon=1)
     with pytest.raises(ValueError, match="horizon"):
         action_windows(run[0], history=1, horizon=0)
+
+
+def test_the_torch_datasets_are_classes_of_torch_datasets(run):
+    """WindowDataset and WindowMapDataset are classes: what they make is an instance of them and of torch's
+    IterableDataset or Dataset, and so is a pickled copy (a DataLoader worker's), which loads its own windows."""
+    torch = pytest.importorskip("torch")
+    from forge_gpu.reading import WindowDataset, WindowMapDataset
+
+    directory, _ = run
+    iterable = WindowDataset(directory, history=2, horizon=3, observation_keys=["proprio"], shuffle=True)
+    mapped = WindowMapDataset(directory, history=2, horizon=3, observation_keys=["proprio"])
+    assert isinstance(iterable, WindowDataset) and isinstance(iterable, torch.utils.data.IterableDataset)
+    assert isinstance(mapped, WindowMapDataset) and isinstance(mapped, torch.utils.data.Dataset)
+    assert not isinstance(mapped, torch.utils.data.IterableDataset)
+    count = len(mapped)  # loads its windows in this process
+    copy = pickle.loads(pickle.dumps(mapped))
+    assert type(copy) is WindowMapDataset and copy._windows is None and len(copy) == count
+    iterable.set_epoch(3)
+    again = pickle.loads(pickle.dumps(iterable))
+    assert type(again) is WindowDataset and (again.epoch, again.shuffle, again.history) == (3, True, 2)
+    with pytest.raises(ValueError, match="history"):
+        WindowMapDataset(directory, history=0)
+
+
+def test_reading_loads_torch_only_for_the_torch_datasets(run):
+    """In a fresh interpreter, episodes, Windows and action_windows load no torch; the first use of a torch dataset
+    does."""
+    pytest.importorskip("torch")
+    directory, _ = run
+    code = f"""
+import sys
+import forge_gpu.reading as reading
+directory = {os.fspath(directory)!r}
+next(reading.read_episodes(directory)), next(reading.action_windows(directory)), reading.Windows(directory)[0]
+print("torch" in sys.modules)
+reading.WindowMapDataset(directory)
+print("torch" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"]
 
 
 def test_window_dataset_with_dataloader(run):

@@ -20,8 +20,8 @@ from synthetic import (
 )
 
 import forge_gpu
-from forge_gpu._src.data.integrity.inspection import format_report
 from forge_gpu._src.formats.packed.identity import COMMIT_LOG
+from forge_gpu._src.reading.inspection import format_report
 from forge_gpu.curation import convert_run, repair_run
 from forge_gpu.reading import EpisodeReadOptions, Windows, inspect_run
 from forge_gpu.recording import PackedRecorder
@@ -280,9 +280,16 @@ def test_windows_carry_state_history_and_episode_params(recorded, mmap):
     assert i == len(windows)
     unpadded = Windows(directory, history, horizon, state=True, mmap=mmap).batch(np.arange(3))
     options = EpisodeReadOptions(state=["body_q"])
-    reference = itertools.islice(forge_gpu.reading.action_windows(directory, history, horizon, options=options), 3)
-    for k, window in enumerate(reference):  # action_windows' windows alike
-        assert_bits(unpadded["state/body_q"][k], window["state/body_q"])
+    walked = itertools.islice(forge_gpu.reading.action_windows(directory, history, horizon, options=options), 3)
+    expected = [  # the unpadded windows' state, by a loop over the episodes
+        episode.state["body_q"][t - history + 1 : t + 1]
+        for episode in episodes
+        for t in range(history - 1, episode.steps - horizon + 1)
+    ][:3]
+    for k, window in enumerate(walked):  # action_windows' windows alike
+        assert_bits(unpadded["state/body_q"][k], expected[k])
+        assert_bits(window["state/body_q"], expected[k])
+    assert k == 2
     assert not [k for k in Windows(directory, history, horizon).batch([0]) if k.startswith(("state/", "params/"))]
     dataset = forge_gpu.reading.WindowMapDataset(directory, history=2, horizon=2, state=["joint_q"], params=True)
     item = dataset[[0, 1]]

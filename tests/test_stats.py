@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from synthetic import SyntheticSim, make_batches, record, synthetic_description
 
-from forge_gpu._src.data.integrity.inspection import format_report
+from forge_gpu._src.reading.inspection import format_report
 from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
 from forge_gpu.cli import main
 from forge_gpu.curation import compute_statistics, run_statistics

@@ -1,4 +1,4 @@
-"""The curation commands: ``select``, ``merge`` and ``split`` (forge_gpu._src.data.curation.curate), each writing new
+"""The curation commands: ``select``, ``merge`` and ``split`` (forge_gpu._src.curation.curate), each writing new
 closed packed runs from the episodes of others. Like ``_data``'s, they import neither Warp, Newton nor torch."""
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def _failed(what: str, error: Exception) -> int:
 
 
 def cmd_select(args) -> int:
-    from forge_gpu._src.data.curation.curate import select_run
-    from forge_gpu._src.data.curation.where import ExpressionError
+    from forge_gpu._src.curation.curate import select_run
+    from forge_gpu._src.curation.where import ExpressionError
 
     _check([args.run], args.out, args.compression)
     try:
@@ -71,7 +71,7 @@ def cmd_select(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from forge_gpu._src.data.curation.curate import merge_runs
+    from forge_gpu._src.curation.curate import merge_runs
 
     _check(args.runs, args.out, args.compression)
     try:
@@ -86,7 +86,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_split(args) -> int:
-    from forge_gpu._src.data.curation.curate import split_run
+    from forge_gpu._src.curation.curate import split_run
 
     _check([args.run], args.out, args.compression)
     if not 0 < args.val < 1:

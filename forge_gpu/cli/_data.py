@@ -25,7 +25,7 @@ from ._recording import codec_options
 def cmd_inspect(args) -> int:
     import json
 
-    from forge_gpu._src.data.integrity.inspection import inspect_run
+    from forge_gpu._src.reading.inspection import inspect_run
 
     check_run(args.run, dataset=True)
     try:
@@ -36,7 +36,7 @@ def cmd_inspect(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        from forge_gpu._src.data.integrity.inspection import format_report
+        from forge_gpu._src.reading.inspection import format_report
 
         print(format_report(report))
     return 0
@@ -45,7 +45,7 @@ def cmd_inspect(args) -> int:
 def cmd_verify(args) -> int:
     import json
 
-    from forge_gpu._src.data.integrity.verify import format_verify, verify_run
+    from forge_gpu._src.reading.verify import format_verify, verify_run
 
     check_run(args.run, dataset=True)
     try:
@@ -58,7 +58,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from forge_gpu._src.data.integrity.inspection import render_episode
+    from forge_gpu._src.reading.inspection import render_episode
 
     episode = parse_episode(args.episode) if args.episode else None
     check_run(args.run)
@@ -80,7 +80,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_repair(args) -> int:
-    from forge_gpu._src.data.integrity.run_repair import repair_run
+    from forge_gpu._src.curation.repair import repair_run
 
     check_run(args.run)
     try:
@@ -118,7 +118,7 @@ def cmd_repair(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from forge_gpu._src.data.curation.convert import convert_run
+    from forge_gpu._src.curation.convert import convert_run
 
     check_run(args.run)
     check_new(args.out)
@@ -138,8 +138,8 @@ def cmd_convert(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from forge_gpu._src.data.export.lerobot import check_video, export_lerobot
-    from forge_gpu._src.data.export.robomimic import export_robomimic
+    from forge_gpu._src.export.lerobot import check_video, export_lerobot
+    from forge_gpu._src.export.robomimic import export_robomimic
 
     check_run(args.run, dataset=True)
     check_new(args.out, kind="directory" if args.to == "lerobot" else "file")
@@ -188,7 +188,8 @@ def cmd_export(args) -> int:
 def cmd_stats(args) -> int:
     import json
 
-    from forge_gpu._src.data.curation.run_statistics import compute_statistics, format_statistics
+    from forge_gpu._src.curation.statistics import compute_statistics
+    from forge_gpu._src.reading.inspection import format_statistics
     from forge_gpu._src.recording.stats import load_statistics
 
     check_run(args.run, dataset=True)

@@ -27,7 +27,7 @@ def add_look_commands(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    from forge_gpu._src.data.look.report import report
+    from forge_gpu._src.reading.report import report
 
     check_run(args.run, dataset=True)
     if not 0 <= args.gallery <= 16:
@@ -50,7 +50,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_view(args) -> int:
-    from forge_gpu._src.data.look.view import view_run
+    from forge_gpu._src.reading.view import view_run
 
     episodes = [parse_episode(e) for e in args.episode] if args.episode else None
     if args.limit < 1:

@@ -1,4 +1,5 @@
-"""Training windows with random access: every window of a run or dataset by index, many at once.
+"""Training windows: every window of a run or dataset by index, many at once (:class:`Windows`), or one after
+another (:func:`action_windows`, which walks a :class:`Windows`).
 
 The selected episodes are read and checked once, into a frame table (:mod:`core.frames`): each observation
 column with one row per frame, and the actions on the frame each transition leads to, as every run's reader
@@ -14,25 +15,28 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.instructions import INSTRUCTION, factorize
-from forge_gpu._src.data.runs import check_window, episode_index
+from forge_gpu._src.reading.runs import shard_episodes
+
+#: Windows gathered at once where they are handed out one by one (one vectorized batch call).
+CHUNK = 256
 
 
 class Windows:
     """Every training window of one shard of a run directory or a dataset root, by index.
 
     Window ``i`` is ``(episode, t)``: the observation frames ``t-history+1 .. t`` and the actions
-    ``t .. t+horizon-1`` of the episode, in episode order and then by ``t``. Without ``pad``, ``t``
-    runs over ``[history-1, T-horizon]`` as in :func:`action_windows` (same windows, same order);
-    with ``pad``, over every transition ``[0, T-1]``, and frames before the episode's first or actions
-    after its last repeat the edge one, flagged in ``obs_is_pad`` ``[history]`` and
+    ``t .. t+horizon-1`` of the episode, in episode order and then by ``t``. Without ``pad``, ``t`` runs over
+    ``[history-1, T-horizon]``; with ``pad``, over every transition ``[0, T-1]``, and frames before the episode's
+    first or actions after its last repeat the edge one, flagged in ``obs_is_pad`` ``[history]`` and
     ``action_is_pad`` ``[horizon]`` (LeRobot's ``*_is_pad`` convention).
 
     ``windows[i]`` gives one window; ``windows.batch(indices)`` (or ``windows[indices]``) gives many at
@@ -73,7 +77,6 @@ class Windows:
         params: bool = False,
         verify: bool = True,
     ):
-        check_window(history, horizon)
         check_flags(pad=pad, mmap=mmap, params=params, verify=verify)
         options = EpisodeReadOptions(
             observation_keys=observation_keys,
@@ -82,9 +85,21 @@ class Windows:
             state=state,
             verify=verify,
         )
+        self._load(shard_episodes(directory, options), history, horizon, options, pad=pad, mmap=mmap, params=params)
+
+    @classmethod
+    def _of_index(cls, index: list, history: int, horizon: int, options: EpisodeReadOptions) -> Windows:
+        """The unpadded windows of the episodes of ``index`` (``(run, k)`` pairs, :func:`runs.episode_index`), read
+        with ``options`` (its shard fields aside: ``index`` is the shard)."""
+        windows = cls.__new__(cls)
+        windows._load(index, history, horizon, options, pad=False, mmap=False, params=False)
+        return windows
+
+    def _load(self, index: list, history: int, horizon: int, options: EpisodeReadOptions, **flags: bool) -> None:
+        check_window(history, horizon)
+        pad, mmap = flags["pad"], flags["mmap"]
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
-        index = episode_index(directory)[options.shard_index :: options.num_shards]
-        self.fields, blocks, episodes = _frame_table(index, options, mmap, params)
+        self.fields, blocks, episodes = _frame_table(index, options, mmap, flags["params"])
         # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
         self._starts = np.array([start for start, _ in blocks], np.int64)
         self._obs = [(start, {n: c for n, c in columns.items() if n != "action"}) for start, columns in blocks]
@@ -130,8 +145,7 @@ class Windows:
         if isinstance(index, int | np.integer):
             if not -len(self) <= index < len(self):
                 raise IndexError(f"window {index} out of range for {len(self)} windows")
-            one = self.batch(np.array([index]))
-            return {k: (v[0] if k == "instruction" else v[0] if v.ndim > 1 else v[0].item()) for k, v in one.items()}
+            return one_window(self.batch(np.array([index])), 0)
         return self.batch(index)
 
     def batch(self, indices: Sequence[int] | np.ndarray, *, encoded: bool = False, empty=None) -> dict[str, Any]:
@@ -191,6 +205,51 @@ class Windows:
             parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched]
             out[name] = EncodedFrames.concatenate(parts).take(inverse)  # back in the order of ``rows``
         return out
+
+
+def action_windows(
+    directory: str | os.PathLike,
+    history: int = 1,
+    horizon: int = 1,
+    *,
+    options: EpisodeReadOptions | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield the training windows (docs/FORMAT-v1.md, "Training windows") of the episodes of one shard, one dict each:
+    the windows of :class:`Windows` (unpadded), in its order, a run at a time.
+
+    ``directory`` is a run directory or a dataset root; episodes and shards are as in :func:`runs.read_episodes`.
+    For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
+    with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where
+    ``options.state`` asks for it), ``action`` = ``action[t : t+horizon]`` (``[horizon, A]``), the episode's
+    ``instruction`` (``Episode.instruction``) and the ints ``env_id``, ``episode_id`` and ``t``. The arrays are
+    read-only views of a batch of windows (copy one to change it). Memory holds the selected fields of one run's
+    episodes of the shard at a time. The manifests and indexes are read and checked at the call.
+    """
+    check_window(history, horizon)
+    options = options or EpisodeReadOptions()
+    return _each_window(shard_episodes(directory, options), history, horizon, options)
+
+
+def _each_window(index: list, history: int, horizon: int, options: EpisodeReadOptions) -> Iterator[dict[str, Any]]:
+    for _, group in itertools.groupby(index, key=lambda entry: entry[0]):
+        windows = Windows._of_index(list(group), history, horizon, options)
+        for start in range(0, len(windows), CHUNK):
+            batch = windows.batch(np.arange(start, min(start + CHUNK, len(windows))))
+            for values in batch.values():
+                if isinstance(values, np.ndarray):
+                    values.flags.writeable = False
+            for i in range(len(batch["t"])):
+                yield one_window(batch, i)
+
+
+def one_window(batch: dict[str, Any], i: int) -> dict[str, Any]:
+    """Window ``i`` of a batch (:meth:`Windows.batch`): its arrays' rows, and its ids and ``t`` as ints."""
+    return {k: v[i] if k == "instruction" or v.ndim > 1 else v[i].item() for k, v in batch.items()}
+
+
+def check_window(history: int, horizon: int) -> None:
+    for name, value in (("history", history), ("horizon", horizon)):
+        check_int(name, value, minimum=1)
 
 
 def check_flags(**flags: Any) -> None:

@@ -1,5 +1,5 @@
 """The writing of a new run from read episodes, shared by ``convert`` and the curation commands
-(:mod:`data.curation.curate`) and read by ``stats``: the source opened (a closed run only), the new run.json, the
+(:mod:`curate`) and read by ``stats``: the source opened (a closed run only), the new run.json, the
 codecs it is written with, the target checked, and the run written whole (a temporary directory renamed when
 complete). numpy, pyarrow and the standard library."""
 
@@ -17,10 +17,10 @@ from forge_gpu._src.core.episode import Episode
 from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.npz.identity import INSTRUCTIONS_KEY
 from forge_gpu._src.formats.packed.layout import CODECS, stored_codecs
 from forge_gpu._src.formats.registry import FORMATS, RunReader, check_codecs, format_of
+from forge_gpu._src.reading.runs import open_run
 
 
 def open_closed_run(run_dir: str | os.PathLike) -> RunReader:

@@ -32,8 +32,8 @@ import numpy as np
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_succeeded
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
 from forge_gpu._src.core.files import partial_path, publish, remove_quietly
-from forge_gpu._src.data.export.common import closed_runs, export_report, source_statistics
-from forge_gpu._src.data.runs import episode_index, read_index
+from forge_gpu._src.export.common import closed_runs, export_report, source_statistics
+from forge_gpu._src.reading.runs import episode_index, read_index
 from forge_gpu._src.recording.stats import StatsAccumulator
 
 #: Observation fields exported (ids and time are in the demo's attributes or implied by the index).

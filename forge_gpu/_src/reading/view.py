@@ -16,8 +16,8 @@ import sys
 import numpy as np
 
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_stem
-from forge_gpu._src.data.look.summary import run_identity
-from forge_gpu._src.data.runs import open_run
+from forge_gpu._src.reading.runs import open_run
+from forge_gpu._src.reading.summary import run_identity
 
 #: Episodes logged when none are named.
 DEFAULT_LIMIT = 16

@@ -8,7 +8,7 @@ import os
 import time
 
 from forge_gpu._src.core.dataset import run_directories
-from forge_gpu._src.data.runs import open_run
+from forge_gpu._src.reading.runs import open_run
 from forge_gpu._src.recording.stats import StatsAccumulator, load_statistics
 
 

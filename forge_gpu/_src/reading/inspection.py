@@ -15,9 +15,9 @@ from forge_gpu._src.core.codec_specs import RAW, CodecSpec
 from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_return, episode_stem, episode_succeeded
 from forge_gpu._src.core.manifest import RUN_MANIFEST
-from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.packed import identity as packed_identity
 from forge_gpu._src.formats.registry import format_of
+from forge_gpu._src.reading.runs import open_run
 
 
 def _stats(values: list[float]) -> dict:
@@ -233,8 +233,6 @@ def format_report(report: dict) -> str:
     if report.get("statistics") is None:
         lines.append("statistics: none stored (recorded before statistics existed); run: forge-gpu stats RUN")
     else:
-        from forge_gpu._src.data.curation.run_statistics import format_statistics
-
         lines.append("statistics (per channel; q01/q99 within 0.4%):")
         lines += format_statistics(report["statistics"])
     if "note" in report:
@@ -307,3 +305,20 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     fig.savefig(out)
     plt.close(fig)
     return out, missing
+
+
+def format_statistics(summary: dict[str, dict]) -> list[str]:
+    """Readable lines: one per key, with each figure shown per channel (at most 6 channels)."""
+
+    def show(values) -> str:
+        values = np.atleast_1d(values)
+        text = " ".join(f"{v:.4g}" for v in values[:6])
+        return f"[{text}{' ...' if values.size > 6 else ''}]"
+
+    lines = []
+    for key, s in summary.items():
+        lines.append(
+            f"  {key:<12} count {s['count']:,}  mean {show(s['mean'])}  std {show(s['std'])}  "
+            f"min {show(s['min'])}  max {show(s['max'])}  q01 {show(s['q01'])}  q99 {show(s['q99'])}"
+        )
+    return lines

@@ -16,7 +16,7 @@ from typing import Any
 
 from forge_gpu._src.core.dataset import is_dataset
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.data.curation.writing import (
+from forge_gpu._src.curation.writing import (
     check_target,
     codec_request,
     new_manifest,

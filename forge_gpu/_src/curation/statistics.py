@@ -1,6 +1,6 @@
 """Statistics over the published episodes of runs: ``compute_statistics`` (what ``forge-gpu stats`` runs),
-``run_statistics`` for training code, and their readable lines. The accumulator itself, which reads no run,
-is :mod:`recording.stats`."""
+``run_statistics`` for training code. Their readable lines are :func:`reading.inspection.format_statistics` (``inspect``
+prints them too); the accumulator itself, which reads no run, is :mod:`recording.stats`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
-from forge_gpu._src.data.curation.writing import open_closed_run
+from forge_gpu._src.curation.writing import open_closed_run
 from forge_gpu._src.recording.stats import StatsAccumulator, load_statistics
 
 
@@ -50,20 +50,3 @@ def compute_statistics(path: str | os.PathLike, *, write: bool = True) -> StatsA
 def new_statistics(spec: Mapping) -> StatsAccumulator:
     """An empty accumulator of the statistics of runs of the env_spec ``spec``."""
     return StatsAccumulator(observation_layout(spec), int(spec["action_shape"][0]))
-
-
-def format_statistics(summary: Mapping[str, Mapping]) -> list[str]:
-    """Readable lines: one per key, with each figure shown per channel (at most 6 channels)."""
-
-    def show(values) -> str:
-        values = np.atleast_1d(values)
-        text = " ".join(f"{v:.4g}" for v in values[:6])
-        return f"[{text}{' ...' if values.size > 6 else ''}]"
-
-    lines = []
-    for key, s in summary.items():
-        lines.append(
-            f"  {key:<12} count {s['count']:,}  mean {show(s['mean'])}  std {show(s['std'])}  "
-            f"min {show(s['min'])}  max {show(s['max'])}  q01 {show(s['q01'])}  q99 {show(s['q99'])}"
-        )
-    return lines

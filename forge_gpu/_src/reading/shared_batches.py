@@ -1,5 +1,5 @@
 """Whole batches handed from torch ``DataLoader`` workers to the main process through shared buffers reused from
-batch to batch (issue 30's "a DataLoader with workers keeps its throughput").
+batch to batch, so that a DataLoader with workers keeps its throughput.
 
 torch moves every tensor a worker returns into fresh shared memory: for a batch of camera frames that is a copy of
 tens of MB into pages faulted in anew, on the cores the workers decode on. Here a worker gathers (and decodes) each
@@ -37,7 +37,7 @@ def _aligned(offset: int) -> int:
 
 class WorkerSlots:
     """One worker's slots and the size the last batch needed. ``new_slot(size)``: a torch uint8 tensor of ``size``
-    bytes in shared memory, zero-filled (None where none can be made); ``convert(arrays)``: numpy arrays as tensors
+    bytes in shared memory, its first byte 0 (None where none can be made); ``convert(arrays)``: numpy arrays as tensors
     over them, in the process that receives the batch."""
 
     def __init__(self, new_slot: Callable[[int], Any], convert: Callable[[dict], dict]):

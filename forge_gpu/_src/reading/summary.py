@@ -15,9 +15,9 @@ from forge_gpu._src.core.dataset import is_dataset, run_directories
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.rules import episode_success
-from forge_gpu._src.data.integrity.inspection import _checksums, _statistics
-from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.registry import format_of
+from forge_gpu._src.reading.inspection import _checksums, _statistics
+from forge_gpu._src.reading.runs import open_run
 
 #: The gallery's kinds, in the order they are drawn, and how many of each by default.
 GALLERY_KINDS = ("best", "worst", "failed", "random")

@@ -1,4 +1,4 @@
-"""Read a run directory or a dataset of runs: the manifest, checked episodes, training windows.
+"""Read a run directory or a dataset of runs: the manifest and checked episodes (training windows: :mod:`windows`).
 
 A run is of any registered format (:mod:`formats.registry`): schema 1 (docs/FORMAT-v1.md: one ``.npz`` per
 episode, read by :mod:`formats.npz.read`) or packed (schema 2, docs/FORMAT.md, read by
@@ -18,9 +18,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.formats.registry import RunReader, check_published, format_of, read_manifest
@@ -38,7 +35,7 @@ def read_episodes(directory: str | os.PathLike, *, options: EpisodeReadOptions |
     groups, whole columns at a time).
     """
     options = options or EpisodeReadOptions()
-    return read_index(_shard(directory, options), options)
+    return read_index(shard_episodes(directory, options), options)
 
 
 def read_index(index: list[tuple[Any, int]], options: EpisodeReadOptions) -> Iterator[Episode]:
@@ -47,7 +44,8 @@ def read_index(index: list[tuple[Any, int]], options: EpisodeReadOptions) -> Ite
         yield from run.read([k for _, k in group], options)
 
 
-def _shard(directory: str | os.PathLike, options: EpisodeReadOptions) -> list[tuple[Any, int]]:
+def shard_episodes(directory: str | os.PathLike, options: EpisodeReadOptions) -> list[tuple[Any, int]]:
+    """The :func:`episode_index` of ``options``' shard: every ``num_shards``-th entry from ``shard_index``."""
     return episode_index(directory)[options.shard_index :: options.num_shards]
 
 
@@ -81,65 +79,3 @@ def open_run(run_dir: str | os.PathLike) -> RunReader:
     reader = fmt.open(run_dir, manifest)
     check_published(run_dir, manifest, len(reader), fmt)
     return reader
-
-
-def action_windows(
-    directory: str | os.PathLike,
-    history: int = 1,
-    horizon: int = 1,
-    *,
-    options: EpisodeReadOptions | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Yield training windows (docs/FORMAT-v1.md, "Training windows") of the episodes of one shard.
-
-    ``directory`` is a run directory or a dataset root; episodes and shards are as in :func:`read_episodes`.
-    For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
-    with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where
-    ``options.state`` asks for it), ``action`` =
-    ``action[t : t+horizon]`` (``[horizon, A]``), the episode's ``instruction`` (``Episode.instruction``) and the ints
-    ``env_id``, ``episode_id`` and ``t``. The arrays are read-only views of the episode's arrays (windows overlap:
-    copy one to change it).
-    """
-    check_window(history, horizon)
-    options = options or EpisodeReadOptions()
-    return episode_windows(_shard(directory, options), options, history, horizon)
-
-
-def check_window(history: int, horizon: int) -> None:
-    for name, value in (("history", history), ("horizon", horizon)):
-        check_int(name, value, minimum=1)
-
-
-def episode_windows(
-    index: list[tuple[Any, int]], options: EpisodeReadOptions, history: int, horizon: int
-) -> Iterator[dict]:
-    """The windows of the indexed episodes, in index order."""
-    for run, group in itertools.groupby(index, key=lambda entry: entry[0]):
-        for episode in run.read([k for _, k in group], options):
-            count = episode.steps - horizon - history + 2  # windows t = history-1 .. T-horizon
-            if count <= 0:
-                continue
-            keys = [f"obs/{f}" for f in episode.obs] + [f"state/{n}" for n in episode.state] + ["action"]
-            arrays = [*episode.obs.values(), *episode.state.values()]
-            views = [_sliding(a, count, history) for a in arrays] + [
-                _sliding(episode.action[history - 1 :], count, horizon)
-            ]
-            # Each window a copy of one dict in the windows' key order, its arrays and t then set (0.44 us a window
-            # against 0.50 built from the keys; its views cost about as much again).
-            base: dict[str, Any] = dict.fromkeys(keys)
-            base.update(instruction=episode.instruction, env_id=episode.env_id, episode_id=episode.episode_id, t=0)
-            for t, values in zip(range(history - 1, history - 1 + count), zip(*views, strict=True), strict=True):
-                window = base.copy()
-                window.update(zip(keys, values, strict=True))
-                window["t"] = t
-                yield window
-
-
-def _sliding(values: np.ndarray, count: int, size: int) -> list[np.ndarray]:
-    """The ``count`` read-only views ``values[k : k + size]``, k = 0, 1, ...: made at once (one strided view), not
-    sliced one by one."""
-    step = values.strides[0]
-    view = np.lib.stride_tricks.as_strided(
-        values, (count, size, *values.shape[1:]), (step, step, *values.strides[1:]), writeable=False
-    )
-    return list(view)

@@ -25,9 +25,9 @@ from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_return, episode_succeeded
 from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import new_partial, publish
-from forge_gpu._src.data.curation.run_statistics import new_statistics
-from forge_gpu._src.data.curation.where import Where
-from forge_gpu._src.data.curation.writing import check_target, new_manifest, now, open_closed_run, write_run
+from forge_gpu._src.curation.statistics import new_statistics
+from forge_gpu._src.curation.where import Where
+from forge_gpu._src.curation.writing import check_target, new_manifest, now, open_closed_run, write_run
 from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of
 
 #: The per-episode values every run has, beside its params (each by its name).

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from forge_gpu._src.core.dataset import run_directories
-from forge_gpu._src.data.runs import open_run
 from forge_gpu._src.formats.registry import FORMATS, VERIFY_KEYS, format_of
+from forge_gpu._src.reading.runs import open_run
 
 
 def verify_run(path: str | os.PathLike) -> dict:

@@ -1,1 +1,0 @@
-"""Reading runs: open_run, episodes, windows, torch datasets; tools and exports."""

@@ -1,1 +1,0 @@
-"""Exports: LeRobot v3 and robomimic HDF5."""

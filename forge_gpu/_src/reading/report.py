@@ -1,0 +1,642 @@
+"""``forge-gpu report``: one self-contained HTML file about a run or a dataset (no server, no network: every chart is
+inline SVG and every image a data URI), written from one read of the episodes' transition columns, the manifests,
+``stats.json`` and a bounded gallery of episodes read whole (:mod:`summary` gathers them).
+
+In three parts, top down: the report and its sections of figures; the page (its frame: style, and the script that
+records the page's own errors and checks its images; the gallery, which shows episodes one by one; the stored
+statistics); and the pictures, made without a plotting library (charts as inline SVG: histograms, lines, binned rates;
+an episode's camera frames as a small animated WebP). numpy and the standard library (Pillow for the gallery's
+animations, imported when used).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+from forge_gpu._src.core.episode import episode_stem
+from forge_gpu._src.core.files import write_text_atomic
+from forge_gpu._src.reading.inspection import no_frames
+from forge_gpu._src.reading.summary import GALLERY_EACH, gather, pick_gallery, read_gallery
+
+#: The most randomized components a report plots (a vector param is one per component).
+MAX_PARAM_PLOTS = 12
+#: The most instructions shown apart (the others are grouped as "other").
+MAX_INSTRUCTIONS = 6
+#: The most runs a dataset's recording charts draw.
+MAX_RUN_LINES = 8
+
+
+def report(path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GALLERY_EACH, seed: int = 0) -> dict:
+    """Write the HTML report of a run directory or a dataset root to ``out`` (replaced whole when it exists).
+
+    ``gallery``: episodes of each kind the gallery shows (best, worst, failed, random; so at most 4 x ``gallery``);
+    ``seed``: the random choices. Returns ``{"out", "bytes", "seconds", "episodes", "gallery", "no_frames"}``
+    (``no_frames``: why the gallery shows no camera frames, or None). Raises ValueError
+    for a damaged run (naming it) or a bad argument, ImportError when Pillow is needed and missing."""
+    if not isinstance(gallery, int) or isinstance(gallery, bool) or not 0 <= gallery <= 16:
+        raise ValueError(f"gallery must be an integer in [0, 16], got {gallery!r}")
+    start = time.perf_counter()
+    facts = gather(path)
+    episodes = facts["episodes"]
+    items = read_gallery(facts, pick_gallery(episodes, each=gallery, seed=seed)) if gallery else []
+    sections = {
+        "identity": identity_section(facts),
+        "episodes": episodes_section(facts),
+        "randomization": randomization_section(facts),
+        "recording": recording_section(facts["runs"]),
+        "gallery": gallery_section(items, episodes),
+        "statistics": statistics_section(facts["statistics"]),
+    }
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    subtitle = f"{html.escape(facts['path'])} · {facts['kind']} · made {when} by forge-gpu report"
+    text = page(f"forge_gpu report: {os.path.basename(os.path.abspath(facts['path']))}", subtitle, sections)
+    out = os.fspath(out)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    write_text_atomic(out, text)  # the page appears whole, or not at all; its mode follows the umask
+    return {
+        "out": out,
+        "bytes": os.path.getsize(out),
+        "seconds": time.perf_counter() - start,
+        "episodes": int(episodes["steps"].size),
+        "gallery": len(items),
+        "no_frames": gallery_note(items),
+    }
+
+
+def identity_section(facts: dict) -> str:
+    runs = facts["runs"]
+    total = sum(r["bytes_on_disk"] for r in runs)
+    if facts["kind"] == "dataset":
+        header = ["run", "task", "status", "format", "device", "seed", "episodes", "transitions", "bytes on disk"]
+        rows = [
+            [os.path.basename(r["directory"]), r["task"], r["status"], r["format"], r["device"], r["seed"]]
+            + [r["episodes"], r["transitions"], r["bytes_on_disk"]]
+            for r in runs
+        ]
+        intro = f"<p>{len(runs)} runs, {total:,} bytes on disk.</p>" + table(rows, header)
+        return intro + (_run_table(runs[0], heading="The first run") if runs else "")
+    return _run_table(runs[0])
+
+
+def _run_table(run: dict, heading: str = "") -> str:
+    recorder = run["recorder"]
+    layout = f"{run['format']}" + (f", layout_version {run['layout_version']}" if run["layout_version"] else "")
+    if recorder:
+        layout += f", compression {recorder.get('compression', 'none')}, durability {recorder.get('durability', '-')}"
+    rows = [
+        ["task", run["task"]],
+        ["run id", run["run_id"]],
+        ["status", run["status"]],
+        ["format", layout],
+        ["seed", run["seed"]],
+        ["device", run["device"]],
+        ["envs", run["num_envs"]],
+        ["max steps", run["max_steps"]],
+        ["step", run["step_mode"]],
+        ["transport", run["transport"]],
+        ["size on disk", f"{run['bytes_on_disk']:,} bytes in {run['files']} files"],
+        ["checksums", run["checksums"]],
+        ["incomplete episodes", f"{run['incomplete_episodes']} (never published)"],
+        ["python", run["python"]],
+        ["packages", ", ".join(f"{k} {v}" for k, v in run["packages"].items())],
+    ]
+    config = html.escape(json.dumps(run["config"], indent=2))
+    title = f"<h3>{html.escape(heading)}</h3>" if heading else ""
+    details = f"<details><summary>config</summary><pre>{config}</pre></details>"
+    return f"{title}{table([[k, str(v)] for k, v in rows])}{details}"
+
+
+def _rate(success: np.ndarray, has_success: bool) -> str:
+    return f"{success.mean():.1%}" if has_success and success.size else "n/a"
+
+
+def _instruction_groups(instructions: list[str]) -> dict[str, np.ndarray]:
+    """Episode indices by instruction, the most common first; past :data:`MAX_INSTRUCTIONS`, one "other" group."""
+    names, inverse, counts = np.unique(np.asarray(instructions, dtype=object), return_inverse=True, return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    groups = {str(names[o]): np.flatnonzero(inverse == o) for o in order[:MAX_INSTRUCTIONS]}
+    if len(order) > MAX_INSTRUCTIONS:
+        groups["other"] = np.flatnonzero(np.isin(inverse, order[MAX_INSTRUCTIONS:]))
+    return groups
+
+
+def episodes_section(facts: dict) -> str:
+    e = facts["episodes"]
+    n, has_success = e["steps"].size, e["has_success"]
+    if not n:
+        return '<p class="muted">The run has no published episode.</p>'
+    steps, returns = e["steps"].astype(np.float64), e["return"]
+    out = cards(
+        [
+            ("episodes", f"{n:,}"),
+            ("transitions", f"{int(e['steps'].sum()):,}"),
+            ("success rate", _rate(e["success"], has_success)),
+            ("mean return", fmt(returns.mean())),
+            ("mean length", fmt(steps.mean())),
+        ]
+    )
+    groups = _instruction_groups(e["instruction"])
+    if len(groups) > 1:
+        rows = [
+            [name, idx.size, _rate(e["success"][idx], has_success), returns[idx].mean(), steps[idx].mean()]
+            for name, idx in groups.items()
+        ]
+        rows = [[f"#{k}", *row] for k, row in enumerate(rows, 1)]
+        out += "<h3>Per instruction</h3>" + table(rows, ["#", "instruction", "episodes", "success", "return", "length"])
+    else:
+        out += f"<p>Instruction: <q>{html.escape(next(iter(groups)))}</q></p>"
+    by_group = len(groups) > 1
+    charts = [
+        histogram({k: returns[v] for k, v in groups.items()}, title="return per episode", xlabel="return",
+                  ylabel="episodes", name="return-histogram"),
+        histogram({k: steps[v] for k, v in groups.items()}, title="length per episode", xlabel="steps",
+                  ylabel="episodes", name="length-histogram"),
+    ]  # fmt: skip
+    if has_success and by_group:
+        rows = np.arange(1, len(groups) + 1)  # each instruction by its row in the table above
+        rates = [{"x": rows, "y": [e["success"][v].mean() for v in groups.values()]}]
+        charts.append(chart(rates, kind="points", title="success rate per instruction", ylim=(0, 1),
+                            xlim=(0.5, len(groups) + 0.5), xticks=[(r, f"#{r}") for r in rows.tolist()],
+                            xlabel="instruction (its row # in the table)", ylabel="success rate",
+                            name="success-per-instruction"))  # fmt: skip
+    return out + f'<div class="charts">{"".join(charts)}</div>'
+
+
+def _components(params: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """Each randomized scalar: a scalar param, or each component of a vector one, up to :data:`MAX_PARAM_PLOTS`."""
+    out = []
+    for name, values in params.items():
+        flat = values.reshape(values.shape[0], -1)
+        for c in range(flat.shape[1]):
+            label = name if flat.shape[1] == 1 and values.ndim == 1 else f"{name}[{c}]"
+            out.append((label, flat[:, c]))
+    return out[:MAX_PARAM_PLOTS]
+
+
+def randomization_section(facts: dict) -> str:
+    e = facts["episodes"]
+    params = e["params"]
+    if not params or not e["steps"].size:
+        return '<p class="muted">No randomized parameters: the run draws none (its config has no [randomize]).</p>'
+    components = _components(params)
+    varied = [(label, x) for label, x in components if np.ptp(x) > 0]
+    rows = [[label, x.min(), x.mean(), x.max()] for label, x in components]
+    out = table(rows, ["parameter", "min", "mean", "max"])
+    out += '<p class="muted">Episodes binned by each drawn value (8 equal-width bins); a point is a bin\'s mean.</p>'
+    charts = []
+    for label, x in varied:
+        if e["has_success"]:
+            centres, rate, counts = binned(x, e["success"])
+            charts.append(chart([{"x": centres, "y": rate}], kind="points", title=f"success rate by {label}",
+                                xlabel=label, ylim=(0, 1), name=f"success-by-{label}"))  # fmt: skip
+        centres, mean, counts = binned(x, e["return"])
+        charts.append(chart([{"x": centres, "y": mean}], kind="points", title=f"mean return by {label}",
+                            xlabel=label, name=f"return-by-{label}"))  # fmt: skip
+    return out + f'<div class="charts">{"".join(charts)}</div>'
+
+
+def _progress_rows(run: dict) -> np.ndarray | None:
+    progress = run.get("progress")
+    if not isinstance(progress, dict) or not progress.get("rows"):
+        return None
+    columns = progress.get("columns", [])
+    rows = np.asarray(progress["rows"], np.float64)
+    needed = ("seconds", "episodes", "stall_seconds", "backlog", "bytes")
+    if rows.ndim != 2 or any(c not in columns for c in needed):
+        return None
+    return {c: rows[:, columns.index(c)] for c in needed}
+
+
+def recording_section(runs: list[dict]) -> str:
+    """The recording over time, from each run.json's ``progress``: episodes published, the share of time ``append``
+    waited for the writers (stall) and the writers' backlog; and the totals."""
+    totals, lines = [], {"episodes": [], "stall": [], "backlog": []}
+    for n, run in enumerate(runs):
+        name = os.path.basename(run["directory"]) if len(runs) > 1 else ""
+        p = _progress_rows(run)
+        seconds = float(p["seconds"][-1]) if p is not None else None
+        stall = run["stall_seconds"]
+        totals.append(
+            [os.path.basename(run["directory"]), seconds, run["episodes"], run["bytes_written"], stall]
+            + [f"{stall / seconds:.1%}" if seconds and stall is not None else "n/a"]
+        )
+        if p is None or n >= MAX_RUN_LINES:
+            continue
+        t = p["seconds"]
+        dt = np.diff(t, prepend=0.0)
+        share = np.divide(np.diff(p["stall_seconds"], prepend=0.0), dt, out=np.zeros_like(t), where=dt > 0)
+        lines["episodes"].append({"x": t, "y": p["episodes"], "label": name})
+        lines["stall"].append({"x": t, "y": np.clip(share, 0, 1), "label": name})
+        lines["backlog"].append({"x": t, "y": p["backlog"], "label": name})
+    header = ["run", "seconds recording", "episodes", "bytes written", "stall seconds", "stall share"]
+    out = table(totals, header)
+    if not lines["episodes"]:
+        return out + (
+            '<p class="muted">run.json keeps no progress table: the run was recorded before forge_gpu kept one, '
+            "or its recorder did not close it (a killed run).</p>"
+        )
+    out += (
+        '<p class="muted">Sampled as the writers published, at most once a second (run.json\'s progress). Stall: '
+        "the share of each interval the recorder's append waited for its writers (what holds stepping back).</p>"
+    )
+    charts = [
+        chart(lines["episodes"], title="episodes published", xlabel="seconds", name="progress-episodes"),
+        chart(lines["stall"], title="stall share", xlabel="seconds", ylim=(0, 1), name="progress-stall"),
+        chart(lines["backlog"], title="writer backlog", xlabel="seconds", name="progress-backlog"),
+    ]
+    return out + f'<div class="charts">{"".join(charts)}</div>'
+
+
+# The page: its frame, tables, the gallery and the stored statistics.
+
+#: The page's sections, in order: their ids (what a test looks for) and headings.
+SECTIONS = {
+    "identity": "Run",
+    "episodes": "Episodes",
+    "randomization": "Randomized parameters",
+    "recording": "Recording",
+    "gallery": "Gallery",
+    "statistics": "Statistics per field",
+}
+#: The most channels a statistics row shows.
+MAX_CHANNELS = 12
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0 auto;max-width:1180px;padding:16px 24px;color:#222}
+h1{font-size:22px;margin:4px 0}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:26px}
+h3{font-size:15px;margin:14px 0 6px}.muted{color:#777}
+table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #e0e0e0;padding:3px 8px;text-align:left;
+vertical-align:top}th{background:#f4f4f4;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}.card{border:1px solid #ddd;border-radius:6px;
+padding:8px 12px;min-width:120px}.card b{display:block;font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:8px}
+figure{margin:0}figcaption{font-size:12px;color:#555;text-align:center}
+.legend{list-style:none;margin:2px 0 2px 48px;padding:0;font-size:11px;line-height:1.3}
+.legend i{display:inline-block;width:8px;height:8px;margin-right:4px}
+.gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(270px,1fr));gap:12px}
+.episode{border:1px solid #ddd;border-radius:6px;padding:8px}.episode img{image-rendering:pixelated;width:256px;
+max-width:100%;display:block}.kind{font-weight:700;text-transform:uppercase;font-size:12px}
+.kind.best{color:#3ca951}.kind.worst{color:#d44}.kind.failed{color:#c60}.kind.random{color:#4269d0}
+pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:320px;font-size:12px}
+#page-errors{display:none}
+"""
+
+# Installed first, in <head>: every error the page raises and every console.error is kept, and written into
+# #page-errors once the page is checked.
+_ERRORS_SCRIPT = """
+window.__reportErrors = [];
+window.addEventListener("error", function (e) { window.__reportErrors.push(String(e.message || e.type)); }, true);
+(function () {
+  var original = console.error;
+  console.error = function () {
+    window.__reportErrors.push(Array.prototype.slice.call(arguments).join(" "));
+    return original.apply(console, arguments);
+  };
+})();
+"""
+
+# At the end of <body>: decode every image, mark each with data-decoded ("yes" once it has pixels), then mark the
+# body data-checked with the number of errors and list them in #page-errors (a test reads both from the DOM).
+_CHECK_SCRIPT = """
+(function () {
+  var images = Array.prototype.slice.call(document.images);
+  Promise.all(images.map(function (img) {
+    return img.decode().then(function () {
+      img.setAttribute("data-decoded", img.naturalWidth > 0 && img.naturalHeight > 0 ? "yes" : "empty");
+    }, function (err) {
+      img.setAttribute("data-decoded", "failed");
+      window.__reportErrors.push("image not decoded: " + (img.alt || img.src.slice(0, 40)) + ": " + err);
+    });
+  })).then(function () {
+    document.getElementById("page-errors").textContent = JSON.stringify(window.__reportErrors);
+    document.body.setAttribute("data-errors", String(window.__reportErrors.length));
+    document.body.setAttribute("data-checked", "yes");
+  });
+})();
+"""
+
+
+def page(title: str, subtitle: str, sections: dict[str, str]) -> str:
+    """The whole self-contained HTML page: ``sections`` maps each id of :data:`SECTIONS` to its body."""
+    body = [f"<h1>{html.escape(title)}</h1>", f'<p class="muted">{subtitle}</p>']
+    nav = " · ".join(f'<a href="#{key}">{heading}</a>' for key, heading in SECTIONS.items())
+    body.append(f"<p>{nav}</p>")
+    for key, heading in SECTIONS.items():
+        body.append(f'<section id="{key}"><h2>{heading}</h2>{sections[key]}</section>')
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style><script>{_ERRORS_SCRIPT}</script></head>"
+        f'<body>{"".join(body)}<pre id="page-errors"></pre><script>{_CHECK_SCRIPT}</script></body></html>\n'
+    )
+
+
+def table(rows: list[list], header: list[str] | None = None) -> str:
+    """An HTML table; cells are escaped text, numbers right-aligned."""
+    out = ["<table>"]
+    if header:
+        out.append("<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in header) + "</tr>")
+    for row in rows:
+        cells = []
+        for cell in row:
+            number = isinstance(cell, int | float | np.integer | np.floating) and not isinstance(cell, bool)
+            text = fmt(cell) if number else html.escape("" if cell is None else str(cell))
+            cells.append(f'<td class="n">{text}</td>' if number else f"<td>{text}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return "".join(out) + "</table>"
+
+
+def cards(items: list[tuple[str, str]]) -> str:
+    inner = "".join(f'<div class="card"><b>{v}</b>{html.escape(k)}</div>' for k, v in items)
+    return f'<div class="cards">{inner}</div>'
+
+
+def gallery_note(items: list[dict]) -> str | None:
+    """Why the gallery's episodes show no camera frames (:func:`no_frames` of the first one), or None."""
+    return no_frames(items[0]["episode"]) if items else None
+
+
+def gallery_section(items: list[dict], episodes: dict) -> str:
+    """One card per gallery episode: what it is, and its camera frames animated, or plots of its proprio, action and
+    reward where the run has no frames (said once, above the cards)."""
+    if not items:
+        return '<p class="muted">No published episode to show.</p>'
+    note = gallery_note(items)
+    cells = [] if note is None else [f'<p class="muted">No frames: {html.escape(note)}.</p>']
+    for item in items:
+        episode, run, i = item["episode"], item["run"], item["index"]
+        stem = episode_stem(episode.env_id, episode.episode_id)
+        success = "yes" if episodes["success"][i] else "no"
+        facts = [
+            f'<span class="kind {item["kind"]}">{item["kind"]}</span> {episode.env_id}:{episode.episode_id}',
+            f"{episode.steps} steps · return {fmt(episodes['return'][i])}"
+            + (f" · success {success}" if run["has_success"] else ""),
+            f'<span class="muted">{html.escape(episodes["instruction"][i])}</span>',
+        ]
+        if episode.params:
+            drawn = ", ".join(f"{name} {_value(v)}" for name, v in episode.params.items())
+            facts.append(f'<span class="muted">{html.escape(drawn)}</span>')
+        media = _episode_media(episode, run, stem)
+        cells.append(f'<div class="episode" data-episode="{stem}">{"<br>".join(facts)}{media}</div>')
+    head = cells[:1] if note is not None else []
+    return "".join(head) + '<div class="gallery">' + "".join(cells[len(head) :]) + "</div>"
+
+
+def _value(v) -> str:
+    a = np.asarray(v, np.float64)
+    return fmt(float(a)) if a.ndim == 0 else "[" + ", ".join(fmt(x) for x in a.ravel()[:6]) + "]"
+
+
+def _episode_media(episode, run: dict, stem: str) -> str:
+    t = episode.obs["time"].astype(np.float64)
+    reward = chart([{"x": t, "y": episode.reward}], title="reward", xlabel="time [s]", width=260, height=110)
+    if no_frames(episode) is None:
+        uri = data_uri(animation(episode, control_dt=run["control_dt"]), "image/webp")
+        what = "rgb | depth" if "depth" in episode.obs else "rgb"
+        return f'<img alt="{stem} {what}" src="{uri}"><span class="muted">{what}</span>{reward}'
+    plots = []
+    for name, values in (("proprio", episode.obs.get("proprio")), ("action", episode.action)):
+        if values is None:
+            continue
+        values = values.reshape(values.shape[0], -1)
+        series = [{"x": t, "y": values[:, c], "label": f"{name}[{c}]"} for c in range(min(values.shape[1], 8))]
+        plots.append(chart(series, title=name, xlabel="time [s]", width=260, height=130))
+    return "".join(plots) + reward
+
+
+def statistics_section(statistics: dict | None) -> str:
+    """The stored statistics (stats.json: per field, per channel), as a table."""
+    if statistics is None:
+        return '<p class="muted">No stats.json (recorded before statistics existed): run forge-gpu stats RUN.</p>'
+    rows = []
+    for key, s in statistics.items():
+        channels = len(np.atleast_1d(s["mean"]))
+        for c in range(min(channels, MAX_CHANNELS)):
+            figures = [np.atleast_1d(s[f])[c] for f in ("mean", "std", "min", "max", "q01", "q99")]
+            rows.append([key if c == 0 else "", c, s["count"] if c == 0 else None, *figures])
+        if channels > MAX_CHANNELS:
+            rows.append(["", f"... {channels - MAX_CHANNELS} more channels", None, None, None, None, None, None, None])
+    header = ["field", "channel", "count", "mean", "std", "min", "max", "q01", "q99"]
+    note = '<p class="muted">Per channel, from the run\'s stats.json; q01 and q99 within 0.4%.</p>'
+    return note + table(rows, header)
+
+
+# The pictures: charts as inline SVG, and camera frames as an animated WebP.
+
+PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5")
+#: The most points a line keeps (a longer series is taken at evenly spaced points).
+MAX_POINTS = 400
+#: An animation's most frames and the longest side of its frames [pixels].
+MAX_FRAMES = 24
+MAX_SIDE = 64
+
+
+def fmt(value) -> str:
+    """A number as a report shows it: 4 significant digits, integers whole."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi]."""
+    if not hi > lo:
+        return [lo]
+    raw = (hi - lo) / max(count - 1, 1)
+    step = 10 ** math.floor(math.log10(raw))
+    step *= next(m for m in (1, 2, 2.5, 5, 10) if m * step >= raw)
+    first = math.ceil(lo / step - 1e-9) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def _span(values: list[np.ndarray], given: tuple[float, float] | None) -> tuple[float, float]:
+    if given is not None:
+        return given
+    finite = [v[np.isfinite(v)] for v in values if v.size]
+    finite = [v for v in finite if v.size]
+    if not finite:
+        return 0.0, 1.0
+    lo, hi = min(float(v.min()) for v in finite), max(float(v.max()) for v in finite)
+    if hi == lo:  # one value: around it, never below 0 for values that are not (a backlog of 0 runs 0 to 1)
+        pad = abs(lo) * 0.1 or 1.0
+        return (lo - pad if lo < 0 else max(lo - pad, 0.0)), hi + pad
+    return lo, hi
+
+
+def chart(
+    series: list[dict],
+    *,
+    kind: str = "line",
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    ylim: tuple[float, float] | None = None,
+    xlim: tuple[float, float] | None = None,
+    xticks: list[tuple[float, str]] | None = None,
+    width: int = 340,
+    height: int = 180,
+    name: str = "",
+) -> str:
+    """A ``<figure>`` with one inline SVG chart of ``series`` (each ``{"x", "y", "label"}``; ``color`` optional).
+
+    ``kind``: ``line``; ``points``; ``bars`` (``x`` holds the bins' edges, one more than ``y``: a histogram, drawn
+    as bars for one series and as outlines over each other for several). ``xticks``: ``(value, label)`` pairs in place
+    of round numbers (e.g. categories). The series' labels make a legend below the chart, each label whole."""
+    if kind not in ("line", "points", "bars"):
+        raise ValueError(f"kind must be line, points or bars, got {kind!r}")
+    left, right, top, bottom = 48, 10, 10, 34
+    pw, ph = width - left - right, height - top - bottom
+    xs = [np.asarray(s["x"], np.float64) for s in series]
+    ys = [np.asarray(s["y"], np.float64) for s in series]
+    x0, x1 = _span(xs, xlim)
+    y0, y1 = _span(ys + ([np.zeros(1)] if kind == "bars" else []), ylim)
+
+    def px(v):
+        return left + (v - x0) / (x1 - x0) * pw
+
+    def py(v):
+        return top + ph - (v - y0) / (y1 - y0) * ph
+
+    parts = [f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>']
+    for t in _ticks(y0, y1):
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#e5e5e5"/>')
+        parts.append(f'<text x="{left - 4}" y="{py(t) + 3:.1f}" text-anchor="end">{fmt(t)}</text>')
+    for t, text in xticks if xticks is not None else [(t, fmt(t)) for t in _ticks(x0, x1)]:
+        parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 13}" text-anchor="middle">{html.escape(text)}</text>')
+    for n, (s, x, y) in enumerate(zip(series, xs, ys, strict=True)):
+        color = s.get("color", PALETTE[n % len(PALETTE)])
+        if kind == "bars" and len(series) == 1:
+            for a, b, v in zip(x[:-1], x[1:], y, strict=True):
+                h = py(y0) - py(v)
+                parts.append(
+                    f'<rect x="{px(a):.1f}" y="{py(v):.1f}" width="{max(px(b) - px(a) - 1, 0.5):.1f}" '
+                    f'height="{max(h, 0):.1f}" fill="{color}"><title>[{fmt(a)}, {fmt(b)}): {fmt(v)}</title></rect>'
+                )
+            continue
+        if kind == "bars":  # several histograms: outlines of their steps
+            sx, sy = np.repeat(x, 2)[1:-1], np.repeat(y, 2)
+            points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(sx, sy, strict=True))
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+            continue
+        keep = np.isfinite(x) & np.isfinite(y)
+        x, y = x[keep], y[keep]
+        if x.size > MAX_POINTS:
+            pick = np.linspace(0, x.size - 1, MAX_POINTS).round().astype(np.int64)
+            x, y = x[pick], y[pick]
+        if kind == "line":
+            points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x, y, strict=True))
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        else:
+            parts += [
+                f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="3" fill="{color}"><title>{fmt(a)}: {fmt(b)}</title>'
+                "</circle>"
+                for a, b in zip(x, y, strict=True)
+            ]
+    keys = [  # the legend: HTML below the plot, so that it never covers the data and wraps a long label whole
+        f'<li><i style="background:{s.get("color", PALETTE[n % len(PALETTE)])}"></i>{html.escape(str(s["label"]))}</li>'
+        for n, s in enumerate(series)
+        if s.get("label")
+    ]
+    parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 4}" text-anchor="middle">{html.escape(xlabel)}</text>')
+    parts.append(
+        f'<text x="11" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 11 {top + ph / 2:.0f})">'
+        f"{html.escape(ylabel)}</text>"
+    )
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'font-size="10" font-family="sans-serif">{"".join(parts)}</svg>'
+    )
+    legend = f'<ul class="legend" style="max-width:{width}px">{"".join(keys)}</ul>' if keys else ""
+    caption = f"<figcaption>{html.escape(title)}</figcaption>" if title else ""
+    return f'<figure class="chart" data-chart="{html.escape(name or title)}">{svg}{legend}{caption}</figure>'
+
+
+def histogram(values_by_label: dict[str, np.ndarray], *, bins: int = 20, **labels) -> str:
+    """A histogram of one or several groups of values over the same bins."""
+    groups = {k: np.asarray(v, np.float64) for k, v in values_by_label.items()}
+    everything = np.concatenate([v for v in groups.values() if v.size] or [np.zeros(1)])
+    lo, hi = float(everything.min()), float(everything.max())
+    if hi == lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = np.linspace(lo, hi, bins + 1)
+    series = [
+        {"x": edges, "y": np.histogram(v, edges)[0], "label": label if len(groups) > 1 else ""}
+        for label, v in groups.items()
+    ]
+    return chart(series, kind="bars", **labels)
+
+
+def binned(x: np.ndarray, y: np.ndarray, *, bins: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``y``'s mean in equal-width bins of ``x``: the bins' centres, the means and the counts (empty bins left out)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    lo, hi = float(x.min()), float(x.max())
+    if hi == lo:
+        return np.array([lo]), np.array([y.mean()]), np.array([y.size])
+    edges = np.linspace(lo, hi, bins + 1)
+    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    counts = np.bincount(which, minlength=bins)
+    sums = np.bincount(which, weights=y, minlength=bins)
+    keep = counts > 0
+    centres = (edges[:-1] + edges[1:]) / 2
+    return centres[keep], sums[keep] / counts[keep], counts[keep]
+
+
+def _downscale(frames: np.ndarray, side: int) -> np.ndarray:
+    """Frames ``[F, H, W, ...]`` shrunk by a whole factor (block means) so that neither side exceeds ``side``."""
+    factor = math.ceil(max(frames.shape[1], frames.shape[2]) / side)
+    if factor <= 1:
+        return frames
+    f, h, w = frames.shape[0], frames.shape[1] // factor * factor, frames.shape[2] // factor * factor
+    cut = frames[:, :h, :w].astype(np.float32)
+    shape = (f, h // factor, factor, w // factor, factor, *frames.shape[3:])
+    return cut.reshape(shape).mean(axis=(2, 4))
+
+
+def _gray(depth: np.ndarray) -> np.ndarray:
+    """Depth frames [F, H, W] (metres, 0 where nothing is hit) as grey RGB: near bright, nothing black."""
+    valid = np.isfinite(depth) & (depth > 0)
+    far = float(depth[valid].max()) if valid.any() else 1.0
+    near = float(depth[valid].min()) if valid.any() else 0.0
+    level = np.where(valid, 255 - 200 * (depth - near) / max(far - near, 1e-6), 0)
+    return np.repeat(np.clip(level, 0, 255)[..., None], 3, axis=-1)
+
+
+def animation(episode, *, control_dt: float | None, max_frames: int = MAX_FRAMES, side: int = MAX_SIDE) -> bytes:
+    """The episode's ``rgb`` frames (and ``depth`` beside them, grey, where the run has it) as an animated WebP: at
+    most ``max_frames`` evenly spread over its T + 1 frames, each side at most ``side`` pixels."""
+    from PIL import Image
+
+    steps = episode.steps
+    pick = np.unique(np.linspace(0, steps, min(steps + 1, max_frames)).round().astype(np.int64))
+
+    def frames(field):
+        every = np.concatenate([episode.obs[field], episode.next[field][-1:]])
+        return _downscale(every[pick], side)
+
+    panels = [frames("rgb").astype(np.float32)]
+    if "depth" in episode.obs:
+        panels.append(_gray(frames("depth")))
+    video = np.clip(np.concatenate(panels, axis=2), 0, 255).round().astype(np.uint8)
+    gap = steps / max(len(pick) - 1, 1)
+    duration = int(np.clip(1000 * (control_dt or 0.05) * gap, 60, 250))
+    images = [Image.fromarray(f) for f in video]
+    buffer = io.BytesIO()
+    images[0].save(
+        buffer, "WEBP", save_all=True, append_images=images[1:], duration=duration, loop=0, quality=70, method=4
+    )
+    return buffer.getvalue()
+
+
+def data_uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
