@@ -17,7 +17,7 @@ from pathlib import Path
 
 from forge_gpu._src.sim.config import config_dir
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
-from forge_gpu._src.sim.tasks.filetask import FileTask, file_task_class
+from forge_gpu._src.sim.taskfile.task import FileTask, file_task_class
 from forge_gpu._src.sim.tasks.push import PushTask
 from forge_gpu._src.sim.tasks.reach import ReachTask
 

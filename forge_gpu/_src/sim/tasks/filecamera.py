@@ -13,7 +13,7 @@ from __future__ import annotations
 import warp as wp
 
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, check_pose
-from forge_gpu.kernels import filetask as kernels
+from forge_gpu.kernels import taskfile as kernels
 
 CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth")
 SIZES = (8, 512)

@@ -18,10 +18,10 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.tasks import codegen
+from forge_gpu._src.sim.taskfile import codegen
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.filecamera import FileCamera, camera_fields
-from forge_gpu._src.sim.tasks.taskfile import (
+from forge_gpu._src.sim.taskfile.spec import (
     FileParams,
     Plan,
     catalog,
@@ -29,9 +29,9 @@ from forge_gpu._src.sim.tasks.taskfile import (
     read_task_file,
     resolved,
 )
-from forge_gpu._src.sim.tasks.taskmodel import add_model, model_file
+from forge_gpu._src.sim.taskfile.model import add_model, model_file
 from forge_gpu._src.sim.world import World
-from forge_gpu.kernels import filetask as kernels
+from forge_gpu.kernels import taskfile as kernels
 from forge_gpu.kernels import terms
 
 
@@ -262,7 +262,7 @@ def file_task_class(path, *, check: bool = True) -> type[FileTask]:
 
 def hold_pose(task: FileTask, world: World, settings: dict):
     """An ``[expert]`` factory for any task file: hold the default pose (``factory =
-    "forge_gpu._src.sim.tasks.filetask:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
+    "forge_gpu._src.sim.taskfile.task:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
     [N m s / rad]: PD torques; position actions: the pose itself, action 0)."""
     if set(settings) - {"stiffness", "damping"}:
         raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
@@ -286,7 +286,7 @@ def hold_pose(task: FileTask, world: World, settings: dict):
 
 def sinusoid_gait(task: FileTask, world: World, settings: dict):
     """An ``[expert]`` factory for position actions: a gait of sinusoid joint targets around the default pose
-    (``factory = "forge_gpu._src.sim.tasks.filetask:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
+    (``factory = "forge_gpu._src.sim.taskfile.task:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
     joint pattern -> [amplitude (rad), phase (cycles)], unlisted joints hold the pose; ``command`` (optional): a
     command name whose value, times ``command_scale``, scales every amplitude)."""
     file = task.config.params.file

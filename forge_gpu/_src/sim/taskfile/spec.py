@@ -24,11 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from forge_gpu._src.sim import tasks as _tasks_package  # noqa: F401 (the package the module lives in)
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.sim.tasks.filecamera import camera_entry
-from forge_gpu._src.sim.tasks.taskmodel import (
+from forge_gpu._src.sim.taskfile.model import (
     BALL,
     FIXED,
     FREE,
@@ -252,7 +251,7 @@ def _per_joint(value, count: int, where: str) -> list[float]:
 
 def plan_task(params: FileParams, source: str) -> Plan:
     """Resolve every section against the model: ValueError (one line, the key and what the model has)."""
-    from forge_gpu._src.sim.tasks import library as terms
+    from forge_gpu._src.sim.taskfile import terms
 
     params = resolved(params, source)
     builder = probe(params.model, source)
@@ -374,7 +373,7 @@ def _draws(reset: dict, joints, source: str) -> list[tuple[int, int, float]]:
 
 
 def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names) -> Row:
-    from forge_gpu._src.sim.tasks import library as terms
+    from forge_gpu._src.sim.taskfile import terms
 
     where = f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
