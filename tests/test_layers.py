@@ -23,12 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # so it also takes recording and formats; nothing on the data side takes sim or collect. The Warp kernels
 # (forge_gpu.kernels) are launched by sim alone. The command line and the public surface (forge_gpu's
 # __init__ and __main__) are on top and may import anything.
-LAYERS = ("core", "recording", "formats", "data", "kernels", "sim", "collect", "cli", "public")
+LAYERS = ("core", "recording", "formats", "data", "testing", "kernels", "sim", "collect", "cli", "public")
 MAY_IMPORT = {
     "core": {"core"},
     "recording": {"core", "recording"},
     "formats": {"core", "recording", "formats"},
     "data": {"core", "recording", "formats", "data"},
+    "testing": {"core", "recording", "testing"},
     "kernels": {"kernels"},
     "sim": {"core", "sim", "kernels"},
     "collect": {"core", "recording", "formats", "sim", "collect"},
@@ -36,7 +37,7 @@ MAY_IMPORT = {
     "public": set(LAYERS),
 }
 # The data side works with numpy and pyarrow: it never imports a simulator or torch...
-DATA_SIDE = {"core", "recording", "formats", "data"}
+DATA_SIDE = {"core", "recording", "formats", "data", "testing"}
 SIMULATION_PACKAGES = {"warp", "newton", "mujoco", "mujoco_warp", "torch"}
 # ... but for the torch datasets, which import torch inside their functions (on first use), never at load.
 LAZY_EXCEPTIONS = {"forge_gpu._src.data.torch_data": {"torch"}}

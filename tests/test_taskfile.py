@@ -1,13 +1,13 @@
-"""Tasks from a model file and a TOML (sim/tasks/taskfile.py, filetask.py, codegen.py, terms.py): a task written in
+"""Tasks from a model file and a TOML (sim/taskfile/: spec, model, terms, codegen, task): a task written in
 the test with a user @wp.func collects, reads back and replays --from actions bit for bit; the file-based ant equals
 the hand-written one bit for bit; every bad config is refused in one line naming its key, with nothing created."""
 
 import numpy as np
 import pytest
+from helpers.reference_cartpole import register_handwritten
 
 import forge_gpu
 from forge_gpu.cli import main
-from forge_gpu.testing import register_handwritten
 
 USER_TERMS = '''
 import warp as wp
