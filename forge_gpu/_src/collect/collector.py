@@ -20,10 +20,11 @@ import numpy as np
 from forge_gpu._src.collect.encode import run_encoder
 from forge_gpu._src.collect.transport import HostSnapshotTransport, Transport, TransportClosed
 from forge_gpu._src.core.checks import check_int
-from forge_gpu._src.core.manifest import describe_run
+from forge_gpu._src.core.manifest import RunDescription, check_description
 from forge_gpu._src.formats.options import RecordingOptions, recording_options
 from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.recording.base import Recorder
+from forge_gpu._src.sim.describe import describe_run
 from forge_gpu._src.sim.overflow import OverflowTally, overflow_lines, warn_dropped
 
 
@@ -167,11 +168,11 @@ class _Loop:
         }
 
 
-def make_recorder(directory: str, env, options: RecordingOptions | None = None) -> Recorder:
+def make_recorder(directory: str, run: RunDescription, options: RecordingOptions | None = None) -> Recorder:
     """The recorder of ``options.format`` (a registered :class:`RunFormat`; default ``RecordingOptions()``) for a
-    new run directory, recording ``env`` (a :class:`RunDescription` or an env to describe)."""
+    new run directory, recording ``run`` (``forge_gpu.sim.describe_run(env)`` describes an env)."""
     options = recording_options(options)
-    return FORMATS[options.format].recorder(directory, env, options)
+    return FORMATS[options.format].recorder(directory, check_description(run), options)
 
 
 def collect(

@@ -156,7 +156,7 @@ class RunFormat(Protocol):
 
     def recorder(self, directory: str, run: RunDescription, options: RecorderOptions) -> Recorder:
         """A new :class:`Recorder` writing run ``directory`` (it must not exist), for the :class:`RunDescription`
-        (or env) ``run`` and the ``RecordingOptions`` ``options`` (:class:`RecorderOptions`)."""
+        ``run`` and the ``RecordingOptions`` ``options`` (:class:`RecorderOptions`)."""
         ...
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:
