@@ -5,6 +5,9 @@ recorder thread takes the host batches, appends them to the run format's :class:
 the slots; the recorder's writer threads publish episodes. Backpressure chain: slow writers ->
 ``append`` waits for room in its buffers -> the recorder thread holds its slot -> ``publish``
 waits for a free slot -> stepping stops. Exceptions in any thread reach the caller.
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ with their re-simulated observations, the others are listed in the report.
 
 Per batch of ``B`` episodes, each frame is one ``VectorEnv.restore`` (``state``) or one ``step``
 (``actions``) of all ``B`` worlds and whole-array copies; nothing loops over envs per frame.
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations
