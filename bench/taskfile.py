@@ -1,20 +1,15 @@
-"""Task files against hand-written tasks, and what the shipped robots' policies earn.
+"""The shipped task files' speed, and what the shipped robots' policies earn.
 
-- env-steps/s of the file-based ant (configs/ant.toml, one generated observe kernel) and cartpole
-  (configs/cartpole.toml) against the hand-written tasks they replaced (``forge_gpu.testing``'s
-  ``register_handwritten``: forge_gpu/_src/sim/tasks/handwritten_ant.py, handwritten_cartpole.py), same config,
-  same envs, one run, measured in alternating rounds: the ratio of the medians and of the best rounds (a fresh env
-  on this CPU steps in one of two speeds, about 2x apart, whichever the task: the best rounds compare the fast
-  mode);
-- the task's own kernels per step (action, reset, observe hooks launched alone, best of 7 x 50), which a loaded
-  machine disturbs far less than whole steps;
-- env-steps/s of the robots from files (quadruped, humanoid) at 64 and 1024 envs, random policy;
+- env-steps/s of every shipped task file (ant, cartpole, quadruped, humanoid: one generated observe kernel each) at
+  64 and 1024 envs, random policy;
+- the file-based ant's and cartpole's own kernels per step (action, reset, observe hooks launched alone, best of
+  7 x 50), which a loaded machine disturbs far less than whole steps;
 - each robot's policies on its own reward, same seed and envs: the random policy, the config's expert (quadruped:
   a sinusoid trot whose amplitude follows the commanded vx; humanoid: PD holding the start pose) and, for the
   quadruped, hold_pose (stand): mean return and length of the episodes that ended, mean reward per active step,
   and each reward term's mean per active step (which term pays).
 
-python bench/taskfile.py              # comparisons at 64 and 1024 envs; robots at 64 and 1024; policies (CPU)
+python bench/taskfile.py              # task files at 64 and 1024 envs; their kernels; policies (CPU)
 python bench/taskfile.py --smoke      # seconds-long check that every figure is produced
 """
 
@@ -22,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent
 from common import machine, measure_stepping, save, table  # noqa: E402
 
-PAIRS = (("ant", "ant_handwritten"), ("cartpole", "cartpole_handwritten"))
+TASKS = ("ant", "cartpole", "quadruped", "humanoid")
+HOOKED = ("ant", "cartpole")
+"""The tasks whose hooks are timed alone."""
 
 
 def hook_times(task: str, num_envs: int, device: str) -> dict:
@@ -64,7 +60,7 @@ def policy_row(task: str, name: str, num_envs: int, steps: int) -> dict:
     """Run ``name`` (random, expert, hold_pose) for ``steps`` steps from seed 0: the episodes' returns and the
     reward terms' means per active step."""
     import forge_gpu
-    from forge_gpu._src.sim.tasks.filetask import hold_pose
+    from forge_gpu._src.sim.taskfile.task import hold_pose
 
     env = forge_gpu.sim.make(task, num_envs=num_envs, device="cpu", seed=0)
     policy = hold_pose(env.task, env.world, {}) if name == "hold_pose" else forge_gpu.sim.make_policy(name, env)
@@ -101,9 +97,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of each comparison")
-    parser.add_argument("--pair-envs", nargs="+", type=int, default=[64, 1024])
-    parser.add_argument("--robot-envs", nargs="+", type=int, default=[64, 1024])
+    parser.add_argument("--envs", nargs="+", type=int, default=[64, 1024])
     parser.add_argument("--policy-envs", type=int, default=32, help="envs of the policies' runs")
     parser.add_argument("--policy-steps", type=int, default=300, help="steps of the policies' runs")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
@@ -111,29 +105,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     wp.config.quiet = True
     if args.smoke:
-        args.seconds, args.rounds, args.pair_envs, args.robot_envs = 0.2, 1, [4], [4]
-        args.policy_envs, args.policy_steps = 2, 5
-    from forge_gpu.testing import register_handwritten
-
-    register_handwritten(Path(tempfile.mkdtemp(prefix="forge-gpu-bench-")))
-    rows, ratios, policies, hooks = [], [], [], []
-    for file_task, hand_task in PAIRS:
-        for n in args.pair_envs:
-            rates = {hand_task: [], file_task: []}
-            for _ in range(args.rounds):  # alternate, so that a change of load weighs on both alike
-                for task in rates:
-                    row = measure_stepping(task, n, args.device, args.seconds, "random")
-                    rates[task].append(row["env_steps_per_s"])
-            for task, values in rates.items():
-                rows.append({"task": task, "num_envs": n, "env_steps_per_s": float(np.median(values))})
-            ratio = float(np.median(rates[file_task]) / np.median(rates[hand_task]))
-            best = float(np.max(rates[file_task]) / np.max(rates[hand_task]))
-            ratios.append({"task": file_task, "num_envs": n, "file_over_handwritten": ratio, "best_over_best": best})
-            hooks += [hook_times(task, n, args.device) for task in (hand_task, file_task)]
-    for task in ("quadruped", "humanoid"):
-        for n in args.robot_envs:
+        args.seconds, args.envs, args.policy_envs, args.policy_steps = 0.2, [4], 2, 5
+    rows, policies, hooks = [], [], []
+    for task in TASKS:
+        for n in args.envs:
             rows.append({k: v for k, v in measure_stepping(task, n, args.device, args.seconds, "random").items()
                          if k in ("task", "num_envs", "env_steps_per_s")})  # fmt: skip
+            if task in HOOKED:
+                hooks.append(hook_times(task, n, args.device))
     for task, names in (("quadruped", ("random", "expert", "hold_pose")), ("humanoid", ("random", "expert"))):
         for name in names:
             policies.append(policy_row(task, name, args.policy_envs, args.policy_steps))
@@ -141,8 +120,6 @@ def main(argv=None) -> int:
     md = (
         "## Task files: env-steps/s (random policy)\n\n"
         + table(rows, ["task", "num_envs", "env_steps_per_s"])
-        + f"\n\n## File-based / hand-written ({args.rounds} alternating rounds: medians, best rounds)\n\n"
-        + table(ratios, ["task", "num_envs", "file_over_handwritten", "best_over_best"])
         + "\n\n## The task's kernels per step, microseconds (best of 7 x 50 calls of each hook)\n\n"
         + table(hooks, ["task", "num_envs", "apply_action_us", "reset_worlds_us", "observe_us", "total_us"])
         + f"\n\n## Policies on their task's reward ({args.policy_envs} envs, {args.policy_steps} steps, seed 0)\n\n"
@@ -150,7 +127,7 @@ def main(argv=None) -> int:
         + "\n\nReward terms' means per active step:\n\n"
         + "\n".join(f"- {p['task']} {p['policy']}: {p['terms_per_step']}" for p in policies)
     )
-    data = {"machine": machine(), "rows": rows, "ratios": ratios, "hooks": hooks, "policies": policies}
+    data = {"machine": machine(), "rows": rows, "hooks": hooks, "policies": policies}
     path = save("taskfile", data, md, args.out)
     print(md)
     print(f"\nwrote {path}")

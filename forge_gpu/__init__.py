@@ -8,7 +8,7 @@ The public names live in one module per domain, each with its ``__all__``, and n
 - ``forge_gpu.reading``: episodes, training windows, ``inspect_run``, ``verify_run``, ``report``, ``view_run``;
 - ``forge_gpu.curation``: ``convert_run``, ``select_run``, ``merge_runs``, ``split_run``, ``repair_run``, statistics;
 - ``forge_gpu.export``: LeRobot and robomimic;
-- ``forge_gpu.testing``: synthetic runs without a simulator, and the hand-written reference tasks.
+- ``forge_gpu.testing``: synthetic runs without a simulator.
 
 Each name is declared once, in its domain's table (tests/test_public.py checks that no name is in two), and is
 reached one way: ``forge_gpu.sim.make``, ``from forge_gpu.reading import read_episodes``. ``forge_gpu.make`` is an

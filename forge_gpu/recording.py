@@ -15,7 +15,6 @@ NAMES = {
     "Transport": "forge_gpu._src.collect.transport",
     "Recorder": "forge_gpu._src.recording.base",
     "RunDescription": "forge_gpu._src.core.manifest",
-    "describe_run": "forge_gpu._src.core.manifest",
     "RecordingOptions": "forge_gpu._src.formats.registry",
     "PackedRecorder": "forge_gpu._src.formats.packed.write",
     "NpzRecorder": "forge_gpu._src.formats.npz.write",

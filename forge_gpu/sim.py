@@ -1,5 +1,5 @@
 """forge_gpu.sim: batched Newton worlds (Warp and Newton load on first use): tasks, their configs, the env, the
-device, policies."""
+device, policies, and ``describe_run`` (what a recorder is told of an env's run)."""
 
 from forge_gpu._surface import lazy_names
 
@@ -9,6 +9,7 @@ NAMES = {
     "VectorEnv": "forge_gpu._src.sim.env",
     "default_device": "forge_gpu._src.sim.device",
     "StepResult": "forge_gpu._src.sim.step_result",
+    "describe_run": "forge_gpu._src.sim.describe",
     "TaskConfig": "forge_gpu._src.sim.config",
     "make_policy": "forge_gpu._src.sim.policies",
     "load_policy": "forge_gpu._src.sim.policies",

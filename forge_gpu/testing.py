@@ -1,10 +1,9 @@
-"""forge_gpu.testing: runs without a simulator, and the reference tasks, for tests and benchmarks: a synthetic run
-description and host batches with the env's step semantics (the recorders and readers are tested and timed on them),
-and the hand-written ant and cartpole that the task files are checked and timed against."""
+"""forge_gpu.testing: runs without a simulator, for tests and benchmarks: a synthetic run description and host
+batches with the env's step semantics (the recorders and readers are tested and timed on them)."""
 
 from forge_gpu._surface import lazy_names
 
-_SYNTHETIC = "forge_gpu._src.recording.synthetic"
+_SYNTHETIC = "forge_gpu._src.testing.synthetic"
 NAMES = {
     "synthetic_description": _SYNTHETIC,
     "SyntheticBatches": _SYNTHETIC,
@@ -13,7 +12,6 @@ NAMES = {
     "INSTRUCTION": _SYNTHETIC,
     "STATE": _SYNTHETIC,
     "PARAMS": _SYNTHETIC,
-    "register_handwritten": "forge_gpu._src.sim.tasks.handwritten_cartpole",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -1,10 +1,10 @@
 """Config loading: TOML files and keyword overrides go through the same checks."""
 
 import pytest
+from helpers.reference_cartpole import CartpoleParams
 
 import forge_gpu
 from forge_gpu._src.sim.config import load_config
-from forge_gpu._src.sim.tasks.handwritten_cartpole import CartpoleParams
 
 
 def _write(tmp_path, text):

@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # and formats; nothing on the data side takes sim or collect. The Warp kernels (forge_gpu.kernels) are launched by
 # sim alone. The command line and the public surface (forge_gpu's __init__ and __main__) are on top and may import
 # anything.
-LAYERS = ("core", "recording", "formats", "reading", "curation", "export", "kernels", "sim", "collect", "cli", "public")
+LAYERS = (
+    "core", "recording", "formats", "reading", "curation", "export", "testing", "kernels", "sim", "collect", "cli", "public"
+)
 READING = {"core", "recording", "formats", "reading"}
 MAY_IMPORT = {
     "core": {"core"},
@@ -33,6 +35,7 @@ MAY_IMPORT = {
     "reading": READING,
     "curation": READING | {"curation"},
     "export": READING | {"export"},
+    "testing": {"core", "recording", "testing"},
     "kernels": {"kernels"},
     "sim": {"core", "sim", "kernels"},
     "collect": {"core", "recording", "formats", "sim", "collect"},
@@ -40,7 +43,7 @@ MAY_IMPORT = {
     "public": set(LAYERS),
 }
 # The data side works with numpy and pyarrow: it never imports a simulator or torch...
-DATA_SIDE = {"core", "recording", "formats", "reading", "curation", "export"}
+DATA_SIDE = {"core", "recording", "formats", "reading", "curation", "export", "testing"}
 SIMULATION_PACKAGES = {"warp", "newton", "mujoco", "mujoco_warp", "torch"}
 # ... but for the torch datasets' module, which is torch's: it imports torch at its top. The public surface loads it
 # only when one of its names is used (test_public checks that importing forge_gpu.reading loads no torch).

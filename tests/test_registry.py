@@ -27,7 +27,7 @@ from forge_gpu.cli import build_parser, main
 from forge_gpu.curation import convert_run, repair_run
 from forge_gpu.formats import FormatCapabilities, read_manifest
 from forge_gpu.reading import Episode, EpisodeReadOptions, inspect_run, read_episodes
-from forge_gpu.recording import PackedRecorder, Recorder, describe_run, make_recorder
+from forge_gpu.recording import PackedRecorder, Recorder, make_recorder
 
 FILE = "episodes.pkl"
 MEMBERS = ("action", "reward", "terminated", "truncated")
@@ -46,7 +46,6 @@ class ListRecorder(RecorderBase):
     """Keeps every checked batch in memory; writes the ended episodes to FILE at close."""
 
     def __init__(self, directory, run, options):
-        run = describe_run(run)
         tracker = EpisodeTracker(run.spec, run.num_envs, run.max_steps)
         manifest = initial_manifest(run, options.max_buffer_bytes or 1 << 20, ListFormat.identity)
         self._batches, self._ended = [], []  # member -> [N, ...] per batch; (env, first, last batch)

@@ -1,5 +1,6 @@
-"""The seams: a recorder records from a plain RunDescription, both recorders are Recorders, and collect takes a
-transport factory whose name reaches run.json."""
+"""The seams: a recorder records from a plain RunDescription (forge_gpu.sim.describe_run describes an env; an env
+itself is refused), both recorders are Recorders, and collect takes a transport factory whose name reaches
+run.json."""
 
 import pytest
 from synthetic import SyntheticSim, make_batches, make_description, record, synthetic_description
@@ -30,6 +31,24 @@ def test_a_bad_description_is_refused_naming_the_value():
         RunDescription(spec=good.spec, config={"max_steps": 3}, task="t", scene=good.scene, seed=0)
     with pytest.raises(ValueError, match="scene"):
         RunDescription(spec=good.spec, config=dict(good.config), task="t", scene="table", seed=0)
+
+
+@pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder, forge_gpu.recording.make_recorder])
+def test_a_recorder_takes_a_description_not_an_env(tmp_path, recorder):
+    """Given an env a recorder refuses it, naming describe_run, and creates nothing; given describe_run(env) it
+    records the env's task, seed, config and spec."""
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu", seed=4, max_steps=10)
+    with pytest.raises(TypeError, match=r"got VectorEnv; describe an env with forge_gpu.sim.describe_run\(env\)"):
+        recorder(tmp_path / "refused", env)
+    assert not (tmp_path / "refused").exists()
+    run = forge_gpu.sim.describe_run(env, transport="elsewhere")
+    assert isinstance(run, RunDescription)
+    assert (run.task, run.seed, run.num_envs, run.max_steps, run.transport) == ("cartpole", 4, 2, 10, "elsewhere")
+    assert run.spec == env.spec and run.step_mode == env.step_mode
+    recorder(tmp_path / "run", run).close()
+    manifest = read_manifest(tmp_path / "run")
+    assert (manifest["task"], manifest["seed"], manifest["transport"]) == ("cartpole", 4, "elsewhere")
+    assert manifest["config"] == env.config.to_dict()
 
 
 def test_collect_takes_a_transport_factory(tmp_path):

@@ -1,13 +1,13 @@
-"""Tasks from a model file and a TOML (sim/tasks/taskfile.py, filetask.py, codegen.py, terms.py): a task written in
+"""Tasks from a model file and a TOML (sim/taskfile/: spec, model, terms, codegen, task): a task written in
 the test with a user @wp.func collects, reads back and replays --from actions bit for bit; the file-based ant equals
 the hand-written one bit for bit; every bad config is refused in one line naming its key, with nothing created."""
 
 import numpy as np
 import pytest
+from helpers.reference_cartpole import register_handwritten
 
 import forge_gpu
 from forge_gpu.cli import main
-from forge_gpu.testing import register_handwritten
 
 USER_TERMS = '''
 import warp as wp
@@ -348,7 +348,7 @@ def _heading_vx(env) -> np.ndarray:
 def test_the_quadrupeds_gait_walks_forward_and_out_earns_random_and_standing():
     """At a commanded 0.5 m/s the expert's trot (sinusoid targets, amplitude from the command) moves the base
     forward in its heading frame and earns more of the task's reward than the random policy and than standing."""
-    from forge_gpu._src.sim.tasks.filetask import hold_pose
+    from forge_gpu._src.sim.taskfile.task import hold_pose
 
     fixed = {"randomize.command": {"low": [0.5, 0.0, 0.0], "high": [0.5, 0.0, 0.0]}}
     earned, speed = {}, {}

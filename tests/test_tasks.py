@@ -10,19 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warp as wp
+from helpers.reference_cartpole import CONFIG, CartpoleTask
 
 import forge_gpu
 from forge_gpu._src.sim.env import SHARED
 from forge_gpu._src.sim.tasks.base import TaskBinding
 from forge_gpu._src.sim.tasks.catalog import TASK_CONFIG_FILES
-from forge_gpu._src.sim.tasks.handwritten_cartpole import CONFIG, CartpoleTask
 from forge_gpu._src.sim.world import World
 from forge_gpu.sim import VectorEnv
 
 
 class ShortCartpole(CartpoleTask):
     """A task defined outside forge_gpu's catalog: the hand-written cartpole's scene and kernels
-    (forge_gpu/_src/sim/tasks/handwritten_cartpole.py) subclassed here, under its own id and config file."""
+    (tests/helpers/reference_cartpole.py) subclassed here, under its own id and config file."""
 
     spec = dataclasses.replace(CartpoleTask.spec, id="short_cartpole")
 

@@ -5,6 +5,9 @@ recorder thread takes the host batches, appends them to the run format's :class:
 the slots; the recorder's writer threads publish episodes. Backpressure chain: slow writers ->
 ``append`` waits for room in its buffers -> the recorder thread holds its slot -> ``publish``
 waits for a free slot -> stepping stops. Exceptions in any thread reach the caller.
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import numpy as np
 from forge_gpu._src.collect.encode import run_encoder
 from forge_gpu._src.collect.transport import HostSnapshotTransport, Transport, TransportClosed
 from forge_gpu._src.core.checks import check_int
-from forge_gpu._src.core.manifest import describe_run
+from forge_gpu._src.core.manifest import RunDescription, check_description
 from forge_gpu._src.formats.registry import FORMATS, RecordingOptions, recording_options
 from forge_gpu._src.recording.base import Recorder
+from forge_gpu._src.sim.describe import describe_run
 from forge_gpu._src.sim.overflow import OverflowTally, overflow_lines, warn_dropped
 
 
@@ -166,11 +170,11 @@ class _Loop:
         }
 
 
-def make_recorder(directory: str, env, options: RecordingOptions | None = None) -> Recorder:
+def make_recorder(directory: str, run: RunDescription, options: RecordingOptions | None = None) -> Recorder:
     """The recorder of ``options.format`` (a registered :class:`RunFormat`; default ``RecordingOptions()``) for a
-    new run directory, recording ``env`` (a :class:`RunDescription` or an env to describe)."""
+    new run directory, recording ``run`` (``forge_gpu.sim.describe_run(env)`` describes an env)."""
     options = recording_options(options)
-    return FORMATS[options.format].recorder(directory, env, options)
+    return FORMATS[options.format].recorder(directory, check_description(run), options)
 
 
 def collect(

@@ -23,6 +23,9 @@ Devices: when the Ray cluster has GPUs and the device is not ``cpu``, each actor
 each actor takes one CPU. Actors ignore SIGINT (Ray may forward a Ctrl-C to them): the driver stops
 them through their ``stop`` method, so each one publishes its completed episodes and closes its manifest.
 With a Ray address, ``OUT`` must be a path every node sees (a shared file system).
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations

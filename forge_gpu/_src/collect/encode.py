@@ -21,6 +21,9 @@ Two encoders, one interface:
 :func:`make_encoder` chooses: on CUDA the JPEG fields get nvJPEG (the others, depth included, stay raw through the
 copy and are compressed by the writer pool: no lossless GPU codec is used, nvCOMP is not a dependency); on the CPU
 none.
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ with their re-simulated observations, the others are listed in the report.
 
 Per batch of ``B`` episodes, each frame is one ``VectorEnv.restore`` (``state``) or one ``step``
 (``actions``) of all ``B`` worlds and whole-array copies; nothing loops over envs per frame.
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_succeeded
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
-from forge_gpu._src.core.manifest import RUN_MANIFEST, describe_run, initial_manifest
+from forge_gpu._src.core.manifest import RUN_MANIFEST, initial_manifest
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
 from forge_gpu._src.sim.config import as_overrides
+from forge_gpu._src.sim.describe import describe_run
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.make import make, task_config
 from forge_gpu._src.sim.tasks.catalog import TASKS, is_task_file, resolve_task

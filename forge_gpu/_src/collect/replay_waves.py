@@ -1,6 +1,9 @@
 """Re-simulating one wave or batch of recorded episodes in a VectorEnv (``replay``'s inner loops), and the
 host arena their new observations go to. Nothing loops over worlds per frame: each frame is one ``restore``
 or ``step`` of all worlds and whole-array copies.
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ ended without closing or failing the transport (they will release nothing), or a
 threads have all ended without closing it, raises :class:`TransportClosed` instead of waiting forever. A
 consumer should still give its error to :meth:`fail` (``collect``'s recorder thread does), so that the
 publisher raises at once and says why.
+
+The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
+``_src/recording``, never imports Warp.
 """
 
 from __future__ import annotations

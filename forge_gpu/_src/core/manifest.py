@@ -69,8 +69,8 @@ RECORDED_PACKAGES = ("numpy", "newton", "warp-lang", "mujoco", "mujoco-warp", "t
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunDescription:
-    """What a recorder needs to know of the run it records: plain data, no env object. :func:`describe_run`
-    builds one from a :class:`VectorEnv` (or anything with its description attributes)."""
+    """What a recorder needs to know of the run it records: plain data, no env object. ``forge_gpu.sim.describe_run``
+    builds one from a :class:`VectorEnv`."""
 
     spec: Mapping
     """The env's spec: ``observation`` (field -> shape, dtype), ``action_shape`` [A], bounds, ... (env.spec)."""
@@ -105,22 +105,14 @@ class RunDescription:
         return int(self.config["max_steps"])
 
 
-def describe_run(env: Any, *, transport: str | None = None) -> RunDescription:
-    """The :class:`RunDescription` of ``env`` (its ``config``, ``spec``, ``calibration``, ``task.spec.id``,
-    ``task.scene``, ``seed`` and ``step_mode``); a description is returned as it is (with ``transport`` set
-    when given)."""
-    if isinstance(env, RunDescription):
-        return env if transport is None else dataclasses.replace(env, transport=transport)
-    return RunDescription(
-        spec=env.spec,
-        config=env.config.to_dict(),
-        task=env.task.spec.id,
-        scene=env.task.scene,
-        seed=int(env.seed),
-        calibration=env.calibration,
-        transport=transport or "host_snapshot",
-        step_mode=getattr(env, "step_mode", None),
-    )
+def check_description(run: Any) -> RunDescription:
+    """``run`` if it is a :class:`RunDescription`; else a TypeError saying how to describe an env."""
+    if not isinstance(run, RunDescription):
+        raise TypeError(
+            f"run: expected a RunDescription, got {type(run).__name__}; describe an env with "
+            "forge_gpu.sim.describe_run(env)"
+        )
+    return run
 
 
 def initial_manifest(run: RunDescription, max_buffer_bytes: int, identity: Mapping[str, Any]) -> dict:

@@ -168,7 +168,7 @@ class RunFormat(Protocol):
 
     def recorder(self, directory: str, run: RunDescription, options: RecordingOptions) -> Recorder:
         """A new :class:`Recorder` writing run ``directory`` (it must not exist), for the :class:`RunDescription`
-        (or env) ``run`` and the :class:`RecordingOptions` ``options``."""
+        ``run`` and the :class:`RecordingOptions` ``options``."""
         ...
 
     def open(self, run_dir: str, manifest: dict) -> RunReader:

@@ -38,7 +38,7 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import episode_stem, parse_episode_stem
 from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import remove_quietly
-from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
+from forge_gpu._src.core.manifest import RunDescription, check_description, initial_manifest
 from forge_gpu._src.formats.npz.files import (
     EPISODE_SUFFIX,
     MARKER_SUFFIX,
@@ -351,7 +351,7 @@ class NpzRecorder(RecorderBase):
 
     Args:
         directory: the run directory to create; it must not exist.
-        env: the run's :class:`RunDescription`, or an env to describe (:func:`describe_run`).
+        run: the run's :class:`RunDescription` (``forge_gpu.sim.describe_run(env)`` describes an env).
         max_buffer_bytes: budget for all episode buffers [bytes]; must hold ``num_envs + 1`` slots.
         writers: number of writer threads.
         compression: ``"none"`` (stored members) or ``"deflate"``.
@@ -365,7 +365,7 @@ class NpzRecorder(RecorderBase):
     def __init__(
         self,
         directory: str | os.PathLike,
-        env: RunDescription | Any,
+        run: RunDescription,
         *,
         max_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         writers: int = 2,
@@ -382,7 +382,7 @@ class NpzRecorder(RecorderBase):
         if spare_buffers is not None:
             check_int("spare_buffers", spare_buffers, minimum=1)
 
-        run = describe_run(env)
+        run = check_description(run)
         num_envs, max_steps = run.num_envs, run.max_steps
         tracker = EpisodeTracker(run.spec, num_envs, max_steps)
         slot_bytes = (max_steps + 1) * tracker.frame_bytes + max_steps * tracker.transition_bytes

@@ -37,7 +37,7 @@ from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames, 
 from forge_gpu._src.core.files import sync_directory
 from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.core.instructions import INSTRUCTION
-from forge_gpu._src.core.manifest import RunDescription, describe_run, initial_manifest
+from forge_gpu._src.core.manifest import RunDescription, check_description, initial_manifest
 from forge_gpu._src.formats.packed.commits import (
     EPISODES,
     PARAMS_PREFIX,
@@ -273,7 +273,7 @@ class PackedRecorder(RecorderBase):
 
     Args:
         directory: the run directory to create; it must not exist.
-        env: the run's :class:`RunDescription`, or an env to describe (:func:`describe_run`).
+        run: the run's :class:`RunDescription` (``forge_gpu.sim.describe_run(env)`` describes an env).
         max_buffer_bytes: the ring of buffered batches [bytes]; must hold at least 2 batches.
         compression: ``"none"``, ``"lz4"`` or ``"zstd"`` (Arrow IPC buffer compression).
         segment_bytes: a segment file is closed and the next one started once it reaches this size.
@@ -294,7 +294,7 @@ class PackedRecorder(RecorderBase):
     def __init__(
         self,
         directory: str | os.PathLike,
-        env: RunDescription | Any,
+        run: RunDescription,
         *,
         max_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         compression: str = "none",
@@ -313,7 +313,7 @@ class PackedRecorder(RecorderBase):
         check_int("segment_bytes", segment_bytes, minimum=1)
         check_int("block_bytes", block_bytes, minimum=1)
         check_int("encode_threads", encode_threads, minimum=1)
-        run = describe_run(env)
+        run = check_description(run)
         num_envs, max_steps = run.num_envs, run.max_steps
         tracker = EpisodeTracker(run.spec, num_envs, max_steps)
         asked = {k: v if isinstance(v, CodecSpec) else CodecSpec.parse(v) for k, v in (codecs or {}).items()}

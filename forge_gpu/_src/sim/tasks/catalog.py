@@ -1,6 +1,6 @@
 """The task catalog: task id -> Task class, for :func:`forge_gpu.sim.make` and ``forge-gpu collect``.
 
-A task file (a ``*.toml`` with a ``[model]`` section: a model file and its terms, ``tasks/taskfile.py``) needs no
+A task file (a ``*.toml`` with a ``[model]`` section: a model file and its terms, ``sim/taskfile/``) needs no
 code: the shipped ones in ``configs/`` are registered below, another is registered by :func:`resolve_task` when
 ``make`` or ``forge-gpu collect`` is given its path. A task with its own code is one recipe (docs/ARCHITECTURE.md):
 a config ``configs/<id>.toml``, its Warp kernels in
@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 
 from forge_gpu._src.sim.config import config_dir
+from forge_gpu._src.sim.taskfile.task import FileTask, file_task_class
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
-from forge_gpu._src.sim.tasks.filetask import FileTask, file_task_class
 from forge_gpu._src.sim.tasks.push import PushTask
 from forge_gpu._src.sim.tasks.reach import ReachTask
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from forge_gpu._src.sim.taskfile.model import model_file
+from forge_gpu._src.sim.taskfile.task import FileTask
 from forge_gpu._src.sim.tasks.catalog import TASKS, resolve_task
-from forge_gpu._src.sim.tasks.filetask import FileTask
-from forge_gpu._src.sim.tasks.taskmodel import model_file
 
 
 def task_lines() -> list[str]:

@@ -1,4 +1,4 @@
-"""The term library's index: each TOML term name, its Warp function (``forge_gpu/kernels/terms.py``), the keys
+"""The term library's index: each TOML term name, its Warp function (``forge_gpu.kernels.terms``), the keys
 its entry takes and its width. ``forge-gpu tasks`` and the README's task table list them."""
 
 from __future__ import annotations

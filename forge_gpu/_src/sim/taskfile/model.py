@@ -1,85 +1,181 @@
-"""A file-based task's TOML: read, merged with overrides, and checked against its model before anything runs.
+"""A task file's ``[model]`` and every name of the file bound to it.
 
-The file holds the usual task keys (``task``, ``instruction``, ``num_envs``, ``[solver]``, ``[randomize]``, ...)
-and the sections that describe the task instead of code (docs/ARCHITECTURE.md "A task from a file"): ``[model]``
-(``tasks/taskmodel.py``), ``[action]``, ``[reset]``, ``[command]``, ``[[observations]]``, ``[[rewards]]``,
-``[reward]``, ``[[terminations]]``, ``[[success]]``, ``[instruction_template]`` and ``[expert]``, and ``[params]``:
-named numbers that any number of those sections may name as ``"params.NAME"`` (or ``"-params.NAME"``), so that
-``--set params.NAME=...`` changes every place at once. They become the config's ``params`` (:class:`FileParams`,
-recorded in run.json's ``config.params`` with the file's path), and :func:`plan_task` resolves them against the
-model's joints and bodies: a name the model lacks, an unknown term or key, a list of the wrong length is a
-``ValueError`` of one line naming the file, the key and what the model has.
+The model is the robot of one world, from a model file (MJCF or URDF, a path or a Newton example asset) or a model
+builder in code (``builder = "module:function"``, for a model made of parameters); :func:`probe` builds one world
+of it, once per process. :func:`plan_task` resolves the file's sections (their ``"params.NAME"`` references
+already replaced, ``spec.resolved``) against that world's joints and bodies, the term library (``terms``) and the
+user's module of ``@wp.func`` terms, into the :class:`Plan` the task runs: a name the model lacks, an unknown term
+or key, a list of the wrong length is a ``ValueError`` of one line naming the file, the key and what the model has.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
+import importlib
+import importlib.util
 import math
-import re
-import tomllib
+import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from forge_gpu._src.sim.taskfile import terms
+from forge_gpu._src.sim.tasks.camera import check_pose
 
-from forge_gpu._src.sim import tasks as _tasks_package  # noqa: F401 (the package the module lives in)
-from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
-from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
-from forge_gpu._src.sim.tasks.filecamera import camera_entry
-from forge_gpu._src.sim.tasks.taskmodel import (
-    BALL,
-    FIXED,
-    FREE,
-    end_of,
-    params_module_name,
-    probe,
-    short_names,
-    user_module,
-)
-
-SECTIONS = (
-    "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
-    "instruction_template", "expert", "module",
+MODEL_KEYS = (
+    "asset", "file", "builder", "args", "position", "rotation", "floating", "ground", "contacts", "ignore_names",
+    "pose", "randomizable",
 )  # fmt: skip
-"""The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
+FREE, BALL, FIXED = 4, 2, 3
+"""Newton's joint types that ``plan_task`` treats apart (``newton.JointType``)."""
 _ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits")
 _TERM_KEYS = ("term", "weight", "noise", "args", "name")
 _RESET_KEYS = ("joint_position", "joint_velocity", "joints")
 _REWARD_KEYS = ("terms", "zero_on_termination")
-_REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
+CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth")
+SIZES = (8, 512)
+"""The square image sizes [px] a task file's camera takes."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class FileParams:
-    """A file-based task's sections, as the file (with overrides) gives them; ``file`` is its path. A name of
-    ``[params]`` reads as an attribute too (``config.params.cart_limit``)."""
+def model_file(model: dict, source: str) -> tuple[str, str]:
+    """``(path, kind)`` of ``[model]``'s ``asset`` (a Newton example asset) or ``file`` (relative to the TOML),
+    kind ``mjcf`` or ``urdf``; or ``(builder, "code")`` for a model ``builder``."""
+    given = [k for k in ("asset", "file", "builder") if k in model]
+    if len(given) != 1:
+        raise ValueError(
+            f"{source}: [model] needs exactly one of asset (a Newton example asset), file (a path) or builder"
+        )
+    if "builder" in model:
+        _builder(model, source)
+        return model["builder"], "code"
+    if "args" in model:
+        raise ValueError(f"{source}: model.args: only a model builder takes args")
+    if "asset" in model:
+        import newton.examples
 
-    file: str
-    values: dict = field(default_factory=dict)
-    """The file's ``[params]``: name -> number, named elsewhere as ``"params.NAME"``."""
-    model: dict = field(default_factory=dict)
-    action: dict = field(default_factory=dict)
-    reset: dict = field(default_factory=dict)
-    command: dict = field(default_factory=dict)
-    observations: list = field(default_factory=list)
-    rewards: list = field(default_factory=list)
-    reward: dict = field(default_factory=dict)
-    """``terms`` (default true: record each reward term's value, field ``reward_terms``) and
-    ``zero_on_termination`` (default false: a step that a ``[[terminations]]`` condition ends pays 0)."""
-    terminations: list = field(default_factory=list)
-    success: list = field(default_factory=list)
-    instruction_template: dict = field(default_factory=dict)
-    expert: dict = field(default_factory=dict)
-    module: str = ""
-    """The user's module of ``@wp.func`` terms: a dotted name or a ``.py`` path (relative to the file)."""
+        name = model["asset"]
+        folder = Path(newton.examples.get_asset("nv_ant.xml")).parent
+        if not isinstance(name, str) or not (folder / name).is_file():
+            shipped = ", ".join(sorted(p.name for p in folder.iterdir() if p.suffix in (".xml", ".urdf")))
+            raise ValueError(f"{source}: model.asset = {name!r}: not a Newton example asset; shipped: {shipped}")
+        path = str(folder / name)
+    else:
+        path = str(Path(source.split(" (")[0]).parent / model["file"])
+        if not Path(path).is_file():
+            raise ValueError(f"{source}: model.file = {model['file']!r}: no such file ({path})")
+    kinds = {".xml": "mjcf", ".mjcf": "mjcf", ".urdf": "urdf"}
+    kind = kinds.get(Path(path).suffix.lower())
+    if kind is None:
+        raise ValueError(f"{source}: model: {Path(path).name}: expected an MJCF (.xml) or URDF (.urdf) file")
+    return path, kind
 
-    def __getattr__(self, name: str):
-        values = self.__dict__.get("values", {})
-        if name in values:
-            return values[name]
-        raise AttributeError(f"{type(self).__name__} has no attribute or parameter {name!r}")
+
+def _builder(model: dict, source: str):
+    given = model["builder"]
+    module, _, name = str(given).partition(":")
+    try:
+        function = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"{source}: model.builder = {given!r}: cannot load it ({e}); expected module:function") from e
+    args = model.get("args", {})
+    if not isinstance(args, dict):
+        raise ValueError(f"{source}: model.args = {args!r}: expected a table of the builder's arguments")
+    return function, args
+
+
+def add_model(builder, model: dict, source: str) -> None:
+    """Add one world's robot (and ground) as ``[model]`` says; set the default pose ``[model.pose]``."""
+    import warp as wp
+
+    path, kind = model_file(model, source)
+    xform = wp.transform(tuple(model.get("position", (0.0, 0.0, 0.0))), tuple(model.get("rotation", (0, 0, 0, 1))))
+    if kind == "code":
+        function, args = _builder(model, source)
+        function(builder, source=source, **args)
+    elif kind == "mjcf":
+        ignore = list(model.get("ignore_names", ["floor", "ground"]))
+        builder.add_mjcf(path, xform=xform, override_root_xform=True, ignore_names=ignore)
+    else:
+        builder.add_urdf(path, xform=xform, floating=bool(model.get("floating", True)))
+    names = short_names(builder.joint_label)
+    for pattern, value in model.get("pose", {}).items():
+        hits = [j for j, name in enumerate(names) if fnmatch.fnmatchcase(name, pattern)]
+        if not hits or not isinstance(value, int | float):
+            what = "matches no joint" if not hits else "expected a number"
+            raise ValueError(f"{source}: model.pose.{pattern} = {value!r}: {what}; the model has {', '.join(names)}")
+        for j in hits:
+            start, end = builder.joint_q_start[j], end_of(builder.joint_q_start, j, len(builder.joint_q))
+            for c in range(start, end):
+                builder.joint_q[c] = float(value)
+    if model.get("ground", True):
+        builder.add_ground_plane()
+
+
+def end_of(starts, j: int, total: int) -> int:
+    """Where joint ``j``'s run of ``starts`` (coordinates or dofs) ends."""
+    return starts[j + 1] if j + 1 < len(starts) else total
+
+
+def short_names(labels) -> list[str]:
+    """A label's last path component (``ant/worldbody/torso/hip_1`` -> ``hip_1``)."""
+    return [str(label).rsplit("/", 1)[-1] for label in labels]
+
+
+_PROBES: dict[str, Any] = {}
+
+
+def probe(model: dict, source: str):
+    """One world's :class:`newton.ModelBuilder` of ``[model]`` (kept per process: a file is imported once)."""
+    import json
+
+    from forge_gpu._src.sim.output import init_warp
+
+    init_warp()  # quietly, before Newton's import starts Warp
+    import newton
+
+    for key in model:
+        if key not in MODEL_KEYS:
+            raise ValueError(f"{source}: unknown key model.{key}; allowed keys are {', '.join(MODEL_KEYS)}")
+    key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
+    if key not in _PROBES:
+        builder = newton.ModelBuilder()
+        add_model(builder, model, source)
+        _PROBES[key] = builder
+    return _PROBES[key]
+
+
+def params_module_name(module) -> str:
+    return getattr(module, "__forge_gpu_given__", module.__name__)
+
+
+def user_module(given: str, source: str):
+    """The user's module of terms: a ``.py`` path (relative to the task file) or an importable dotted name."""
+    if given.endswith(".py"):
+        path = (Path(source.split(" (")[0]).parent / given).resolve()
+        if not path.is_file():
+            raise ValueError(f"{source}: module = {given!r}: no such file ({path})")
+        name = f"forge_gpu_terms_{zlib.crc32(str(path).encode()):08x}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as e:
+                del sys.modules[name]
+                raise ValueError(f"{source}: module = {given!r}: importing it failed ({type(e).__name__}: {e})") from e
+        module = sys.modules[name]
+    else:
+        try:
+            module = importlib.import_module(given)
+        except ImportError as e:
+            raise ValueError(f"{source}: module = {given!r}: cannot import it ({e})") from e
+    module.__forge_gpu_given__ = given
+    return module
+
+
+# -- the names of the file bound to the model ----------------------------------------------------------------
 
 
 @dataclass
@@ -128,133 +224,12 @@ class Plan:
     noise_state: bool = True
     """Whether the recorded state holds the observation noise key (an observation has noise)."""
     camera: dict | None = None
-    """The camera observation (``tasks/filecamera.py``), or None."""
+    """The camera observation (:func:`camera_entry`; ``task.FileCamera`` renders it), or None."""
 
 
-def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfig:
-    """The checked :class:`TaskConfig` of the task file ``path`` with dotted ``overrides`` (``params.`` prefixed
-    keys, as run.json records them, address the task sections too; ``params.NAME`` a name of ``[params]``); its
-    ``params`` a :class:`FileParams`."""
-    path = Path(path).resolve()
-    source = str(path)
-    try:
-        table = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ValueError(f"{source}: cannot read the task file ({e.strerror})") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{source}: not valid TOML: {e}") from e
-    declared = dict(table.get("params", {}))
-    bounds = {name: param_bounds(name, value, source) for name, value in declared.items() if isinstance(value, dict)}
-    if overrides:
-        table = _merge(table, _plain_overrides(overrides), f"{source} (overrides)")
-        source = f"{source} (with overrides)"
-    values = {n: v["value"] if n in bounds and isinstance(v, dict) else v for n, v in table.pop("params", {}).items()}
-    for name, value in values.items():
-        if name not in declared:
-            held = ", ".join(declared) or "none"
-            raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ValueError(f"{source}: params.{name} = {value!r}: expected a number")
-        if name in bounds:
-            check_range(value, bounds[name], f"{source}: params.{name}")
-    sections = {name: table.pop(name) for name in SECTIONS if name in table}
-    given = resolve_references(sections.get("action", {}), values, "action", source)
-    action = {k: v for k, v in sections.get("action", {}).items() if k not in ("low", "high", "scale")}
-    params = FileParams(file=str(path), values=values, **{**sections, "action": action})
-    plan = plan_task(params, source)
-    a = len(plan.action_coords)
-    table["action"] = {key: _per_joint(given.get(key, default), a, f"{source}: action.{key}")
-                       for key, default in (("low", -1.0), ("high", 1.0), ("scale", 1.0))}  # fmt: skip
-    randomize = parse_randomize(table.pop("randomize", {}), source)
-    check_ranges(randomize, catalog(params), f"{table.get('task')}")
-    config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
-    if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
-        raise ValueError(f"{source}: action.low {list(config.action.low)} must be below action.high")
-    if params.instruction_template:  # over the params the episodes record: the randomized ones
-        from forge_gpu._src.core.instructions import check_template
-
-        shapes = {r.name: ((len(plan.command_names),) if r.name == "command" else (), np.dtype("float32"))
-                  for r in randomize}  # fmt: skip
-        check_template(params.instruction_template, shapes, name=f"{source}: instruction_template")
-    return config
-
-
-def _plain_overrides(overrides: dict) -> dict:
-    """Dotted overrides onto the file's own tables: ``params.<section>...`` (run.json's ``config.params``) onto
-    the section, ``params.values.NAME`` and ``params.NAME`` onto ``[params]``."""
-    plain = {}
-    for key, value in overrides.items():
-        if key.startswith("params."):
-            rest = key[len("params.") :]
-            head = rest.split(".")[0]
-            if head == "file":
-                continue
-            if head == "values":
-                key = "params" + rest[len("values") :]
-            elif head in SECTIONS:
-                key = rest
-        plain[key] = value
-    return plain
-
-
-def resolve_references(value, values: dict, where: str, source: str):
-    """``value`` with every ``"params.NAME"`` (``"-params.NAME"``) replaced by the number (negated)."""
-    if isinstance(value, dict):
-        return {k: resolve_references(v, values, f"{where}.{k}", source) for k, v in value.items()}
-    if isinstance(value, list):
-        return [resolve_references(v, values, f"{where}[{i}]", source) for i, v in enumerate(value)]
-    match = _REFERENCE.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        return value
-    name = match.group(1)
-    if name not in values:
-        held = ", ".join(values) or "none"
-        raise ValueError(f"{source}: {where} = {value!r}: no such parameter; the file's [params] are {held}")
-    return -values[name] if value.startswith("-") else values[name]
-
-
-def resolved(params: FileParams, source: str) -> FileParams:
-    """``params`` with every section's ``"params.NAME"`` references replaced by their numbers."""
-    changes = {}
-    for name in SECTIONS:
-        value = getattr(params, name)
-        if isinstance(value, dict | list):
-            changes[name] = resolve_references(value, params.values, name, source)
-    return dataclasses.replace(params, **changes)
-
-
-def catalog(params: FileParams) -> dict[str, Parameter]:
-    """What a task file's ``[randomize]`` may name: the physics parameters (all, or those ``model.randomizable``
-    lists), and ``command`` (shape (C,)) where ``[command]`` names one."""
-    listed = params.model.get("randomizable")
-    if listed is None:
-        offered = dict(PHYSICS)
-    elif isinstance(listed, list) and all(name in PHYSICS for name in listed):
-        offered = {name: PHYSICS[name] for name in listed}
-    else:
-        raise ValueError(f"{params.file}: model.randomizable = {listed!r}: expected a list of {', '.join(PHYSICS)}")
-    names = params.command.get("names")
-    if names:
-        nominal = tuple(float(v) for v in params.command.get("default", [0.0] * len(names)))
-        offered["command"] = Parameter((len(nominal),), nominal, "the episode's command: " + ", ".join(names))
-    return offered
-
-
-def _per_joint(value, count: int, where: str) -> list[float]:
-    values = [value] * count if isinstance(value, int | float) and not isinstance(value, bool) else value
-    if not isinstance(values, list) or len(values) != count or not all(isinstance(v, int | float) for v in values):
-        raise ValueError(f"{where} = {value!r}: expected a number or a list of {count} numbers (one per action joint)")
-    return [float(v) for v in values]
-
-
-# -- resolving names -----------------------------------------------------------------------------------------
-
-
-def plan_task(params: FileParams, source: str) -> Plan:
-    """Resolve every section against the model: ValueError (one line, the key and what the model has)."""
-    from forge_gpu._src.sim.tasks import library as terms
-
-    params = resolved(params, source)
+def plan_task(params, source: str) -> Plan:
+    """Resolve every section of ``params`` (a ``spec.FileParams`` whose references are replaced:
+    ``spec.resolved``) against the model: ValueError (one line, the key and what the model has)."""
     builder = probe(params.model, source)
     names, bodies = short_names(builder.joint_label), short_names(builder.body_label)
     types = [int(t) for t in builder.joint_type]
@@ -374,8 +349,6 @@ def _draws(reset: dict, joints, source: str) -> list[tuple[int, int, float]]:
 
 
 def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names) -> Row:
-    from forge_gpu._src.sim.tasks import library as terms
-
     where = f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
         raise ValueError(f'{source}: {where} = {entry!r}: expected a table with term = "<name>"')
@@ -441,3 +414,27 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     reads = "previous" if user else info.reads  # a user's term may read anything
     noise = "noise" in entry
     return Row(stage, entry.get("name", name), info.func, ints + listed, floats, width, noise, user, reads, chosen)
+
+
+def camera_entry(entry: dict, where: str, source: str, body) -> dict:
+    """The checked camera of ``entry`` (``body(name, key)`` resolves a body name to its index)."""
+    for key in entry:
+        if key not in CAMERA_KEYS:
+            raise ValueError(f"{source}: unknown key {where}.{key}; camera takes {', '.join(CAMERA_KEYS)}")
+    size, fov, depth = entry.get("size", 64), entry.get("fov", 45.0), entry.get("depth", True)
+    if not isinstance(size, int) or isinstance(size, bool) or not SIZES[0] <= size <= SIZES[1]:
+        raise ValueError(f"{source}: {where}.size = {size!r}: expected a whole number of pixels in {list(SIZES)}")
+    if not isinstance(fov, int | float) or isinstance(fov, bool) or not 5.0 <= fov <= 120.0:
+        raise ValueError(f"{source}: {where}.fov = {fov!r}: expected a field of view in [5, 120] degrees")
+    if not isinstance(depth, bool):
+        raise ValueError(f"{source}: {where}.depth = {depth!r}: expected true or false")
+    for key in ("position", "look_at"):
+        if not isinstance(entry.get(key), list):
+            raise ValueError(f"{source}: {where}: camera needs {key} = [x, y, z] (metres)")
+    check_pose(entry["position"], entry["look_at"], f"{source}: {where}.position", f"{where}.look_at")
+    follow = body(entry["follow"], f"{where}.follow") if "follow" in entry else -1
+    return {
+        "size": size, "fov": float(fov), "position": [float(v) for v in entry["position"]],
+        "look_at": [float(v) for v in entry["look_at"]], "follow": follow, "follow_name": entry.get("follow"),
+        "depth": depth,
+    }  # fmt: skip

@@ -1,9 +1,10 @@
-"""A task made of a model file and a TOML (``tasks/taskfile.py`` reads and checks it): no task code.
+"""A task made of a model file and a TOML (``spec.py`` reads it, ``model.py`` binds it to the model): no task code.
 
 :func:`file_task_class` makes the :class:`FileTask` subclass of one file (its :class:`TaskSpec` from the resolved
 plan); the catalog registers it under the file's ``task`` id. Per step it launches three kernels whatever its
-number of terms: the action onto the named joints (``kernels/filetask.py``), the reset of the worlds that end,
-and the generated observe kernel (``tasks/codegen.py``).
+number of terms: the action onto the named joints (``kernels/taskfile.py``), the reset of the worlds that end,
+and the generated observe kernel (``codegen.py``). :class:`FileCamera` renders a file's camera;
+:func:`hold_pose` and :func:`sinusoid_gait` are the experts any task file may name.
 """
 
 from __future__ import annotations
@@ -18,20 +19,13 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.tasks import codegen
+from forge_gpu._src.sim.taskfile import codegen
+from forge_gpu._src.sim.taskfile.model import Plan, add_model, model_file, plan_task
+from forge_gpu._src.sim.taskfile.spec import FileParams, catalog, read_task_file, resolved
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
-from forge_gpu._src.sim.tasks.filecamera import FileCamera, camera_fields
-from forge_gpu._src.sim.tasks.taskfile import (
-    FileParams,
-    Plan,
-    catalog,
-    plan_task,
-    read_task_file,
-    resolved,
-)
-from forge_gpu._src.sim.tasks.taskmodel import add_model, model_file
+from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras
 from forge_gpu._src.sim.world import World
-from forge_gpu.kernels import filetask as kernels
+from forge_gpu.kernels import taskfile as kernels
 from forge_gpu.kernels import terms
 
 
@@ -52,7 +46,8 @@ class _FileSpec:
     def __get__(self, task, owner):
         if "_spec" not in owner.__dict__:
             config = read_task_file(owner.path)
-            owner._spec = _spec(config, plan_task(config.params, config.params.file))
+            file = config.params.file
+            owner._spec = _spec(config, plan_task(resolved(config.params, file), file))
         return owner._spec
 
 
@@ -69,9 +64,9 @@ class FileTask(Task):
         return read_task_file(cls.path, overrides)
 
     def __init__(self, config):
-        self.plan: Plan = plan_task(config.params, config.params.file)
         self.file: FileParams = resolved(config.params, config.params.file)
         """The sections with their ``params.NAME`` references replaced by numbers."""
+        self.plan: Plan = plan_task(self.file, config.params.file)
         self.__dict__["spec"] = _spec(config, self.plan)
         super().__init__(config)
 
@@ -262,7 +257,7 @@ def file_task_class(path, *, check: bool = True) -> type[FileTask]:
 
 def hold_pose(task: FileTask, world: World, settings: dict):
     """An ``[expert]`` factory for any task file: hold the default pose (``factory =
-    "forge_gpu._src.sim.tasks.filetask:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
+    "forge_gpu._src.sim.taskfile.task:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
     [N m s / rad]: PD torques; position actions: the pose itself, action 0)."""
     if set(settings) - {"stiffness", "damping"}:
         raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
@@ -286,7 +281,7 @@ def hold_pose(task: FileTask, world: World, settings: dict):
 
 def sinusoid_gait(task: FileTask, world: World, settings: dict):
     """An ``[expert]`` factory for position actions: a gait of sinusoid joint targets around the default pose
-    (``factory = "forge_gpu._src.sim.tasks.filetask:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
+    (``factory = "forge_gpu._src.sim.taskfile.task:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
     joint pattern -> [amplitude (rad), phase (cycles)], unlisted joints hold the pose; ``command`` (optional): a
     command name whose value, times ``command_scale``, scales every amplitude)."""
     file = task.config.params.file
@@ -322,3 +317,56 @@ def sinusoid_gait(task: FileTask, world: World, settings: dict):
         return action
 
     return act
+
+
+# -- the camera --------------------------------------------------------------------------------------------------
+
+
+def camera_fields(camera: dict | None) -> dict:
+    """The fields a camera adds: ``rgb`` and, with depth, ``depth``."""
+    if camera is None:
+        return {}
+    s = camera["size"]
+    return {"rgb": ((s, s, 3), "uint8"), **({"depth": ((s, s), "float32")} if camera["depth"] else {})}
+
+
+class FileCamera:
+    """Every world's camera of a task file (``[[observations]] term = "camera"``), its fields and its calibration,
+    rendered by the RGB-D machinery of the arm tasks (``tasks/camera.py``: one pinhole camera per world, all worlds
+    in one ``SensorCamera`` call).
+
+    It adds the fields ``rgb`` uint8 [S, S, 3] and (``depth = true``, the default) ``depth`` float32 [S, S] [m]
+    instead of proprio columns, and the camera's calibration (``calibration["cameras"]["front"]``). The camera sits
+    at ``position`` looking at ``look_at`` (world frame [m]), or, with ``follow = "<body>"``, at those offsets from
+    the body's position (its orientation ignored: the view keeps its direction while the robot walks). It renders
+    after the observe kernel, each step and reset (and again on replay, from the restored state)."""
+
+    def __init__(self, camera: dict, world):
+        self.camera = camera
+        self.cameras = WorldCameras(
+            world.model, world.num_envs, camera["size"], camera["fov"], camera["position"], camera["look_at"],
+            background=BACKGROUND,
+        )  # fmt: skip
+        self.fields = {"rgb": self.cameras.rgb}
+        if camera["depth"]:
+            self.fields["depth"] = self.cameras.depth
+        front = self.cameras.calibration(randomized=camera["follow"] >= 0)
+        if camera["follow"] >= 0:
+            front["follows"] = (
+                f"body {camera['follow_name']!r}: camera_to_world is the nominal pose translated by the body's "
+                "position at each frame"
+            )
+        self.calibration = {"cameras": {"front": front}}
+
+    def render(self, world, body_q: wp.array2d) -> None:
+        """Move the cameras that follow a body, then render every world."""
+        c = self.camera
+        if c["follow"] >= 0:
+            wp.launch(
+                kernels.follow_camera_kernel,
+                dim=world.num_envs,
+                inputs=[c["follow"], wp.vec3(*c["position"]), wp.vec3(*c["look_at"]), body_q],
+                outputs=[self.cameras.transforms],
+                device=world.device,
+            )
+        self.cameras.render(world)

@@ -1,7 +1,6 @@
 """The hand-written ant task as it was before ``configs/ant.toml`` became a task file: the reference that
 tests/test_taskfile.py shows the file-based ant equal to, bit for bit (same observations, rewards and flags for the
-same seed and actions), and that bench/taskfile.py times it against. Registered only by
-:func:`forge_gpu._src.sim.tasks.handwritten_cartpole.register_handwritten` (``forge_gpu.testing``), as
+same seed and actions). Registered only by :func:`helpers.reference_cartpole.register_handwritten`, as
 ``ant_handwritten``; the catalog does not hold it. Its expert is left out (the file-based ant keeps the same
 trot)."""
 
@@ -12,12 +11,12 @@ from dataclasses import dataclass, field
 import newton
 import newton.examples
 import warp as wp
+from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
 from forge_gpu._src.sim.world import World
-from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 FREE_COORDS = wp.constant(7)
 FREE_DOFS = wp.constant(6)

@@ -1,9 +1,8 @@
 """The hand-written cartpole task as it was before ``configs/cartpole.toml`` became a task file: the reference that
 tests/test_taskfile.py shows the file-based cartpole equal to, bit for bit (same observations, rewards and flags for
-the same seed and actions), that bench/taskfile.py times it against, and the hand-written task that the task API's
-tests (tests/test_tasks.py) subclass. Registered only by :func:`register_handwritten` (``forge_gpu.testing``), as
-``cartpole_handwritten``; the catalog does not hold it. Its LQR expert and model stayed in the package
-(``forge_gpu/_src/sim/tasks/cartpole.py``).
+the same seed and actions), and the hand-written task that the task API's tests (tests/test_tasks.py) subclass.
+Registered only by :func:`register_handwritten`, as ``cartpole_handwritten``; the catalog does not hold it. Its LQR
+expert and model stayed in the package (``forge_gpu/_src/sim/tasks/cartpole.py``).
 
 One change from the package's kernel: the costs are ``angle_cost * (theta * theta)`` and ``action_cost * (u * u)``
 where it had ``angle_cost * theta * theta`` (``(angle_cost * theta) * theta``), the order in which a weighted term
@@ -17,12 +16,12 @@ from pathlib import Path
 
 import newton
 import warp as wp
+from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
 from forge_gpu._src.sim.world import World
-from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 
 @wp.kernel
@@ -269,8 +268,8 @@ def register_handwritten(folder) -> dict[str, type[Task]]:
     """Register the hand-written ant and cartpole (once per process) as ``ant_handwritten`` and
     ``cartpole_handwritten``, their configs written into ``folder``; return the classes by task id."""
     from forge_gpu._src.sim.tasks import catalog
-    from forge_gpu._src.sim.tasks.handwritten_ant import CONFIG as ANT_CONFIG
-    from forge_gpu._src.sim.tasks.handwritten_ant import AntTask
+    from helpers.reference_ant import CONFIG as ANT_CONFIG
+    from helpers.reference_ant import AntTask
 
     classes = {}
     for task, config in ((AntTask, ANT_CONFIG), (CartpoleTask, CONFIG)):
