@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # sim alone. The command line and the public surface (forge_gpu's __init__ and __main__) are on top and may import
 # anything.
 LAYERS = (
-    "core", "recording", "formats", "reading", "curation", "export", "testing", "kernels", "sim", "collect", "cli", "public"
+    *("core", "recording", "formats", "reading", "curation", "export", "testing"),
+    *("kernels", "sim", "collect", "cli", "public"),
 )
 READING = {"core", "recording", "formats", "reading"}
 MAY_IMPORT = {
