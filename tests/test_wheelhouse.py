@@ -25,10 +25,8 @@ def packed(tmp_path):
     for path, data in files.items():
         path.write_bytes(data)
     parts = tmp_path / "parts"
-    code = wheelhouse.main(
-        ["pack", "--wheels", str(wheels), "--kernel-cache", str(tmp_path / "cache"), "--part-mib", "1", "--out", str(parts)]
-    )
-    assert code == 0
+    argv = ["pack", "--wheels", str(wheels), "--kernel-cache", str(tmp_path / "cache"), "--part-mib", "1"]
+    assert wheelhouse.main([*argv, "--out", str(parts)]) == 0
     return tmp_path, files, parts
 
 

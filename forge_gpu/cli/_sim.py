@@ -1,5 +1,5 @@
-"""The commands that simulate: ``collect`` (on one device, or on Ray workers), ``doctor`` and ``precompile``. Warp and Newton
-are imported inside them, so the other commands run without the simulator."""
+"""The commands that simulate: ``collect`` (on one device, or on Ray workers), ``doctor`` and ``precompile``. Warp
+and Newton are imported inside them, so the other commands run without the simulator."""
 
 from __future__ import annotations
 
@@ -385,7 +385,8 @@ def cmd_precompile(args) -> int:
     for line in result.failed:
         print(f"not built here (the GPU compiles it on first use): {line}")
     names = ", ".join(str(a) if a == CPU else f"sm_{a}" for a in archs)
-    print(f"kernel cache {out}: {len(result.variants)} module variants for {names}, {result.compiled} CUDA binaries built")
+    built = f"{len(result.variants)} module variants for {names}, {result.compiled} CUDA binaries built"
+    print(f"kernel cache {out}: {built}")
     print(f"use it: export WARP_CACHE_PATH={out}")
     if missing and len(missing) > len(result.failed):
         print(f"forge-gpu: {len(missing)} files missing from {out}, first {missing[0]}", file=sys.stderr)

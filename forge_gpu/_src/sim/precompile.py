@@ -187,8 +187,9 @@ def precompile(tasks: list[str], archs: list, out: Path, workers: int = 2, only=
         variant, arch, use_ptx, output_arch = job
         module = variant.module
         options = module.resolve_options(wp.config, block_dim=variant.block_dim)
+        folder = str(out / variant.identifier)
         try:
-            module._compile(None, str(out / variant.identifier), output_arch=output_arch, use_ptx=use_ptx, options=options)
+            module._compile(None, folder, output_arch=output_arch, use_ptx=use_ptx, options=options)
         except Exception as exc:  # a variant NVRTC cannot build here; the device compiles it on first use
             failed.append(f"{variant.identifier} sm_{output_arch}{' ptx' if use_ptx else ''}: {exc}".splitlines()[0])
 
