@@ -3,6 +3,7 @@
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from scripts import BENCH, load_script
@@ -209,19 +210,44 @@ def test_export_smoke(out):
         check_figures(rows[name], {"efficiency_with_stats": True, "efficiency_without_stats": True})
 
 
-def test_gpu_frames_smoke(out):
-    """bench/gpu_frames.py --smoke runs the GPU encoder's code on the CPU codec: the encoded step moves fewer bytes
-    than the raw one, nothing overflows, and the last batch decodes within the codec's bound."""
-    payload = run_bench("gpu_frames", out)
+def test_gpu_smoke(out):
+    """bench/gpu.py --smoke runs every section in a process of its own on this machine's device and every check
+    passes: the transport's copy against its reference, recorded env-steps/s, the camera frames encoded where the
+    step ran (fewer bytes moved, nothing overflowed, decoded within the codec's bound), the sync figure."""
+    payload = run_bench("gpu", out)
+    rows = payload["rows"]
+    sections = list(dict.fromkeys(r["section"] for r in rows))
+    assert sections == ["machine", "bandwidth", "pipeline_cartpole", "frames", "syncs", "kernels"], rows
+    assert all(r.get("ok", True) for r in rows), rows
+    assert not [r for r in rows if r["figure"] in ("error", "timeout")], rows
+    for row in rows:
+        if "ratio" in row:
+            assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+    assert payload["machine"]["device"] and payload["date"]
+    assert all((out / "gpu_logs" / f"{name}.log").stat().st_size > 0 for name in sections[:-1])
 
     def row(start: str) -> dict:
-        (found,) = [r for r in payload["rows"] if r["figure"].startswith(start)]
+        (found,) = [r for r in rows if r["figure"].startswith(start)]
         return found
 
+    assert "env-steps/s" in row("cartpole: recorded")["value"]
     assert row("bytes moved per step, rgb as jpeg")["ratio"] > 1
     assert row("overflows")["value"] == "0"
     assert row("the last batch decodes with the CPU codec")["ok"] is True
-    assert row("env-steps/s stepping + publishing")["ratio"] > 0
+
+
+def test_a_failing_section_keeps_its_rows_and_gives_one_error_row(tmp_path):
+    """A section whose process raises (here: recording into a folder that does not exist) keeps the rows it gave
+    before and adds one error row naming the exception, with the last lines of its log."""
+    gpu = load_script(BENCH / "gpu.py", "bench_gpu_failing")
+    args = SimpleNamespace(smoke=True, device="cpu", record_dir=str(tmp_path / "missing"))
+    (logs := tmp_path / "logs").mkdir()
+    rows = gpu.run_child("pipeline_cartpole", args, logs, 600)
+    figures = [r["figure"] for r in rows]
+    assert len(figures) == 3 and figures[0].endswith("stepping only"), rows
+    assert figures[1:] == ["cartpole: with the transport", "error"], rows
+    assert "FileNotFoundError" in rows[-1]["value"] and "last output" in rows[-1]["value"], rows[-1]
+
 
 
 def test_frames_smoke(out):
