@@ -52,11 +52,11 @@ def test_cuda_binaries_are_where_warp_looks_them_up(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
     result = precompile(["cartpole"], [90, 80], cache, only=["forge_gpu"], say=lambda line: None)
-    assert result.failed == [] and result.variants
+    assert result.failed == [] and result.variants and result.cache.parent == cache
     names = {v.module.name for v in result.variants}
     assert {"forge_gpu.kernels.env", "forge_gpu.kernels.policies"} <= names
     for v in result.variants:
-        folder = cache / v.identifier
+        folder = result.cache / v.identifier
         assert (folder / v.module._get_meta_name(v.block_dim)).is_file()
         for arch in (90, 80):
             cubin = v.module._get_compile_output_name(None, arch, use_ptx=False, block_dim=v.block_dim)

@@ -136,7 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="a CUDA arch (90: H100/H200, 80: A100, 89: L40S) or cpu; repeatable",
     )
     k.add_argument("--out", required=True, help="the kernel cache folder; then run with WARP_CACHE_PATH=OUT")
-    k.add_argument("--workers", type=int, default=2, help="compiles at once (default 2)")
     k.set_defaults(func=cmd_precompile)
 
     p = sub.add_parser("repair", help="close a run whose recording process was killed or whose machine crashed")

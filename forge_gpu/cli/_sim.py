@@ -378,10 +378,10 @@ def cmd_precompile(args) -> int:
         raise UsageError(str(e)) from e
     tasks = args.tasks or shipped_tasks()
     try:
-        result = precompile(tasks, archs, out, workers=args.workers, say=lambda line: print(line, flush=True))
+        result = precompile(tasks, archs, out, say=lambda line: print(line, flush=True))
     except ValueError as e:  # a task file that does not bind to its model
         raise UsageError(str(e)) from e
-    missing = missing_files(out, result.variants)
+    missing = missing_files(result)
     for line in result.failed:
         print(f"not built here (the GPU compiles it on first use): {line}")
     names = ", ".join(str(a) if a == CPU else f"sm_{a}" for a in archs)
@@ -389,6 +389,6 @@ def cmd_precompile(args) -> int:
     print(f"kernel cache {out}: {built}")
     print(f"use it: export WARP_CACHE_PATH={out}")
     if missing and len(missing) > len(result.failed):
-        print(f"forge-gpu: {len(missing)} files missing from {out}, first {missing[0]}", file=sys.stderr)
+        print(f"forge-gpu: {len(missing)} files missing from {result.cache}, first {missing[0]}", file=sys.stderr)
         return 1
     return 0

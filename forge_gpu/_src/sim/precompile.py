@@ -1,19 +1,19 @@
 """``forge-gpu precompile``: Warp's kernel cache built ahead of time, on a machine without a GPU.
 
-Warp compiles a kernel module on its first use on a device and keeps the binary in its kernel cache
-(``warp.config.kernel_cache_dir``; the ``WARP_CACHE_PATH`` environment variable sets it, as does assigning
-``wp.config.kernel_cache_dir`` before ``wp.init()``), as ``wp_NAME_HASH/wp_NAME_HASH.smARCH.cubin`` (or
-``.smARCH.ptx``) for CUDA and ``wp_NAME_HASH.cpuTARGET.o`` for the CPU, beside ``wp_NAME_HASH.meta``. HASH
-covers the module's kernels, the functions they call and its options (the launch block size among them, so each
-block size is a variant of its own), not the device, so the modules a task loads can be found on the CPU.
+Warp compiles a kernel module on its first use on a device and keeps the binary in its kernel cache: the
+folder ``WARP_CACHE_PATH`` names (or ``wp.config.kernel_cache_dir``, set before ``wp.init()``), in a subfolder
+named after Warp's version (DIR/1.19.0), as ``wp_NAME_HASH/wp_NAME_HASH.smARCH.cubin`` (or ``.smARCH.ptx``) for
+CUDA and ``wp_NAME_HASH.cpuTARGET.o`` for the CPU, beside ``wp_NAME_HASH.meta``. HASH covers the module's
+kernels, the functions they call and its options (the launch block size among them, so each block size is a
+variant of its own), not the device: the modules a task loads can be found on the CPU.
 
-Discovery makes each task on the CPU (2 envs), resets it and steps it, noting every module Warp loads and the
-block size every launch asks for (the CPU runs at block size 1; CUDA resolves an unnamed one to 256). Each
-(module, block size) is then compiled for each CUDA arch with Warp's ahead-of-time path (NVRTC, no GPU), twice:
-``.cubin`` at the arch, and ``.ptx`` at Warp's PTX arch (Warp loads PTX where the driver is at least as new as
-its CUDA toolkit, CUBIN otherwise). The CPU modules (``cpu``) are copied from the cache discovery loaded them
-from. A module whose code or block size differs on CUDA (MuJoCo Warp branches on the device in a few places)
-is not found this way: the GPU compiles it on first use, as it would without the cache.
+precompile makes each task on the CPU (2 envs), resets it and steps it; each time Warp loads a module, that
+state of it is built at once, at the block size the launch asks for on CUDA (an unnamed one is 256 there; the
+CPU runs at 1): for each CUDA arch with Warp's ahead-of-time path (NVRTC, no GPU), ``.cubin`` at the arch and
+``.ptx`` at Warp's PTX arch (Warp loads PTX where the driver is at least as new as its CUDA toolkit, CUBIN
+otherwise); for ``cpu``, copied from the cache the CPU run loaded it from. A module whose code or block size
+differs on CUDA (MuJoCo Warp branches on the device in a few places) is not found this way: the GPU compiles it
+on first use, as it would without the cache.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,63 +57,12 @@ class Variant:
 
 @dataclass
 class Result:
+    cache: Path
+    """Where the modules are: the --out folder's subfolder named after Warp's version, as Warp looks there."""
     variants: list[Variant]
     compiled: int
     failed: list[str]
-    """``IDENTIFIER arch: error`` of each (variant, arch) Warp could not build here (the GPU compiles those)."""
-
-
-def discover(tasks: list[str], say=print) -> tuple[dict, dict]:
-    """Make, reset and step each task on the CPU; ({Module: CUDA block sizes}, {Module: CPU block sizes}) of
-    every module Warp loaded."""
-    import warp as wp
-
-    import forge_gpu
-
-    context = wp._src.context
-    loaded: dict = {}
-    launched: dict = {}
-    plain = context.Module.load, context.launch, context.launch_tiled
-    tiled = threading.local()
-
-    def note(kernel, block_dim) -> None:
-        module = getattr(kernel, "module", None)
-        if module is not None:
-            launched.setdefault(module, set()).add(block_dim if block_dim and block_dim > 0 else CUDA_DEFAULT_BLOCK_DIM)
-
-    def load(self, device, block_dim=None, *args, **kwargs):
-        loaded.setdefault(self, set()).add(block_dim if block_dim is not None else self.options["block_dim"])
-        return plain[0](self, device, block_dim, *args, **kwargs)
-
-    def launch(kernel, *args, **kwargs):
-        if not getattr(tiled, "inside", False):
-            note(kernel, kwargs.get("block_dim", args[11] if len(args) > 11 else None))
-        return plain[1](kernel, *args, **kwargs)
-
-    def launch_tiled(*args, **kwargs):
-        # the block size asked for: launch_tiled resolves it to 1 on the CPU before it calls launch
-        note(args[0] if args else kwargs.get("kernel"), kwargs.get("block_dim"))
-        tiled.inside = True
-        try:
-            return plain[2](*args, **kwargs)
-        finally:
-            tiled.inside = False
-
-    context.Module.load, context.launch, context.launch_tiled = load, launch, launch_tiled
-    wp.launch, wp.launch_tiled = launch, launch_tiled
-    try:
-        for task in tasks:
-            say(f"  {task}: make, reset and step on the CPU")
-            env = forge_gpu.sim.make(task, num_envs=2, device=CPU)
-            env.reset()
-            policy = forge_gpu.sim.make_policy("random", env)
-            for _ in range(3):
-                env.step(policy(env.observation))
-    finally:
-        context.Module.load, context.launch, context.launch_tiled = plain
-        wp.launch, wp.launch_tiled = plain[1], plain[2]
-    cuda = {m: launched.get(m) or {CUDA_DEFAULT_BLOCK_DIM} for m in loaded}
-    return cuda, loaded
+    """``IDENTIFIER sm_ARCH: error`` of each binary Warp could not build here (the GPU compiles those)."""
 
 
 def ptx_arch(arch: int) -> int:
@@ -125,82 +73,128 @@ def ptx_arch(arch: int) -> int:
     return min(arch, target)
 
 
-def cuda_jobs(modules: dict, archs: list[int]) -> tuple[list[Variant], list[tuple]]:
-    """The variants and their (variant, arch, use_ptx, output arch) compiles."""
-    variants, jobs = [], []
-    for module, dims in modules.items():
-        for block_dim in sorted(dims):
-            module.get_module_hash(block_dim)
-            variant = Variant(module, block_dim, module.get_module_identifier(block_dim))
-            variant.files.append(module._get_meta_name(block_dim))
-            for arch in archs:
-                for use_ptx, output_arch in ((False, arch), (True, ptx_arch(arch))):
-                    name = module._get_compile_output_name(None, output_arch, use_ptx=use_ptx, block_dim=block_dim)
-                    if name not in variant.files:
-                        variant.files.append(name)
-                        jobs.append((variant, arch, use_ptx, output_arch))
-            variants.append(variant)
-    return variants, jobs
+class _Builder:
+    """Each module variant as it is loaded: its CPU files copied, its CUDA binaries compiled, at once, because a
+    module's hash moves on as kernels or overloads join it (a generic kernel gains one per dtype it is launched
+    with) and a fresh process loads the same states in the same order."""
+
+    def __init__(self, archs: list, cache: Path, only, say):
+        import warp as wp
+
+        self.wp, self.cache, self.only, self.say = wp, cache, tuple(only or ()), say
+        self.cpu, self.cuda_archs = CPU in archs, [a for a in archs if a != CPU]
+        self.source = Path(wp.config.kernel_cache_dir)
+        self.done: set = set()
+        self.result = Result(cache, [], 0, [])
+
+    def loaded(self, module, cpu_dim: int, cuda_dim: int) -> None:
+        if self.only and not module.name.startswith(self.only):
+            return
+        if self.cpu:
+            self._copy(module, cpu_dim)
+        if self.cuda_archs:
+            self._compile(module, cuda_dim)
+
+    def _variant(self, module, block_dim: int, kind: str) -> Variant | None:
+        identifier = module.get_module_identifier(block_dim)
+        if (identifier, kind) in self.done:
+            return None
+        self.done.add((identifier, kind))
+        variant = Variant(module, block_dim, identifier, [module._get_meta_name(block_dim)])
+        self.result.variants.append(variant)
+        (self.cache / identifier).mkdir(parents=True, exist_ok=True)
+        return variant
+
+    def _copy(self, module, block_dim: int) -> None:
+        variant = self._variant(module, block_dim, CPU)
+        if variant is None:
+            return
+        variant.files.append(module._get_compile_output_name(self.wp.get_device(CPU), block_dim=block_dim))
+        for name in variant.files:
+            source, target = self.source / variant.identifier / name, self.cache / variant.identifier / name
+            if source.resolve() != target.resolve():
+                shutil.copy2(source, target)
+
+    def _compile(self, module, block_dim: int) -> None:
+        variant = self._variant(module, block_dim, "cuda")
+        if variant is None:
+            return
+        options = module.resolve_options(self.wp.config, block_dim=block_dim)
+        folder = str(self.cache / variant.identifier)
+        for arch in self.cuda_archs:
+            for use_ptx, output_arch in ((False, arch), (True, ptx_arch(arch))):
+                name = module._get_compile_output_name(None, output_arch, use_ptx=use_ptx, block_dim=block_dim)
+                if name in variant.files:
+                    continue
+                variant.files.append(name)
+                try:
+                    module._compile(None, folder, output_arch=output_arch, use_ptx=use_ptx, options=options)
+                    self.result.compiled += 1
+                except Exception as exc:  # a variant NVRTC cannot build here; the device compiles it on first use
+                    self.result.failed.append(f"{name}: {exc}".splitlines()[0])
+        self.say(f"    {variant.identifier} (block size {block_dim})")
 
 
-def copy_cpu_modules(modules: dict, out: Path) -> list[Variant]:
-    """The CPU variants discovery loaded, copied from Warp's current kernel cache into ``out``."""
-    import warp as wp
-
-    cpu, source = wp.get_device(CPU), Path(wp.config.kernel_cache_dir)
-    variants = []
-    for module, dims in modules.items():
-        for block_dim in sorted(dims):
-            identifier = module.get_module_identifier(block_dim)
-            files = [module._get_meta_name(block_dim), module._get_compile_output_name(cpu, block_dim=block_dim)]
-            target = out / identifier
-            target.mkdir(parents=True, exist_ok=True)
-            for name in files:
-                if (source / identifier / name).resolve() != (target / name).resolve():
-                    shutil.copy2(source / identifier / name, target / name)
-            variants.append(Variant(module, block_dim, identifier, files))
-    return variants
-
-
-def precompile(tasks: list[str], archs: list, out: Path, workers: int = 2, only=None, say=print) -> Result:
+def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -> Result:
     """Build ``out`` as a Warp kernel cache holding every module ``tasks`` load, for each of ``archs`` (CUDA
-    arch integers, and ``cpu``); ``only``: just the modules whose names start with one of these prefixes."""
+    arch integers, and ``cpu``): each task made (2 envs), reset and stepped on the CPU, each module built as Warp
+    loads it. ``only``: just the modules whose names start with one of these prefixes."""
     import warp as wp
 
+    import forge_gpu
     from forge_gpu._src.sim.output import init_warp
 
     init_warp()
-    say(f"discovering the modules of {len(tasks)} task(s):")
-    cuda_modules, cpu_modules = discover(tasks, say)
-    if only:
-        cuda_modules = {m: dims for m, dims in cuda_modules.items() if m.name.startswith(tuple(only))}
-        cpu_modules = {m: dims for m, dims in cpu_modules.items() if m.name.startswith(tuple(only))}
-    variants = copy_cpu_modules(cpu_modules, out) if CPU in archs else []
-    cuda_archs = [a for a in archs if a != CPU]
-    cuda_variants, jobs = cuda_jobs(cuda_modules, cuda_archs) if cuda_archs else ([], [])
-    failed: list[str] = []
-    if jobs:
-        names = ", ".join(f"sm_{a}" for a in cuda_archs)
-        say(f"compiling {len(jobs)} CUDA binaries ({len(cuda_variants)} module variants for {names}, cubin and ptx)")
+    builder = _Builder(archs, out / wp.config.version, only, say)
+    context = wp._src.context
+    plain = context.Module.load, context.launch, context.launch_tiled
+    asked = threading.local()  # the block size the launch under way asks for, as CUDA resolves it
 
-    def compile_one(job) -> None:
-        variant, arch, use_ptx, output_arch = job
-        module = variant.module
-        options = module.resolve_options(wp.config, block_dim=variant.block_dim)
-        folder = str(out / variant.identifier)
+    def load(self, device, block_dim=None, *args, **kwargs):
+        loaded = plain[0](self, device, block_dim, *args, **kwargs)
+        cpu_dim = block_dim if block_dim is not None else self.options["block_dim"]
+        builder.loaded(self, cpu_dim, getattr(asked, "dim", None) or self.options["block_dim"])
+        return loaded
+
+    def cuda_dim(block_dim) -> int:
+        return block_dim if block_dim and block_dim > 0 else CUDA_DEFAULT_BLOCK_DIM
+
+    def launch(kernel, *args, **kwargs):
+        if getattr(asked, "tiled", False):  # launch_tiled's own call, at the CPU's block size 1
+            return plain[1](kernel, *args, **kwargs)
+        asked.dim = cuda_dim(kwargs.get("block_dim", args[11] if len(args) > 11 else None))
         try:
-            module._compile(None, folder, output_arch=output_arch, use_ptx=use_ptx, options=options)
-        except Exception as exc:  # a variant NVRTC cannot build here; the device compiles it on first use
-            failed.append(f"{variant.identifier} sm_{output_arch}{' ptx' if use_ptx else ''}: {exc}".splitlines()[0])
+            return plain[1](kernel, *args, **kwargs)
+        finally:
+            asked.dim = None
 
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        list(pool.map(compile_one, jobs))
-    return Result(variants + cuda_variants, len(jobs) - len(failed), failed)
+    def launch_tiled(*args, **kwargs):
+        asked.dim, asked.tiled = cuda_dim(kwargs.get("block_dim")), True
+        try:
+            return plain[2](*args, **kwargs)
+        finally:
+            asked.dim, asked.tiled = None, False
+
+    context.Module.load, context.launch, context.launch_tiled = load, launch, launch_tiled
+    wp.launch, wp.launch_tiled = launch, launch_tiled
+    try:
+        for task in tasks:
+            say(f"{task}: made, reset and stepped on the CPU; its modules:")
+            env = forge_gpu.sim.make(task, num_envs=2, device=CPU)
+            env.reset()
+            policy = forge_gpu.sim.make_policy("random", env)
+            for _ in range(3):
+                env.step(policy(env.observation))
+    finally:
+        context.Module.load, context.launch, context.launch_tiled = plain
+        wp.launch, wp.launch_tiled = plain[1], plain[2]
+    return builder.result
 
 
-def missing_files(out: Path, variants: list[Variant]) -> list[str]:
-    """``IDENTIFIER/FILE`` of each file a variant needs that ``out`` lacks."""
-    return [f"{v.identifier}/{name}" for v in variants for name in v.files if not (out / v.identifier / name).is_file()]
+def missing_files(result: Result) -> list[str]:
+    """``IDENTIFIER/FILE`` of each file a variant needs that the cache lacks."""
+    cache = result.cache
+    return [f"{v.identifier}/{n}" for v in result.variants for n in v.files if not (cache / v.identifier / n).is_file()]
 
 
 def check_writable(out: Path) -> None:
