@@ -141,8 +141,9 @@ def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -
     loads it. ``only``: just the modules whose names start with one of these prefixes."""
     import warp as wp
 
-    import forge_gpu
+    from forge_gpu._src.sim.make import make
     from forge_gpu._src.sim.output import init_warp
+    from forge_gpu._src.sim.policies import make_policy
 
     init_warp()
     builder = _Builder(archs, out / wp.config.version, only, say)
@@ -180,9 +181,9 @@ def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -
     try:
         for task in tasks:
             say(f"{task}: made, reset and stepped on the CPU; its modules:")
-            env = forge_gpu.sim.make(task, num_envs=2, device=CPU)
+            env = make(task, num_envs=2, device=CPU)
             env.reset()
-            policy = forge_gpu.sim.make_policy("random", env)
+            policy = make_policy("random", env)
             for _ in range(3):
                 env.step(policy(env.observation))
     finally:
