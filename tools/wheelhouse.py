@@ -1,6 +1,7 @@
 """An offline install carried in parts of limited size: a wheelhouse and a kernel cache, packed, checked, rejoined.
 
-On a machine with the index (same platform and Python as the target):
+On a machine with the index (the target's platform and Python, or say them: pip download's --platform,
+--python-version and --only-binary=:all:):
     pip download -d wheels "forge-gpu[torch]"                      # pip resolves and fetches every wheel
     forge-gpu precompile --arch 90 --out kernel-cache              # optional: the CUDA kernels, built ahead
     python tools/wheelhouse.py pack --wheels wheels --kernel-cache kernel-cache --part-mib 500 --out parts

@@ -180,7 +180,7 @@ def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -
     wp.launch, wp.launch_tiled = launch, launch_tiled
     try:
         for task in tasks:
-            say(f"{task}: made, reset and stepped on the CPU; its modules:")
+            say(f"{task}: made, reset and stepped on the CPU")
             env = make(task, num_envs=2, device=CPU)
             env.reset()
             policy = make_policy("random", env)
