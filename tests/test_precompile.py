@@ -45,13 +45,15 @@ def test_a_fresh_process_finds_every_cpu_module_in_the_precompiled_cache(tmp_pat
 
 
 def test_cuda_binaries_are_where_warp_looks_them_up(tmp_path):
-    """forge_gpu's own modules of cartpole compiled for sm_90 and sm_80 (NVRTC, no GPU): for each, the .cubin
-    at the arch and the .ptx at Warp's PTX arch, under the names Warp's loader computes."""
+    """forge_gpu's own modules of cartpole's task file compiled for sm_90 and sm_80 (NVRTC, no GPU): for each, the
+    .cubin at the arch and the .ptx at Warp's PTX arch, under the names Warp's loader computes. (Every module of
+    the task, MuJoCo Warp's included, is a few minutes of NVRTC on two cores: the same code path, left out here.)"""
     from forge_gpu._src.sim.precompile import precompile, ptx_arch
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    result = precompile(["cartpole"], [90, 80], cache, only=["forge_gpu"], say=lambda line: None)
+    task_file = str(Path(__file__).resolve().parent.parent / "configs" / "cartpole.toml")
+    result = precompile([task_file], [90, 80], cache, only=["forge_gpu"], say=lambda line: None)
     assert result.failed == [] and result.variants and result.cache.parent == cache
     names = {v.module.name for v in result.variants}
     assert {"forge_gpu.kernels.env", "forge_gpu.kernels.policies"} <= names

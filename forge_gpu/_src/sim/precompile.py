@@ -62,7 +62,7 @@ class Result:
     variants: list[Variant]
     compiled: int
     failed: list[str]
-    """``IDENTIFIER sm_ARCH: error`` of each binary Warp could not build here (the GPU compiles those)."""
+    """``FILE: error`` of each CUDA binary Warp could not build here (the GPU compiles those on first use)."""
 
 
 def ptx_arch(arch: int) -> int:
