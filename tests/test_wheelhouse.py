@@ -79,3 +79,47 @@ def test_bad_pack_arguments_are_one_line_and_exit_2(tmp_path, capsys, flag, valu
     assert wheelhouse.main(["pack", *(x for kv in args.items() for x in kv)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{flag} {args[flag]}" in err, err
+
+
+def tiny_wheel(folder, name: str = "tinyhouse") -> None:
+    """A pure-Python wheel of one module, ``NAME.VALUE == 7``, written by hand (RECORD with its hashes)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-1.0.dist-info"
+    files = {
+        f"{name}.py": b"VALUE = 7\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for path, data in files.items()
+    ]
+    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+
+
+def test_unpack_install_runs_pip_without_an_index(tmp_path):
+    """unpack --install in a fresh virtual environment: pip installs the carried wheel with --no-index."""
+    import subprocess
+    import venv
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    tiny_wheel(wheels)
+    assert wheelhouse.main(["pack", "--wheels", str(wheels), "--part-mib", "1", "--out", str(tmp_path / "parts")]) == 0
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    script = [python, str(TOOLS / "wheelhouse.py"), "unpack", "--parts", str(tmp_path / "parts")]
+    script += ["--out", str(tmp_path / "house"), "--install", "--package", "tinyhouse"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUAL_ENV"))}
+    done = subprocess.run(script, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--no-index" in done.stdout
+    code = "import tinyhouse; print(tinyhouse.VALUE)"
+    check = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert check.stdout.strip() == "7", check.stderr
