@@ -14,8 +14,8 @@ def _devices() -> list:
 
 
 DEVICES = _devices()
-"""The CPU always; ``cuda:0`` always listed, marked ``cuda`` (``pytest -m cuda`` selects every CUDA case: what
-tools/gpu_check.py's tests section runs), skipped (saying why) where Warp sees no CUDA device."""
+"""The CPU always; ``cuda:0`` always listed, marked ``cuda`` (``pytest -m cuda`` selects every CUDA case: with
+bench/gpu.py, the GPU check), skipped (saying why) where Warp sees no CUDA device."""
 
 
 def torch_on(device: str):

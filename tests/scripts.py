@@ -1,5 +1,5 @@
 """The scripts of bench/ and tools/ loaded as ``python DIR/NAME.py`` runs them: their folder first on sys.path (where
-they find their neighbours, e.g. bench/common.py or tools/offline.py), each module under a name of its own."""
+they find their neighbours, e.g. bench/common.py), each module under a name of its own."""
 
 import importlib.util
 import sys

@@ -1,6 +1,6 @@
-"""The ``forge-gpu`` command, its sixteen subcommands: collect, replay, tasks, doctor (simulate); inspect, verify,
-render, repair, convert, export, stats (read runs); select, merge, split (write runs of other runs' episodes);
-report, view (show a run to a person). tests/test_cli.py checks that this list names every subcommand.
+"""The ``forge-gpu`` command, its seventeen subcommands: collect, replay, tasks, doctor, precompile (simulate);
+inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split (write runs of other
+runs' episodes); report, view (show a run to a person). tests/test_cli.py checks that this list names every subcommand.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
@@ -8,7 +8,8 @@ when the reader of its output stopped early (``forge-gpu inspect RUN | head``), 
 
 The code is in six modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
 recording flags, one per ``RecordingOptions`` field), ``_sim`` (the commands that simulate: collect, replay, tasks,
-doctor), ``_data`` (the commands that read runs: inspect, verify, render, repair, convert, export, stats),
+doctor, precompile), ``_data`` (the commands that read runs: inspect, verify, render, repair, convert, export,
+stats),
 ``_curate`` (the commands that write runs of other runs' episodes: select, merge, split) and ``_look`` (the
 commands that show a run to a person: report, view). Only ``_sim``'s commands import Warp and Newton, and only
 when they run.
@@ -29,7 +30,7 @@ from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._look import add_look_commands
 from ._recording import add_codec_option, add_recording_options, compression_choices
-from ._sim import cmd_collect, cmd_doctor, cmd_replay, cmd_tasks
+from ._sim import cmd_collect, cmd_doctor, cmd_precompile, cmd_replay, cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -123,6 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")
     d.set_defaults(func=cmd_doctor)
+
+    k = sub.add_parser(
+        "precompile", help="build Warp's kernel cache of the tasks for GPUs of the given archs, here without a GPU"
+    )
+    k.add_argument("tasks", nargs="*", metavar="TASK", help="task ids or task files (default: every shipped task)")
+    k.add_argument(
+        "--arch",
+        action="append",
+        required=True,
+        help="a CUDA arch (90: H100/H200, 80: A100, 89: L40S) or cpu; repeatable",
+    )
+    k.add_argument("--out", required=True, help="the kernel cache folder; then run with WARP_CACHE_PATH=OUT")
+    k.set_defaults(func=cmd_precompile)
 
     p = sub.add_parser("repair", help="close a run whose recording process was killed or whose machine crashed")
     p.add_argument("run")

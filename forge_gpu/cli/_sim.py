@@ -1,5 +1,5 @@
-"""The commands that simulate: ``collect`` (on one device, or on Ray workers) and ``doctor``. Warp and Newton
-are imported inside them, so the other commands run without the simulator."""
+"""The commands that simulate: ``collect`` (on one device, or on Ray workers), ``doctor`` and ``precompile``. Warp
+and Newton are imported inside them, so the other commands run without the simulator."""
 
 from __future__ import annotations
 
@@ -353,3 +353,42 @@ def cmd_replay(args) -> int:
         print(f"stopped by {name}: the output holds the {report['episodes']} episodes replayed")
         return status
     return 1 if args.source == "actions" and report.get("diverged") else 0
+
+
+def cmd_precompile(args) -> int:
+    """``forge-gpu precompile``: Warp's kernel cache of the tasks' modules, for each --arch, in --out."""
+    from forge_gpu._src.sim.names import shipped_tasks
+    from forge_gpu._src.sim.precompile import CPU, check_writable, missing_files, parse_arch, precompile
+
+    try:
+        archs = list(dict.fromkeys(parse_arch(a) for a in args.arch))
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    for task in args.tasks:
+        if str(task).endswith(".toml"):
+            if not Path(task).is_file():
+                raise UsageError(f"task file {task}: no such file")
+        elif task not in shipped_tasks():
+            known = ", ".join(shipped_tasks())
+            raise UsageError(f"unknown task {task!r}; known tasks are {known} (or the path of a task file *.toml)")
+    out = Path(args.out).absolute()
+    try:
+        check_writable(out)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    tasks = args.tasks or shipped_tasks()
+    try:
+        result = precompile(tasks, archs, out, say=lambda line: print(line, flush=True))
+    except ValueError as e:  # a task file that does not bind to its model
+        raise UsageError(str(e)) from e
+    missing = missing_files(result)
+    for line in result.failed:
+        print(f"not built here (the GPU compiles it on first use): {line}")
+    names = ", ".join(str(a) if a == CPU else f"sm_{a}" for a in archs)
+    built = f"{len(result.variants)} module variants for {names}, {result.compiled} CUDA binaries built"
+    print(f"kernel cache {out}: {built}")
+    print(f"use it: export WARP_CACHE_PATH={out}")
+    if missing and len(missing) > len(result.failed):
+        print(f"forge-gpu: {len(missing)} files missing from {result.cache}, first {missing[0]}", file=sys.stderr)
+        return 1
+    return 0

@@ -12,11 +12,11 @@ Two encoders, one interface:
   over the envs, on the env's stream. torchvision returns one tensor per frame whose length it learnt by waiting
   for its encode to finish, so an encoded step costs one wait of the stepping thread for the step and the encode
   (the next step is not queued ahead of it), and O(envs) Python over that list (the sizes and one ``torch.cat``).
-  The bytes are JPEG: the CPU codec decodes them. Unverified on this project's machines (no GPU lent yet;
-  ``bench/gpu_frames.py`` checks it).
+  The bytes are JPEG: the CPU codec decodes them. Not yet run on a GPU
+  (``bench/gpu.py`` checks it).
 - :class:`HostEncoder`: the CPU codec (``core/codecs.encode_frames``) on the producer's side, for any codec. The
   CPU path does not use it by default (there the recorder's writer pool encodes); tests and
-  ``bench/gpu_frames.py --smoke`` run the transport's variable-length plumbing through it.
+  ``bench/gpu.py --smoke`` run the transport's variable-length plumbing through it.
 
 :func:`make_encoder` chooses: on CUDA the JPEG fields get nvJPEG (the others, depth included, stay raw through the
 copy and are compressed by the writer pool: no lossless GPU codec is used, nvCOMP is not a dependency); on the CPU
