@@ -38,6 +38,17 @@ def test_readme_python_example_runs(tmp_path):
     assert [s[:2] for s in shapes] == [(batch, history), (batch, horizon)]
 
 
+def test_docs_reading_example_runs(tmp_path):
+    """docs/reading.md's first Python block (stepping, recording, episodes, windows, torch datasets) runs to
+    completion and prints a line per episode it reads back."""
+    block = _python_blocks(DOCS / "reading.md")[0]
+    done = _run_python(block, tmp_path)
+    assert done.returncode == 0, done.stderr
+    published = forge_gpu_manifest(tmp_path / "runs" / "demo")["completed_episodes"]
+    assert published >= int(re.search(r"episodes=(\d+)", block).group(1))
+    assert len(done.stdout.splitlines()) == published
+
+
 def test_docs_replay_example_runs(tmp_path):
     """docs/tasks.md's Python block of state, randomization and replay runs to completion."""
     (block,) = [b for b in _python_blocks(DOCS / "tasks.md") if "forge_gpu.recording.replay(" in b]
