@@ -69,10 +69,31 @@ def table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+VERSIONED = {"forge_gpu": "forge-gpu", "warp": "warp-lang", "newton": "newton", "numpy": "numpy", "torch": "torch"}
+VERSIONED["pyarrow"] = "pyarrow"
+
+
+def versions() -> dict:
+    """The installed version of each package the figures depend on (None where one is not installed)."""
+    from importlib import metadata
+
+    found = {}
+    for key, distribution in VERSIONED.items():
+        try:
+            found[key] = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            found[key] = None
+    return found
+
+
 def save(name: str, payload: dict, markdown: str, out_dir: Path | None = None) -> Path:
-    """Write ``<name>.json`` and ``<name>.md`` under ``bench/results`` (or ``out_dir``)."""
+    """Write ``<name>.json`` and ``<name>.md`` under ``bench/results`` (or ``out_dir``). The JSON says where and when
+    its figures were measured: ``machine`` (platform, CPUs, load; the script's GPU), ``versions`` and ``date`` (UTC)."""
     out = Path(out_dir or RESULTS)
     out.mkdir(parents=True, exist_ok=True)
+    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    here = machine(gpu=False) | payload.get("machine", {})  # a script's own machine keeps its keys (the GPU, ...)
+    payload = {**payload, "machine": here, "versions": versions(), "date": date}
     (out / f"{name}.json").write_text(json.dumps(payload, indent=2))
     (out / f"{name}.md").write_text(markdown + "\n")
     return out / f"{name}.json"

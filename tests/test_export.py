@@ -235,7 +235,7 @@ def test_robomimic_export_reads_back_episode_by_episode(tmp_path, recorder):
 
 
 def test_readme_training_example_runs_on_an_export(tmp_path):
-    """The README's Python block that trains from a LeRobot export (pyarrow, PyAV, torch) runs as written."""
+    """docs/reading.md's Python block that trains from a LeRobot export (pyarrow, PyAV, torch) runs as written."""
     import re
     import subprocess
     import sys
@@ -243,8 +243,8 @@ def test_readme_training_example_runs_on_an_export(tmp_path):
 
     pytest.importorskip("av")
     pytest.importorskip("torch")
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if 'root = "runs/reach-lerobot"' in b]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reading.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if 'root = "runs/reach-lerobot"' in b]
     run = camera_run(tmp_path / "runs" / "reach-demo")
     export_lerobot(run, tmp_path / "runs" / "reach-lerobot")
     (tmp_path / "example.py").write_text(block)

@@ -1,4 +1,6 @@
-"""The README's Python example runs as written."""
+"""The README's code blocks run as written (the quick start, the Python example) and print what it shows, in
+structure: the same keys and lines, whatever the figures; the docs' Python examples run; every file the README and
+docs/ cite is in the repository."""
 
 import re
 import subprocess
@@ -6,24 +8,51 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = README.parent / "docs"
+
+
+def _python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+def _run_python(block: str, cwd: Path) -> subprocess.CompletedProcess:
+    (cwd / "example.py").write_text(block)
+    return subprocess.run([sys.executable, "example.py"], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_readme_python_example_runs(tmp_path):
-    """The first python block of the README runs to completion and writes the run it reads back."""
-    block = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]
-    (tmp_path / "example.py").write_text(block)
-    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    """The README's Python example collects a run, prints a line per episode it reads back, then the shapes of one
+    DataLoader batch: [batch, history, proprio] and [batch, horizon, action], as its own arguments make them."""
+    block = _python_blocks(README)[0]
+    done = _run_python(block, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "runs" / "demo" / "run.json").exists()
-    assert len(done.stdout.splitlines()) >= 2048
+    run = tmp_path / "runs" / "demo"
+    published = forge_gpu_manifest(run)["completed_episodes"]
+    episodes = int(re.search(r"episodes=(\d+)", block).group(1))
+    lines = done.stdout.splitlines()
+    assert published >= episodes and len(lines) == published + 1
+    assert all(len(line.split()) == 4 for line in lines[:-1])
+    batch = int(re.search(r"batch_size=(\d+)", block).group(1))
+    history, horizon = (int(re.search(rf"{k}=(\d+)", block).group(1)) for k in ("history", "horizon"))
+    shapes = [tuple(int(n) for n in t.split(",")) for t in re.findall(r"\(([\d, ]+)\)", lines[-1])]
+    assert [s[:2] for s in shapes] == [(batch, history), (batch, horizon)]
 
 
-def test_readme_replay_example_runs(tmp_path):
-    """The README's python block of state, randomization and replay runs to completion."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    (block,) = [b for b in blocks if "forge_gpu.recording.replay(" in b]
-    (tmp_path / "example.py").write_text(block)
-    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+def test_docs_reading_example_runs(tmp_path):
+    """docs/reading.md's first Python block (stepping, recording, episodes, windows, torch datasets) runs to
+    completion and prints a line per episode it reads back."""
+    block = _python_blocks(DOCS / "reading.md")[0]
+    done = _run_python(block, tmp_path)
+    assert done.returncode == 0, done.stderr
+    published = forge_gpu_manifest(tmp_path / "runs" / "demo")["completed_episodes"]
+    assert published >= int(re.search(r"episodes=(\d+)", block).group(1))
+    assert len(done.stdout.splitlines()) == published
+
+
+def test_docs_replay_example_runs(tmp_path):
+    """docs/tasks.md's Python block of state, randomization and replay runs to completion."""
+    (block,) = [b for b in _python_blocks(DOCS / "tasks.md") if "forge_gpu.recording.replay(" in b]
+    done = _run_python(block, tmp_path)
     assert done.returncode == 0, done.stderr
     assert forge_gpu_manifest(tmp_path / "runs" / "randomized-check")["replayed_from"]["from"] == "actions"
 
@@ -34,10 +63,10 @@ def forge_gpu_manifest(path):
     return forge_gpu.formats.read_manifest(path)
 
 
-def _blocks(kind: str = "") -> list[str]:
-    """The README's fenced blocks whose info string is ``kind`` (``""``: the plain ones, the outputs it shows)."""
+def _blocks(kind: str = "", path: Path = README) -> list[str]:
+    """The fenced blocks of ``path`` whose info string is ``kind`` (``""``: the plain ones, the outputs it shows)."""
     blocks, current, info = [], None, ""
-    for line in README.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line.startswith("```"):
             if current is None:
                 current, info = [], line[3:].strip()
@@ -72,10 +101,9 @@ def _keys(lines: list[str]) -> list[str]:
 
 def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
     """The quick start's commands, as the README writes them (in a fresh directory): collect, inspect, verify, render,
-    then convert --to npz. Their output has the README's shape: the same lines in the same order with the same keys,
-    sections and columns (only the figures and paths may differ: other machines, other timings); the run holds the
-    files the README names; the npz copy, as many files as it says."""
-    text = README.read_text()
+    then convert --to npz. Their output has the shape the README (and docs/commands.md, for inspect) shows: the same
+    lines in the same order with the same keys, sections and columns (only the figures and paths may differ); the
+    run holds the packed layout's four files; the npz copy, two files per episode and two for the run."""
     install = next(b for b in _blocks("bash") if "forge-gpu collect cartpole --envs" in b)
     collect = install[install.index("forge-gpu collect") :].split()
     commands = next(b for b in _blocks("bash") if "forge-gpu inspect runs/cartpole-demo" in b)
@@ -87,8 +115,10 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
         )
         assert done.returncode == 0, (command, done.stderr)
         outputs.append(done.stdout.splitlines())
+    assert [c[1] for c in later] == ["inspect", "verify", "render"]
     shown_collect = next(b for b in _blocks() if "episodes published" in b).splitlines()
-    shown_inspect = next(b for b in _blocks() if b.startswith("run            ")).splitlines()
+    shown_inspect = next(b for b in _blocks(path=DOCS / "commands.md") if b.startswith("run ")).splitlines()
+    shown_after = next(b for b in _blocks() if ": ok (" in b).splitlines()
     shapes = [_shape(line) for line in outputs[0]]
     shapes = [x for k, x in enumerate(shapes) if k == 0 or x != shapes[k - 1]]  # a slow run: a line every 10 s
     assert shapes == [_shape(line) for line in shown_collect]
@@ -96,30 +126,18 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
     assert [_shape(line).split()[:2] for line in outputs[1][:4]] == [
         _shape(line).split()[:2] for line in shown_inspect[:4]
     ]
-    shown_verify = re.search(r"`verify` prints `([^`]*)`", text).group(1)
-    assert [_shape(line) for line in outputs[2]] == [_shape(shown_verify)]
-    said = r"`render` of cartpole, a task without a camera, prints `([^`]*)` and then `([^`]*)`".replace(" ", r"\s+")
-    shown_render = re.search(said, text)
-    shown_render = [" ".join(line.split()) for line in shown_render.groups()]
-    assert [_shape(line) for line in outputs[3]] == [_shape(line) for line in shown_render]
+    assert [_shape(line) for line in outputs[2] + outputs[3]] == [_shape(line) for line in shown_after]
     assert (tmp_path / "episode.png").stat().st_size > 0
-    files = re.search(r"The run is four files:(.*?)\(normalization", text, re.S).group(1)
-    assert sorted(re.findall(r"`([\w.-]+)`", files)) == sorted(
-        p.name for p in (tmp_path / "runs/cartpole-demo").iterdir()
-    )
-    count = int(re.search(r"take [\d,]+ bytes in (\d+) files", text).group(1))
-    # How many episodes a run publishes past its target depends on when the stepping loop hears of the last one
-    # (the recorder publishes on its own threads), so the npz copy is compared per episode: the README's file count
-    # less its two per episode, plus two per episode this run published.
-    published = [int(next(x for x in lines if x.startswith("episodes published")).split()[-1])
-                 for lines in (outputs[0], shown_collect)]  # fmt: skip
-    count += 2 * (published[0] - published[1])
+    run = tmp_path / "runs/cartpole-demo"
+    assert sorted(p.name for p in run.iterdir()) == ["commits.jsonl", "run.json", "segment-000000.arrows", "stats.json"]
+    published = int(next(x for x in outputs[0] if x.startswith("episodes published")).split()[-1])
     done = subprocess.run(
         [sys.executable, "-m", "forge_gpu", "convert", "runs/cartpole-demo", "npz", "--to", "npz"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert len(list((tmp_path / "npz").iterdir())) == count
+    names = [p.name for p in (tmp_path / "npz").iterdir()]
+    assert len(names) == 2 * published + 2 and {"run.json", "instructions.jsonl"} <= set(names)
 
 
 ROOT = README.parent
@@ -132,7 +150,7 @@ def _cited(text: str) -> set[str]:
     # a path, but not a pattern (``tests/test_<module>.py``, ``forge_gpu/stats/<key>``) nor what a run writes
     folders = "docs|bench|tools|tests|forge_gpu|configs|kernels"
     paths = set(re.findall(rf"(?<![\w./-])((?:{folders})/[\w./-]*\w)(?![\w</*])", text))
-    paths = {p for p in paths if not p.startswith("bench/results")}  # the benchmarks' output (gitignored)
+    paths = {p for p in paths if not p.startswith("bench/results/tmp")}  # the benchmarks' scratch folder (ignored)
     markdown = set(re.findall(r"(?<![\w./-])([\w-]+\.md)\b", text))
     return {c for c in links | paths | markdown if c}
 
