@@ -1,4 +1,4 @@
-"""The cost of a row and of an episode (issue 34): every row of its table in one run, each a ratio within the run.
+"""The cost of a row and of an episode: every row of its table in one run, each a ratio within the run.
 
 python bench/costs.py                 # CPU sizes, a few minutes on 2 cores
 python bench/costs.py --smoke         # seconds-long check that every figure is produced
@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     rows = run_sections(SECTIONS, sizes, args.only, parent)
     os.rmdir(parent)
     columns = ["path", "forge", "reference", "unit", "ratio", "target", "reference_is"]
-    markdown = "## The cost of a row and of an episode (issue 34)\n\n" + table(rows, columns)
+    markdown = "## The cost of a row and of an episode\n\n" + table(rows, columns)
     save("costs", {"machine": machine(gpu=False), "smoke": args.smoke, "rows": rows}, markdown,
          Path(args.out) if args.out else None)  # fmt: skip
     print(markdown)

@@ -1,4 +1,4 @@
-"""Curation figures (issue 25): select, merge and split against a plain copy of the same bytes.
+"""Curation figures: select, merge and split against a plain copy of the same bytes.
 
 python bench/curate.py            # a ~250 MB source run, about a minute on 2 cores
 python bench/curate.py --smoke    # seconds-long check that every figure is produced

@@ -1,4 +1,4 @@
-"""Export figures (issue 14): export rates, sizes on disk, and what the normalization statistics cost.
+"""Export figures: export rates, sizes on disk, and what the normalization statistics cost.
 
 python bench/export.py                   # CPU sizes, a few minutes on 2 cores
 python bench/export.py --smoke           # seconds-long check that every figure is produced

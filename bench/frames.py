@@ -1,4 +1,4 @@
-"""Camera frames (issue 30): bytes, error, encode and decode rates of every image codec, LeRobot's video beside them,
+"""Camera frames: bytes, error, encode and decode rates of every image codec, LeRobot's video beside them,
 pipeline efficiency with compression, and shuffled training windows with images against LeRobot's loading.
 
 python bench/frames.py              # reach 128x128 RGB-D, 16 envs, 32 episodes of at most 60 steps (the issue's run)

@@ -9,7 +9,7 @@ Each row is ``--batches`` shuffled batches (epochs of one loader, its workers ke
 batch_size=None, num_workers=W)``: each worker gathers and decodes whole batches (one index list per call, no
 per-sample pickling; a worker gathers and decodes a large batch straight into a shared buffer it reuses, and pickles
 a small one: forge_gpu/_src/reading/shared_batches.py). Figures: samples/s over the whole row and after its first batch
-(steady: the workers' start left out), each against 0 workers in the same run (issue 30: workers keep the
+(steady: the workers' start left out), each against 0 workers in the same run (workers keep the
 throughput; >= 1 is the goal).
 """
 

@@ -1,4 +1,4 @@
-"""The packed layout's figures (issues 12 and 23), each a ratio within one run.
+"""The packed layout's figures, each a ratio within one run.
 
 python bench/packed.py                   # CPU sizes, about 15 minutes on 2 cores
 python bench/packed.py --smoke           # seconds-long check that every figure is produced

@@ -1,4 +1,4 @@
-"""Report figures (issue 25): how long ``forge_gpu.reading.report`` takes on a large run and how large its page
+"""Report figures: how long ``forge_gpu.reading.report`` takes on a large run and how large its page
 is; and the screenshot of a real run's report that docs/ shows.
 
 python bench/report.py                    # a >= 1 GB camera run and a many-episode run; several minutes on 2 cores

@@ -116,7 +116,7 @@ def test_loader_smoke(out):
 
 
 def test_costs_smoke(out):
-    """bench/costs.py --smoke: every row of issue 34's table, each with forge_gpu's figure and, where it has one, its
+    """bench/costs.py --smoke: every row of its table, each with forge_gpu's figure and, where it has one, its
     reference and their ratio."""
     rows = run_bench("costs", out)["rows"]
     paths = [r["path"] for r in rows]

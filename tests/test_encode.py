@@ -129,7 +129,7 @@ def test_split_layout_copies_exactly_the_kept_fields():
 
 def test_decode_on_device_refuses_clearly_without_cuda():
     """Batched decode into a CUDA tensor: a one-line refusal on a machine without CUDA, or for a device that is not
-    CUDA (the nvJPEG path itself is unverified: no GPU lent)."""
+    CUDA (the nvJPEG path itself has not yet run on a GPU)."""
     torch = pytest.importorskip("torch")
     from forge_gpu._src.core.codecs import encode_frames
     from forge_gpu._src.reading.torch_data import decode_on_device

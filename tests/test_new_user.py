@@ -1,4 +1,4 @@
-"""What a new user hits (issue 32), each as a test: one-line errors with their exit status where there were
+"""What a new user hits, each as a test: one-line errors with their exit status where there were
 tracebacks, and nothing created; ``--where`` arithmetic that overflows or divides by zero refused; a closed run whose
 commit log lost its last lines found damaged and restored by repair; npz salvage; file modes that follow the umask;
 collect's argument checks before Warp loads and its policy module found in the working directory; replay's and

@@ -93,7 +93,7 @@ class HostEncoder:
 
 class NvjpegEncoder:
     """JPEG on the GPU (nvJPEG through ``torchvision.io.encode_jpeg`` of CUDA tensors), for uint8 [n, H, W, 3]
-    fields whose codec is ``jpeg`` (its ``quality``). Unverified: written for the next lent GPU."""
+    fields whose codec is ``jpeg`` (its ``quality``). Not yet run on a GPU."""
 
     name = "nvjpeg"
 
