@@ -51,7 +51,7 @@ ENVS = 64
 DT = 0.05
 
 
-# Made, not declared: this module is loaded by path (tests/test_bench_smoke.py), where a declared dataclass's string
+# Made, not declared: this module is loaded by path (test_bench_smoke.py), where a declared dataclass's string
 # annotations cannot be resolved.
 Scene = dataclasses.make_dataclass("Scene", [("kind", str, dataclasses.field(default="bench"))], frozen=True)
 

@@ -1,9 +1,9 @@
-"""Fixtures every test module may use: the recording of a synthetic run (tests/synthetic.py), which the modules'
+"""Fixtures every test module may use: the recording of a synthetic run (tests/helpers/synthetic.py), which the modules'
 own fixtures call with the run they need, instead of each writing out description, generator, batches and
 recorder again."""
 
 import pytest
-from synthetic import SyntheticSim, make_batches, record
+from helpers.synthetic import SyntheticSim, make_batches, record
 
 
 @pytest.fixture(scope="session")

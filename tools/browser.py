@@ -1,4 +1,4 @@
-"""A real browser for the report's tests (tests/test_report.py) and for its screenshot (bench/report.py): Debian's
+"""A real browser for the report's tests (test_report.py) and for its screenshot (bench/report.py): Debian's
 ``chromium``, headless, driven over the DevTools protocol on a pipe (no driver, no extra package). :func:`load` opens
 a page from disk, waits until the page's own check has run (``forge_gpu/_src/reading/report.py``), and reads
 back from the rendered DOM what it wrote there (the errors it caught, each image's decoding), every console message

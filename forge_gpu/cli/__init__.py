@@ -1,6 +1,7 @@
 """The ``forge-gpu`` command, its seventeen subcommands: collect, replay, tasks, doctor, precompile (simulate);
 inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split (write runs of other
-runs' episodes); report, view (show a run to a person). tests/test_cli.py checks that this list names every subcommand.
+runs' episodes); report, view (show a run to a person). tests/cli/test_cli.py checks that this list names every
+subcommand.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,

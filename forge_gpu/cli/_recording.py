@@ -2,7 +2,7 @@
 (``max_buffer_bytes`` is ``--max-buffer-bytes``; ``codecs`` is the repeatable ``--codec``, ``statistics`` the switch
 ``--no-statistics``), its default the field's. :func:`recording_options_of` builds the options from the parsed flags
 by the same table, so a field added to RecordingOptions without a flag here fails at import
-(tests/test_cli.py also checks both directions)."""
+(tests/cli/test_cli.py also checks both directions)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The hand-written ant task as it was before ``configs/ant.toml`` became a task file: the reference that
-tests/test_taskfile.py shows the file-based ant equal to, bit for bit (same observations, rewards and flags for the
+tests/sim/test_taskfile.py shows the file-based ant equal to, bit for bit (same observations, rewards and flags for the
 same seed and actions). Registered only by :func:`helpers.reference_cartpole.register_handwritten`, as
 ``ant_handwritten``; the catalog does not hold it. Its expert is left out (the file-based ant keeps the same
 trot)."""

@@ -1,6 +1,6 @@
 """The hand-written cartpole task as it was before ``configs/cartpole.toml`` became a task file: the reference that
-tests/test_taskfile.py shows the file-based cartpole equal to, bit for bit (same observations, rewards and flags for
-the same seed and actions), and the hand-written task that the task API's tests (tests/test_tasks.py) subclass.
+tests/sim/test_taskfile.py shows the file-based cartpole equal to, bit for bit (same observations, rewards and flags for
+the same seed and actions), and the hand-written task that the task API's tests (tests/sim/test_tasks.py) subclass.
 Registered only by :func:`register_handwritten`, as ``cartpole_handwritten``; the catalog does not hold it. Its LQR
 expert and model stayed in the package (``forge_gpu/_src/sim/tasks/cartpole.py``).
 

@@ -8,7 +8,7 @@ left (a report of fixed keys), and the writing of checked episodes as a new run 
 ``make_recorder``, ``open_run``, ``repair_run``, ``inspect_run``, ``verify_run``, ``convert_run``, run.json's
 checks and the command line's choices all look formats up here, so a new format is one class that satisfies
 :class:`RunFormat` and one :func:`register_format` call
-(tests/test_registry.py registers one from outside the package).
+(tests/formats/test_registry.py registers one from outside the package).
 
 Two are built in: ``packed`` (schema 2, many episodes per file, docs/FORMAT.md) and ``npz`` (schema 1, one
 file per episode, docs/FORMAT-v1.md).
@@ -101,7 +101,7 @@ class FormatCapabilities:
     """What a run format can do, declared on the format (:attr:`RunFormat.capabilities`) and read by every caller
     that must know: ``RecordingOptions``' checks, the command line's choices, ``repair_run``, ``convert_run``,
     ``verify_run``. No
-    caller tests a format's attributes or signatures (tests/test_registry.py fails one that does)."""
+    caller tests a format's attributes or signatures (tests/formats/test_registry.py fails one that does)."""
 
     compressions: tuple[str, ...]
     """The compressions it takes, the first one the default."""

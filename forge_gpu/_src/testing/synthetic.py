@@ -1,7 +1,7 @@
 """Synthetic host batches, without a simulator: a run description and the (observation, result) pairs the env's
 transport hands a recorder, with the env's step semantics (next-step auto-reset), drawn with numpy from a seed.
 
-The tests record them and compare what a reader returns with what was drawn (tests/synthetic.py adds the
+The tests record them and compare what a reader returns with what was drawn (tests/helpers/synthetic.py adds the
 bookkeeping of the episodes they form); the benchmarks feed them to the recorders at sizes no CPU simulator
 reaches. Every batch is whole-array numpy: nothing here loops over envs."""
 

@@ -1,0 +1,262 @@
+"""forge-gpu report: the page's figures against the recorded episodes, its pictures bounded, the page rendered in a
+real browser (headless Chromium: every section, every image decoded, no error), a dataset's instructions apart; and
+the recorder's progress table in run.json that the page draws."""
+
+import base64
+import io
+import json
+import re
+import time
+import types
+
+import numpy as np
+import pytest
+from helpers.scripts import TOOLS, load_script
+from helpers.synthetic import SyntheticSim, make_batches, record, synthetic_description
+
+import forge_gpu
+from forge_gpu._src.reading.report import MAX_FRAMES, MAX_SIDE, SECTIONS, animation, chart, histogram
+from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
+from forge_gpu.cli import main
+from forge_gpu.recording import PackedRecorder, write_dataset_manifest
+
+browser = load_script(TOOLS / "browser.py", "tools_browser")  # headless Chromium (tools/browser.py)
+chromium, load = browser.chromium, browser.load
+needs_chromium = pytest.mark.skipif(chromium() is None, reason="no chromium: .ci/run installs it (apt-get)")
+
+
+def camera_env(instruction=None):
+    env = synthetic_description(num_envs=4, max_steps=12, images=True, state=True, params=True)
+    env.spec["has_success"] = True
+    env.spec["observation"]["rgb"]["shape"] = [16, 16, 3]
+    env.spec["observation"]["depth"]["shape"] = [16, 16]
+    if instruction:
+        env.spec["instruction"] = instruction
+    return env
+
+
+@pytest.fixture(scope="module")
+def camera_run(synthetic_run):
+    """A packed run with a camera, state, params and success: its directory and the episodes it holds."""
+    directory, sim = synthetic_run(camera_env(), 60, seed=3, end_prob=0.15, recorder=PackedRecorder)
+    return directory, sim.completed
+
+
+@pytest.fixture(scope="module")
+def camera_report(camera_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("html") / "report.html"
+    return forge_gpu.reading.report(camera_run[0], out), out
+
+
+def images(text: str) -> list:
+    from PIL import Image
+
+    uris = re.findall(r'src="data:image/webp;base64,([^"]+)"', text)
+    return [Image.open(io.BytesIO(base64.b64decode(u))) for u in uris]
+
+
+def test_report_figures_are_the_runs(camera_run, camera_report):
+    """The page's counts, success rate and mean return are the recorded episodes'; the gallery holds the best and
+    worst by return, none twice; every section is there."""
+    directory, completed = camera_run
+    result, out = camera_report
+    text = out.read_text()
+    returns = {key: float(m["reward"].astype(np.float64).sum()) for key, m in completed.items()}
+    success = np.mean([m["terminated"][-1] for m in completed.values()])
+    assert result["episodes"] == len(completed) and result["bytes"] == out.stat().st_size
+    assert f"<b>{len(completed):,}</b>episodes" in text
+    assert f"<b>{success:.1%}</b>success rate" in text
+    assert f"<b>{np.mean(list(returns.values())):.4g}</b>mean return" in text
+    assert all(f'<section id="{key}">' in text for key in SECTIONS)
+    shown = re.findall(r'data-episode="env(\d+)-episode(\d+)"', text)
+    assert len(shown) == len(set(shown)) == result["gallery"] == 8
+    best = max(returns, key=returns.get)
+    worst = min(returns, key=returns.get)
+    kinds = re.findall(r'<span class="kind (\w+)">\w+</span> (\d+):(\d+)', text)
+    assert ("best", str(best[0]), str(best[1])) in kinds and ("worst", str(worst[0]), str(worst[1])) in kinds
+    failed = [(int(e), int(k)) for kind, e, k in kinds if kind == "failed"]
+    assert failed and all(not completed[key]["terminated"][-1] for key in failed)
+    assert "mass_scale" in text and 'data-chart="success-by-mass_scale"' in text  # the randomized values, binned
+    assert 'data-chart="progress-episodes"' in text  # the recording over time, from run.json's progress
+
+
+def test_report_pictures_are_bounded(camera_report):
+    """Each gallery animation has at most MAX_FRAMES frames of at most MAX_SIDE pixels a side per panel (rgb beside
+    depth): a long episode of large frames is cut down to that; and the page stays small."""
+    result, out = camera_report
+    shots = images(out.read_text())
+    assert len(shots) == result["gallery"]
+    for shot in shots:
+        assert 2 <= shot.n_frames <= MAX_FRAMES
+        assert shot.size == (2 * 16, 16)  # 16x16 frames are not shrunk
+    assert result["bytes"] < 400_000
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    steps, side = 300, 150
+    frames = {"rgb": rng.integers(0, 256, (steps + 1, side, side, 3), dtype=np.uint8)}
+    frames["depth"] = rng.uniform(0.5, 2.0, (steps + 1, side, side)).astype(np.float32)
+    episode = types.SimpleNamespace(
+        steps=steps, obs={k: v[:-1] for k, v in frames.items()}, next={k: v[1:] for k, v in frames.items()}
+    )
+    factor = -(-side // MAX_SIDE)  # the smallest whole factor that brings 150 pixels within MAX_SIDE
+    with Image.open(io.BytesIO(animation(episode, control_dt=0.02))) as shot:
+        assert shot.n_frames == MAX_FRAMES and shot.size == (2 * (side // factor), side // factor)
+        assert side // factor <= MAX_SIDE < side // (factor - 1)
+
+
+@needs_chromium
+def test_report_renders_in_chromium(camera_report, tmp_path_factory):
+    """Headless Chromium loads the file from disk: the page's own check ran, no error and no console message, every
+    section in order, every image decoded; a screenshot is kept for a person to look at."""
+    _, out = camera_report
+    shot = tmp_path_factory.mktemp("screenshot") / "report.png"
+    page = load(out, screenshot=shot)
+    assert page.checked and page.errors == [] and page.console == []
+    assert page.sections == list(SECTIONS)
+    assert len(page.images) == 8 and set(page.images.values()) == {"yes"}
+    from PIL import Image
+
+    with Image.open(shot) as picture:
+        assert picture.size == (1200, 2400)
+        assert np.asarray(picture.convert("L")).std() > 10  # not a blank page
+    print(f"screenshot: {shot}")
+
+
+@needs_chromium
+def test_the_browser_check_catches_errors_and_broken_images(camera_report, tmp_path):
+    """The same page with a failing script and an image that does not decode is caught: the check can fail."""
+    _, out = camera_report
+    broken = out.read_text().replace(
+        '<pre id="page-errors">',
+        '<script>notDefinedAnywhere();</script><img alt="broken" src="data:image/webp;base64,AAAA">'
+        '<pre id="page-errors">',
+    )
+    (tmp_path / "broken.html").write_text(broken)
+    page = load(tmp_path / "broken.html")
+    assert page.checked and page.images["broken"] == "failed"
+    assert any("notDefinedAnywhere" in e for e in page.errors) and any("broken" in e for e in page.errors)
+    assert any("notDefinedAnywhere" in m for m in page.console)
+
+
+def test_a_dataset_report_shows_each_instruction(tmp_path):
+    """A dataset of two runs with different instructions and no camera: one row per instruction with its episodes,
+    one identity row per run, and the gallery drawn as plots of proprio, action and reward."""
+    counts = {}
+    results = []
+    for worker, instruction in enumerate(("open the drawer", "close the drawer")):
+        env = synthetic_description(num_envs=3, max_steps=6)
+        env.spec["instruction"] = instruction
+        sim = SyntheticSim(env, seed=worker, end_prob=0.3)
+        name = f"worker-{worker:03d}"
+        record(tmp_path / "data" / name, env, make_batches(sim, 20 + 10 * worker), recorder=PackedRecorder)
+        counts[instruction] = len(sim.completed)
+        results.append(
+            {"path": name, "run_id": name, "worker": worker, "device": "cpu", "status": "closed"}
+            | {"episodes": len(sim.completed), "seed": worker, "error": None}
+        )
+    write_dataset_manifest(tmp_path / "data", results)
+    result = forge_gpu.reading.report(tmp_path / "data", tmp_path / "data.html", gallery=1)
+    text = (tmp_path / "data.html").read_text()
+    assert result["episodes"] == sum(counts.values())
+    for instruction, count in counts.items():
+        assert re.search(f'<tr><td>#[12]</td><td>{instruction}</td><td class="n">{count}</td>', text)
+    identity = re.search(r'<section id="identity">(.*?)</section>', text, re.S).group(1)
+    assert identity.count("<td>worker-00") == 2
+    assert "<img" not in text and 'data-chart="proprio"' in text and 'data-chart="action"' in text
+    assert "No randomized parameters" in text and "No stats.json" not in text
+
+
+def test_cli_report_and_its_bad_input(camera_run, tmp_path, capsys):
+    """forge-gpu report writes the file and says its size; a bad --gallery or a path without a run is exit 2."""
+    directory, _ = camera_run
+    assert main(["report", str(directory), "--out", str(tmp_path / "r.html"), "--gallery", "1"]) == 0
+    assert "wrote" in capsys.readouterr().out and (tmp_path / "r.html").stat().st_size > 0
+    assert main(["report", str(directory), "--gallery", "99", "--out", str(tmp_path / "x.html")]) == 2
+    assert "--gallery 99" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+    assert main(["report", str(tmp_path / "none")]) == 2
+    assert "not a run directory or dataset root" in capsys.readouterr().err
+
+
+def test_run_json_keeps_the_recordings_progress(camera_run):
+    """run.json's progress: the documented columns, time and counters never decreasing, the last row the totals
+    that run.json states."""
+    directory, completed = camera_run
+    manifest = json.loads((directory / "run.json").read_text())
+    progress = manifest["progress"]
+    assert progress["columns"] == list(PROGRESS_COLUMNS) and progress["every_seconds"] >= 1.0
+    rows = np.asarray(progress["rows"], np.float64)
+    assert rows.shape[1] == len(PROGRESS_COLUMNS) and len(rows) >= 2
+    assert (np.diff(rows[:, :5], axis=0) >= 0).all()
+    last = dict(zip(PROGRESS_COLUMNS, progress["rows"][-1], strict=True))
+    assert last["episodes"] == manifest["completed_episodes"] == len(completed)
+    assert last["bytes"] == manifest["bytes_written"] and last["transitions"] == manifest["transitions"]
+    assert last["backlog"] == 0
+
+
+def test_progress_stays_bounded_and_even(monkeypatch):
+    """A long recording keeps at most max_rows samples (and the one at close), evenly spread: when full, every other
+    sample goes and the interval doubles."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    series = ProgressSeries(every=1.0, max_rows=8)
+    for second in range(1000):
+        for _ in range(3):  # several publishes a second: one sample
+            clock[0] = second + 0.1
+            series.sample(second, 10 * second, 100 * second, 0.5 * second, second % 4)
+    clock[0] = 1000.1
+    table = series.to_json(final=(1000, 10000, 100000, 500.0, 0))
+    rows = np.asarray(table["rows"])
+    assert len(rows) <= 9 and table["every_seconds"] > 100
+    gaps = np.diff(rows[:-1, 0])
+    assert gaps.max() <= 2 * gaps.min()  # evenly spread
+    assert rows[-1].tolist() == [1000.1, 1000, 10000, 100000, 500.0, 0]
+    with pytest.raises(ValueError, match="every"):
+        ProgressSeries(every=0)
+
+
+def test_a_run_without_episodes_still_reports(tmp_path):
+    """A run that published no episode gets every section, each saying what it lacks."""
+    env = synthetic_description(num_envs=2, max_steps=50)
+    record(tmp_path / "empty", env, make_batches(SyntheticSim(env, seed=0, end_prob=0.0), 3), recorder=PackedRecorder)
+    result = forge_gpu.reading.report(tmp_path / "empty", tmp_path / "empty.html")
+    text = (tmp_path / "empty.html").read_text()
+    assert result["episodes"] == 0 and result["gallery"] == 0
+    assert all(f'<section id="{key}">' in text for key in SECTIONS)
+    assert "no published episode" in text and "No published episode to show" in text
+
+
+def test_chart_legends_hold_each_label_whole_below_the_plot():
+    """Push's instructions are long and differ at their ends: each legend entry holds its whole label (they were cut to
+    18 characters, so several read the same) in a list below the SVG, where it cannot cover a bar."""
+    labels = [f"push the green cube to the blue square on the {side}" for side in ("left", "right", "middle")]
+    figure = histogram({label: np.arange(5.0) + k for k, label in enumerate(labels)}, title="return per episode")
+    svg, legend = figure.split("</svg>")
+    assert not any(label in svg for label in labels)
+    entries = re.findall(r"<li><i [^>]*></i>([^<]*)</li>", legend)
+    assert entries == labels and legend.startswith('<ul class="legend"')
+
+
+def test_an_all_zero_series_has_an_axis_from_zero():
+    """A backlog that stays 0 was drawn on an axis from -1 to 1; values that are never negative start at 0."""
+    ticks = re.findall(r'text-anchor="end">([^<]*)</text>', chart([{"x": [0.0, 1.0, 2.0], "y": [0, 0, 0]}]))
+    assert ticks[0] == "0" and float(ticks[-1]) == 1.0 and not any(t.startswith("-") for t in ticks)
+    ticks = re.findall(r'text-anchor="end">([^<]*)</text>', chart([{"x": [0.0, 1.0], "y": [-2.0, -2.0]}]))
+    assert float(ticks[0]) < -2.0 < float(ticks[-1])  # a negative constant keeps an axis around it
+
+
+def test_success_per_instruction_names_each_instructions_row():
+    """The points stand at #1, #2, ... , the rows of the per-instruction table (the axis was a bare index)."""
+    from forge_gpu._src.reading.report import episodes_section
+
+    texts = ["pick the red block", "pick the blue block", "pick the green block"]
+    instructions = np.array([texts[0]] * 6 + [texts[1]] * 4 + [texts[2]] * 2, dtype=object)  # the most common first
+    episodes = {"steps": np.full(12, 5), "return": np.arange(12.0), "success": np.arange(12) % 2 == 0,
+                "instruction": instructions.tolist(), "has_success": True}  # fmt: skip
+    page = episodes_section({"episodes": episodes})
+    figure = page[page.index('data-chart="success-per-instruction"') :]
+    figure = figure[: figure.index("</figure>")]
+    assert [f"#{k}" for k in (1, 2, 3)] == re.findall(r">(#\d)</text>", figure)
+    assert "instruction (its row # in the table)" in figure
+    for k, text in enumerate(texts, 1):
+        assert f"<td>#{k}</td><td>{text}</td>" in page.replace(' class="n"', "")

@@ -1,0 +1,159 @@
+"""Normalization statistics: the accumulator against numpy, the recorders' stats.json, forge-gpu stats."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers.synthetic import SyntheticSim, make_batches, record, synthetic_description
+
+from forge_gpu._src.reading.inspection import format_report
+from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
+from forge_gpu.cli import main
+from forge_gpu.curation import compute_statistics, run_statistics
+from forge_gpu.reading import inspect_run, read_episodes
+from forge_gpu.recording import NpzRecorder, PackedRecorder
+
+
+def expected(values: np.ndarray) -> dict:
+    """numpy's figures for ``values`` [rows, channels]."""
+    x = values.astype(np.float64)
+    return {
+        "count": len(x),
+        "mean": x.mean(0),
+        "std": x.std(0),
+        "min": x.min(0),
+        "max": x.max(0),
+        "q01": np.quantile(x, 0.01, axis=0, method="inverted_cdf"),
+        "q99": np.quantile(x, 0.99, axis=0, method="inverted_cdf"),
+    }
+
+
+def assert_matches(got: dict, values: np.ndarray, *, exact_quantiles: bool) -> None:
+    want = expected(values)
+    assert got["count"] == want["count"]
+    for figure in ("mean", "std"):
+        np.testing.assert_allclose(got[figure], want[figure], rtol=1e-9, atol=1e-12)
+    for figure in ("min", "max"):
+        np.testing.assert_array_equal(got[figure], want[figure])
+    for figure in ("q01", "q99"):
+        if exact_quantiles:
+            np.testing.assert_array_equal(got[figure], want[figure])
+        else:
+            assert np.all(np.abs(np.asarray(got[figure]) - want[figure]) <= RELATIVE_ERROR * np.abs(want[figure]))
+
+
+def test_float_channels_match_numpy_over_uneven_batches():
+    """Per-channel count, mean, std, min, max equal numpy's; q01/q99 are within the stated relative error."""
+    rng = np.random.default_rng(0)
+    values = (rng.standard_cauchy(size=(20001, 5)) * [1, 1e3, 1e-4, 7, 0.5]).astype(np.float32)
+    values[:300, 2] = 0.0  # 1.5% zeros: channel 2's q01 is exactly 0, and must be reported as 0
+    stats = ChannelStats(5, "float")
+    # A first batch large enough to be counted at once, then small ones gathered before counting.
+    for part in np.array_split(values, [14000, 14001, 14002, 14500]):
+        stats.update(part)
+    assert_matches(stats.summary(), values, exact_quantiles=False)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_byte_channels_are_exact(dtype):
+    """One-byte fields keep an exact histogram: every figure, percentiles included, equals numpy's."""
+    rng = np.random.default_rng(1)
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max + 1, size=(5000, 3)).astype(dtype)
+    stats = ChannelStats.for_dtype(3, np.dtype(dtype))
+    for part in np.array_split(values, 3):
+        stats.update(part)
+    assert_matches(stats.summary(), values, exact_quantiles=True)
+
+
+def test_merged_and_reloaded_statistics_equal_one_pass():
+    """Two accumulators merged after a JSON round trip (two runs of a dataset) give one pass's figures."""
+    rng = np.random.default_rng(2)
+    fields = {"proprio": ((3,), np.float32), "rgb": ((4, 4, 3), np.uint8), "env_id": ((), np.int32)}
+    frames = [
+        {"proprio": rng.normal(size=(50, 3)).astype(np.float32), "rgb": rng.integers(0, 256, (50, 4, 4, 3), np.uint8)}
+        for _ in range(2)
+    ]
+    actions = [rng.normal(size=(49, 2)).astype(np.float32) for _ in range(2)]
+    rewards = [rng.normal(size=49).astype(np.float32) for _ in range(2)]
+    parts, whole = [], StatsAccumulator(fields, 2)
+    for f, a, r in zip(frames, actions, rewards, strict=True):
+        part = StatsAccumulator(fields, 2)
+        for acc in (part, whole):
+            acc.update_frames(f)
+            acc.update_transitions(a, r)
+        parts.append(StatsAccumulator.from_json(json.loads(json.dumps(part.to_json("test"))), "part"))
+    parts[0].merge(parts[1])
+    merged, one = parts[0].summary(), whole.summary()
+    assert set(merged) == {"obs/proprio", "obs/rgb", "action", "reward"}
+    for key in one:
+        for figure in one[key]:
+            np.testing.assert_allclose(merged[key][figure], one[key][figure], rtol=1e-12)
+
+
+def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
+    """A stats.json whose sketch does not add up raises ValueError naming the file."""
+    acc = StatsAccumulator({"proprio": ((2,), np.float32)}, 1)
+    acc.update_frames({"proprio": np.ones((3, 2), np.float32)})
+    acc.update_transitions(np.ones((2, 1), np.float32), np.ones(2, np.float32))
+    content = acc.to_json("test")
+    content["fields"]["obs/proprio"]["count"] = 4
+    (tmp_path / STATS_FILE).write_text(json.dumps(content))
+    (tmp_path / "run.json").write_text("{}")
+    from forge_gpu._src.recording.stats import load_statistics
+
+    with pytest.raises(ValueError, match="stats.json"):
+        load_statistics(tmp_path)
+
+
+@pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
+def test_recorded_statistics_equal_numpy_over_the_batches(tmp_path, recorder):
+    """Both recorders write stats.json at close: observation fields over every row of every batch, action and
+    reward over the active rows, equal to numpy's figures on the same data."""
+    env = synthetic_description(num_envs=4, max_steps=6, images=True)
+    batches = make_batches(SyntheticSim(env, seed=3), 30)
+    record(tmp_path / "run", env, batches, recorder=recorder)
+    stats = run_statistics(tmp_path / "run")
+    assert set(stats) == {"obs/proprio", "obs/rgb", "obs/depth", "action", "reward"}
+    observations = [b[0] for b in batches]
+    active = np.concatenate([b[1].info["active"] for b in batches])
+    proprio = np.concatenate([o["proprio"] for o in observations])
+    rgb = np.concatenate([o["rgb"] for o in observations]).reshape(-1, 3)
+    depth = np.concatenate([o["depth"] for o in observations]).reshape(-1, 1)
+    action = np.concatenate([b[1].info["executed_action"] for b in batches])[active]
+    reward = np.concatenate([b[1].reward for b in batches])[active].reshape(-1, 1)
+    assert_matches(stats["obs/proprio"], proprio, exact_quantiles=False)
+    assert_matches(stats["obs/rgb"], rgb, exact_quantiles=True)
+    assert_matches(stats["obs/depth"], depth, exact_quantiles=False)
+    assert_matches(stats["action"], action, exact_quantiles=False)
+    assert_matches(stats["reward"], reward, exact_quantiles=False)
+
+
+def test_statistics_switched_off_write_no_file(tmp_path):
+    """statistics=False records the same run without stats.json, and run_statistics says how to get them."""
+    env = synthetic_description(num_envs=3, max_steps=4)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env), 12), recorder=PackedRecorder, statistics=False)
+    assert not (tmp_path / "run" / STATS_FILE).exists()
+    with pytest.raises(LookupError, match="forge-gpu stats"):
+        run_statistics(tmp_path / "run")
+
+
+def test_stats_command_computes_them_from_the_published_episodes(tmp_path, capsys):
+    """forge-gpu stats on a run without statistics writes stats.json equal to numpy over its published
+    episodes (every frame; every transition); inspect then shows them."""
+    env = synthetic_description(num_envs=3, max_steps=5)
+    record(
+        tmp_path / "run", env, make_batches(SyntheticSim(env, seed=4), 20), recorder=PackedRecorder, statistics=False
+    )
+    assert main(["stats", str(tmp_path / "run")]) == 0
+    assert "computed and written" in capsys.readouterr().out
+    episodes = list(read_episodes(tmp_path / "run"))
+    frames = np.concatenate([np.concatenate([e.obs["proprio"], e.next["proprio"][-1:]]) for e in episodes])
+    stats = run_statistics(tmp_path / "run")
+    assert_matches(stats["obs/proprio"], frames, exact_quantiles=False)
+    assert_matches(stats["action"], np.concatenate([e.action for e in episodes]), exact_quantiles=False)
+    report = inspect_run(tmp_path / "run")
+    assert report["statistics"]["obs/proprio"]["count"] == len(frames)
+    assert "obs/proprio" in format_report(report)
+    again = compute_statistics(tmp_path / "run", write=False).summary()
+    np.testing.assert_array_equal(again["obs/proprio"]["mean"], stats["obs/proprio"]["mean"])

@@ -1,0 +1,66 @@
+"""The built-in and torch policies (sim/policies.py) on every device: a torch policy's actions are what the env
+executes, it runs on the env's stream on CUDA, and its bad actions are refused."""
+
+import numpy as np
+import pytest
+import warp as wp
+from helpers.envtools import DEVICES, torch_on
+
+import forge_gpu
+from forge_gpu._src.sim.policies import TorchPolicy
+from forge_gpu.sim import load_policy
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_policy_actions_are_what_the_env_executes(device):
+    """A torch MLP sees zero-copy views of the observation and its actions are executed (clipped); on CUDA it
+    runs on the env's Warp stream (its torch wrapper), on the CPU on no stream."""
+    torch, torch_device = torch_on(device)
+    from helpers.torch_policies import tiny_mlp
+
+    env = forge_gpu.sim.make("cartpole", num_envs=4, device=device, max_steps=5)
+    policy = load_policy("helpers.torch_policies:tiny_mlp", env)
+    assert isinstance(policy, TorchPolicy)
+    if env.device.is_cuda:
+        assert policy._stream.cuda_stream == wp.get_stream(env.device).cuda_stream
+    else:
+        assert policy._stream is None
+    net = tiny_mlp(env.spec, "cpu")  # the same weights (seeded), on the host
+    before = env.reset().numpy()
+    for _ in range(8):
+        action = policy(env.observation)
+        assert action.device == env.device and tuple(action.shape) == (4, 1)
+        after = env.step(action).numpy()
+        with torch.no_grad():
+            want = np.clip(net({"proprio": torch.from_numpy(before.observation["proprio"])}).numpy(), -1, 1)
+        active = after.info["active"]
+        np.testing.assert_allclose(after.info["executed_action"][active], want[active], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(after.info["executed_action"][~active], 0.0)
+        before = after
+    assert torch_device == str(wp.device_to_torch(env.device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_policy_refuses_bad_actions(device):
+    """Wrong shape, dtype or device raise ValueError naming what was wrong; non-finite actions raise in the
+    policy on the CPU and are flagged by the step on CUDA (no wait for the device), zeros executed."""
+    torch_on(device)
+    from helpers import torch_policies
+
+    env = forge_gpu.sim.make("cartpole", num_envs=3, device=device)
+    env.reset()
+    for factory, words in [
+        (torch_policies.wrong_shape, "shape"),
+        (torch_policies.wrong_dtype, "float64"),
+        (torch_policies.wrong_device, "meta"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            TorchPolicy(env, factory)(env.observation)
+    nan = TorchPolicy(env, torch_policies.nan_actions)
+    if not env.device.is_cuda:
+        with pytest.raises(ValueError, match="non-finite"):
+            nan(env.observation)
+        return
+    result = env.step(nan(env.observation)).numpy()
+    np.testing.assert_array_equal(result.info["action_nonfinite"], True)
+    np.testing.assert_array_equal(result.info["executed_action"], 0.0)

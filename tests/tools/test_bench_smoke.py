@@ -1,0 +1,365 @@
+"""The bench scripts' smoke modes run and write every figure, finite, for every row."""
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers.scripts import BENCH, load_script
+
+# figure -> must it be > 0 (else >= 0)
+STEPPING = {"num_envs": True, "steps": True, "median_step_ms": True, "env_steps_per_s": True}
+TRANSPORT = {
+    "num_envs": True,
+    "steps": True,
+    "bytes_per_step": False,
+    "mb_per_step": False,
+    "step_median_ms": True,
+    "step_p95_ms": True,
+    "loop_s": True,
+    "overlap": True,
+    "copy_steps": False,
+    "copy_median_ms": False,
+    "copy_p95_ms": False,
+    "gb_per_s": False,
+    "reference_gb_per_s": True,
+    "vs_reference": False,
+}
+# Figures that are zero on the ``none`` row by definition and must be positive on the others.
+TRANSPORT_MOVED = ["bytes_per_step", "mb_per_step", "copy_steps", "copy_median_ms", "copy_p95_ms", "gb_per_s"]
+TRANSPORT_MOVED += ["vs_reference"]
+PIPELINE = {
+    "num_envs": True,
+    "steps": True,
+    "env_steps_per_s": True,
+    "efficiency": True,
+    "loop_env_steps_per_s": True,
+    "loop_efficiency": True,
+    "stall_pct": False,
+    "episodes": False,
+    "mb_written": False,
+}
+
+
+def run_bench(name: str, out: Path, folder: Path = BENCH) -> dict:
+    module = load_script(folder / f"{name}.py", f"{folder.name}_{name}")
+    assert module.main(["--smoke", "--out", str(out)]) == 0
+    assert (out / f"{name}.md").read_text().strip()
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def check_figures(row: dict, figures: dict) -> None:
+    for key, positive in figures.items():
+        value = row[key]
+        assert isinstance(value, int | float) and not isinstance(value, bool), (key, value)
+        assert math.isfinite(value), (key, value)
+        assert value > 0 if positive else value >= 0, (key, value, row)
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench")
+
+
+def test_stepping_smoke(out):
+    """bench/stepping.py --smoke gives steps/s for every task and env count."""
+    rows = run_bench("stepping", out)["rows"]
+    assert rows
+    for row in rows:
+        check_figures(row, STEPPING)
+
+
+def test_transport_smoke(out):
+    """bench/transport.py --smoke gives every method's bytes, times, GB/s, reference ratio and overlap."""
+    payload = run_bench("transport", out)
+    rows = payload["rows"]
+    assert {r["method"] for r in rows} == {"none", "sync", "host_snapshot", "torch_pinned"}
+    for row in rows:
+        check_figures(row, TRANSPORT)
+        assert row["reference"] in ("memcpy", "pinned_d2h_peak")
+        if row["method"] != "none":
+            assert all(row[key] > 0 for key in TRANSPORT_MOVED), row
+    assert (out / "transport.png").stat().st_size > 0
+
+
+def test_pipeline_smoke(out):
+    """bench/pipeline.py --smoke gives steps/s, efficiency and stall for each mode, and recordings publish."""
+    rows = run_bench("pipeline", out)["rows"]
+    modes = {"stepping", "transport", "record_packed", "record_packed_raw", "record_packed_lz4", "record_packed_jpeg"}
+    modes |= {"record_npz", "record_npz_deflate1"}
+    assert {r["mode"] for r in rows} == modes
+    for row in rows:
+        check_figures(row, PIPELINE)
+        if row["mode"].startswith("record"):
+            assert row["episodes"] > 0 and row["mb_written"] > 0, row
+    assert (out / "pipeline.png").stat().st_size > 0
+
+
+def test_codecs_smoke(out):
+    """bench/codecs.py --smoke: every candidate codec's bytes, error and rates on real frames; lossless ones exact."""
+    rows = run_bench("codecs", out)["rows"]
+    assert {r["codec"].split(":")[0] for r in rows} == {"png", "zstd", "lz4", "jpeg", "webp", "quantized"}
+    for row in rows:
+        check_figures(row, {"bytes_per_frame": True, "ratio": True, "encode_fps": True, "decode_fps": True})
+        assert (row["max_abs_error"] == 0) == (row["codec"].split(":")[0] in ("png", "zstd", "lz4")), row
+
+
+def test_loader_smoke(out):
+    """bench/loader.py --smoke: shuffled batches with camera frames through a DataLoader with 0 and 2 workers, every
+    batch whole (the samples counted are the batches' rows)."""
+    rows = run_bench("loader", out)["rows"]
+    assert [r["workers"] for r in rows] == [0, 2]
+    for row in rows:
+        check_figures(row, {"samples_per_s": True, "vs_0_workers": True, "seconds": True})
+        assert row["samples"] == row["batch"] * row["batches"], row
+
+
+def test_costs_smoke(out):
+    """bench/costs.py --smoke: every row of its table, each with forge_gpu's figure and, where it has one, its
+    reference and their ratio."""
+    rows = run_bench("costs", out)["rows"]
+    paths = [r["path"] for r in rows]
+    assert paths == ["recorder", "ingest", "pipeline", "read_episodes", "read_episodes", "action_windows"] + [
+        "windows_epoch",
+        "image_batches",
+        "loader",
+    ]
+    for row in rows:
+        figures = {"forge": True} | ({"reference": True, "ratio": True} if row["reference"] != "-" else {})
+        check_figures(row, figures)
+    assert [r["pass_"] for r in rows if r["path"] == "read_episodes"] == ["first", "warm"]
+
+
+def test_recorder_smoke(out):
+    """bench/recorder.py --smoke gives forge's figure, its reference and their ratio for every row."""
+    rows = run_bench("recorder", out)["rows"]
+    figures = {r["figure"] for r in rows}
+    expected = {"ingest_packed", "ingest_none", "ingest_none_vs_disk", "append_only", "write_bytes", "write_bytes_e2e"}
+    expected |= {"write_bytes_vs_publish"}
+    expected |= {"pipeline_expert", "pipeline_random", "pipeline_random_vs_disk"}
+    expected |= {f"ingest_deflate1_w{w}" for w in (1, 2, 4)} | {f"publish_w{w}" for w in (1, 2, 4)}
+    assert figures == expected
+    for row in rows:
+        check_figures(row, {"writers": True, "forge": True, "reference": True, "ratio": True})
+
+
+def test_threads_smoke(out):
+    """bench/threads.py --smoke gives publications/s for 1, 2 and 4 threads at every Python cost."""
+    rows = run_bench("threads", out)["rows"]
+    assert [r["python_us_per_episode"] for r in rows] == [0, 5, 10, 15]
+    for row in rows:
+        check_figures(row, {f"w{w}_episodes_per_s": True for w in (1, 2, 4)} | {"w2_over_w1": True})
+
+
+def test_packed_smoke(out):
+    """bench/packed.py --smoke gives every figure of the packed layout, finite and positive."""
+    rows = {r["figure"]: r for r in run_bench("packed", out)["rows"]}
+    codecs = {f"ingest_{shape}_{codec}" for shape in ("short", "long") for codec in ("lz4", "zstd")}
+    sections = {"ingest_short", "ingest_long", "files_per_100k", "pipeline_0", "rss", "reader_cartpole", "reader_reach"}
+    sections |= {"windows_mmap", "checksum", "ingest_short_checksum", "verify", "pipeline"}
+    assert set(rows) == sections | codecs
+    for name in codecs:
+        check_figures(rows[name], {"rows_per_s": True, "vs_none": True, "size_vs_none": True})
+    for name in ("ingest_short", "ingest_long"):
+        check_figures(rows[name], {"rows_per_s": True, "vs_raw_write": True, "vs_per_row": True, "vs_npz": True})
+    check_figures(rows["files_per_100k"], {"files_per_100k": True})
+    pipeline_figures = {"recording": True, "stepping": True, "efficiency": True, "efficiency_no_state": True}
+    check_figures(rows["pipeline_0"], pipeline_figures)
+    summary = ["efficiency_median", "efficiency_min", "efficiency_no_state_median", "efficiency_no_state_min"]
+    check_figures(rows["pipeline"], dict.fromkeys(summary, True))
+    check_figures(rows["rss"], {"peak_rss_mb_100": True, "peak_rss_mb_1000": True, "ratio": True})
+    for name in ("reader_cartpole", "reader_reach"):
+        figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]
+        figures += ["packed_batch_in_order_per_s", "packed_batch_shuffled_per_s", "episodes_vs_npz", "windows_vs_npz"]
+        figures += ["packed_unverified_episodes_per_s", "verify_cost", "packed_windows_load_unverified_s"]
+        check_figures(rows[name], dict.fromkeys(figures, True))
+    crc = ["crc32c_gb_per_s", "zlib_crc32_gb_per_s", "isal_crc32_gb_per_s", "crc32c_vs_zlib"]
+    check_figures(rows["checksum"], dict.fromkeys(crc, True))
+    cost = ["rows_per_s", "rows_per_s_no_checksum", "with_over_without", "checksum_share_of_wall"]
+    check_figures(rows["ingest_short_checksum"], dict.fromkeys(cost, True))
+    check_figures(
+        rows["verify"], dict.fromkeys(["run_mb", "raw_read_mb_per_s", "verify_mb_per_s", "verify_vs_raw"], True)
+    )
+    rates = [f"{mode}_{figure}" for mode in ("loaded", "mmap") for figure in ("load_s", "batch_shuffled_per_s")]
+    held = ["loaded_held_mb", "mmap_held_mb", "held_mmap_vs_loaded"]
+    check_figures(
+        rows["windows_mmap"],
+        dict.fromkeys(rates + ["rate_mmap_vs_loaded", "windows"], True) | dict.fromkeys(held, False),
+    )
+
+
+def test_export_smoke(out):
+    """bench/export.py --smoke gives every export rate (both tasks, both codecs, 1 and 2 processes, robomimic),
+    every size of the reach run and the pipeline efficiency with and without statistics."""
+    pytest.importorskip("av")
+    pytest.importorskip("h5py")
+    rows = {r["figure"]: r for r in run_bench("export", out)["rows"]}
+    rates = {f"rate_{t}_{c}_{p}" for t in ("cartpole", "reach") for c in ("h264", "av1") for p in (1, 2)}
+    rates |= {"rate_cartpole_robomimic", "rate_reach_robomimic"}
+    sizes = {f"size_{name}" for name in ("forge_gpu_raw", "forge_gpu_zstd", "lerobot_h264", "lerobot_av1", "robomimic")}
+    assert set(rows) == rates | sizes | {"stats_cartpole", "stats_reach"}
+    for name in rates:
+        check_figures(rows[name], {"frames": True, "episodes": True, "frames_per_s": True, "mb": True})
+    for name in rates:
+        if name.startswith("rate_reach_") and not name.endswith("robomimic"):
+            check_figures(rows[name], {"image_mae": False})
+    for name in sizes:
+        check_figures(rows[name], {"episodes": True, "mb": True, "vs_raw": True})
+    for name in ("stats_cartpole", "stats_reach"):
+        check_figures(rows[name], {"efficiency_with_stats": True, "efficiency_without_stats": True})
+
+
+def test_gpu_smoke(out):
+    """bench/gpu.py --smoke runs every section in a process of its own on this machine's device and every check
+    passes: the transport's copy against its reference, recorded env-steps/s, the camera frames encoded where the
+    step ran (fewer bytes moved, nothing overflowed, decoded within the codec's bound), the sync figure."""
+    payload = run_bench("gpu", out)
+    rows = payload["rows"]
+    sections = list(dict.fromkeys(r["section"] for r in rows))
+    assert sections == ["machine", "bandwidth", "pipeline_cartpole", "frames", "syncs", "kernels"], rows
+    assert all(r.get("ok", True) for r in rows), rows
+    assert not [r for r in rows if r["figure"] in ("error", "timeout")], rows
+    for row in rows:
+        if "ratio" in row:
+            assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+    assert payload["machine"]["device"] and payload["date"]
+    assert all((out / "gpu_logs" / f"{name}.log").stat().st_size > 0 for name in sections[:-1])
+
+    def row(start: str) -> dict:
+        (found,) = [r for r in rows if r["figure"].startswith(start)]
+        return found
+
+    assert "env-steps/s" in row("cartpole: recorded")["value"]
+    assert row("bytes moved per step, rgb as jpeg")["ratio"] > 1
+    assert row("overflows")["value"] == "0"
+    assert row("the last batch decodes with the CPU codec")["ok"] is True
+
+
+def test_a_failing_section_keeps_its_rows_and_gives_one_error_row(tmp_path):
+    """A section whose process raises (here: recording into a folder that does not exist) keeps the rows it gave
+    before and adds one error row naming the exception, with the last lines of its log."""
+    gpu = load_script(BENCH / "gpu.py", "bench_gpu_failing")
+    args = SimpleNamespace(smoke=True, device="cpu", record_dir=str(tmp_path / "missing"))
+    (logs := tmp_path / "logs").mkdir()
+    rows = gpu.run_child("pipeline_cartpole", args, logs, 600)
+    figures = [r["figure"] for r in rows]
+    assert len(figures) == 3 and figures[0].endswith("stepping only"), rows
+    assert figures[1:] == ["cartpole: with the transport", "error"], rows
+    assert "FileNotFoundError" in rows[-1]["value"] and "last output" in rows[-1]["value"], rows[-1]
+
+
+
+def test_frames_smoke(out):
+    """bench/frames.py --smoke gives every codec's bytes, error and rates, LeRobot's export beside them, the pipeline
+    and the windows/s, and the targets (LeRobot's loading left out here: no LeRobot interpreter)."""
+    module = load_script(BENCH / "frames.py", "bench_frames")
+    assert module.main(["--smoke", "--out", str(out), "--lerobot-python", str(out / "no-python")]) == 0
+    payload = json.loads((out / "frames.json").read_text())
+    codecs = {(r["field"], r["codec"].split(" ")[0]): r for r in payload["codecs"]}
+    assert {("rgb", "png:level=1"), ("rgb", "jpeg:quality=90"), ("depth", "zstd:level=3")} <= set(codecs)
+    for (field, codec), row in codecs.items():
+        check_figures(row, {"bytes_per_frame": True, "vs_raw": True, "encode_fps_1core": True, "max_abs": False})
+        lossless = forge_gpu_codecs()[codec.split(":")[0]].lossless
+        assert (row["max_abs"] == 0) == lossless, (field, codec, row)
+    assert [r["export"] for r in payload["lerobot"]] == ["lerobot h264", "lerobot av1"]
+    assert payload["pipeline"][0]["recording"] == "raw" and payload["pipeline"][0]["efficiency"] > 0
+    loaders = [r["loader"] for r in payload["windows"]]
+    assert loaders[0] == "forge_gpu Windows rgb-d (loaded, decoded at open), raw" and loaders[-1] == "LeRobotDataset"
+    assert all(r["windows_per_s"] > 0 for r in payload["windows"][:-1])
+    assert "not measured" in payload["targets"][-1]["value"]
+    assert all(isinstance(r["value"], float) for r in payload["targets"][:4])  # bytes: the default, jpeg x2, webp
+
+
+def forge_gpu_codecs():
+    from forge_gpu._src.core.codecs import CODECS
+
+    return CODECS
+
+
+def test_replay_smoke(out):
+    """bench/replay.py --smoke gives replay's frames/s against collection's and the K-successful workflow's times."""
+    payload = run_bench("replay", out)
+    assert [r["mode"] for r in payload["throughput"]] == ["collect", "replay_state", "replay_actions"]
+    for row in payload["throughput"]:
+        check_figures(row, {"frames": True, "seconds": True, "frames_per_s": True, "vs_collect": True})
+    assert [r["policy"] for r in payload["workflow"]] == ["expert", "expert", "random"]
+    for row in payload["workflow"]:
+        figures = {
+            "max_steps": True,
+            "episodes": True,
+            "successful_K": False,
+            "success_rate": False,
+            "render_all_s": True,
+        }
+        figures |= {"state_only_s": True, "replay_s": True, "state_then_replay_s": True, "speedup": True}
+        check_figures(row, figures)
+
+
+def test_randomize_smoke(out):
+    """bench/randomize.py --smoke gives the step time with and without randomization, and their ratio."""
+    rows = run_bench("randomize", out)["rows"]
+    assert [(r["task"], r["randomize"]) for r in rows] == [
+        ("cartpole", "none"), ("cartpole", "physics"), ("reach", "none"), ("reach", "physics"), ("reach", "visual")
+    ]  # fmt: skip
+    for row in rows:
+        check_figures(row, STEPPING | {"vs_none": True})
+
+
+def test_push_expert_smoke(out):
+    """bench/push_expert.py --smoke counts each env's first episode for the expert and the random policy."""
+    rows = run_bench("push_expert", out)["rows"]
+    assert [r["policy"] for r in rows] == ["expert", "random"]
+    for row in rows:
+        assert row["episodes"] == row["num_envs"] == 4 and 0 <= row["successes"] <= row["episodes"]
+        check_figures(row, {"success_rate": False, "mean_steps": True, "seconds": True})
+
+
+def test_durability_smoke(out):
+    """bench/durability.py --smoke gives rows/s at both durability levels, the syncs made and the ratio."""
+    rows = run_bench("durability", out)["rows"]
+    assert [(r["shape"], r["durability"]) for r in rows] == [
+        ("short", "process"), ("short", "machine"), ("images", "process"), ("images", "machine")
+    ]  # fmt: skip
+    for row in rows:
+        check_figures(row, {"rows_per_s": True, "episodes_per_s": True, "mb_per_s": True, "vs_process": True})
+        assert (row["syncs"] > 0) == (row["durability"] == "machine"), row
+
+
+def test_curate_smoke(out):
+    """bench/curate.py --smoke gives every curation call's episodes/s and MB/s and its copy reference."""
+    rows = {r["figure"]: r for r in run_bench("curate", out)["rows"]}
+    assert set(rows) == {"select_values", "select_index", "select_all", "merge_two", "split_0.1"}
+    figures = ["episodes_in", "episodes_out", "seconds", "episodes_per_s", "mb_out", "mb_per_s", "copy_mb_per_s"]
+    for row in rows.values():
+        check_figures(row, dict.fromkeys([*figures, "vs_copy"], True))
+    assert rows["select_all"]["episodes_out"] == rows["select_all"]["episodes_in"]
+    assert rows["merge_two"]["episodes_out"] == 2 * rows["select_all"]["episodes_in"]
+
+
+def test_report_smoke(out):
+    """bench/report.py --smoke gives the report's time, warm and cold, its page size and its gallery for a camera run
+    and a many-episode run."""
+    rows = run_bench("report", out)["rows"]
+    assert [r["run"] for r in rows] == ["camera", "episodes"]
+    figures = {"run_mb": True, "episodes": True, "report_s": True, "cold_report_s": True, "html_kb": True}
+    for row in rows:
+        check_figures(row, figures | {"gallery": True, "episodes_per_s": True})
+
+
+def test_taskfile_smoke(out):
+    """bench/taskfile.py --smoke gives steps/s of every shipped task file, the ant's and cartpole's hooks alone, and
+    each robot's policies on its reward, term by term."""
+    result = run_bench("taskfile", out)
+    assert [row["task"] for row in result["rows"]] == ["ant", "cartpole", "quadruped", "humanoid"]
+    for row in result["rows"]:
+        check_figures(row, {"env_steps_per_s": True})
+    assert [(h["task"], h["num_envs"]) for h in result["hooks"]] == [("ant", 4), ("cartpole", 4)]
+    for h in result["hooks"]:
+        check_figures(h, {"apply_action_us": True, "reset_worlds_us": True, "observe_us": True, "total_us": True})
+    policies = [(p["task"], p["policy"]) for p in result["policies"]]
+    assert policies == [("quadruped", "random"), ("quadruped", "expert"), ("quadruped", "hold_pose"),
+                        ("humanoid", "random"), ("humanoid", "expert")]  # fmt: skip
+    for p in result["policies"]:
+        assert math.isfinite(p["reward_per_step"])
+        assert p["terms_per_step"].startswith("track_lin_vel_heading" if p["task"] == "quadruped" else "alive")
