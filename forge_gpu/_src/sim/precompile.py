@@ -138,7 +138,8 @@ class _Builder:
 def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -> Result:
     """Build ``out`` as a Warp kernel cache holding every module ``tasks`` load, for each of ``archs`` (CUDA
     arch integers, and ``cpu``): each task made (2 envs), reset and stepped on the CPU, each module built as Warp
-    loads it. ``only``: just the modules whose names start with one of these prefixes."""
+    loads it. ``only``: just the modules whose names start with one of these prefixes. Run it in a fresh process (as
+    ``forge-gpu precompile`` does): a module this process loaded before is not loaded again, so not built."""
     import warp as wp
 
     from forge_gpu._src.sim.make import make
