@@ -41,7 +41,7 @@ def machine(*, gpu: bool = True) -> dict:
 
 
 def timed(fn, *, min_seconds: float, min_reps: int = 3) -> list[float]:
-    """Call ``fn()`` repeatedly for at least ``min_seconds`` and ``min_reps``; per-call seconds."""
+    """Call ``fn()`` repeatedly for at least ``min_seconds`` and ``min_reps``; the seconds of each call."""
     times = []
     start = time.perf_counter()
     while len(times) < min_reps or time.perf_counter() - start < min_seconds:
@@ -52,7 +52,7 @@ def timed(fn, *, min_seconds: float, min_reps: int = 3) -> list[float]:
 
 
 def summary_ms(times) -> dict:
-    """Median, 95th percentile and mean of per-call ``times`` [s], in milliseconds."""
+    """Median, 95th percentile and mean of the calls' ``times`` [s], in milliseconds."""
 
     t = np.asarray(times, dtype=np.float64) * 1e3
     return {"median_ms": float(np.median(t)), "p95_ms": float(np.percentile(t, 95)), "mean_ms": float(t.mean())}
