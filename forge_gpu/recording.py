@@ -1,5 +1,6 @@
 """forge_gpu.recording: collecting and writing runs: ``collect`` (and on Ray ``collect_distributed``, which writes
-a dataset root), the recorders and their one options object, the transport, the re-simulation ``replay``, and ``evaluate`` (a policy scored over exactly N keyed episodes)."""
+a dataset root), the recorders and their one options object, the transport, the re-simulation ``replay``, and
+``evaluate`` (a policy scored over exactly N keyed episodes)."""
 
 from forge_gpu._surface import lazy_names
 

@@ -37,7 +37,8 @@ def reset_arm(
     joint_qd_out: wp.array2d[float],
 ) -> wp.uint32:
     """The arm's start: home pose plus uniform noise (+- reset_noise), at rest, drawn from the reset stream of
-    (seed, the world's draw keys: env and episode); returns that stream's state after the arm's draws, for the task's own."""
+    (seed, the world's draw keys: env and episode); returns that stream's state after the arm's draws, for the
+    task's own."""
     state = env_rng(seed, draw_env, episode, 0, STREAM_RESET)
     for j in range(4):
         joint_q_out[worldid, j] = home_q[j] + reset_noise * (2.0 * wp.randf(state) - 1.0)
