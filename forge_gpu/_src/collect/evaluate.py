@@ -11,6 +11,7 @@ Per-episode figures are written on the device, to row ``j``, and copied to the h
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ class Evaluation:
         return out
 
     def episode_rows(self) -> dict:
-        """The per-episode arrays as lists (the JSON's ``episodes``)."""
+        """The per-episode arrays as lists (the JSON's ``per_episode``)."""
         rows = {
             "return": self.returns.tolist(),
             "max_reward": self.max_rewards.tolist(),
@@ -249,6 +250,7 @@ def evaluate(
     policy: Callable,
     *,
     episodes: int,
+    stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     progress_interval: float = 1.0,
 ) -> Evaluation:
@@ -265,6 +267,8 @@ def evaluate(
         policy: ``(observation) -> action`` on the env's device, called once per step (the first action is checked
             before the first step, not asked for twice).
         episodes: N >= 1.
+        stop: when set, the evaluation ends at once and raises ``InterruptedError`` (a part of the N episodes would
+            be a biased estimate: nothing is returned).
         progress: called about every ``progress_interval`` seconds and at the end with a dict: ``unit``
             (``"episodes"``), ``target``, ``episodes_ended``, ``steps``, ``env_steps_per_s``, ``seconds``.
     """
@@ -284,6 +288,8 @@ def evaluate(
             steps += 1
             if steps % CHECK_EVERY == 0:
                 ended = rows.ended()
+                if stop is not None and stop.is_set():
+                    raise InterruptedError(f"{min(ended, episodes)} of the {episodes} episodes had ended")
                 _check_finite(env)
                 now = time.perf_counter()
                 if progress is not None and now - last >= progress_interval:
@@ -315,6 +321,9 @@ def _counters(target: int, ended: int, steps: int, num_envs: int, seconds: float
         "steps": steps,
         "env_steps_per_s": rate,
         "seconds": seconds,
+        "stall_fraction": 0.0,  # nothing is written: the keys collect's progress line shows
+        "backlog": 0,
+        "bytes_written": 0,
     }
 
 
