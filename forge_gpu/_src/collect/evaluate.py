@@ -17,16 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import warp as wp
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.instructions import TEMPLATE_KEY, episode_instructions
-from forge_gpu.kernels import evaluate as kernels
+from forge_gpu._src.sim.evaluate import EvaluationRows
 
 Z95 = 1.959963984540054
 """The normal quantile of a two-sided 95% interval."""
-CHECK_EVERY = 16
-"""Steps between two reads of the device's episode counter (each read waits for the device on CUDA)."""
 BINS = 4
 """A randomized parameter's episodes are broken down by the quartiles of its drawn values."""
 
@@ -176,75 +173,6 @@ def _bins(column: np.ndarray):
             yield float(edges[b]), float(edges[b + 1]), rows
 
 
-class _DeviceRows:
-    """The evaluation's device arrays: the worlds' draw keys and counters, one row per episode index."""
-
-    def __init__(self, env, episodes: int):
-        n, device = env.num_envs, env.device
-        self.env, self.episodes = env, episodes
-        self.counter = wp.array(np.array([n, 0], np.int32), device=device)
-        self.draw_env = wp.array(np.arange(n, dtype=np.int32), device=device)
-        self.draw_episode = wp.full(n, -1, dtype=wp.int32, device=device)
-        self.episode_return = wp.zeros(n, dtype=float, device=device)
-        self.episode_max = wp.zeros(n, dtype=float, device=device)
-        self.returns = wp.zeros(episodes, dtype=float, device=device)
-        self.max_rewards = wp.zeros(episodes, dtype=float, device=device)
-        self.lengths = wp.zeros(episodes, dtype=wp.int32, device=device)
-        self.success = wp.zeros(episodes, dtype=wp.int32, device=device)
-        self.worlds = wp.full(episodes, -1, dtype=wp.int32, device=device)
-        self.episode_ids = wp.zeros(episodes, dtype=wp.int32, device=device)
-        recorded = env.randomizer.recorded
-        self.param_sources = {name: a.reshape((a.shape[0], -1)) for name, a in recorded.items()}
-        self.params = {
-            name: wp.zeros((episodes, a.shape[1]), dtype=float, device=device) for name, a in self.param_sources.items()
-        }
-
-    def launch(self) -> None:
-        """At the end of every step and of the reset (inside the captured step)."""
-        env = self.env
-        for name, source in self.param_sources.items():
-            wp.launch(
-                kernels.start_params_kernel,
-                dim=source.shape,
-                inputs=[self.episodes, env.reset_mask, self.draw_env, source],
-                outputs=[self.params[name]],
-                device=env.device,
-            )
-        wp.launch(
-            kernels.evaluate_step_kernel,
-            dim=env.num_envs,
-            inputs=[
-                self.episodes,
-                int(env.task.spec.has_success),
-                env.reset_mask,
-                env.active,
-                env.reward,
-                env.terminated,
-                env.truncated,
-                env.step_id,
-                env.episode_id,
-            ],
-            outputs=[
-                self.counter,
-                self.draw_env,
-                self.draw_episode,
-                self.episode_return,
-                self.episode_max,
-                self.returns,
-                self.max_rewards,
-                self.lengths,
-                self.success,
-                self.worlds,
-                self.episode_ids,
-            ],
-            device=env.device,
-        )
-
-    def ended(self) -> int:
-        """Episodes with an index below N that have ended (waits for the device)."""
-        return int(self.counter.numpy()[kernels.ENDED])
-
-
 def evaluate(
     env,
     policy: Callable,
@@ -273,7 +201,7 @@ def evaluate(
             (``"episodes"``), ``target``, ``episodes_ended``, ``steps``, ``env_steps_per_s``, ``seconds``.
     """
     check_int("episodes", episodes, minimum=1)
-    rows = _DeviceRows(env, episodes)
+    rows = EvaluationRows(env, episodes)
     env.extend_step(rows.launch, draw_env=rows.draw_env, draw_episode=rows.draw_episode)
     try:
         began = time.perf_counter()
@@ -286,7 +214,7 @@ def evaluate(
         while ended < episodes:
             env.step(action)
             steps += 1
-            if steps % CHECK_EVERY == 0:
+            if steps % rows.CHECK_EVERY == 0:
                 ended = rows.ended()
                 if stop is not None and stop.is_set():
                     raise InterruptedError(f"{min(ended, episodes)} of the {episodes} episodes had ended")
@@ -327,7 +255,7 @@ def _counters(target: int, ended: int, steps: int, num_envs: int, seconds: float
     }
 
 
-def _result(env, rows: _DeviceRows, steps: int, seconds: float, warmup: float) -> Evaluation:
+def _result(env, rows: EvaluationRows, steps: int, seconds: float, warmup: float) -> Evaluation:
     spec, n = env.spec, rows.episodes
     params = {
         name: rows.params[name].numpy().reshape((n, *env.randomizer.recorded[name].shape[1:]))
