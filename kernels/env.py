@@ -89,6 +89,7 @@ def finish_step_kernel(
     reset_mask_in: wp.array[wp.bool],
     task_reward_in: wp.array[float],
     task_terminated_in: wp.array[wp.bool],
+    idle_in: wp.array[wp.bool],
     # Data in/out:
     episode_id: wp.array[wp.int32],
     step_id: wp.array[wp.int32],
@@ -100,7 +101,8 @@ def finish_step_kernel(
     truncated_out: wp.array[wp.bool],
     active_out: wp.array[wp.bool],
 ):
-    """Advance the counters and write the step result (next-step auto-reset semantics)."""
+    """Advance the counters and write the step result (next-step auto-reset semantics). An idle world's episode
+    never ends (an evaluation's worlds once its N episodes have started)."""
     worldid = wp.tid()
     if reset_mask_in[worldid]:
         episode_id[worldid] = episode_id[worldid] + 1
@@ -113,9 +115,10 @@ def finish_step_kernel(
         ended[worldid] = False
         return
     step = step_id[worldid] + 1
-    terminated = task_terminated_in[worldid]
+    idle = idle_in[worldid]
+    terminated = task_terminated_in[worldid] and not idle
     # A transition is never both terminated and truncated: termination wins.
-    truncated = step >= max_steps and not terminated
+    truncated = step >= max_steps and not terminated and not idle
     step_id[worldid] = step
     time_out[worldid] = float(step) * control_dt
     reward_out[worldid] = task_reward_in[worldid]

@@ -49,6 +49,7 @@ def evaluate_step_kernel(
     draw_episode: wp.array[wp.int32],
     episode_return: wp.array[float],
     episode_max: wp.array[float],
+    idle_out: wp.array[wp.bool],
     # Data out:
     return_out: wp.array[float],
     max_reward_out: wp.array[float],
@@ -62,7 +63,8 @@ def evaluate_step_kernel(
     A world that reset this step starts counting (its episode key becomes 0: the policy's draws of episode ``j``).
     A world whose transition ended its episode writes row ``j`` (when ``j < episodes``) and takes the next index
     for the episode it starts next step (its episode key -1: a reset draws from key + 1). The index taken depends
-    on which worlds end first; what episode ``j`` draws does not."""
+    on which worlds end first; what episode ``j`` draws does not. A world whose next index is ``episodes`` or more
+    goes idle: its next episode never ends."""
     worldid = wp.tid()
     if reset_mask_in[worldid]:
         draw_episode[worldid] = 0
@@ -90,5 +92,7 @@ def evaluate_step_kernel(
         world_out[j] = worldid
         episode_id_out[j] = episode_id_in[worldid]
         wp.atomic_add(counter, ENDED, 1)
-    draw_env[worldid] = wp.atomic_add(counter, NEXT, 1)
+    next_j = wp.atomic_add(counter, NEXT, 1)
+    draw_env[worldid] = next_j
     draw_episode[worldid] = -1
+    idle_out[worldid] = next_j >= episodes

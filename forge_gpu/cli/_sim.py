@@ -125,7 +125,8 @@ def cmd_collect(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``forge-gpu evaluate TASK --policy POLICY --episodes N``: the policy scored over exactly N keyed episodes
-    (``forge_gpu.recording.evaluate``); a summary table, and with ``--json FILE`` every figure and episode."""
+    (``forge_gpu.recording.evaluate``); a summary table, with ``--json FILE`` every figure and episode, with
+    ``--record OUT`` the N episodes as a run."""
     for name in ("envs", "episodes"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -133,6 +134,8 @@ def cmd_evaluate(args) -> int:
     overrides, _ = _task_arguments(args)
     if args.json is not None:
         check_new(args.json, "--json ", kind="file")
+    if args.record is not None:
+        check_new(args.record, "--record ")
 
     import forge_gpu
     from forge_gpu._src.collect.evaluate import evaluate
@@ -154,7 +157,9 @@ def cmd_evaluate(args) -> int:
     with stop_on_signals() as (stop, caught):
         display = Progress(task_id, env, None)
         try:
-            result = evaluate(env, policy, episodes=args.episodes, stop=stop, progress=display.update)
+            result = evaluate(
+                env, policy, episodes=args.episodes, stop=stop, progress=display.update, record=args.record
+            )
         except (ValueError, InterruptedError) as e:
             display.close()
             print(f"forge-gpu: evaluation {'stopped' if caught else 'failed'}: {e}", file=sys.stderr)
@@ -167,6 +172,8 @@ def cmd_evaluate(args) -> int:
 
         write_json_atomic(args.json, {**metrics, "policy": args.policy, "per_episode": result.episode_rows()})
         print(f"json: {args.json}")
+    if result.run is not None:
+        print(f"run: {result.run} (episode j is env_id:episode_id world[j]:episode_id[j] of --json's per_episode)")
     return 0
 
 

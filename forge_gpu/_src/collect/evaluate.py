@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from forge_gpu._src.collect.collector import collect
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.instructions import TEMPLATE_KEY, episode_instructions
+from forge_gpu._src.formats.registry import RecordingOptions
 from forge_gpu._src.sim.evaluate import EvaluationRows
 
 Z95 = 1.959963984540054
@@ -53,12 +55,16 @@ class Evaluation:
     """The episode's instruction (its params through the task's template, or the task's one instruction)."""
     worlds: np.ndarray
     """The world that ran the episode, int64 [N] (depends on the number of envs and on timing; the figures do not)."""
+    episode_ids: np.ndarray
+    """The episode's ``episode_id`` in its world, int64 [N]: with ``worlds``, its ``(env_id, episode_id)``."""
     env_steps: int = 0
     """Env steps taken (num_envs per step, idle worlds included)."""
     seconds: float = 0.0
     warmup_seconds: float = 0.0
     """Before the first step, not in ``seconds``: reset, kernel compilation on first use, graph capture [s]."""
     step_mode: str = ""
+    run: str | None = None
+    """The run directory the episodes were recorded into (``record``), or None."""
 
     @property
     def episodes(self) -> int:
@@ -108,6 +114,7 @@ class Evaluation:
             "success_at_end": self.success_at_end.tolist(),
             "instruction": list(self.instructions),
             "world": self.worlds.tolist(),
+            "episode_id": self.episode_ids.tolist(),
         }
         rows.update({f"params.{name}": values.tolist() for name, values in self.params.items()})
         return rows
@@ -181,9 +188,12 @@ def evaluate(
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
     progress_interval: float = 1.0,
+    record: str | None = None,
+    options: RecordingOptions | None = None,
+    slots: int = 4,
 ) -> Evaluation:
     """Run ``policy`` in ``env`` until exactly ``episodes`` episodes, indexed 0 .. episodes - 1, have ended, and
-    return their figures (:class:`Evaluation`). Nothing is written.
+    return their figures (:class:`Evaluation`). Nothing is written unless ``record`` names a new run directory.
 
     Episode ``j`` draws its reset, randomized values and random-policy noise from the keys ``(j, 0)`` of the env's
     seed, whichever world runs it, so a deterministic policy gets the same figures at any number of envs; worlds
@@ -199,11 +209,17 @@ def evaluate(
             be a biased estimate: nothing is returned).
         progress: called about every ``progress_interval`` seconds and at the end with a dict: ``unit``
             (``"episodes"``), ``target``, ``episodes_ended``, ``steps``, ``env_steps_per_s``, ``seconds``.
+        record: a new run directory: the N evaluated episodes recorded as a run, through ``collect``'s transport and
+            recorder (``options``, ``slots``: as ``collect``'s), none cut and none extra: the idle worlds' episodes
+            never end, and are not published. ``Evaluation.worlds`` and ``episode_ids`` name episode j's
+            ``(env_id, episode_id)`` in the run.
     """
     check_int("episodes", episodes, minimum=1)
     rows = EvaluationRows(env, episodes)
-    env.extend_step(rows.launch, draw_env=rows.draw_env, draw_episode=rows.draw_episode)
+    env.extend_step(rows.launch, draw_env=rows.draw_env, draw_episode=rows.draw_episode, idle=rows.idle)
     try:
+        if record is not None:
+            return _recorded(env, policy, rows, record, options, slots, stop, progress, progress_interval)
         began = time.perf_counter()
         env.reset()
         action = policy(env.observation)
@@ -231,6 +247,19 @@ def evaluate(
         return _result(env, rows, steps, seconds, warmup)
     finally:
         env.extend_step()
+
+
+def _recorded(env, policy, rows: EvaluationRows, record, options, slots, stop, progress, interval) -> Evaluation:
+    """The evaluation stepped by ``collect``: it stops once N episodes have ended, and only counted episodes end."""
+    summary = collect(env, policy, record, episodes=rows.episodes, slots=slots, options=options, stop=stop,
+                      progress=progress, progress_interval=interval)  # fmt: skip
+    if summary.status != "closed":
+        ended = min(rows.ended(), rows.episodes)
+        raise InterruptedError(f"{ended} of the {rows.episodes} episodes had ended; {record} holds those published")
+    steps = summary.env_steps // env.num_envs
+    result = _result(env, rows, steps, summary.seconds, summary.warmup_seconds)
+    result.run = summary.directory
+    return result
 
 
 def _check_finite(env) -> None:
@@ -279,6 +308,7 @@ def _result(env, rows: EvaluationRows, steps: int, seconds: float, warmup: float
         params=params,
         instructions=instructions,
         worlds=rows.worlds.numpy().astype(np.int64),
+        episode_ids=rows.episode_ids.numpy().astype(np.int64),
         env_steps=steps * env.num_envs,
         seconds=seconds,
         warmup_seconds=warmup,

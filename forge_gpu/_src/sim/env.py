@@ -140,7 +140,7 @@ class VectorEnv:
         """How ``step`` runs: ``graph`` (one captured graph per step) or ``eager: <why>``."""
         self._started = False
         self._extension = None
-        self._plain_draw_env = self.world.draw_env
+        self._plain = (self.world.draw_env, self.world.idle)
 
     # -- description ---------------------------------------------------------------------------
 
@@ -190,13 +190,22 @@ class VectorEnv:
         self._start()
         return self.result
 
-    def extend_step(self, launch=None, *, draw_env: wp.array | None = None, draw_episode: wp.array | None = None):
+    def extend_step(
+        self,
+        launch=None,
+        *,
+        draw_env: wp.array | None = None,
+        draw_episode: wp.array | None = None,
+        idle: wp.array | None = None,
+    ) -> None:
         """Run ``launch()`` (launches on the env's device) at the end of every ``reset`` and ``step``, inside the
-        captured step, with the world's draw keys (``World.draw_env``, ``World.draw_episode``) replaced by these
-        int32 [N] arrays; ``extend_step()`` gives the plain step back. A captured step is captured again."""
+        captured step, with the world's draw keys (``World.draw_env``, ``World.draw_episode``, int32 [N]) and idle
+        flags (``World.idle``, bool [N]) replaced by these arrays; ``extend_step()`` gives the plain step back. A
+        captured step is captured again."""
         world = self.world
-        world.draw_env = self._plain_draw_env if draw_env is None else draw_env
+        world.draw_env = self._plain[0] if draw_env is None else draw_env
         world.draw_episode = world.episode_id if draw_episode is None else draw_episode
+        world.idle = self._plain[1] if idle is None else idle
         self._extension = launch
         if self._graph is not None:
             self._graph, self._graph_launched = None, False
@@ -431,6 +440,7 @@ class VectorEnv:
                 self.reset_mask,
                 self.task_reward,
                 self.task_terminated,
+                self.world.idle,
             ],
             outputs=[
                 self.episode_id,

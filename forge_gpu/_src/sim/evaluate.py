@@ -22,6 +22,7 @@ class EvaluationRows:
         self.counter = wp.array(np.array([n, 0], np.int32), device=device)
         self.draw_env = wp.array(np.arange(n, dtype=np.int32), device=device)
         self.draw_episode = wp.full(n, -1, dtype=wp.int32, device=device)
+        self.idle = wp.array(np.arange(n) >= episodes, dtype=wp.bool, device=device)
         self.episode_return = wp.zeros(n, dtype=float, device=device)
         self.episode_max = wp.zeros(n, dtype=float, device=device)
         self.returns = wp.zeros(episodes, dtype=float, device=device)
@@ -67,6 +68,7 @@ class EvaluationRows:
                 self.draw_episode,
                 self.episode_return,
                 self.episode_max,
+                self.idle,
                 self.returns,
                 self.max_rewards,
                 self.lengths,

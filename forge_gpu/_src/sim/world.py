@@ -80,6 +80,9 @@ class World:
         reset draws from the next episode's key. An evaluation gives both keys arrays of its own
         (``forge_gpu.recording.evaluate``): episode ``j`` of the evaluation draws from ``(j, 0)`` whichever world
         runs it."""
+        self.idle = wp.zeros(n, dtype=wp.bool, device=device)
+        """An idle world's episode never ends, bool [N]: all false, but in an evaluation, whose worlds go idle once
+        its N episodes have started."""
         self.proprio = zeros((n, proprio_dim))
         """The ``proprio`` observation, float32 [N, P]; ``observe`` writes it."""
         self.task_reward = zeros(n)
