@@ -1,6 +1,7 @@
 """The evaluation's env-steps/s against plain stepping at the same size, in one run.
 
 Plain: ``env.step(policy(observation))`` for as many steps as the evaluation took, then one wait for the device.
+Three rounds of each, alternated; the best of each is kept.
 Evaluation: ``forge_gpu.recording.evaluate`` (the keys, the per-episode rows and a read of the device's counter
 every 16 steps in the step). ``useful`` counts the counted episodes' transitions only (worlds idle at the end
 step too).
@@ -18,6 +19,8 @@ import time
 
 from common import add_set_option, machine, save, table
 
+ROUNDS = 3
+
 
 def measure(task: str, num_envs: int, episodes: int, device: str, overrides: dict) -> dict:
     import warp as wp
@@ -27,17 +30,22 @@ def measure(task: str, num_envs: int, episodes: int, device: str, overrides: dic
     env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, **overrides)
     policy = forge_gpu.sim.make_policy("expert", env)
     forge_gpu.recording.evaluate(env, policy, episodes=num_envs)  # compile and capture, both loops
-    result = forge_gpu.recording.evaluate(env, policy, episodes=episodes)
-    steps = result.env_steps // num_envs
-    env.reset()
-    for _ in range(3):
-        env.step(policy(env.observation))
-    wp.synchronize_device(env.device)
-    began = time.perf_counter()
-    for _ in range(steps):
-        env.step(policy(env.observation))
-    wp.synchronize_device(env.device)
-    plain = steps * num_envs / (time.perf_counter() - began)
+    plain, evaluated = 0.0, None
+    for _ in range(ROUNDS):  # alternated, the best of each: a shared machine's load falls on both
+        result = forge_gpu.recording.evaluate(env, policy, episodes=episodes)
+        if evaluated is None or result.env_steps_per_second > evaluated.env_steps_per_second:
+            evaluated = result
+        steps = result.env_steps // num_envs
+        env.reset()
+        for _ in range(3):
+            env.step(policy(env.observation))
+        wp.synchronize_device(env.device)
+        began = time.perf_counter()
+        for _ in range(steps):
+            env.step(policy(env.observation))
+        wp.synchronize_device(env.device)
+        plain = max(plain, steps * num_envs / (time.perf_counter() - began))
+    result = evaluated
     return {
         "task": task,
         "device": str(env.device),

@@ -26,18 +26,20 @@ def begin_step_kernel(
     # Data in:
     action_in: wp.array2d[float],
     ended_in: wp.array[wp.bool],
+    idle_in: wp.array[wp.bool],
     # Data out:
     executed_action_out: wp.array2d[float],
     reset_mask_out: wp.array[wp.bool],
     action_nonfinite_out: wp.array[wp.bool],
 ):
-    """Decide which worlds reset this step and clip the action of the others.
+    """Decide which worlds reset this step (those whose last transition ended, and idle worlds: an evaluation's
+    once its N episodes have started, which so never run a transition) and clip the action of the others.
 
     A world whose action holds a NaN or inf is flagged in ``action_nonfinite_out`` (the flag travels to
     the host with the step's batch, so the step never waits on the device to check) and executes zeros.
     """
     worldid = wp.tid()
-    reset = ended_in[worldid]
+    reset = ended_in[worldid] or idle_in[worldid]
     reset_mask_out[worldid] = reset
     nonfinite = bool(False)
     for actid in range(action_in.shape[1]):
@@ -89,7 +91,6 @@ def finish_step_kernel(
     reset_mask_in: wp.array[wp.bool],
     task_reward_in: wp.array[float],
     task_terminated_in: wp.array[wp.bool],
-    idle_in: wp.array[wp.bool],
     # Data in/out:
     episode_id: wp.array[wp.int32],
     step_id: wp.array[wp.int32],
@@ -101,8 +102,7 @@ def finish_step_kernel(
     truncated_out: wp.array[wp.bool],
     active_out: wp.array[wp.bool],
 ):
-    """Advance the counters and write the step result (next-step auto-reset semantics). An idle world's episode
-    never ends (an evaluation's worlds once its N episodes have started)."""
+    """Advance the counters and write the step result (next-step auto-reset semantics)."""
     worldid = wp.tid()
     if reset_mask_in[worldid]:
         episode_id[worldid] = episode_id[worldid] + 1
@@ -115,10 +115,9 @@ def finish_step_kernel(
         ended[worldid] = False
         return
     step = step_id[worldid] + 1
-    idle = idle_in[worldid]
-    terminated = task_terminated_in[worldid] and not idle
+    terminated = task_terminated_in[worldid]
     # A transition is never both terminated and truncated: termination wins.
-    truncated = step >= max_steps and not terminated and not idle
+    truncated = step >= max_steps and not terminated
     step_id[worldid] = step
     time_out[worldid] = float(step) * control_dt
     reward_out[worldid] = task_reward_in[worldid]

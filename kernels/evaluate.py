@@ -64,7 +64,7 @@ def evaluate_step_kernel(
     A world whose transition ended its episode writes row ``j`` (when ``j < episodes``) and takes the next index
     for the episode it starts next step (its episode key -1: a reset draws from key + 1). The index taken depends
     on which worlds end first; what episode ``j`` draws does not. A world whose next index is ``episodes`` or more
-    goes idle: its next episode never ends."""
+    goes idle: it resets at every step from then on (``begin_step_kernel``), so none of its episodes ends."""
     worldid = wp.tid()
     if reset_mask_in[worldid]:
         draw_episode[worldid] = 0

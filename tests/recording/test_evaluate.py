@@ -159,6 +159,7 @@ def test_cli_prints_and_writes_the_figures(tmp_path, capsys, truth):
         (["--episodes", "4", "--set", "max_steps=-1"], "max_steps"),
         (["--episodes", "4", "--policy", "nosuch"], "nosuch"),
         (["--episodes", "four"], "--episodes: invalid int value"),
+        (["--episodes", "4", "--record", "/proc/nosuch/run"], "--record /proc/nosuch/run"),
         ([], "--episodes"),
     ],
 )
@@ -178,3 +179,25 @@ def test_unknown_task_and_existing_json_are_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "already exists" in err and err.count("\n") == 1
     assert taken.read_text() == "{}"
+
+
+@pytest.mark.parametrize("num_envs", [4, 16])
+def test_record_writes_exactly_the_evaluated_episodes(tmp_path, truth, num_envs):
+    """--record: a run that verify calls ok, holding exactly the N evaluated episodes (none cut, none extra: the
+    worlds idle at the end, and those 16 - 12 idle from the start, publish nothing), each episode j at the
+    ``(env_id, episode_id)`` the result names, with episode j's figures and drawn values; the figures equal those
+    of the evaluation without recording."""
+    env = _env(num_envs)
+    run = str(tmp_path / "r")
+    result = forge_gpu.recording.evaluate(env, load_policy("expert", env), episodes=EPISODES, record=run)
+    assert forge_gpu.reading.verify_run(str(tmp_path / "r"))["ok"]
+    episodes = {(e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(str(tmp_path / "r"))}
+    assert sorted(episodes) == sorted(zip(result.worlds.tolist(), result.episode_ids.tolist(), strict=True))
+    for j, key in enumerate(zip(result.worlds.tolist(), result.episode_ids.tolist(), strict=True)):
+        episode = episodes[key]
+        assert episode.steps == truth["length"][j] == result.lengths[j]
+        assert bool(episode.terminated[-1]) == truth["success"][j]
+        assert float(episode.reward.sum()) == pytest.approx(truth["return"][j], rel=1e-5, abs=1e-5)
+        assert float(episode.params["mass_scale"]) == truth["mass_scale"][j]
+    np.testing.assert_array_equal(result.success_at_end, truth["success"])
+    assert result.run == str(tmp_path / "r")

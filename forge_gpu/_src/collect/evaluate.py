@@ -197,8 +197,8 @@ def evaluate(
 
     Episode ``j`` draws its reset, randomized values and random-policy noise from the keys ``(j, 0)`` of the env's
     seed, whichever world runs it, so a deterministic policy gets the same figures at any number of envs; worlds
-    whose next index is ``episodes`` or more keep stepping, uncounted, until the last counted episode ends. The env
-    is reset first and given back with its plain step (its next ``reset`` starts afresh).
+    whose next index is ``episodes`` or more idle (they reset at every step) until the last counted episode ends.
+    The env is reset first and given back with its plain step (its next ``reset`` starts afresh).
 
     Args:
         env: a :class:`forge_gpu.sim.VectorEnv`.
@@ -210,9 +210,10 @@ def evaluate(
         progress: called about every ``progress_interval`` seconds and at the end with a dict: ``unit``
             (``"episodes"``), ``target``, ``episodes_ended``, ``steps``, ``env_steps_per_s``, ``seconds``.
         record: a new run directory: the N evaluated episodes recorded as a run, through ``collect``'s transport and
-            recorder (``options``, ``slots``: as ``collect``'s), none cut and none extra: the idle worlds' episodes
-            never end, and are not published. ``Evaluation.worlds`` and ``episode_ids`` name episode j's
-            ``(env_id, episode_id)`` in the run.
+            recorder (``options``, ``slots``: as ``collect``'s), none cut and none extra: the idle worlds reset at
+            every step and run no transition, so none of their episodes is published. ``Evaluation.worlds`` and
+            ``episode_ids`` name episode j's ``(env_id, episode_id)`` in the run. The policy is then called twice on
+            the first observation, as ``collect`` does.
     """
     check_int("episodes", episodes, minimum=1)
     rows = EvaluationRows(env, episodes)

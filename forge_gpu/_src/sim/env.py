@@ -347,7 +347,7 @@ class VectorEnv:
         wp.launch(
             kernels.begin_step_kernel,
             dim=self.num_envs,
-            inputs=[self.action_low, self.action_high, self.action_input, self.ended],
+            inputs=[self.action_low, self.action_high, self.action_input, self.ended, self.world.idle],
             outputs=[self.executed_action, self.reset_mask, self.action_nonfinite],
             device=self.device,
         )
@@ -440,7 +440,6 @@ class VectorEnv:
                 self.reset_mask,
                 self.task_reward,
                 self.task_terminated,
-                self.world.idle,
             ],
             outputs=[
                 self.episode_id,

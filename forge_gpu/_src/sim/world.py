@@ -81,8 +81,8 @@ class World:
         (``forge_gpu.recording.evaluate``): episode ``j`` of the evaluation draws from ``(j, 0)`` whichever world
         runs it."""
         self.idle = wp.zeros(n, dtype=wp.bool, device=device)
-        """An idle world's episode never ends, bool [N]: all false, but in an evaluation, whose worlds go idle once
-        its N episodes have started."""
+        """An idle world resets at every step, bool [N]: it never runs a transition, so no episode of it ends. All
+        false, but in an evaluation, whose worlds go idle once its N episodes have started."""
         self.proprio = zeros((n, proprio_dim))
         """The ``proprio`` observation, float32 [N, P]; ``observe`` writes it."""
         self.task_reward = zeros(n)
