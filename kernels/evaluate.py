@@ -9,6 +9,8 @@ NEXT = wp.constant(0)
 """``counter[NEXT]``: the next global episode index to hand out."""
 ENDED = wp.constant(1)
 """``counter[ENDED]``: episodes with an index below the count that have ended."""
+NONFINITE = wp.constant(2)
+"""``counter[NONFINITE]``: world-steps whose action held a NaN or inf (flagged by the step on CUDA)."""
 
 
 @wp.kernel
@@ -43,6 +45,7 @@ def evaluate_step_kernel(
     truncated_in: wp.array[wp.bool],
     step_id_in: wp.array[wp.int32],
     episode_id_in: wp.array[wp.int32],
+    action_nonfinite_in: wp.array[wp.bool],
     # Data in/out:
     counter: wp.array[wp.int32],
     draw_env: wp.array[wp.int32],
@@ -66,6 +69,8 @@ def evaluate_step_kernel(
     on which worlds end first; what episode ``j`` draws does not. A world whose next index is ``episodes`` or more
     goes idle: it resets at every step from then on (``begin_step_kernel``), so none of its episodes ends."""
     worldid = wp.tid()
+    if action_nonfinite_in[worldid]:
+        wp.atomic_add(counter, NONFINITE, 1)
     if reset_mask_in[worldid]:
         draw_episode[worldid] = 0
         episode_return[worldid] = 0.0

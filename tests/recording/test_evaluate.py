@@ -201,3 +201,22 @@ def test_record_writes_exactly_the_evaluated_episodes(tmp_path, truth, num_envs)
         assert float(episode.params["mass_scale"]) == truth["mass_scale"][j]
     np.testing.assert_array_equal(result.success_at_end, truth["success"])
     assert result.run == str(tmp_path / "r")
+
+
+def test_a_non_finite_action_is_refused():
+    """A policy that gives NaN fails the evaluation in one line, on the CPU at the step, on CUDA from the step's
+    flag counted on the device."""
+    env = _env(4)
+    expert = load_policy("expert", env)
+    calls = []
+
+    def bad(observation):
+        action = expert(observation)
+        calls.append(1)
+        if len(calls) == 20:
+            action = action.numpy()
+            action[1, 0] = np.nan
+        return action
+
+    with pytest.raises(ValueError, match="non-finite"):
+        forge_gpu.recording.evaluate(env, bad, episodes=8)

@@ -235,7 +235,6 @@ def evaluate(
                 ended = rows.ended()
                 if stop is not None and stop.is_set():
                     raise InterruptedError(f"{min(ended, episodes)} of the {episodes} episodes had ended")
-                _check_finite(env)
                 now = time.perf_counter()
                 if progress is not None and now - last >= progress_interval:
                     progress(_counters(episodes, ended, steps, env.num_envs, now - start))
@@ -261,13 +260,6 @@ def _recorded(env, policy, rows: EvaluationRows, record, options, slots, stop, p
     result = _result(env, rows, steps, summary.seconds, summary.warmup_seconds)
     result.run = summary.directory
     return result
-
-
-def _check_finite(env) -> None:
-    """On CUDA a non-finite action is flagged by the step (``env.action_nonfinite``) rather than refused."""
-    bad = np.flatnonzero(env.action_nonfinite.numpy())
-    if bad.size:
-        raise ValueError(f"the policy gave non-finite actions (NaN or inf) for env rows {bad[:10].tolist()}")
 
 
 def _counters(target: int, ended: int, steps: int, num_envs: int, seconds: float) -> dict:

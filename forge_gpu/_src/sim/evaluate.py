@@ -19,7 +19,7 @@ class EvaluationRows:
     def __init__(self, env, episodes: int):
         n, device = env.num_envs, env.device
         self.env, self.episodes = env, episodes
-        self.counter = wp.array(np.array([n, 0], np.int32), device=device)
+        self.counter = wp.array(np.array([n, 0, 0], np.int32), device=device)
         self.draw_env = wp.array(np.arange(n, dtype=np.int32), device=device)
         self.draw_episode = wp.full(n, -1, dtype=wp.int32, device=device)
         self.idle = wp.array(np.arange(n) >= episodes, dtype=wp.bool, device=device)
@@ -61,6 +61,7 @@ class EvaluationRows:
                 env.truncated,
                 env.step_id,
                 env.episode_id,
+                env.action_nonfinite,
             ],
             outputs=[
                 self.counter,
@@ -80,5 +81,12 @@ class EvaluationRows:
         )
 
     def ended(self) -> int:
-        """Episodes with an index below N that have ended (waits for the device)."""
-        return int(self.counter.numpy()[kernels.ENDED])
+        """Episodes with an index below N that have ended (waits for the device); ValueError if an action held a NaN
+        or inf (on CUDA the step flags it rather than refusing it: ``VectorEnv.action_nonfinite``)."""
+        counter = self.counter.numpy()
+        if counter[kernels.NONFINITE]:
+            raise ValueError(
+                f"the policy gave non-finite actions (NaN or inf) in {int(counter[kernels.NONFINITE])} env-steps; "
+                "every value must be finite"
+            )
+        return int(counter[kernels.ENDED])
