@@ -137,9 +137,10 @@ class _Builder:
 
 def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -> Result:
     """Build ``out`` as a Warp kernel cache holding every module ``tasks`` load, for each of ``archs`` (CUDA
-    arch integers, and ``cpu``): each task made (2 envs), reset and stepped on the CPU (plainly, then as an evaluation
-    steps it), each module built as Warp loads it. ``only``: just the modules whose names start with one of these prefixes. Run it in a fresh process (as
-    ``forge-gpu precompile`` does): a module this process loaded before is not loaded again, so not built."""
+    arch integers, and ``cpu``): each task made (2 envs), reset and stepped on the CPU (plainly, then as an
+    evaluation steps it), each module built as Warp loads it. ``only``: just the modules whose names start with one
+    of these prefixes. Run it in a fresh process (as ``forge-gpu precompile`` does): a module this process loaded
+    before is not loaded again, so not built."""
     import warp as wp
 
     from forge_gpu._src.sim.evaluate import EvaluationRows
