@@ -201,6 +201,12 @@ def test_record_writes_exactly_the_evaluated_episodes(tmp_path, truth, num_envs)
         assert float(episode.params["mass_scale"]) == truth["mass_scale"][j]
     np.testing.assert_array_equal(result.success_at_end, truth["success"])
     assert result.run == str(tmp_path / "r")
+    if num_envs == 4:  # the failures, replayed from their actions, follow the recorded states
+        failed = ~result.success_at_end
+        keys = list(zip(result.worlds[failed].tolist(), result.episode_ids[failed].tolist(), strict=True))
+        report = forge_gpu.recording.replay(run, tmp_path / "replayed", from_="actions", episodes=keys, device="cpu")
+        assert report["episodes"] == len(keys) > 0
+        assert report["diverged"] == 0, report
 
 
 def test_a_non_finite_action_is_refused():
