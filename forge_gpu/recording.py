@@ -1,5 +1,6 @@
 """forge_gpu.recording: collecting and writing runs: ``collect`` (and on Ray ``collect_distributed``, which writes
-a dataset root), the recorders and their one options object, the transport, the re-simulation ``replay``."""
+a dataset root), the recorders and their one options object, the transport, the re-simulation ``replay``, and
+``evaluate`` (a policy scored over exactly N keyed episodes)."""
 
 from forge_gpu._surface import lazy_names
 
@@ -18,6 +19,8 @@ NAMES = {
     "RecordingOptions": "forge_gpu._src.formats.registry",
     "PackedRecorder": "forge_gpu._src.formats.packed.write",
     "NpzRecorder": "forge_gpu._src.formats.npz.write",
+    "evaluate": "forge_gpu._src.collect.evaluate",
+    "Evaluation": "forge_gpu._src.collect.evaluate",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

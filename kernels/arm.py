@@ -29,6 +29,7 @@ def apply_action_kernel(
 def reset_arm(
     seed: int,
     worldid: int,
+    draw_env: int,
     episode: int,
     home_q: wp.array[float],
     reset_noise: float,
@@ -36,8 +37,9 @@ def reset_arm(
     joint_qd_out: wp.array2d[float],
 ) -> wp.uint32:
     """The arm's start: home pose plus uniform noise (+- reset_noise), at rest, drawn from the reset stream of
-    (seed, world, episode); returns that stream's state after the arm's draws, for the task's own."""
-    state = env_rng(seed, worldid, episode, 0, STREAM_RESET)
+    (seed, the world's draw keys: env and episode); returns that stream's state after the arm's draws, for the
+    task's own."""
+    state = env_rng(seed, draw_env, episode, 0, STREAM_RESET)
     for j in range(4):
         joint_q_out[worldid, j] = home_q[j] + reset_noise * (2.0 * wp.randf(state) - 1.0)
         joint_qd_out[worldid, j] = 0.0

@@ -26,18 +26,20 @@ def begin_step_kernel(
     # Data in:
     action_in: wp.array2d[float],
     ended_in: wp.array[wp.bool],
+    idle_in: wp.array[wp.bool],
     # Data out:
     executed_action_out: wp.array2d[float],
     reset_mask_out: wp.array[wp.bool],
     action_nonfinite_out: wp.array[wp.bool],
 ):
-    """Decide which worlds reset this step and clip the action of the others.
+    """Decide which worlds reset this step (those whose last transition ended, and idle worlds: an evaluation's
+    once its N episodes have started, which so never run a transition) and clip the action of the others.
 
     A world whose action holds a NaN or inf is flagged in ``action_nonfinite_out`` (the flag travels to
     the host with the step's batch, so the step never waits on the device to check) and executes zeros.
     """
     worldid = wp.tid()
-    reset = ended_in[worldid]
+    reset = ended_in[worldid] or idle_in[worldid]
     reset_mask_out[worldid] = reset
     nonfinite = bool(False)
     for actid in range(action_in.shape[1]):

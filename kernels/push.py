@@ -32,6 +32,7 @@ def reset_kernel(
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     episode_id_in: wp.array[wp.int32],
+    draw_env_in: wp.array[wp.int32],
     cube_position_in: wp.array2d[float],
     cube_yaw_in: wp.array[float],
     cube_size_in: wp.array[float],
@@ -47,7 +48,9 @@ def reset_kernel(
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    reset_arm(seed, worldid, episode_id_in[worldid] + 1, home_q, reset_noise, joint_q_out, joint_qd_out)
+    reset_arm(
+        seed, worldid, draw_env_in[worldid], episode_id_in[worldid] + 1, home_q, reset_noise, joint_q_out, joint_qd_out
+    )
     half_yaw = 0.5 * cube_yaw_in[worldid]
     joint_q_out[worldid, ARM_COORDS + 0] = cube_position_in[worldid, 0]
     joint_q_out[worldid, ARM_COORDS + 1] = cube_position_in[worldid, 1]

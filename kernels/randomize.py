@@ -22,6 +22,7 @@ def draw_kernel(
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     episode_id_in: wp.array[wp.int32],
+    draw_env_in: wp.array[wp.int32],
     # Data out:
     values_out: wp.array2d[float],
 ):
@@ -30,7 +31,7 @@ def draw_kernel(
     worldid, k = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    state = env_rng(seed, worldid, episode_id_in[worldid] + 1, key + k, STREAM_RANDOMIZE)
+    state = env_rng(seed, draw_env_in[worldid], episode_id_in[worldid] + 1, key + k, STREAM_RANDOMIZE)
     u = wp.randf(state)
     lo, hi = low[k], high[k]
     if dist == 1:

@@ -31,6 +31,7 @@ def reset_kernel(
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     episode_id_in: wp.array[wp.int32],
+    draw_env_in: wp.array[wp.int32],
     # Data out:
     joint_q_out: wp.array2d[float],
     joint_qd_out: wp.array2d[float],
@@ -45,7 +46,9 @@ def reset_kernel(
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    state = reset_arm(seed, worldid, episode_id_in[worldid] + 1, home_q, reset_noise, joint_q_out, joint_qd_out)
+    state = reset_arm(
+        seed, worldid, draw_env_in[worldid], episode_id_in[worldid] + 1, home_q, reset_noise, joint_q_out, joint_qd_out
+    )
     yaw = target_yaw_range * (2.0 * wp.randf(state) - 1.0)
     radius = target_radius_range[0] + (target_radius_range[1] - target_radius_range[0]) * wp.randf(state)
     height = target_height_range[0] + (target_height_range[1] - target_height_range[0]) * wp.randf(state)

@@ -1,7 +1,9 @@
 """Counter-based random streams keyed by ``(seed, env_id, episode_id, step_id, stream)``.
 
 A draw depends on that key alone, so env ``i``'s randomness does not depend on how many envs run
-beside it, nor on the order in which threads run.
+beside it, nor on the order in which threads run. The env and episode keys a world draws with are its draw keys
+(``World.draw_env``, ``World.draw_episode``): in a collection its index and its episode id; in an evaluation the
+episode's global index and 0, so that episode ``j`` draws alike whichever world runs it.
 """
 
 import warp as wp

@@ -86,6 +86,7 @@ def reset_kernel(
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     episode_id_in: wp.array[wp.int32],
+    draw_env_in: wp.array[wp.int32],
     # Data out:
     joint_q_out: wp.array2d[float],
     joint_qd_out: wp.array2d[float],
@@ -98,7 +99,7 @@ def reset_kernel(
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    state = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_RESET)
+    state = env_rng(seed, draw_env_in[worldid], episode_id_in[worldid] + 1, 0, STREAM_RESET)
     for i in range(root_coords):
         joint_q_out[worldid, i] = default_q[worldid, i]
     for i in range(root_dofs):
@@ -116,7 +117,7 @@ def reset_kernel(
     for k in range(last_action_out.shape[1]):
         last_action_out[worldid, k] = 0.0
         previous_action_out[worldid, k] = 0.0
-    noise_rng = env_rng(seed, worldid, episode_id_in[worldid] + 1, 0, STREAM_NOISE_SEED)
+    noise_rng = env_rng(seed, draw_env_in[worldid], episode_id_in[worldid] + 1, 0, STREAM_NOISE_SEED)
     noise_key_out[worldid, 0] = float(wp.randi(noise_rng, 0, 16777216))
     noise_key_out[worldid, 1] = 0.0
 

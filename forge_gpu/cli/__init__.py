@@ -1,4 +1,4 @@
-"""The ``forge-gpu`` command, its seventeen subcommands: collect, replay, tasks, doctor, precompile (simulate);
+"""The ``forge-gpu`` command, its eighteen subcommands: collect, evaluate, replay, tasks, doctor, precompile (simulate);
 inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split (write runs of other
 runs' episodes); report, view (show a run to a person). tests/cli/test_cli.py checks that this list names every
 subcommand.
@@ -8,8 +8,8 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
 The code is in six modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
-recording flags, one per ``RecordingOptions`` field), ``_sim`` (the commands that simulate: collect, replay, tasks,
-doctor, precompile), ``_data`` (the commands that read runs: inspect, verify, render, repair, convert, export,
+recording flags, one per ``RecordingOptions`` field), ``_sim`` (the commands that simulate: collect, evaluate, replay,
+tasks, doctor, precompile), ``_data`` (the commands that read runs: inspect, verify, render, repair, convert, export,
 stats),
 ``_curate`` (the commands that write runs of other runs' episodes: select, merge, split) and ``_look`` (the
 commands that show a run to a person: report, view). Only ``_sim``'s commands import Warp and Newton, and only
@@ -31,7 +31,7 @@ from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._look import add_look_commands
 from ._recording import add_codec_option, add_recording_options, compression_choices
-from ._sim import cmd_collect, cmd_doctor, cmd_precompile, cmd_replay, cmd_tasks
+from ._sim import cmd_collect, cmd_doctor, cmd_evaluate, cmd_precompile, cmd_replay, cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -69,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     c.set_defaults(func=cmd_collect)
+
+    e = sub.add_parser("evaluate", help="score a policy over exactly N episodes, each drawn from its own key")
+    e.add_argument("task", help="task id (forge-gpu tasks lists them) or a task file path/to/task.toml")
+    e.add_argument("--policy", required=True, help="random, expert or MODULE:FACTORY (a torch policy)")
+    e.add_argument("--episodes", type=int, required=True, help="episodes to run to their end (N)")
+    e.add_argument("--envs", type=int, default=None, help="number of envs (default: the config's)")
+    e.add_argument("--seed", type=int, default=0, help="episode j starts from the draws of (seed, j)")
+    e.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
+    e.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
+    e.add_argument("--json", default=None, metavar="FILE", help="write every figure and every episode's row here")
+    e.add_argument("--record", default=None, metavar="OUT", help="a new run directory: the N episodes, as collect's")
+    e.set_defaults(func=cmd_evaluate)
 
     i = sub.add_parser("inspect", help="check a run and summarise it")
     i.add_argument("run")

@@ -21,14 +21,11 @@ from ._common import (
 from ._recording import recording_options_of
 
 
-def cmd_collect(args) -> int:
+def _task_arguments(args) -> tuple[dict, bool]:
+    """``collect``'s and ``evaluate``'s task, ``--set`` and ``--policy``, checked without Warp: the overrides and
+    whether the task is a task file."""
     from forge_gpu._src.sim.names import check_policy_name, shipped_tasks
 
-    # First what needs neither Warp nor Newton (loading them takes seconds): a typo is refused at once.
-    for name in ("envs", "slots", "episodes", "steps", "workers"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name} {value}: must be >= 1")
     overrides = parse_set(args.set or [])
     for reserved in ("num_envs", "seed", "device"):
         if reserved in overrides:
@@ -43,6 +40,16 @@ def cmd_collect(args) -> int:
         check_policy_name(args.policy)
     except ValueError as e:
         raise UsageError(str(e)) from e
+    return overrides, task_file
+
+
+def cmd_collect(args) -> int:
+    # First what needs neither Warp nor Newton (loading them takes seconds): a typo is refused at once.
+    for name in ("envs", "slots", "episodes", "steps", "workers"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value}: must be >= 1")
+    overrides, task_file = _task_arguments(args)
     options = recording_options_of(args)
     if not task_file:
         out = check_out(args.out, args.task)
@@ -114,6 +121,99 @@ def cmd_collect(args) -> int:
         )
         return status
     return 0
+
+
+def cmd_evaluate(args) -> int:
+    """``forge-gpu evaluate TASK --policy POLICY --episodes N``: the policy scored over exactly N keyed episodes
+    (``forge_gpu.recording.evaluate``); a summary table, with ``--json FILE`` every figure and episode, with
+    ``--record OUT`` the N episodes as a run."""
+    for name in ("envs", "episodes"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value}: must be >= 1")
+    overrides, _ = _task_arguments(args)
+    if args.json is not None:
+        check_new(args.json, "--json ", kind="file")
+    if args.record is not None:
+        check_new(args.record, "--record ")
+
+    import forge_gpu
+    from forge_gpu._src.collect.evaluate import evaluate
+    from forge_gpu._src.sim.policies import load_policy
+    from forge_gpu._src.sim.tasks.catalog import resolve_task
+
+    try:
+        task_id = resolve_task(args.task)
+        if args.envs is not None:
+            overrides["num_envs"] = args.envs
+        forge_gpu.sim.task_config(args.task, seed=args.seed, **overrides)  # a bad --set refused before building
+        began = time.perf_counter()
+        env = forge_gpu.sim.make(args.task, device=args.device, seed=args.seed, **overrides)
+        policy = load_policy(args.policy, env)
+        make_seconds = time.perf_counter() - began
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    print(_device_line(args.device, env), flush=True)
+    with stop_on_signals() as (stop, caught):
+        display = Progress(task_id, env, None)
+        try:
+            result = evaluate(
+                env, policy, episodes=args.episodes, stop=stop, progress=display.update, record=args.record
+            )
+        except (ValueError, InterruptedError) as e:
+            display.close()
+            print(f"forge-gpu: evaluation {'stopped' if caught else 'failed'}: {e}", file=sys.stderr)
+            return signal_exit(caught[0])[1] if caught else 1
+        display.close()
+    metrics = result.metrics()
+    _print_evaluation(metrics, result, make_seconds)
+    if args.json is not None:
+        from forge_gpu._src.core.files import write_json_atomic
+
+        write_json_atomic(args.json, {**metrics, "policy": args.policy, "per_episode": result.episode_rows()})
+        print(f"json: {args.json}")
+    if result.run is not None:
+        print(f"run: {result.run} (episode j is env_id:episode_id world[j]:episode_id[j] of --json's per_episode)")
+    return 0
+
+
+def _print_evaluation(metrics: dict, result, make_seconds: float) -> None:
+    """The summary table: the figures with their 95% intervals, then each breakdown, one row per group."""
+
+    def interval(figure: dict, scale: float = 1.0, unit: str = "") -> str:
+        value = figure["rate"] if "rate" in figure else figure["mean"]
+        return f"{value * scale:.1f}{unit}  [{figure['low'] * scale:.1f}, {figure['high'] * scale:.1f}]"
+
+    def figures(entry: dict) -> str:
+        parts = []
+        if "success_at_end" in entry:
+            parts.append(f"success {interval(entry['success_at_end'], 100.0, '%')}")
+        parts.append(f"return {interval(entry['return'])}")
+        parts.append(f"length {interval(entry['length'])}")
+        return "  ".join(parts)
+
+    rows = [("episodes", str(metrics["n_episodes"]))]
+    if result.has_success:
+        rows.append(("success once", interval(metrics["success_once"], 100.0, "%")))
+        rows.append(("success at end", interval(metrics["success_at_end"], 100.0, "%")))
+    rows += [
+        ("return", interval(metrics["return"])),
+        ("max reward", f"{metrics['avg_max_reward']:.3f}"),
+        ("length", interval(metrics["length"])),
+        ("env steps", str(result.env_steps)),
+        ("env-steps/s", f"{result.env_steps_per_second:,.0f}"),
+        ("step", result.step_mode),
+        ("seconds", f"{result.seconds:.1f}"),
+        ("warm-up seconds", f"{make_seconds + result.warmup_seconds:.1f}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{key:<{width}}  {value}" for key, value in rows))
+    print("(95% intervals: Wilson for the rates, normal for the means)")
+    for text, entry in metrics["by_instruction"].items():
+        print(f"instruction {text!r} ({entry['episodes']}): {figures(entry)}")
+    for name, bins in metrics["by_param"].items():
+        for b in bins:
+            print(f"{name} in [{b['low']:.4g}, {b['high']:.4g}] ({b['episodes']}): {figures(b)}")
 
 
 def cmd_tasks(args) -> int:

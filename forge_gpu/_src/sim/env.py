@@ -139,6 +139,8 @@ class VectorEnv:
         self.step_mode = "graph" if config.capture_graph else "eager: capture_graph = false in the config"
         """How ``step`` runs: ``graph`` (one captured graph per step) or ``eager: <why>``."""
         self._started = False
+        self._extension = None
+        self._plain = (self.world.draw_env, self.world.idle)
 
     # -- description ---------------------------------------------------------------------------
 
@@ -183,8 +185,31 @@ class VectorEnv:
         self._reset_selected()
         self._observe()
         self._pack()
+        if self._extension is not None:
+            self._extension()
         self._start()
         return self.result
+
+    def extend_step(
+        self,
+        launch=None,
+        *,
+        draw_env: wp.array | None = None,
+        draw_episode: wp.array | None = None,
+        idle: wp.array | None = None,
+    ) -> None:
+        """Run ``launch()`` (launches on the env's device) at the end of every ``reset`` and ``step``, inside the
+        captured step, with the world's draw keys (``World.draw_env``, ``World.draw_episode``, int32 [N]) and idle
+        flags (``World.idle``, bool [N]) replaced by these arrays; ``extend_step()`` gives the plain step back. A
+        captured step is captured again."""
+        world = self.world
+        world.draw_env = self._plain[0] if draw_env is None else draw_env
+        world.draw_episode = world.episode_id if draw_episode is None else draw_episode
+        world.idle = self._plain[1] if idle is None else idle
+        self._extension = launch
+        if self._graph is not None:
+            self._graph, self._graph_launched = None, False
+            self._capture()
 
     def _mark_all(self) -> None:
         """Select every world for reset, with zero executed actions."""
@@ -322,7 +347,7 @@ class VectorEnv:
         wp.launch(
             kernels.begin_step_kernel,
             dim=self.num_envs,
-            inputs=[self.action_low, self.action_high, self.action_input, self.ended],
+            inputs=[self.action_low, self.action_high, self.action_input, self.ended, self.world.idle],
             outputs=[self.executed_action, self.reset_mask, self.action_nonfinite],
             device=self.device,
         )
@@ -341,6 +366,8 @@ class VectorEnv:
         self._reset_selected()
         self._observe()
         self._pack()
+        if self._extension is not None:
+            self._extension()
 
     def _pack(self) -> None:
         """Copy every array of the result into ``packed_result`` (inside the captured step)."""
@@ -374,7 +401,7 @@ class VectorEnv:
         if state is None or params is not None:
             if worlds is not None:  # the values of these worlds only
                 self.reset_mask.assign(np.append(np.asarray(worlds, bool), False))
-            randomizer.draw(self.reset_mask, self.episode_id)
+            randomizer.draw(self.reset_mask)
             if params is not None:
                 randomizer.restore(self.reset_mask, params)
             randomizer.apply(self.reset_mask)

@@ -137,11 +137,13 @@ class _Builder:
 
 def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -> Result:
     """Build ``out`` as a Warp kernel cache holding every module ``tasks`` load, for each of ``archs`` (CUDA
-    arch integers, and ``cpu``): each task made (2 envs), reset and stepped on the CPU, each module built as Warp
-    loads it. ``only``: just the modules whose names start with one of these prefixes. Run it in a fresh process (as
-    ``forge-gpu precompile`` does): a module this process loaded before is not loaded again, so not built."""
+    arch integers, and ``cpu``): each task made (2 envs), reset and stepped on the CPU (plainly, then as an
+    evaluation steps it), each module built as Warp loads it. ``only``: just the modules whose names start with one
+    of these prefixes. Run it in a fresh process (as ``forge-gpu precompile`` does): a module this process loaded
+    before is not loaded again, so not built."""
     import warp as wp
 
+    from forge_gpu._src.sim.evaluate import EvaluationRows
     from forge_gpu._src.sim.make import make
     from forge_gpu._src.sim.output import init_warp
     from forge_gpu._src.sim.policies import make_policy
@@ -187,6 +189,10 @@ def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -
             policy = make_policy("random", env)
             for _ in range(3):
                 env.step(policy(env.observation))
+            rows = EvaluationRows(env, 1)  # and as forge-gpu evaluate steps it: its kernels too
+            env.extend_step(rows.launch, draw_env=rows.draw_env, draw_episode=rows.draw_episode, idle=rows.idle)
+            env.reset()
+            env.step(policy(env.observation))
     finally:
         context.Module.load, context.launch, context.launch_tiled = plain
         wp.launch, wp.launch_tiled = plain[1], plain[2]

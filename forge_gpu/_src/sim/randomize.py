@@ -159,15 +159,17 @@ class Randomizer:
         """env.spec's ``params``: name -> {shape, dtype} of every recorded parameter."""
         return {name: {"shape": list(self.catalog[name].shape), "dtype": "float32"} for name in self.recorded}
 
-    def draw(self, reset_mask: wp.array, episode_id: wp.array) -> None:
-        """Draw the recorded parameters of the worlds in ``reset_mask`` (one launch per parameter)."""
+    def draw(self, reset_mask: wp.array) -> None:
+        """Draw the recorded parameters of the worlds in ``reset_mask`` (one launch per parameter), keyed by the
+        world's draw keys (``World.draw_env``, ``World.draw_episode``)."""
         w = self.world
         for name, r in self.ranges.items():
             low, high = self._bounds[name]
             wp.launch(
                 kernels.draw_kernel,
                 dim=(w.num_envs, len(r.low)),
-                inputs=[w.seed, stream_key(name), low, high, DIST_CODES[r.dist], reset_mask, episode_id],
+                inputs=[w.seed, stream_key(name), low, high, DIST_CODES[r.dist], reset_mask, w.draw_episode,
+                        w.draw_env],  # fmt: skip
                 outputs=[_rows(self.values[name])],
                 device=w.device,
             )

@@ -72,6 +72,17 @@ class World:
         self.episode_id = wp.full(n, -1, dtype=wp.int32, device=device)
         """Episode counter per world, int32 [N]; -1 before the first reset. During ``reset_worlds`` a reset
         world still holds its previous id (the new episode is id + 1); the env advances it after ``observe``."""
+        self.draw_env = wp.array(np.arange(n, dtype=np.int32), device=device)
+        """The env key of the world's random draws (``kernels/rng.py``'s ``env_id``), int32 [N]: the world's
+        index. Every reset, randomization and random-policy draw is keyed by ``(draw_env, draw_episode)``."""
+        self.draw_episode = self.episode_id
+        """The episode key of the world's random draws, int32 [N]: ``episode_id`` itself (the same array), so a
+        reset draws from the next episode's key. An evaluation gives both keys arrays of its own
+        (``forge_gpu.recording.evaluate``): episode ``j`` of the evaluation draws from ``(j, 0)`` whichever world
+        runs it."""
+        self.idle = wp.zeros(n, dtype=wp.bool, device=device)
+        """An idle world resets at every step, bool [N]: it never runs a transition, so no episode of it ends. All
+        false, but in an evaluation, whose worlds go idle once its N episodes have started."""
         self.proprio = zeros((n, proprio_dim))
         """The ``proprio`` observation, float32 [N, P]; ``observe`` writes it."""
         self.task_reward = zeros(n)
