@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers.synthetic import SyntheticSim, make_batches, record, synthetic_description
+from helpers.synthetic import LOSSLESS, SyntheticSim, make_batches, record, synthetic_description
 
 from forge_gpu._src.reading.inspection import format_report
 from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
@@ -106,27 +106,85 @@ def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
         load_statistics(tmp_path)
 
 
+def published_statistics(run) -> dict:
+    """numpy's figures over the published episodes of ``run``: every frame of each, every transition."""
+    episodes = list(read_episodes(run))
+    assert episodes
+    fields = episodes[0].obs
+    frames = {f: np.concatenate([np.concatenate([e.obs[f], e.next[f][-1:]]) for e in episodes]) for f in fields}
+    return {
+        "obs/proprio": frames["proprio"],
+        "obs/rgb": frames["rgb"].reshape(-1, 3),
+        "obs/depth": frames["depth"].reshape(-1, 1),
+        "action": np.concatenate([e.action for e in episodes]),
+        "reward": np.concatenate([e.reward for e in episodes]).reshape(-1, 1),
+    }
+
+
+def assert_published_statistics(run) -> None:
+    """stats.json equals numpy over the published episodes and compute_statistics over them, and counts fewer
+    frames than the run's rows when episodes were left running."""
+    stats = run_statistics(run)
+    values = published_statistics(run)
+    assert set(stats) == set(values)
+    for key, data in values.items():
+        assert_matches(stats[key], data, exact_quantiles=key == "obs/rgb")
+    computed = compute_statistics(run, write=False).summary()
+    for key, figures in computed.items():
+        assert stats[key]["count"] == figures["count"], key
+        for name in ("mean", "std"):
+            np.testing.assert_allclose(stats[key][name], figures[name], rtol=1e-12, atol=1e-12, err_msg=key)
+        for name in ("min", "max", "q01", "q99"):
+            np.testing.assert_array_equal(stats[key][name], figures[name], err_msg=key)
+
+
 @pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
-def test_recorded_statistics_equal_numpy_over_the_batches(tmp_path, recorder):
-    """Both recorders write stats.json at close: observation fields over every row of every batch, action and
-    reward over the active rows, equal to numpy's figures on the same data."""
+def test_recorded_statistics_count_the_published_episodes_only(tmp_path, recorder):
+    """Both recorders write stats.json at close over the published episodes alone: the frames of the episodes still
+    running when the run stopped (every env has one) are not counted, so the file equals numpy over the published
+    episodes and what forge-gpu stats computes from them."""
     env = synthetic_description(num_envs=4, max_steps=6, images=True)
-    batches = make_batches(SyntheticSim(env, seed=3), 30)
+    batches = make_batches(SyntheticSim(env, seed=3), 33)
     record(tmp_path / "run", env, batches, recorder=recorder)
-    stats = run_statistics(tmp_path / "run")
-    assert set(stats) == {"obs/proprio", "obs/rgb", "obs/depth", "action", "reward"}
-    observations = [b[0] for b in batches]
-    active = np.concatenate([b[1].info["active"] for b in batches])
-    proprio = np.concatenate([o["proprio"] for o in observations])
-    rgb = np.concatenate([o["rgb"] for o in observations]).reshape(-1, 3)
-    depth = np.concatenate([o["depth"] for o in observations]).reshape(-1, 1)
-    action = np.concatenate([b[1].info["executed_action"] for b in batches])[active]
-    reward = np.concatenate([b[1].reward for b in batches])[active].reshape(-1, 1)
-    assert_matches(stats["obs/proprio"], proprio, exact_quantiles=False)
-    assert_matches(stats["obs/rgb"], rgb, exact_quantiles=True)
-    assert_matches(stats["obs/depth"], depth, exact_quantiles=False)
-    assert_matches(stats["action"], action, exact_quantiles=False)
-    assert_matches(stats["reward"], reward, exact_quantiles=False)
+    rows = sum(len(b[0]["proprio"]) for b in batches)
+    assert run_statistics(tmp_path / "run")["obs/proprio"]["count"] < rows
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["incomplete_episodes"]
+    assert_published_statistics(tmp_path / "run")
+
+
+@pytest.mark.parametrize("fmt", ["npz", "packed"])
+def test_statistics_leave_out_the_episodes_a_write_failure_dropped(tmp_path, monkeypatch, fmt):
+    """A write that fails drops the episodes it held (and every later one): the failed run's stats.json counts the
+    episodes it published, no more."""
+    import forge_gpu._src.formats.npz.write as npz_module
+    import forge_gpu._src.formats.packed.write as packed_module
+
+    owner, name = (npz_module, "write_episode_file") if fmt == "npz" else (packed_module.PackedWriter, "write")
+    real, calls = getattr(owner, name), []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise OSError("the disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, failing)
+    env = synthetic_description(num_envs=4, max_steps=6, images=True)
+    recorder = NpzRecorder if fmt == "npz" else PackedRecorder
+    options = {"writers": 1} if fmt == "npz" else {"block_bytes": 1}
+    if fmt == "packed":
+        options["codecs"] = LOSSLESS
+    opened = recorder(tmp_path / "run", env, **options)
+    with pytest.raises(RuntimeError, match="disk went away"):
+        try:
+            for observation, result in make_batches(SyntheticSim(env, seed=5), 33):
+                opened.append(observation, result)
+        finally:
+            opened.close()
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["incomplete_episodes"]
+    assert_published_statistics(tmp_path / "run")
 
 
 def test_statistics_switched_off_write_no_file(tmp_path):

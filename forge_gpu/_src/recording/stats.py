@@ -1,17 +1,17 @@
 """Normalization statistics of a run: count, mean, std, min, max and the 1st/99th percentiles, per channel.
 
-The recorders feed a :class:`StatsAccumulator` with every batch they record (whole-array numpy, one pass
-over the rows; no second read of the run: the npz recorder in ``append``, the packed recorder's writer thread
-per block, over the block's columns) and write ``stats.json`` into the run directory when they close.
+The recorders feed a :class:`StatsAccumulator` with the episodes they publish, and only those (whole-array numpy:
+the npz recorder's writers each episode as they publish it, from its buffer; the packed recorder once its segments
+are closed, reading its published episodes back) and write ``stats.json`` into the run directory when they close.
+Frames of episodes never published (still running when the run stopped, or lost to a write failure) are not
+counted, so ``stats.json`` equals what ``compute_statistics`` computes from the run's published episodes.
 ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded before
 statistics existed (or one closed by ``repair``).
 
 What is counted:
   - observation fields other than the ids and ``time`` (``obs/proprio``, ``obs/rgb``, ``obs/depth``):
-    every frame (recording: every row of every batch, which includes the first frames of episodes and
-    frames of episodes that never ended; ``compute_statistics``: the T + 1 frames of each published
-    episode);
-  - ``action`` and ``reward``: every transition (recording: the active rows; computed: T per episode).
+    the T + 1 frames of each published episode;
+  - ``action`` and ``reward``: its T transitions.
 Channels: the last axis of a field with 3 or more axes per row counts as channels (``rgb`` [H, W, 3]:
 3 channels, each over all its pixels); ``depth`` [H, W] is one channel; a vector [P] has P channels; a
 scalar one.
@@ -274,14 +274,6 @@ class StatsAccumulator:
         """Add a read episode (:class:`forge_gpu.reading.Episode`): its T + 1 frames and T transitions."""
         self.update_frames({f: np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in self.fields})
         self.update_transitions(episode.action, episode.reward)
-
-    def update_batch(self, observation: Mapping[str, np.ndarray], active: np.ndarray, action, reward) -> None:
-        """Add one checked recorder batch: every row's frame; the transitions of the active rows."""
-        self.update_frames(observation)
-        if active.all():
-            self.update_transitions(action, reward)
-        else:
-            self.update_transitions(action[active], reward[active])
 
     def merge(self, other: StatsAccumulator) -> None:
         """Add another run's statistics (same fields)."""

@@ -12,7 +12,7 @@ PackedRecorder: stream host batches, step-major, into a packed run (schema 2, do
 Memory is one ring of whole batches (``max_buffer_bytes``), whatever the episode length: ``append``
 checks a batch, copies it into the ring and returns; one writer thread appends the buffered steps to
 the current segment as one Arrow record batch and then publishes them, with the episodes that ended in
-them, by one line in the commit log. Everything per block is the writer's, whole-column (the statistics, the
+them, by one line in the commit log. Everything per block is the writer's, whole-column (the
 episodes that end, the checksum): nothing runs per row or per episode in Python on either side. When the
 ring is full, ``append`` waits (backpressure; the wait is counted in ``stall_seconds``). Each episode's
 instruction is made from its params as its block is written (layout 4: ``episodes.instruction``).
@@ -34,6 +34,7 @@ import numpy as np
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, decode_frames, encode_frames, field_codecs
+from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.files import sync_directory
 from forge_gpu._src.core.frames import stack_episodes
 from forge_gpu._src.core.instructions import INSTRUCTION
@@ -278,8 +279,8 @@ class PackedRecorder(RecorderBase):
         compression: ``"none"``, ``"lz4"`` or ``"zstd"`` (Arrow IPC buffer compression).
         segment_bytes: a segment file is closed and the next one started once it reaches this size.
         block_bytes: the writer appends at most this many bytes of buffered steps at once (at least one step).
-        statistics: compute normalization statistics from every batch and write them as ``stats.json``
-            at close (forge_gpu/_src/recording/stats.py).
+        statistics: compute normalization statistics of the published episodes and write them as ``stats.json``
+            at close (forge_gpu/_src/recording/stats.py), read back from the closed segments.
         durability: ``process`` (page cache: a published episode survives a killed process) or ``machine``
             (each block synced before its commit line, the log after it: it survives a machine crash).
         codecs: image field -> :class:`CodecSpec` (``*``: every image field not named; ``none``: raw); an image
@@ -471,13 +472,6 @@ class PackedRecorder(RecorderBase):
 
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
         columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
-        if self._stats is not None:  # the block's statistics, whole-column (the encoded fields' in _encode)
-            self._stats.update_frames({f: columns[f"obs/{f}"] for f in self._stats.fields}, skip=self._codecs)
-            active = columns["obs/step_id"] != 0  # the check: a reset row has step_id 0, a transition's is >= 1
-            action, reward = columns["action"], columns["reward"]
-            if not active.all():
-                action, reward = action[active], reward[active]
-            self._stats.update_transitions(action, reward)
         for field, spec in self._codecs.items():
             columns[f"obs/{field}"] = self._encode(field, spec, start, count)
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
@@ -491,27 +485,18 @@ class PackedRecorder(RecorderBase):
 
     def _encode(self, field: str, spec: CodecSpec, start: int, count: int) -> EncodedFrames:
         """Ring slots ``[start, start + count)`` of an encoded field as one :class:`EncodedFrames`: runs of slots
-        holding raw frames encoded in the pool, slots the producer handed encoded taken as they are (their frames
-        decoded for the statistics where the run keeps them); the statistics of both kinds of frames counted."""
+        holding raw frames encoded in the pool, slots the producer handed encoded taken as they are."""
         handed, ring, parts = self._encoded[field], self._ring[f"obs/{field}"], []
-        counted = self._stats is not None and field in self._stats.fields
-        others = set(self._stats.fields) - {field} if counted else set()
         k = start
         while k < start + count:
             if handed[k] is not None:
                 parts.append(handed[k])
-                if counted:
-                    shape, dtype = self._tracker.fields[field]
-                    frames = decode_frames(spec, handed[k], shape, dtype, pool=self._pool)
-                    self._stats.update_frames({field: frames}, skip=others)
                 k += 1
                 continue
             end = k
             while end < start + count and handed[end] is None:
                 end += 1
             frames = ring[k:end].reshape(-1, *ring.shape[2:])
-            if counted:
-                self._stats.update_frames({field: frames}, skip=others)
             parts.append(encode_frames(spec, frames, pool=self._pool))
             k = end
         return EncodedFrames.concatenate(parts)
@@ -542,6 +527,22 @@ class PackedRecorder(RecorderBase):
             self._writer.close()
         except BaseException as exc:
             self._fail(exc, "the end of the segment")
+        if self._stats is not None:  # after a write failure too: the committed episodes are published
+            try:
+                self._count_published()
+            except BaseException as exc:  # every error must reach the caller
+                self._fail(exc, "the statistics of the published episodes")
+
+    def _count_published(self) -> None:
+        """The statistics of the published episodes, read back once the segments are closed: the frames of the
+        episodes still running when the run stopped (and the reset frames that began the next ones) are in the
+        segments but never published, so they are not counted, and ``stats.json`` equals what ``forge-gpu stats``
+        computes from the run."""
+        from forge_gpu._src.formats.packed.read import PackedRunReader
+
+        reader = PackedRunReader(self._directory, self._manifest)
+        for episode in reader.read(list(range(len(reader))), EpisodeReadOptions(verify=False)):
+            self._stats.update_episode(episode)
 
 
 def _ring_steps(max_buffer_bytes: int, batch_bytes: int, num_envs: int) -> int:
