@@ -356,3 +356,5 @@ def test_lerobot_export_environment_state_follows_the_list_given(tmp_path, capsy
     assert json.loads((out / "meta/info.json").read_text())["features"][ENV_STATE]["shape"] == [3]
     code = main(["export", str(run), str(tmp_path / "cli-bad"), "--to", "lerobot", "--environment-state", "rgb"])
     assert code == 1 and "environment_state field 'rgb'" in capsys.readouterr().err
+    code = main(["export", str(run), str(tmp_path / "x.hdf5"), "--to", "robomimic", "--environment-state", "cube_pose"])
+    assert code == 2 and "--environment-state apply to --to lerobot only" in capsys.readouterr().err
