@@ -91,6 +91,86 @@ def test_merged_and_reloaded_statistics_equal_one_pass():
             np.testing.assert_allclose(merged[key][figure], one[key][figure], rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["float", "uint8", "int8"])
+def test_subtracting_a_part_leaves_the_statistics_of_the_rest(kind):
+    rng = np.random.default_rng(7)
+    if kind == "float":
+        kept = rng.normal(3.0, 2.0, (5000, 4)).astype(np.float32)
+        removed = rng.normal(-1.0, 5.0, (1700, 4)).astype(np.float32)
+    else:
+        dtype = np.uint8 if kind == "uint8" else np.int8
+        info = np.iinfo(dtype)
+        kept = rng.integers(info.min, info.max + 1, (5000, 4)).astype(dtype)
+        removed = rng.integers(info.min, info.max + 1, (1700, 4)).astype(dtype)
+    both = ChannelStats.for_dtype(4, kept.dtype)
+    for part in np.array_split(np.concatenate([removed[:900], kept, removed[900:]]), 7):  # interleaved, uneven
+        both.update(part)
+    part = ChannelStats.for_dtype(4, kept.dtype)
+    part.update(removed)
+    alone = ChannelStats.for_dtype(4, kept.dtype)
+    alone.update(kept)
+    alone.flush()
+    both.subtract(part)
+    both.min, both.max = alone.min, alone.max  # the caller's: min and max cannot be subtracted
+    assert both.count == alone.count
+    np.testing.assert_array_equal(both.hist, alone.hist)
+    for figure in ("mean", "m2"):
+        np.testing.assert_allclose(getattr(both, figure), getattr(alone, figure), rtol=1e-9)
+    got, want = both.summary(), alone.summary()
+    np.testing.assert_allclose(got["std"], want["std"], rtol=1e-9)
+    for figure in ("q01", "q99"):
+        assert got[figure] == want[figure]
+
+
+def test_subtracting_everything_or_more_than_was_counted():
+    values = np.random.default_rng(3).normal(size=(100, 2))
+    whole, more = ChannelStats(2, "float"), ChannelStats(2, "float")
+    whole.update(values)
+    more.update(np.concatenate([values, values]))
+    same = ChannelStats(2, "float")
+    same.update(values)
+    with pytest.raises(ValueError, match="cannot subtract"):
+        whole.subtract(more)
+    whole.subtract(same)
+    assert whole.count == 0 and not whole.hist.any() and not whole.m2.any()
+    with pytest.raises(ValueError, match="cannot subtract"):
+        whole.subtract(ChannelStats(2, "uint8"))
+
+
+def test_accumulators_subtract_field_by_field():
+    rng = np.random.default_rng(5)
+    fields = {"proprio": ((3,), np.float32), "rgb": ((4, 4, 3), np.uint8)}
+
+    def batch(rows):
+        return (
+            {
+                "proprio": rng.normal(size=(rows, 3)).astype(np.float32),
+                "rgb": rng.integers(0, 256, (rows, 4, 4, 3), dtype=np.uint8),
+            },
+            rng.normal(size=(rows, 2)),
+            rng.normal(size=rows),
+        )
+
+    (frames_a, action_a, reward_a), (frames_b, action_b, reward_b) = batch(300), batch(120)
+    both, part, alone = (StatsAccumulator(fields, 2) for _ in range(3))
+    for accumulator, parts in (
+        (both, [(frames_a, action_a, reward_a), (frames_b, action_b, reward_b)]),
+        (part, [(frames_b, action_b, reward_b)]),
+        (alone, [(frames_a, action_a, reward_a)]),
+    ):
+        for frames, action, reward in parts:
+            accumulator.update_frames(frames)
+            accumulator.update_transitions(action, reward)
+    both.subtract(part)
+    for key, stats in both.stats.items():
+        want = alone.stats[key]
+        want.flush()
+        assert stats.count == want.count
+        np.testing.assert_array_equal(stats.hist, want.hist)
+        np.testing.assert_allclose(stats.mean, want.mean, rtol=1e-9)
+        np.testing.assert_allclose(stats.m2, want.m2, rtol=1e-9)
+
+
 def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
     """A stats.json whose sketch does not add up raises ValueError naming the file."""
     acc = StatsAccumulator({"proprio": ((2,), np.float32)}, 1)
@@ -152,13 +232,42 @@ def test_recorded_statistics_count_the_published_episodes_only(tmp_path, recorde
     assert_published_statistics(tmp_path / "run")
 
 
-@pytest.mark.parametrize("fmt", ["npz", "packed"])
+def test_packed_statistics_over_segments_small_blocks_and_handed_frames(tmp_path):
+    """The packed recorder counts each block as it writes it and subtracts the unpublished episodes' rows at close,
+    read back from whichever segments hold them; frames a producer handed encoded are counted decoded."""
+    from forge_gpu._src.core.codecs import CodecSpec, encode_frames
+    from forge_gpu._src.formats.packed.identity import segment_name
+
+    env = synthetic_description(num_envs=5, max_steps=7, images=True)
+    codecs = {"rgb": CodecSpec("png"), "depth": CodecSpec("zstd")}
+    recorder = PackedRecorder(tmp_path / "run", env, codecs=codecs, block_bytes=1, segment_bytes=1 << 14)
+    for k, (observation, result) in enumerate(make_batches(SyntheticSim(env, seed=9), 41, resets_at=(17,))):
+        if k % 2:
+            observation = {**observation, **{f: encode_frames(s, observation[f]) for f, s in codecs.items()}}
+        recorder.append(observation, result)
+    recorder.close()
+    assert (tmp_path / "run" / segment_name(1)).exists()  # more than one segment
+    assert_published_statistics(tmp_path / "run")
+
+
+@pytest.mark.parametrize("codecs", [{}, {"rgb": "jpeg:80", "depth": "quantized"}, {"rgb": "webp:70"}])
+def test_packed_statistics_count_what_lossy_codecs_store(tmp_path, codecs):
+    """With the default codecs (depth quantized) and lossy ones, the packed recorder counts the values a reader
+    decodes, so stats.json still equals what forge-gpu stats computes from the run."""
+    env = synthetic_description(num_envs=4, max_steps=6, images=True, image_shape=(8, 8))
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=6), 29), recorder=PackedRecorder, codecs=codecs)
+    assert_published_statistics(tmp_path / "run")
+
+
+@pytest.mark.parametrize("fmt", ["npz", "packed", "packed-handed"])
 def test_statistics_leave_out_the_episodes_a_write_failure_dropped(tmp_path, monkeypatch, fmt):
     """A write that fails drops the episodes it held (and every later one): the failed run's stats.json counts the
     episodes it published, no more."""
     import forge_gpu._src.formats.npz.write as npz_module
     import forge_gpu._src.formats.packed.write as packed_module
+    from forge_gpu._src.core.codecs import CodecSpec, encode_frames
 
+    zstd = CodecSpec("zstd")
     owner, name = (npz_module, "write_episode_file") if fmt == "npz" else (packed_module.PackedWriter, "write")
     real, calls = getattr(owner, name), []
 
@@ -172,12 +281,14 @@ def test_statistics_leave_out_the_episodes_a_write_failure_dropped(tmp_path, mon
     env = synthetic_description(num_envs=4, max_steps=6, images=True)
     recorder = NpzRecorder if fmt == "npz" else PackedRecorder
     options = {"writers": 1} if fmt == "npz" else {"block_bytes": 1}
-    if fmt == "packed":
+    if fmt != "npz":
         options["codecs"] = LOSSLESS
     opened = recorder(tmp_path / "run", env, **options)
     with pytest.raises(RuntimeError, match="disk went away"):
         try:
             for observation, result in make_batches(SyntheticSim(env, seed=5), 33):
+                if fmt == "packed-handed":  # the frames of the failed block come back from the ring, decoded
+                    observation = {**observation, **{f: encode_frames(zstd, observation[f]) for f in ("rgb", "depth")}}
                 opened.append(observation, result)
         finally:
             opened.close()

@@ -1,10 +1,17 @@
 """Normalization statistics of a run: count, mean, std, min, max and the 1st/99th percentiles, per channel.
 
-The recorders feed a :class:`StatsAccumulator` with the episodes they publish, and only those (whole-array numpy:
-the npz recorder's writers each episode as they publish it, from its buffer; the packed recorder once its segments
-are closed, reading its published episodes back) and write ``stats.json`` into the run directory when they close.
-Frames of episodes never published (still running when the run stopped, or lost to a write failure) are not
-counted, so ``stats.json`` equals what ``compute_statistics`` computes from the run's published episodes.
+The recorders count the episodes they publish, and only those, whole-array numpy, and write ``stats.json`` into
+the run directory when they close:
+  - the npz recorder's writers add each episode as they publish it, from its buffer;
+  - the packed recorder's writer thread adds every block of raw rows as it writes it (one pass, before encoding;
+    frames a producer handed encoded are decoded for it), and at close subtracts the rows of the episodes never
+    published (still running when the run stopped, lost to a write failure, abandoned by a reset: about one episode
+    per env), read
+    back from the segments for just those rows (or from the ring, for a block that was never written): counts and
+    sketch buckets subtract exactly, mean and m2 un-merge (:meth:`ChannelStats.subtract`). Min and max cannot be
+    subtracted: the writer keeps each env's running min and max of its current episode ([envs, channels] per
+    field) and merges them into the run's when that episode is published.
+So ``stats.json`` equals what ``compute_statistics`` computes from the run's published episodes.
 ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded before
 statistics existed (or one closed by ``repair``).
 
@@ -169,6 +176,33 @@ class ChannelStats:
         self.hist += other.hist
         self._merge(other.count, other.mean, other.m2, other.min, other.max)
 
+    def subtract(self, other: ChannelStats) -> None:
+        """Take out values counted earlier (``other`` holds exactly a part of what this one counted): the count
+        and the sketch subtract exactly, mean and m2 un-merge (Chan's formula run backwards, float64, m2 clamped
+        at 0). Min and max cannot be subtracted and are left as they are: the caller sets them."""
+        self.flush()
+        other.flush()
+        if other.channels != self.channels or other.kind != self.kind:
+            raise ValueError(
+                f"cannot subtract statistics of {other.channels} {other.kind} channels from {self.channels} {self.kind}"
+            )
+        if other.count == 0:
+            return
+        if other.count > self.count:
+            raise ValueError(f"cannot subtract {other.count} values from {self.count}")
+        hist = self.hist - other.hist
+        if (hist < 0).any():
+            raise ValueError("cannot subtract values that were never counted (a sketch bucket goes negative)")
+        self.hist = hist
+        total, removed = self.count, other.count
+        kept = total - removed
+        if kept == 0:
+            self.count, self.mean, self.m2 = 0, np.zeros(self.channels), np.zeros(self.channels)
+            return
+        mean = (total * self.mean - removed * other.mean) / kept
+        m2 = self.m2 - other.m2 - (other.mean - mean) ** 2 * (kept * removed / total)
+        self.count, self.mean, self.m2 = kept, mean, np.maximum(m2, 0.0)
+
     def quantile(self, q: float) -> np.ndarray:
         """The ``q`` quantile per channel: numpy's ``inverted_cdf`` value, exact for bytes, else within a
         relative ``RELATIVE_ERROR``."""
@@ -281,6 +315,13 @@ class StatsAccumulator:
             raise ValueError(f"cannot merge statistics of fields {sorted(other.stats)} into {sorted(self.stats)}")
         for key, stats in other.stats.items():
             self.stats[key].merge(stats)
+
+    def subtract(self, other: StatsAccumulator) -> None:
+        """Take out a part of what was counted (same fields): :meth:`ChannelStats.subtract`, min and max kept."""
+        if set(other.stats) != set(self.stats):
+            raise ValueError(f"cannot subtract statistics of fields {sorted(other.stats)} from {sorted(self.stats)}")
+        for key, stats in other.stats.items():
+            self.stats[key].subtract(stats)
 
     def summary(self) -> dict[str, dict[str, np.ndarray]]:
         """key -> {count, mean, std, min, max, q01, q99}: numpy arrays of shape [channels] (count an int)."""
