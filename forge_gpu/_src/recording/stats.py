@@ -3,14 +3,15 @@
 The recorders count the episodes they publish, and only those, whole-array numpy, and write ``stats.json`` into
 the run directory when they close:
   - the npz recorder's writers add each episode as they publish it, from its buffer;
-  - the packed recorder's writer thread adds every block of raw rows as it writes it (one pass, before encoding;
-    frames a producer handed encoded are decoded for it), and at close subtracts the rows of the episodes never
-    published (still running when the run stopped, lost to a write failure, abandoned by a reset: about one episode
-    per env), read
-    back from the segments for just those rows (or from the ring, for a block that was never written): counts and
-    sketch buckets subtract exactly, mean and m2 un-merge (:meth:`ChannelStats.subtract`). Min and max cannot be
-    subtracted: the writer keeps each env's running min and max of its current episode ([envs, channels] per
-    field) and merges them into the run's when that episode is published.
+  - the packed recorder's writer thread adds every block of rows as it writes it (one pass over the ring's raw
+    rows; frames a producer handed encoded are decoded for it, and a lossy codec's field is counted as stored:
+    ``quantized`` quantized whole-array, ``jpeg``/``webp`` the block's payloads decoded), and at close subtracts
+    the rows of the episodes never published (still running when the run stopped, lost to a write failure,
+    abandoned by a reset: about one episode per env), read back from the segments for just those rows (or from
+    the ring, for a block counted but never committed): counts and sketch buckets subtract exactly, mean and m2
+    un-merge (:meth:`ChannelStats.subtract`). Min and max cannot be subtracted: the writer keeps each env's running
+    min and max of its current episode ([envs, channels] per field, whole-array per step) and merges them into the
+    run's when the block that ends the episode is published.
 So ``stats.json`` equals what ``compute_statistics`` computes from the run's published episodes.
 ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded before
 statistics existed (or one closed by ``repair``).
