@@ -250,6 +250,14 @@ def test_packed_statistics_over_segments_small_blocks_and_handed_frames(tmp_path
     assert_published_statistics(tmp_path / "run")
 
 
+def test_packed_statistics_of_a_run_that_published_no_episode_count_nothing(tmp_path):
+    """Every row counted as written is subtracted at close when no episode was published."""
+    env = synthetic_description(num_envs=3, max_steps=9, images=True)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.0), 6), recorder=PackedRecorder)
+    stats = run_statistics(tmp_path / "run")
+    assert {key: figures["count"] for key, figures in stats.items()} == dict.fromkeys(stats, 0)
+
+
 @pytest.mark.parametrize("codecs", [{}, {"rgb": "jpeg:80", "depth": "quantized"}, {"rgb": "webp:70"}])
 def test_packed_statistics_count_what_lossy_codecs_store(tmp_path, codecs):
     """With the default codecs (depth quantized) and lossy ones, the packed recorder counts the values a reader

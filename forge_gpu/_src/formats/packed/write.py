@@ -640,6 +640,8 @@ class PackedRecorder(RecorderBase):
         starts, ends = starts[order], (starts + episodes["steps"])[order]
 
         def unpublished(rows: np.ndarray) -> np.ndarray:
+            if not starts.size:  # no episode published
+                return np.arange(rows.size)
             keys = rows % n * counted + rows // n
             at = np.searchsorted(starts, keys, side="right") - 1
             return np.flatnonzero((at < 0) | (keys > ends[np.maximum(at, 0)]))
