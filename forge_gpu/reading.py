@@ -13,6 +13,8 @@ NAMES = {
     "WindowDataset": "forge_gpu._src.reading.torch_data",
     "WindowMapDataset": "forge_gpu._src.reading.torch_data",
     "device_batch": "forge_gpu._src.reading.torch_data",
+    "normalization": "forge_gpu._src.reading.normalization",
+    "Normalization": "forge_gpu._src.reading.normalization",
     "inspect_run": "forge_gpu._src.reading.inspection",
     "verify_run": "forge_gpu._src.reading.verify",
     "report": "forge_gpu._src.reading.report",

@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--crf", type=int, default=None, help="video quality: lower is larger (default h264 23, av1 35)")
     e.add_argument("--workers", type=int, default=1, help="lerobot: encoding processes (default 1)")
+    e.add_argument(
+        "--environment-state",
+        default=None,
+        metavar="FIELDS",
+        help="lerobot: the observation fields written as observation.environment_state, comma-separated, in order "
+        "(default every vector field but proprio, in the spec's order; an empty string: none)",
+    )
     e.set_defaults(func=cmd_export)
 
     s = sub.add_parser("stats", help="compute a run's normalization statistics (runs recorded without them)")

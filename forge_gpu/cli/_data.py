@@ -145,8 +145,11 @@ def cmd_export(args) -> int:
     check_new(args.out, kind="directory" if args.to == "lerobot" else "file")
     if args.workers < 1:
         raise UsageError(f"--workers {args.workers}: expected an integer >= 1")
-    if args.to == "robomimic" and (args.codec != "h264" or args.workers != 1 or args.crf is not None):
-        raise UsageError("--codec, --crf and --workers apply to --to lerobot only")
+    lerobot_only = (args.codec != "h264", args.workers != 1, args.crf is not None, args.environment_state is not None)
+    if args.to == "robomimic" and any(lerobot_only):
+        raise UsageError("--codec, --crf, --workers and --environment-state apply to --to lerobot only")
+    environment = args.environment_state
+    environment = None if environment is None else [f.strip() for f in environment.split(",") if f.strip()]
     try:
         check_video(args.codec, args.crf)
     except ValueError as e:
@@ -162,7 +165,13 @@ def cmd_export(args) -> int:
     try:
         if args.to == "lerobot":
             report = export_lerobot(
-                args.run, args.out, codec=args.codec, crf=args.crf, workers=args.workers, progress=progress
+                args.run,
+                args.out,
+                codec=args.codec,
+                crf=args.crf,
+                workers=args.workers,
+                progress=progress,
+                environment_state=environment,
             )
         else:
             report = export_robomimic(args.run, args.out, progress=progress)
@@ -180,6 +189,8 @@ def cmd_export(args) -> int:
         f"wrote {report['episodes']} episodes, {report['frames']:,} frames, {report['bytes']:,} bytes to "
         f"{report['out']} ({args.to}{extra}; {rate}; statistics {report['statistics']})"
     )
+    if report.get("environment_state"):
+        print(f"observation.environment_state: {', '.join(report['environment_state'])}")
     for field in report.get("left_out", []):
         print(f"left out: {field} (LeRobot v3.0 depth video is not written; --to robomimic keeps it)")
     return 0

@@ -268,3 +268,93 @@ def test_lerobot_export_without_camera_writes_one_dim_action_as_a_scalar(tmp_pat
     assert table.schema.field("action").type == pa.float32()
     expected = np.concatenate([e.action[:, 0] for e in read_episodes(tmp_path / "run")])
     assert table.column("action").to_numpy().tobytes() == expected.tobytes()
+
+
+def object_run(directory, *, recorder=PackedRecorder):
+    """A run without camera whose spec has push's object and goal fields beside proprio, and a scalar one."""
+    env = synthetic_description(num_envs=3, max_steps=5, action_dim=4)
+    observation = env.spec["observation"]
+    observation["cube_pose"] = {"shape": [7], "dtype": "float32"}
+    observation["cube_velocity"] = {"shape": [6], "dtype": "float32"}
+    observation["goal_position"] = {"shape": [3], "dtype": "float32"}
+    observation["contact"] = {"shape": [], "dtype": "float32"}
+    record(directory, env, make_batches(SyntheticSim(env, seed=8), 24), recorder=recorder)
+    return directory
+
+
+def environment_columns(root) -> tuple[dict, np.ndarray, np.ndarray]:
+    """info.json's features, and the data files' observation.state and observation.environment_state columns."""
+    info = json.loads((root / "meta/info.json").read_text())
+    tables = [pq.read_table(p) for p in sorted((root / "data").glob("chunk-*/file-*.parquet"))]
+    table = pa.concat_tables(tables)
+    columns = [np.stack(table.column(n).to_numpy(zero_copy_only=False)) for n in ("observation.state", ENV_STATE)]
+    return info["features"], *columns
+
+
+ENV_STATE = "observation.environment_state"
+
+
+@pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
+def test_lerobot_export_writes_the_object_and_goal_state_as_environment_state(tmp_path, recorder):
+    """Every vector observation field but proprio goes, in the spec's order, to observation.environment_state: bit for
+    bit the episodes' fields concatenated, one name per channel in info.json, its statistics the fields' in order."""
+    pytest.importorskip("av")
+    run = object_run(tmp_path / "run", recorder=recorder)
+    report = export_lerobot(run, tmp_path / "lerobot")
+    assert report["environment_state"] == ["cube_pose", "cube_velocity", "goal_position", "contact"]
+    features, state, environment = environment_columns(tmp_path / "lerobot")
+    names = [f"cube_pose_{i}" for i in range(7)] + [f"cube_velocity_{i}" for i in range(6)]
+    names += [f"goal_position_{i}" for i in range(3)] + ["contact"]
+    assert features[ENV_STATE] == {"dtype": "float32", "shape": [17], "names": names, "fps": 20}
+    assert list(features)[:3] == ["observation.state", ENV_STATE, "action"]
+    episodes = list(read_episodes(run))
+    fields = ("cube_pose", "cube_velocity", "goal_position")
+    expected = np.concatenate(
+        [np.concatenate([*(e.obs[f] for f in fields), e.obs["contact"][:, None]], axis=1) for e in episodes]
+    )
+    assert environment.dtype == np.float32 and environment.tobytes() == expected.tobytes()
+    assert state.tobytes() == np.concatenate([e.obs["proprio"] for e in episodes]).tobytes()
+    stats = json.loads((tmp_path / "lerobot/meta/stats.json").read_text())
+    recorded = run_statistics(run)
+    for figure in ("mean", "std", "min", "max"):
+        want = np.concatenate([recorded[f"obs/{f}"][figure] for f in (*fields, "contact")])
+        np.testing.assert_array_equal(stats[ENV_STATE][figure], want)
+    assert stats[ENV_STATE]["count"] == [recorded["obs/cube_pose"]["count"]]
+
+
+def test_lerobot_export_environment_state_follows_the_list_given(tmp_path, capsys):
+    """environment_state (--environment-state) chooses the fields and their order; [] leaves the feature out; a
+    field that is not a vector field other than proprio is refused in one line naming it and the allowed ones."""
+    pytest.importorskip("av")
+    run = object_run(tmp_path / "run")
+    export_lerobot(run, tmp_path / "goal-first", environment_state=["goal_position", "cube_pose"])
+    features, _, environment = environment_columns(tmp_path / "goal-first")
+    assert features[ENV_STATE]["names"][:4] == ["goal_position_0", "goal_position_1", "goal_position_2", "cube_pose_0"]
+    episodes = list(read_episodes(run))
+    expected = np.concatenate([np.concatenate([e.obs["goal_position"], e.obs["cube_pose"]], axis=1) for e in episodes])
+    assert environment.tobytes() == expected.tobytes()
+    stats = json.loads((tmp_path / "goal-first/meta/stats.json").read_text())
+    assert len(stats[ENV_STATE]["mean"]) == 10
+
+    export_lerobot(run, tmp_path / "none", environment_state=[])
+    info = json.loads((tmp_path / "none/meta/info.json").read_text())
+    assert ENV_STATE not in info["features"]
+    assert ENV_STATE not in json.loads((tmp_path / "none/meta/stats.json").read_text())
+    assert ENV_STATE not in pq.read_table(tmp_path / "none/data/chunk-000/file-000.parquet").column_names
+
+    for bad, message in [
+        (["proprio"], "environment_state field 'proprio' is not a vector observation field of .* other than 'proprio'"),
+        (["time"], "allowed: cube_pose, cube_velocity, goal_position, contact"),
+        (["cube_pose", "cube_pose"], "names a field twice"),
+        ("cube_pose", "must be a list of observation fields"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            export_lerobot(run, tmp_path / "bad", environment_state=bad)
+        assert not (tmp_path / "bad").exists()
+    out = tmp_path / "cli"
+    assert main(["export", str(run), str(out), "--to", "lerobot", "--environment-state", "goal_position"]) == 0
+    assert json.loads((out / "meta/info.json").read_text())["features"][ENV_STATE]["shape"] == [3]
+    code = main(["export", str(run), str(tmp_path / "cli-bad"), "--to", "lerobot", "--environment-state", "rgb"])
+    assert code == 1 and "environment_state field 'rgb'" in capsys.readouterr().err
+    code = main(["export", str(run), str(tmp_path / "x.hdf5"), "--to", "robomimic", "--environment-state", "cube_pose"])
+    assert code == 2 and "--environment-state apply to --to lerobot only" in capsys.readouterr().err

@@ -12,9 +12,10 @@ import types
 import numpy as np
 import pytest
 from helpers.scripts import TOOLS, load_script
-from helpers.synthetic import SyntheticSim, make_batches, record, synthetic_description
+from helpers.synthetic import LOSSLESS, SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
+from forge_gpu._src.reading.inspection import format_report
 from forge_gpu._src.reading.report import MAX_FRAMES, MAX_SIDE, SECTIONS, animation, chart, histogram
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
@@ -260,3 +261,32 @@ def test_success_per_instruction_names_each_instructions_row():
     assert "instruction (its row # in the table)" in figure
     for k, text in enumerate(texts, 1):
         assert f"<td>#{k}</td><td>{text}</td>" in page.replace(' class="n"', "")
+
+
+@pytest.mark.parametrize("target", [None, 9])
+def test_a_run_stopped_at_a_number_of_episodes_says_its_success_rate_counts_published_ones(tmp_path, target):
+    """A run collect stopped at ``--episodes`` (run.json's episodes_target) that left episodes running: inspect and
+    the report say its success rate counts the published episodes only, with the share left running, and name the
+    evaluate command; a run stopped at a number of steps says nothing of it."""
+    env = camera_env()
+    recorder = PackedRecorder(tmp_path / "run", env, codecs=LOSSLESS)
+    for observation, result in make_batches(SyntheticSim(env, seed=3, end_prob=0.15), 40):
+        recorder.append(observation, result)
+    if target is not None:
+        recorder.note("episodes_target", target)
+    recorder.close()
+    published = len(forge_gpu.reading.open_run(tmp_path / "run"))
+    running = len(recorder.incomplete_episodes)
+    assert published and running
+    text = format_report(forge_gpu.reading.inspect_run(tmp_path / "run"))
+    forge_gpu.reading.report(tmp_path / "run", tmp_path / "report.html", gallery=0)
+    page = (tmp_path / "report.html").read_text()
+    line = (
+        f"the success rate counts the {published} published episodes only: collection stopped once {target} had "
+        f"ended and left {running} running ({running / (published + running):.1%} of the episodes begun)"
+    )
+    if target is None:
+        assert "published episodes only" not in text and "published episodes only" not in page
+        return
+    assert line in text and line in page
+    assert f"forge-gpu evaluate {env.task} --policy POLICY --episodes {target}" in text

@@ -8,6 +8,7 @@ from helpers.blocking import wait_until_blocked
 from helpers.envtools import DEVICES
 
 import forge_gpu
+from forge_gpu.curation import compute_statistics, run_statistics
 from forge_gpu.formats import read_manifest
 from forge_gpu.reading import read_episodes
 from forge_gpu.recording import RecordingOptions, collect
@@ -65,6 +66,7 @@ def test_recorded_run_equals_direct_rollout(device, tmp_path, format, compressio
     manifest = read_manifest(tmp_path / "run")
     assert manifest["status"] == "closed" and manifest["completed_episodes"] == len(episodes)
     assert manifest["transport"] == "host_snapshot" and manifest["task"] == "cartpole"
+    assert "episodes_target" not in manifest  # stopped at a number of steps
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -92,6 +94,9 @@ def test_stop_event_closes_cleanly(device, tmp_path):
     assert summary.status == "interrupted" and manifest["status"] == "closed"
     assert len(list(read_episodes(tmp_path / "run"))) == manifest["completed_episodes"] == summary.episodes >= 3
     assert manifest["incomplete_episodes"] and all(e["steps"] >= 1 for e in manifest["incomplete_episodes"])
+    assert manifest["episodes_target"] == 10**6  # inspect and report: the success rate counts published episodes
+    stored, computed = run_statistics(tmp_path / "run"), compute_statistics(tmp_path / "run", write=False).summary()
+    assert {k: v["count"] for k, v in stored.items()} == {k: v["count"] for k, v in computed.items()}
 
 
 @pytest.mark.parametrize("device", DEVICES)

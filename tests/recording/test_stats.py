@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers.synthetic import SyntheticSim, make_batches, record, synthetic_description
+from helpers.synthetic import LOSSLESS, SyntheticSim, make_batches, record, synthetic_description
 
 from forge_gpu._src.reading.inspection import format_report
 from forge_gpu._src.recording.stats import RELATIVE_ERROR, STATS_FILE, ChannelStats, StatsAccumulator
@@ -91,6 +91,86 @@ def test_merged_and_reloaded_statistics_equal_one_pass():
             np.testing.assert_allclose(merged[key][figure], one[key][figure], rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["float", "uint8", "int8"])
+def test_subtracting_a_part_leaves_the_statistics_of_the_rest(kind):
+    rng = np.random.default_rng(7)
+    if kind == "float":
+        kept = rng.normal(3.0, 2.0, (5000, 4)).astype(np.float32)
+        removed = rng.normal(-1.0, 5.0, (1700, 4)).astype(np.float32)
+    else:
+        dtype = np.uint8 if kind == "uint8" else np.int8
+        info = np.iinfo(dtype)
+        kept = rng.integers(info.min, info.max + 1, (5000, 4)).astype(dtype)
+        removed = rng.integers(info.min, info.max + 1, (1700, 4)).astype(dtype)
+    both = ChannelStats.for_dtype(4, kept.dtype)
+    for part in np.array_split(np.concatenate([removed[:900], kept, removed[900:]]), 7):  # interleaved, uneven
+        both.update(part)
+    part = ChannelStats.for_dtype(4, kept.dtype)
+    part.update(removed)
+    alone = ChannelStats.for_dtype(4, kept.dtype)
+    alone.update(kept)
+    alone.flush()
+    both.subtract(part)
+    both.min, both.max = alone.min, alone.max  # the caller's: min and max cannot be subtracted
+    assert both.count == alone.count
+    np.testing.assert_array_equal(both.hist, alone.hist)
+    for figure in ("mean", "m2"):
+        np.testing.assert_allclose(getattr(both, figure), getattr(alone, figure), rtol=1e-9)
+    got, want = both.summary(), alone.summary()
+    np.testing.assert_allclose(got["std"], want["std"], rtol=1e-9)
+    for figure in ("q01", "q99"):
+        assert got[figure] == want[figure]
+
+
+def test_subtracting_everything_or_more_than_was_counted():
+    values = np.random.default_rng(3).normal(size=(100, 2))
+    whole, more = ChannelStats(2, "float"), ChannelStats(2, "float")
+    whole.update(values)
+    more.update(np.concatenate([values, values]))
+    same = ChannelStats(2, "float")
+    same.update(values)
+    with pytest.raises(ValueError, match="cannot subtract"):
+        whole.subtract(more)
+    whole.subtract(same)
+    assert whole.count == 0 and not whole.hist.any() and not whole.m2.any()
+    with pytest.raises(ValueError, match="cannot subtract"):
+        whole.subtract(ChannelStats(2, "uint8"))
+
+
+def test_accumulators_subtract_field_by_field():
+    rng = np.random.default_rng(5)
+    fields = {"proprio": ((3,), np.float32), "rgb": ((4, 4, 3), np.uint8)}
+
+    def batch(rows):
+        return (
+            {
+                "proprio": rng.normal(size=(rows, 3)).astype(np.float32),
+                "rgb": rng.integers(0, 256, (rows, 4, 4, 3), dtype=np.uint8),
+            },
+            rng.normal(size=(rows, 2)),
+            rng.normal(size=rows),
+        )
+
+    (frames_a, action_a, reward_a), (frames_b, action_b, reward_b) = batch(300), batch(120)
+    both, part, alone = (StatsAccumulator(fields, 2) for _ in range(3))
+    for accumulator, parts in (
+        (both, [(frames_a, action_a, reward_a), (frames_b, action_b, reward_b)]),
+        (part, [(frames_b, action_b, reward_b)]),
+        (alone, [(frames_a, action_a, reward_a)]),
+    ):
+        for frames, action, reward in parts:
+            accumulator.update_frames(frames)
+            accumulator.update_transitions(action, reward)
+    both.subtract(part)
+    for key, stats in both.stats.items():
+        want = alone.stats[key]
+        want.flush()
+        assert stats.count == want.count
+        np.testing.assert_array_equal(stats.hist, want.hist)
+        np.testing.assert_allclose(stats.mean, want.mean, rtol=1e-9)
+        np.testing.assert_allclose(stats.m2, want.m2, rtol=1e-9)
+
+
 def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
     """A stats.json whose sketch does not add up raises ValueError naming the file."""
     acc = StatsAccumulator({"proprio": ((2,), np.float32)}, 1)
@@ -106,27 +186,124 @@ def test_a_malformed_statistics_file_is_refused_naming_it(tmp_path):
         load_statistics(tmp_path)
 
 
+def published_statistics(run) -> dict:
+    """numpy's figures over the published episodes of ``run``: every frame of each, every transition."""
+    episodes = list(read_episodes(run))
+    assert episodes
+    fields = episodes[0].obs
+    frames = {f: np.concatenate([np.concatenate([e.obs[f], e.next[f][-1:]]) for e in episodes]) for f in fields}
+    return {
+        "obs/proprio": frames["proprio"],
+        "obs/rgb": frames["rgb"].reshape(-1, 3),
+        "obs/depth": frames["depth"].reshape(-1, 1),
+        "action": np.concatenate([e.action for e in episodes]),
+        "reward": np.concatenate([e.reward for e in episodes]).reshape(-1, 1),
+    }
+
+
+def assert_published_statistics(run) -> None:
+    """stats.json equals numpy over the published episodes and compute_statistics over them, and counts fewer
+    frames than the run's rows when episodes were left running."""
+    stats = run_statistics(run)
+    values = published_statistics(run)
+    assert set(stats) == set(values)
+    for key, data in values.items():
+        assert_matches(stats[key], data, exact_quantiles=key == "obs/rgb")
+    computed = compute_statistics(run, write=False).summary()
+    for key, figures in computed.items():
+        assert stats[key]["count"] == figures["count"], key
+        for name in ("mean", "std"):
+            np.testing.assert_allclose(stats[key][name], figures[name], rtol=1e-12, atol=1e-12, err_msg=key)
+        for name in ("min", "max", "q01", "q99"):
+            np.testing.assert_array_equal(stats[key][name], figures[name], err_msg=key)
+
+
 @pytest.mark.parametrize("recorder", [PackedRecorder, NpzRecorder])
-def test_recorded_statistics_equal_numpy_over_the_batches(tmp_path, recorder):
-    """Both recorders write stats.json at close: observation fields over every row of every batch, action and
-    reward over the active rows, equal to numpy's figures on the same data."""
+def test_recorded_statistics_count_the_published_episodes_only(tmp_path, recorder):
+    """Both recorders write stats.json at close over the published episodes alone: the frames of the episodes still
+    running when the run stopped (every env has one) are not counted, so the file equals numpy over the published
+    episodes and what forge-gpu stats computes from them."""
     env = synthetic_description(num_envs=4, max_steps=6, images=True)
-    batches = make_batches(SyntheticSim(env, seed=3), 30)
+    batches = make_batches(SyntheticSim(env, seed=3), 33)
     record(tmp_path / "run", env, batches, recorder=recorder)
+    rows = sum(len(b[0]["proprio"]) for b in batches)
+    assert run_statistics(tmp_path / "run")["obs/proprio"]["count"] < rows
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["incomplete_episodes"]
+    assert_published_statistics(tmp_path / "run")
+
+
+def test_packed_statistics_over_segments_small_blocks_and_handed_frames(tmp_path):
+    """The packed recorder counts each block as it writes it and subtracts the unpublished episodes' rows at close,
+    read back from whichever segments hold them; frames a producer handed encoded are counted decoded."""
+    from forge_gpu._src.core.codecs import CodecSpec, encode_frames
+    from forge_gpu._src.formats.packed.identity import segment_name
+
+    env = synthetic_description(num_envs=5, max_steps=7, images=True)
+    codecs = {"rgb": CodecSpec("png"), "depth": CodecSpec("zstd")}
+    recorder = PackedRecorder(tmp_path / "run", env, codecs=codecs, block_bytes=1, segment_bytes=1 << 14)
+    for k, (observation, result) in enumerate(make_batches(SyntheticSim(env, seed=9), 41, resets_at=(17,))):
+        if k % 2:
+            observation = {**observation, **{f: encode_frames(s, observation[f]) for f, s in codecs.items()}}
+        recorder.append(observation, result)
+    recorder.close()
+    assert (tmp_path / "run" / segment_name(1)).exists()  # more than one segment
+    assert_published_statistics(tmp_path / "run")
+
+
+def test_packed_statistics_of_a_run_that_published_no_episode_count_nothing(tmp_path):
+    """Every row counted as written is subtracted at close when no episode was published."""
+    env = synthetic_description(num_envs=3, max_steps=9, images=True)
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=1, end_prob=0.0), 6), recorder=PackedRecorder)
     stats = run_statistics(tmp_path / "run")
-    assert set(stats) == {"obs/proprio", "obs/rgb", "obs/depth", "action", "reward"}
-    observations = [b[0] for b in batches]
-    active = np.concatenate([b[1].info["active"] for b in batches])
-    proprio = np.concatenate([o["proprio"] for o in observations])
-    rgb = np.concatenate([o["rgb"] for o in observations]).reshape(-1, 3)
-    depth = np.concatenate([o["depth"] for o in observations]).reshape(-1, 1)
-    action = np.concatenate([b[1].info["executed_action"] for b in batches])[active]
-    reward = np.concatenate([b[1].reward for b in batches])[active].reshape(-1, 1)
-    assert_matches(stats["obs/proprio"], proprio, exact_quantiles=False)
-    assert_matches(stats["obs/rgb"], rgb, exact_quantiles=True)
-    assert_matches(stats["obs/depth"], depth, exact_quantiles=False)
-    assert_matches(stats["action"], action, exact_quantiles=False)
-    assert_matches(stats["reward"], reward, exact_quantiles=False)
+    assert {key: figures["count"] for key, figures in stats.items()} == dict.fromkeys(stats, 0)
+
+
+@pytest.mark.parametrize("codecs", [{}, {"rgb": "jpeg:80", "depth": "quantized"}, {"rgb": "webp:70"}])
+def test_packed_statistics_count_what_lossy_codecs_store(tmp_path, codecs):
+    """With the default codecs (depth quantized) and lossy ones, the packed recorder counts the values a reader
+    decodes, so stats.json still equals what forge-gpu stats computes from the run."""
+    env = synthetic_description(num_envs=4, max_steps=6, images=True, image_shape=(8, 8))
+    record(tmp_path / "run", env, make_batches(SyntheticSim(env, seed=6), 29), recorder=PackedRecorder, codecs=codecs)
+    assert_published_statistics(tmp_path / "run")
+
+
+@pytest.mark.parametrize("fmt", ["npz", "packed", "packed-handed"])
+def test_statistics_leave_out_the_episodes_a_write_failure_dropped(tmp_path, monkeypatch, fmt):
+    """A write that fails drops the episodes it held (and every later one): the failed run's stats.json counts the
+    episodes it published, no more."""
+    import forge_gpu._src.formats.npz.write as npz_module
+    import forge_gpu._src.formats.packed.write as packed_module
+    from forge_gpu._src.core.codecs import CodecSpec, encode_frames
+
+    zstd = CodecSpec("zstd")
+    owner, name = (npz_module, "write_episode_file") if fmt == "npz" else (packed_module.PackedWriter, "write")
+    real, calls = getattr(owner, name), []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise OSError("the disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, failing)
+    env = synthetic_description(num_envs=4, max_steps=6, images=True)
+    recorder = NpzRecorder if fmt == "npz" else PackedRecorder
+    options = {"writers": 1} if fmt == "npz" else {"block_bytes": 1}
+    if fmt != "npz":
+        options["codecs"] = LOSSLESS
+    opened = recorder(tmp_path / "run", env, **options)
+    with pytest.raises(RuntimeError, match="disk went away"):
+        try:
+            for observation, result in make_batches(SyntheticSim(env, seed=5), 33):
+                if fmt == "packed-handed":  # the frames of the failed block come back from the ring, decoded
+                    observation = {**observation, **{f: encode_frames(zstd, observation[f]) for f in ("rgb", "depth")}}
+                opened.append(observation, result)
+        finally:
+            opened.close()
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["incomplete_episodes"]
+    assert_published_statistics(tmp_path / "run")
 
 
 def test_statistics_switched_off_write_no_file(tmp_path):

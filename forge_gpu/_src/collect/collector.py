@@ -224,6 +224,8 @@ def collect(
     recorder = None
     if directory is not None:
         recorder = make_recorder(directory, describe_run(env, transport=transport.name), options)
+        if episodes is not None:  # its success rate counts published episodes only: inspect and report say so
+            recorder.note("episodes_target", episodes)
     overflow = env.solver_overflow
     tally = OverflowTally(env.num_envs, overflow.limits) if overflow.limits else None
     consumer = _Consumer(transport, recorder, tally)

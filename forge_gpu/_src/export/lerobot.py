@@ -12,7 +12,11 @@ Written with pyarrow and PyAV alone (the ``export`` extra: ``pip install "forge-
     videos/observation.images.rgb/chunk-CCC/file-FFF.mp4   the camera, episodes one after another
 
 A forge_gpu episode of T transitions becomes T LeRobot frames: frame t holds ``observation.state`` =
-``obs/proprio[t]``, ``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the executed action of
+``obs/proprio[t]``, ``observation.environment_state`` = the object and goal state (LeRobot's name for it in its own
+simulated datasets, which ACT and diffusion take as input): the other vector observation fields at t, concatenated
+in the spec's order (``cube_pose``, ``cube_velocity``, ``goal_position`` for push; ``environment_state`` chooses
+them, an empty list leaves the feature out), ``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the
+executed action of
 transition t, ``next.reward`` = its reward, ``next.done`` = whether it ended the episode (terminated or
 truncated; true on the last frame only) and, for tasks with success, ``next.success`` = terminated;
 ``timestamp = frame_index / fps`` with fps = 1 / control_dt. The episode's last observation (the frame
@@ -33,14 +37,14 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.core.fields import observation_layout
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
 from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.core.instructions import factorize
 from forge_gpu._src.core.manifest import RUN_MANIFEST
@@ -66,6 +70,9 @@ CODECS = {
     "av1": ("libsvtav1", 35, {"preset": "8"}),
 }
 CAMERA_FIELDS = ("rgb",)
+#: The field written as ``observation.state``, and the feature the other vector fields go to.
+STATE_FIELD = "proprio"
+ENVIRONMENT_STATE = "observation.environment_state"
 #: The largest constant rate factor each encoder takes (0 is lossless or nearly).
 MAX_CRF = {"h264": 51, "av1": 63}
 
@@ -111,6 +118,7 @@ def export_lerobot(
     progress: Callable[[int, int], None] | None = None,
     data_file_mb: float = DATA_FILE_MB,
     video_file_mb: float = VIDEO_FILE_MB,
+    environment_state: Sequence[str] | None = None,
 ) -> dict:
     """Write the episodes of ``source`` (a closed run directory or a dataset root) as the LeRobot v3.0
     dataset ``out`` (a new directory). Returns a report: episodes, frames, files, bytes, seconds,
@@ -123,6 +131,9 @@ def export_lerobot(
         workers: processes encoding contiguous parts of the episodes in parallel.
         progress: called with (frames done, frames in all) after each episode.
         data_file_mb, video_file_mb: a part starts new files once its data or video file passes this size.
+        environment_state: the observation fields written, concatenated in this order, as
+            ``observation.environment_state``; default every vector field but ``proprio``, in the spec's order
+            (:func:`environment_fields`); ``[]``: no environment state.
 
     Raises ValueError for a run that is not closed, runs of different tasks, a control_dt without
     integer fps or odd image sizes; FileExistsError when ``out`` exists; ImportError without PyAV.
@@ -143,6 +154,7 @@ def export_lerobot(
         height, width = layout[camera][0][:2]
         if height % 2 or width % 2 or layout[camera][1] != np.uint8 or layout[camera][0][2:] != (3,):
             raise ValueError(f"camera {camera!r} must be [H, W, 3] uint8 with even H and W, got {layout[camera]}")
+    state_fields = environment_fields(layout, environment_state, name=os.path.join(runs[0].directory, RUN_MANIFEST))
     stats = source_statistics(source)
     start = time.perf_counter()
     index = episode_index(source)
@@ -160,6 +172,7 @@ def export_lerobot(
             "codec": codec,
             "crf": CODECS[codec][1] if crf is None else int(crf),
             "cameras": cameras,
+            "environment_state": state_fields,
             "has_success": bool(spec.get("has_success")),
             "compute_stats": stats is None,
             "data_bytes": int(data_file_mb * 2**20),
@@ -204,7 +217,46 @@ def export_lerobot(
         "codec": codec,
         "workers": len(jobs),
         "left_out": [f for f in LEFT_OUT_FIELDS if f in layout],
+        "environment_state": state_fields,
     }
+
+
+def environment_fields(layout: dict, chosen: Sequence[str] | None, *, name: str) -> list[str]:
+    """The observation fields of ``observation.environment_state``, in order: ``chosen``, checked (vector or scalar
+    fields of the run, not ``proprio``, each once), or by default every such field in the spec's order. ValueError
+    naming the field, ``name`` (the run) and the fields allowed."""
+    allowed = [
+        f
+        for f, (shape, _) in layout.items()
+        if f not in BOOKKEEPING_FIELDS and f != STATE_FIELD and f not in CAMERA_FIELDS and len(shape) <= 1
+    ]
+    if chosen is None:
+        return allowed
+    if isinstance(chosen, str):
+        raise ValueError(f"environment_state={chosen!r} must be a list of observation fields, e.g. [{chosen!r}]")
+    for field in chosen:
+        if field not in allowed:
+            raise ValueError(
+                f"environment_state field {field!r} is not a vector observation field of {name} other than "
+                f"{STATE_FIELD!r}; allowed: {', '.join(allowed) or 'none'}"
+            )
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"environment_state={list(chosen)!r} names a field twice")
+    return list(chosen)
+
+
+def _flat(values: np.ndarray) -> np.ndarray:
+    """[T, ...] as [T, channels] (a scalar field: one channel)."""
+    return values.reshape(values.shape[0], -1)
+
+
+def _channel_names(layout: dict, fields: list[str]) -> list[str]:
+    """``<field>_<i>`` per channel (a scalar field: ``<field>``)."""
+    names = []
+    for field in fields:
+        shape = layout[field][0]
+        names += [field] if not shape else [f"{field}_{i}" for i in range(shape[0])]
+    return names
 
 
 def _split(starts: np.ndarray, parts: int) -> list[tuple[int, int]]:
@@ -297,11 +349,13 @@ class VideoFile:
         self.container.close()
 
 
-def _data_schema(job: dict, state_dim: int, action_dim: int):
+def _data_schema(job: dict, state_dim: int, environment_dim: int, action_dim: int):
     import pyarrow as pa
 
-    fields = [
-        pa.field("observation.state", _vector_type(state_dim)),
+    fields = [pa.field("observation.state", _vector_type(state_dim))]
+    if job["environment_state"]:
+        fields.append(pa.field(ENVIRONMENT_STATE, _vector_type(environment_dim)))
+    fields += [
         pa.field("action", _vector_type(action_dim)),
         pa.field("next.reward", pa.float32()),
         pa.field("next.done", pa.bool_()),
@@ -361,7 +415,8 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
         for number, episode in enumerate(read_index(index, EpisodeReadOptions()), start=job["first"]):
             steps = episode.steps
             if schema is None:
-                schema = _data_schema(job, episode.obs["proprio"].shape[1], episode.action.shape[1])
+                environment_dim = sum(_flat(episode.obs[f]).shape[1] for f in job["environment_state"])
+                schema = _data_schema(job, episode.obs["proprio"].shape[1], environment_dim, episode.action.shape[1])
                 shape_of = {c: episode.obs[c].shape[1:] for c in cameras}
                 if job["compute_stats"]:
                     spec = open_run(os.path.dirname(episode.path)).manifest["env_spec"]
@@ -380,8 +435,11 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
             task = job["task_index"][number - job["first"]]
             if episode.instruction != job["tasks"][task]:  # the index and the episode come from one reader
                 raise ValueError(f"{episode.path}: its instruction differs from the one its run's index gives")
-            columns = {
-                "observation.state": _vector(episode.obs["proprio"]),
+            columns = {"observation.state": _vector(episode.obs["proprio"])}
+            if job["environment_state"]:
+                environment = [_flat(episode.obs[f]) for f in job["environment_state"]]
+                columns[ENVIRONMENT_STATE] = _vector(np.concatenate(environment, axis=1))
+            columns |= {
                 "action": _vector(episode.action),
                 "next.reward": pa.array(episode.reward, pa.float32()),
                 "next.done": pa.array(episode.terminated | episode.truncated),
@@ -472,12 +530,20 @@ def number_files(partial: str, parts: list[dict], episodes: list[dict], cameras:
             meta[f"videos/{key}/chunk_index"], meta[f"videos/{key}/file_index"] = chunk, file
 
 
-def lerobot_stats(stats: StatsAccumulator | None, cameras: list[str]) -> dict:
-    """meta/stats.json's content: LeRobot's keys, per-channel image figures as [3, 1, 1] in [0, 1]."""
+def lerobot_stats(stats: StatsAccumulator | None, cameras: list[str], environment_state: list[str]) -> dict:
+    """meta/stats.json's content: LeRobot's keys, per-channel image figures as [3, 1, 1] in [0, 1]; the
+    environment state's figures are its fields' concatenated in order."""
     if stats is None:
         return {}
     summary = stats.summary()
-    names = {"obs/proprio": "observation.state", "action": "action", "reward": "next.reward"}
+    if environment_state and all(f"obs/{f}" in summary for f in environment_state):
+        parts = [summary[f"obs/{f}"] for f in environment_state]
+        summary[ENVIRONMENT_STATE] = {
+            figure: parts[0]["count"] if figure == "count" else np.concatenate([p[figure] for p in parts])
+            for figure in parts[0]
+        }
+    names = {"obs/proprio": "observation.state", ENVIRONMENT_STATE: ENVIRONMENT_STATE}
+    names |= {"action": "action", "reward": "next.reward"}
     names.update({f"obs/{c}": f"observation.images.{c}" for c in cameras})
     out = {}
     for key, name in names.items():
@@ -508,6 +574,11 @@ def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, s
             "shape": [state_dim],
             "names": [f"proprio_{i}" for i in range(state_dim)],
         },
+    }
+    environment = _channel_names(layout, settings["environment_state"])
+    if environment:
+        features[ENVIRONMENT_STATE] = {"dtype": "float32", "shape": [len(environment)], "names": environment}
+    features |= {
         "action": {"dtype": "float32", "shape": [action_dim], "names": [f"action_{i}" for i in range(action_dim)]},
         "next.reward": {"dtype": "float32", "shape": [1], "names": None},
         "next.done": {"dtype": "bool", "shape": [1], "names": None},
@@ -561,7 +632,7 @@ def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, s
     meta = os.path.join(partial, "meta")
     os.makedirs(os.path.join(meta, "episodes", "chunk-000"), exist_ok=True)
     _write_json(os.path.join(meta, "info.json"), info)
-    _write_json(os.path.join(meta, "stats.json"), lerobot_stats(stats, cameras))
+    _write_json(os.path.join(meta, "stats.json"), lerobot_stats(stats, cameras, settings["environment_state"]))
     _write_tasks(os.path.join(meta, "tasks.parquet"), settings["tasks"])
     columns = {
         "episode_index": pa.array([m["episode_index"] for m in episodes], pa.int64()),

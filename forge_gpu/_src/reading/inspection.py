@@ -69,6 +69,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "action_shape": spec["action_shape"],
         "bytes_on_disk": bytes_on_disk,
         "incomplete_episodes": manifest.get("incomplete_episodes", []),
+        "success_scope": None if quick else success_scope(manifest, len(run)),
         "checksums": _checksums(fmt.name, manifest),
         "instructions": instruction_counts(Counter(run.instructions())),
     }
@@ -81,6 +82,23 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             f"if it was killed, run: forge-gpu repair {run_dir}"
         )
     return report
+
+
+def success_scope(manifest: dict, published: int) -> str | None:
+    """For a run ``collect`` stopped at a number of episodes (run.json's ``episodes_target``) that left episodes
+    running, of a task with success: the line that says its success rate counts the ``published`` episodes only,
+    with the share left running, and the command that gives an unbiased rate; None otherwise."""
+    target = manifest.get("episodes_target")
+    running = len(manifest.get("incomplete_episodes", []))
+    if target is None or not running or not manifest["env_spec"].get("has_success"):
+        return None
+    share = running / (published + running)
+    return (
+        f"the success rate counts the {published} published episodes only: collection stopped once {target} had "
+        f"ended and left {running} running ({share:.1%} of the episodes begun), mostly the slow ones, often "
+        f"failures, so it can over-rate the policy; for an unbiased rate: "
+        f"forge-gpu evaluate {manifest['task']} --policy POLICY --episodes {target}"
+    )
 
 
 def _fields(spec: dict, manifest: dict, *, name: str) -> dict:
@@ -210,6 +228,7 @@ def format_report(report: dict) -> str:
         f"length         {stat(report['episode_length'])}",
         f"return         {stat(report['episode_return'])}",
         f"success rate   {success}",
+        *([f"  ({report['success_scope']})"] if report.get("success_scope") else []),
         f"bytes on disk  {report['bytes_on_disk']:,}",
         f"checksums      {report['checksums']}",
         f"incomplete     {len(report['incomplete_episodes'])} episodes (never published)",

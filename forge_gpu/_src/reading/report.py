@@ -143,6 +143,8 @@ def episodes_section(facts: dict) -> str:
             ("mean length", fmt(steps.mean())),
         ]
     )
+    scopes = [r["success_scope"] for r in facts.get("runs", []) if r.get("success_scope")]
+    out += "".join(f'<p class="muted">{html.escape(scope)}</p>' for scope in scopes)
     groups = _instruction_groups(e["instruction"])
     if len(groups) > 1:
         rows = [

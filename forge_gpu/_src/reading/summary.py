@@ -16,7 +16,7 @@ from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.rules import episode_success
 from forge_gpu._src.formats.registry import format_of
-from forge_gpu._src.reading.inspection import _checksums, _statistics
+from forge_gpu._src.reading.inspection import _checksums, _statistics, success_scope
 from forge_gpu._src.reading.runs import open_run
 
 #: The gallery's kinds, in the order they are drawn, and how many of each by default.
@@ -53,6 +53,7 @@ def run_identity(run) -> dict:
         "bytes_on_disk": sum(f.stat().st_size for f in files),
         "episodes": len(run),
         "incomplete_episodes": len(manifest.get("incomplete_episodes", [])),
+        "success_scope": success_scope(manifest, len(run)),
         "bytes_written": manifest.get("bytes_written"),
         "stall_seconds": manifest.get("stall_seconds"),
         "progress": manifest.get("progress"),

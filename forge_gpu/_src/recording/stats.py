@@ -1,17 +1,25 @@
 """Normalization statistics of a run: count, mean, std, min, max and the 1st/99th percentiles, per channel.
 
-The recorders feed a :class:`StatsAccumulator` with every batch they record (whole-array numpy, one pass
-over the rows; no second read of the run: the npz recorder in ``append``, the packed recorder's writer thread
-per block, over the block's columns) and write ``stats.json`` into the run directory when they close.
+The recorders count the episodes they publish, and only those, whole-array numpy, and write ``stats.json`` into
+the run directory when they close:
+  - the npz recorder's writers add each episode as they publish it, from its buffer;
+  - the packed recorder's writer thread adds every block of rows as it writes it (one pass over the ring's raw
+    rows; frames a producer handed encoded are decoded for it, and a lossy codec's field is counted as stored:
+    ``quantized`` quantized whole-array, ``jpeg``/``webp`` the block's payloads decoded), and at close subtracts
+    the rows of the episodes never published (still running when the run stopped, lost to a write failure,
+    abandoned by a reset: about one episode per env), read back from the segments for just those rows (or from
+    the ring, for a block counted but never committed): counts and sketch buckets subtract exactly, mean and m2
+    un-merge (:meth:`ChannelStats.subtract`). Min and max cannot be subtracted: the writer keeps each env's running
+    min and max of its current episode ([envs, channels] per field, whole-array per step) and merges them into the
+    run's when the block that ends the episode is published.
+So ``stats.json`` equals what ``compute_statistics`` computes from the run's published episodes.
 ``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded before
 statistics existed (or one closed by ``repair``).
 
 What is counted:
   - observation fields other than the ids and ``time`` (``obs/proprio``, ``obs/rgb``, ``obs/depth``):
-    every frame (recording: every row of every batch, which includes the first frames of episodes and
-    frames of episodes that never ended; ``compute_statistics``: the T + 1 frames of each published
-    episode);
-  - ``action`` and ``reward``: every transition (recording: the active rows; computed: T per episode).
+    the T + 1 frames of each published episode;
+  - ``action`` and ``reward``: its T transitions.
 Channels: the last axis of a field with 3 or more axes per row counts as channels (``rgb`` [H, W, 3]:
 3 channels, each over all its pixels); ``depth`` [H, W] is one channel; a vector [P] has P channels; a
 scalar one.
@@ -169,6 +177,33 @@ class ChannelStats:
         self.hist += other.hist
         self._merge(other.count, other.mean, other.m2, other.min, other.max)
 
+    def subtract(self, other: ChannelStats) -> None:
+        """Take out values counted earlier (``other`` holds exactly a part of what this one counted): the count
+        and the sketch subtract exactly, mean and m2 un-merge (Chan's formula run backwards, float64, m2 clamped
+        at 0). Min and max cannot be subtracted and are left as they are: the caller sets them."""
+        self.flush()
+        other.flush()
+        if other.channels != self.channels or other.kind != self.kind:
+            raise ValueError(
+                f"cannot subtract statistics of {other.channels} {other.kind} channels from {self.channels} {self.kind}"
+            )
+        if other.count == 0:
+            return
+        if other.count > self.count:
+            raise ValueError(f"cannot subtract {other.count} values from {self.count}")
+        hist = self.hist - other.hist
+        if (hist < 0).any():
+            raise ValueError("cannot subtract values that were never counted (a sketch bucket goes negative)")
+        self.hist = hist
+        total, removed = self.count, other.count
+        kept = total - removed
+        if kept == 0:
+            self.count, self.mean, self.m2 = 0, np.zeros(self.channels), np.zeros(self.channels)
+            return
+        mean = (total * self.mean - removed * other.mean) / kept
+        m2 = self.m2 - other.m2 - (other.mean - mean) ** 2 * (kept * removed / total)
+        self.count, self.mean, self.m2 = kept, mean, np.maximum(m2, 0.0)
+
     def quantile(self, q: float) -> np.ndarray:
         """The ``q`` quantile per channel: numpy's ``inverted_cdf`` value, exact for bytes, else within a
         relative ``RELATIVE_ERROR``."""
@@ -275,20 +310,19 @@ class StatsAccumulator:
         self.update_frames({f: np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in self.fields})
         self.update_transitions(episode.action, episode.reward)
 
-    def update_batch(self, observation: Mapping[str, np.ndarray], active: np.ndarray, action, reward) -> None:
-        """Add one checked recorder batch: every row's frame; the transitions of the active rows."""
-        self.update_frames(observation)
-        if active.all():
-            self.update_transitions(action, reward)
-        else:
-            self.update_transitions(action[active], reward[active])
-
     def merge(self, other: StatsAccumulator) -> None:
         """Add another run's statistics (same fields)."""
         if set(other.stats) != set(self.stats):
             raise ValueError(f"cannot merge statistics of fields {sorted(other.stats)} into {sorted(self.stats)}")
         for key, stats in other.stats.items():
             self.stats[key].merge(stats)
+
+    def subtract(self, other: StatsAccumulator) -> None:
+        """Take out a part of what was counted (same fields): :meth:`ChannelStats.subtract`, min and max kept."""
+        if set(other.stats) != set(self.stats):
+            raise ValueError(f"cannot subtract statistics of fields {sorted(other.stats)} from {sorted(self.stats)}")
+        for key, stats in other.stats.items():
+            self.stats[key].subtract(stats)
 
     def summary(self) -> dict[str, dict[str, np.ndarray]]:
         """key -> {count, mean, std, min, max, q01, q99}: numpy arrays of shape [channels] (count an int)."""

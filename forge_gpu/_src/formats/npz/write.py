@@ -358,7 +358,7 @@ class NpzRecorder(RecorderBase):
         compression_level: deflate level, 0-9.
         spare_buffers: number of spare slots; None takes as many as the budget allows, capped at
             ``num_envs``.
-        statistics: compute normalization statistics from every batch and write them as ``stats.json``
+        statistics: compute normalization statistics of every published episode and write them as ``stats.json``
             at close (forge_gpu/_src/recording/stats.py).
     """
 
@@ -409,6 +409,7 @@ class NpzRecorder(RecorderBase):
         # appending thread, like the tracker's state.
         self._slot = np.arange(num_envs, dtype=np.int64)
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
+        self._stats_lock = threading.Lock()  # the writers count each episode they publish
 
         # Shared with the writers under the base's lock.
         self._todo: deque[tuple[int, int, int, int, str]] = deque()  # (slot, env_id, episode_id, steps, instruction)
@@ -484,8 +485,6 @@ class NpzRecorder(RecorderBase):
             self._reward[at] = reward[rows]
             self._terminated[at] = terminated[rows]
             self._truncated[at] = truncated[rows]
-        if self._stats is not None:
-            self._stats.update_batch(observation, active, action, reward)
         ended = tracker.commit(observation, active, terminated, truncated, result_groups(result)["params"])
         if ended.size:
             columns = (slot[ended], ended, tracker.episode[ended], tracker.steps[ended])
@@ -570,6 +569,10 @@ class NpzRecorder(RecorderBase):
         except BaseException:
             remove_quietly(base + ".npz")  # an unmarked file is invisible anyway; do not leave it behind
             raise
+        if self._stats is not None:  # a published episode's frames and transitions: never an unpublished one's
+            with self._stats_lock:
+                self._stats.update_frames({field: buffer[slot, : steps + 1] for field, buffer in self._frames.items()})
+                self._stats.update_transitions(self._action[slot, :steps], self._reward[slot, :steps])
         return nbytes
 
     # -- what the base asks -------------------------------------------------------------------

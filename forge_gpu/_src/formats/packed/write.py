@@ -278,8 +278,9 @@ class PackedRecorder(RecorderBase):
         compression: ``"none"``, ``"lz4"`` or ``"zstd"`` (Arrow IPC buffer compression).
         segment_bytes: a segment file is closed and the next one started once it reaches this size.
         block_bytes: the writer appends at most this many bytes of buffered steps at once (at least one step).
-        statistics: compute normalization statistics from every batch and write them as ``stats.json``
-            at close (forge_gpu/_src/recording/stats.py).
+        statistics: compute normalization statistics of the published episodes and write them as ``stats.json``
+            at close (forge_gpu/_src/recording/stats.py): every block counted as it is written, the rows of the
+            episodes never published subtracted at close.
         durability: ``process`` (page cache: a published episode survives a killed process) or ``machine``
             (each block synced before its commit line, the log after it: it survives a machine crash).
         codecs: image field -> :class:`CodecSpec` (``*``: every image field not named; ``none``: raw); an image
@@ -340,6 +341,15 @@ class PackedRecorder(RecorderBase):
         self._ring = _allocate_ring(tracker, capacity)
         self._head = 0  # steps appended
         self._stats = StatsAccumulator(tracker.fields, tracker.action_dim) if statistics else None
+        self._counted = 0  # steps the statistics counted (the writer's)
+        if self._stats is not None:  # min and max of published episodes only (they cannot be subtracted)
+            channels = {key: stats.channels for key, stats in self._stats.stats.items()}
+            # key -> [envs, channels]: each env's current episode; key -> [channels]: the published episodes'.
+            self._episode_lo = {k: np.full((num_envs, c), np.inf) for k, c in channels.items()}
+            self._episode_hi = {k: np.full((num_envs, c), -np.inf) for k, c in channels.items()}
+            self._published_lo = {k: np.full(c, np.inf) for k, c in channels.items()}
+            self._published_hi = {k: np.full(c, -np.inf) for k, c in channels.items()}
+            self._pending: dict | None = None  # the block being written: its ended episodes' extremes
         self._tail = 0  # steps written and published (both under the base's lock)
         # The step held by the ring's first slot: step k lives in slot (k - origin) % capacity. ``append`` moves it
         # to the next step whenever the ring is empty, so a writer that keeps up reuses the ring's first slots,
@@ -471,15 +481,11 @@ class PackedRecorder(RecorderBase):
 
     def _write_block(self, start: int, count: int, first_step: int) -> tuple[int, dict]:
         columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
-        if self._stats is not None:  # the block's statistics, whole-column (the encoded fields' in _encode)
-            self._stats.update_frames({f: columns[f"obs/{f}"] for f in self._stats.fields}, skip=self._codecs)
-            active = columns["obs/step_id"] != 0  # the check: a reset row has step_id 0, a transition's is >= 1
-            action, reward = columns["action"], columns["reward"]
-            if not active.all():
-                action, reward = action[active], reward[active]
-            self._stats.update_transitions(action, reward)
-        for field, spec in self._codecs.items():
-            columns[f"obs/{field}"] = self._encode(field, spec, start, count)
+        encoded = {f"obs/{field}": self._encode(field, spec, start, count) for field, spec in self._codecs.items()}
+        if self._stats is not None:  # the block's rows, whole-column: raw but for the lossy codecs (what is stored)
+            self._pending = self._count_block(columns, encoded, start, count)
+            self._counted = first_step + count
+        columns.update(encoded)
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
         count, tracker = len(episodes["steps"]), self._tracker
         if tracker.template is None:  # every episode has the run's instruction
@@ -487,31 +493,95 @@ class PackedRecorder(RecorderBase):
         else:  # each episode's, from its params
             params = {k[len(PARAMS_PREFIX) :]: v for k, v in episodes.items() if k.startswith(PARAMS_PREFIX)}
             episodes[INSTRUCTION] = np.array(tracker.instructions(params, count), dtype=object).reshape(-1)
-        return self._writer.write(columns, episodes), episodes
+        nbytes = self._writer.write(columns, episodes)
+        self._publish_extremes()
+        return nbytes, episodes
+
+    def _frames(self, field: str, start: int, count: int, encoded: EncodedFrames | None = None) -> np.ndarray:
+        """Ring slots ``[start, start + count)`` of an observation field as ``[count * N, ...]`` frames, the values a
+        reader decodes: the ring's rows (lossless codecs), with the slots a producer handed encoded decoded;
+        ``quantized``: the rows quantized as the codec does, whole-array; ``jpeg``/``webp``: the block's frames
+        decoded (``encoded``, else encoded first)."""
+        ring = self._ring[f"obs/{field}"]
+        spec, block = self._codecs.get(field), ring[start : start + count]
+        if spec is None:
+            return block.reshape(-1, *ring.shape[2:])
+        shape, dtype = self._tracker.fields[field]
+        if spec.name in ("jpeg", "webp"):
+            encoded = encoded if encoded is not None else self._encode(field, spec, start, count)
+            return decode_frames(spec, encoded, shape, dtype, pool=self._pool)
+        handed = self._encoded[field][start : start + count]
+        if spec.name == "quantized":  # core.codecs.transform and untransform, in one
+            step = spec.param("step_um") * 1e-6
+            block = (np.rint(block.astype(np.float64) / step) * step).astype(np.float32)
+        elif any(h is not None for h in handed):
+            block = block.copy()
+        for k, frames in enumerate(handed):
+            if frames is not None:
+                decode_frames(spec, frames, shape, dtype, pool=self._pool, out=block[k])
+        return block.reshape(-1, *ring.shape[2:])
+
+    def _count_block(self, columns: Mapping[str, np.ndarray], encoded: Mapping, start: int, count: int) -> dict:
+        """Count the block's rows (every row's frame, the transitions of the active rows) and follow each env's
+        current episode's min and max; return, per key, the min and max of the episodes that end in the block,
+        merged into the run's once the block is published (:meth:`_publish_extremes`)."""
+        n = self._num_envs
+        frames = {
+            f: self._frames(f, start, count, encoded.get(f"obs/{f}")) if f in self._codecs else columns[f"obs/{f}"]
+            for f in self._stats.fields
+        }
+        self._stats.update_frames(frames)
+        active = columns["obs/step_id"] != 0  # a reset row has step_id 0, a transition's is >= 1
+        action, reward = columns["action"], columns["reward"]
+        if active.all():
+            self._stats.update_transitions(action, reward)
+        else:
+            self._stats.update_transitions(action[active], reward[active])
+        reset = ~active.reshape(count, n)
+        ended = (columns["terminated"] | columns["truncated"]).reshape(count, n)
+        values = {f"obs/{f}": v for f, v in frames.items()}
+        values.update(action=action, reward=reward)
+        pending = {}
+        for key, rows in values.items():
+            channels = self._stats.stats[key].channels
+            lo, hi = _row_extremes(rows.reshape(count, n, -1, channels))  # [count, n, channels]
+            if key in ("action", "reward"):  # a reset row has no transition
+                lo[reset], hi[reset] = np.inf, -np.inf
+            episode_lo, episode_hi = self._episode_lo[key], self._episode_hi[key]
+            ended_lo, ended_hi = np.full(channels, np.inf), np.full(channels, -np.inf)
+            for k in range(count):  # per step, whole-array over the envs
+                episode_lo[reset[k]], episode_hi[reset[k]] = np.inf, -np.inf
+                np.minimum(episode_lo, lo[k], out=episode_lo)
+                np.maximum(episode_hi, hi[k], out=episode_hi)
+                if ended[k].any():
+                    ended_lo = np.minimum(ended_lo, episode_lo[ended[k]].min(axis=0))
+                    ended_hi = np.maximum(ended_hi, episode_hi[ended[k]].max(axis=0))
+            pending[key] = (ended_lo, ended_hi)
+        return pending
+
+    def _publish_extremes(self) -> None:
+        """Merge the min and max of the episodes the last written block published into the run's."""
+        if self._stats is None or self._pending is None:
+            return
+        for key, (lo, hi) in self._pending.items():
+            np.minimum(self._published_lo[key], lo, out=self._published_lo[key])
+            np.maximum(self._published_hi[key], hi, out=self._published_hi[key])
+        self._pending = None
 
     def _encode(self, field: str, spec: CodecSpec, start: int, count: int) -> EncodedFrames:
         """Ring slots ``[start, start + count)`` of an encoded field as one :class:`EncodedFrames`: runs of slots
-        holding raw frames encoded in the pool, slots the producer handed encoded taken as they are (their frames
-        decoded for the statistics where the run keeps them); the statistics of both kinds of frames counted."""
+        holding raw frames encoded in the pool, slots the producer handed encoded taken as they are."""
         handed, ring, parts = self._encoded[field], self._ring[f"obs/{field}"], []
-        counted = self._stats is not None and field in self._stats.fields
-        others = set(self._stats.fields) - {field} if counted else set()
         k = start
         while k < start + count:
             if handed[k] is not None:
                 parts.append(handed[k])
-                if counted:
-                    shape, dtype = self._tracker.fields[field]
-                    frames = decode_frames(spec, handed[k], shape, dtype, pool=self._pool)
-                    self._stats.update_frames({field: frames}, skip=others)
                 k += 1
                 continue
             end = k
             while end < start + count and handed[end] is None:
                 end += 1
             frames = ring[k:end].reshape(-1, *ring.shape[2:])
-            if counted:
-                self._stats.update_frames({field: frames}, skip=others)
             parts.append(encode_frames(spec, frames, pool=self._pool))
             k = end
         return EncodedFrames.concatenate(parts)
@@ -536,12 +606,94 @@ class PackedRecorder(RecorderBase):
 
     def _join(self) -> None:
         self._thread.join()
-        if self._pool is not None:
-            self._pool.shutdown()
         try:
-            self._writer.close()
-        except BaseException as exc:
-            self._fail(exc, "the end of the segment")
+            try:
+                self._writer.close()
+            except BaseException as exc:
+                self._fail(exc, "the end of the segment")
+            if self._stats is not None:  # after a write failure too: the committed episodes are published
+                try:
+                    self._subtract_unpublished()  # may decode frames a producer handed encoded, over the pool
+                except BaseException as exc:  # every error must reach the caller
+                    self._fail(exc, "the statistics of the published episodes")
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+
+    def _subtract_unpublished(self) -> None:
+        """Take the rows of the episodes never published out of the statistics, once the segments are closed: every
+        counted row that no published episode holds (the episode each env still ran when the run stopped, those
+        lost to a write failure, those a reset abandoned), read back from the segments for just those rows, or from
+        the ring for a block counted but never committed. Then ``stats.json`` equals what ``forge-gpu stats``
+        computes from the run."""
+        from forge_gpu._src.formats.packed.read import PackedRun, read_blocks
+
+        run, n, counted = PackedRun(self._directory, self._manifest), self._num_envs, self._counted
+        committed = run.rows // n  # steps published
+        if committed >= counted:  # a block whose write failed after its commit line: published all the same
+            self._publish_extremes()
+        # The published episodes as sorted, disjoint intervals of keys env * counted + step.
+        episodes = run.episodes
+        first = episodes["first_row"]
+        starts = first % n * counted + first // n
+        order = np.argsort(starts)
+        starts, ends = starts[order], (starts + episodes["steps"])[order]
+
+        def unpublished(rows: np.ndarray) -> np.ndarray:
+            if not starts.size:  # no episode published
+                return np.arange(rows.size)
+            keys = rows % n * counted + rows // n
+            at = np.searchsorted(starts, keys, side="right") - 1
+            return np.flatnonzero((at < 0) | (keys > ends[np.maximum(at, 0)]))
+
+        removed = StatsAccumulator(self._tracker.fields, self._tracker.action_dim)
+        names = ["obs/step_id", *(f"obs/{f}" for f in self._stats.fields), "action", "reward"]
+        takes = {}  # commit index -> the rows it holds that are not published
+        for k, commit in enumerate(run.commits):
+            take = unpublished(commit["first_row"] + np.arange(commit["rows"]))
+            if take.size:
+                takes[k] = take
+        segments = {run.commits[k]["segment"] for k in takes}  # a segment is read from its first block on
+        indices = [k for k, c in enumerate(run.commits) if c["segment"] in segments]
+        read = read_blocks(run, [run.commits[k] for k in indices], names, verify=False)
+        for k, (_, arrays) in zip(indices, read, strict=True):
+            if k in takes:
+                self._count_rows(removed, {name: arrays[name][takes[k]] for name in names})
+        for step in range(committed, counted):  # counted, never committed: still in the ring
+            slot, envs = self._slot(step), unpublished(step * n + np.arange(n))
+            rows = {name: self._ring[name][slot][envs] for name in ("obs/step_id", "action", "reward")}
+            rows.update({f"obs/{f}": self._frames(f, slot, 1)[envs] for f in self._stats.fields})
+            self._count_rows(removed, rows)
+        self._stats.subtract(removed)
+        for key, stats in self._stats.stats.items():
+            stats.min, stats.max = self._published_lo[key].copy(), self._published_hi[key].copy()
+
+    def _count_rows(self, into: StatsAccumulator, rows: Mapping[str, np.ndarray]) -> None:
+        """Count rows of the run into ``into``: every row's frame, the transitions of the active rows."""
+        into.update_frames({f: rows[f"obs/{f}"] for f in self._stats.fields})
+        active = rows["obs/step_id"] != 0
+        into.update_transitions(rows["action"][active], rows["reward"][active])
+
+
+def _row_extremes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Min and max of ``rows`` [count, n, values, channels] over its values axis, as float64 [count, n, channels].
+    Several channels: halving the values axis, each pass whole contiguous runs (numpy's reduction down a middle axis
+    of a few interleaved channels runs one tiny inner loop per value: 40x slower on an [H*W, 3] image)."""
+    count, n, _, channels = rows.shape
+    if channels == 1:
+        flat = rows.reshape(count, n, -1)
+        return flat.min(axis=2, keepdims=True).astype(np.float64), flat.max(axis=2, keepdims=True).astype(np.float64)
+    out = []
+    for op in (np.minimum, np.maximum):
+        x = rows.reshape(count * n, -1, channels)
+        while x.shape[1] > 1:
+            half = x.shape[1] // 2
+            y = op(x[:, :half], x[:, half : 2 * half])
+            if x.shape[1] % 2:
+                y[:, :1] = op(y[:, :1], x[:, 2 * half :])
+            x = y
+        out.append(x[:, 0].reshape(count, n, channels).astype(np.float64))
+    return out[0], out[1]
 
 
 def _ring_steps(max_buffer_bytes: int, batch_bytes: int, num_envs: int) -> int:
