@@ -168,16 +168,8 @@ class Randomizer:
             wp.launch(
                 kernels.draw_kernel,
                 dim=(w.num_envs, len(r.low)),
-                inputs=[
-                    w.seed,
-                    stream_key(name),
-                    low,
-                    high,
-                    DIST_CODES[r.dist],
-                    reset_mask,
-                    w.draw_episode,
-                    w.draw_env,
-                ],  # fmt: skip
+                inputs=[w.seed, stream_key(name), low, high, DIST_CODES[r.dist], reset_mask, w.draw_episode,
+                        w.draw_env],  # fmt: skip
                 outputs=[_rows(self.values[name])],
                 device=w.device,
             )
