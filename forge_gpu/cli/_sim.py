@@ -54,7 +54,7 @@ def add_policy_options(parser) -> None:
         default=None,
         metavar="KEY=VALUE",
         help="an argument of the policy's factory, FACTORY(spec, device, KEY=VALUE); VALUE read as JSON where it "
-        "parses (2, 0.5, true, [1,2], \"text\"), else as a string; repeatable",
+        'parses (2, 0.5, true, [1,2], "text"), else as a string; repeatable',
     )
     parser.add_argument(
         "--chunk-exec",
