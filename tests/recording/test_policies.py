@@ -4,6 +4,7 @@ actions they should, temporal ensembling equals ACT's formula, the policy is cal
 arguments reach the factory, and every bad argument is refused in one line."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -265,3 +266,24 @@ def test_bad_policy_flags_exit_2_in_one_line(tmp_path, capsys, command, args, wo
     for word in words:
         assert word in err, err
     assert not out.exists()
+
+
+def test_ray_workers_get_the_policy_arguments_and_chunk_options(tmp_path, monkeypatch):
+    """``collect --workers 2``: every worker's policy is made with the ``--policy-arg``s and runs its chunks as
+    ``--chunk-steps`` says (each run's actions follow the open-loop formula with K = 5, which the default chunk of
+    4 would refuse)."""
+    pytest.importorskip("ray")
+    from helpers.torch_policies import CODE_SCALE
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    root = tmp_path / "data"
+    args = ["collect", "cartpole", "--envs", "2", "--set", "max_steps=6", "--device", "cpu", "--workers", "2"]
+    args += ["--episodes", "4", "--out", str(root), "--policy", "helpers.torch_policies:step_code"]
+    assert _main([*args, "--policy-arg", "chunk=6", "--chunk-steps", "5"]) == 0  # K = 5 > the default chunk 4
+    episodes = list(read_episodes(root))
+    assert len(episodes) >= 4 and max(e.steps for e in episodes) == 6  # t = 5 tells K = 5 from K = H = 6
+    for episode in episodes:
+        t = np.arange(episode.steps)
+        r = 5 * (t // 5)
+        want = (100 * episode.env_id + 10 * r + (t - r)).astype(np.float32) / np.float32(CODE_SCALE)
+        np.testing.assert_array_equal(episode.action[:, 0], want)
