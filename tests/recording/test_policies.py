@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warp as wp
+from helpers.envtools import DEVICES, torch_on
 
 import forge_gpu
 from forge_gpu._src.sim.names import check_policy_name
@@ -26,19 +27,21 @@ MAX_STEPS = 5
 """Cartpole episodes of at most 5 transitions: 6 policy calls each (the terminal frame's included)."""
 
 
-def _env(num_envs: int = 4, max_steps: int = MAX_STEPS):
-    return forge_gpu.sim.make("cartpole", num_envs=num_envs, device="cpu", max_steps=max_steps)
+def _env(num_envs: int = 4, max_steps: int = MAX_STEPS, device: str = "cpu"):
+    return forge_gpu.sim.make("cartpole", num_envs=num_envs, device=device, max_steps=max_steps)
 
 
 def _episodes(run) -> dict:
     return {(e.env_id, e.episode_id): e for e in read_episodes(str(run))}
 
 
-def test_history_is_the_recorded_frames_padded_at_each_episode_start(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_history_is_the_recorded_frames_padded_at_each_episode_start(tmp_path, device):
     """A policy with ``history = 3`` is given, at each call and for each env, the frames ``t-2 .. t`` of the episode
     it is in as the run records them, the first frame repeated before the episode's start, also after each
     auto-reset; the tensors it keeps are not overwritten by later calls."""
-    env = _env()
+    torch_on(device)
+    env = _env(device=device)
     policy = load_policy("helpers.torch_policies:seen", env, {"history": 3})
     assert policy.history == 3
     collect(env, policy, str(tmp_path / "run"), steps=17)
@@ -56,7 +59,7 @@ def test_history_is_the_recorded_frames_padded_at_each_episode_start(tmp_path):
             rows = [max(t - 2 + j, 0) for j in range(3)]
             for name in ("proprio", "step_id", "time", "env_id", "episode_id"):
                 frames = np.concatenate([episode.obs[name], episode.next[name][-1:]])  # frames 0 .. T
-                np.testing.assert_array_equal(obs[name][n].numpy(), frames[rows], err_msg=f"{key} t={t}")
+                np.testing.assert_array_equal(obs[name][n].cpu().numpy(), frames[rows], err_msg=f"{key} t={t}")
             checked.add((key, t))
     assert len({key for key, _ in checked}) >= 8  # two whole episodes per env, each frame up to the terminal one
     assert {t for _, t in checked} == set(range(MAX_STEPS + 1))
@@ -82,14 +85,16 @@ def test_history_of_a_field_of_bytes():
         np.testing.assert_array_equal(got[1][0, :, 0].numpy(), [1, 1, 2])  # kept tensors are not overwritten
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("steps_per_chunk", [None, 2, 3])
-def test_open_loop_executes_k_actions_of_each_chunk(tmp_path, steps_per_chunk):
+def test_open_loop_executes_k_actions_of_each_chunk(tmp_path, steps_per_chunk, device):
     """Open loop: the action executed at step ``t`` of an episode is action ``t - r`` of the chunk predicted at
     ``r = K * (t // K)``: chunks restart at each episode's first frame (the 7 calls of an episode of 6 transitions
     are no multiple of K = 4, 2 or 3, so a chunk carried over the terminal frame would show)."""
     from helpers.torch_policies import CODE_SCALE
 
-    env = _env(max_steps=6)
+    torch_on(device)
+    env = _env(max_steps=6, device=device)
     policy = load_policy("helpers.torch_policies:step_code", env, steps_per_chunk=steps_per_chunk)
     k = steps_per_chunk or 4
     assert (policy.chunk, policy.steps_per_chunk) == (4, k)
@@ -103,12 +108,14 @@ def test_open_loop_executes_k_actions_of_each_chunk(tmp_path, steps_per_chunk):
         np.testing.assert_array_equal(episode.action[:, 0], want)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("decay", [None, 0.0, 0.7])
-def test_ensemble_is_acts_weighted_mean_of_the_overlapping_chunks(decay):
+def test_ensemble_is_acts_weighted_mean_of_the_overlapping_chunks(decay, device):
     """Ensemble: the action returned at step ``t`` equals, computed in numpy from the chunks the policy predicted,
     ``sum_i w_i a_i / sum_i w_i`` over the predictions of steps ``t-H+1 .. t`` of the same episode, ``w_i =
     exp(-m i)``, ``i = 0`` the oldest; over auto-resets (each episode starts with one prediction)."""
-    env = _env()
+    torch_on(device)
+    env = _env(device=device)
     policy = load_policy("helpers.torch_policies:noisy_chunks", env, execution="ensemble", ensemble_decay=decay)
     m = 0.01 if decay is None else decay
     assert policy.ensemble_decay == m
@@ -119,9 +126,9 @@ def test_ensemble_is_acts_weighted_mean_of_the_overlapping_chunks(decay):
         returned.append(action.numpy().copy())
         env.step(action)
     fn, horizon = policy.fn, 4
-    chunks = np.stack([c.numpy() for c in fn.chunks])  # [calls, N, H, A]
-    steps = np.stack([s.numpy() for s in fn.steps])
-    episodes = np.stack([e.numpy() for e in fn.episodes])
+    chunks = np.stack([c.cpu().numpy() for c in fn.chunks])  # [calls, N, H, A]
+    steps = np.stack([s.cpu().numpy() for s in fn.steps])
+    episodes = np.stack([e.cpu().numpy() for e in fn.episodes])
     assert steps.max() == MAX_STEPS and (steps == 0).sum() > 4  # the run crossed auto-resets
     for c in range(len(returned)):
         for n in range(4):
@@ -134,12 +141,14 @@ def test_ensemble_is_acts_weighted_mean_of_the_overlapping_chunks(decay):
             np.testing.assert_allclose(returned[c][n], want, rtol=1e-5, atol=1e-6)
 
 
-def test_the_policy_is_called_once_per_step(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_policy_is_called_once_per_step(tmp_path, device):
     """collect calls the policy once before each step and never more: its first call's action is executed (the
     first observation is not asked twice: call j sees step j of the first episode), with or without recording,
     and evaluate(record=) (which steps through collect) likewise. Without a history the policy is given views of
     the env's buffers: kept, they show the env's last frame."""
-    env = _env(max_steps=50)
+    torch_on(device)
+    env = _env(max_steps=50, device=device)
     policy = load_policy("helpers.torch_policies:seen", env, {"history": 1, "copy": True})
     summary = collect(env, policy, str(tmp_path / "run"), steps=7)
     assert summary.env_steps == 7 * 4 and len(policy.fn.seen) == 7
@@ -149,7 +158,7 @@ def test_the_policy_is_called_once_per_step(tmp_path):
     views = load_policy("helpers.torch_policies:seen", env, {"history": 1})
     collect(env, views, None, steps=3)
     assert [obs["step_id"].tolist() for obs in views.fn.seen] == [[3] * 4] * 3
-    env = _env(max_steps=4)
+    env = _env(max_steps=4, device=device)
     policy = load_policy("helpers.torch_policies:seen", env, {"history": 2})
     result = forge_gpu.recording.evaluate(env, policy, episodes=6, record=str(tmp_path / "eval"))
     assert len(policy.fn.seen) == result.env_steps // 4
