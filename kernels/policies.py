@@ -36,6 +36,7 @@ def random_policy_kernel(
 def history_words_kernel(
     # Model:
     restart_all: int,
+    per_thread: int,
     # Data in:
     step_id_in: wp.array[wp.int32],
     frame_in: wp.array2d[wp.int32],
@@ -45,18 +46,26 @@ def history_words_kernel(
 ):
     """One observation field's last ``h`` frames, oldest first, as 4-byte words ``[N, h, W]``: the previous
     history shifted by one and the current frame last; at an episode's first frame every slot is that frame
-    (the padding of ``Windows(pad=True)``). ``previous_in`` and ``history_out`` are different buffers."""
-    worldid, slot, word = wp.tid()
+    (the padding of ``Windows(pad=True)``). ``previous_in`` and ``history_out`` are different buffers. Thread
+    ``(env, slot, part)`` copies words ``part * per_thread ..`` (1 on CUDA; a whole frame on the CPU, where a
+    thread costs more than a word)."""
+    worldid, slot, part = wp.tid()
+    words = history_out.shape[2]
+    begin = part * per_thread
+    end = wp.min(begin + per_thread, words)
     if restart_all != 0 or step_id_in[worldid] == 0 or slot == history_out.shape[1] - 1:
-        history_out[worldid, slot, word] = frame_in[worldid, word]
+        for word in range(begin, end):
+            history_out[worldid, slot, word] = frame_in[worldid, word]
     else:
-        history_out[worldid, slot, word] = previous_in[worldid, slot + 1, word]
+        for word in range(begin, end):
+            history_out[worldid, slot, word] = previous_in[worldid, slot + 1, word]
 
 
 @wp.kernel
 def history_bytes_kernel(
     # Model:
     restart_all: int,
+    per_thread: int,
     # Data in:
     step_id_in: wp.array[wp.int32],
     frame_in: wp.array2d[wp.uint8],
@@ -65,11 +74,16 @@ def history_bytes_kernel(
     history_out: wp.array3d[wp.uint8],
 ):
     """:func:`history_words_kernel` for a field whose frame is not a whole number of 4-byte words."""
-    worldid, slot, byte = wp.tid()
+    worldid, slot, part = wp.tid()
+    size = history_out.shape[2]
+    begin = part * per_thread
+    end = wp.min(begin + per_thread, size)
     if restart_all != 0 or step_id_in[worldid] == 0 or slot == history_out.shape[1] - 1:
-        history_out[worldid, slot, byte] = frame_in[worldid, byte]
+        for byte in range(begin, end):
+            history_out[worldid, slot, byte] = frame_in[worldid, byte]
     else:
-        history_out[worldid, slot, byte] = previous_in[worldid, slot + 1, byte]
+        for byte in range(begin, end):
+            history_out[worldid, slot, byte] = previous_in[worldid, slot + 1, byte]
 
 
 @wp.kernel

@@ -65,24 +65,30 @@ def test_history_is_the_recorded_frames_padded_at_each_episode_start(tmp_path, d
     assert {t for _, t in checked} == set(range(MAX_STEPS + 1))
 
 
-def test_history_of_a_field_of_bytes():
+@pytest.mark.parametrize("width", [3, 8])
+@pytest.mark.parametrize("per_thread", [None, 1, 2])
+def test_history_of_a_field_of_bytes(width, per_thread):
     """A field whose frame is not whole 4-byte words (3 bytes) has the same history, by bytes; one of whole words
-    of uint8 (4 bytes) by words."""
-    for width in (3, 4):
-        frames = torch.zeros((2, width), dtype=torch.uint8)
-        step_id = wp.zeros(2, dtype=wp.int32, device="cpu")
-        history = _History("rgb", frames, 3)
-        got = []
-        for t, restart_env1 in enumerate([True, False, False, True]):
-            frames[:] = torch.tensor([[t + 1] * width, [10 * (t + 1)] * width], dtype=torch.uint8)
-            step_id.assign(np.array([t, 0 if restart_env1 else 5], np.int32))
-            got.append(history.update(int(t == 0), step_id, torch))
-        assert got[-1].shape == (2, 3, width) and got[-1].dtype == torch.uint8
-        np.testing.assert_array_equal(got[2][0, :, 0].numpy(), [1, 2, 3])  # env 0: frames 1, 2, 3
-        np.testing.assert_array_equal(got[3][0, :, 0].numpy(), [2, 3, 4])
-        np.testing.assert_array_equal(got[2][1, :, 0].numpy(), [10, 20, 30])  # env 1 restarts at call 0 and 3
-        np.testing.assert_array_equal(got[3][1, :, 0].numpy(), [40, 40, 40])
-        np.testing.assert_array_equal(got[1][0, :, 0].numpy(), [1, 1, 2])  # kept tensors are not overwritten
+    of uint8 (8 bytes) by words; whatever each thread copies (a frame on the CPU, a word on CUDA, or 2)."""
+    frames = torch.zeros((2, width), dtype=torch.uint8)
+    step_id = wp.zeros(2, dtype=wp.int32, device="cpu")
+    history = _History("rgb", frames, 3)
+    assert history.unit == (torch.int32 if width == 8 else torch.uint8)
+    if per_thread is not None:
+        history.per_thread, history.parts = per_thread, -(-history.frame.shape[1] // per_thread)
+    got = []
+    for t, restart_env1 in enumerate([True, False, False, True]):
+        frames[:] = torch.tensor([[t + 1] * width, [10 * (t + 1)] * width], dtype=torch.uint8)
+        frames[:, -1] += 1  # the last byte differs: a part left uncopied would show
+        step_id.assign(np.array([t, 0 if restart_env1 else 5], np.int32))
+        got.append(history.update(int(t == 0), step_id, torch))
+    assert got[-1].shape == (2, 3, width) and got[-1].dtype == torch.uint8
+    np.testing.assert_array_equal(got[2][0, :, 0].numpy(), [1, 2, 3])  # env 0: frames 1, 2, 3
+    np.testing.assert_array_equal(got[3][0, :, 0].numpy(), [2, 3, 4])
+    np.testing.assert_array_equal(got[2][1, :, 0].numpy(), [10, 20, 30])  # env 1 restarts at call 0 and 3
+    np.testing.assert_array_equal(got[3][1, :, 0].numpy(), [40, 40, 40])
+    np.testing.assert_array_equal(got[1][0, :, 0].numpy(), [1, 1, 2])  # kept tensors are not overwritten
+    np.testing.assert_array_equal(got[3][:, :, -1].numpy(), got[3][:, :, 0].numpy() + 1)
 
 
 @pytest.mark.parametrize("device", DEVICES)

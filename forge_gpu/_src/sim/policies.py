@@ -349,6 +349,10 @@ class _History:
         self.unit = torch.int32 if words else torch.uint8
         self.kernel = kernels.history_words_kernel if words else kernels.history_bytes_kernel
         self.frame = wp.from_torch(view.reshape(n, -1).view(self.unit))
+        units = self.frame.shape[1]
+        # A thread per word on CUDA; on the CPU, where each thread costs more than a word, one per frame.
+        self.per_thread = 1 if self.frame.device.is_cuda else max(units, 1)
+        self.parts = -(-units // self.per_thread)
         self.previous = None
 
     def update(self, restart: int, step_id: wp.array, torch):
@@ -359,8 +363,8 @@ class _History:
         previous = out if self.previous is None else self.previous
         wp.launch(
             self.kernel,
-            dim=out.shape,
-            inputs=[restart, step_id, self.frame, previous],
+            dim=(n, self.history, self.parts),
+            inputs=[restart, self.per_thread, step_id, self.frame, previous],
             outputs=[out],
             device=self.frame.device,
         )
