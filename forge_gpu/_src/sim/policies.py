@@ -129,15 +129,15 @@ def _make_callable(name: str, what: str, factory, positional: tuple, args: dict)
         unknown = [k for k in args if not takes_any and (k not in parameters or parameters[k].kind in _NOT_BY_NAME)]
         if unknown:
             raise ValueError(
-                f"policy {name!r}: {what} {getattr(factory, '__name__', factory)}{signature} takes no argument "
+                f"policy {name!r}: {getattr(factory, '__name__', factory)}{signature} takes no argument "
                 f"{unknown[0]!r} (--policy-arg {unknown[0]}=...)"
             )
         try:
             signature.bind(*positional, **args)
         except TypeError as e:
             raise ValueError(
-                f"policy {name!r}: {what} {getattr(factory, '__name__', factory)}{signature} cannot be called with "
-                f"the arguments {sorted(args)} (--policy-arg KEY=VALUE): {e}"
+                f"policy {name!r}: {getattr(factory, '__name__', factory)}{signature} cannot be called with the "
+                f"arguments {sorted(args)} (--policy-arg KEY=VALUE): {e}"
             ) from e
     try:
         fn = factory(*positional, **args)
