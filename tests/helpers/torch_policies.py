@@ -57,7 +57,7 @@ def fails_in_one_worker(spec, device):
     return policy
 
 
-# -- history, chunks and arguments (tests/recording/test_policies.py) ---------------------------------------------
+# -- history, chunks and arguments (tests/recording/test_torch_policies.py) -----------------------------------------
 
 
 def seen(spec, device, history=3, copy=False):
