@@ -204,7 +204,8 @@ def evaluate(
     Args:
         env: a :class:`forge_gpu.sim.VectorEnv`.
         policy: ``(observation) -> action`` on the env's device, called once per step (the first action is checked
-            before the first step, not asked for twice).
+            before the first step, not asked for twice), with or without ``record``. It is also called on each
+            episode's terminal frame, whose action the auto-reset drops (see ``collect``).
         episodes: N >= 1.
         stop: when set, the evaluation ends at once and raises ``InterruptedError`` (a part of the N episodes would
             be a biased estimate: nothing is returned).
@@ -213,8 +214,7 @@ def evaluate(
         record: a new run directory: the N evaluated episodes recorded as a run, through ``collect``'s transport and
             recorder (``options``, ``slots``: as ``collect``'s), none cut and none extra: the idle worlds reset at
             every step and run no transition, so none of their episodes is published. ``Evaluation.worlds`` and
-            ``episode_ids`` name episode j's ``(env_id, episode_id)`` in the run. The policy is then called twice on
-            the first observation, as ``collect`` does.
+            ``episode_ids`` name episode j's ``(env_id, episode_id)`` in the run.
     """
     check_int("episodes", episodes, minimum=1)
     rows = EvaluationRows(env, episodes)
