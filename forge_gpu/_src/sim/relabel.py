@@ -91,7 +91,9 @@ class ExpertLabels:
         """Set the draws of the worlds in ``reset_mask`` to the recorded ``params[expert_executed]`` (with a mix)."""
         if self.mix is None:
             return
-        given = wp.array(np.ascontiguousarray(params[EXPERT_EXECUTED], np.float32).reshape(-1), device=self.world.device)
+        given = wp.array(
+            np.ascontiguousarray(params[EXPERT_EXECUTED], np.float32).reshape(-1), device=self.world.device
+        )
         wp.launch(
             kernels.restore_mix_kernel,
             dim=self.world.num_envs,
