@@ -62,6 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, help="new run directory (default runs/<task>-<time>)")
     c.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument(
+        "--label",
+        choices=["expert"],
+        default=None,
+        help="record every frame's label: expert, the task's expert's action for the frame's state, as the "
+        "observation field expert_action (computed inside the step)",
+    )
+    c.add_argument(
+        "--mix",
+        type=float,
+        default=None,
+        metavar="BETA",
+        help="with --label expert: the share of episodes (drawn per episode from the seed) that execute the "
+        "expert's actions instead of the policy's, recorded as the param expert_executed (0 <= BETA <= 1)",
+    )
     add_recording_options(c)
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
     c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
@@ -180,7 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FIELDS",
         help="lerobot: the observation fields written as observation.environment_state, comma-separated, in order "
-        "(default every vector field but proprio, in the spec's order; an empty string: none)",
+        "(default every vector field but proprio and the labels, in the spec's order; an empty string: none)",
+    )
+    e.add_argument(
+        "--target",
+        default="action",
+        help="what the dataset's action holds: action (the executed actions, the default) or a label field of the "
+        "run, e.g. expert_action (collect --label expert)",
     )
     e.set_defaults(func=cmd_export)
 

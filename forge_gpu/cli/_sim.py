@@ -151,6 +151,7 @@ def cmd_collect(args) -> int:
             raise UsageError(f"--{name} {value}: must be >= 1")
     overrides, task_file = _task_arguments(args)
     policy_options = _policy_options(args)
+    overrides.update(_label_overrides(args, overrides))
     options = recording_options_of(args)
     if not task_file:
         out = check_out(args.out, args.task)
@@ -221,6 +222,22 @@ def cmd_collect(args) -> int:
         )
         return status
     return 0
+
+
+def _label_overrides(args, overrides: dict) -> dict:
+    """``collect``'s ``--label`` and ``--mix`` as the config values they set (``label``, ``expert_mix``), checked
+    without Warp: UsageError (one line) for a mix out of [0, 1], a mix without ``--label expert``, or ``--set`` of
+    either key."""
+    for key, flag in (("label", "--label"), ("expert_mix", "--mix")):
+        if key in overrides:
+            raise UsageError(f"--set {key}=...: use the {flag} option instead")
+    if args.mix is not None:
+        if args.label != "expert":
+            raise UsageError(f"--mix {args.mix:g}: needs --label expert (mixed episodes execute the expert's labels)")
+        if not 0.0 <= args.mix <= 1.0:
+            raise UsageError(f"--mix {args.mix:g}: must be between 0 and 1 (the share of episodes the expert executes)")
+    out = {"label": args.label} if args.label is not None else {}
+    return out | ({"expert_mix": args.mix} if args.mix is not None else {})
 
 
 def cmd_evaluate(args) -> int:
