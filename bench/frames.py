@@ -3,7 +3,7 @@ pipeline efficiency with compression, and shuffled training windows with images 
 
 python bench/frames.py              # reach 128x128 RGB-D, 16 envs, 32 episodes of at most 60 steps (the issue's run)
 python bench/frames.py --smoke      # 32x32, seconds: checks that every figure is produced
-python bench/frames.py --lerobot-python /work/lerobot-venv/bin/python   # where LeRobot is installed (default)
+python bench/frames.py --lerobot-python /work/venvs/lerobot/bin/python   # where LeRobot is installed (default)
 
 One run is recorded (packed, raw, expert policy) and every figure is taken on its published episodes:
 
@@ -65,7 +65,7 @@ RUNS = {
 }
 """The encoded runs the windows and the bytes on disk are measured on: convert_run of the raw run with these codecs
 over the defaults a new run gets (``default_codec`` of each field)."""
-LEROBOT_PYTHON = "/work/lerobot-venv/bin/python"
+LEROBOT_PYTHON = "/work/venvs/lerobot/bin/python"
 
 
 def field_codecs(shape: tuple, dtype: np.dtype) -> list[CodecSpec]:
