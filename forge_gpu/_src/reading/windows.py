@@ -236,7 +236,7 @@ class Windows:
         touched = np.unique(which).tolist()
         out = {}
         for name in self.encoded_fields:
-            parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched]
+            parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched or [0]]
             out[name] = EncodedFrames.concatenate(parts).take(inverse)  # back in the order of ``rows``
         return out
 
