@@ -347,23 +347,36 @@ def decode_frames(
 def decode_into(spec: CodecSpec, payloads: Sequence, out: np.ndarray, *, places=None, pool=None) -> None:
     """Decode ``payloads`` (buffers, one frame's payload each, encoded with ``spec``) into ``out`` (``[m, *shape]``
     of the frames' dtype): payload ``i`` into ``out[places[i]]`` (``out[i]`` without ``places``); over ``pool`` (a
-    ``concurrent.futures.Executor``; its workers each take a run of payloads) where given. ValueError when a payload
-    does not decode to a frame of ``out``'s shape and dtype (the rows before it may be written)."""
-    shape, dtype = tuple(out.shape[1:]), out.dtype
-    places = np.arange(len(payloads)) if places is None else np.asarray(places, np.int64).reshape(-1)
-    if places.size != len(payloads):
-        raise ValueError(f"decode_into: {len(payloads)} payloads for {places.size} places")
-    run = _frames_decoder(spec, shape, dtype)
-    chunks = _chunks(len(payloads), getattr(pool, "_max_workers", 1) if pool is not None else 1)
-    work = [(payloads[a:b], places[a:b]) for a, b in chunks]
-    try:
-        if pool is not None and len(chunks) > 1:
-            list(pool.map(lambda part: run(*part, out), work))
-        else:
-            for part in work:
-                run(*part, out)
-    except (OSError, ValueError, SyntaxError) as exc:  # Pillow raises OSError / SyntaxError on bad data
-        raise ValueError(f"a {spec.name} frame does not decode: {exc}") from exc
+    ``concurrent.futures.Executor``; its workers take runs of payloads) where given. ValueError when a payload
+    does not decode to a frame of ``out``'s shape and dtype (other rows may be written)."""
+    decode_all([(spec, payloads, out, places)], pool=pool)
+
+
+def decode_all(jobs: Sequence[tuple], *, pool=None) -> None:
+    """Several :func:`decode_into` at once, each job ``(spec, payloads, out, places)``: every job cut into runs of
+    payloads (two per worker) that ``pool``'s workers take in turn, so that the frames of a field quick to decode and
+    of a slow one share the workers to the end."""
+    workers = getattr(pool, "_max_workers", 1) if pool is not None else 1
+    tasks = []
+    for spec, payloads, out, places in jobs:
+        places = np.arange(len(payloads)) if places is None else np.asarray(places, np.int64).reshape(-1)
+        if places.size != len(payloads):
+            raise ValueError(f"decode_into: {len(payloads)} payloads for {places.size} places")
+        run = _frames_decoder(spec, tuple(out.shape[1:]), out.dtype)
+        parts = _chunks(len(payloads), 2 * workers if workers > 1 else 1)
+        tasks += [(spec, run, payloads[a:b], places[a:b], out) for a, b in parts]
+
+    def task(spec: CodecSpec, run, payloads: Sequence, places: np.ndarray, out: np.ndarray) -> None:
+        try:
+            run(payloads, places, out)
+        except (OSError, ValueError, SyntaxError) as exc:  # Pillow raises OSError / SyntaxError on bad data
+            raise ValueError(f"a {spec.name} frame does not decode: {exc}") from exc
+
+    if pool is not None and len(tasks) > 1:
+        list(pool.map(lambda args: task(*args), tasks))
+    else:
+        for args in tasks:
+            task(*args)
 
 
 #: The frames whose words :func:`_frames_decoder` undoes together: about this many bytes of words at a time (a few

@@ -195,7 +195,7 @@ class Windows:
         distinct row once, from its payload where the block holds it (a view of the mapped segment, no copy), straight
         into the first place it takes in the result, over the reader's thread pool; the places that repeat it (the
         windows of a batch share frames: a window's history overlaps its neighbours') are copied from there."""
-        from forge_gpu._src.core.codecs import decode_into
+        from forge_gpu._src.core.codecs import decode_all
         from forge_gpu._src.formats.packed.layout import reader_pool
 
         order = np.argsort(rows, kind="stable")
@@ -210,7 +210,7 @@ class Windows:
         which = np.searchsorted(self._starts, unique, side="right") - 1
         local = unique - self._starts[which]
         blocks = np.flatnonzero(np.diff(which, prepend=-1, append=len(self._starts) + 1))  # the runs of one block
-        out = {}
+        out, jobs = {}, []
         for name, (shape, dtype) in self.encoded_fields.items():
             payloads = []
             for low, high in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
@@ -218,9 +218,11 @@ class Windows:
                 view, at = memoryview(frames.payload), local[low:high]
                 starts, ends = frames.offsets[at].tolist(), frames.offsets[at + 1].tolist()
                 payloads += [view[a:b] for a, b in zip(starts, ends, strict=True)]
-            out[name] = target = (empty or np.empty)((rows.size, *shape), dtype)
-            decode_into(self._obs[0][1][name].frames.spec, payloads, target, places=first, pool=reader_pool())
-            if repeats.size:
+            out[name] = (empty or np.empty)((rows.size, *shape), dtype)
+            jobs.append((self._obs[0][1][name].frames.spec, payloads, out[name], first))
+        decode_all(jobs, pool=reader_pool())  # every field's frames in one pass over the pool
+        if repeats.size:
+            for target in out.values():
                 target[repeats] = target[source[repeats]]
         return out
 
