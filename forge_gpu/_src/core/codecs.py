@@ -381,7 +381,7 @@ def decode_all(jobs: Sequence[tuple], *, pool=None) -> None:
 
 #: The frames whose words :func:`_frames_decoder` undoes together: about this many bytes of words at a time (a few
 #: frames, kept in the core's cache between the steps).
-_GROUP_BYTES = 1 << 19
+_GROUP_BYTES = 1 << 18
 
 
 def _frames_decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
