@@ -304,3 +304,31 @@ def test_windows_over_an_older_layout_read_as_before_mapped_or_not(tmp_path, ver
     assert list(got) == list(expected)
     for name, values in got.items():
         assert np.array_equal(values, expected[name]) if isinstance(values, np.ndarray) else values == expected[name]
+
+
+def test_mapped_windows_over_a_dataset_whose_runs_store_a_field_with_different_codecs(tmp_path):
+    """A dataset root of two runs, one at the default codecs and one lossless (png rgb, zstd depth): each run's frames
+    decode with its own codec, in one batch, as the previous decoder gives them."""
+    from forge_gpu.recording import write_dataset_manifest
+
+    env = synthetic_description(num_envs=3, max_steps=6, images=True)
+    results = []
+    for worker, asked in enumerate(({"rgb": "zstd", "depth": "quantized"}, {"rgb": "png", "depth": "zstd"})):
+        name = f"worker-{worker:03d}"
+        sim = SyntheticSim(env, seed=worker)
+        record(tmp_path / "data" / name, env, make_batches(sim, 20), recorder=PackedRecorder, codecs=asked)
+        results.append(
+            {"path": name, "run_id": name, "worker": worker, "device": "cpu", "status": "closed"}
+            | {"episodes": len(sim.completed), "seed": worker, "error": None}
+        )
+    write_dataset_manifest(tmp_path / "data", results)
+    mapped = Windows(tmp_path / "data", history=2, horizon=1, mmap=True)
+    assert len(mapped) > 10
+    indices = np.random.default_rng(2).integers(0, len(mapped), 50)
+    indices[:2] = [0, len(mapped) - 1]  # a window of each run
+    got = mapped.batch(indices)
+    for name, (shape, dtype) in mapped.encoded_fields.items():
+        frames = np.concatenate(
+            [previous_frames(f.spec, f, shape, dtype) for f in (mapped.batch([i], encoded=True)[name] for i in indices)]
+        )
+        assert np.array_equal(bits(got[name]), bits(frames.reshape(got[name].shape))), name

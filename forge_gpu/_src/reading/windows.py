@@ -212,14 +212,16 @@ class Windows:
         blocks = np.flatnonzero(np.diff(which, prepend=-1, append=len(self._starts) + 1))  # the runs of one block
         out, jobs = {}, []
         for name, (shape, dtype) in self.encoded_fields.items():
-            payloads = []
+            out[name] = (empty or np.empty)((rows.size, *shape), dtype)
+            by_codec: dict = {}  # the runs of a dataset may store a field with different codecs
             for low, high in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
                 frames = self._obs[int(which[low])][1][name].frames
                 view, at = memoryview(frames.payload), local[low:high]
                 starts, ends = frames.offsets[at].tolist(), frames.offsets[at + 1].tolist()
+                payloads, places = by_codec.setdefault(frames.spec, ([], []))
                 payloads += [view[a:b] for a, b in zip(starts, ends, strict=True)]
-            out[name] = (empty or np.empty)((rows.size, *shape), dtype)
-            jobs.append((self._obs[0][1][name].frames.spec, payloads, out[name], first))
+                places.append(first[low:high])
+            jobs += [(spec, got, out[name], np.concatenate(at)) for spec, (got, at) in by_codec.items()]
         decode_all(jobs, pool=reader_pool())  # every field's frames in one pass over the pool
         if repeats.size:
             for target in out.values():
