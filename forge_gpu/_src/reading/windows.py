@@ -193,14 +193,14 @@ class Windows:
             step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
             obs_rows = first + np.maximum(frame, 0) * stride
             action_rows = first + (np.minimum(step, last) + self._shift) * stride  # transition k: frame k+1 (or k)
-        out: dict[str, Any] = {
-            name: values.reshape(*obs_rows.shape, *values.shape[1:])
-            for name, values in take_rows(
-                self._unencoded if encoded else self._obs, obs_rows.ravel(), self._starts, empty=empty
-            ).items()
-        }
-        if encoded:
-            out.update(self._payloads(obs_rows.ravel()))
+        gathered = take_rows(self._unencoded, obs_rows.ravel(), self._starts, empty=empty)
+        if self.encoded_fields:
+            rows = obs_rows.ravel()
+            gathered.update(self._payloads(rows) if encoded else self._decoded(rows, empty))
+        out: dict[str, Any] = {name: gathered[name] for name in self._obs[0][1]}  # the table's column order
+        for name, values in out.items():
+            if isinstance(values, np.ndarray):
+                out[name] = values.reshape(*obs_rows.shape, *values.shape[1:])
         action = take_rows(self._action, action_rows.ravel(), self._starts, empty=empty)["action"]
         out["action"] = action.reshape(*action_rows.shape, *action.shape[1:])
         if self.pad:
@@ -212,6 +212,44 @@ class Windows:
         out["t"] = t.astype(np.int64)
         one = len(self.instructions) == 1  # the common case: no gather of object references
         out["instruction"] = self.instructions * len(e) if one else self._texts[self._instruction[e]].tolist()
+        return out
+
+    def _decoded(self, rows: np.ndarray, empty=None) -> dict[str, np.ndarray]:
+        """The encoded fields' frames at ``rows`` (1-d), decoded into new arrays (``empty``'s, where given): each
+        distinct row once, from its payload where the block holds it (a view of the mapped segment, no copy), straight
+        into the first place it takes in the result, over the reader's thread pool; the places that repeat it (the
+        windows of a batch share frames: a window's history overlaps its neighbours') are copied from there."""
+        from forge_gpu._src.core.codecs import decode_all
+        from forge_gpu._src.formats.packed.layout import reader_pool
+
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        new = np.empty(rows.size, bool)
+        new[:1] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+        unique, first = ordered[new], order[new]  # each distinct row, ascending, and the first place it takes
+        source = np.empty_like(order)
+        source[order] = first[np.cumsum(new) - 1]  # the place each row's frame is decoded into
+        repeats = np.flatnonzero(source != np.arange(rows.size))
+        which = np.searchsorted(self._starts, unique, side="right") - 1
+        local = unique - self._starts[which]
+        blocks = np.flatnonzero(np.diff(which, prepend=-1, append=len(self._starts) + 1))  # the runs of one block
+        out, jobs = {}, []
+        for name, (shape, dtype) in self.encoded_fields.items():
+            out[name] = (empty or np.empty)((rows.size, *shape), dtype)
+            by_codec: dict = {}  # the runs of a dataset may store a field with different codecs
+            for low, high in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
+                frames = self._obs[int(which[low])][1][name].frames
+                view, at = memoryview(frames.payload), local[low:high]
+                starts, ends = frames.offsets[at].tolist(), frames.offsets[at + 1].tolist()
+                payloads, places = by_codec.setdefault(frames.spec, ([], []))
+                payloads += [view[a:b] for a, b in zip(starts, ends, strict=True)]
+                places.append(first[low:high])
+            jobs += [(spec, got, out[name], np.concatenate(at)) for spec, (got, at) in by_codec.items()]
+        decode_all(jobs, pool=reader_pool())  # every field's frames in one pass over the pool
+        if repeats.size:
+            for target in out.values():
+                target[repeats] = target[source[repeats]]
         return out
 
     def _payloads(self, rows: np.ndarray) -> dict[str, Any]:
@@ -226,7 +264,7 @@ class Windows:
         touched = np.unique(which).tolist()
         out = {}
         for name in self.encoded_fields:
-            parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched]
+            parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched or [0]]
             out[name] = EncodedFrames.concatenate(parts).take(inverse)  # back in the order of ``rows``
         return out
 
