@@ -221,3 +221,15 @@ def test_collect_label_and_mix_flags_record_the_labels_and_the_draws(tmp_path, c
     assert manifest["env_spec"]["labels"] == {LABEL: "expert"} and manifest["config"]["expert_mix"] == 1.0
     episodes = list(read_episodes(out))
     assert episodes and all(float(e.params[DRAW]) == 1.0 for e in episodes)
+
+
+def test_a_torch_learner_is_not_given_its_label_fields(mixed):
+    """The learner's inputs are the observation without ``expert_action`` (its training target)."""
+    from helpers import torch_policies
+
+    env, _ = mixed
+    policy = forge_gpu.sim.TorchPolicy(env, torch_policies.seen(env.spec, "cpu", history=1))
+    env.reset()
+    policy(env.observation)
+    assert LABEL in env.observation and "proprio" in policy.fn.seen[0]
+    assert LABEL not in policy.fn.seen[0]

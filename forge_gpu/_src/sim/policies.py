@@ -243,7 +243,8 @@ class TorchPolicy:
         # On CUDA torch runs on the env's Warp stream, so that the policy reads observations after the
         # step that wrote them and the step reads the action after the policy wrote it, without a sync.
         self._stream = torch_stream_of(wp.get_stream(env.device)) if env.device.is_cuda else None
-        self._views = {k: wp.to_torch(v) for k, v in env.observation.items()}
+        labels = env.spec.get("labels", {})  # the expert's labels are the learner's targets, never its inputs
+        self._views = {k: wp.to_torch(v) for k, v in env.observation.items() if k not in labels}
         self._step_id = env.observation["step_id"]
         self.observation = dict(self._views)
         """What ``fn`` is given: the views, or (``history > 1``) the last call's histories."""
