@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     e.add_argument("--json", default=None, metavar="FILE", help="write every figure and every episode's row here")
     e.add_argument("--record", default=None, metavar="OUT", help="a new run directory: the N episodes, as collect's")
+    add_recording_options(e)  # how --record writes the run, as collect's flags
     e.set_defaults(func=cmd_evaluate)
 
     i = sub.add_parser("inspect", help="check a run and summarise it")

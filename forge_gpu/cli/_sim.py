@@ -18,7 +18,7 @@ from ._common import (
     signal_exit,
     stop_on_signals,
 )
-from ._recording import recording_options_of
+from ._recording import DEFAULTS, recording_options_of
 
 
 def _task_arguments(args) -> tuple[dict, bool]:
@@ -252,8 +252,11 @@ def cmd_evaluate(args) -> int:
     policy_options = _policy_options(args)
     if args.json is not None:
         check_new(args.json, "--json ", kind="file")
+    options = recording_options_of(args)
     if args.record is not None:
         check_new(args.record, "--record ")
+    elif options != DEFAULTS:
+        raise UsageError("the recording flags (--format, --compression, --codec, ...) apply with --record OUT only")
 
     import forge_gpu
     from forge_gpu._src.collect.evaluate import evaluate
@@ -275,7 +278,13 @@ def cmd_evaluate(args) -> int:
         display = Progress(task_id, env, None)
         try:
             result = evaluate(
-                env, policy, episodes=args.episodes, stop=stop, progress=display.update, record=args.record
+                env,
+                policy,
+                episodes=args.episodes,
+                stop=stop,
+                progress=display.update,
+                record=args.record,
+                options=options,
             )
         except (ValueError, InterruptedError) as e:
             display.close()

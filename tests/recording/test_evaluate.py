@@ -149,6 +149,16 @@ def test_cli_prints_and_writes_the_figures(tmp_path, capsys, truth):
     assert data["per_episode"]["length"] == truth["length"].tolist()
 
 
+def test_cli_record_takes_the_recording_flags(tmp_path):
+    """``--record OUT`` with collect's recording flags: the run is written as they say."""
+    run = tmp_path / "r"
+    args = ["evaluate", TASK, "--policy", "expert", "--episodes", "4", "--envs", "4", "--device", "cpu"]
+    sets = ["--set", "max_steps=40", "--set", "params.render=false"]
+    assert main([*args, *sets, "--record", str(run), "--format", "npz"]) == 0
+    assert len(list(run.glob("env*-episode*.npz"))) == 4  # the npz layout: one file per episode
+    assert forge_gpu.formats.read_manifest(run)["completed_episodes"] == 4
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -160,6 +170,7 @@ def test_cli_prints_and_writes_the_figures(tmp_path, capsys, truth):
         (["--episodes", "4", "--policy", "nosuch"], "nosuch"),
         (["--episodes", "four"], "--episodes: invalid int value"),
         (["--episodes", "4", "--record", "/proc/nosuch/run"], "--record /proc/nosuch/run"),
+        (["--episodes", "4", "--compression", "lz4"], "apply with --record OUT only"),
         ([], "--episodes"),
     ],
 )
