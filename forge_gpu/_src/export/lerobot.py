@@ -14,11 +14,11 @@ Written with pyarrow and PyAV alone (the ``export`` extra: ``pip install "forge-
 A forge_gpu episode of T transitions becomes T LeRobot frames: frame t holds ``observation.state`` =
 ``obs/proprio[t]``, ``observation.environment_state`` = the object and goal state (LeRobot's name for it in its own
 simulated datasets, which ACT and diffusion take as input): the other vector observation fields at t, concatenated
-in the spec's order (``cube_pose``, ``cube_velocity``, ``goal_position`` for push; ``environment_state`` chooses
-them, an empty list leaves the feature out), ``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the
-executed action of
-transition t, ``next.reward`` = its reward, ``next.done`` = whether it ended the episode (terminated or
-truncated; true on the last frame only) and, for tasks with success, ``next.success`` = terminated;
+in the spec's order (``cube_pose``, ``cube_velocity``, ``goal_position`` for push; a task may declare them in its
+spec, ``environment_state`` chooses them, an empty list leaves the feature out: ``core/lerobot_features.py``),
+``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the executed action of transition t, ``next.reward`` =
+its reward, ``next.done`` = whether it ended the episode (terminated or truncated; true on the last frame only)
+and, for tasks with success, ``next.success`` = terminated;
 ``timestamp = frame_index / fps`` with fps = 1 / control_dt. The episode's last observation (the frame
 after its last transition) has no action and is not a LeRobot frame. ``depth`` is left out: LeRobot v3.0
 stores depth as quantized video with its own encoder settings, which this exporter does not write; so is
@@ -44,9 +44,15 @@ import numpy as np
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
+from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.core.instructions import factorize
+from forge_gpu._src.core.lerobot_features import (
+    CAMERA_FIELDS,
+    ENVIRONMENT_STATE,
+    declared_environment_state,
+    environment_fields,
+)
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.reading.runs import episode_index, index_instructions, open_run, read_index
@@ -69,10 +75,6 @@ CODECS = {
     # mean absolute error 2.1 vs 2.6 levels), encoding 4.5x slower; presets 10-12 were larger than h264.
     "av1": ("libsvtav1", 35, {"preset": "8"}),
 }
-CAMERA_FIELDS = ("rgb",)
-#: The field written as ``observation.state``, and the feature the other vector fields go to.
-STATE_FIELD = "proprio"
-ENVIRONMENT_STATE = "observation.environment_state"
 #: The largest constant rate factor each encoder takes (0 is lossless or nearly).
 MAX_CRF = {"h264": 51, "av1": 63}
 
@@ -132,8 +134,9 @@ def export_lerobot(
         progress: called with (frames done, frames in all) after each episode.
         data_file_mb, video_file_mb: a part starts new files once its data or video file passes this size.
         environment_state: the observation fields written, concatenated in this order, as
-            ``observation.environment_state``; default every vector field but ``proprio``, in the spec's order
-            (:func:`environment_fields`); ``[]``: no environment state.
+            ``observation.environment_state``; default the fields the task declares (run.json's
+            ``env_spec.environment_state``), else every vector field but ``proprio``, in the spec's order
+            (``core/lerobot_features.py``); ``[]``: no environment state.
 
     Raises ValueError for a run that is not closed, runs of different tasks, a control_dt without
     integer fps or odd image sizes; FileExistsError when ``out`` exists; ImportError without PyAV.
@@ -154,6 +157,8 @@ def export_lerobot(
         height, width = layout[camera][0][:2]
         if height % 2 or width % 2 or layout[camera][1] != np.uint8 or layout[camera][0][2:] != (3,):
             raise ValueError(f"camera {camera!r} must be [H, W, 3] uint8 with even H and W, got {layout[camera]}")
+    if environment_state is None:  # the fields the task declares in the spec, else the default
+        environment_state = declared_environment_state(spec)
     state_fields = environment_fields(layout, environment_state, name=os.path.join(runs[0].directory, RUN_MANIFEST))
     stats = source_statistics(source)
     start = time.perf_counter()
@@ -219,30 +224,6 @@ def export_lerobot(
         "left_out": [f for f in LEFT_OUT_FIELDS if f in layout],
         "environment_state": state_fields,
     }
-
-
-def environment_fields(layout: dict, chosen: Sequence[str] | None, *, name: str) -> list[str]:
-    """The observation fields of ``observation.environment_state``, in order: ``chosen``, checked (vector or scalar
-    fields of the run, not ``proprio``, each once), or by default every such field in the spec's order. ValueError
-    naming the field, ``name`` (the run) and the fields allowed."""
-    allowed = [
-        f
-        for f, (shape, _) in layout.items()
-        if f not in BOOKKEEPING_FIELDS and f != STATE_FIELD and f not in CAMERA_FIELDS and len(shape) <= 1
-    ]
-    if chosen is None:
-        return allowed
-    if isinstance(chosen, str):
-        raise ValueError(f"environment_state={chosen!r} must be a list of observation fields, e.g. [{chosen!r}]")
-    for field in chosen:
-        if field not in allowed:
-            raise ValueError(
-                f"environment_state field {field!r} is not a vector observation field of {name} other than "
-                f"{STATE_FIELD!r}; allowed: {', '.join(allowed) or 'none'}"
-            )
-    if len(set(chosen)) != len(chosen):
-        raise ValueError(f"environment_state={list(chosen)!r} names a field twice")
-    return list(chosen)
 
 
 def _flat(values: np.ndarray) -> np.ndarray:

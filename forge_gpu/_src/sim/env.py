@@ -167,6 +167,8 @@ class VectorEnv:
             "state": {k: _described(a) for k, a in self.state_fields.items()} if cfg.record_state else {},
             "params": self.randomizer.spec(),
         }
+        if (environment_state := self.task.environment_state()) is not None:  # LeRobot's observation.environment_state
+            described["environment_state"] = environment_state
         if (template := self.task.instruction_template()) is not None:  # each episode's, from its drawn params
             check_template(template, group_layout(described, "params"), name=f"task {spec.id!r}: {TEMPLATE_KEY}")
             described[TEMPLATE_KEY] = template
