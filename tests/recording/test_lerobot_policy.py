@@ -100,7 +100,8 @@ def push_env():
 def test_fields_reach_the_policy_under_the_export_names(push_env, tmp_path):
     """observation.state is proprio, observation.environment_state the push task's declared fields concatenated in
     order (what the export writes), task each env's instruction; only the features the policy takes are given; the
-    chunk comes back [N, H, A] with chunk = H and the config's n_action_steps."""
+    chunk's first n_action_steps come back, [N, H, A] with chunk = H = n_action_steps (the whole chunk with ACT's
+    temporal ensembling)."""
     env = push_env
     run_dir, model_dir = pretrained(tmp_path)
     policy = FakePolicy(state_config())
@@ -108,7 +109,7 @@ def test_fields_reach_the_policy_under_the_export_names(push_env, tmp_path):
     fn = adapter.lerobot_policy(run_dir, env, loader=load)
     assert load.seen == (str(model_dir), "cpu")
     assert env.spec["environment_state"] == list(PUSH_FIELDS)
-    assert fn.mode == "chunk" and fn.chunk == 5 and fn.n_action_steps == 3 and fn.temporal_ensemble_coeff is None
+    assert fn.mode == "chunk" and fn.predicted == 5 and fn.chunk == fn.n_action_steps == 3
     assert not hasattr(fn, "history")
     env.reset()
     env.step(forge_gpu.sim.load_policy("expert", env)(env.observation))
@@ -123,8 +124,11 @@ def test_fields_reach_the_policy_under_the_export_names(push_env, tmp_path):
     params = {name: values.numpy() for name, values in env.randomizer.recorded.items()}
     assert batch["task"] == episode_instructions(env.spec["instruction_template"], params)  # each env's own
     assert len(set(batch["task"])) > 1
-    assert chunk.shape == (4, 5, 4) and chunk.dtype == torch.float32
-    torch.testing.assert_close(chunk, policy._chunk(batch))
+    assert chunk.shape == (4, 3, 4) and chunk.dtype == torch.float32
+    torch.testing.assert_close(chunk, policy._chunk(batch)[:, :3])
+    ensembled = FakePolicy(state_config(n_action_steps=1, temporal_ensemble_coeff=0.01))
+    fn = adapter.lerobot_policy(run_dir, env, loader=loader_of(ensembled))
+    assert fn.chunk == 5 and fn(observation).shape == (4, 5, 4)
 
 
 def test_declared_environment_state_chooses_the_fields_and_their_order(push_env, tmp_path, monkeypatch):
@@ -172,7 +176,7 @@ def test_select_action_fallback_drives_the_env_and_resets_at_episode_starts(tmp_
     policy = FakePolicy(state_config(), chunk_api=False)
     fn = adapter.lerobot_policy(pretrained(tmp_path)[1], env, loader=loader_of(policy))
     assert fn.mode == "select_action" and not hasattr(fn, "chunk")
-    driven = TorchPolicy(env, lambda spec, device: fn)
+    driven = drive(env, fn)
     env.reset()
     resets, starts = [], []
     for _ in range(7):
@@ -189,9 +193,18 @@ def test_select_action_fallback_drives_the_env_and_resets_at_episode_starts(tmp_
     assert len(policy.batches) == 7
 
 
-def test_chunk_is_executed_by_forge_gpus_executor(push_env, tmp_path, monkeypatch):
-    """Through load_policy('lerobot:PATH'): the env executes the chunk's first n_action_steps actions open loop,
-    one prediction per n_action_steps steps (the env's episodes do not end in between)."""
+def drive(env, fn):
+    """A TorchPolicy around ``fn`` (its constructor takes the callable, or a factory of it)."""
+    import inspect
+
+    if "factory" in inspect.signature(TorchPolicy).parameters:
+        return TorchPolicy(env, lambda spec, device: fn)
+    return TorchPolicy(env, fn)
+
+
+def test_chunk_is_executed_by_forge_gpus_executor(tmp_path, monkeypatch):
+    """Through load_policy('lerobot:PATH'): each env executes the first n_action_steps actions of the chunk it took
+    open loop, then the chunk of that step's call (the env's episodes do not end in between)."""
     env = forge_gpu.sim.make("push", num_envs=4, device="cpu", seed=3, **{**FAST, "max_steps": 50})
     policy = FakePolicy(state_config())
     monkeypatch.setattr(adapter, "load_pretrained", loader_of(policy))
@@ -199,14 +212,15 @@ def test_chunk_is_executed_by_forge_gpus_executor(push_env, tmp_path, monkeypatc
         driven = forge_gpu.sim.load_policy(f"lerobot:{pretrained(tmp_path)[0]}", env)
     except ValueError as e:
         pytest.skip(f"load_policy does not dispatch lerobot: policies here: {e}")
+    assert driven.fn.mode == "chunk" and driven.fn.chunk == 3
     env.reset()
     executed = []
-    for _ in range(6):
+    for _ in range(7):
         result = env.step(driven(env.observation)).numpy()
         executed.append(result.info["executed_action"])
-    assert len(policy.batches) == 2
-    for k in range(6):
-        chunk = policy._chunk(policy.batches[k // 3])
+    assert len(policy.batches) == 7  # called at every step, for the whole batch
+    for k in range(7):
+        chunk = policy._chunk(policy.batches[k // 3 * 3])  # the chunk taken at the last refresh
         np.testing.assert_allclose(executed[k], np.clip(chunk[:, k % 3].numpy(), -1, 1), rtol=1e-6)
 
 

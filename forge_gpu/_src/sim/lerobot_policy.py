@@ -15,8 +15,11 @@ policy's ``config.input_features`` and ``output_features`` are checked against t
 
 Episodes start at different steps in different envs, and LeRobot's ``select_action`` keeps one queue of actions for
 the whole batch (``reset`` clears it for every env). So a policy with a chunk API is called through
-``predict_action_chunk``: the callable returns ``[N, H, A]`` and carries ``chunk = H`` (and ``n_action_steps``,
-``temporal_ensemble_coeff`` from the policy's config), and forge_gpu's executor runs each env's chunk on its own.
+``predict_action_chunk``: the callable returns ``[N, H, A]`` and carries ``chunk = H``, and forge_gpu's executor
+runs each env's chunk on its own (``TorchPolicy``). H is the policy's ``n_action_steps`` (the chunk's first actions,
+those LeRobot runs open loop), so that the executor's default, the whole chunk open loop, is LeRobot's; a policy
+whose config sets ACT's ``temporal_ensemble_coeff`` returns its whole chunk, to be run with
+``execution="ensemble"`` (``--chunk-exec ensemble``) and that coefficient as ``ensemble_decay``.
 Only a policy without a chunk API is called through ``select_action``: then ``reset`` runs whenever any env starts an
 episode, which clears the queue of every env (they all re-plan at that step), and the figures depend on the number
 of envs.
@@ -147,9 +150,9 @@ def _shape(feature) -> tuple[int, ...]:
 class LeRobotPolicy:
     """A loaded LeRobot policy as forge_gpu's torch callable over the whole batch (the module's docstring).
 
-    Attributes set for the executor: ``chunk`` (H: the callable returns ``[N, H, A]``), ``n_action_steps`` (how many
-    of a chunk's actions the policy's config runs open loop) and ``temporal_ensemble_coeff`` (ACT's ensembling, or
-    None), in the chunk mode; ``history`` (h: each observation field comes as ``[N, h, ...]``, oldest first) where
+    Attributes set for the executor: ``chunk`` (H: the callable returns ``[N, H, A]``: the first ``n_action_steps``
+    of each predicted chunk, or the whole ``predicted`` chunk where ``temporal_ensemble_coeff`` (ACT's ensembling)
+    is set), in the chunk mode; ``history`` (h: each observation field comes as ``[N, h, ...]``, oldest first) where
     the policy takes ``n_obs_steps`` > 1. ``mode`` says which API is called (``"chunk"`` or ``"select_action"``).
     """
 
@@ -175,9 +178,11 @@ class LeRobotPolicy:
         if self.mode == "chunk":
             if steps > 1:
                 self.history = steps
-            self.chunk = self._probe_chunk()
-            self.n_action_steps = min(int(getattr(config, "n_action_steps", None) or self.chunk), self.chunk)
+            self.predicted = self._probe_chunk()
+            """The length of the chunks the policy predicts."""
+            self.n_action_steps = min(int(getattr(config, "n_action_steps", None) or self.predicted), self.predicted)
             self.temporal_ensemble_coeff = getattr(config, "temporal_ensemble_coeff", None)
+            self.chunk = self.predicted if self.temporal_ensemble_coeff is not None else self.n_action_steps
         if self.mode == "select_action":
             policy.reset()
         self._instructions = None if TEMPLATE_KEY in self.spec else [self.spec["instruction"]] * self.num_envs
@@ -263,7 +268,7 @@ class LeRobotPolicy:
 
     def __call__(self, observation: dict):
         if self.mode == "chunk":
-            return self._predict(observation)
+            return self._predict(observation)[:, : self.chunk].contiguous()
         # select_action keeps one queue for the whole batch: cleared for every env when any env starts an episode.
         if bool((observation["step_id"] == 0).any()):
             self.policy.reset()
