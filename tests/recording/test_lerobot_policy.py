@@ -42,7 +42,7 @@ class FakeConfig:
 
 class FakePolicy:
     """A deterministic chunk of ``chunk_size`` actions from the state and environment state; every batch it is given
-    is kept. ``select_action`` pops a queue of ``n_action_steps`` shared by the batch, as LeRobot's ACT does."""
+    is kept (copied). ``select_action`` pops a queue of ``n_action_steps`` shared by the batch, as ACT does."""
 
     def __init__(self, config: FakeConfig, *, chunk_api: bool = True):
         self.config = config
@@ -56,12 +56,15 @@ class FakePolicy:
         steps = torch.arange(self.config.chunk_size, dtype=torch.float32)[None, :, None]
         return 0.5 * base[:, None, :] - 0.05 * steps
 
+    def _keep(self, batch):  # copies: the state may be a view of the env's buffer, which the next step overwrites
+        self.batches.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+
     def predict_action_chunk(self, batch):
-        self.batches.append(batch)
+        self._keep(batch)
         return self._chunk(batch)
 
     def select_action(self, batch):
-        self.batches.append(batch)
+        self._keep(batch)
         if not self.queue:
             self.queue = list(self._chunk(batch)[:, : self.config.n_action_steps].transpose(0, 1))
         return self.queue.pop(0)
@@ -213,14 +216,15 @@ def test_chunk_is_executed_by_forge_gpus_executor(tmp_path, monkeypatch):
     except ValueError as e:
         pytest.skip(f"load_policy does not dispatch lerobot: policies here: {e}")
     assert driven.fn.mode == "chunk" and driven.fn.chunk == 3
+    probed = len(policy.batches)  # the load's one prediction, which told the chunk's length
     env.reset()
     executed = []
     for _ in range(7):
         result = env.step(driven(env.observation)).numpy()
         executed.append(result.info["executed_action"])
-    assert len(policy.batches) == 7  # called at every step, for the whole batch
+    assert len(policy.batches) == probed + 7  # called at every step, for the whole batch
     for k in range(7):
-        chunk = policy._chunk(policy.batches[k // 3 * 3])  # the chunk taken at the last refresh
+        chunk = policy._chunk(policy.batches[probed + k // 3 * 3])  # the chunk taken at the last refresh
         np.testing.assert_allclose(executed[k], np.clip(chunk[:, k % 3].numpy(), -1, 1), rtol=1e-6)
 
 
