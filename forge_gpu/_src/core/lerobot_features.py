@@ -27,21 +27,28 @@ SPEC_KEY = "environment_state"
 state."""
 
 
-def vector_fields(layout: Mapping) -> list[str]:
+def vector_fields(layout: Mapping, labels: Sequence[str] = ()) -> list[str]:
     """The observation fields that may go to ``observation.environment_state``: vector or scalar fields other than
-    ``proprio``, the bookkeeping fields and the cameras, in the layout's order (``layout``: field -> (shape, dtype))."""
+    ``proprio``, the bookkeeping fields, the cameras and the fields of ``labels``, in the layout's order (``layout``:
+    field -> (shape, dtype))."""
     return [
         f
         for f, (shape, _) in layout.items()
-        if f not in BOOKKEEPING_FIELDS and f != STATE_FIELD and f not in CAMERA_FIELDS and len(shape) <= 1
+        if f not in BOOKKEEPING_FIELDS
+        and f != STATE_FIELD
+        and f not in CAMERA_FIELDS
+        and f not in labels
+        and len(shape) <= 1
     ]
 
 
-def environment_fields(layout: Mapping, chosen: Sequence[str] | None, *, name: str) -> list[str]:
+def environment_fields(
+    layout: Mapping, chosen: Sequence[str] | None, *, name: str, labels: Sequence[str] = ()
+) -> list[str]:
     """The observation fields of ``observation.environment_state``, in order: ``chosen``, checked (fields of
     :func:`vector_fields`, each once), or by default all of :func:`vector_fields`. ValueError naming the field,
     ``name`` (where ``chosen`` came from) and the fields allowed."""
-    allowed = vector_fields(layout)
+    allowed = vector_fields(layout, labels)
     if chosen is None:
         return allowed
     if isinstance(chosen, str) or not isinstance(chosen, Sequence):
