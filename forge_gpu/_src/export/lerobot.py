@@ -14,7 +14,8 @@ Written with pyarrow and PyAV alone (the ``export`` extra: ``pip install "forge-
 A forge_gpu episode of T transitions becomes T LeRobot frames: frame t holds ``observation.state`` =
 ``obs/proprio[t]``, ``observation.environment_state`` = the object and goal state (LeRobot's name for it in its own
 simulated datasets, which ACT and diffusion take as input): the other vector observation fields at t, concatenated
-in the spec's order (``cube_pose``, ``cube_velocity``, ``goal_position`` for push; ``environment_state`` chooses
+in the spec's order (``cube_pose``, ``cube_velocity``, ``goal_position`` for push; a task may declare them in its spec
+(``core/lerobot_features.py``), ``environment_state`` chooses
 them, an empty list leaves the feature out; label fields, run.json's ``env_spec.labels``, are never among them),
 ``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the executed action of transition t (with ``target`` a
 label field: that label of frame t, e.g. the expert's action for the state of ``collect --label expert``),
@@ -45,10 +46,16 @@ import numpy as np
 
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
-from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
+from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.core.instructions import factorize
 from forge_gpu._src.core.labels import ACTION_TARGET, label_fields, target_column
+from forge_gpu._src.core.lerobot_features import (
+    CAMERA_FIELDS,
+    ENVIRONMENT_STATE,
+    declared_environment_state,
+    environment_fields,
+)
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.reading.runs import episode_index, index_instructions, open_run, read_index
@@ -71,10 +78,6 @@ CODECS = {
     # mean absolute error 2.1 vs 2.6 levels), encoding 4.5x slower; presets 10-12 were larger than h264.
     "av1": ("libsvtav1", 35, {"preset": "8"}),
 }
-CAMERA_FIELDS = ("rgb",)
-#: The field written as ``observation.state``, and the feature the other vector fields go to.
-STATE_FIELD = "proprio"
-ENVIRONMENT_STATE = "observation.environment_state"
 #: The largest constant rate factor each encoder takes (0 is lossless or nearly).
 MAX_CRF = {"h264": 51, "av1": 63}
 
@@ -135,8 +138,9 @@ def export_lerobot(
         progress: called with (frames done, frames in all) after each episode.
         data_file_mb, video_file_mb: a part starts new files once its data or video file passes this size.
         environment_state: the observation fields written, concatenated in this order, as
-            ``observation.environment_state``; default every vector field but ``proprio``, in the spec's order
-            (:func:`environment_fields`); ``[]``: no environment state. Label fields are never among them.
+            ``observation.environment_state``; default the fields the task declares (run.json's
+            ``env_spec.environment_state``), else every vector field but ``proprio``, in the spec's order
+            (``core/lerobot_features.py``); ``[]``: no environment state. Label fields are never among them.
         target: what ``action`` holds: ``"action"``, the executed actions, or a label field of the run (e.g.
             ``"expert_action"``): its value at each transition's first frame; ``meta/stats.json``'s ``action`` is
             then the label's statistics.
@@ -162,6 +166,8 @@ def export_lerobot(
             raise ValueError(f"camera {camera!r} must be [H, W, 3] uint8 with even H and W, got {layout[camera]}")
     name = os.path.join(runs[0].directory, RUN_MANIFEST)
     target_column(spec, target, name=name)
+    if environment_state is None:  # the fields the task declares in the spec, else the default
+        environment_state = declared_environment_state(spec)
     state_fields = environment_fields(layout, environment_state, name=name, labels=tuple(label_fields(spec)))
     stats = source_statistics(source)
     start = time.perf_counter()
@@ -229,36 +235,6 @@ def export_lerobot(
         "environment_state": state_fields,
         "target": target,
     }
-
-
-def environment_fields(
-    layout: dict, chosen: Sequence[str] | None, *, name: str, labels: Sequence[str] = ()
-) -> list[str]:
-    """The observation fields of ``observation.environment_state``, in order: ``chosen``, checked (vector or scalar
-    fields of the run, not ``proprio`` nor a label field of ``labels``, each once), or by default every such field
-    in the spec's order. ValueError naming the field, ``name`` (the run) and the fields allowed."""
-    allowed = [
-        f
-        for f, (shape, _) in layout.items()
-        if f not in BOOKKEEPING_FIELDS
-        and f != STATE_FIELD
-        and f not in CAMERA_FIELDS
-        and f not in labels
-        and len(shape) <= 1
-    ]
-    if chosen is None:
-        return allowed
-    if isinstance(chosen, str):
-        raise ValueError(f"environment_state={chosen!r} must be a list of observation fields, e.g. [{chosen!r}]")
-    for field in chosen:
-        if field not in allowed:
-            raise ValueError(
-                f"environment_state field {field!r} is not a vector observation field of {name} other than "
-                f"{STATE_FIELD!r} and its labels; allowed: {', '.join(allowed) or 'none'}"
-            )
-    if len(set(chosen)) != len(chosen):
-        raise ValueError(f"environment_state={list(chosen)!r} names a field twice")
-    return list(chosen)
 
 
 def _flat(values: np.ndarray) -> np.ndarray:

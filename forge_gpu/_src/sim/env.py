@@ -181,6 +181,8 @@ class VectorEnv:
             described["observation"].update(added["observation"])
             described["labels"] = added["labels"]
             described["params"].update(added["params"])
+        if (environment_state := self.task.environment_state()) is not None:  # LeRobot's observation.environment_state
+            described["environment_state"] = environment_state
         if (template := self.task.instruction_template()) is not None:  # each episode's, from its drawn params
             check_template(template, group_layout(described, "params"), name=f"task {spec.id!r}: {TEMPLATE_KEY}")
             described[TEMPLATE_KEY] = template

@@ -99,12 +99,8 @@ def load_policy(
         return make_policy(name, env)
     options = {"execution": execution, "steps_per_chunk": steps_per_chunk, "ensemble_decay": ensemble_decay}
     if name.startswith(LEROBOT_PREFIX):
-        import importlib
+        from forge_gpu._src.sim.lerobot_policy import lerobot_policy  # imports LeRobot itself only when loading
 
-        try:  # on first use only: it loads LeRobot and its models
-            lerobot_policy = importlib.import_module("forge_gpu._src.sim.lerobot_policy").lerobot_policy
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"policy {name!r}: cannot load LeRobot policies: {e}") from e
         fn = _make_callable(name, "loading it", lerobot_policy, (name[len(LEROBOT_PREFIX) :], env), args)
         return TorchPolicy(env, fn, name=name, **options)
     module_name, _, factory_name = name.partition(":")

@@ -27,7 +27,7 @@ from forge_gpu._src.sim.taskfile.model import Plan, plan_task
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
-    "instruction_template", "expert", "module",
+    "instruction_template", "expert", "module", "environment_state",
 )  # fmt: skip
 """The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
@@ -56,6 +56,9 @@ class FileParams:
     expert: dict = field(default_factory=dict)
     module: str = ""
     """The user's module of ``@wp.func`` terms: a dotted name or a ``.py`` path (relative to the file)."""
+    environment_state: list | None = None
+    """The observation fields of LeRobot's ``observation.environment_state``, in order (``[]``: none; absent: every
+    vector field but ``proprio``); the env spec's ``environment_state``."""
 
     def __getattr__(self, name: str):
         values = self.__dict__.get("values", {})
@@ -93,6 +96,9 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     sections = {name: table.pop(name) for name in SECTIONS if name in table}
     given = resolve_references(sections.get("action", {}), values, "action", source)
     action = {k: v for k, v in sections.get("action", {}).items() if k not in ("low", "high", "scale")}
+    chosen = sections.get("environment_state")
+    if chosen is not None and not (isinstance(chosen, list) and all(isinstance(f, str) for f in chosen)):
+        raise ValueError(f"{source}: environment_state = {chosen!r}: expected a list of observation field names")
     params = FileParams(file=str(path), values=values, **{**sections, "action": action})
     plan: Plan = plan_task(resolved(params, source), source)
     a = len(plan.action_coords)

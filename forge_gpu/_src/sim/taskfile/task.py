@@ -234,6 +234,7 @@ def _spec(config, plan: Plan) -> TaskSpec:
         action_dim=len(plan.action_coords),
         has_contacts=contacts,
         has_success=any(r.stage == "success" for r in plan.rows),
+        environment_state=None if config.params.environment_state is None else tuple(config.params.environment_state),
     )
 
 

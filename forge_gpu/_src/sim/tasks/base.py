@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.lerobot_features import STATE_FIELD, environment_fields
 from forge_gpu._src.sim.randomize import Parameter, check_ranges
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class TaskSpec:
     """Whether the scene needs contact handling."""
     has_success: bool = False
     """Whether the task defines success; a successful episode ends terminated (with success reached)."""
+    environment_state: tuple[str, ...] | None = None
+    """The observation fields that make LeRobot's ``observation.environment_state``, in order (the spec's
+    ``environment_state``, which the LeRobot export and the LeRobot policy adapter read: ``core/lerobot_features.py``);
+    ``None``: every vector field but ``proprio``, in the spec's order."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +92,14 @@ class Task:
     def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """This instance's observation fields beyond the required ones (default ``spec.extra_fields``)."""
         return dict(self.spec.extra_fields)
+
+    def environment_state(self) -> list[str] | None:
+        """``spec.environment_state`` checked against this instance's fields (ValueError naming the task, the field
+        and the fields allowed), or None where the task declares none."""
+        if self.spec.environment_state is None:
+            return None
+        layout = {STATE_FIELD: ((self.spec.proprio_dim,), "float32"), **self.observation_fields()}
+        return environment_fields(layout, self.spec.environment_state, name=f"task {self.spec.id!r}")
 
     def make_scene(self) -> Any:
         """The scene description: a dataclass with a ``kind`` field."""

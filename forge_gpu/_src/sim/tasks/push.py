@@ -113,6 +113,7 @@ class PushTask(ArmTask):
         },
         has_contacts=True,
         has_success=True,
+        environment_state=("cube_pose", "cube_velocity", "goal_position"),
     )
     """``rgb`` and ``depth`` follow ``params.image_size``: see :meth:`observation_fields`."""
     params_type = PushParams
