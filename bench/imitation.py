@@ -108,11 +108,13 @@ def load_windows(run: str, history: int, horizon: int, target: str) -> dict:
 
     import forge_gpu
 
-    options = {"target": target} if target != "action" else {}
-    dataset = forge_gpu.reading.WindowMapDataset(run, history=history, horizon=horizon, pad=True, **options)
+    options = {"target": target} if target != "action" else {}  # the label's values in "action"
+    dataset = forge_gpu.reading.WindowMapDataset(
+        run, history=history, horizon=horizon, pad=True, observation_keys=FIELDS, **options
+    )
     batch = dataset[list(range(len(dataset)))]
     obs = torch.cat([batch[f"obs/{f}"].reshape(len(dataset), history, -1).float() for f in FIELDS], dim=-1)
-    action = batch[target if target in batch else "action"].float()
+    action = batch["action"].float()
     return {"obs": obs, "action": action, "mask": ~batch["action_is_pad"], "labelled": len(dataset)}
 
 
@@ -299,7 +301,8 @@ def main(argv=None) -> int:
     largest = max(args.demos)
     demos = work / "demos"
     collection = record_demos(demos, largest, args, overrides)
-    print(f"{largest} expert demos: success {collection['expert_success']:.3f}, {collection['demo_s']:.1f} s", flush=True)
+    success, seconds = collection["expert_success"], collection["demo_s"]
+    print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
     eval_env = make_env(args.eval_envs, args.eval_seed, overrides)
 
     def point(kind: str, runs: list[tuple[Path, str]], norm_run: Path, **row) -> tuple[dict, dict]:
