@@ -198,6 +198,8 @@ def success_figures(evaluation, prefix: str) -> dict:
         out[f"{prefix}{key}"] = rate["rate"]
         out[f"{prefix}{key}_low"] = rate["low"]
         out[f"{prefix}{key}_high"] = rate["high"]
+    at_end = metrics["success_at_end"]
+    out[f"{prefix}success"] = f"{at_end['rate']:.1%} [{at_end['low']:.1%}, {at_end['high']:.1%}]"
     out[f"{prefix}length"] = metrics["length"]["mean"]
     out[f"{prefix}eval_s"] = evaluation.seconds
     return out
@@ -398,10 +400,10 @@ def dagger_verdict(rows: list[dict], execution: str) -> dict:
 
 
 def columns(args) -> list[str]:
-    cols = ["method", "demos", "rollouts", "labelled_steps", "train_s", "final_loss"]
+    """The table's columns: per execution, success at the end with its 95% interval, and success once."""
+    cols = ["method", "round", "demos", "rollouts", "labelled_steps", "train_s", "final_loss"]
     for execution in args.execution:
-        cols += [f"{execution}_success_at_end", f"{execution}_success_at_end_low", f"{execution}_success_at_end_high"]
-        cols += [f"{execution}_success_once"]
+        cols += [f"{execution}_success", f"{execution}_success_once"]
     return cols
 
 
