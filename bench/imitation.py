@@ -183,11 +183,11 @@ def make_env(num_envs: int, seed: int, overrides: dict, label: bool = False):
 
 def torch_policy(env, checkpoint: dict, execution: str, steps_per_chunk: int):
     """The checkpoint's :class:`Chunker` driving ``env`` (its chunk executed as ``execution`` says)."""
-    from forge_gpu._src.sim.policies import TorchPolicy
+    import forge_gpu
 
+    chunk = {"steps_per_chunk": steps_per_chunk} if execution == "open_loop" else {}  # ensemble: its default decay
     fn = Chunker(checkpoint, "cpu")
-    name = f"imitation ({execution})"
-    return TorchPolicy(env, fn, name=name, execution=execution, steps_per_chunk=steps_per_chunk)
+    return forge_gpu.sim.TorchPolicy(env, fn, name=f"imitation ({execution})", execution=execution, **chunk)
 
 
 def success_figures(evaluation, prefix: str) -> dict:
