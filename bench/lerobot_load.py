@@ -58,11 +58,20 @@ def main() -> None:
                 "windows_per_s": windows / seconds,
                 "image_shape": list(warm[cameras[0]].shape) if cameras else None,
                 "frames": len(dataset),
-                "video_backend": dataset.video_backend,
+                "video_backend": backend(dataset),
                 "lerobot": lerobot.__version__,
             }
         )
     )
+
+
+def backend(dataset) -> str | None:
+    """The video backend the dataset decodes with: its ``video_backend`` attribute up to LeRobot 0.5, kept private
+    (``_video_backend``) from 0.6."""
+    for name in ("video_backend", "_video_backend"):
+        if isinstance(getattr(dataset, name, None), str):
+            return getattr(dataset, name)
+    return None
 
 
 if __name__ == "__main__":

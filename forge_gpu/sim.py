@@ -1,5 +1,6 @@
 """forge_gpu.sim: batched Newton worlds (Warp and Newton load on first use): tasks, their configs, the env, the
-device, policies, and ``describe_run`` (what a recorder is told of an env's run)."""
+device, policies (``TorchPolicy`` wraps a torch callable: its observation history, its action chunks), and
+``describe_run`` (what a recorder is told of an env's run)."""
 
 from forge_gpu._surface import lazy_names
 
@@ -13,6 +14,7 @@ NAMES = {
     "TaskConfig": "forge_gpu._src.sim.config",
     "make_policy": "forge_gpu._src.sim.policies",
     "load_policy": "forge_gpu._src.sim.policies",
+    "TorchPolicy": "forge_gpu._src.sim.policies",
     "TASKS": "forge_gpu._src.sim.tasks.catalog",
     "Task": "forge_gpu._src.sim.tasks.base",
     "TaskSpec": "forge_gpu._src.sim.tasks.base",

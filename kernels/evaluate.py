@@ -43,6 +43,7 @@ def evaluate_step_kernel(
     reward_in: wp.array[float],
     terminated_in: wp.array[wp.bool],
     truncated_in: wp.array[wp.bool],
+    success_in: wp.array[wp.bool],
     step_id_in: wp.array[wp.int32],
     episode_id_in: wp.array[wp.int32],
     action_nonfinite_in: wp.array[wp.bool],
@@ -52,12 +53,14 @@ def evaluate_step_kernel(
     draw_episode: wp.array[wp.int32],
     episode_return: wp.array[float],
     episode_max: wp.array[float],
+    episode_success: wp.array[wp.int32],
     idle_out: wp.array[wp.bool],
     # Data out:
     return_out: wp.array[float],
     max_reward_out: wp.array[float],
     length_out: wp.array[wp.int32],
-    success_out: wp.array[wp.int32],
+    success_once_out: wp.array[wp.int32],
+    success_at_end_out: wp.array[wp.int32],
     world_out: wp.array[wp.int32],
     episode_id_out: wp.array[wp.int32],
 ):
@@ -67,7 +70,10 @@ def evaluate_step_kernel(
     A world whose transition ended its episode writes row ``j`` (when ``j < episodes``) and takes the next index
     for the episode it starts next step (its episode key -1: a reset draws from key + 1). The index taken depends
     on which worlds end first; what episode ``j`` draws does not. A world whose next index is ``episodes`` or more
-    goes idle: it resets at every step from then on (``begin_step_kernel``), so none of its episodes ends."""
+    goes idle: it resets at every step from then on (``begin_step_kernel``), so none of its episodes ends.
+
+    ``success_in`` is the task's success flag of the frame (``Task.success_flags``): success once is any transition's
+    frame a success, success at the end the last one's."""
     worldid = wp.tid()
     if action_nonfinite_in[worldid]:
         wp.atomic_add(counter, NONFINITE, 1)
@@ -75,6 +81,7 @@ def evaluate_step_kernel(
         draw_episode[worldid] = 0
         episode_return[worldid] = 0.0
         episode_max[worldid] = -3.0e38
+        episode_success[worldid] = 0
         return
     if not active_in[worldid]:
         return
@@ -83,6 +90,11 @@ def evaluate_step_kernel(
     episode_return[worldid] = total
     best = wp.max(episode_max[worldid], reward)
     episode_max[worldid] = best
+    at_end = 0
+    if has_success != 0 and success_in[worldid]:
+        at_end = 1
+    once = wp.max(episode_success[worldid], at_end)
+    episode_success[worldid] = once
     if not (terminated_in[worldid] or truncated_in[worldid]):
         return
     j = draw_env[worldid]
@@ -90,10 +102,8 @@ def evaluate_step_kernel(
         return_out[j] = total
         max_reward_out[j] = best
         length_out[j] = step_id_in[worldid]
-        success = 0
-        if has_success != 0 and terminated_in[worldid]:
-            success = 1
-        success_out[j] = success
+        success_once_out[j] = once
+        success_at_end_out[j] = at_end
         world_out[j] = worldid
         episode_id_out[j] = episode_id_in[worldid]
         wp.atomic_add(counter, ENDED, 1)

@@ -14,6 +14,8 @@ STREAM_POLICY = wp.constant(2)
 """The built-in random policy."""
 STREAM_RANDOMIZE = wp.constant(3)
 """Domain randomization (``kernels/randomize.py``): one draw per value component."""
+STREAM_MIX = wp.constant(4)
+"""Which episodes execute the expert's actions (``kernels/relabel.py``): one draw per episode."""
 
 
 @wp.func

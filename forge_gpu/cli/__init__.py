@@ -31,9 +31,12 @@ from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._look import add_look_commands
 from ._recording import add_codec_option, add_recording_options, compression_choices
-from ._sim import cmd_collect, cmd_doctor, cmd_evaluate, cmd_precompile, cmd_replay, cmd_tasks
+from ._sim import add_policy_options, cmd_collect, cmd_doctor, cmd_evaluate, cmd_precompile, cmd_replay, cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]
+
+
+POLICY_HELP = "random, expert, MODULE:FACTORY (a torch policy) or lerobot:PATH (a LeRobot checkpoint)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,10 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
     stop = c.add_mutually_exclusive_group()
     stop.add_argument("--episodes", type=int, default=None, help="episodes to collect (default 2 per env)")
     stop.add_argument("--steps", type=int, default=None, help="or: env.step calls to run")
-    c.add_argument("--policy", default="random", help="random, expert or MODULE:FACTORY (a torch policy)")
+    c.add_argument("--policy", default="random", help=POLICY_HELP)
+    add_policy_options(c)  # --policy-arg, --chunk-exec, --chunk-steps, --ensemble-decay
     c.add_argument("--out", default=None, help="new run directory (default runs/<task>-<time>)")
     c.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument(
+        "--label",
+        choices=["expert"],
+        default=None,
+        help="record every frame's label: expert, the task's expert's action for the frame's state, as the "
+        "observation field expert_action (computed inside the step)",
+    )
+    c.add_argument(
+        "--mix",
+        type=float,
+        default=None,
+        metavar="BETA",
+        help="with --label expert: the share of episodes (drawn per episode from the seed) that execute the "
+        "expert's actions instead of the policy's, recorded as the param expert_executed (0 <= BETA <= 1)",
+    )
     add_recording_options(c)
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
     c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
@@ -72,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="score a policy over exactly N episodes, each drawn from its own key")
     e.add_argument("task", help="task id (forge-gpu tasks lists them) or a task file path/to/task.toml")
-    e.add_argument("--policy", required=True, help="random, expert or MODULE:FACTORY (a torch policy)")
+    e.add_argument("--policy", required=True, help=POLICY_HELP)
+    add_policy_options(e)
     e.add_argument("--episodes", type=int, required=True, help="episodes to run to their end (N)")
     e.add_argument("--envs", type=int, default=None, help="number of envs (default: the config's)")
     e.add_argument("--seed", type=int, default=0, help="episode j starts from the draws of (seed, j)")
@@ -175,7 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FIELDS",
         help="lerobot: the observation fields written as observation.environment_state, comma-separated, in order "
-        "(default every vector field but proprio, in the spec's order; an empty string: none)",
+        "(default every vector field but proprio and the labels, in the spec's order; an empty string: none)",
+    )
+    e.add_argument(
+        "--target",
+        default="action",
+        help="what the dataset's action holds: action (the executed actions, the default) or a label field of the "
+        "run, e.g. expert_action (collect --label expert)",
     )
     e.set_defaults(func=cmd_export)
 

@@ -137,6 +137,28 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def _check_export_target(source: str, target: str) -> None:
+    """``--target``: ``action`` or a label field of every run of ``source`` (their run.json's ``env_spec.labels``);
+    UsageError (one line, naming the run and its fields) otherwise. A run.json that cannot be read is the export's
+    to report."""
+    from forge_gpu._src.core.dataset import run_directories
+    from forge_gpu._src.core.labels import ACTION_TARGET, target_column
+    from forge_gpu._src.core.manifest import RUN_MANIFEST
+    from forge_gpu._src.formats.registry import read_manifest
+
+    if target == ACTION_TARGET:
+        return
+    try:
+        manifests = [(d, read_manifest(d)) for d in run_directories(source)]
+    except (OSError, ValueError):
+        return
+    for directory, manifest in manifests:
+        try:
+            target_column(manifest["env_spec"], target, name=str(Path(directory) / RUN_MANIFEST))
+        except ValueError as e:
+            raise UsageError(f"--target {target}: {e}") from e
+
+
 def cmd_export(args) -> int:
     from forge_gpu._src.export.lerobot import check_video, export_lerobot
     from forge_gpu._src.export.robomimic import export_robomimic
@@ -154,6 +176,7 @@ def cmd_export(args) -> int:
         check_video(args.codec, args.crf)
     except ValueError as e:
         raise UsageError(f"--{e}") from e
+    _check_export_target(args.run, args.target)
     last = [0.0]
 
     def progress(done: int, total: int) -> None:
@@ -172,9 +195,10 @@ def cmd_export(args) -> int:
                 workers=args.workers,
                 progress=progress,
                 environment_state=environment,
+                target=args.target,
             )
         else:
-            report = export_robomimic(args.run, args.out, progress=progress)
+            report = export_robomimic(args.run, args.out, progress=progress, target=args.target)
     except ImportError as e:
         print(f"\nforge-gpu: {e}", file=sys.stderr)
         return 1

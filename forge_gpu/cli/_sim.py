@@ -43,6 +43,106 @@ def _task_arguments(args) -> tuple[dict, bool]:
     return overrides, task_file
 
 
+def add_policy_options(parser) -> None:
+    """``--policy-arg``, ``--chunk-exec``, ``--chunk-steps`` and ``--ensemble-decay``: the factory's arguments and how
+    a policy's action chunks are executed (``forge_gpu.sim.load_policy``'s ``args`` and keywords)."""
+    from forge_gpu._src.sim.names import EXECUTIONS
+
+    parser.add_argument(
+        "--policy-arg",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="an argument of the policy's factory, FACTORY(spec, device, KEY=VALUE); VALUE read as JSON where it "
+        'parses (2, 0.5, true, [1,2], "text"), else as a string; repeatable',
+    )
+    parser.add_argument(
+        "--chunk-exec",
+        choices=EXECUTIONS,
+        default=None,
+        help="a policy with action chunks: open_loop (execute K actions of a chunk, then take a new one; default) "
+        "or ensemble (ACT's temporal ensembling of the overlapping chunks)",
+    )
+    parser.add_argument(
+        "--chunk-steps", type=int, default=None, metavar="K", help="open_loop: actions run per chunk, 1..H (default H)"
+    )
+    parser.add_argument(
+        "--ensemble-decay",
+        type=float,
+        default=None,
+        metavar="M",
+        help="ensemble: weights exp(-M*i), i = 0 for the oldest chunk (default 0.01)",
+    )
+
+
+def parse_policy_args(items: list[str]) -> dict:
+    """``--policy-arg KEY=VALUE`` items -> ``{KEY: VALUE}``, VALUE a JSON literal where it parses, else the string;
+    UsageError in one line for an item without ``=``, an empty key or a key given twice."""
+    import json
+
+    args = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--policy-arg {item!r}: expected KEY=VALUE, e.g. --policy-arg hidden=64")
+        if key in args:
+            raise UsageError(f"--policy-arg {item!r}: the key {key!r} is given twice")
+        try:
+            args[key] = json.loads(text)
+        except ValueError:
+            args[key] = text  # a bare word is a string
+    return args
+
+
+def _policy_options(args) -> dict:
+    """``--policy-arg`` and the chunk flags, checked without Warp where they can be: ``load_policy``'s ``args`` and
+    keywords. What depends on the policy itself (its chunk, its factory's parameters) is checked when it loads."""
+    from forge_gpu._src.sim.names import BUILTIN_POLICIES
+
+    policy_args = parse_policy_args(args.policy_arg or [])
+    given = [
+        flag
+        for flag, value in (
+            ("--policy-arg", args.policy_arg),
+            ("--chunk-exec", args.chunk_exec),
+            ("--chunk-steps", args.chunk_steps),
+            ("--ensemble-decay", args.ensemble_decay),
+        )
+        if value is not None
+    ]
+    if args.policy in BUILTIN_POLICIES and given:
+        what = "takes no arguments" if given[0] == "--policy-arg" else "returns no action chunks"
+        raise UsageError(f"{given[0]}: the built-in policy {args.policy!r} {what}")
+    if args.chunk_steps is not None:
+        if args.chunk_steps < 1:
+            raise UsageError(f"--chunk-steps {args.chunk_steps}: must be >= 1 (and at most the policy's chunk)")
+        if args.chunk_exec == "ensemble":
+            raise UsageError(f"--chunk-steps {args.chunk_steps}: applies to --chunk-exec open_loop only")
+    if args.ensemble_decay is not None:
+        decay = args.ensemble_decay
+        if not decay >= 0 or decay == float("inf"):
+            raise UsageError(f"--ensemble-decay {decay}: must be a finite number >= 0")
+        if args.chunk_exec != "ensemble":
+            raise UsageError(f"--ensemble-decay {decay}: applies to --chunk-exec ensemble only")
+    return {
+        "args": policy_args,
+        "execution": args.chunk_exec or "open_loop",
+        "steps_per_chunk": args.chunk_steps,
+        "ensemble_decay": args.ensemble_decay,
+    }
+
+
+def _load_policy(args, env, options: dict):
+    """``load_policy`` with the checked options; ``--chunk-exec`` refused for a policy without chunks."""
+    from forge_gpu._src.sim.policies import load_policy
+
+    policy = load_policy(args.policy, env, **options)
+    if args.chunk_exec is not None and getattr(policy, "chunk", None) is None:
+        raise ValueError(f"--chunk-exec {args.chunk_exec}: policy {args.policy!r} returns no action chunks")
+    return policy
+
+
 def cmd_collect(args) -> int:
     # First what needs neither Warp nor Newton (loading them takes seconds): a typo is refused at once.
     for name in ("envs", "slots", "episodes", "steps", "workers"):
@@ -50,6 +150,8 @@ def cmd_collect(args) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{name} {value}: must be >= 1")
     overrides, task_file = _task_arguments(args)
+    policy_options = _policy_options(args)
+    overrides.update(_label_overrides(args, overrides))
     options = recording_options_of(args)
     if not task_file:
         out = check_out(args.out, args.task)
@@ -57,7 +159,6 @@ def cmd_collect(args) -> int:
     import forge_gpu
     from forge_gpu._src.collect.collector import collect
     from forge_gpu._src.sim.overflow import SolverOverflowWarning
-    from forge_gpu._src.sim.policies import load_policy
     from forge_gpu._src.sim.tasks.catalog import resolve_task
 
     try:
@@ -70,11 +171,11 @@ def cmd_collect(args) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from e
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
-        return cmd_collect_workers(args, config, overrides, out, options)
+        return cmd_collect_workers(args, config, overrides, out, options, policy_options)
     try:
         began = time.perf_counter()
         env = forge_gpu.sim.make(args.task, num_envs=config.num_envs, device=args.device, seed=args.seed, **overrides)
-        policy = load_policy(args.policy, env)
+        policy = _load_policy(args, env, policy_options)
         make_seconds = time.perf_counter() - began
     except ValueError as e:
         raise UsageError(str(e)) from e
@@ -123,6 +224,22 @@ def cmd_collect(args) -> int:
     return 0
 
 
+def _label_overrides(args, overrides: dict) -> dict:
+    """``collect``'s ``--label`` and ``--mix`` as the config values they set (``label``, ``expert_mix``), checked
+    without Warp: UsageError (one line) for a mix out of [0, 1], a mix without ``--label expert``, or ``--set`` of
+    either key."""
+    for key, flag in (("label", "--label"), ("expert_mix", "--mix")):
+        if key in overrides:
+            raise UsageError(f"--set {key}=...: use the {flag} option instead")
+    if args.mix is not None:
+        if args.label != "expert":
+            raise UsageError(f"--mix {args.mix:g}: needs --label expert (mixed episodes execute the expert's labels)")
+        if not 0.0 <= args.mix <= 1.0:
+            raise UsageError(f"--mix {args.mix:g}: must be between 0 and 1 (the share of episodes the expert executes)")
+    out = {"label": args.label} if args.label is not None else {}
+    return out | ({"expert_mix": args.mix} if args.mix is not None else {})
+
+
 def cmd_evaluate(args) -> int:
     """``forge-gpu evaluate TASK --policy POLICY --episodes N``: the policy scored over exactly N keyed episodes
     (``forge_gpu.recording.evaluate``); a summary table, with ``--json FILE`` every figure and episode, with
@@ -132,6 +249,7 @@ def cmd_evaluate(args) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{name} {value}: must be >= 1")
     overrides, _ = _task_arguments(args)
+    policy_options = _policy_options(args)
     if args.json is not None:
         check_new(args.json, "--json ", kind="file")
     if args.record is not None:
@@ -139,7 +257,6 @@ def cmd_evaluate(args) -> int:
 
     import forge_gpu
     from forge_gpu._src.collect.evaluate import evaluate
-    from forge_gpu._src.sim.policies import load_policy
     from forge_gpu._src.sim.tasks.catalog import resolve_task
 
     try:
@@ -149,7 +266,7 @@ def cmd_evaluate(args) -> int:
         forge_gpu.sim.task_config(args.task, seed=args.seed, **overrides)  # a bad --set refused before building
         began = time.perf_counter()
         env = forge_gpu.sim.make(args.task, device=args.device, seed=args.seed, **overrides)
-        policy = load_policy(args.policy, env)
+        policy = _load_policy(args, env, policy_options)
         make_seconds = time.perf_counter() - began
     except ValueError as e:
         raise UsageError(str(e)) from e
@@ -170,7 +287,8 @@ def cmd_evaluate(args) -> int:
     if args.json is not None:
         from forge_gpu._src.core.files import write_json_atomic
 
-        write_json_atomic(args.json, {**metrics, "policy": args.policy, "per_episode": result.episode_rows()})
+        policy = {"policy": args.policy, **({"policy_args": policy_options["args"]} if policy_options["args"] else {})}
+        write_json_atomic(args.json, {**metrics, **policy, "per_episode": result.episode_rows()})
         print(f"json: {args.json}")
     if result.run is not None:
         print(f"run: {result.run} (episode j is env_id:episode_id world[j]:episode_id[j] of --json's per_episode)")
@@ -298,7 +416,7 @@ def cmd_doctor(args) -> int:
     return 0
 
 
-def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> int:
+def cmd_collect_workers(args, config, overrides: dict, out: Path, options, policy_options: dict) -> int:
     """``forge-gpu collect --workers K`` (Ray workers, :func:`collect_distributed`): the checked arguments of
     ``cmd_collect`` -> exit status."""
     from forge_gpu._src.collect.distributed import collect_distributed, import_ray, start_ray
@@ -333,6 +451,10 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path, options) -> in
                 seed=args.seed,
                 device=args.device,
                 policy=args.policy,
+                policy_args=policy_options["args"],
+                execution=policy_options["execution"],
+                steps_per_chunk=policy_options["steps_per_chunk"],
+                ensemble_decay=policy_options["ensemble_decay"],
                 overrides=overrides,
                 ray_address=args.ray_address,
                 stop=stop,

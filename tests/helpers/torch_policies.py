@@ -55,3 +55,80 @@ def fails_in_one_worker(spec, device):
         return torch.zeros((obs["proprio"].shape[0], spec["action_shape"][0]), device=device)
 
     return policy
+
+
+# -- history, chunks and arguments (tests/recording/test_torch_policies.py) -----------------------------------------
+
+
+def seen(spec, device, history=3, copy=False):
+    """Zero actions; keeps every observation it is given (``policy.seen``: the tensors themselves, so that a
+    history overwritten after the call would show, or with ``copy`` clones of them) and so counts its calls."""
+    a = spec["action_shape"][0]
+
+    def policy(obs):
+        policy.seen.append({k: v.clone() for k, v in obs.items()} if copy else dict(obs))
+        return torch.zeros((obs["proprio"].shape[0], a), device=device)
+
+    policy.history, policy.seen = history, []
+    return policy
+
+
+CODE_SCALE = 1024.0
+"""``step_code``'s actions are codes / CODE_SCALE: exact in float32 and inside cartpole's bounds [-1, 1]."""
+
+
+def step_code(spec, device, chunk=4):
+    """A chunk whose action k for env n, predicted at the episode's step s, is ``(100 n + 10 s + k) / CODE_SCALE``
+    in every action column: what an env executed names the step its chunk was taken at and the offset in it."""
+    a = spec["action_shape"][0]
+
+    def policy(obs):
+        n = obs["proprio"].shape[0]
+        code = 100 * obs["env_id"].float() + 10 * obs["step_id"].float()
+        codes = code[:, None] + torch.arange(chunk, device=device, dtype=torch.float32)[None, :]
+        return (codes / CODE_SCALE)[:, :, None].expand(n, chunk, a).contiguous()
+
+    policy.chunk = chunk
+    return policy
+
+
+def noisy_chunks(spec, device, chunk=4):
+    """Chunks of values in [-0.5, 0.5] drawn from (env, episode, step, offset, column); keeps each call's chunk and
+    step ids (``policy.chunks``, ``policy.steps``, ``policy.envs``, ``policy.episodes``)."""
+    a = spec["action_shape"][0]
+
+    def policy(obs):
+        key = obs["env_id"] * 7919 + obs["episode_id"] * 104729 + obs["step_id"] * 1299709
+        k = torch.arange(chunk, device=device)[None, :, None] * 31 + torch.arange(a, device=device)[None, None, :]
+        values = 0.5 * torch.sin((key[:, None, None] + k).float() * 0.61803)
+        policy.chunks.append(values.clone())
+        policy.steps.append(obs["step_id"].clone())
+        policy.envs.append(obs["env_id"].clone())
+        policy.episodes.append(obs["episode_id"].clone())
+        return values
+
+    policy.chunk, policy.chunks, policy.steps, policy.envs, policy.episodes = chunk, [], [], [], []
+    return policy
+
+
+def echo_args(spec, device, out, **kwargs):
+    """Zero actions; writes the keyword arguments it was given to the JSON file ``out``."""
+    import json
+
+    with open(out, "w") as f:
+        json.dump(kwargs, f)
+    a = spec["action_shape"][0]
+    return lambda obs: torch.zeros((obs["proprio"].shape[0], a), device=device)
+
+
+def scaled(spec, device, scale):
+    """Constant actions ``scale`` (a required argument)."""
+    a = spec["action_shape"][0]
+    return lambda obs: torch.full((obs["proprio"].shape[0], a), float(scale), device=device)
+
+
+def bad_history(spec, device):
+    """A callable whose history attribute is 0."""
+    policy = scaled(spec, device, 0.0)
+    policy.history = 0
+    return policy

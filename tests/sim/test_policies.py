@@ -44,7 +44,7 @@ def test_torch_policy_actions_are_what_the_env_executes(device):
 def test_torch_policy_refuses_bad_actions(device):
     """Wrong shape, dtype or device raise ValueError naming what was wrong; non-finite actions raise in the
     policy on the CPU and are flagged by the step on CUDA (no wait for the device), zeros executed."""
-    torch_on(device)
+    _, torch_device = torch_on(device)
     from helpers import torch_policies
 
     env = forge_gpu.sim.make("cartpole", num_envs=3, device=device)
@@ -55,8 +55,8 @@ def test_torch_policy_refuses_bad_actions(device):
         (torch_policies.wrong_device, "meta"),
     ]:
         with pytest.raises(ValueError, match=words):
-            TorchPolicy(env, factory)(env.observation)
-    nan = TorchPolicy(env, torch_policies.nan_actions)
+            TorchPolicy(env, factory(env.spec, torch_device))(env.observation)
+    nan = TorchPolicy(env, torch_policies.nan_actions(env.spec, torch_device))
     if not env.device.is_cuda:
         with pytest.raises(ValueError, match="non-finite"):
             nan(env.observation)

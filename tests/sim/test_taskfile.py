@@ -364,3 +364,21 @@ def test_the_quadrupeds_gait_walks_forward_and_out_earns_random_and_standing():
         earned[name], speed[name] = total, float(np.mean(vx))
     assert speed["expert"] > 0.1 > abs(speed["stand"]), speed
     assert earned["expert"] > earned["stand"] > earned["random"], earned
+
+
+def test_evaluation_takes_success_from_the_success_terms_not_from_any_termination(task_file, tmp_path):
+    """A walker whose every episode ends by a fall (``root_below`` above its start height) at its first transition,
+    its success term still true where the feet are close: the evaluation counts an episode a success only where the
+    recorded ``success`` flag of its frames says so, not at every termination."""
+    (tmp_path / "user_terms.py").write_text(USER_TERMS)
+    falls = tmp_path / "falls.toml"
+    falls.write_text(TASK.replace("height = 0.3", "height = 5.0").replace("distance = 0.05", "distance = 0.0"))
+    env = forge_gpu.sim.make(str(falls), num_envs=3, device="cpu", seed=1)
+    run = str(tmp_path / "r")
+    result = forge_gpu.recording.evaluate(env, forge_gpu.sim.load_policy("random", env), episodes=6, record=run)
+    episodes = {(e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(run)}
+    assert sorted(episodes) == sorted(zip(result.worlds.tolist(), result.episode_ids.tolist(), strict=True))
+    for episode in episodes.values():
+        assert episode.terminated[-1] and not episode.next["success"].any()
+    assert not result.success_once.any() and not result.success_at_end.any()
+    assert result.metrics()["pc_success"] == 0.0

@@ -118,8 +118,10 @@ class _Loop:
         """``step`` calls so far."""
         self.start = time.perf_counter()
 
-    def run(self, first, stop: threading.Event, progress, progress_interval: float) -> str:
-        """Publish ``first`` (the reset batch), then step until done or stopped: ``closed`` or ``interrupted``."""
+    def run(self, first, action, stop: threading.Event, progress, progress_interval: float) -> str:
+        """Publish ``first`` (the reset batch), then step until done or stopped, ``action`` (the policy's, already
+        checked, on the first observation) first: ``closed`` or ``interrupted``. The policy is called once before
+        each step and never after the last."""
         env, last_report = self.env, time.perf_counter()
         self.transport.publish(first)
         while not stop.is_set():
@@ -127,7 +129,10 @@ class _Loop:
                 break
             if self.steps is not None and self.calls >= self.steps:
                 break
-            self.transport.publish(env.step(self.policy(env.observation)))
+            if action is None:
+                action = self.policy(env.observation)
+            self.transport.publish(env.step(action))
+            action = None
             self.calls += 1
             if progress is not None and time.perf_counter() - last_report >= progress_interval:
                 last_report = time.perf_counter()
@@ -195,7 +200,11 @@ def collect(
 
     Args:
         env: A :class:`VectorEnv`.
-        policy: ``(observation) -> action`` on the env's device.
+        policy: ``(observation) -> action`` on the env's device, called once before each step (the first action
+            is checked and executed: the first observation is not asked twice). With next-step auto-reset it is
+            also called on each episode's terminal frame; that action is dropped (the next step resets the env),
+            and the next call sees the new episode's first frame (``step_id == 0``), where a
+            :class:`~forge_gpu.sim.TorchPolicy`'s history and chunks start again.
         directory: New run directory; ``None`` steps and transports without recording.
         episodes: Stop once at least this many episodes have ended (all of them are published).
         steps: Or stop after this many ``step`` calls. Exactly one of the two is given.
@@ -216,7 +225,8 @@ def collect(
     options = recording_options(options)
     began = time.perf_counter()
     first = env.reset()  # compiles the step's kernels on first use and captures the step graph
-    env.check_action(policy(env.observation))  # refuse a broken policy before anything is created
+    action = policy(env.observation)  # the first step's: called once, a stateful policy advances once
+    env.check_action(action)  # refuse a broken policy before anything is created
     if transport is None:  # on CUDA, JPEG fields encoded before the host copy (collect/encode.py)
         encoder = run_encoder(env, options, recording=directory is not None)
         transport = functools.partial(HostSnapshotTransport, encoder=encoder)
@@ -234,7 +244,7 @@ def collect(
     warmup_seconds = loop.start - began
     status, error = "closed", None
     try:
-        status = loop.run(first, stop or threading.Event(), progress, progress_interval)
+        status = loop.run(first, action, stop or threading.Event(), progress, progress_interval)
     except TransportClosed:
         status = "failed"
     except BaseException as exc:

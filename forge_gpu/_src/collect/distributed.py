@@ -76,6 +76,11 @@ class WorkerSpec:
     seed: int
     device: str | None
     policy: str = "random"
+    policy_args: dict = field(default_factory=dict)
+    """The policy factory's keyword arguments, and how its action chunks run: ``load_policy``'s."""
+    execution: str = "open_loop"
+    steps_per_chunk: int | None = None
+    ensemble_decay: float | None = None
     overrides: dict = field(default_factory=dict)
     episodes: int | None = None
     steps: int | None = None
@@ -112,7 +117,14 @@ class _Worker:
         spec = self.spec
         try:
             env = make(spec.task, num_envs=spec.num_envs, device=spec.device, seed=spec.seed, **spec.overrides)
-            policy = load_policy(spec.policy, env)
+            policy = load_policy(
+                spec.policy,
+                env,
+                spec.policy_args,
+                execution=spec.execution,
+                steps_per_chunk=spec.steps_per_chunk,
+                ensemble_decay=spec.ensemble_decay,
+            )
             self._env, self._policy = env, policy
         except BaseException as e:  # reported by run()
             self._error = f"{type(e).__name__}: {e}"
@@ -303,6 +315,10 @@ def collect_distributed(
     seed: int = 0,
     device: str | None = None,
     policy: str = "random",
+    policy_args: dict | None = None,
+    execution: str = "open_loop",
+    steps_per_chunk: int | None = None,
+    ensemble_decay: float | None = None,
     overrides: dict | None = None,
     ray_address: str | None = None,
     stop: threading.Event | None = None,
@@ -322,6 +338,8 @@ def collect_distributed(
         progress: Called about every ``poll_interval`` seconds with :func:`aggregate`'s dict.
         slots: Transport slots per worker (see :func:`collect`).
         options: How every worker records (:class:`RecordingOptions`; default ``RecordingOptions()``).
+        policy_args, execution, steps_per_chunk, ensemble_decay: Each worker's ``load_policy(policy, env,
+            policy_args, execution=..., steps_per_chunk=..., ensemble_decay=...)`` (``forge_gpu.sim.load_policy``).
 
     Raises ImportError without Ray and ValueError for arguments the cluster cannot serve; a worker's
     failure does not raise: it is in the summary (and in ``dataset.json``) with its error.
@@ -349,6 +367,10 @@ def collect_distributed(
                 seed=worker_seed(seed, k),
                 device="cuda:0" if use_gpus else device,
                 policy=policy,
+                policy_args=dict(policy_args or {}),
+                execution=execution,
+                steps_per_chunk=steps_per_chunk,
+                ensemble_decay=ensemble_decay,
                 overrides=dict(overrides or {}),
                 episodes=targets[k],
                 steps=steps,

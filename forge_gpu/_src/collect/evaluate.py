@@ -47,8 +47,9 @@ class Evaluation:
     success_once: np.ndarray
     """The episode reached success at some step, bool [N] (all false for a task without success)."""
     success_at_end: np.ndarray
-    """The episode's last transition was a success, bool [N]. A task's success ends its episode (terminated), so
-    for the shipped tasks it equals ``success_once``."""
+    """The episode's last frame was a success, bool [N]. Both come from the task's success flag of each frame
+    (``Task.success_flags``): where success ends the episode (reach, push) the two are equal; a task whose failures
+    also terminate, or whose success does not end the episode, tells them apart."""
     params: dict[str, np.ndarray]
     """Each randomized parameter's drawn value of the episode: name -> [N, ...]."""
     instructions: list[str]
@@ -203,7 +204,8 @@ def evaluate(
     Args:
         env: a :class:`forge_gpu.sim.VectorEnv`.
         policy: ``(observation) -> action`` on the env's device, called once per step (the first action is checked
-            before the first step, not asked for twice).
+            before the first step, not asked for twice), with or without ``record``. It is also called on each
+            episode's terminal frame, whose action the auto-reset drops (see ``collect``).
         episodes: N >= 1.
         stop: when set, the evaluation ends at once and raises ``InterruptedError`` (a part of the N episodes would
             be a biased estimate: nothing is returned).
@@ -212,8 +214,7 @@ def evaluate(
         record: a new run directory: the N evaluated episodes recorded as a run, through ``collect``'s transport and
             recorder (``options``, ``slots``: as ``collect``'s), none cut and none extra: the idle worlds reset at
             every step and run no transition, so none of their episodes is published. ``Evaluation.worlds`` and
-            ``episode_ids`` name episode j's ``(env_id, episode_id)`` in the run. The policy is then called twice on
-            the first observation, as ``collect`` does.
+            ``episode_ids`` name episode j's ``(env_id, episode_id)`` in the run.
     """
     check_int("episodes", episodes, minimum=1)
     rows = EvaluationRows(env, episodes)
@@ -280,14 +281,12 @@ def _counters(target: int, ended: int, steps: int, num_envs: int, seconds: float
 def _result(env, rows: EvaluationRows, steps: int, seconds: float, warmup: float) -> Evaluation:
     spec, n = env.spec, rows.episodes
     params = {
-        name: rows.params[name].numpy().reshape((n, *env.randomizer.recorded[name].shape[1:]))
-        for name in rows.params
+        name: rows.params[name].numpy().reshape((n, *env.randomizer.recorded[name].shape[1:])) for name in rows.params
     }
     if TEMPLATE_KEY in spec:
         instructions = list(episode_instructions(spec[TEMPLATE_KEY], params, count=n))
     else:
         instructions = [spec["instruction"]] * n
-    success = rows.success.numpy().astype(bool)
     return Evaluation(
         task=spec["task"],
         seed=int(env.seed),
@@ -296,8 +295,8 @@ def _result(env, rows: EvaluationRows, steps: int, seconds: float, warmup: float
         returns=rows.returns.numpy().astype(np.float64),
         max_rewards=rows.max_rewards.numpy().astype(np.float64),
         lengths=rows.lengths.numpy().astype(np.int64),
-        success_once=success,
-        success_at_end=success.copy(),
+        success_once=rows.success_once.numpy().astype(bool),
+        success_at_end=rows.success_at_end.numpy().astype(bool),
         params=params,
         instructions=instructions,
         worlds=rows.worlds.numpy().astype(np.int64),

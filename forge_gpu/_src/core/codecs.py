@@ -5,7 +5,12 @@ frame is one row of its column and any frame decodes without its neighbours. :da
 :class:`CodecSpec` is a name and its parameters, as run.json records it per field; :class:`EncodedFrames` holds
 the payloads of ``n`` frames in one contiguous uint8 buffer with ``n + 1`` offsets; :func:`encode_frames` and
 :func:`decode_frames` go between the two, optionally over a thread pool (the libraries used here let go of the GIL
-while they work; bench/codecs.py's ``encode_x2`` and ``decode_x2`` measure it).
+while they work; bench/codecs.py's ``encode_x2`` and ``decode_x2`` measure it); :func:`decode_into` decodes any
+payloads (views of a mapped segment) straight into given rows of an array.
+
+:func:`transform` and :func:`untransform` state the byte formats frame by frame, as docs/FORMAT.md does; the decoder
+undoes ``untransform``'s steps on several frames at once in the words' own unsigned width (the same values, bit for
+bit: the differences' sums wrap as the format's do), which is what makes a batch of windows quick to decode.
 
 The standard library and numpy at import; Pillow and pyarrow are loaded by the codecs that use them.
 """
@@ -207,24 +212,8 @@ def _decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
     """A function from one payload (a buffer) to its frame, checked to be of ``shape`` and ``dtype``."""
     name = spec.name
     if name in _COMPRESSED:
-        codec = _arrow_codec(_COMPRESSED[name], None)
-        size = int(np.prod(shape)) * (4 if name == "quantized" else dtype.itemsize)
-        check = _zstd_frame if _COMPRESSED[name] == "zstd" else _lz4_frame
-
-        def decode(data) -> np.ndarray:
-            check(memoryview(data).cast("B"), size)
-            if _COMPRESSED[name] == "zstd":  # the frame's content size, checked above, is the size Arrow returns
-                planes = np.frombuffer(codec.decompress(data, decompressed_size=size, asbytes=True), np.uint8)
-            else:  # Arrow's lz4 decompress returns `size` bytes whatever the frame holds: read one more, as a stream
-                import pyarrow as pa
-
-                found = pa.CompressedInputStream(pa.BufferReader(data), "lz4").read(size + 1)
-                if len(found) != size:
-                    raise ValueError(f"an lz4 payload decompresses to {len(found)} bytes, expected {size}")
-                planes = np.frombuffer(found, np.uint8)
-            return untransform(spec, planes, shape, dtype)
-
-        return decode
+        unpack = _decompressor(spec, int(np.prod(shape)) * (4 if name == "quantized" else dtype.itemsize))
+        return lambda data: untransform(spec, np.frombuffer(unpack(data), np.uint8), shape, dtype)
     Image = _pillow()
     fmt, modes = _IMAGE_FORMATS[name], _IMAGE_MODES[name][channels(shape)]
 
@@ -350,23 +339,138 @@ def decode_frames(
     result = np.empty((n, *shape), dtype) if out is None else out
     if result.shape != (n, *shape) or result.dtype != dtype:
         raise ValueError(f"decode_frames: out is {result.dtype}{list(result.shape)}, expected {dtype}{[n, *shape]}")
-    decode = _decoder(spec, shape, dtype)
-    payload, offsets = encoded.payload, encoded.offsets
-
-    def run(bounds: tuple[int, int]) -> None:
-        for i in range(*bounds):
-            result[i] = decode(payload[offsets[i] : offsets[i + 1]])
-
-    chunks = _chunks(n, getattr(pool, "_max_workers", 1) if pool is not None else 1)
-    try:
-        if pool is not None and len(chunks) > 1:
-            list(pool.map(run, chunks))
-        else:
-            for bounds in chunks:
-                run(bounds)
-    except (OSError, ValueError, SyntaxError) as exc:  # Pillow raises OSError / SyntaxError on bad data
-        raise ValueError(f"a {spec.name} frame does not decode: {exc}") from exc
+    view, bounds = memoryview(encoded.payload), encoded.offsets.tolist()
+    decode_into(spec, [view[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)], result, pool=pool)
     return result
+
+
+def decode_into(spec: CodecSpec, payloads: Sequence, out: np.ndarray, *, places=None, pool=None) -> None:
+    """Decode ``payloads`` (buffers, one frame's payload each, encoded with ``spec``) into ``out`` (``[m, *shape]``
+    of the frames' dtype): payload ``i`` into ``out[places[i]]`` (``out[i]`` without ``places``); over ``pool`` (a
+    ``concurrent.futures.Executor``; its workers take runs of payloads) where given. ValueError when a payload
+    does not decode to a frame of ``out``'s shape and dtype (other rows may be written)."""
+    decode_all([(spec, payloads, out, places)], pool=pool)
+
+
+def decode_all(jobs: Sequence[tuple], *, pool=None) -> None:
+    """Several :func:`decode_into` at once, each job ``(spec, payloads, out, places)``: every job cut into runs of
+    payloads (two per worker) that ``pool``'s workers take in turn, so that the frames of a field quick to decode and
+    of a slow one share the workers to the end."""
+    workers = getattr(pool, "_max_workers", 1) if pool is not None else 1
+    tasks = []
+    for spec, payloads, out, places in jobs:
+        places = np.arange(len(payloads)) if places is None else np.asarray(places, np.int64).reshape(-1)
+        if places.size != len(payloads):
+            raise ValueError(f"decode_into: {len(payloads)} payloads for {places.size} places")
+        run = _frames_decoder(spec, tuple(out.shape[1:]), out.dtype)
+        parts = _chunks(len(payloads), 2 * workers if workers > 1 else 1)
+        tasks += [(spec, run, payloads[a:b], places[a:b], out) for a, b in parts]
+
+    def task(spec: CodecSpec, run, payloads: Sequence, places: np.ndarray, out: np.ndarray) -> None:
+        try:
+            run(payloads, places, out)
+        except (OSError, ValueError, SyntaxError) as exc:  # Pillow raises OSError / SyntaxError on bad data
+            raise ValueError(f"a {spec.name} frame does not decode: {exc}") from exc
+
+    if pool is not None and len(tasks) > 1:
+        list(pool.map(lambda args: task(*args), tasks))
+    else:
+        for args in tasks:
+            task(*args)
+
+
+#: The frames whose words :func:`_frames_decoder` undoes together: about this many bytes of words at a time (a few
+#: frames, kept in the core's cache between the steps).
+_GROUP_BYTES = 1 << 18
+
+
+def _frames_decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
+    """A function ``(payloads, places, out)`` that decodes each payload into ``out[place]``. The ``zstd``, ``lz4`` and
+    ``quantized`` codecs' words are undone a group of frames at a time (:func:`_undo_words`): the same steps as
+    :func:`untransform`, whole-array over the group, in the words' unsigned width."""
+    if spec.name not in _COMPRESSED:
+        decode = _decoder(spec, shape, dtype)
+
+        def each(payloads: Sequence, places: np.ndarray, out: np.ndarray) -> None:
+            for data, at in zip(payloads, places.tolist(), strict=True):
+                out[at] = decode(data)
+
+        return each
+    size = int(np.prod(shape)) * (4 if spec.name == "quantized" else dtype.itemsize)
+    unpack = _decompressor(spec, size)
+    if spec.name != "quantized" and dtype.itemsize == 1:  # the transformed bytes are the frame's
+
+        def raw(payloads: Sequence, places: np.ndarray, out: np.ndarray) -> None:
+            for data, at in zip(payloads, places.tolist(), strict=True):
+                out[at] = np.frombuffer(unpack(data), dtype).reshape(shape)
+
+        return raw
+    width = 4 if spec.name == "quantized" else dtype.itemsize
+    words = _UNSIGNED[width].newbyteorder("<")
+    count, rows = size // width, shape[0]
+    group = max(1, _GROUP_BYTES // max(size, 1))
+    scale = spec.param("step_um") * 1e-6 if spec.name == "quantized" else None
+
+    def grouped(payloads: Sequence, places: np.ndarray, out: np.ndarray) -> None:
+        k = min(group, len(payloads))
+        if not k:
+            return
+        gathered = np.empty((k, count, width), np.uint8)  # each frame's words, from its byte planes
+        signs = np.empty((k, count), words)
+        values = np.empty((k, count), np.float64) if scale is not None else None
+        for first in range(0, len(payloads), k):
+            part = payloads[first : first + k]
+            n = len(part)
+            for j, data in enumerate(part):
+                planes = np.frombuffer(unpack(data), np.uint8).reshape(width, count)
+                for b in range(width):
+                    gathered[j, :, b] = planes[b]
+            w = gathered[:n].reshape(n, count * width).view(words).reshape(n, rows, -1)
+            _undo_words(w, signs[:n].reshape(n, rows, -1))
+            at = places[first : first + n]
+            if scale is None:
+                out[at] = w.view(dtype.newbyteorder("<")).reshape(n, *shape)
+            else:  # q * step in float64, rounded once to float32, as untransform
+                np.multiply(w.view(np.dtype("<i4")), scale, out=values[:n].reshape(n, rows, -1))
+                out[at] = values[:n].reshape(n, *shape)
+
+    return grouped
+
+
+def _undo_words(words: np.ndarray, scratch: np.ndarray) -> None:
+    """:func:`_undo_zigzag_delta` in place on unsigned words ``[frames, rows, row]`` (``scratch``: an array of their
+    shape and dtype): each zigzagged difference back to its wrapped signed value (``(z >> 1) ^ -(z & 1)``), then
+    summed along its row, every step wrapping at the words' width as the format's arithmetic does. The words come
+    out as the values' bits (``quantized``: view them as int32)."""
+    np.bitwise_and(words, 1, out=scratch)
+    np.negative(scratch, out=scratch)
+    np.right_shift(words, 1, out=words)
+    np.bitwise_xor(words, scratch, out=words)
+    np.cumsum(words, axis=2, dtype=words.dtype, out=words)
+
+
+def _decompressor(spec: CodecSpec, size: int):
+    """A function from one ``zstd``, ``lz4`` or ``quantized`` payload to its transformed bytes (a buffer of exactly
+    ``size`` bytes), the payload checked to be one frame of that content (docs/FORMAT.md "Encoded fields")."""
+    if _COMPRESSED[spec.name] == "zstd":
+        codec = _arrow_codec("zstd", None)
+
+        def zstd(data):
+            _zstd_frame(memoryview(data).cast("B"), size)  # its content size, checked, is the size Arrow returns
+            return codec.decompress(data, decompressed_size=size, asbytes=True)
+
+        return zstd
+    import pyarrow as pa
+
+    def lz4(data):
+        _lz4_frame(memoryview(data).cast("B"), size)
+        # Arrow's lz4 decompress returns `size` bytes whatever the frame holds: read one more, as a stream
+        found = pa.CompressedInputStream(pa.BufferReader(data), "lz4").read(size + 1)
+        if len(found) != size:
+            raise ValueError(f"an lz4 payload decompresses to {len(found)} bytes, expected {size}")
+        return found
+
+    return lz4
 
 
 def field_codecs(fields: Mapping[str, tuple[Sequence[int], Any]], requested: Mapping[str, CodecSpec]) -> dict:

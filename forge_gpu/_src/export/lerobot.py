@@ -15,10 +15,11 @@ A forge_gpu episode of T transitions becomes T LeRobot frames: frame t holds ``o
 ``obs/proprio[t]``, ``observation.environment_state`` = the object and goal state (LeRobot's name for it in its own
 simulated datasets, which ACT and diffusion take as input): the other vector observation fields at t, concatenated
 in the spec's order (``cube_pose``, ``cube_velocity``, ``goal_position`` for push; ``environment_state`` chooses
-them, an empty list leaves the feature out), ``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the
-executed action of
-transition t, ``next.reward`` = its reward, ``next.done`` = whether it ended the episode (terminated or
-truncated; true on the last frame only) and, for tasks with success, ``next.success`` = terminated;
+them, an empty list leaves the feature out; label fields, run.json's ``env_spec.labels``, are never among them),
+``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the executed action of transition t (with ``target`` a
+label field: that label of frame t, e.g. the expert's action for the state of ``collect --label expert``),
+``next.reward`` = its reward, ``next.done`` = whether it ended the episode (terminated or truncated; true on the
+last frame only) and, for tasks with success, ``next.success`` = terminated;
 ``timestamp = frame_index / fps`` with fps = 1 / control_dt. The episode's last observation (the frame
 after its last transition) has no action and is not a LeRobot frame. ``depth`` is left out: LeRobot v3.0
 stores depth as quantized video with its own encoder settings, which this exporter does not write; so is
@@ -47,6 +48,7 @@ from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
 from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.core.instructions import factorize
+from forge_gpu._src.core.labels import ACTION_TARGET, label_fields, target_column
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.reading.runs import episode_index, index_instructions, open_run, read_index
@@ -119,6 +121,7 @@ def export_lerobot(
     data_file_mb: float = DATA_FILE_MB,
     video_file_mb: float = VIDEO_FILE_MB,
     environment_state: Sequence[str] | None = None,
+    target: str = ACTION_TARGET,
 ) -> dict:
     """Write the episodes of ``source`` (a closed run directory or a dataset root) as the LeRobot v3.0
     dataset ``out`` (a new directory). Returns a report: episodes, frames, files, bytes, seconds,
@@ -133,7 +136,10 @@ def export_lerobot(
         data_file_mb, video_file_mb: a part starts new files once its data or video file passes this size.
         environment_state: the observation fields written, concatenated in this order, as
             ``observation.environment_state``; default every vector field but ``proprio``, in the spec's order
-            (:func:`environment_fields`); ``[]``: no environment state.
+            (:func:`environment_fields`); ``[]``: no environment state. Label fields are never among them.
+        target: what ``action`` holds: ``"action"``, the executed actions, or a label field of the run (e.g.
+            ``"expert_action"``): its value at each transition's first frame; ``meta/stats.json``'s ``action`` is
+            then the label's statistics.
 
     Raises ValueError for a run that is not closed, runs of different tasks, a control_dt without
     integer fps or odd image sizes; FileExistsError when ``out`` exists; ImportError without PyAV.
@@ -154,7 +160,9 @@ def export_lerobot(
         height, width = layout[camera][0][:2]
         if height % 2 or width % 2 or layout[camera][1] != np.uint8 or layout[camera][0][2:] != (3,):
             raise ValueError(f"camera {camera!r} must be [H, W, 3] uint8 with even H and W, got {layout[camera]}")
-    state_fields = environment_fields(layout, environment_state, name=os.path.join(runs[0].directory, RUN_MANIFEST))
+    name = os.path.join(runs[0].directory, RUN_MANIFEST)
+    target_column(spec, target, name=name)
+    state_fields = environment_fields(layout, environment_state, name=name, labels=tuple(label_fields(spec)))
     stats = source_statistics(source)
     start = time.perf_counter()
     index = episode_index(source)
@@ -173,6 +181,7 @@ def export_lerobot(
             "crf": CODECS[codec][1] if crf is None else int(crf),
             "cameras": cameras,
             "environment_state": state_fields,
+            "target": target,
             "has_success": bool(spec.get("has_success")),
             "compute_stats": stats is None,
             "data_bytes": int(data_file_mb * 2**20),
@@ -218,17 +227,24 @@ def export_lerobot(
         "workers": len(jobs),
         "left_out": [f for f in LEFT_OUT_FIELDS if f in layout],
         "environment_state": state_fields,
+        "target": target,
     }
 
 
-def environment_fields(layout: dict, chosen: Sequence[str] | None, *, name: str) -> list[str]:
+def environment_fields(
+    layout: dict, chosen: Sequence[str] | None, *, name: str, labels: Sequence[str] = ()
+) -> list[str]:
     """The observation fields of ``observation.environment_state``, in order: ``chosen``, checked (vector or scalar
-    fields of the run, not ``proprio``, each once), or by default every such field in the spec's order. ValueError
-    naming the field, ``name`` (the run) and the fields allowed."""
+    fields of the run, not ``proprio`` nor a label field of ``labels``, each once), or by default every such field
+    in the spec's order. ValueError naming the field, ``name`` (the run) and the fields allowed."""
     allowed = [
         f
         for f, (shape, _) in layout.items()
-        if f not in BOOKKEEPING_FIELDS and f != STATE_FIELD and f not in CAMERA_FIELDS and len(shape) <= 1
+        if f not in BOOKKEEPING_FIELDS
+        and f != STATE_FIELD
+        and f not in CAMERA_FIELDS
+        and f not in labels
+        and len(shape) <= 1
     ]
     if chosen is None:
         return allowed
@@ -238,7 +254,7 @@ def environment_fields(layout: dict, chosen: Sequence[str] | None, *, name: str)
         if field not in allowed:
             raise ValueError(
                 f"environment_state field {field!r} is not a vector observation field of {name} other than "
-                f"{STATE_FIELD!r}; allowed: {', '.join(allowed) or 'none'}"
+                f"{STATE_FIELD!r} and its labels; allowed: {', '.join(allowed) or 'none'}"
             )
     if len(set(chosen)) != len(chosen):
         raise ValueError(f"environment_state={list(chosen)!r} names a field twice")
@@ -439,8 +455,9 @@ def export_part(job: dict, report: Callable[[int], None]) -> dict:
             if job["environment_state"]:
                 environment = [_flat(episode.obs[f]) for f in job["environment_state"]]
                 columns[ENVIRONMENT_STATE] = _vector(np.concatenate(environment, axis=1))
+            action = episode.action if job["target"] == ACTION_TARGET else episode.obs[job["target"]]
             columns |= {
-                "action": _vector(episode.action),
+                "action": _vector(action),
                 "next.reward": pa.array(episode.reward, pa.float32()),
                 "next.done": pa.array(episode.terminated | episode.truncated),
             }
@@ -530,9 +547,12 @@ def number_files(partial: str, parts: list[dict], episodes: list[dict], cameras:
             meta[f"videos/{key}/chunk_index"], meta[f"videos/{key}/file_index"] = chunk, file
 
 
-def lerobot_stats(stats: StatsAccumulator | None, cameras: list[str], environment_state: list[str]) -> dict:
+def lerobot_stats(
+    stats: StatsAccumulator | None, cameras: list[str], environment_state: list[str], target: str = ACTION_TARGET
+) -> dict:
     """meta/stats.json's content: LeRobot's keys, per-channel image figures as [3, 1, 1] in [0, 1]; the
-    environment state's figures are its fields' concatenated in order."""
+    environment state's figures are its fields' concatenated in order; ``action``'s are the ``target``'s (the
+    recorded actions', or a label field's: ``obs/<target>``)."""
     if stats is None:
         return {}
     summary = stats.summary()
@@ -543,7 +563,7 @@ def lerobot_stats(stats: StatsAccumulator | None, cameras: list[str], environmen
             for figure in parts[0]
         }
     names = {"obs/proprio": "observation.state", ENVIRONMENT_STATE: ENVIRONMENT_STATE}
-    names |= {"action": "action", "reward": "next.reward"}
+    names |= {"action" if target == ACTION_TARGET else f"obs/{target}": "action", "reward": "next.reward"}
     names.update({f"obs/{c}": f"observation.images.{c}" for c in cameras})
     out = {}
     for key, name in names.items():
@@ -632,7 +652,8 @@ def write_meta(partial, manifest, spec, layout, cameras, fps, episodes, total, s
     meta = os.path.join(partial, "meta")
     os.makedirs(os.path.join(meta, "episodes", "chunk-000"), exist_ok=True)
     _write_json(os.path.join(meta, "info.json"), info)
-    _write_json(os.path.join(meta, "stats.json"), lerobot_stats(stats, cameras, settings["environment_state"]))
+    figures = lerobot_stats(stats, cameras, settings["environment_state"], settings["target"])
+    _write_json(os.path.join(meta, "stats.json"), figures)
     _write_tasks(os.path.join(meta, "tasks.parquet"), settings["tasks"])
     columns = {
         "episode_index": pa.array([m["episode_index"] for m in episodes], pa.int64()),

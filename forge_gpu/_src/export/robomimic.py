@@ -8,7 +8,9 @@ Written with h5py (the ``export`` extra). robomimic's layout:
                               params/<name>: the values the episode was randomized with (where it was)
       obs/<field>             [T, ...] observation before each transition (proprio, rgb, depth)
       next_obs/<field>        [T, ...] observation after it
-      actions [T, A] float32, rewards [T] float32, dones [T] uint8 (1 on the last transition)
+      actions [T, A] float32, rewards [T] float32, dones [T] uint8 (1 on the last transition); with ``target``
+                              a label field (``collect --label expert``'s ``expert_action``), ``actions`` is that
+                              label at each transition's first frame, and ``data`` has the attr forge_gpu_target
     mask/train, mask/valid    demo names (bytes): a seeded 90/10 split
     mask/successful           demos that ended in success (tasks with success only)
     forge_gpu/stats/<key>/<figure>   the normalization statistics (forge_gpu/_src/recording/stats.py)
@@ -32,6 +34,8 @@ import numpy as np
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_succeeded
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
 from forge_gpu._src.core.files import partial_path, publish, remove_quietly
+from forge_gpu._src.core.labels import ACTION_TARGET, target_column
+from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.export.common import closed_runs, export_report, source_statistics
 from forge_gpu._src.reading.runs import episode_index, read_index
 from forge_gpu._src.recording.stats import StatsAccumulator
@@ -59,12 +63,15 @@ def export_robomimic(
     *,
     progress: Callable[[int, int], None] | None = None,
     seed: int = 0,
+    target: str = ACTION_TARGET,
 ) -> dict:
     """Write the episodes of ``source`` (a closed run directory or a dataset root) as the robomimic HDF5
     file ``out`` (a new file). Returns a report: episodes, frames, bytes, seconds, frames_per_s.
 
-    ``seed`` chooses the 10% of demos in ``mask/valid``. Raises ValueError for a run that is not closed
-    or runs of different tasks, FileExistsError when ``out`` exists, ImportError without h5py.
+    ``seed`` chooses the 10% of demos in ``mask/valid``. ``target``: what ``actions`` holds, ``"action"`` (the
+    executed actions) or a label field of the run (e.g. ``"expert_action"``). Raises ValueError for a run that is
+    not closed, runs of different tasks or a target that is not a label field, FileExistsError when ``out`` exists,
+    ImportError without h5py.
     """
     h5py = _require_h5py()
     source, out = os.fspath(source), os.fspath(out)
@@ -73,6 +80,7 @@ def export_robomimic(
         raise FileExistsError(f"{out} already exists; give a new file name")
     manifest = runs[0].manifest
     spec = manifest["env_spec"]
+    target_column(spec, target, name=os.path.join(runs[0].directory, RUN_MANIFEST))
     layout = observation_layout(spec)
     fields = [f for f in layout if f not in SKIPPED_FIELDS]
     stats = source_statistics(source)
@@ -103,7 +111,7 @@ def export_robomimic(
                 for group, frames in (("obs", episode.obs), ("next_obs", episode.next)):
                     for field in fields:
                         _dataset(demo, f"{group}/{field}", frames[field])
-                _dataset(demo, "actions", episode.action)
+                _dataset(demo, "actions", episode.action if target == ACTION_TARGET else episode.obs[target])
                 _dataset(demo, "rewards", episode.reward)
                 _dataset(demo, "dones", (episode.terminated | episode.truncated).astype(np.uint8))
                 names.append(name)
@@ -115,6 +123,8 @@ def export_robomimic(
                 if progress is not None:
                     progress(done, total)
             data.attrs["total"] = total
+            if target != ACTION_TARGET:
+                data.attrs["forge_gpu_target"] = target
             data.attrs["env_args"] = json.dumps(
                 {
                     "env_name": f"forge_gpu/{manifest['task']}",
@@ -144,7 +154,8 @@ def export_robomimic(
     except BaseException:
         remove_quietly(partial)
         raise
-    return export_report(out, "robomimic", len(names), total, os.path.getsize(out), start, computed=computed)
+    report = export_report(out, "robomimic", len(names), total, os.path.getsize(out), start, computed=computed)
+    return {**report, "target": target}
 
 
 def _dataset(group, name: str, values: np.ndarray) -> None:

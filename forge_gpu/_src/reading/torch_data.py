@@ -13,22 +13,26 @@ import torch
 import torch.utils.data
 
 from forge_gpu._src.core.episode import EpisodeReadOptions
+from forge_gpu._src.core.labels import ACTION_TARGET
+from forge_gpu._src.reading.runs import episode_index
 from forge_gpu._src.reading.shared_batches import worker_slots
-from forge_gpu._src.reading.windows import CHUNK, Windows, check_flags, check_window
+from forge_gpu._src.reading.windows import CHUNK, Windows, check_flags, check_target, check_window
 
 
 class _WindowSource:
     """What both datasets hold: the arguments of their :class:`Windows`, checked when the dataset is made (not in a
     worker), and picklable (a DataLoader worker under spawn gets a copy and opens its own windows)."""
 
-    def _keep(self, directory, history, horizon, observation_keys, pad, mmap, state, params) -> None:
+    def _keep(self, directory, history, horizon, observation_keys, pad, mmap, state, params, target) -> None:
         check_window(history, horizon)
         EpisodeReadOptions(observation_keys=observation_keys, state=state)
         check_flags(pad=pad, mmap=mmap, params=params)
+        if target != ACTION_TARGET:  # a label field of every run (reads the manifests)
+            check_target(episode_index(directory), target)
         self.directory = os.fspath(directory)
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
         self.observation_keys = None if observation_keys is None else list(observation_keys)
-        self.extras = {"state": state, "params": params}
+        self.extras = {"state": state, "params": params, "target": target}
 
     def _open_windows(self, **shard: int) -> Windows:
         """The :class:`Windows` of the dataset, of the ``shard`` (``shard_index``, ``num_shards``) where given."""
@@ -48,7 +52,8 @@ class WindowDataset(_WindowSource, torch.utils.data.IterableDataset):
     """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
     (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks; ``mmap`` leaves
     uncompressed packed runs in their memory-mapped files instead of loading each shard; ``state`` and ``params``
-    add ``state/<S>`` ``[history, ...]`` and ``params/<P>`` to each item).
+    add ``state/<S>`` ``[history, ...]`` and ``params/<P>`` to each item; ``target`` = a label field, e.g.
+    ``"expert_action"``, makes ``action`` the label of the frames t..t+horizon-1 instead of the recorded actions).
 
     Each item is a dict of torch tensors (``obs/<F>`` ``[history, ...]``, ``action`` ``[horizon, A]``,
     int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
@@ -73,9 +78,10 @@ class WindowDataset(_WindowSource, torch.utils.data.IterableDataset):
         mmap: bool = False,
         state: bool | Sequence[str] = False,
         params: bool = False,
+        target: str = ACTION_TARGET,
     ):
         super().__init__()
-        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params)
+        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params, target)
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -101,7 +107,7 @@ class WindowDataset(_WindowSource, torch.utils.data.IterableDataset):
 
 class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
     """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`, and
-    :class:`WindowDataset` for ``state`` and ``params``).
+    :class:`WindowDataset` for ``state``, ``params`` and ``target``).
 
     ``dataset[i]`` is one window (tensors as in :class:`WindowDataset`); ``dataset[indices]`` with a list
     of indices is a whole batch in one vectorized call (``obs/<F>`` ``[B, history, ...]``, ...), so
@@ -129,9 +135,10 @@ class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
         mmap: bool = False,
         state: bool | Sequence[str] = False,
         params: bool = False,
+        target: str = ACTION_TARGET,
     ):
         super().__init__()
-        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params)
+        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params, target)
         self._windows: Windows | None = None
 
     @property

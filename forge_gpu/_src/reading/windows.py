@@ -13,6 +13,7 @@ numpy and the standard library (pyarrow for packed runs).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Iterator, Sequence
@@ -24,7 +25,8 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.frames import take_rows
 from forge_gpu._src.core.instructions import INSTRUCTION, factorize
-from forge_gpu._src.reading.runs import shard_episodes
+from forge_gpu._src.core.labels import ACTION_TARGET, target_column
+from forge_gpu._src.reading.runs import episode_index
 
 #: Windows gathered at once where they are handed out one by one (one vectorized batch call).
 CHUNK = 256
@@ -56,6 +58,12 @@ class Windows:
     Every block's checksum is verified once, as the table is made (mapped or loaded); ``verify=False`` skips it
     (:class:`EpisodeReadOptions`'s ``verify``).
 
+    ``target`` chooses what ``action`` holds: ``"action"`` (default), the recorded (executed) actions ``t ..
+    t+horizon-1``; or the name of a label field of the runs (run.json's ``env_spec.labels``, e.g. ``"expert_action"``
+    of ``collect --label expert``): the label of the frames ``t .. t+horizon-1``, the expert's actions for the states
+    the transitions ``t .. t+horizon-1`` started from, under the same padding rules and ``action_is_pad``. The label
+    is read whether or not ``observation_keys`` names it (``obs/<label>`` is in the batch only where it does).
+
     Encoded image fields (packed layout 5) are decoded as a batch gathers them, on the CPU over the reader's thread
     pool; ``batch(indices, encoded=True)`` leaves them encoded (an ``EncodedFrames`` of the batch's ``B x history``
     frames, window by window), for a decoder elsewhere: ``forge_gpu.reading.device_batch`` decodes them on a CUDA
@@ -76,6 +84,7 @@ class Windows:
         state: bool | Sequence[str] = False,
         params: bool = False,
         verify: bool = True,
+        target: str = ACTION_TARGET,
     ):
         check_flags(pad=pad, mmap=mmap, params=params, verify=verify)
         options = EpisodeReadOptions(
@@ -85,24 +94,38 @@ class Windows:
             state=state,
             verify=verify,
         )
-        self._load(shard_episodes(directory, options), history, horizon, options, pad=pad, mmap=mmap, params=params)
+        index = episode_index(directory)
+        check_target(index, target)  # every run of the directory, whichever shard holds its episodes
+        index = index[options.shard_index :: options.num_shards]
+        self._load(index, history, horizon, options, pad=pad, mmap=mmap, params=params, target=target)
 
     @classmethod
-    def _of_index(cls, index: list, history: int, horizon: int, options: EpisodeReadOptions) -> Windows:
+    def _of_index(
+        cls, index: list, history: int, horizon: int, options: EpisodeReadOptions, target: str = ACTION_TARGET
+    ) -> Windows:
         """The unpadded windows of the episodes of ``index`` (``(run, k)`` pairs, :func:`runs.episode_index`), read
         with ``options`` (its shard fields aside: ``index`` is the shard)."""
         windows = cls.__new__(cls)
-        windows._load(index, history, horizon, options, pad=False, mmap=False, params=False)
+        windows._load(index, history, horizon, options, pad=False, mmap=False, params=False, target=target)
         return windows
 
-    def _load(self, index: list, history: int, horizon: int, options: EpisodeReadOptions, **flags: bool) -> None:
+    def _load(
+        self, index: list, history: int, horizon: int, options: EpisodeReadOptions, *, target: str, **flags: bool
+    ) -> None:
         check_window(history, horizon)
         pad, mmap = flags["pad"], flags["mmap"]
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
+        self.target = target
+        """What ``action`` holds: ``"action"`` (the recorded actions) or a label field (see the class doc)."""
+        column, options, hidden = _target_reading(target, options)
         self.fields, blocks, episodes = _frame_table(index, options, mmap, flags["params"])
-        # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions.
+        self.fields = [f for f in self.fields if f"obs/{f}" != hidden]
+        # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions (or the
+        # target label's rows: transition k's action is stored on frame k+1, the label of its state on frame k).
         self._starts = np.array([start for start, _ in blocks], np.int64)
-        self._obs = [(start, {n: c for n, c in columns.items() if n != "action"}) for start, columns in blocks]
+        self._obs = [
+            (start, {n: c for n, c in columns.items() if n not in ("action", hidden)}) for start, columns in blocks
+        ]
         # Encoded columns (packed layout 5: ``EncodedColumn``, its payloads in ``frames``), which ``batch`` can leave
         # encoded, and the table without them.
         self.encoded_fields = {n: (c.frame_shape, c.dtype) for n, c in self._obs[0][1].items() if hasattr(c, "frames")}
@@ -110,7 +133,8 @@ class Windows:
         self._unencoded = [
             (a, {n: c for n, c in cols.items() if n not in self.encoded_fields}) for a, cols in self._obs
         ]
-        self._action = [(start, {"action": c["action"]}) for start, c in blocks]
+        self._action = [(start, {"action": c[column]}) for start, c in blocks]
+        self._shift = 1 if column == "action" else 0  # the row of transition k: frame k+1 (action) or k (a label)
         self._params = {k: v for k, v in episodes.items() if k.startswith("params/")}
         self._first_row, self._stride, self._steps = episodes["first_row"], episodes["stride"], episodes["steps"]
         self._env_id, self._episode_id = episodes["env_id"], episodes["episode_id"]
@@ -131,7 +155,7 @@ class Windows:
         if not pad and self._stride.size and self._stride.min() == self._stride.max():
             e, stride = self._window_episode, int(self._stride[0])
             self._window_row = self._first_row[e] + self._window_t * stride
-            self._offsets = (np.arange(1 - history, 1) * stride, (np.arange(horizon) + 1) * stride)
+            self._offsets = (np.arange(1 - history, 1) * stride, (np.arange(horizon) + self._shift) * stride)
 
     def __len__(self) -> int:
         return int(self._window_t.size)
@@ -168,15 +192,15 @@ class Windows:
             frame = t[:, None] + np.arange(1 - self.history, 1)  # [B, history]: t-h+1 .. t
             step = t[:, None] + np.arange(self.horizon)  # [B, horizon]: t .. t+H-1
             obs_rows = first + np.maximum(frame, 0) * stride
-            action_rows = first + (np.minimum(step, last) + 1) * stride  # transition k is stored on frame k+1
-        out: dict[str, Any] = {
-            name: values.reshape(*obs_rows.shape, *values.shape[1:])
-            for name, values in take_rows(
-                self._unencoded if encoded else self._obs, obs_rows.ravel(), self._starts, empty=empty
-            ).items()
-        }
-        if encoded:
-            out.update(self._payloads(obs_rows.ravel()))
+            action_rows = first + (np.minimum(step, last) + self._shift) * stride  # transition k: frame k+1 (or k)
+        gathered = take_rows(self._unencoded, obs_rows.ravel(), self._starts, empty=empty)
+        if self.encoded_fields:
+            rows = obs_rows.ravel()
+            gathered.update(self._payloads(rows) if encoded else self._decoded(rows, empty))
+        out: dict[str, Any] = {name: gathered[name] for name in self._obs[0][1]}  # the table's column order
+        for name, values in out.items():
+            if isinstance(values, np.ndarray):
+                out[name] = values.reshape(*obs_rows.shape, *values.shape[1:])
         action = take_rows(self._action, action_rows.ravel(), self._starts, empty=empty)["action"]
         out["action"] = action.reshape(*action_rows.shape, *action.shape[1:])
         if self.pad:
@@ -188,6 +212,44 @@ class Windows:
         out["t"] = t.astype(np.int64)
         one = len(self.instructions) == 1  # the common case: no gather of object references
         out["instruction"] = self.instructions * len(e) if one else self._texts[self._instruction[e]].tolist()
+        return out
+
+    def _decoded(self, rows: np.ndarray, empty=None) -> dict[str, np.ndarray]:
+        """The encoded fields' frames at ``rows`` (1-d), decoded into new arrays (``empty``'s, where given): each
+        distinct row once, from its payload where the block holds it (a view of the mapped segment, no copy), straight
+        into the first place it takes in the result, over the reader's thread pool; the places that repeat it (the
+        windows of a batch share frames: a window's history overlaps its neighbours') are copied from there."""
+        from forge_gpu._src.core.codecs import decode_all
+        from forge_gpu._src.formats.packed.layout import reader_pool
+
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        new = np.empty(rows.size, bool)
+        new[:1] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+        unique, first = ordered[new], order[new]  # each distinct row, ascending, and the first place it takes
+        source = np.empty_like(order)
+        source[order] = first[np.cumsum(new) - 1]  # the place each row's frame is decoded into
+        repeats = np.flatnonzero(source != np.arange(rows.size))
+        which = np.searchsorted(self._starts, unique, side="right") - 1
+        local = unique - self._starts[which]
+        blocks = np.flatnonzero(np.diff(which, prepend=-1, append=len(self._starts) + 1))  # the runs of one block
+        out, jobs = {}, []
+        for name, (shape, dtype) in self.encoded_fields.items():
+            out[name] = (empty or np.empty)((rows.size, *shape), dtype)
+            by_codec: dict = {}  # the runs of a dataset may store a field with different codecs
+            for low, high in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
+                frames = self._obs[int(which[low])][1][name].frames
+                view, at = memoryview(frames.payload), local[low:high]
+                starts, ends = frames.offsets[at].tolist(), frames.offsets[at + 1].tolist()
+                payloads, places = by_codec.setdefault(frames.spec, ([], []))
+                payloads += [view[a:b] for a, b in zip(starts, ends, strict=True)]
+                places.append(first[low:high])
+            jobs += [(spec, got, out[name], np.concatenate(at)) for spec, (got, at) in by_codec.items()]
+        decode_all(jobs, pool=reader_pool())  # every field's frames in one pass over the pool
+        if repeats.size:
+            for target in out.values():
+                target[repeats] = target[source[repeats]]
         return out
 
     def _payloads(self, rows: np.ndarray) -> dict[str, Any]:
@@ -202,7 +264,7 @@ class Windows:
         touched = np.unique(which).tolist()
         out = {}
         for name in self.encoded_fields:
-            parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched]
+            parts = [self._obs[b][1][name].frames.take(rows[which == b] - self._starts[b]) for b in touched or [0]]
             out[name] = EncodedFrames.concatenate(parts).take(inverse)  # back in the order of ``rows``
         return out
 
@@ -213,6 +275,7 @@ def action_windows(
     horizon: int = 1,
     *,
     options: EpisodeReadOptions | None = None,
+    target: str = ACTION_TARGET,
 ) -> Iterator[dict[str, Any]]:
     """Yield the training windows (docs/FORMAT-v1.md, "Training windows") of the episodes of one shard, one dict each:
     the windows of :class:`Windows` (unpadded), in its order, a run at a time.
@@ -223,16 +286,21 @@ def action_windows(
     ``options.state`` asks for it), ``action`` = ``action[t : t+horizon]`` (``[horizon, A]``), the episode's
     ``instruction`` (``Episode.instruction``) and the ints ``env_id``, ``episode_id`` and ``t``. The arrays are
     read-only views of a batch of windows (copy one to change it). Memory holds the selected fields of one run's
-    episodes of the shard at a time. The manifests and indexes are read and checked at the call.
+    episodes of the shard at a time. The manifests and indexes are read and checked at the call. ``target``: what
+    ``action`` holds, ``"action"`` or a label field (:class:`Windows`).
     """
     check_window(history, horizon)
     options = options or EpisodeReadOptions()
-    return _each_window(shard_episodes(directory, options), history, horizon, options)
+    index = episode_index(directory)
+    check_target(index, target)
+    return _each_window(index[options.shard_index :: options.num_shards], history, horizon, options, target)
 
 
-def _each_window(index: list, history: int, horizon: int, options: EpisodeReadOptions) -> Iterator[dict[str, Any]]:
+def _each_window(
+    index: list, history: int, horizon: int, options: EpisodeReadOptions, target: str
+) -> Iterator[dict[str, Any]]:
     for _, group in itertools.groupby(index, key=lambda entry: entry[0]):
-        windows = Windows._of_index(list(group), history, horizon, options)
+        windows = Windows._of_index(list(group), history, horizon, options, target)
         for start in range(0, len(windows), CHUNK):
             batch = windows.batch(np.arange(start, min(start + CHUNK, len(windows))))
             for values in batch.values():
@@ -250,6 +318,28 @@ def one_window(batch: dict[str, Any], i: int) -> dict[str, Any]:
 def check_window(history: int, horizon: int) -> None:
     for name, value in (("history", history), ("horizon", horizon)):
         check_int(name, value, minimum=1)
+
+
+def check_target(index: list, target: Any) -> None:
+    """ValueError (one line, naming the run, its label and observation fields) unless ``target`` is ``"action"`` or
+    a label field of every run of ``index`` (``(run, k)`` pairs, :func:`runs.episode_index`)."""
+    if target == ACTION_TARGET:
+        return
+    if not isinstance(target, str):
+        raise ValueError(f"target must be 'action' or the name of a label field, got {target!r}")
+    for run in dict.fromkeys(run for run, _ in index):
+        target_column(run.manifest["env_spec"], target, name=run.directory)
+
+
+def _target_reading(target: str, options: EpisodeReadOptions) -> tuple[str, EpisodeReadOptions, str | None]:
+    """The column ``target`` reads, the read options that read it, and the column read only for it (left out of the
+    batches' observation) or None."""
+    if target == ACTION_TARGET:
+        return "action", options, None
+    keys = options.observation_keys
+    if keys is None or target in keys:
+        return f"obs/{target}", options, None
+    return f"obs/{target}", dataclasses.replace(options, observation_keys=[*keys, target]), f"obs/{target}"
 
 
 def check_flags(**flags: Any) -> None:

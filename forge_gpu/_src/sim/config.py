@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forge_gpu._src.core.labels import LABEL_SOURCES
+
 
 def config_dir() -> Path:
     """The folder of the shipped task configs (``configs/``, installed as ``forge_gpu.configs``)."""
@@ -147,10 +149,21 @@ class TaskConfig:
     can be replayed and re-rendered (``state/<name>`` columns of a packed run)."""
     randomize: tuple[RandomRange, ...] = ()
     """The ``[randomize]`` table: per-world, per-episode ranges of physical and visual parameters."""
+    label: str | None = field(default=None, metadata=bounded(choices=(None, *LABEL_SOURCES)))
+    """``"expert"``: every frame's observation gains ``expert_action``, the task's expert's action for its state,
+    computed inside the step (``sim/relabel.py``); ``None``: no label."""
+    expert_mix: float | None = field(default=None, metadata=bounded(0.0, 1.0))
+    """With ``label = "expert"``: the share of episodes (each drawn at its reset) that execute the expert's actions
+    instead of the policy's, recorded as the param ``expert_executed``; ``None``: every episode executes the
+    policy's and no param is recorded."""
     solver: SolverConfig = field(default_factory=SolverConfig)
     action: ActionConfig = field(default_factory=ActionConfig)
     params: Any = None
     """The task's parameters (reset noise, limits, reward weights): a frozen dataclass per task."""
+
+    def __post_init__(self):
+        if self.expert_mix is not None and self.label != "expert":
+            raise ValueError(f"expert_mix = {self.expert_mix!r} needs label = 'expert' (the mix executes its labels)")
 
     @property
     def sim_dt(self) -> float:

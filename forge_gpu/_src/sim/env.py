@@ -15,6 +15,7 @@ from forge_gpu._src.sim.config import TaskConfig
 from forge_gpu._src.sim.overflow import SolverOverflow
 from forge_gpu._src.sim.pack import packed_result
 from forge_gpu._src.sim.randomize import Randomizer
+from forge_gpu._src.sim.relabel import ExpertLabels
 from forge_gpu._src.sim.solver import make_solver
 from forge_gpu._src.sim.step_result import StepResult
 from forge_gpu._src.sim.streams import torch_stream_of, warp_stream_of
@@ -101,6 +102,9 @@ class VectorEnv:
             self.world.calibration = dict(binding.calibration)
             self.task_state = dict(binding.state)
             """The task's own state arrays (name -> [N, ...]), beside ``joint_q`` and ``joint_qd``."""
+            self.labels = ExpertLabels(task, self.world, config.expert_mix) if config.label else None
+            """The expert's label of every frame and the per-episode mix (``sim/relabel.py``); None without
+            ``label`` in the config."""
         body_q = wp.array(ptr=self.state_0.body_q.ptr, dtype=float, shape=(n, model.body_count // n, 7), device=device)
         self.state_fields = {"joint_q": self.joint_q, "joint_qd": self.joint_qd, "body_q": body_q, **self.task_state}
         """Every state array a frame records and :meth:`restore` writes back: name -> [N, ...] device array.
@@ -117,6 +121,7 @@ class VectorEnv:
                 "time": self.time,
                 "proprio": self.proprio,
                 **self.task_fields,
+                **(self.labels.fields if self.labels else {}),
             },
             reward=self.reward,
             terminated=self.terminated,
@@ -128,7 +133,7 @@ class VectorEnv:
                 "solver_overflow": self.solver_overflow.bits,
             },
             state=dict(self.state_fields) if config.record_state else {},
-            params=dict(self.randomizer.recorded),
+            params=self._recorded_params(),
         )
         self.packed_result, self.result_layout, self._pack_pairs = packed_result(self.result, self.device)
         self._graph = None
@@ -143,6 +148,10 @@ class VectorEnv:
         self._plain = (self.world.draw_env, self.world.idle)
 
     # -- description ---------------------------------------------------------------------------
+
+    def _recorded_params(self) -> dict[str, wp.array]:
+        """The per-episode values a frame records: the randomized ones and the mix's draw (``expert_executed``)."""
+        return {**self.randomizer.recorded, **(self.labels.params if self.labels else {})}
 
     def _make_spec(self) -> dict:
         spec, cfg = self.task.spec, self.config
@@ -167,6 +176,11 @@ class VectorEnv:
             "state": {k: _described(a) for k, a in self.state_fields.items()} if cfg.record_state else {},
             "params": self.randomizer.spec(),
         }
+        if self.labels is not None:  # the label field, marked as such, and the mix's param
+            added = self.labels.spec()
+            described["observation"].update(added["observation"])
+            described["labels"] = added["labels"]
+            described["params"].update(added["params"])
         if (template := self.task.instruction_template()) is not None:  # each episode's, from its drawn params
             check_template(template, group_layout(described, "params"), name=f"task {spec.id!r}: {TEMPLATE_KEY}")
             described[TEMPLATE_KEY] = template
@@ -344,10 +358,11 @@ class VectorEnv:
         action.record_stream(torch_stream_of(env_stream))
 
     def _step_body(self) -> None:
+        action = self.labels.choose(self.action_input) if self.labels is not None else self.action_input
         wp.launch(
             kernels.begin_step_kernel,
             dim=self.num_envs,
-            inputs=[self.action_low, self.action_high, self.action_input, self.ended, self.world.idle],
+            inputs=[self.action_low, self.action_high, action, self.ended, self.world.idle],
             outputs=[self.executed_action, self.reset_mask, self.action_nonfinite],
             device=self.device,
         )
@@ -383,7 +398,7 @@ class VectorEnv:
         ValueError names a missing or misshapen entry and changes nothing."""
         _check_given("state", state, self.state_fields)
         if params is not None:
-            _check_given("params", params, self.randomizer.recorded)
+            _check_given("params", params, self._recorded_params())
         if worlds is not None and np.shape(worlds) != (self.num_envs,):
             raise ValueError(f"restore: worlds has shape {np.shape(worlds)}; expected ({self.num_envs},)")
         self._mark_all()
@@ -402,8 +417,12 @@ class VectorEnv:
             if worlds is not None:  # the values of these worlds only
                 self.reset_mask.assign(np.append(np.asarray(worlds, bool), False))
             randomizer.draw(self.reset_mask)
+            if self.labels is not None:
+                self.labels.draw(self.reset_mask)
             if params is not None:
                 randomizer.restore(self.reset_mask, params)
+                if self.labels is not None:
+                    self.labels.restore(self.reset_mask, params)
             randomizer.apply(self.reset_mask)
             self.task.apply_params(self.world)
             if worlds is not None:
@@ -453,6 +472,8 @@ class VectorEnv:
             ],
             device=self.device,
         )
+        if self.labels is not None:  # the expert's action for the observation just made, before it is packed
+            self.labels.observe(self.result.observation)
 
 
 def _check_given(what: str, given, expected: dict) -> None:

@@ -25,10 +25,17 @@ class EvaluationRows:
         self.idle = wp.array(np.arange(n) >= episodes, dtype=wp.bool, device=device)
         self.episode_return = wp.zeros(n, dtype=float, device=device)
         self.episode_max = wp.zeros(n, dtype=float, device=device)
+        self.episode_success = wp.zeros(n, dtype=wp.int32, device=device)
+        self.success_flags = env.task.success_flags(env.world)
+        """The frame's success, bool [N]: the task's own flag, or ``terminated`` (a task whose episodes end
+        terminated only when they succeed)."""
+        if self.success_flags is None:
+            self.success_flags = env.terminated
         self.returns = wp.zeros(episodes, dtype=float, device=device)
         self.max_rewards = wp.zeros(episodes, dtype=float, device=device)
         self.lengths = wp.zeros(episodes, dtype=wp.int32, device=device)
-        self.success = wp.zeros(episodes, dtype=wp.int32, device=device)
+        self.success_once = wp.zeros(episodes, dtype=wp.int32, device=device)
+        self.success_at_end = wp.zeros(episodes, dtype=wp.int32, device=device)
         self.worlds = wp.full(episodes, -1, dtype=wp.int32, device=device)
         self.episode_ids = wp.zeros(episodes, dtype=wp.int32, device=device)
         recorded = env.randomizer.recorded
@@ -59,6 +66,7 @@ class EvaluationRows:
                 env.reward,
                 env.terminated,
                 env.truncated,
+                self.success_flags,
                 env.step_id,
                 env.episode_id,
                 env.action_nonfinite,
@@ -69,11 +77,13 @@ class EvaluationRows:
                 self.draw_episode,
                 self.episode_return,
                 self.episode_max,
+                self.episode_success,
                 self.idle,
                 self.returns,
                 self.max_rewards,
                 self.lengths,
-                self.success,
+                self.success_once,
+                self.success_at_end,
                 self.worlds,
                 self.episode_ids,
             ],

@@ -1,22 +1,30 @@
-"""The names ``collect`` checks before Warp and Newton load (which takes seconds): the built-in policies and the
-``MODULE:FACTORY`` form of a torch policy, and the tasks whose configs ship with forge_gpu. The standard library
-only, so that a typo is refused at once."""
+"""The names ``collect`` checks before Warp and Newton load (which takes seconds): the built-in policies, the
+``MODULE:FACTORY`` form of a torch policy and the ``lerobot:PATH`` form of a LeRobot checkpoint, the executions of
+action chunks, and the tasks whose configs ship with forge_gpu. The standard library only, so that a typo is refused
+at once (and the command line's choices are known without them)."""
 
 from __future__ import annotations
 
 from forge_gpu._src.sim.config import config_dir
 
 BUILTIN_POLICIES = ("random", "expert")
+EXECUTIONS = ("open_loop", "ensemble")
+"""How a policy's action chunks are executed (``load_policy``'s ``execution``; the command line's ``--chunk-exec``)."""
+LEROBOT_PREFIX = "lerobot:"
+"""``lerobot:PATH``: a LeRobot checkpoint (a directory or a hub id), not a module named ``lerobot``."""
 
 
 def check_policy_name(name: str) -> None:
-    """Refuse a policy name that is neither built in nor ``MODULE:FACTORY``."""
+    """Refuse a policy name that is neither built in, nor ``MODULE:FACTORY``, nor ``lerobot:PATH``."""
     if name in BUILTIN_POLICIES:
+        return
+    if name.startswith(LEROBOT_PREFIX) and name[len(LEROBOT_PREFIX) :].strip():
         return
     module, sep, factory = name.partition(":")
     if not sep or not module or not factory.isidentifier():
         raise ValueError(
-            f"unknown policy {name!r}; use {', '.join(BUILTIN_POLICIES)} or MODULE:FACTORY (a torch policy)"
+            f"unknown policy {name!r}; use {', '.join(BUILTIN_POLICIES)}, MODULE:FACTORY (a torch policy) or "
+            "lerobot:PATH (a LeRobot checkpoint)"
         )
 
 

@@ -208,6 +208,10 @@ class FileTask(Task):
         if self.camera is not None:
             self.camera.render(world, self.frame.body_q)
 
+    def success_flags(self, world: World):
+        """The success terms' flag of each world's frame (a termination that is not one of them is no success)."""
+        return self.success if self.spec.has_success else None
+
     def expert(self, world: World):
         """``[expert] factory = "module:function"``: ``function(task, world, settings)`` returns the policy."""
         settings = dict(self.file.expert)

@@ -120,6 +120,11 @@ class Task:
         """Fill ``world.proprio``, the task's fields, ``world.task_reward`` and ``world.task_terminated``."""
         raise NotImplementedError
 
+    def success_flags(self, world: World) -> wp.array | None:
+        """Whether each world's current frame is a success, bool [N], filled by :meth:`observe`; ``None`` (the
+        default): success is ``terminated`` (the task's episodes end terminated only when they succeed)."""
+        return None
+
     def expert(self, world: World):
         """A scripted policy ``(observation) -> wp.array [N, A]`` on the world's device; ``None`` if none."""
         return None
