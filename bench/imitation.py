@@ -100,10 +100,11 @@ def make_policy(spec, device, checkpoint: str):
 # --- training ----------------------------------------------------------------------------------------------------
 
 
-def load_windows(run: str, history: int, horizon: int, target: str) -> dict:
+def load_windows(run: str, history: int, horizon: int, target: str, first_only: bool = False) -> dict:
     """Every padded window of ``run`` as tensors: ``obs`` [W, history, D] (the state fields in order), ``action``
-    [W, horizon, A] (``target``'s values), ``mask`` [W, horizon] (true where the action is a real step), and
-    ``labelled``, the run's labelled steps (transitions: a window per transition)."""
+    [W, horizon, A] (``target``'s values), ``mask`` [W, horizon] (true where the action is a real step; with
+    ``first_only``, the window's first action alone), and ``labelled``, the run's labelled steps (transitions: a
+    window per transition)."""
     import torch
 
     import forge_gpu
@@ -115,7 +116,10 @@ def load_windows(run: str, history: int, horizon: int, target: str) -> dict:
     batch = dataset[list(range(len(dataset)))]
     obs = torch.cat([batch[f"obs/{f}"].reshape(len(dataset), history, -1).float() for f in FIELDS], dim=-1)
     action = batch["action"].float()
-    return {"obs": obs, "action": action, "mask": ~batch["action_is_pad"], "labelled": len(dataset)}
+    mask = ~batch["action_is_pad"]
+    if first_only:
+        mask[:, 1:] = False
+    return {"obs": obs, "action": action, "mask": mask, "labelled": len(dataset)}
 
 
 def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, dict]:
@@ -275,6 +279,12 @@ def main(argv=None) -> int:
     parser.add_argument("--dagger-rounds", type=int, default=3)
     parser.add_argument("--dagger-from", type=int, default=50, help="the demos DAgger starts from")
     parser.add_argument("--dagger-episodes", type=int, default=25, help="learner episodes labelled per round")
+    parser.add_argument(
+        "--label-steps",
+        choices=["chunk", "first"],
+        default="chunk",
+        help="what a rollout window supervises: its chunk of expert labels, or its first label alone",
+    )
     parser.add_argument("--no-matched-bc", action="store_true", help="leave out BC at each round's labelled steps")
     parser.add_argument("--demo-seed", type=int, default=1)
     parser.add_argument("--eval-seed", type=int, default=2)
@@ -308,7 +318,8 @@ def main(argv=None) -> int:
     eval_env = make_env(args.eval_envs, args.eval_seed, overrides)
 
     def point(kind: str, runs: list[tuple[Path, str]], norm_run: Path, **row) -> tuple[dict, dict]:
-        sources = [load_windows(str(run), args.history, args.horizon, target) for run, target in runs]
+        first_only = args.label_steps == "first"
+        sources = [load_windows(str(r), args.history, args.horizon, t, first_only and t == LABEL) for r, t in runs]
         checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
         row = {"method": kind, **row, "labelled_steps": sum(s["labelled"] for s in sources), **figures}
         row |= score(eval_env, checkpoint, args)
