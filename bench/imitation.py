@@ -21,9 +21,13 @@ temporal ensembling.
 DAgger: from the 50-demo policy (``--dagger-from``), each round records ``--dagger-episodes`` episodes that the
 current learner drives, each frame labelled with the expert's action for its observation (``expert_action``, a
 seed of its own per round), adds them to the data (the expert demos' target is their action, the rollouts' the
-expert's label) and retrains from scratch with the same budget. Each round is set beside behaviour cloning on the
+expert's labels; with ``--label-steps first`` a rollout window supervises its first label alone) and retrains from
+scratch with the same budget. Each round is set beside behaviour cloning on the
 fewest first demos holding at least as many expert-labelled steps (a labelled step: a transition whose action, or
 expert label, is a training target).
+
+Each policy is saved under ``--work`` (the row's ``checkpoint``); from bench/, ``forge-gpu evaluate push --policy
+imitation:make_policy --policy-arg checkpoint=PATH --chunk-steps 4`` scores it again.
 
 Figures per row: the number of demos and rollouts, the expert-labelled steps, training seconds and final loss,
 success (once and at the end, with Wilson's 95% interval) per execution.
@@ -322,6 +326,8 @@ def main(argv=None) -> int:
         sources = [load_windows(str(r), args.history, args.horizon, t, first_only and t == LABEL) for r, t in runs]
         checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
         row = {"method": kind, **row, "labelled_steps": sum(s["labelled"] for s in sources), **figures}
+        row["checkpoint"] = str(work / f"{kind}-{row['demos']}-{row.get('round', 0)}.pt")
+        torch.save(checkpoint, row["checkpoint"])  # for make_policy
         row |= score(eval_env, checkpoint, args)
         print(table([row], columns(args)), flush=True)
         return row, checkpoint
