@@ -363,3 +363,24 @@ def test_taskfile_smoke(out):
     for p in result["policies"]:
         assert math.isfinite(p["reward_per_step"])
         assert p["terms_per_step"].startswith("track_lin_vel_heading" if p["task"] == "quadruped" else "alive")
+
+
+def test_imitation_smoke(out):
+    """bench/imitation.py --smoke: behaviour cloning at two demo counts and a DAgger round from the first, each with
+    its expert-labelled steps (the round's: its demos' and its labelled rollouts'), training figures and the success
+    of both chunk executions inside its Wilson interval; and the targets' verdict."""
+    pytest.importorskip("torch")
+    payload = run_bench("imitation", out)
+    rows = payload["rows"]
+    first = [(r["method"], r["demos"], r["rollouts"]) for r in rows[:3]]
+    assert first == [("bc", 4, 0), ("bc", 6, 0), ("dagger", 4, 2)], first
+    for row in rows:
+        check_figures(row, {"labelled_steps": True, "windows": True, "train_s": True, "final_loss": False})
+        assert row["windows"] == row["labelled_steps"], row  # a padded window per labelled transition
+        for execution in ("open_loop", "ensemble"):
+            rate = row[f"{execution}_success_at_end"]
+            assert row[f"{execution}_success_at_end_low"] <= rate <= row[f"{execution}_success_at_end_high"], row
+            check_figures(row, {f"{execution}_eval_s": True, f"{execution}_length": True})
+    bc, dagger = rows[0], rows[2]
+    assert bc["labelled_steps"] < dagger["labelled_steps"] <= bc["labelled_steps"] + 2 * 20  # max_steps 20
+    assert isinstance(payload["verdict"]["dagger_won"], bool) and payload["verdict"]["text"]

@@ -1,0 +1,429 @@
+"""The closed loop on push: behaviour cloning against the number of expert demos, then DAgger from the 50-demo policy.
+
+python bench/imitation.py                  # N = 25, 50, 100, 200, 400 demos; 3 DAgger rounds; 500 episodes a point
+python bench/imitation.py --smoke          # tiny sizes: seconds of training, every figure produced
+python bench/imitation.py --demos 50 200 --dagger-rounds 0 --execution open_loop
+
+Demos: one recorded evaluation of the expert (``forge_gpu.recording.evaluate(..., record=...)``) over the largest N
+episodes, one world each (seed ``--demo-seed``), so episode j is world j's first episode; the first N demos are the
+worlds ``env < N`` (``forge_gpu.curation.select_run``), the same episodes at every N. Rendering is off: the policy
+reads the state fields proprio, cube_pose, cube_velocity and goal_position.
+
+Behaviour cloning: an MLP (``--hidden`` units, two layers) from ``--history`` frames of the state fields to a
+chunk of ``--horizon`` actions, trained on ``forge_gpu.reading.WindowMapDataset(pad=True)`` windows (padded actions
+masked out of the loss), inputs and targets normalized with ``forge_gpu.reading.normalization`` of the run, for a
+fixed budget of ``--train-steps`` Adam steps whatever N (on ``--threads`` torch threads).
+
+Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
+the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
+temporal ensembling.
+
+DAgger: from the 50-demo policy (``--dagger-from``), each round records ``--dagger-episodes`` episodes that the
+current learner drives, each frame labelled with the expert's action for its observation (``expert_action``, a
+seed of its own per round), adds them to the data (the expert demos' target is their action, the rollouts' the
+expert's labels; with ``--label-steps first`` a rollout window supervises its first label alone) and retrains from
+scratch with the same budget. Each round is set beside behaviour cloning on the
+fewest first demos holding at least as many expert-labelled steps (a labelled step: a transition whose action, or
+expert label, is a training target).
+
+Each policy is saved under ``--work`` (the row's ``checkpoint``); from bench/, ``forge-gpu evaluate push --policy
+imitation:make_policy --policy-arg checkpoint=PATH --chunk-steps 4`` scores it again.
+
+Figures per row: the number of demos and rollouts, the expert-labelled steps, training seconds and final loss,
+success (once and at the end, with Wilson's 95% interval) per execution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from common import RESULTS, add_set_option, machine, save, table
+
+FIELDS = ("proprio", "cube_pose", "cube_velocity", "goal_position")
+"""push's state observation fields: what the policy reads."""
+LABEL = "expert_action"
+"""The observation field a labelled collection records the expert's action in."""
+
+
+# --- the policy --------------------------------------------------------------------------------------------------
+
+
+def build_model(inputs: int, outputs: int, hidden: int):
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Linear(inputs, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, outputs),
+    )
+
+
+class Chunker:
+    """The trained MLP as a torch policy: ``fn(observation) -> [N, horizon, A]`` actions from ``history`` frames of
+    the state fields (``[N, history, ...]`` each, oldest first), normalized as in training. ``history`` and
+    ``chunk`` are the attributes forge_gpu's torch policies read."""
+
+    def __init__(self, checkpoint: dict, device):
+        import torch
+
+        self.history = checkpoint["history"]
+        self.chunk = checkpoint["horizon"]
+        self.actions = checkpoint["actions"]
+        self.model = build_model(checkpoint["inputs"], self.chunk * self.actions, checkpoint["hidden"]).to(device)
+        self.model.load_state_dict(checkpoint["model"])
+        self.model.eval()
+        as_tensor = lambda key: torch.as_tensor(checkpoint[key], dtype=torch.float32, device=device)  # noqa: E731
+        self.center, self.scale = as_tensor("center"), as_tensor("scale")
+        self.action_center, self.action_scale = as_tensor("action_center"), as_tensor("action_scale")
+
+    def __call__(self, observation: dict):
+        import torch
+
+        frames = torch.cat([observation[f].reshape(*observation[f].shape[:2], -1) for f in FIELDS], dim=-1)
+        x = ((frames - self.center) / self.scale).flatten(1)
+        out = self.model(x).view(-1, self.chunk, self.actions)
+        return out * self.action_scale + self.action_center
+
+
+def make_policy(spec, device, checkpoint: str):
+    """The policy factory (``--policy imitation:make_policy --policy-arg checkpoint=PATH``, run from bench/): the
+    :class:`Chunker` that ``checkpoint`` (a file this script saved) holds."""
+    import torch
+
+    return Chunker(torch.load(checkpoint, map_location=device, weights_only=False), device)
+
+
+# --- training ----------------------------------------------------------------------------------------------------
+
+
+def load_windows(run: str, history: int, horizon: int, target: str, first_only: bool = False) -> dict:
+    """Every padded window of ``run`` as tensors: ``obs`` [W, history, D] (the state fields in order), ``action``
+    [W, horizon, A] (``target``'s values), ``mask`` [W, horizon] (true where the action is a real step; with
+    ``first_only``, the window's first action alone), and ``labelled``, the run's labelled steps (transitions: a
+    window per transition)."""
+    import torch
+
+    import forge_gpu
+
+    options = {"target": target} if target != "action" else {}  # the label's values in "action"
+    dataset = forge_gpu.reading.WindowMapDataset(
+        run, history=history, horizon=horizon, pad=True, observation_keys=FIELDS, **options
+    )
+    batch = dataset[list(range(len(dataset)))]
+    obs = torch.cat([batch[f"obs/{f}"].reshape(len(dataset), history, -1).float() for f in FIELDS], dim=-1)
+    action = batch["action"].float()
+    mask = ~batch["action_is_pad"]
+    if first_only:
+        mask[:, 1:] = False
+    return {"obs": obs, "action": action, "mask": mask, "labelled": len(dataset)}
+
+
+def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, dict]:
+    """An MLP trained from scratch on the windows of ``sources`` (uniform over all of them) for ``args.train_steps``
+    Adam steps; normalization from ``norm_run``'s statistics. Returns the checkpoint and its figures."""
+    import torch
+
+    import forge_gpu
+
+    torch.manual_seed(seed)
+    norm = forge_gpu.reading.normalization(norm_run, [f"obs/{f}" for f in FIELDS])
+    target = forge_gpu.reading.normalization(norm_run, ["action"])
+    obs = torch.cat([s["obs"] for s in sources])
+    action = torch.cat([s["action"] for s in sources])
+    mask = torch.cat([s["mask"] for s in sources]).float()
+    center, scale = torch.from_numpy(norm.center), torch.from_numpy(norm.scale)
+    action_center, action_scale = torch.from_numpy(target.center), torch.from_numpy(target.scale)
+    x = ((obs - center) / scale).flatten(1)
+    y = (action - action_center) / action_scale
+    windows, horizon, actions = y.shape
+    model = build_model(x.shape[1], horizon * actions, args.hidden)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.train_steps)
+    generator = torch.Generator().manual_seed(seed)
+    began = time.perf_counter()
+    losses = []
+    for _ in range(args.train_steps):
+        rows = torch.randint(windows, (args.batch,), generator=generator)
+        error = (model(x[rows]).view(-1, horizon, actions) - y[rows]).square().mean(-1)
+        loss = (error * mask[rows]).sum() / mask[rows].sum().clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    seconds = time.perf_counter() - began
+    checkpoint = {
+        "model": model.state_dict(),
+        "inputs": x.shape[1],
+        "hidden": args.hidden,
+        "history": obs.shape[1],
+        "horizon": horizon,
+        "actions": actions,
+        "center": norm.center,
+        "scale": norm.scale,
+        "action_center": target.center,
+        "action_scale": target.scale,
+    }
+    tail = losses[-max(1, len(losses) // 20) :]  # the last 5% of the steps
+    figures = {"windows": windows, "train_s": seconds, "final_loss": float(np.mean(tail))}
+    return checkpoint, figures
+
+
+# --- the env side ------------------------------------------------------------------------------------------------
+
+
+def make_env(num_envs: int, seed: int, overrides: dict, label: bool = False):
+    import forge_gpu
+
+    settings = {"params.render": False, "record_state": False} | overrides
+    if label:
+        settings["label"] = "expert"
+    return forge_gpu.sim.make("push", num_envs=num_envs, seed=seed, device="cpu", **settings)
+
+
+def torch_policy(env, checkpoint: dict, execution: str, steps_per_chunk: int):
+    """The checkpoint's :class:`Chunker` driving ``env`` (its chunk executed as ``execution`` says)."""
+    import forge_gpu
+
+    chunk = {"steps_per_chunk": steps_per_chunk} if execution == "open_loop" else {}  # ensemble: its default decay
+    fn = Chunker(checkpoint, "cpu")
+    return forge_gpu.sim.TorchPolicy(env, fn, name=f"imitation ({execution})", execution=execution, **chunk)
+
+
+def success_figures(evaluation, prefix: str) -> dict:
+    metrics = evaluation.metrics()
+    out = {}
+    for key in ("success_once", "success_at_end"):
+        rate = metrics[key]
+        out[f"{prefix}{key}"] = rate["rate"]
+        out[f"{prefix}{key}_low"] = rate["low"]
+        out[f"{prefix}{key}_high"] = rate["high"]
+    at_end = metrics["success_at_end"]
+    out[f"{prefix}success"] = f"{at_end['rate']:.1%} [{at_end['low']:.1%}, {at_end['high']:.1%}]"
+    out[f"{prefix}length"] = metrics["length"]["mean"]
+    out[f"{prefix}eval_s"] = evaluation.seconds
+    return out
+
+
+def score(eval_env, checkpoint: dict, args) -> dict:
+    """The checkpoint's success over ``args.episodes`` keyed episodes, for each execution asked for."""
+    import forge_gpu
+
+    row = {}
+    for execution in args.execution:
+        policy = torch_policy(eval_env, checkpoint, execution, args.steps_per_chunk)
+        evaluation = forge_gpu.recording.evaluate(eval_env, policy, episodes=args.episodes)
+        row |= success_figures(evaluation, f"{execution}_")
+    return row
+
+
+def record_demos(directory: Path, episodes: int, args, overrides: dict) -> dict:
+    """The expert's first episode in each of ``episodes`` worlds, recorded (``env`` is the demo's index)."""
+    import forge_gpu
+
+    env = make_env(episodes, args.demo_seed, overrides)
+    expert = forge_gpu.sim.make_policy("expert", env)
+    evaluation = forge_gpu.recording.evaluate(env, expert, episodes=episodes, record=str(directory))
+    assert (evaluation.worlds == np.arange(episodes)).all()  # one world per episode: world j ran episode j
+    return {"expert_success": float(evaluation.success_at_end.mean()), "demo_s": evaluation.seconds}
+
+
+def first_demos(demos: Path, count: int, out: Path) -> Path:
+    import forge_gpu
+
+    forge_gpu.curation.select_run(demos, out, f"env < {count}")
+    return out
+
+
+def record_rollouts(directory: Path, checkpoint: dict, seed: int, args, overrides: dict) -> dict:
+    """``args.dagger_episodes`` episodes the learner drives (keyed, seed ``seed``), each frame labelled with the
+    expert's action for its observation."""
+    import forge_gpu
+
+    env = make_env(args.dagger_episodes, seed, overrides, label=True)
+    policy = torch_policy(env, checkpoint, "open_loop", args.steps_per_chunk)
+    evaluation = forge_gpu.recording.evaluate(env, policy, episodes=args.dagger_episodes, record=str(directory))
+    return {"rollout_success": float(evaluation.success_at_end.mean())}
+
+
+# --- the run -----------------------------------------------------------------------------------------------------
+
+
+def labelled_steps(run: Path) -> int:
+    import forge_gpu
+
+    return int(forge_gpu.curation.episode_values(run, ["length"])["length"].sum())
+
+
+def main(argv=None) -> int:
+    import torch
+    import warp as wp
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--demos", type=int, nargs="+", default=[25, 50, 100, 200, 400], help="N, expert demos")
+    parser.add_argument("--episodes", type=int, default=500, help="evaluation episodes per point")
+    parser.add_argument("--eval-envs", type=int, default=250)
+    parser.add_argument("--execution", nargs="+", default=["open_loop", "ensemble"], choices=["open_loop", "ensemble"])
+    parser.add_argument("--steps-per-chunk", type=int, default=4)
+    parser.add_argument("--history", type=int, default=2)
+    parser.add_argument("--horizon", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--train-steps", type=int, default=10000, help="Adam steps per training, whatever N")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--dagger-rounds", type=int, default=3)
+    parser.add_argument("--dagger-from", type=int, default=50, help="the demos DAgger starts from")
+    parser.add_argument("--dagger-episodes", type=int, default=25, help="learner episodes labelled per round")
+    parser.add_argument(
+        "--label-steps",
+        choices=["chunk", "first"],
+        default="chunk",
+        help="what a rollout window supervises: its chunk of expert labels, or its first label alone",
+    )
+    parser.add_argument("--no-matched-bc", action="store_true", help="leave out BC at each round's labelled steps")
+    parser.add_argument("--demo-seed", type=int, default=1)
+    parser.add_argument("--eval-seed", type=int, default=2)
+    parser.add_argument("--train-seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
+    add_set_option(parser, "config override of every env, e.g. max_steps=100 (repeatable)")
+    parser.add_argument("--work", default=str(RESULTS / "tmp" / "imitation"), help="where runs are written")
+    parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    args = parser.parse_args(argv)
+    wp.config.quiet = True
+    overrides = dict(args.overrides)
+    if args.smoke:
+        args.demos, args.dagger_from, args.dagger_rounds, args.dagger_episodes = [4, 6], 4, 1, 2
+        args.episodes, args.eval_envs, args.train_steps, args.batch, args.hidden = 4, 4, 20, 32, 32
+        args.execution = ["open_loop", "ensemble"]
+        overrides.setdefault("max_steps", 20)
+        if args.out:
+            args.work = str(Path(args.out) / "imitation-work")
+    if args.dagger_rounds and args.dagger_from not in args.demos:
+        parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
+    torch.set_num_threads(args.threads)
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+
+    largest = max(args.demos)
+    demos = work / "demos"
+    collection = record_demos(demos, largest, args, overrides)
+    success, seconds = collection["expert_success"], collection["demo_s"]
+    print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
+    eval_env = make_env(args.eval_envs, args.eval_seed, overrides)
+
+    def point(kind: str, runs: list[tuple[Path, str]], norm_run: Path, **row) -> tuple[dict, dict]:
+        first_only = args.label_steps == "first"
+        sources = [load_windows(str(r), args.history, args.horizon, t, first_only and t == LABEL) for r, t in runs]
+        checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
+        row = {"method": kind, **row, "labelled_steps": sum(s["labelled"] for s in sources), **figures}
+        row["checkpoint"] = str(work / f"{kind}-{row['demos']}-{row.get('round', 0)}.pt")
+        torch.save(checkpoint, row["checkpoint"])  # for make_policy
+        row |= score(eval_env, checkpoint, args)
+        print(table([row], columns(args)), flush=True)
+        return row, checkpoint
+
+    rows, steps_of = [], {}
+    checkpoints = {}
+    for n in sorted(args.demos):
+        run = first_demos(demos, n, work / f"demos-{n}")
+        row, checkpoints[n] = point("bc", [(run, "action")], run, demos=n, rollouts=0)
+        steps_of[n] = row["labelled_steps"]
+        rows.append(row)
+
+    if args.dagger_rounds:
+        base = work / f"demos-{args.dagger_from}"
+        runs, checkpoint = [(base, "action")], checkpoints[args.dagger_from]
+        for k in range(1, args.dagger_rounds + 1):
+            rollouts = work / f"dagger-{k}"
+            collected = record_rollouts(rollouts, checkpoint, args.demo_seed + 100 * k, args, overrides)
+            runs.append((rollouts, LABEL))
+            row, checkpoint = point(
+                "dagger", runs, base, demos=args.dagger_from, rollouts=k * args.dagger_episodes, round=k, **collected
+            )
+            rows.append(row)
+            if not args.no_matched_bc:  # BC on the fewest first demos with at least as many labelled steps
+                matched = matched_demos(demos, row["labelled_steps"], largest)
+                if matched is not None and matched not in steps_of:
+                    run = first_demos(demos, matched, work / f"demos-{matched}")
+                    bc_row, _ = point("bc_matched", [(run, "action")], run, demos=matched, rollouts=0, round=k)
+                    steps_of[matched] = bc_row["labelled_steps"]
+                    rows.append(bc_row)
+
+    verdict = dagger_verdict(rows, args.execution[0])
+    md = f"## push: behaviour cloning against demos, then DAgger (cpu, {args.episodes} episodes a point)\n\n"
+    md += table(rows, columns(args)) + "\n\n" + verdict["text"]
+    settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)}
+    payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
+    payload |= {"rows": rows, "verdict": verdict}
+    path = save("imitation", payload, md, args.out)
+    print("\n" + md)
+    print(f"\nwrote {path}")
+    return 0
+
+
+def matched_demos(demos: Path, steps: int, largest: int) -> int | None:
+    """The fewest first demos whose transitions reach ``steps`` (None when all of them do not)."""
+    import forge_gpu
+
+    values = forge_gpu.curation.episode_values(demos, ["env", "length"])
+    lengths = values["length"][np.argsort(values["env"])]
+    reached = np.flatnonzero(np.cumsum(lengths) >= steps)
+    return int(reached[0]) + 1 if len(reached) else None
+
+
+def dagger_verdict(rows: list[dict], execution: str) -> dict:
+    """The targets: BC on 200 demos at least 85%; DAgger at BC's best success with at most half its labelled steps."""
+    key = f"{execution}_success_at_end"
+    bc = sorted((r for r in rows if r["method"].startswith("bc")), key=lambda r: r["labelled_steps"])
+    dagger = [r for r in rows if r["method"] == "dagger"]
+    bc200 = next((r[key] for r in bc if r["demos"] == 200 and r["method"] == "bc"), None)
+    goal = 0.85
+    bc_needs = next((r for r in bc if r[key] >= goal), None)
+    dagger_reaches = next((r for r in dagger if r[key] >= goal), None)
+    won = bool(bc_needs and dagger_reaches and dagger_reaches["labelled_steps"] * 2 <= bc_needs["labelled_steps"])
+    lines = [f"Targets ({execution}, success at the end):"]
+    lines.append(f"- BC on 200 demos >= {goal:.0%}: " + ("not run" if bc200 is None else f"{bc200:.1%}"))
+    lines.append(
+        f"- BC first reaches {goal:.0%} at "
+        + (f"{bc_needs['demos']} demos, {bc_needs['labelled_steps']} labelled steps" if bc_needs else "no N measured")
+    )
+    lines.append(
+        f"- DAgger first reaches {goal:.0%} at "
+        + (
+            f"round {dagger_reaches['round']}, {dagger_reaches['labelled_steps']} labelled steps"
+            if dagger_reaches
+            else "no round"
+        )
+    )
+    lines.append(f"- DAgger with at most half BC's labelled steps: {'yes' if won else 'no'}")
+    return {
+        "goal": goal,
+        "bc_200": bc200,
+        "bc_needs_steps": bc_needs["labelled_steps"] if bc_needs else None,
+        "dagger_needs_steps": dagger_reaches["labelled_steps"] if dagger_reaches else None,
+        "dagger_won": won,
+        "text": "\n".join(lines),
+    }
+
+
+def columns(args) -> list[str]:
+    """The table's columns: per execution, success at the end with its 95% interval, and success once."""
+    cols = ["method", "round", "demos", "rollouts", "labelled_steps", "train_s", "final_loss"]
+    for execution in args.execution:
+        cols += [f"{execution}_success", f"{execution}_success_once"]
+    return cols
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main())
