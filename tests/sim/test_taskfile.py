@@ -372,7 +372,8 @@ def test_evaluation_takes_success_from_the_success_terms_not_from_any_terminatio
     recorded ``success`` flag of its frames says so, not at every termination."""
     (tmp_path / "user_terms.py").write_text(USER_TERMS)
     falls = tmp_path / "falls.toml"
-    falls.write_text(TASK.replace("height = 0.3", "height = 5.0").replace("distance = 0.05", "distance = 0.0"))
+    text = TASK.replace("height = 0.3", "height = 5.0").replace("distance = 0.05", "distance = 0.0")
+    falls.write_text(text.replace('task = "walker_test"', 'task = "walker_falls"'))
     env = forge_gpu.sim.make(str(falls), num_envs=3, device="cpu", seed=1)
     run = str(tmp_path / "r")
     result = forge_gpu.recording.evaluate(env, forge_gpu.sim.load_policy("random", env), episodes=6, record=run)
