@@ -3,13 +3,17 @@ codec's frames decode bit for bit as the previous decoder gave them (one frame a
 kept below as the reference), on frames chosen to reach every bit (random words, NaN and infinite floats, the
 quantized range's ends), a group of frames at a time and across groups, over a pool, into scattered places; and
 mapped windows over runs of each codec, repeated and padded windows included, hold the frames that reference decodes
-from the runs' own payloads."""
+from the runs' own payloads. The tests of words wider than a byte run on both decoders: numpy's steps and the compiled
+transforms (numba; skipped where it is not installed)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import io
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -99,6 +103,16 @@ def quantized_frames(rng, shape: tuple, step_um: int, n: int = 6) -> np.ndarray:
     return frames
 
 
+@pytest.fixture(params=["numpy", "compiled"])
+def decoder(request, monkeypatch):
+    """Each decoder of the words in turn: numpy's steps (the compiled transforms off) and numba's compiled ones."""
+    monkeypatch.setattr(codecs, "_COMPILED", request.param == "compiled")
+    if request.param == "compiled" and codecs._kernels() is None:
+        pytest.skip("numba is not installed: the compiled decode is not there to test")
+    assert (codecs._kernels() is not None) == (request.param == "compiled")
+    return request.param
+
+
 CASES = [
     ("zstd", (5, 7), np.uint8),
     ("zstd", (6, 5, 3), np.uint8),
@@ -117,7 +131,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,shape,dtype", CASES)
 @pytest.mark.parametrize("group_bytes", [1, 300, None])
-def test_zstd_and_lz4_frames_decode_bit_for_bit_as_before(name, shape, dtype, group_bytes, monkeypatch):
+def test_zstd_and_lz4_frames_decode_bit_for_bit_as_before(name, shape, dtype, group_bytes, monkeypatch, decoder):
     """Every bit of every word back, as the previous decoder gave it: one frame per group, groups that split the
     frames unevenly, and the default group (every frame at once); over a pool of 3 too."""
     if group_bytes is not None:
@@ -137,7 +151,7 @@ def test_zstd_and_lz4_frames_decode_bit_for_bit_as_before(name, shape, dtype, gr
 @pytest.mark.parametrize("step_um", [1, 10, 7, 1_000_000])
 @pytest.mark.parametrize("shape", [(5, 7), (6, 4, 1), (1, 8)])
 @pytest.mark.parametrize("group_bytes", [1, 300, None])
-def test_quantized_frames_decode_bit_for_bit_as_before(step_um, shape, group_bytes, monkeypatch):
+def test_quantized_frames_decode_bit_for_bit_as_before(step_um, shape, group_bytes, monkeypatch, decoder):
     """Quantized depth gives the float32 the previous decoder gave, bit for bit (q * step rounded once from
     float64), across the range's ends and wrapping differences; within step / 2 of the frames, 0 at 0."""
     if group_bytes is not None:
@@ -170,7 +184,7 @@ def test_image_codecs_decode_as_pillow_does(name, shape):
 
 
 @pytest.mark.parametrize("name", ["zstd", "quantized", "lz4", "png"])
-def test_decode_into_writes_exactly_the_places_given(name, monkeypatch):
+def test_decode_into_writes_exactly_the_places_given(name, monkeypatch, decoder):
     """Payload i lands in ``out[places[i]]``, from views of one buffer; every other row keeps what it held."""
     monkeypatch.setattr(codecs, "_GROUP_BYTES", 200)  # several groups
     rng = np.random.default_rng(5)
@@ -192,7 +206,7 @@ def test_decode_into_writes_exactly_the_places_given(name, monkeypatch):
         decode_into(spec, payloads[:2], out, places=places[:3])
 
 
-def test_a_bad_payload_among_good_ones_is_refused_naming_its_codec():
+def test_a_bad_payload_among_good_ones_is_refused_naming_its_codec(decoder):
     frames = quantized_frames(np.random.default_rng(1), (4, 4), 10)
     spec = CodecSpec("quantized")
     encoded = encode_frames(spec, frames)
@@ -201,6 +215,52 @@ def test_a_bad_payload_among_good_ones_is_refused_naming_its_codec():
     payloads[3] = payloads[3][:-2]
     with pytest.raises(ValueError, match="a quantized frame does not decode"):
         decode_into(spec, payloads, np.zeros((len(frames), 4, 4), np.float32))
+
+
+@pytest.mark.parametrize("spec", ["zstd", "quantized"])
+def test_frames_decode_into_a_strided_out_and_refuse_a_place_outside_it(spec, decoder):
+    """``out`` that is not one C-ordered block (every other column of a wider array) gets the same frames; a place
+    outside ``out``'s rows is refused (IndexError) by either decoder, a negative one counts from the end."""
+    spec = CodecSpec(spec)
+    frames = quantized_frames(np.random.default_rng(4), (5, 6), 10)
+    encoded = encode_frames(spec, frames)
+    expected = previous_frames(spec, encoded, (5, 6), np.float32)
+    wide = np.zeros((len(frames), 5, 12), np.float32)
+    got = decode_frames(spec, encoded, (5, 6), np.float32, out=wide[:, :, ::2])
+    assert np.array_equal(bits(np.ascontiguousarray(got)), bits(expected)) and (wide[:, :, 1::2] == 0).all()
+    view = memoryview(encoded.payload)
+    payloads = [view[encoded.offsets[i] : encoded.offsets[i + 1]] for i in range(2)]
+    out = np.zeros((3, 5, 6), np.float32)
+    decode_into(spec, payloads, out, places=np.array([-1, 0]))
+    assert np.array_equal(bits(out[[2, 0]]), bits(expected[:2])) and (out[1] == 0).all()
+    with pytest.raises(IndexError):
+        decode_into(spec, payloads, out, places=np.array([0, 3]))
+
+
+def test_the_compiled_decode_works_where_no_cache_directory_is_writable(tmp_path):
+    """Where numba finds no directory to cache its compiled code in (an install directory and cache directory
+    that cannot be written), the transforms compile for the process and decode as the reference does."""
+    pytest.importorskip("numba", reason="numba is not installed: the compiled decode is not there to test")
+    script = """
+import numpy as np
+import forge_gpu._src.core.codecs as codecs
+from forge_gpu._src.core.codecs import CodecSpec, decode_frames, encode_frames
+frames = np.linspace(0, 3, 5 * 6 * 3, dtype=np.float32).reshape(3, 5, 6)
+spec = CodecSpec("quantized")
+got = decode_frames(spec, encode_frames(spec, frames), (5, 6), np.float32)
+assert codecs._kernels() is not None
+codecs._COMPILED = False
+expected = decode_frames(spec, encode_frames(spec, frames), (5, 6), np.float32)
+assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+print("decoded")
+"""
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a cache directory below a file: never writable, whoever runs the test
+    env = dict(
+        os.environ, NUMBA_CACHE_DIR=str(blocked / "cache"), NUMBA_CACHE_LOCATOR_CLASSES="UserProvidedCacheLocator"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "decoded", done.stderr
 
 
 RUNS = [
@@ -238,7 +298,7 @@ def reference_batch(windows: Windows, indices: np.ndarray) -> dict[str, np.ndarr
 
 @pytest.mark.parametrize("k", range(len(RUNS)))
 @pytest.mark.parametrize("pad", [False, True])
-def test_mapped_windows_hold_the_frames_the_previous_decoder_gives(runs, k, pad, monkeypatch):
+def test_mapped_windows_hold_the_frames_the_previous_decoder_gives(runs, k, pad, monkeypatch, decoder):
     """Mapped windows over a run of each codec pair: every window, windows repeated, padded windows (frames repeated
     within a window) and an empty batch give, bit for bit, the frames the previous decoder decodes from the payloads;
     the raw columns are those of the same windows read in memory, the arrays in the table's column order."""
@@ -263,7 +323,7 @@ def test_mapped_windows_hold_the_frames_the_previous_decoder_gives(runs, k, pad,
                 assert values == plain[name], name
 
 
-def test_mapped_windows_decode_into_the_arrays_empty_makes(runs):
+def test_mapped_windows_decode_into_the_arrays_empty_makes(runs, decoder):
     """With ``empty`` (a DataLoader worker's shared buffer), the decoded frames are written into the arrays it
     makes."""
     made = []
@@ -306,7 +366,7 @@ def test_windows_over_an_older_layout_read_as_before_mapped_or_not(tmp_path, ver
         assert np.array_equal(values, expected[name]) if isinstance(values, np.ndarray) else values == expected[name]
 
 
-def test_mapped_windows_over_a_dataset_whose_runs_store_a_field_with_different_codecs(tmp_path):
+def test_mapped_windows_over_a_dataset_whose_runs_store_a_field_with_different_codecs(tmp_path, decoder):
     """A dataset root of two runs, one at the default codecs and one lossless (png rgb, zstd depth): each run's frames
     decode with its own codec, in one batch, as the previous decoder gives them."""
     from forge_gpu.recording import write_dataset_manifest

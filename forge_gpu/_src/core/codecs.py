@@ -10,14 +10,19 @@ payloads (views of a mapped segment) straight into given rows of an array.
 
 :func:`transform` and :func:`untransform` state the byte formats frame by frame, as docs/FORMAT.md does; the decoder
 undoes ``untransform``'s steps on several frames at once in the words' own unsigned width (the same values, bit for
-bit: the differences' sums wrap as the format's do), which is what makes a batch of windows quick to decode.
+bit: the differences' sums wrap as the format's do), which is what makes a batch of windows quick to decode. Where
+numba imports (the ``torch`` extra installs it), each transform's undoing is one compiled pass per frame instead
+(:func:`_kernels`: byte planes to words, zigzag, row sums and, for ``quantized``, the float conversion, written
+straight into the output row); numpy's steps, the reference, decode every frame otherwise.
 
-The standard library and numpy at import; Pillow and pyarrow are loaded by the codecs that use them.
+The standard library and numpy at import; Pillow and pyarrow are loaded by the codecs that use them, numba at the
+first decode of a ``zstd``, ``lz4`` or ``quantized`` frame of wider words than bytes.
 """
 
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -384,9 +389,10 @@ def decode_all(jobs: Sequence[tuple], *, pool=None) -> None:
 _GROUP_BYTES = 1 << 18
 
 
-def _frames_decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
+def _frames_decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype, *, compiled: bool = True):
     """A function ``(payloads, places, out)`` that decodes each payload into ``out[place]``. The ``zstd``, ``lz4`` and
-    ``quantized`` codecs' words are undone a group of frames at a time (:func:`_undo_words`): the same steps as
+    ``quantized`` codecs' words are undone by their compiled transform (:func:`_kernels`) unless ``compiled`` is off
+    or numba is missing, else a group of frames at a time (:func:`_undo_words`): the same steps as
     :func:`untransform`, whole-array over the group, in the words' unsigned width."""
     if spec.name not in _COMPRESSED:
         decode = _decoder(spec, shape, dtype)
@@ -408,6 +414,9 @@ def _frames_decoder(spec: CodecSpec, shape: tuple[int, ...], dtype: np.dtype):
     width = 4 if spec.name == "quantized" else dtype.itemsize
     words = _UNSIGNED[width].newbyteorder("<")
     count, rows = size // width, shape[0]
+    kernels = _kernels() if compiled else None
+    if kernels is not None:
+        return _compiled_decoder(kernels, spec, unpack, size, rows, dtype)
     group = max(1, _GROUP_BYTES // max(size, 1))
     scale = spec.param("step_um") * 1e-6 if spec.name == "quantized" else None
 
@@ -449,6 +458,137 @@ def _undo_words(words: np.ndarray, scratch: np.ndarray) -> None:
     np.cumsum(words, axis=2, dtype=words.dtype, out=words)
 
 
+#: Whether :func:`_kernels` may give the compiled decode (False: numpy's steps decode every frame, as where numba
+#: is not installed).
+_COMPILED = True
+_KERNELS: dict | None = None
+
+
+def _kernels() -> dict | None:
+    """The compiled transforms, by the words' width (2, 4 and ``"quantized"``), or None where numba does not import
+    (or :data:`_COMPILED` is off). numba is imported at the first call; each function compiles at its first use and
+    is cached on disk (next to this module, else in numba's user-wide cache or ``NUMBA_CACHE_DIR``); where no cache
+    directory is writable it compiles once per process instead."""
+    global _KERNELS
+    if not _COMPILED or sys.byteorder != "little":
+        return None
+    if _KERNELS is None:
+        try:
+            import numba
+        except ImportError:
+            _KERNELS = {}
+        else:
+
+            def jit(function):
+                try:
+                    return numba.njit(cache=True, nogil=True)(function)
+                except RuntimeError:  # no writable cache directory: compiled per process
+                    return numba.njit(nogil=True)(function)
+
+            _KERNELS = {2: jit(_undo_planes_16), 4: jit(_undo_planes_32), "quantized": jit(_undo_planes_quantized)}
+    return _KERNELS or None
+
+
+def _undo_planes_16(planes: np.ndarray, out: np.ndarray, at: int, rows: int) -> None:
+    """One uint16 frame's byte planes (``planes``: uint8, ``2 * count`` bytes) decoded into ``out[at]`` (``[m,
+    count]`` uint16 words) in one pass: each word's bytes gathered, its zigzag undone (``(z >> 1) ^ -(z & 1)``) and
+    summed along its row in int32, whose low 16 bits wrap as the format's sums do. Compiled by numba (its int32
+    arithmetic wraps at 32 bits)."""
+    count = out.shape[1]
+    cols = count // rows
+    row, p0, p1 = out[at], planes[:count], planes[count:]
+    for r in range(rows):
+        acc = np.int32(0)
+        for c in range(r * cols, (r + 1) * cols):
+            z = np.int32(p0[c]) | (np.int32(p1[c]) << np.int32(8))
+            acc = np.int32(acc + ((z >> np.int32(1)) ^ -(z & np.int32(1))))
+            row[c] = acc & np.int32(0xFFFF)
+
+
+def _undo_planes_32(planes: np.ndarray, out: np.ndarray, at: int, rows: int) -> None:
+    """As :func:`_undo_planes_16` for 32-bit words (float32 frames: ``out`` holds their bits as uint32), summed in
+    int32."""
+    count = out.shape[1]
+    cols = count // rows
+    row, p0, p1, p2, p3 = (
+        out[at],
+        planes[:count],
+        planes[count : 2 * count],
+        planes[2 * count : 3 * count],
+        planes[3 * count :],
+    )
+    for r in range(rows):
+        acc = np.int32(0)
+        for c in range(r * cols, (r + 1) * cols):
+            z = (
+                np.uint32(p0[c])
+                | (np.uint32(p1[c]) << np.uint32(8))
+                | (np.uint32(p2[c]) << np.uint32(16))
+                | (np.uint32(p3[c]) << np.uint32(24))
+            )
+            acc = np.int32(acc + np.int32((z >> np.uint32(1)) ^ (np.uint32(0) - (z & np.uint32(1)))))
+            row[c] = np.uint32(acc)
+
+
+def _undo_planes_quantized(planes: np.ndarray, out: np.ndarray, at: int, rows: int, scale: float) -> None:
+    """As :func:`_undo_planes_32`, each row sum then the signed 32-bit step count ``q``, written to ``out[at]``
+    (float32) as ``q * scale`` taken in float64 and rounded once to float32."""
+    count = out.shape[1]
+    cols = count // rows
+    row, p0, p1, p2, p3 = (
+        out[at],
+        planes[:count],
+        planes[count : 2 * count],
+        planes[2 * count : 3 * count],
+        planes[3 * count :],
+    )
+    for r in range(rows):
+        acc = np.int32(0)
+        for c in range(r * cols, (r + 1) * cols):
+            z = (
+                np.uint32(p0[c])
+                | (np.uint32(p1[c]) << np.uint32(8))
+                | (np.uint32(p2[c]) << np.uint32(16))
+                | (np.uint32(p3[c]) << np.uint32(24))
+            )
+            acc = np.int32(acc + np.int32((z >> np.uint32(1)) ^ (np.uint32(0) - (z & np.uint32(1)))))
+            row[c] = np.float32(np.float64(acc) * scale)
+
+
+def _compiled_decoder(kernels: dict, spec: CodecSpec, unpack, size: int, rows: int, dtype: np.dtype):
+    """:func:`_frames_decoder`'s function for words of 2 or 4 bytes, each frame decompressed and then undone by its
+    compiled transform straight into its row of ``out`` (numpy's steps where ``out`` is not one C-ordered block of
+    native words)."""
+    quantized = spec.name == "quantized"
+    kernel = kernels["quantized" if quantized else dtype.itemsize]
+    scale = spec.param("step_um") * 1e-6 if quantized else 0.0
+    fallback = None
+
+    def compiled(payloads: Sequence, places: np.ndarray, out: np.ndarray) -> None:
+        nonlocal fallback
+        if not out.flags.c_contiguous or not out.dtype.isnative:
+            fallback = fallback or _frames_decoder(spec, tuple(out.shape[1:]), out.dtype, compiled=False)
+            return fallback(payloads, places, out)
+        m = len(out)
+        places = np.asarray(places, np.int64)
+        if places.size and (places.min() < -m or places.max() >= m):
+            raise IndexError(f"decode_into: a place of {places.min()}..{places.max()} is outside out's {m} rows")
+        places = np.where(places < 0, places + m, places)
+        rows_of = out.reshape(m, -1)
+        if not quantized:
+            rows_of = rows_of.view(_UNSIGNED[dtype.itemsize])
+        for data, at in zip(payloads, places.tolist(), strict=True):
+            planes = np.frombuffer(unpack(data), np.uint8)
+            if planes.size != size:
+                raise ValueError(f"a payload decompresses to {planes.size} bytes, expected {size}")
+            if quantized:
+                kernel(planes, rows_of, at, rows, scale)
+            else:
+                kernel(planes, rows_of, at, rows)
+
+    return compiled
+
+
 def _decompressor(spec: CodecSpec, size: int):
     """A function from one ``zstd``, ``lz4`` or ``quantized`` payload to its transformed bytes (a buffer of exactly
     ``size`` bytes), the payload checked to be one frame of that content (docs/FORMAT.md "Encoded fields")."""
@@ -457,7 +597,7 @@ def _decompressor(spec: CodecSpec, size: int):
 
         def zstd(data):
             _zstd_frame(memoryview(data).cast("B"), size)  # its content size, checked, is the size Arrow returns
-            return codec.decompress(data, decompressed_size=size, asbytes=True)
+            return codec.decompress(data, decompressed_size=size)  # an Arrow buffer: no copy into bytes
 
         return zstd
     import pyarrow as pa
