@@ -391,7 +391,10 @@ def test_no_caller_probes_a_format():
     """No module of forge_gpu tests a format's attributes or signatures; the scan finds a planted probe of each kind."""
     found = [p for path in sorted(PACKAGE.rglob("*.py")) for p in format_probes(path.read_text(), str(path))]
     assert not found, "\n".join(found)
-    planted = "getattr(fmt, 'salvage', False)\nhasattr(FORMATS[name], 'codecs')\ninspect.signature(fmt.repair)\ninspect.signature(factory)\n"
+    planted = (
+        "getattr(fmt, 'salvage', False)\nhasattr(FORMATS[name], 'codecs')\ninspect.signature(fmt.repair)\n"
+        "inspect.signature(factory)\n"
+    )
     assert [p.split(": ", 1)[1] for p in format_probes(planted, "planted")] == [
         "getattr(fmt, 'salvage', False)",
         "hasattr(FORMATS[name], 'codecs')",
