@@ -180,12 +180,14 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
 # --- the env side ------------------------------------------------------------------------------------------------
 
 
-def make_env(num_envs: int, seed: int, overrides: dict, label: bool = False):
+def make_env(num_envs: int, seed: int, overrides: dict, label: bool = False, mix: float = 0.0):
     import forge_gpu
 
     settings = {"params.render": False, "record_state": False} | overrides
     if label:
         settings["label"] = "expert"
+    if mix:  # a per-episode share of the rollouts that the expert drives (recorded as the param expert_executed)
+        settings["expert_mix"] = mix
     return forge_gpu.sim.make("push", num_envs=num_envs, seed=seed, device="cpu", **settings)
 
 
@@ -248,7 +250,7 @@ def record_rollouts(directory: Path, checkpoint: dict, seed: int, args, override
     expert's action for its observation."""
     import forge_gpu
 
-    env = make_env(args.dagger_episodes, seed, overrides, label=True)
+    env = make_env(args.dagger_episodes, seed, overrides, label=True, mix=args.mix)
     policy = torch_policy(env, checkpoint, "open_loop", args.steps_per_chunk)
     evaluation = forge_gpu.recording.evaluate(env, policy, episodes=args.dagger_episodes, record=str(directory))
     return {"rollout_success": float(evaluation.success_at_end.mean())}
@@ -289,6 +291,7 @@ def main(argv=None) -> int:
         default="chunk",
         help="what a rollout window supervises: its chunk of expert labels, or its first label alone",
     )
+    parser.add_argument("--mix", type=float, default=0.0, help="DAgger rollouts: the share the expert drives")
     parser.add_argument("--no-matched-bc", action="store_true", help="leave out BC at each round's labelled steps")
     parser.add_argument("--demo-seed", type=int, default=1)
     parser.add_argument("--eval-seed", type=int, default=2)
