@@ -255,7 +255,7 @@ def test_task_files_declare_their_environment_state(tmp_path):
         "cartpole", num_envs=2, device="cpu", **terms, **{"params.environment_state": ["reward_terms"]}
     )
     assert env.spec["environment_state"] == ["reward_terms"]
-    assert "environment_state" not in forge_gpu.sim.make("cartpole", num_envs=2, device="cpu").spec
+    assert forge_gpu.sim.make("cartpole", num_envs=2, device="cpu").spec["environment_state"] == []  # the shipped file
     with pytest.raises(ValueError, match=r"environment_state field 'cube_pose' is not .*; allowed: reward_terms$"):
         forge_gpu.sim.make("cartpole", num_envs=2, device="cpu", **terms, **{"params.environment_state": ["cube_pose"]})
     with pytest.raises(ValueError, match=r"environment_state = 'x': expected a list of observation field names"):

@@ -2,6 +2,8 @@
 the test with a user @wp.func collects, reads back and replays --from actions bit for bit; the file-based ant equals
 the hand-written one bit for bit; every bad config is refused in one line naming its key, with nothing created."""
 
+import json
+
 import numpy as np
 import pytest
 from helpers.reference_cartpole import register_handwritten
@@ -383,3 +385,15 @@ def test_evaluation_takes_success_from_the_success_terms_not_from_any_terminatio
         assert episode.terminated[-1] and not episode.next["success"].any()
     assert not result.success_once.any() and not result.success_at_end.any()
     assert result.metrics()["pc_success"] == 0.0
+
+
+def test_the_shipped_robots_give_lerobot_no_environment_state(tmp_path):
+    """ant records its reward terms as an observation field; its task file declares no environment state, so the
+    LeRobot export writes proprio alone (reward terms are not state)."""
+    env = forge_gpu.sim.make("ant", num_envs=2, device="cpu", seed=0, max_steps=5)
+    assert "reward_terms" in env.spec["observation"] and env.spec["environment_state"] == []
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("random", env), str(tmp_path / "run"), episodes=2)
+    report = forge_gpu.export.export_lerobot(str(tmp_path / "run"), str(tmp_path / "lerobot"))
+    features = json.loads((tmp_path / "lerobot" / "meta" / "info.json").read_text())["features"]
+    assert report["environment_state"] == [] and "observation.environment_state" not in features
+    assert "observation.state" in features
