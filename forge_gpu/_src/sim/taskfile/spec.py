@@ -23,7 +23,7 @@ import numpy as np
 
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
-from forge_gpu._src.sim.taskfile.model import Plan, plan_task
+from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",

@@ -1,4 +1,4 @@
-"""A task made of a model file and a TOML (``spec.py`` reads it, ``model.py`` binds it to the model): no task code.
+"""A task made of a model file and a TOML (``spec.py`` reads it, ``model.py`` loads the model, ``plan.py`` binds its names): no task code.
 
 :func:`file_task_class` makes the :class:`FileTask` subclass of one file (its :class:`TaskSpec` from the resolved
 plan); the catalog registers it under the file's ``task`` id. Per step it launches three kernels whatever its
@@ -20,7 +20,8 @@ import warp as wp
 
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.taskfile import codegen
-from forge_gpu._src.sim.taskfile.model import Plan, add_model, model_file, plan_task
+from forge_gpu._src.sim.taskfile.model import add_model, model_file
+from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 from forge_gpu._src.sim.taskfile.spec import FileParams, catalog, read_task_file, resolved
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras
