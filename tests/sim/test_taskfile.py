@@ -247,6 +247,14 @@ BAD = [
     ),
     ('asset = "nv_ant.xml"', 'asset = "nv_ant.xml"\nrandomizable = ["gravity"]', "model.randomizable"),
     ('asset = "nv_ant.xml"', 'builder = "no_such_module:build"', "model.builder"),
+    # A boolean is not a weight of 1 (a cost would become a bonus), nor a misspelt number a weight at all.
+    ("weight = -0.01", "weight = true", "rewards[1].weight = true"),
+    ("weight = -0.01", 'weight = "-0.1x"', 'rewards[1].weight = "-0.1x"'),
+    ('[action]\njoints = ["hip_*", "ankle_*"]', '[action]\njoints = "hip_*"', 'action.joints = "hip_*"'),
+    ("weight = -0.01", "weight = -0.01\nnoise = 0.1", "rewards[1].noise"),
+    ("noise = 0.01", 'noise = "0.01"', "observations[2].noise"),
+    ('args = ["params.hip_gain"]', "args = [true]", "rewards[2].args"),
+    ("weight = -0.01", "weight = -0.01\nname = 3", "rewards[1].name"),
 ]
 
 

@@ -9,6 +9,7 @@ the wrong length is a ``ValueError`` of one line naming the file, the key and wh
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,10 +97,9 @@ def plan_task(params, source: str) -> Plan:
     movable = [j for j, t in enumerate(types) if t not in (FREE, FIXED)]
 
     def joints(patterns, where: str) -> tuple[list[int], list[int], list[str]]:
-        if isinstance(patterns, str):
-            patterns = [patterns]
         if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
-            raise ValueError(f"{source}: {where} = {patterns!r}: expected a list of joint name patterns")
+            example = f" (joints = [{shown(patterns)}])" if isinstance(patterns, str) else ""
+            raise ValueError(f"{source}: {where} = {shown(patterns)}: expected a list of joint name patterns{example}")
         allowed = ", ".join(names[j] for j in movable)
         for p in patterns:
             if not any(fnmatch.fnmatchcase(names[j], p) for j in movable):
@@ -226,7 +226,14 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
             raise ValueError(f"{source}: unknown key {where}.{key}; {name} takes {', '.join(allowed)}")
     if info.root and not root:
         raise ValueError(f"{source}: {where}.term = {name!r} reads a free root joint; the model has a fixed base")
-    ints, floats = [0, 0, -1, 0], [float(entry.get("weight", 1.0)), float(entry.get("noise", 0.0))]
+    weight, noise = number(entry, "weight", 1.0, where, source), number(entry, "noise", 0.0, where, source)
+    if noise < 0 or (stage != "observations" and "noise" in entry):
+        what = "a range >= 0" if stage == "observations" else "nothing: only observations take noise"
+        raise ValueError(f"{source}: {where}.noise = {shown(entry['noise'])}: expected {what}")
+    label = entry.get("name", name)
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"{source}: {where}.name = {shown(label)}: expected a name (a string)")
+    ints, floats = [0, 0, -1, 0], [weight, noise]
     listed: list[int] = []
     chosen: list[str] = []
     width = info.width
@@ -262,15 +269,30 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
                 raise ValueError(f"{source}: {where}.{key} = {value!r}: {name} needs a number {key}")
             floats.append(float(value))
     args = entry.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(v, int | float) for v in args):
-        raise ValueError(f"{source}: {where}.args = {args!r}: expected a list of numbers")
+    if not isinstance(args, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in args):
+        raise ValueError(f"{source}: {where}.args = {shown(args)}: expected a list of numbers")
     floats.extend(float(v) for v in args)
     width = {"action": len(a_coords), "command": len(command_names)}.get(width, width)
     if stage == "observations" and (not isinstance(width, int) or width < 1):
         raise ValueError(f"{source}: {where}: observation {name!r} has width {width!r}; expected at least 1")
     reads = "previous" if user else info.reads  # a user's term may read anything
-    noise = "noise" in entry
-    return Row(stage, entry.get("name", name), info.func, ints + listed, floats, width, noise, user, reads, chosen)
+    return Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
+
+
+def number(entry: dict, key: str, default: float, where: str, source: str) -> float:
+    """``entry[key]`` (or ``default``) as a float: a TOML number, not a boolean or a string."""
+    value = entry.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"{source}: {where}.{key} = {shown(value)}: expected a number")
+    return float(value)
+
+
+def shown(value) -> str:
+    """``value`` as the TOML file spells it (``true``, ``"x"``, ``["a", "b"]``)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def camera_entry(entry: dict, where: str, source: str, body) -> dict:

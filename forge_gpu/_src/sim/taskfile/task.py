@@ -1,4 +1,5 @@
-"""A task made of a model file and a TOML (``spec.py`` reads it, ``model.py`` loads the model, ``plan.py`` binds its names): no task code.
+"""A task made of a model file and a TOML, no task code: ``spec.py`` reads it, ``model.py`` loads the model,
+``plan.py`` binds the file's names to it.
 
 :func:`file_task_class` makes the :class:`FileTask` subclass of one file (its :class:`TaskSpec` from the resolved
 plan); the catalog registers it under the file's ``task`` id. Per step it launches three kernels whatever its
