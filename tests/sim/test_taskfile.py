@@ -255,6 +255,8 @@ BAD = [
     ("noise = 0.01", 'noise = "0.01"', "observations[2].noise"),
     ('args = ["params.hip_gain"]', "args = [true]", "rewards[2].args"),
     ("weight = -0.01", "weight = -0.01\nname = 3", "rewards[1].name"),
+    ("default = [1.0, 0.0]", 'default = [1.0, "fast"]', "command.default[1]"),
+    ("max_steps = 10", 'max_steps = 10\nenvironment_state = ["goal"]', "environment_state field 'goal'"),
 ]
 
 

@@ -131,6 +131,10 @@ def plan_task(params, source: str) -> Plan:
     command_names = list(command.get("names", []))
     if set(command) - {"names", "default"} or len(command.get("default", command_names)) != len(command_names):
         raise ValueError(f"{source}: [command] takes names = [...] and default = [...] of the same length")
+    if not all(isinstance(c, str) for c in command_names):
+        raise ValueError(f"{source}: command.names = {shown(command_names)}: expected a list of names (strings)")
+    for i in range(len(command.get("default", []))):
+        number(command["default"], i, 0.0, "command.default", source)
     lower, upper = [-1e10] * coords, [1e10] * coords
     for c, d in zip(r_coords, r_dofs, strict=True):
         lower[c], upper[c] = builder.joint_limit_lower[d], builder.joint_limit_upper[d]
@@ -279,11 +283,12 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     return Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
 
 
-def number(entry: dict, key: str, default: float, where: str, source: str) -> float:
+def number(entry: dict | list, key: str | int, default: float, where: str, source: str) -> float:
     """``entry[key]`` (or ``default``) as a float: a TOML number, not a boolean or a string."""
-    value = entry.get(key, default)
+    value = entry.get(key, default) if isinstance(entry, dict) else entry[key]
     if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ValueError(f"{source}: {where}.{key} = {shown(value)}: expected a number")
+        at = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
+        raise ValueError(f"{source}: {at} = {shown(value)}: expected a number")
     return float(value)
 
 

@@ -101,6 +101,18 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         raise ValueError(f"{source}: environment_state = {chosen!r}: expected a list of observation field names")
     params = FileParams(file=str(path), values=values, **{**sections, "action": action})
     plan: Plan = plan_task(resolved(params, source), source)
+    if chosen is not None:  # the fields a file task observes: proprio, its reward terms, its success flag
+        from forge_gpu._src.core.lerobot_features import environment_fields
+
+        layout = {"proprio": ((plan.proprio_dim,), "float32")}
+        if plan.reward_names and plan.record_terms:
+            layout["reward_terms"] = ((len(plan.reward_names),), "float32")
+        if any(r.stage == "success" for r in plan.rows):
+            layout["success"] = ((), "bool")
+        try:
+            environment_fields(layout, chosen, name=f"task {table.get('task')!r}")
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
     a = len(plan.action_coords)
     table["action"] = {key: _per_joint(given.get(key, default), a, f"{source}: action.{key}")
                        for key, default in (("low", -1.0), ("high", 1.0), ("scale", 1.0))}  # fmt: skip
