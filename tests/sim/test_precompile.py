@@ -11,7 +11,8 @@ import pytest
 
 from forge_gpu.cli import main
 
-# A fresh process with the cache: cartpole at another size than discovery's, made, reset and stepped on the CPU,
+# A fresh process with the cache: cartpole at another size than discovery's, made, reset and stepped on the CPU
+# (by the random policy, a torch learner with history and chunks, and with the expert's labels and a mix),
 # with Warp's module-load lines ("Module NAME HASH load on device 'cpu' took ... (compiled|cached)").
 FRESH = """
 import forge_gpu
@@ -20,6 +21,18 @@ env.reset()
 policy = forge_gpu.sim.make_policy("random", env)
 for _ in range(4):
     env.step(policy(env.observation))
+import torch
+def fn(observation):
+    return torch.ones((5, 3, 1), dtype=torch.float32) * observation["proprio"][:, -1, :1, None]
+fn.history, fn.chunk = 3, 3
+for execution in ("open_loop", "ensemble"):
+    learner = forge_gpu.sim.TorchPolicy(env, fn, execution=execution)
+    for _ in range(4):
+        env.step(learner())
+labelled = forge_gpu.sim.make("cartpole", num_envs=5, device="cpu", seed=2, label="expert", expert_mix=0.3)
+labelled.reset()
+for _ in range(4):
+    labelled.step(policy(labelled.observation))
 """
 LOAD = re.compile(r"^Module (\S+) .*load on device 'cpu'.*\((compiled|cached)\)", re.M)
 

@@ -193,10 +193,41 @@ def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -
             env.extend_step(rows.launch, draw_env=rows.draw_env, draw_episode=rows.draw_episode, idle=rows.idle)
             env.reset()
             env.step(policy(env.observation))
+            _learner_kernels(env, make, task, policy, say)
     finally:
         context.Module.load, context.launch, context.launch_tiled = plain
         wp.launch, wp.launch_tiled = plain[1], plain[2]
     return builder.result
+
+
+def _learner_kernels(env, make, task: str, policy, say) -> None:
+    """Load what a learner's evaluation and a labelled collection launch: a torch policy's history and both chunk
+    executions (where torch is installed), and the expert's labels with a mix (where the task has an expert)."""
+    try:
+        import torch
+    except ImportError:
+        say("  torch is not installed: the policy history and chunk kernels are left out")
+    else:
+        from forge_gpu._src.sim.policies import TorchPolicy
+
+        a = env.action_input.shape[1]
+
+        def fn(observation):
+            return torch.zeros((env.num_envs, 2, a), dtype=torch.float32, device=observation["proprio"].device)
+
+        fn.history, fn.chunk = 2, 2
+        for execution in ("open_loop", "ensemble"):
+            learner = TorchPolicy(env, fn, execution=execution)
+            env.reset()
+            for _ in range(2):
+                env.step(learner())
+    if env.task.expert(env.world) is None:
+        say(f"  {task} has no expert: the relabel kernels are left out")
+        return
+    labelled = make(task, num_envs=2, device=CPU, label="expert", expert_mix=0.5)
+    labelled.reset()
+    for _ in range(2):
+        labelled.step(policy(labelled.observation))
 
 
 def missing_files(result: Result) -> list[str]:
