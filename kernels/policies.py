@@ -1,5 +1,7 @@
 """Task-independent built-in policies. Task experts live in the task's kernel module."""
 
+from typing import Any
+
 import warp as wp
 
 from .rng import STREAM_POLICY, env_rng
@@ -33,57 +35,33 @@ def random_policy_kernel(
 
 
 @wp.kernel
-def history_words_kernel(
+def history_kernel(
     # Model:
     restart_all: int,
     per_thread: int,
     # Data in:
     step_id_in: wp.array[wp.int32],
-    frame_in: wp.array2d[wp.int32],
-    previous_in: wp.array3d[wp.int32],
+    frame_in: wp.array2d[Any],
+    previous_in: wp.array3d[Any],
     # Data out:
-    history_out: wp.array3d[wp.int32],
+    history_out: wp.array3d[Any],
 ):
-    """One observation field's last ``h`` frames, oldest first, as 4-byte words ``[N, h, W]``: the previous
-    history shifted by one and the current frame last; at an episode's first frame every slot is that frame
-    (the padding of ``Windows(pad=True)``). ``previous_in`` and ``history_out`` are different buffers. Thread
-    ``(env, slot, part)`` copies words ``part * per_thread ..`` (1 on CUDA; a whole frame on the CPU, where a
-    thread costs more than a word)."""
+    """One observation field's last ``h`` frames, oldest first, as units ``[N, h, W]`` (4-byte words, or bytes
+    where a frame is not a whole number of words: an overload per unit): the previous history shifted by one and
+    the current frame last; at an episode's first frame every slot is that frame (the padding of
+    ``Windows(pad=True)``). ``previous_in`` and ``history_out`` are different buffers. Thread ``(env, slot, part)``
+    copies units ``part * per_thread ..`` (1 on CUDA; a whole frame on the CPU, where a thread costs more than a
+    unit)."""
     worldid, slot, part = wp.tid()
-    words = history_out.shape[2]
+    units = history_out.shape[2]
     begin = part * per_thread
-    end = wp.min(begin + per_thread, words)
+    end = wp.min(begin + per_thread, units)
     if restart_all != 0 or step_id_in[worldid] == 0 or slot == history_out.shape[1] - 1:
-        for word in range(begin, end):
-            history_out[worldid, slot, word] = frame_in[worldid, word]
+        for unit in range(begin, end):
+            history_out[worldid, slot, unit] = frame_in[worldid, unit]
     else:
-        for word in range(begin, end):
-            history_out[worldid, slot, word] = previous_in[worldid, slot + 1, word]
-
-
-@wp.kernel
-def history_bytes_kernel(
-    # Model:
-    restart_all: int,
-    per_thread: int,
-    # Data in:
-    step_id_in: wp.array[wp.int32],
-    frame_in: wp.array2d[wp.uint8],
-    previous_in: wp.array3d[wp.uint8],
-    # Data out:
-    history_out: wp.array3d[wp.uint8],
-):
-    """:func:`history_words_kernel` for a field whose frame is not a whole number of 4-byte words."""
-    worldid, slot, part = wp.tid()
-    size = history_out.shape[2]
-    begin = part * per_thread
-    end = wp.min(begin + per_thread, size)
-    if restart_all != 0 or step_id_in[worldid] == 0 or slot == history_out.shape[1] - 1:
-        for byte in range(begin, end):
-            history_out[worldid, slot, byte] = frame_in[worldid, byte]
-    else:
-        for byte in range(begin, end):
-            history_out[worldid, slot, byte] = previous_in[worldid, slot + 1, byte]
+        for unit in range(begin, end):
+            history_out[worldid, slot, unit] = previous_in[worldid, slot + 1, unit]
 
 
 @wp.kernel

@@ -344,7 +344,6 @@ class _History:
         frame_bytes = view[0].numel() * view.element_size() if n else 0
         words = frame_bytes % 4 == 0 and frame_bytes > 0
         self.unit = torch.int32 if words else torch.uint8
-        self.kernel = kernels.history_words_kernel if words else kernels.history_bytes_kernel
         self.frame = wp.from_torch(view.reshape(n, -1).view(self.unit))
         units = self.frame.shape[1]
         # A thread per word on CUDA; on the CPU, where each thread costs more than a word, one per frame.
@@ -359,7 +358,7 @@ class _History:
         out = wp.from_torch(new.view(n, self.history, -1).view(self.unit))
         previous = out if self.previous is None else self.previous
         wp.launch(
-            self.kernel,
+            kernels.history_kernel,
             dim=(n, self.history, self.parts),
             inputs=[restart, self.per_thread, step_id, self.frame, previous],
             outputs=[out],
