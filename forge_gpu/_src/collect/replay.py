@@ -269,12 +269,12 @@ def _task_of(run_dir: str, manifest: dict, overrides: dict, trust_code: bool) ->
         return task_id, True
     if listed:
         path = stored_task_file(run_dir, listed)
-    elif recorded is not None and registered is None:
-        if not is_task_file(recorded) or not os.path.isfile(recorded):
-            raise ValueError(f"task {task_id!r}: its task file {recorded} is not there any more")
+    elif recorded is not None and is_task_file(recorded) and os.path.isfile(recorded):
         path = Path(recorded)
+    elif registered is not None or recorded is None:
+        return task_id, registered is not None  # _open names an unknown task
     else:
-        return task_id, registered is not None
+        raise ValueError(f"task {task_id!r}: its task file {recorded} is not there any more")
     try:
         sections = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

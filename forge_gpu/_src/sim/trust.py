@@ -24,6 +24,8 @@ from pathlib import Path
 TRUST_FLAG = "--trust-code"
 """The command line's flag (``trust_code=True`` in Python)."""
 
+_PACKAGE = Path(__file__).resolve().parents[2]
+"""The installed forge_gpu package's directory (this file is ``forge_gpu/_src/sim/trust.py``)."""
 #: The run whose code is being built without trust (its directory), or None: everything may be imported.
 _UNTRUSTED_RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("forge_gpu_untrusted_run", default=None)
 
@@ -37,10 +39,7 @@ def inside_forge_gpu(target: str | os.PathLike) -> bool:
     ``module:function``) under ``forge_gpu``, or a file inside its directory."""
     text = os.fspath(target)
     if text.endswith(".py") or os.sep in text:
-        import forge_gpu
-
-        package = Path(forge_gpu.__file__).resolve().parent
-        return Path(text).resolve().is_relative_to(package)
+        return Path(text).resolve().is_relative_to(_PACKAGE)
     return text.partition(":")[0].split(".")[0] == "forge_gpu"
 
 
