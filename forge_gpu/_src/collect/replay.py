@@ -267,7 +267,9 @@ def _task_of(run_dir: str, manifest: dict, overrides: dict, trust_code: bool) ->
         return task_id, True
     if registered is not None and recorded is not None and _loaded_unchanged(registered.path, recorded, listed):
         return task_id, True
-    if listed:
+    if listed and not os.path.isdir(os.path.join(run_dir, stored.FOLDER)) and _matches(recorded, listed):
+        path = Path(recorded)  # a curated copy (no task/ of its own) whose source's task file is still there
+    elif listed:
         path = stored_task_file(run_dir, listed)
     elif recorded is not None and is_task_file(recorded) and os.path.isfile(recorded):
         path = Path(recorded)
@@ -288,13 +290,17 @@ def _task_of(run_dir: str, manifest: dict, overrides: dict, trust_code: bool) ->
 
 def _loaded_unchanged(loaded: str, recorded: str, listed) -> bool:
     """Whether the task file this process loaded is the one the run recorded, with the bytes the run stored."""
-    if Path(loaded) != Path(recorded).resolve() or not os.path.isfile(loaded):
+    if Path(loaded) != Path(recorded).resolve():
         return False
-    if not isinstance(listed, dict) or not isinstance(listed.get("files"), dict):
-        return True
-    entry = listed["files"].get(listed.get("task_file"))
-    digest = hashlib.sha256(Path(loaded).read_bytes()).hexdigest()
-    return isinstance(entry, dict) and entry.get("sha256") == digest
+    return _matches(loaded, listed) if listed else os.path.isfile(loaded)
+
+
+def _matches(path: str | None, listed) -> bool:
+    """Whether the file ``path`` is there with the sha256 ``listed`` (``scene_spec.stored``) gives the task file."""
+    if path is None or not os.path.isfile(path) or not isinstance(listed, dict):
+        return False
+    entry = listed.get("files", {}).get(listed.get("task_file")) if isinstance(listed.get("files"), dict) else None
+    return isinstance(entry, dict) and entry.get("sha256") == hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _nested(flat: dict) -> dict:
