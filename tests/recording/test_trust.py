@@ -242,3 +242,20 @@ def test_the_stored_model_files_follow_includes_meshes_and_textures(tmp_path):
     )
     found = {p.relative_to(tmp_path).as_posix() for p in model_files(tmp_path / "robot.urdf", "urdf")}
     assert found == {"robot.urdf", "urdf_link.obj"}
+
+
+def test_a_shipped_task_replays_from_its_stored_copy_without_trust_code(tmp_path):
+    """cartpole's stored task file names a model builder and an expert of forge_gpu: trusted, no flag needed; a run
+    recorded by another installation (its task file elsewhere) replays from its stored copy bit for bit."""
+    run = tmp_path / "run"
+    env = forge_gpu.sim.make("cartpole", num_envs=2, device="cpu", seed=0, max_steps=10)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("random", env), str(run), episodes=2)
+    manifest = json.loads((run / "run.json").read_text())
+    assert manifest["scene_spec"]["stored"]["files"].keys() == {"cartpole.toml"}
+    manifest["config"]["params"]["file"] = str(tmp_path / "elsewhere" / "configs" / "cartpole.toml")
+    (run / "run.json").write_text(json.dumps(manifest))
+    report = forge_gpu.recording.replay(run, tmp_path / "again", from_="actions")
+    assert report["episodes"] >= 2 and report["diverged"] == 0
+    replayed = forge_gpu.formats.read_manifest(tmp_path / "again")
+    assert replayed["config"]["params"]["file"] == str((run / "task" / "cartpole.toml").resolve())  # the stored copy
+    assert (tmp_path / "again" / "task" / "cartpole.toml").read_bytes() == (run / "task" / "cartpole.toml").read_bytes()
