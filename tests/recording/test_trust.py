@@ -259,3 +259,23 @@ def test_a_shipped_task_replays_from_its_stored_copy_without_trust_code(tmp_path
     replayed = forge_gpu.formats.read_manifest(tmp_path / "again")
     assert replayed["config"]["params"]["file"] == str((run / "task" / "cartpole.toml").resolve())  # the stored copy
     assert (tmp_path / "again" / "task" / "cartpole.toml").read_bytes() == (run / "task" / "cartpole.toml").read_bytes()
+
+
+def test_a_task_naming_its_model_by_an_absolute_path_replays_only_the_model_it_stored(tmp_path):
+    """The stored task file still names the absolute path: replay reads it there, and refuses once it differs from
+    the file the run stored."""
+    folder = tmp_path / "task"
+    (folder / "models" / "parts").mkdir(parents=True)
+    (folder / "models" / "slider.xml").write_text(MODEL)
+    (folder / "models" / "parts" / "pole.xml").write_text(POLE)
+    text = TASK.replace('"slider_trust"', '"slider_absolute"').replace('module = "terms.py"\n', "")
+    (folder / "slider.toml").write_text(text.replace('"models/slider.xml"', f'"{folder / "models" / "slider.xml"}"'))
+    env = forge_gpu.sim.make(str(folder / "slider.toml"), num_envs=2, device="cpu", seed=1)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("random", env), str(tmp_path / "run"), episodes=2)
+    (folder / "slider.toml").rename(folder / "moved.toml")  # replay builds the run's stored copy
+    report = forge_gpu.recording.replay(tmp_path / "run", tmp_path / "same", from_="actions")
+    assert report["diverged"] == 0
+    (folder / "models" / "slider.xml").write_text(MODEL.replace('mass="1"', 'mass="2"'))
+    with pytest.raises(ValueError, match=r"read other files than it stored \(.*slider.xml is none of them"):
+        forge_gpu.recording.replay(tmp_path / "run", tmp_path / "other", from_="actions")
+    assert not (tmp_path / "other").exists()

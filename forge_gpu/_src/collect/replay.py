@@ -118,6 +118,8 @@ def replay(
             worlds = min(worlds, max(1, max_batch_bytes // _episode_bytes(built, config)))
         settings = {k: v for k, v in config.to_overrides().items() if k != "task"}
         env = make(built, **{**settings, "num_envs": worlds})
+    if not own:
+        _check_same_files(manifest, env, run_dir)
     _check_compatible(manifest, env, run_dir)
     stop = stop or threading.Event()
     report = {"episodes": 0, "frames": 0, "seconds": 0.0, "interrupted": False, "divergence": []}
@@ -349,6 +351,22 @@ def _episode_bytes(built: str | type, config) -> int:
     frame = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
     frame += 4 * (4 + task.spec.proprio_dim)  # the ids, time and proprio
     return frame * (config.max_steps + 1)
+
+
+def _check_same_files(manifest: dict, env, run_dir: str) -> None:
+    """ValueError where the task built from the run's files read other files than the run stored (a task file or
+    model naming its files by absolute paths: those are read where they are, not from the run)."""
+    listed = (manifest.get("scene_spec") or {}).get("stored")
+    read = getattr(env.task.scene, "stored", None)
+    if not isinstance(listed, dict) or not isinstance(read, dict):
+        return
+    want = {v.get("sha256") for v in listed.get("files", {}).values() if isinstance(v, dict)}
+    other = sorted(name for name, v in read.get("files", {}).items() if v["sha256"] not in want)
+    if other:
+        raise ValueError(
+            f"{run_dir}: the task built from the run's stored files read other files than it stored ({other[0]} is "
+            "none of them; a task file or model that names its files by absolute paths reads them there)"
+        )
 
 
 def _check_compatible(manifest: dict, env, run_dir: str) -> None:
