@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--batch", type=int, default=1024, help="worlds per batch (episodes replayed at once)")
     y.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     y.add_argument("--tolerance", type=float, default=1e-5, help="--from actions: largest state error counted equal")
+    y.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import the code the run's task names outside forge_gpu (its term module, model builder, expert "
+        "factory); without it such a run is refused, naming that code",
+    )
     y.set_defaults(func=cmd_replay)
 
     t = sub.add_parser("tasks", help="list the tasks, or describe one: its model, terms and fields")

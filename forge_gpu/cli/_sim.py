@@ -561,6 +561,7 @@ def cmd_replay(args) -> int:
                 batch=args.batch,
                 device=args.device,
                 tolerance=args.tolerance,
+                trust_code=args.trust_code,
                 stop=stop,
                 progress=show,
             )

@@ -28,6 +28,7 @@ from forge_gpu._src.formats.registry import FORMATS, RecordingOptions, recording
 from forge_gpu._src.recording.base import Recorder
 from forge_gpu._src.sim.describe import describe_run
 from forge_gpu._src.sim.overflow import OverflowTally, overflow_lines, warn_dropped
+from forge_gpu._src.sim.taskfile import stored
 
 
 @dataclass
@@ -234,6 +235,7 @@ def collect(
     recorder = None
     if directory is not None:
         recorder = make_recorder(directory, describe_run(env, transport=transport.name), options)
+        _store_task(env, recorder)
         if episodes is not None:  # its success rate counts published episodes only: inspect and report say so
             recorder.note("episodes_target", episodes)
     overflow = env.solver_overflow
@@ -265,6 +267,18 @@ def collect(
     if error is not None:
         raise error
     return summary
+
+
+def _store_task(env, recorder: Recorder) -> None:
+    """Write the task's files (a task file's: ``sim/taskfile/stored.py``) into the new run's ``task/`` folder, which
+    run.json's ``scene_spec.stored`` lists; a failure closes the run as failed and is raised."""
+    files = getattr(env.task, "stored_files", None)
+    if files:
+        try:
+            stored.write(recorder.directory, files)
+        except OSError as exc:
+            recorder.close(error=exc)
+            raise
 
 
 def _close_recorder(recorder: Recorder, summary: CollectionSummary, error: BaseException | None):

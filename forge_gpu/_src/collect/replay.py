@@ -17,12 +17,15 @@ The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import shutil
 import threading
 import time
+import tomllib
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from queue import Full, Queue
 
 import numpy as np
@@ -37,8 +40,12 @@ from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
 from forge_gpu._src.sim.config import as_overrides
 from forge_gpu._src.sim.describe import describe_run
 from forge_gpu._src.sim.device import default_device
-from forge_gpu._src.sim.make import make, task_config
-from forge_gpu._src.sim.tasks.catalog import TASKS, is_task_file, resolve_task
+from forge_gpu._src.sim.make import make, task_class, task_config
+from forge_gpu._src.sim.taskfile import stored
+from forge_gpu._src.sim.taskfile.stored import stored_task_file
+from forge_gpu._src.sim.taskfile.task import FileTask, file_task_class
+from forge_gpu._src.sim.tasks.catalog import TASKS, is_task_file
+from forge_gpu._src.sim.trust import check_run_code, named_code, run_code
 
 SOURCES = ("state", "actions")
 #: The config keys replay never takes from the recorded run: the batch of worlds is replay's own.
@@ -59,6 +66,7 @@ def replay(
     device: str | None = None,
     tolerance: float = 1e-5,
     task: str | None = None,
+    trust_code: bool = False,
     stop: threading.Event | None = None,
     progress: Callable[[dict], None] | None = None,
 ) -> dict:
@@ -76,13 +84,20 @@ def replay(
             waves or batches are in memory at once (one read, one re-simulated, one written).
         tolerance: ``actions``: the largest absolute state difference that still counts as equal.
         task: when given, the run must be of this task.
+        trust_code: import the code the run's task names outside forge_gpu (its term module, model builder, expert
+            factory); without it such a run is refused in one line naming that code (``sim/trust.py``).
         stop: set it to stop after the current batch; the output run holds the episodes done.
         progress: called after each batch with ``{"episodes", "total", "frames", "seconds"}``.
 
     The report: ``episodes`` written, ``frames``, ``seconds``, ``frames_per_second``, ``interrupted`` and, for
     ``actions``, ``divergence`` (one entry per replayed episode: env_id, episode_id, first_step (None when
     none differs), max_error) and ``diverged`` (how many). ValueError (one line, nothing written) for another
-    task, an incompatible config, a run without state, or bad arguments.
+    task, an incompatible config, a run without state, bad arguments, a stored task file changed after the run
+    (its sha256) or, without ``trust_code``, code outside forge_gpu that the run's task names.
+
+    A run of a task file carries its task (``task/``, run.json's ``scene_spec.stored``): replay builds it from there,
+    unless this process already has that very task file loaded (a task the caller made or collected here). The
+    run written carries the same files.
     """
     if from_ not in SOURCES:
         raise ValueError(f"from_ must be one of {list(SOURCES)}, got {from_!r}")
@@ -90,15 +105,21 @@ def replay(
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     run_dir, out = os.fspath(run_dir), os.fspath(out)
     manifest = read_manifest(run_dir)
-    reader = _open(run_dir, manifest, task)
-    selected = _select(reader, episodes, limit if not successful else None)
-    check_int("max_batch_bytes", max_batch_bytes, minimum=1)
-    config = _config(manifest, overrides or {}, device)
-    worlds = min(batch, max(len(selected), 1))
-    if from_ == "actions":  # a batch holds one whole episode per world
-        worlds = min(worlds, max(1, max_batch_bytes // _episode_bytes(config)))
-    settings = {k: v for k, v in config.to_overrides().items() if k != "task"}
-    env = make(config.task, **{**settings, "num_envs": worlds})
+    if task is not None and manifest["task"] != task:
+        raise ValueError(f"{run_dir}: the run is of task {manifest['task']!r}, not {task!r}")
+    built, own = _task_of(run_dir, manifest, overrides or {}, trust_code)
+    with run_code(run_dir, trusted=trust_code or own):  # its code imported only as the caller allows
+        reader = _open(run_dir, manifest, built)
+        selected = _select(reader, episodes, limit if not successful else None)
+        check_int("max_batch_bytes", max_batch_bytes, minimum=1)
+        config = _config(built, manifest, overrides or {}, device)
+        worlds = min(batch, max(len(selected), 1))
+        if from_ == "actions":  # a batch holds one whole episode per world
+            worlds = min(worlds, max(1, max_batch_bytes // _episode_bytes(built, config)))
+        settings = {k: v for k, v in config.to_overrides().items() if k != "task"}
+        env = make(built, **{**settings, "num_envs": worlds})
+    if not own:
+        _check_same_files(manifest, env, run_dir)
     _check_compatible(manifest, env, run_dir)
     stop = stop or threading.Event()
     report = {"episodes": 0, "frames": 0, "seconds": 0.0, "interrupted": False, "divergence": []}
@@ -161,6 +182,7 @@ def replay(
         if from_ == "actions":
             report["diverged"] = sum(d["first_step"] is not None for d in report["divergence"])
         written = _manifest(manifest, env, keys, count, run_dir, from_, report)
+        stored.write(work, getattr(env.task, "stored_files", None) or {})  # the run written carries its task too
         write_json_atomic(os.path.join(work, RUN_MANIFEST), written)
         publish(work, out)
     except BaseException:
@@ -216,13 +238,10 @@ def _rates(report: dict) -> dict:
     return {"frames": frames, "seconds": seconds, "frames_per_second": frames / seconds if seconds else 0.0}
 
 
-def _open(run_dir: str, manifest: dict, task: str | None):
-    """The run's reader, after the checks replay needs of the run itself."""
-    if task is not None and manifest["task"] != task:
-        raise ValueError(f"{run_dir}: the run is of task {manifest['task']!r}, not {task!r}")
-    _register_task_file(manifest)
-    if manifest["task"] not in TASKS:
-        raise ValueError(f"{run_dir}: task {manifest['task']!r} is not a task of this forge_gpu ({', '.join(TASKS)})")
+def _open(run_dir: str, manifest: dict, task: str | type):
+    """The run's reader, after the checks replay needs of the run itself (``task``: what :func:`_task_of` chose)."""
+    if isinstance(task, str) and task not in TASKS:
+        raise ValueError(f"{run_dir}: task {task!r} is not a task of this forge_gpu ({', '.join(TASKS)})")
     if manifest["status"] == "recording":
         raise ValueError(f"{run_dir}: the run is still recording (or was killed: run forge-gpu repair {run_dir})")
     if not manifest["env_spec"].get("state"):
@@ -233,14 +252,69 @@ def _open(run_dir: str, manifest: dict, task: str | None):
     return format_of(manifest).open(run_dir, manifest)
 
 
-def _register_task_file(manifest: dict) -> None:
-    """A run of a task file (its config's ``params.file``) whose task is not registered in this process: register
-    it from that file (which must still be there), as ``make`` would."""
+def _task_of(run_dir: str, manifest: dict, overrides: dict, trust_code: bool) -> tuple[str | type, bool]:
+    """What replay builds, and whether it is this process's own: ``(the task id, True)`` for a task with its own code
+    or a task file this process already loaded from the file the run recorded, unchanged since; else the task class
+    of the run's stored task file (``task/``, its sha256 checked), or, for a run recorded before runs stored their
+    task, of the file its ``config.params.file`` names, ``False``. Their code outside forge_gpu needs ``trust_code``
+    (UntrustedCode naming it)."""
+    task_id = manifest["task"]
     params = manifest.get("config", {}).get("params")
-    if manifest["task"] not in TASKS and isinstance(params, dict) and isinstance(params.get("file"), str):
-        if not is_task_file(params["file"]) or not os.path.isfile(params["file"]):
-            raise ValueError(f"task {manifest['task']!r}: its task file {params['file']} is not there any more")
-        resolve_task(params["file"])
+    params = params if isinstance(params, dict) else {}
+    recorded = params.get("file") if isinstance(params.get("file"), str) else None
+    scene = manifest.get("scene_spec")
+    listed = scene.get("stored") if isinstance(scene, dict) else None
+    registered = TASKS.get(task_id)
+    if registered is not None and not issubclass(registered, FileTask):
+        return task_id, True
+    if registered is not None and recorded is not None and _loaded_unchanged(registered.path, recorded, listed):
+        return task_id, True
+    if listed and not os.path.isdir(os.path.join(run_dir, stored.FOLDER)) and _matches(recorded, listed):
+        path = Path(recorded)  # a curated copy (no task/ of its own) whose source's task file is still there
+    elif listed:
+        path = stored_task_file(run_dir, listed)
+    elif recorded is not None and is_task_file(recorded) and os.path.isfile(recorded):
+        path = Path(recorded)
+    elif registered is not None or recorded is None:
+        return task_id, registered is not None  # _open names an unknown task
+    else:
+        raise ValueError(f"task {task_id!r}: its task file {recorded} is not there any more")
+    try:
+        sections = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ValueError(f"{path}: the run's task file cannot be read ({e})") from e
+    given = {k[len("params.") :]: v for k, v in as_overrides(overrides).items() if k.startswith("params.")}
+    names = named_code(sections, path) + named_code(params, path) + named_code(_nested(given), path)
+    check_run_code(run_dir, names, trusted=trust_code)
+    with run_code(run_dir, trusted=trust_code):
+        return file_task_class(path), False
+
+
+def _loaded_unchanged(loaded: str, recorded: str, listed) -> bool:
+    """Whether the task file this process loaded is the one the run recorded, with the bytes the run stored."""
+    if Path(loaded) != Path(recorded).resolve():
+        return False
+    return _matches(loaded, listed) if listed else os.path.isfile(loaded)
+
+
+def _matches(path: str | None, listed) -> bool:
+    """Whether the file ``path`` is there with the sha256 ``listed`` (``scene_spec.stored``) gives the task file."""
+    if path is None or not os.path.isfile(path) or not isinstance(listed, dict):
+        return False
+    entry = listed.get("files", {}).get(listed.get("task_file")) if isinstance(listed.get("files"), dict) else None
+    return isinstance(entry, dict) and entry.get("sha256") == hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _nested(flat: dict) -> dict:
+    """Dotted keys (``model.builder``) as nested tables."""
+    nested: dict = {}
+    for key, value in flat.items():
+        *heads, last = key.split(".")
+        table = nested
+        for head in heads:
+            table = table.setdefault(head, {}) if isinstance(table.get(head, {}), dict) else {}
+        table[last] = value
+    return nested
 
 
 def _select(reader, episodes: list[tuple[int, int]] | None, limit: int | None) -> list[int]:
@@ -258,24 +332,41 @@ def _select(reader, episodes: list[tuple[int, int]] | None, limit: int | None) -
     return chosen if limit is None else chosen[:limit]
 
 
-def _config(manifest: dict, overrides: dict, device: str | None):
-    """The run's recorded config changed by ``overrides`` (and the device), checked."""
+def _config(task: str | type, manifest: dict, overrides: dict, device: str | None):
+    """The run's recorded config changed by ``overrides`` (and the device), checked, for ``task`` (an id or the
+    class of the run's stored task file)."""
     config = {k: v for k, v in manifest["config"].items() if k not in (*_NOT_REPLAYED, "task")}
     for key in overrides:
         if key.split(".")[0] in ("num_envs", "seed", "task", "randomize"):
             raise ValueError(
                 f"--set {key}: replay keeps the run's {key.split('.')[0]} (it restores the recorded episodes)"
             )
-    return task_config(manifest["task"], **{**as_overrides(config), **overrides, "device": device or default_device()})
+    return task_config(task, **{**as_overrides(config), **overrides, "device": device or default_device()})
 
 
-def _episode_bytes(config) -> int:
+def _episode_bytes(built: str | type, config) -> int:
     """Host bytes of one world's observations over a longest episode (max_steps + 1 frames) under ``config``."""
-    task = TASKS[config.task](config)
+    task = task_class(built)(config)
     fields = task.observation_fields()
     frame = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
     frame += 4 * (4 + task.spec.proprio_dim)  # the ids, time and proprio
     return frame * (config.max_steps + 1)
+
+
+def _check_same_files(manifest: dict, env, run_dir: str) -> None:
+    """ValueError where the task built from the run's files read other files than the run stored (a task file or
+    model naming its files by absolute paths: those are read where they are, not from the run)."""
+    listed = (manifest.get("scene_spec") or {}).get("stored")
+    read = getattr(env.task.scene, "stored", None)
+    if not isinstance(listed, dict) or not isinstance(read, dict):
+        return
+    want = {v.get("sha256") for v in listed.get("files", {}).values() if isinstance(v, dict)}
+    other = sorted(name for name, v in read.get("files", {}).items() if v["sha256"] not in want)
+    if other:
+        raise ValueError(
+            f"{run_dir}: the task built from the run's stored files read other files than it stored ({other[0]} is "
+            "none of them; a task file or model that names its files by absolute paths reads them there)"
+        )
 
 
 def _check_compatible(manifest: dict, env, run_dir: str) -> None:

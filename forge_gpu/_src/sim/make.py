@@ -8,25 +8,33 @@ from forge_gpu._src.sim.config import load_config
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.env import VectorEnv
 from forge_gpu._src.sim.output import init_warp
+from forge_gpu._src.sim.tasks.base import Task
 from forge_gpu._src.sim.tasks.catalog import TASK_CONFIG_FILES, TASKS, resolve_task
 
 
-def task_config(task: str, **overrides):
-    """The checked :class:`TaskConfig` of ``task`` (an id or a task file ``*.toml``) with ``overrides`` (dotted
-    keys allowed)."""
-    task = resolve_task(task)
-    cls = TASKS[task]
+def task_class(task: str | type[Task]) -> type[Task]:
+    """The :class:`Task` class of ``task``: a registered id, a task file ``*.toml`` (registered on first use), or a
+    task class itself (``replay`` builds a run's stored task file that way, registering nothing)."""
+    if isinstance(task, type) and issubclass(task, Task):
+        return task
+    return TASKS[resolve_task(task)]
+
+
+def task_config(task: str | type[Task], **overrides):
+    """The checked :class:`TaskConfig` of ``task`` (an id, a task file ``*.toml`` or a task class) with
+    ``overrides`` (dotted keys allowed)."""
+    cls = task_class(task)
     if hasattr(cls, "load_task_config"):  # a task file
         return cls.load_task_config(overrides)
-    return load_config(task, cls.params_type, overrides, path=TASK_CONFIG_FILES.get(task))
+    return load_config(cls.spec.id, cls.params_type, overrides, path=TASK_CONFIG_FILES.get(cls.spec.id))
 
 
-def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, **overrides) -> VectorEnv:
+def make(task: str | type[Task], *, num_envs: int, device: str | None = None, seed: int = 0, **overrides) -> VectorEnv:
     """Build ``num_envs`` environments of ``task`` on ``device``.
 
     Args:
         task: Task id (a file ``configs/<task>.toml``) or the path of a task file (``*.toml``: a model file and its
-            terms, docs/ARCHITECTURE.md "A task from a file").
+            terms, docs/ARCHITECTURE.md "A task from a file"), or a :class:`Task` class.
         num_envs: Number of environments.
         device: Warp device; ``None`` means ``cuda:0`` when Warp sees a CUDA device, else ``cpu``.
         seed: Seed of every random draw.
@@ -42,4 +50,4 @@ def make(task: str, *, num_envs: int, device: str | None = None, seed: int = 0, 
     except (RuntimeError, ValueError) as e:
         available = ", ".join(str(d) for d in wp.get_devices())
         raise ValueError(f"device {config.device!r} is not available to Warp ({e}); available here: {available}") from e
-    return VectorEnv(TASKS[config.task](config), config)
+    return VectorEnv(task_class(task)(config), config)

@@ -15,6 +15,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from forge_gpu._src.sim.trust import check_import
+
 MODEL_KEYS = (
     "asset", "file", "builder", "args", "position", "rotation", "floating", "ground", "contacts", "ignore_names",
     "pose", "randomizable",
@@ -59,6 +61,7 @@ def model_file(model: dict, source: str) -> tuple[str, str]:
 def _builder(model: dict, source: str):
     given = model["builder"]
     module, _, name = str(given).partition(":")
+    check_import(f"model.builder = {given!r}", str(given))
     try:
         function = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as e:
@@ -140,6 +143,7 @@ def user_module(given: str, source: str):
         path = (Path(source.split(" (")[0]).parent / given).resolve()
         if not path.is_file():
             raise ValueError(f"{source}: module = {given!r}: no such file ({path})")
+        check_import(f"module = {given!r}", path)
         name = f"forge_gpu_terms_{zlib.crc32(str(path).encode()):08x}"
         if name not in sys.modules:
             spec = importlib.util.spec_from_file_location(name, path)
@@ -152,6 +156,7 @@ def user_module(given: str, source: str):
                 raise ValueError(f"{source}: module = {given!r}: importing it failed ({type(e).__name__}: {e})") from e
         module = sys.modules[name]
     else:
+        check_import(f"module = {given!r}", given)
         try:
             module = importlib.import_module(given)
         except ImportError as e:

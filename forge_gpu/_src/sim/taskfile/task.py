@@ -13,19 +13,20 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.taskfile import codegen
+from forge_gpu._src.sim.taskfile import codegen, stored
 from forge_gpu._src.sim.taskfile.model import add_model, model_file
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 from forge_gpu._src.sim.taskfile.spec import FileParams, catalog, read_task_file, resolved
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras
+from forge_gpu._src.sim.trust import check_import
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import taskfile as kernels
 from forge_gpu.kernels import terms
@@ -33,12 +34,14 @@ from forge_gpu.kernels import terms
 
 @dataclass(frozen=True, kw_only=True)
 class FileScene:
-    """The scene of a task file: its model file (run.json's ``scene``)."""
+    """The scene of a task file: its model file (run.json's ``scene``) and the files a run stores of it."""
 
     kind: str = "task_file"
     model: str = ""
     """The model file's path (MJCF or URDF), or its builder (``module:function``)."""
     task_file: str = ""
+    stored: dict = field(default_factory=dict)
+    """The task's files a run stores in its ``task/`` folder, with their sha256 (``stored.listing``)."""
 
 
 class _FileSpec:
@@ -73,8 +76,11 @@ class FileTask(Task):
         super().__init__(config)
 
     def make_scene(self) -> FileScene:
+        """The scene; the task's files (``stored.gather``, read now: what the built task is) in ``stored_files``."""
         p = self.file
-        return FileScene(model=model_file(p.model, p.file)[0], task_file=p.file)
+        model = model_file(p.model, p.file)
+        self.stored_files, name = stored.gather(p.file, model, p.module)
+        return FileScene(model=model[0], task_file=p.file, stored=stored.listing(self.stored_files, name))
 
     def randomizable(self) -> dict[str, Parameter]:
         """Physics (every ``randomize.PHYSICS`` entry) and ``command`` (shape (C,)) where ``[command]`` names one."""
@@ -221,6 +227,7 @@ class FileTask(Task):
         if factory is None:
             return None
         module, _, name = factory.partition(":")
+        check_import(f"expert.factory = {factory!r}", factory)
         try:
             make = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as e:
