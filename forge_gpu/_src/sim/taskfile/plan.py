@@ -414,8 +414,8 @@ def _user_term(func, stage: str, where: str, module):
     text, wanted, returns = _SIGNATURES[stage]
     expected = f"a {stage[:-1] if stage != 'success' else 'success condition'} term is a @wp.func {text}"
     if not isinstance(func, wp.Function):
-        raise ValueError(f"{where}: {params_module_name(module)}.{func.__name__ if callable(func) else func!r} "
-                         f"is not a @wp.func; {expected}")  # fmt: skip
+        shown = f"{params_module_name(module)}.{getattr(func, '__name__', '')}"
+        raise ValueError(f"{where}: {shown} is not a @wp.func; {expected}")
     given = list(func.input_types.values())
     returned = func.func.__annotations__.get("return")
 
