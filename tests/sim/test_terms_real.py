@@ -225,10 +225,10 @@ def test_root_body_point_velocity_and_contact_terms_equal_numpy(tmp_path):
         p, terms = r.observation["proprio"].numpy(), r.observation["reward_terms"].numpy()
         pos, rot = body_q[..., :3], body_q[..., 3:]
 
-        def point_velocity(b, local):
-            w = body_qd[:, b, 3:]
-            com_w = _rotate(rot[:, b], com[:, b]) + pos[:, b]
-            return body_qd[:, b, :3] + _cross(w, _rotate(rot[:, b], np.asarray(local, float)) + pos[:, b] - com_w)
+        def point_velocity(b, local, body_q=body_q, body_qd=body_qd, com=com):
+            pos, rot, w = body_q[:, b, :3], body_q[:, b, 3:], body_qd[:, b, 3:]
+            com_w = _rotate(rot, com[:, b]) + pos
+            return body_qd[:, b, :3] + _cross(w, _rotate(rot, np.asarray(local, float)) + pos - com_w)
 
         torso = rot[:, 0]
         v_root = point_velocity(0, [0, 0, 0])
@@ -268,8 +268,8 @@ BAD = [
     ('term = "upright"', 'term = "track_yaw_rate"\nsigma = 0.1', "rewards[3].term", "use root_ang_vel"),
     ('term = "root_pos"', 'term = "root_lin_vel_heading"', "observations[0].term", "no heading"),
     ('site = "heel"\n[[observations]]', 'site = "ankle"\n[[observations]]', "observations[6].site", "head, toe, heel"),
-    ('offset = [0.0, 0.0, -0.25]', "offset = [0.0, -0.25]", "observations[5].offset", "[x, y, z]"),
-    ('offset = [0.0, 0.0, -0.25]', 'offset = [0.0, 0.0, -0.25]\nsite = "toe"', "observations[5]", "not both"),
+    ("offset = [0.0, 0.0, -0.25]", "offset = [0.0, -0.25]", "observations[5].offset", "[x, y, z]"),
+    ("offset = [0.0, 0.0, -0.25]", 'offset = [0.0, 0.0, -0.25]\nsite = "toe"', "observations[5]", "not both"),
     ('body = "thigh"', 'body = "thigh"\nsite = "toe"', "rewards[1].site", "is not on body 'thigh'"),
     ('bodies = ["foot", "shin"]', 'bodies = ["toe*"]', "rewards[6].bodies", "matches no body"),
     ("max_angle = 60", "max_angle = 60\nsite = 1", "terminations[0].site", "unknown key"),
@@ -302,10 +302,17 @@ PENDULUM = """<mujoco model="pendulum">
 
 def test_a_root_term_on_a_fixed_base_names_the_body_terms_instead(tmp_path):
     (tmp_path / "pendulum.xml").write_text(PENDULUM)
-    text = TERMS.replace('file = "hopper.xml"', 'file = "pendulum.xml"').replace('joints = ["hip", "knee", "ankle"]', "")
-    (tmp_path / "p.toml").write_text(text[: text.index("[[observations]]")] + '[[observations]]\nterm = "root_height"\n')
-    with pytest.raises(ValueError, match=r"p.toml: observations\[0\].term = 'root_height' reads the root; the model's "
-                       r"base is fixed \(its first joint 'swing' neither is free nor slides\): use body_pos"):  # fmt: skip
+    text = TERMS.replace('file = "hopper.xml"', 'file = "pendulum.xml"').replace(
+        'joints = ["hip", "knee", "ankle"]', ""
+    )
+    (tmp_path / "p.toml").write_text(
+        text[: text.index("[[observations]]")] + '[[observations]]\nterm = "root_height"\n'
+    )
+    says = (
+        r"p.toml: observations\[0\].term = 'root_height' reads the root; the model's base is fixed \(its first "
+        r"joint 'swing' neither is free nor slides\): use body_pos"
+    )
+    with pytest.raises(ValueError, match=says):
         forge_gpu.sim.make(str(tmp_path / "p.toml"), num_envs=1, device="cpu")
 
 
@@ -317,7 +324,7 @@ def test_a_contact_term_without_mujoco_contacts_is_refused_in_one_line(tmp_path)
     assert "\n" not in message and "terms.toml" in message and "name = 'mujoco'" in message, message
 
 
-USER = '''
+USER = """
 import warp as wp
 
 from forge_gpu.kernels.terms import Frame
@@ -340,7 +347,7 @@ def plain(f, worldid, t):
 @wp.func
 def fine(f: Frame, worldid: int, t: int) -> float:
     return 1.0
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -366,3 +373,46 @@ def test_a_user_term_of_the_wrong_signature_is_refused_when_the_file_is_read(tmp
     err = capsys.readouterr().err.strip().splitlines()
     index = 1 if stage == "observations" else 0
     assert len(err) == 1 and f"user.toml: {stage}[{index}].term = '{name}'" in err[0] and says in err[0], err
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
+
+
+def test_the_docs_term_tables_list_every_library_term():
+    from forge_gpu._src.sim.taskfile import terms
+
+    text = DOCS.read_text()
+    tables = text[text.index("### The term library") : text.index("**Roots.**")]
+    parts = tables.split("Rewards (each")
+    stages = {"observations": parts[0], "rewards": parts[1].split("Terminations and success")[0]}
+    stages["conditions"] = parts[1].split("Terminations and success")[1]
+    for stage, library in (("observations", terms.OBSERVATIONS), ("rewards", terms.REWARDS),
+                           ("conditions", terms.CONDITIONS)):  # fmt: skip
+        rows = [line.split("|")[1] for line in stages[stage].splitlines() if line.startswith("| `")]
+        named = {name.strip(" `") for row in rows for name in row.split(",")}
+        assert named == set(library), (stage, named ^ set(library))
+
+
+def test_the_docs_worked_example_of_a_term_runs(tmp_path):
+    """docs/tasks.md "Writing a term": its module and entries, on the hopper, give the torso's height above the
+    foot (numpy, from body_q) and end the episodes where it is below args[0]."""
+    text = DOCS.read_text()
+    section = text[text.index("## Writing a term") :]
+    python = section.split("```python\n")[1].split("```")[0]
+    toml = section.split("```toml\n")[1].split("```")[0]
+    (tmp_path / "my_terms.py").write_text(python)
+    head = (HOPPER / "task.toml").read_text()
+    head = head[: head.index("[[observations]]")].replace(
+        'file = "hopper2d.xml"', f'file = "{HOPPER / "hopper2d.xml"}"'
+    )
+    task = toml.split("\n", 1)[0] + "\n" + head + toml.split("\n", 1)[1].replace("0.6", "1.0")
+    (tmp_path / "task.toml").write_text(task.replace('task = "hopper2d"', 'task = "hopper_docs"'))
+    env = forge_gpu.sim.make(str(tmp_path / "task.toml"), num_envs=2, device="cpu", seed=0)
+    env.reset()
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        r = env.step(rng.uniform(-1, 1, (2, 3)).astype(np.float32))
+        body_q = env.world.state_0.body_q.numpy().reshape(2, -1, 7)
+        height = body_q[:, 0, 2] - body_q[:, 3, 2]
+        assert np.allclose(r.observation["proprio"].numpy()[:, 0], height, atol=1e-6)
+        assert np.array_equal(r.terminated.numpy(), height < 1.0)

@@ -314,6 +314,8 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         allowed = (*_TERM_KEYS, "width", "contact")
     else:
         points = tuple(k for owner in ("body", "other") if owner in info.keys for k in _POINT_KEYS[owner])
+        if name in ("body_quat", "body_ang_vel"):  # a frame's, the same at every point of the body
+            points = tuple(k for k in points if k != "offset")
         allowed = (*_TERM_KEYS, *info.keys, *points, *(("max_angle",) if name == "tilt" else ()))
     for key in entry:
         if key not in allowed:
