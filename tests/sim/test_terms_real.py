@@ -4,6 +4,7 @@ against numbers computed here with numpy from the recorded or current state; the
 (configs/robots/hopper2d) collects through its task file with no user @wp.func and replays exactly; every mistake
 is one line naming the file and the key."""
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -195,11 +196,15 @@ HEEL = '<site name="heel" pos="-0.13 0 -0.06" euler="0 0 90"/>'
 """A site turned 90 degrees about its body's z: its orientation is the foot's times that turn."""
 
 
+_IDS = itertools.count()
+"""A task id per task file a test writes (an id names one file per process)."""
+
+
 def _terms_env(tmp_path, text=TERMS, **overrides):
     xml = (HOPPER / "hopper2d.xml").read_text().replace('<site name="heel" pos="-0.13 0 -0.06"/>', HEEL)
     assert HEEL in xml
     (tmp_path / "hopper.xml").write_text(xml)
-    (tmp_path / "terms.toml").write_text(text)
+    (tmp_path / "terms.toml").write_text(text.replace('task = "hopper_terms"', f'task = "hopper_terms_{next(_IDS)}"'))
     return forge_gpu.sim.make(str(tmp_path / "terms.toml"), num_envs=2, device="cpu", seed=4, **overrides)
 
 
