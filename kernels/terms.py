@@ -13,7 +13,8 @@ terms one after the other in one kernel per stage, whatever their number:
 ``t`` is the term's row in the frame's argument tables: ``f.ti[t, ...]`` (integers: a count, bodies, an axis,
 then a list of joint coordinates and the matching dofs, or of action or command columns) and ``f.tf[t, ...]``
 (floats: the weight, the noise, then the term's numbers). A user's own term (a ``@wp.func`` of the same signature
-in their module) reads them alike; its TOML entry's ``args = [...]`` land in ``f.tf[t, TF_ARGS:]``.
+in their module, checked when the task file is read) reads them alike; its TOML entry's ``args = [...]`` land in
+``f.tf[t, TF_ARGS:]`` (docs/tasks.md "Writing a term").
 
 Root terms read the model's free root joint (coordinates: position, quaternion xyzw; velocities: linear, then
 angular, world frame); on a root of slide and hinge joints (a planar robot's slide-x, slide-z, hinge-y, which Newton
@@ -626,8 +627,12 @@ def contact_flags_kernel(
     g = contact_geom[i]
     if g[0] < 0 or g[1] < 0:
         return
-    a = shape_body[geom_to_shape[w, g[0]]]
-    b = shape_body[geom_to_shape[w, g[1]]]
+    sa = geom_to_shape[w, g[0]]
+    sb = geom_to_shape[w, g[1]]
+    if sa < 0 or sb < 0:
+        return
+    a = shape_body[sa]
+    b = shape_body[sb]
     if a < 0 and b >= 0:
         touching[w, b - w * bodies] = 1
     elif b < 0 and a >= 0:
