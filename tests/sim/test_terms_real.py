@@ -187,6 +187,10 @@ height = 1.2
 [[rewards]]
 term = "body_contact"
 bodies = ["foot", "shin"]
+[[rewards]]
+term = "root_lin_vel_z_l2"
+[[rewards]]
+term = "root_ang_vel_xy_l2"
 
 [[terminations]]
 term = "tilt"
@@ -265,6 +269,8 @@ def test_root_body_point_velocity_and_contact_terms_equal_numpy(tmp_path):
         assert np.allclose(terms[:, 4], _pitch(torso) ** 2, atol=1e-6)
         assert np.allclose(terms[:, 5], np.exp(-((pos[:, 0, 2] - 1.2) ** 2) / 0.1), atol=1e-6)
         assert np.array_equal(terms[:, 6], (timers[:, [2, 3], 1] > 0).sum(1).astype(np.float32))
+        assert np.allclose(terms[:, 7], v_root[:, 2] ** 2, rtol=1e-4, atol=1e-6)
+        assert np.allclose(terms[:, 8], (body_qd[:, 0, 3:5] ** 2).sum(1), rtol=1e-4, atol=1e-6)
         checked += 1
     assert checked >= 6
 
