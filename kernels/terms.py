@@ -13,10 +13,15 @@ terms one after the other in one kernel per stage, whatever their number:
 ``t`` is the term's row in the frame's argument tables: ``f.ti[t, ...]`` (integers: a count, bodies, an axis,
 then a list of joint coordinates and the matching dofs, or of action or command columns) and ``f.tf[t, ...]``
 (floats: the weight, the noise, then the term's numbers). A user's own term (a ``@wp.func`` of the same signature
-in their module) reads them alike; its TOML entry's ``args = [...]`` land in ``f.tf[t, TF_ARGS:]``.
+in their module, checked when the task file is read) reads them alike; its TOML entry's ``args = [...]`` land in
+``f.tf[t, TF_ARGS:]`` (docs/tasks.md "Writing a term").
 
 Root terms read the model's free root joint (coordinates: position, quaternion xyzw; velocities: linear, then
-angular, world frame); body terms read ``body_q`` and ``body_qd`` (world frame, or relative to ``relative_to``).
+angular, world frame); on a root of slide and hinge joints (a planar robot's slide-x, slide-z, hinge-y, which Newton
+merges into one D6 joint) their ``*_rb`` variants read the root body's ``body_q`` and ``body_qd`` instead (``plan.py``
+picks them). Body terms read ``body_q`` and ``body_qd`` (world frame, or relative to ``relative_to``) at a point
+of the body: its origin, a site or an offset (``f.tp[t, ...]``). Contact terms read ``f.contact``, the per-body
+timers that :func:`contact_timers_kernel` keeps from the solver's contacts.
 """
 
 from __future__ import annotations
@@ -41,6 +46,20 @@ TF_NOISE = wp.constant(1)
 """``tf[t, 1]``: an observation's noise half-width (uniform)."""
 TF_ARGS = wp.constant(2)
 """``tf[t, 2:]``: the term's numbers (a threshold, a sigma, a user term's ``args``)."""
+TP_POINT = wp.constant(0)
+"""``tp[t, 0:3]``: the point of the term's body, in the body's frame [m] (its origin, a site's, an offset)."""
+TP_ROT = wp.constant(3)
+"""``tp[t, 3:7]``: the point's frame in the body's frame, quaternion xyzw (a site's; identity otherwise)."""
+TP_POINT2 = wp.constant(7)
+"""``tp[t, 7:10]``: the point of the second body (``other``), in its frame [m]."""
+TP_WIDTH = 10
+"""The columns of the ``tp`` table."""
+CONTACT_AIR = wp.constant(0)
+"""``contact[w, b, 0]``: the body's time in the air since it last touched the ground [s] (0 while touching)."""
+CONTACT_TOUCH = wp.constant(1)
+"""``contact[w, b, 1]``: its time on the ground since it touched down [s] (0 while in the air)."""
+CONTACT_LAST_AIR = wp.constant(2)
+"""``contact[w, b, 2]``: the length of its last flight, set at each touchdown [s]."""
 STREAM_OBSERVATION_NOISE = wp.constant(4)
 """The counter-based stream of observation noise (``kernels/rng.py`` keeps 1 to 3)."""
 
@@ -72,6 +91,17 @@ class Frame:
     noise_key: wp.array2d[float]
     """Per world: the episode's noise seed (drawn at reset, a whole number below 2^24) and the observe calls since
     the reset; the task's recorded state ``observation_noise_key``, so a restored frame draws the same noise."""
+    body_com: wp.array2d[wp.vec3]
+    """Each body's centre of mass in its own frame [m], [N, B]."""
+    tp: wp.array2d[float]
+    """The terms' points on their bodies (``TP_POINT``, ``TP_ROT``, ``TP_POINT2``), one row per term."""
+    root_body: int
+    """The body the root joint moves (per-world index; 0 for a free root), read by the ``*_rb`` root terms."""
+    contact: wp.array3d[float]
+    """Per world and body: ``CONTACT_AIR``, ``CONTACT_TOUCH``, ``CONTACT_LAST_AIR`` [s], [N, B, 3]; the task's
+    recorded state ``contact_timers`` where a contact term reads them ([N, 0, 3] otherwise)."""
+    dt: float
+    """The control step [s]."""
 
 
 @wp.func
@@ -82,9 +112,34 @@ def _up_z(f: Frame, worldid: int) -> float:
 
 
 @wp.func
+def _point(f: Frame, t: int, first: int) -> wp.vec3:
+    return wp.vec3(f.tp[t, first], f.tp[t, first + 1], f.tp[t, first + 2])
+
+
+@wp.func
+def _body_point(f: Frame, worldid: int, t: int) -> wp.vec3:
+    """The world position of the term's point (its body's origin, site or offset)."""
+    return wp.transform_point(f.body_q[worldid, f.ti[t, TI_BODY]], _point(f, t, TP_POINT))
+
+
+@wp.func
+def _other_point(f: Frame, worldid: int, t: int) -> wp.vec3:
+    return wp.transform_point(f.body_q[worldid, f.ti[t, TI_BODY2]], _point(f, t, TP_POINT2))
+
+
+@wp.func
+def _point_velocity(f: Frame, worldid: int, body: int, local: wp.vec3) -> wp.vec3:
+    """The world velocity of the body-frame point ``local`` (``body_qd`` holds the velocity of the centre of mass
+    and the angular velocity, both world frame)."""
+    pose = f.body_q[worldid, body]
+    twist = f.body_qd[worldid, body]
+    com = wp.transform_point(pose, f.body_com[worldid, body])
+    return wp.spatial_top(twist) + wp.cross(wp.spatial_bottom(twist), wp.transform_point(pose, local) - com)
+
+
+@wp.func
 def _body_pos(f: Frame, worldid: int, t: int) -> wp.vec3:
-    pose = f.body_q[worldid, f.ti[t, TI_BODY]]
-    p = wp.transform_get_translation(pose)
+    p = _body_point(f, worldid, t)
     other = f.ti[t, TI_BODY2]
     if other >= 0:
         frame = f.body_q[worldid, other]
@@ -206,7 +261,8 @@ def obs_body_pos(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: in
 
 @wp.func
 def obs_body_quat(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
-    q = wp.transform_get_rotation(f.body_q[worldid, f.ti[t, TI_BODY]])
+    local = wp.quat(f.tp[t, TP_ROT], f.tp[t, TP_ROT + 1], f.tp[t, TP_ROT + 2], f.tp[t, TP_ROT + 3])
+    q = wp.transform_get_rotation(f.body_q[worldid, f.ti[t, TI_BODY]]) * local
     other = f.ti[t, TI_BODY2]
     if other >= 0:
         q = wp.quat_inverse(wp.transform_get_rotation(f.body_q[worldid, other])) * q
@@ -217,7 +273,7 @@ def obs_body_quat(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: i
 
 @wp.func
 def _body_velocity(f: Frame, worldid: int, t: int, angular: int) -> wp.vec3:
-    v = wp.spatial_top(f.body_qd[worldid, f.ti[t, TI_BODY]])
+    v = _point_velocity(f, worldid, f.ti[t, TI_BODY], _point(f, t, TP_POINT))
     if angular == 1:
         v = wp.spatial_bottom(f.body_qd[worldid, f.ti[t, TI_BODY]])
     other = f.ti[t, TI_BODY2]
@@ -381,14 +437,12 @@ def rew_energy(f: Frame, worldid: int, t: int) -> float:
 
 @wp.func
 def rew_body_distance(f: Frame, worldid: int, t: int) -> float:
-    a = wp.transform_get_translation(f.body_q[worldid, f.ti[t, TI_BODY]])
-    b = wp.transform_get_translation(f.body_q[worldid, f.ti[t, TI_BODY2]])
-    return wp.length(a - b)
+    return wp.length(_body_point(f, worldid, t) - _other_point(f, worldid, t))
 
 
 @wp.func
 def rew_body_to_command(f: Frame, worldid: int, t: int) -> float:
-    a = wp.transform_get_translation(f.body_q[worldid, f.ti[t, TI_BODY]])
+    a = _body_point(f, worldid, t)
     c = f.ti[t, TI_LIST]
     goal = wp.vec3(f.command[worldid, c], f.command[worldid, c + 1], f.command[worldid, c + 2])
     return wp.length(a - goal)
@@ -396,7 +450,270 @@ def rew_body_to_command(f: Frame, worldid: int, t: int) -> float:
 
 @wp.func
 def rew_body_height(f: Frame, worldid: int, t: int) -> float:
-    return wp.transform_get_translation(f.body_q[worldid, f.ti[t, TI_BODY]])[2]
+    return _body_point(f, worldid, t)[2]
+
+
+@wp.func
+def rew_body_lin_vel(f: Frame, worldid: int, t: int) -> float:
+    return _body_velocity(f, worldid, t, 0)[f.ti[t, TI_AXIS]]
+
+
+@wp.func
+def rew_body_ang_vel(f: Frame, worldid: int, t: int) -> float:
+    return _body_velocity(f, worldid, t, 1)[f.ti[t, TI_AXIS]]
+
+
+# -- the root body: roots of slide and hinge joints ---------------------------------------------------------
+
+
+@wp.func
+def _rb_pose(f: Frame, worldid: int) -> wp.transform:
+    return f.body_q[worldid, f.root_body]
+
+
+@wp.func
+def _rb_quat(f: Frame, worldid: int) -> wp.quat:
+    return wp.transform_get_rotation(f.body_q[worldid, f.root_body])
+
+
+@wp.func
+def _rb_lin_vel(f: Frame, worldid: int) -> wp.vec3:
+    """The world velocity of the root body's origin."""
+    return _point_velocity(f, worldid, f.root_body, wp.vec3(0.0, 0.0, 0.0))
+
+
+@wp.func
+def _rb_ang_vel(f: Frame, worldid: int) -> wp.vec3:
+    return wp.spatial_bottom(f.body_qd[worldid, f.root_body])
+
+
+@wp.func
+def _pitch(q: wp.quat) -> float:
+    """The rotation about the world y axis [rad] of the frame ``q``: the angle of its x axis in the x-z plane
+    (positive turns x toward -z, as a hinge about +y does); a planar root's hinge-y angle."""
+    x = wp.quat_rotate(q, wp.vec3(1.0, 0.0, 0.0))
+    return wp.atan2(-x[2], x[0])
+
+
+@wp.func
+def obs_root_height_rb(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    out[worldid, col] = wp.transform_get_translation(_rb_pose(f, worldid))[2]
+    return col + 1
+
+
+@wp.func
+def obs_root_quat_rb(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    q = _rb_quat(f, worldid)
+    for i in range(4):
+        out[worldid, col + i] = q[i]
+    return col + 4
+
+
+@wp.func
+def obs_root_lin_vel_rb(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(_rb_lin_vel(f, worldid), worldid, out, col)
+
+
+@wp.func
+def obs_root_ang_vel_rb(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(_rb_ang_vel(f, worldid), worldid, out, col)
+
+
+@wp.func
+def obs_root_lin_vel_base_rb(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(wp.quat_rotate_inv(_rb_quat(f, worldid), _rb_lin_vel(f, worldid)), worldid, out, col)
+
+
+@wp.func
+def obs_root_ang_vel_base_rb(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(wp.quat_rotate_inv(_rb_quat(f, worldid), _rb_ang_vel(f, worldid)), worldid, out, col)
+
+
+@wp.func
+def obs_projected_gravity_rb(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(wp.quat_rotate_inv(_rb_quat(f, worldid), wp.vec3(0.0, 0.0, -1.0)), worldid, out, col)
+
+
+@wp.func
+def obs_root_pos(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    """The root body's origin, world frame [m] (any root: a free root's coordinates are its pose)."""
+    return _vec_out(wp.transform_get_translation(_rb_pose(f, worldid)), worldid, out, col)
+
+
+@wp.func
+def obs_root_pitch(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    out[worldid, col] = _pitch(_rb_quat(f, worldid))
+    return col + 1
+
+
+@wp.func
+def rew_root_lin_vel_rb(f: Frame, worldid: int, t: int) -> float:
+    return _rb_lin_vel(f, worldid)[f.ti[t, TI_AXIS]]
+
+
+@wp.func
+def rew_track_lin_vel_rb(f: Frame, worldid: int, t: int) -> float:
+    v = _rb_lin_vel(f, worldid)
+    ex = v[0] - f.command[worldid, f.ti[t, TI_LIST]]
+    ey = v[1] - f.command[worldid, f.ti[t, TI_LIST + 1]]
+    return wp.exp(-(ex * ex + ey * ey) / f.tf[t, TF_ARGS])
+
+
+@wp.func
+def rew_root_lin_vel_z_l2_rb(f: Frame, worldid: int, t: int) -> float:
+    vz = _rb_lin_vel(f, worldid)[2]
+    return vz * vz
+
+
+@wp.func
+def rew_root_ang_vel_xy_l2_rb(f: Frame, worldid: int, t: int) -> float:
+    w = _rb_ang_vel(f, worldid)
+    return w[0] * w[0] + w[1] * w[1]
+
+
+@wp.func
+def rew_track_height_rb(f: Frame, worldid: int, t: int) -> float:
+    e = wp.transform_get_translation(_rb_pose(f, worldid))[2] - f.tf[t, TF_ARGS + 1]
+    return wp.exp(-(e * e) / f.tf[t, TF_ARGS])
+
+
+@wp.func
+def rew_upright_rb(f: Frame, worldid: int, t: int) -> float:
+    return wp.quat_rotate(_rb_quat(f, worldid), wp.vec3(0.0, 0.0, 1.0))[2]
+
+
+@wp.func
+def rew_root_pitch_l2(f: Frame, worldid: int, t: int) -> float:
+    p = _pitch(_rb_quat(f, worldid))
+    return p * p
+
+
+@wp.func
+def done_root_below_rb(f: Frame, worldid: int, t: int) -> bool:
+    return wp.transform_get_translation(_rb_pose(f, worldid))[2] < f.tf[t, TF_ARGS]
+
+
+@wp.func
+def done_tilt_rb(f: Frame, worldid: int, t: int) -> bool:
+    return rew_upright_rb(f, worldid, t) < f.tf[t, TF_ARGS]
+
+
+@wp.func
+def done_root_pitch_beyond(f: Frame, worldid: int, t: int) -> bool:
+    return wp.abs(_pitch(_rb_quat(f, worldid))) > f.tf[t, TF_ARGS]
+
+
+# -- contacts: the timers of each body's touching the ground -------------------------------------------------
+
+
+@wp.kernel
+def contact_flags_kernel(
+    nacon: wp.array[int],
+    contact_dist: wp.array[float],
+    contact_margin: wp.array[float],
+    contact_geom: wp.array[wp.vec2i],
+    contact_world: wp.array[int],
+    geom_to_shape: wp.array2d[wp.int32],
+    shape_body: wp.array[int],
+    bodies: int,
+    touching: wp.array2d[int],
+):
+    """Mark each body that one of the solver's contacts (``mjw_data.contact``, the first ``nacon``, within the
+    contact's margin) has against the ground or another body fixed to the world: ``touching[w, b] = 1``."""
+    i = wp.tid()
+    if i >= nacon[0] or contact_dist[i] > contact_margin[i]:
+        return
+    w = contact_world[i]
+    g = contact_geom[i]
+    if g[0] < 0 or g[1] < 0:
+        return
+    sa = geom_to_shape[w, g[0]]
+    sb = geom_to_shape[w, g[1]]
+    if sa < 0 or sb < 0:
+        return
+    a = shape_body[sa]
+    b = shape_body[sb]
+    if a < 0 and b >= 0:
+        touching[w, b - w * bodies] = 1
+    elif b < 0 and a >= 0:
+        touching[w, a - w * bodies] = 1
+
+
+@wp.kernel
+def contact_timers_kernel(
+    dt: float,
+    restored: int,
+    reset_mask: wp.array[wp.bool],
+    touching: wp.array2d[int],
+    contact: wp.array3d[float],
+):
+    """Advance each body's air and contact timers by ``dt`` from this step's ``touching`` flags (and clear them);
+    a reset frame starts them at 0, a restored one keeps the recorded values."""
+    w, b = wp.tid()
+    touch = touching[w, b]
+    touching[w, b] = 0
+    if reset_mask[w]:
+        if restored == 0:
+            for k in range(3):
+                contact[w, b, k] = 0.0
+        return
+    if touch == 1:
+        air = contact[w, b, CONTACT_AIR]
+        if air > 0.0:
+            contact[w, b, CONTACT_LAST_AIR] = air
+        contact[w, b, CONTACT_AIR] = 0.0
+        contact[w, b, CONTACT_TOUCH] = contact[w, b, CONTACT_TOUCH] + dt
+    else:
+        contact[w, b, CONTACT_AIR] = contact[w, b, CONTACT_AIR] + dt
+        contact[w, b, CONTACT_TOUCH] = 0.0
+
+
+@wp.func
+def _touching(f: Frame, worldid: int, body: int) -> bool:
+    return f.contact[worldid, body, CONTACT_TOUCH] > 0.0
+
+
+@wp.func
+def obs_body_contact(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    n = f.ti[t, TI_COUNT]
+    for k in range(n):
+        out[worldid, col + k] = wp.where(_touching(f, worldid, f.ti[t, TI_LIST + k]), 1.0, 0.0)
+    return col + n
+
+
+@wp.func
+def obs_air_time(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    n = f.ti[t, TI_COUNT]
+    for k in range(n):
+        out[worldid, col + k] = f.contact[worldid, f.ti[t, TI_LIST + k], CONTACT_AIR]
+    return col + n
+
+
+@wp.func
+def rew_feet_air_time(f: Frame, worldid: int, t: int) -> float:
+    """Per body touching down this step (its contact time is one step), its last flight's length less
+    ``threshold``, summed."""
+    total = float(0.0)
+    for k in range(f.ti[t, TI_COUNT]):
+        b = f.ti[t, TI_LIST + k]
+        touch = f.contact[worldid, b, CONTACT_TOUCH]
+        if touch > 0.0 and touch < 1.5 * f.dt:
+            total += f.contact[worldid, b, CONTACT_LAST_AIR] - f.tf[t, TF_ARGS]
+    return total
+
+
+@wp.func
+def rew_body_contact(f: Frame, worldid: int, t: int) -> float:
+    total = float(0.0)
+    for k in range(f.ti[t, TI_COUNT]):
+        if _touching(f, worldid, f.ti[t, TI_LIST + k]):
+            total += 1.0
+    return total
+
+
+@wp.func
+def done_body_contact(f: Frame, worldid: int, t: int) -> bool:
+    return rew_body_contact(f, worldid, t) > 0.0
 
 
 # -- terminations and success -------------------------------------------------------------------------------

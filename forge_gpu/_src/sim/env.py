@@ -72,6 +72,7 @@ class VectorEnv:
             self.solver_overflow = SolverOverflow(self.solver, n, device)
             self.world = World(config, model, proprio_dim=task.spec.proprio_dim, action_dim=task.spec.action_dim)
             """What the task's hooks read and write: model, state, control, action and observation buffers."""
+            self.world.solver = self.solver  # a task file's contact terms read its contacts
             self.state_1 = model.state()
             self.contacts = None
             self._maximal_coordinates = config.solver.name in ("semi_implicit", "xpbd")

@@ -8,6 +8,7 @@ the wrong length is a ``ValueError`` of one line naming the file, the key and wh
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import math
@@ -34,6 +35,18 @@ _REWARD_KEYS = ("terms", "zero_on_termination")
 CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth")
 SIZES = (8, 512)
 """The square image sizes [px] a task file's camera takes."""
+PRISMATIC, D6 = 0, 6
+"""Newton's slide joint and its D6 joint (``newton.JointType``): the joints a planar root is made of."""
+_NO_POINT = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+_POINT_KEYS = {"body": ("site", "offset"), "other": ("other_site", "other_offset")}
+_SIGNATURES = {
+    "observations": ("(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int",
+                     ("Frame", int, int, "array2d", int), int),
+    "rewards": ("(f: Frame, worldid: int, t: int) -> float", ("Frame", int, int), float),
+    "terminations": ("(f: Frame, worldid: int, t: int) -> bool", ("Frame", int, int), bool),
+    "success": ("(f: Frame, worldid: int, t: int) -> bool", ("Frame", int, int), bool),
+}  # fmt: skip
+"""Per stage: the signature a user's term must have (as the docs write it, its parameters' types, its return)."""
 
 
 @dataclass
@@ -51,6 +64,10 @@ class Row:
     reads: str = ""
     """``action`` (the executed action), ``previous`` (the action before it too) or empty."""
     joints: list[str] = field(default_factory=list)
+    point: list[float] = field(default_factory=lambda: list(_NO_POINT))
+    """The term's row of the ``tp`` table: its body's point and frame, the second body's point (``TP_*``)."""
+    contact: bool = False
+    """Reads the bodies' contact timers."""
 
 
 @dataclass
@@ -83,6 +100,12 @@ class Plan:
     """Whether the recorded state holds the observation noise key (an observation has noise)."""
     camera: dict | None = None
     """The camera observation (:func:`camera_entry`; ``task.FileCamera`` renders it), or None."""
+    root_body: int = 0
+    """The body the model's root joint moves (the ``*_rb`` root terms and ``root_pos``, ``root_pitch`` read it)."""
+    partial_root: bool = False
+    """The root is made of slide and hinge joints (a planar robot's), not a free joint."""
+    contact: bool = False
+    """A term reads the bodies' contact timers (the task records them: state ``contact_timers``)."""
 
 
 def plan_task(params, source: str) -> Plan:
@@ -94,6 +117,10 @@ def plan_task(params, source: str) -> Plan:
     qs, ds = list(builder.joint_q_start), list(builder.joint_qd_start)
     coords, dofs = len(builder.joint_q), builder.joint_dof_count
     root = bool(types) and types[0] == FREE
+    partial = not root and _translating_root(builder, types)
+    root_body = int(builder.joint_child[0]) if root or partial else 0
+    root_kind = "free" if root else "partial" if partial else names[0] if names else ""
+    sites = _sites(builder)
     movable = [j for j, t in enumerate(types) if t not in (FREE, FIXED)]
 
     def joints(patterns, where: str) -> tuple[list[int], list[int], list[str]]:
@@ -153,7 +180,9 @@ def plan_task(params, source: str) -> Plan:
                     raise ValueError(f"{source}: observations[{i}]: a task file has one camera")
                 camera = camera_entry(entry, f"observations[{i}]", source, body)
                 continue
-            rows.append(_row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names))
+            row = _row(stage, i, entry, library, module, source, joints, body, root_kind, a_coords, command_names,
+                       sites=sites, body_names=bodies)  # fmt: skip
+            rows.append(row)
     proprio = sum(r.width for r in rows if r.stage == "observations")
     if proprio == 0:
         raise ValueError(f"{source}: observations: the task observes nothing; add [[observations]] terms")
@@ -170,8 +199,66 @@ def plan_task(params, source: str) -> Plan:
         lower=lower, upper=upper, rows=rows, command_names=command_names, proprio_dim=proprio,
         reward_names=[r.name for r in rows if r.stage == "rewards"], record_terms=record,
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
-        noise_state=any(r.noise for r in rows), camera=camera,
+        noise_state=any(r.noise for r in rows), camera=camera, root_body=root_body, partial_root=partial,
+        contact=any(r.contact for r in rows),
     )  # fmt: skip
+
+
+def _translating_root(builder, types: list[int]) -> bool:
+    """Whether the model's first joint joins a body to the world by slide (and hinge) joints, at least one slide:
+    a planar robot's root (Newton's importers merge a body's slide-x, slide-z, hinge-y into one D6 joint)."""
+    if not types or int(builder.joint_parent[0]) != -1:
+        return False
+    if types[0] == PRISMATIC:
+        return True
+    return types[0] == D6 and int(builder.joint_dof_dim[0][0]) > 0
+
+
+def _sites(builder) -> dict[str, tuple[int, list[float]]]:
+    """The model's sites (MJCF ``<site>``, kept by Newton as shapes flagged SITE): name -> (body, position and
+    quaternion xyzw in the body's frame)."""
+    import newton
+
+    found = {}
+    for label, body, flags, pose in zip(
+        short_names(builder.shape_label), builder.shape_body, builder.shape_flags, builder.shape_transform, strict=True
+    ):
+        if int(flags) & int(newton.ShapeFlags.SITE) and int(body) >= 0:
+            found[label] = (int(body), [float(v) for v in pose])
+    return found
+
+
+def _point(entry: dict, info, where: str, sites: dict) -> list[float]:
+    """The ``tp`` row of a body term's entry: ``site = "name"`` (its position and frame on its body, which must
+    be the entry's body if both are given) or ``offset = [x, y, z]`` (metres, the body's frame) for ``body``, and
+    ``other_site`` / ``other_offset`` for ``other``; a site alone names its body."""
+    point = list(_NO_POINT)
+    keys = info.keys if info is not None else ()
+    for owner, (site_key, offset_key) in _POINT_KEYS.items():
+        if owner not in keys:
+            continue
+        if site_key in entry and offset_key in entry:
+            raise ValueError(f"{where}: give {site_key} or {offset_key}, not both")
+        start = 0 if owner == "body" else 7
+        if site_key in entry:
+            name = entry[site_key]
+            if name not in sites:
+                held = ", ".join(sites) or "none"
+                raise ValueError(f"{where}.{site_key} = {name!r}: no such site; the model's sites are {held}")
+            pose = sites[name][1]
+            point[start : start + 3] = pose[:3]
+            if owner == "body":
+                point[3:7] = pose[3:7]
+        elif offset_key in entry:
+            value = entry[offset_key]
+            if (
+                not isinstance(value, list)
+                or len(value) != 3
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            ):
+                raise ValueError(f"{where}.{offset_key} = {value!r}: expected [x, y, z] in metres, the body's frame")
+            point[start : start + 3] = [float(v) for v in value]
+    return point
 
 
 def _draws(reset: dict, joints, source: str) -> list[tuple[int, int, float]]:
@@ -209,7 +296,8 @@ def _draws(reset: dict, joints, source: str) -> list[tuple[int, int, float]]:
     return draws
 
 
-def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names) -> Row:
+def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names, *, sites=None,
+         body_names=()) -> Row:  # fmt: skip
     where = f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
         raise ValueError(f'{source}: {where} = {entry!r}: expected a table with term = "<name>"')
@@ -221,15 +309,36 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         known = ", ".join([*library, *(["camera"] if stage == "observations" else [])])
         raise ValueError(f"{source}: {where}.term = {name!r}: unknown; the library has {known}{own}")
     if user:
-        info = terms.TermInfo(getattr(module, name), width=entry.get("width", 1) if stage == "observations" else 0)
-        allowed = (*_TERM_KEYS, "width")
+        func = _user_term(getattr(module, name), stage, f"{source}: {where}.term = {name!r}", module)
+        contact = entry.get("contact", False)
+        if not isinstance(contact, bool):
+            raise ValueError(f"{source}: {where}.contact = {contact!r}: expected true or false")
+        width = entry.get("width", 1) if stage == "observations" else 0
+        info = terms.TermInfo(func, width=width, contact=contact)
+        allowed = (*_TERM_KEYS, "width", "contact")
     else:
-        allowed = (*_TERM_KEYS, *info.keys, *(("max_angle",) if name == "tilt" else ()))
+        points = tuple(k for owner in ("body", "other") if owner in info.keys for k in _POINT_KEYS[owner])
+        if name in ("body_quat", "body_ang_vel"):  # a frame's, the same at every point of the body
+            points = tuple(k for k in points if k != "offset")
+        allowed = (*_TERM_KEYS, *info.keys, *points, *(("max_angle",) if name == "tilt" else ()))
     for key in entry:
         if key not in allowed:
             raise ValueError(f"{source}: unknown key {where}.{key}; {name} takes {', '.join(allowed)}")
-    if info.root and not root:
-        raise ValueError(f"{source}: {where}.term = {name!r} reads a free root joint; the model has a fixed base")
+    sites = sites or {}
+    point = _point(entry, info, f"{source}: {where}", sites)
+
+    def sites_body(site: str) -> int:
+        return sites[site][0]
+
+    if info.root and root == "partial":
+        if info.partial is None:
+            raise ValueError(f"{source}: {where}.term = {name!r}: {info.instead}")
+        info = dataclasses.replace(info, func=info.partial)
+    elif info.root and root != "free":
+        raise ValueError(
+            f"{source}: {where}.term = {name!r} reads the root; the model's base is fixed (its first joint "
+            f"{root!r} neither is free nor slides): use body_pos, body_lin_vel, body_height, ... with body = ..."
+        )
     weight, noise = number(entry, "weight", 1.0, where, source), number(entry, "noise", 0.0, where, source)
     if noise < 0 or (stage != "observations" and "noise" in entry):
         what = "a range >= 0" if stage == "observations" else "nothing: only observations take noise"
@@ -249,8 +358,18 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         elif key in ("body", "other", "relative_to"):
             if key in entry:
                 ints[1 if key == "body" else 2] = body(entry[key], f"{where}.{key}")
+            elif key in _POINT_KEYS and _POINT_KEYS[key][0] in entry:  # a site names its body
+                site = _POINT_KEYS[key][0]
+                ints[1 if key == "body" else 2] = sites_body(entry[site])
             elif key != "relative_to":
-                raise ValueError(f'{source}: {where}: {name} needs {key} = "<body name>"')
+                raise ValueError(f'{source}: {where}: {name} needs {key} = "<body name>" (or a site)')
+            site = _POINT_KEYS.get(key, ("",))[0]
+            if key in entry and site in entry and sites_body(entry[site]) != ints[1 if key == "body" else 2]:
+                raise ValueError(f"{source}: {where}.{site} = {entry[site]!r} is not on {key} {entry[key]!r}")
+        elif key == "bodies":
+            listed = _bodies(entry.get("bodies"), f"{source}: {where}.bodies", list(body_names))
+            ints[0] = len(listed)
+            width = len(listed) if width == "bodies" else width
         elif key == "axis":
             axis = entry.get("axis", "x")
             if axis not in ("x", "y", "z"):
@@ -271,7 +390,7 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
                 value = 0.0 if entry["max_angle"] == 90 else math.cos(math.radians(entry["max_angle"]))
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise ValueError(f"{source}: {where}.{key} = {value!r}: {name} needs a number {key}")
-            floats.append(float(value))
+            floats.append(math.radians(value) if key == "max_angle" else float(value))
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in args):
         raise ValueError(f"{source}: {where}.args = {shown(args)}: expected a list of numbers")
@@ -280,7 +399,61 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     if stage == "observations" and (not isinstance(width, int) or width < 1):
         raise ValueError(f"{source}: {where}: observation {name!r} has width {width!r}; expected at least 1")
     reads = "previous" if user else info.reads  # a user's term may read anything
-    return Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
+    row = Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
+    row.contact, row.point = info.contact, point
+    return row
+
+
+def _bodies(patterns, where: str, names: list[str]) -> list[int]:
+    """The bodies (model order) that ``patterns`` (a list of body name patterns, or one) match."""
+    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        example = f" (bodies = [{shown(patterns)}])" if isinstance(patterns, str) else ""
+        raise ValueError(f"{where} = {shown(patterns)}: expected a list of body name patterns{example}")
+    for p in patterns:
+        if not any(fnmatch.fnmatchcase(n, p) for n in names):
+            raise ValueError(f"{where}: {p!r} matches no body; the model's bodies are {', '.join(names)}")
+    return [b for b, n in enumerate(names) if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def _user_term(func, stage: str, where: str, module):
+    """``func`` if it is a ``@wp.func`` of the stage's signature; else ValueError naming what it is and the
+    signature expected."""
+    import warp as wp
+
+    from forge_gpu.kernels.terms import Frame
+
+    text, wanted, returns = _SIGNATURES[stage]
+    expected = f"a {stage[:-1] if stage != 'success' else 'success condition'} term is a @wp.func {text}"
+    if not isinstance(func, wp.Function):
+        given = f"{params_module_name(module)}.{getattr(func, '__name__', '')}"
+        raise ValueError(f"{where}: {given} is not a @wp.func; {expected}")
+    given = list(func.input_types.values())
+    returned = func.func.__annotations__.get("return")
+
+    def same(t, want) -> bool:
+        if want == "Frame":
+            return t is Frame
+        if want == "array2d":
+            return getattr(t, "ndim", 0) == 2 and getattr(t, "dtype", None) is wp.float32
+        aliases = {int: (int, wp.int32, "int", "wp.int32"), float: (float, wp.float32, "float", "wp.float32"),
+                   bool: (bool, wp.bool, "bool", "wp.bool")}  # fmt: skip
+        return any(t is a or t == a for a in aliases[want])
+
+    ok = len(given) == len(wanted) and all(same(t, w) for t, w in zip(given, wanted, strict=False))
+    if not ok or returned is None or not same(returned, returns):
+        names = list(func.input_types)
+        signature = ", ".join(f"{n}: {_type_name(t)}" for n, t in zip(names, given, strict=True))
+        raise ValueError(f"{where}: {params_module_name(module)}.{func.key} has signature ({signature}) -> "
+                         f"{_type_name(returned)}; {expected}")  # fmt: skip
+    return func
+
+
+def _type_name(t) -> str:
+    if t is None:
+        return "None"
+    if isinstance(t, str):
+        return t
+    return getattr(t, "__name__", None) or getattr(getattr(t, "cls", None), "__name__", None) or str(t)
 
 
 def number(entry: dict | list, key: str | int, default: float, where: str, source: str) -> float:

@@ -144,6 +144,12 @@ class FileTask(Task):
         frame.command, frame.lower, frame.upper = command, self.lower, self.upper
         frame.ti, frame.tf = wp.array(ti, dtype=int, device=device), wp.array(tf, dtype=float, device=device)
         frame.seed, frame.noise_key = world.seed, self.noise_key
+        frame.body_com = world.model.body_com.reshape((n, bodies))
+        points = np.asarray([r.point for r in plan.rows], np.float32).reshape(-1, terms.TP_WIDTH)
+        frame.tp, frame.root_body = wp.array(points, dtype=float, device=device), plan.root_body
+        frame.dt = float(world.config.control_dt)
+        self.contacts = ContactTimers(world, plan, bodies) if plan.contact else None
+        frame.contact = self.contacts.timers if self.contacts else wp.zeros((n, 1, 3), dtype=float, device=device)
         self.frame = frame
         self.kernel = codegen.observe_kernel(plan)
         if plan.action_kind == "position":
@@ -154,6 +160,8 @@ class FileTask(Task):
         state = {"last_action": self.last_action, "previous_action": self.previous_action} if plan.action_state else {}
         if plan.noise_state:
             state["observation_noise_key"] = self.noise_key
+        if self.contacts is not None:
+            state["contact_timers"] = self.contacts.timers
         calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
         self.camera = FileCamera(plan.camera, world) if plan.camera else None
         if self.camera is not None:
@@ -197,6 +205,8 @@ class FileTask(Task):
         )
 
     def restore_state(self, world: World) -> None:
+        if self.contacts is not None:
+            self.contacts.restored = True  # the next observe keeps the restored timers
         wp.launch(
             kernels.restored_noise_key_kernel,
             dim=world.num_envs,
@@ -206,6 +216,8 @@ class FileTask(Task):
         )
 
     def observe(self, world: World) -> None:
+        if self.contacts is not None:
+            self.contacts.update(world)
         wp.launch(
             self.kernel,
             dim=world.num_envs,
@@ -233,6 +245,44 @@ class FileTask(Task):
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
         return make(self, world, settings)
+
+
+class ContactTimers:
+    """Each body's air and contact timers (``kernels/terms.py``, ``Frame.contact``), advanced before every
+    observe from the solver's contacts with the ground (MuJoCo Warp's ``contact`` list): two launches per step,
+    whatever the number of contacts or terms. The task records them (state ``contact_timers``), so a restored
+    frame observes as recorded."""
+
+    def __init__(self, world: World, plan: Plan, bodies: int):
+        solver = getattr(world, "solver", None)
+        data = getattr(solver, "mjw_data", None)
+        if data is None:
+            name = world.config.solver.name
+            raise ValueError(
+                f"{world.config.params.file}: a contact term reads MuJoCo Warp's contacts; [solver] name = {name!r} "
+                "has none: use name = 'mujoco'"
+            )
+        n, device = world.num_envs, world.device
+        self.timers = wp.zeros((n, bodies, 3), dtype=float, device=device)
+        """[N, B, 3]: time in the air, time on the ground, the last flight's length [s]."""
+        self.touching = wp.zeros((n, bodies), dtype=int, device=device)
+        self.restored = False
+        c = data.contact
+        self.inputs = [data.nacon, c.dist, c.includemargin, c.geom, c.worldid, solver.mjc_geom_to_newton_shape]
+        self.inputs += [world.model.shape_body, bodies]
+        self.size = data.naconmax
+
+    def update(self, world: World) -> None:
+        kernel = terms.contact_flags_kernel
+        wp.launch(kernel, dim=self.size, inputs=self.inputs, outputs=[self.touching], device=world.device)
+        restored, self.restored = int(self.restored), False
+        wp.launch(
+            terms.contact_timers_kernel,
+            dim=self.touching.shape,
+            inputs=[float(world.config.control_dt), restored, world.reset_mask],
+            outputs=[self.touching, self.timers],
+            device=world.device,
+        )
 
 
 def _spec(config, plan: Plan) -> TaskSpec:
