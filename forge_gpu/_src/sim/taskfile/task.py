@@ -307,18 +307,21 @@ def hold_pose(task: FileTask, world: World, settings: dict):
         raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
     gains = [float(settings.get("stiffness", 50.0)), float(settings.get("damping", 2.0))]
     action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
-    kind = task.plan.action_kind
-    servos = kind == "actuators" and set(probe_actuators(task.file.model, task.file.file).modes) == {actuators.TARGET}
-    if kind == "actuators" and not servos:
+    kind, scale = task.plan.action_kind, world.action_scale
+    own = probe_actuators(task.file.model, task.file.file) if kind == "actuators" else None
+    servos = own is not None and set(own.modes) == {actuators.TARGET}
+    if own is not None and set(own.modes) == {actuators.EFFORT}:  # URDF efforts: action units of scale * effort
+        scale = wp.array(world.action_scale.numpy() * np.asarray(own.gear, np.float32), device=world.device)
+    elif own is not None and not servos:
         raise ValueError(f"{task.config.params.file}: [expert] hold_pose needs effort or position actions, or the "
-                         "model's position servos; the model's actuators are not all servos")  # fmt: skip
+                         "model's position servos or URDF efforts; the model's actuators are a mix")  # fmt: skip
     mode = int(kind == "position" or servos)
 
     def act(observation: dict) -> wp.array:
         wp.launch(
             kernels.hold_pose_kernel,
             dim=action.shape,
-            inputs=[*gains, mode, world.action_scale, task.action_coord, task.action_dof, world.action_low]
+            inputs=[*gains, mode, scale, task.action_coord, task.action_dof, world.action_low]
             + [world.action_high, task.default_q, world.joint_q, world.joint_qd],
             outputs=[action],
             device=world.device,
