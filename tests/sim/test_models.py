@@ -6,6 +6,7 @@ named in one warning, a body inside the ground reported after the first reset, a
 import shutil
 import sys
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,9 @@ def _copy(tmp_path: Path, robot: str, toml_edit=None, model_edit=None) -> Path:
     folder = tmp_path / robot
     shutil.copytree(ROBOTS / robot, folder)
     task = folder / "task.toml"
-    if toml_edit:
-        task.write_text(toml_edit(task.read_text()))
+    unique = f"t_{zlib.crc32(str(folder).encode()):08x}"  # a task id of its own
+    text = task.read_text().replace(f'task = "{robot}"', f'task = "{unique}"', 1)
+    task.write_text(toml_edit(text) if toml_edit else text)
     if model_edit:
         name = {"servo_dog": "servo_dog.xml", "mesh_arm": "mesh_arm.urdf"}[robot]
         (folder / name).write_text(model_edit((folder / name).read_text()))
@@ -47,7 +49,7 @@ def test_servo_dog_holds_its_home_keyframe_standing_on_its_own_servos():
     assert env.task.plan.action_joints[:2] == ["fl_hip", "fl_knee"]
     # The floor choice is said at build; the model's option timestep equals control_dt / substeps: nothing said.
     assert _messages(record, "its floor 'floor' replaced by the ground plane") and not _messages(record, "timestep")
-    assert not _messages(record, "inside")  # the keyframe's feet touch the ground, nothing deeper
+    assert not _messages(record, "overlap by")  # the keyframe's feet touch the ground, nothing deeper
     result = env.reset()
     z0 = result.observation["proprio"].numpy()[:, 0].copy()
     assert np.allclose(z0, 0.358)  # the keyframe's root height
@@ -77,11 +79,11 @@ def test_the_models_motors_take_their_gear_and_ctrlrange(tmp_path):
     """The ant's motors (gear 15, ctrlrange [-1, 1]) as the default action: action 0.5 times scale 4 is ctrl 2,
     clipped by MuJoCo to 1, which is 15 N m: the same motion as the explicit effort action of 15 N m, the same
     joints in the model's order."""
-    text = (ROBOTS.parents[0] / "ant.toml").read_text().split("[action]")[0].replace("[expert]", "")
+    text = (ROBOTS.parents[0] / "ant.toml").read_text().split("[action]")[0].replace('task = "ant"', 'task = "{id}"')
     text += '\n[[observations]]\nterm = "joint_pos"\n'
-    (tmp_path / "motors.toml").write_text(text + "[action]\nscale = 4.0\n")
+    (tmp_path / "motors.toml").write_text(text.replace("{id}", "ant_motors") + "[action]\nscale = 4.0\n")
     (tmp_path / "efforts.toml").write_text(
-        text + '[action]\nkind = "effort"\njoints = ["hip_*", "ankle_*"]\nscale = 15.0\n'
+        text.replace("{id}", "ant_efforts") + '[action]\nkind = "effort"\njoints = ["hip_*", "ankle_*"]\nscale = 15.0\n'
     )
     motors = forge_gpu.sim.make(str(tmp_path / "motors.toml"), num_envs=2, device="cpu", seed=1)
     efforts = forge_gpu.sim.make(str(tmp_path / "efforts.toml"), num_envs=2, device="cpu", seed=1)
@@ -122,7 +124,8 @@ def test_what_is_not_simulated_is_named_in_one_warning(tmp_path):
 
 def test_position_replaces_the_root_and_is_said_and_a_body_in_the_ground_is_reported_once(tmp_path):
     """Without position the model's own root height stands (0.45 m, not 0); with one, the build says it replaces
-    it; a torso placed 0.1 m up starts inside the ground: one warning after the first reset names it and the depth."""
+    it; a torso placed 0.1 m up starts with its legs inside the ground: one warning after the first reset names
+    them and the depth."""
     table = '[model.pose]\n"*_hip" = 0.6\n"*_knee" = -1.2\n'
     own = _copy(tmp_path, "servo_dog", lambda t: t.replace('pose = "home"\n', table))
     env = forge_gpu.sim.make(str(own), num_envs=2, device="cpu")
@@ -136,8 +139,9 @@ def test_position_replaces_the_root_and_is_said_and_a_body_in_the_ground_is_repo
         assert _messages(record, "root 'torso' placed at position [0.0, 0.0, 0.1], replacing its own [0.0, 0.0, 0.45]")
         env.reset()
         env.reset()
-    inside = _messages(record, "inside")
-    assert len(inside) == 1 and "torso_geom (body torso) is" in inside[0] and "ground_plane" in inside[0], inside
+    inside = _messages(record, "overlap by")
+    assert len(inside) == 1 and "servo_dog.xml: at the first reset" in inside[0], inside
+    assert "ground_plane" in inside[0] and "_foot (body " in inside[0] and "overlap by 0.2" in inside[0], inside
 
 
 def test_a_malformed_model_file_is_refused_naming_the_file_and_line(tmp_path):
@@ -192,7 +196,7 @@ def test_mesh_arm_collects_replays_and_renders_its_meshes(tmp_path):
     report = forge_gpu.recording.replay(run, tmp_path / "again", from_="actions", batch=2)
     assert report["episodes"] == 2 and report["diverged"] == 0
     assert main(["replay", str(run), str(tmp_path / "states")]) == 0
-    episode = next(iter(forge_gpu.reading.open_run(run).read([0])))
+    episode = next(iter(forge_gpu.reading.open_run(run).read([0], forge_gpu.reading.EpisodeReadOptions())))
     rgb = episode.next["rgb"]
     assert rgb.shape[1:] == (48, 48, 3) and len(np.unique(rgb[0].reshape(-1, 3), axis=0)) > 8
     mjcf = tmp_path / "arm.xml"

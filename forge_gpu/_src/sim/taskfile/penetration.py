@@ -1,6 +1,6 @@
 """The initial-penetration check of a task file's world: after the first reset, is a body inside the ground or
-another body? Said once per env, as one :class:`~forge_gpu._src.sim.taskfile.modelfile.ModelWarning` line naming
-the geoms, their bodies and the depth.
+another body (two geoms overlap deeper than :data:`TOLERANCE`)? Said once per env, as one ``ModelWarning`` line
+naming the geoms, their bodies and the depth.
 
 It runs MuJoCo's own collision detection (the ``mujoco`` package, on the host) on world 0's reset state, in a
 one-world copy of the model built once per process and model: MuJoCo-Warp detects the same contacts, so what
@@ -63,7 +63,7 @@ def penetrations(model: dict, source: str, joint_q: np.ndarray) -> list[tuple[st
 
 def report_line(found: list[tuple[str, str, float]], where: str) -> str:
     """The one line that names what :func:`penetrations` found."""
-    pairs = [f"{a} is {depth:.3f} m inside {b}" for a, b, depth in found[:SHOWN]]
-    more = f" and {len(found) - SHOWN} more contacts" if len(found) > SHOWN else ""
+    pairs = [f"{a} and {b} overlap by {depth:.3f} m" for a, b, depth in found[:SHOWN]]
+    more = f"; {len(found) - SHOWN} more contacts" if len(found) > SHOWN else ""
     return (f"{where}: at the first reset (world 0) {'; '.join(pairs)}{more}: the first step pushes them apart; "
             "check model.position, model.pose and the model's own placement")  # fmt: skip

@@ -224,7 +224,7 @@ class FileTask(Task):
             p = self.file
             found = penetration.penetrations(p.model, p.file, world.joint_q.numpy()[0])
             if found:
-                modelfile.warn(penetration.report_line(found, Path(p.file).name))
+                modelfile.warn(penetration.report_line(found, Path(model_file(p.model, p.file)[0]).name))
 
     def restore_state(self, world: World) -> None:
         wp.launch(
