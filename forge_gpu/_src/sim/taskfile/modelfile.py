@@ -187,10 +187,10 @@ def warn(line: str) -> None:
 
 
 def stepping(info: ModelFile | None, config, source: str) -> list[str]:
-    """Check the model's ``<option>`` against the task: its timestep is used by a task file that sets neither
-    ``control_dt`` nor ``substeps`` only if ``control_dt / substeps`` equals it (else refused, naming both); a
-    task file that sets them replaces it, and that is said. ``[solver]``'s iterations, ls_iterations and
-    integrator replace the model's. Returns the phrases to say."""
+    """The model's ``<option>`` against the task: the task steps at ``control_dt / substeps`` (its file's or the
+    defaults); a model timestep that differs is replaced, and that is said, naming both; ``[solver]``'s
+    iterations, ls_iterations and integrator replace the model's, said the same way; a model gravity other than
+    the standard one is used, and said. Returns the phrases to say."""
     if info is None or info.kind != "mjcf":
         return []
     import tomllib
@@ -206,12 +206,9 @@ def stepping(info: ModelFile | None, config, source: str) -> list[str]:
             table = {}
         defaults = TaskConfig.__dataclass_fields__
         given = [k for k in ("control_dt", "substeps") if k in table or getattr(config, k) != defaults[k].default]
+        whose = "the task file's" if given else "the task's default (set control_dt and substeps to choose)"
         step = f"control_dt / substeps = {config.control_dt:g} / {config.substeps} = {sim_dt:g} s"
-        if not given:
-            raise ValueError(f'{source}: {name} <option timestep="{info.timestep:g}"> differs from the task\'s '
-                             f"default {step}; set control_dt and substeps so that their ratio is "
-                             f"{info.timestep:g} s, or set them to the step you want")  # fmt: skip
-        notes.append(f'<option timestep="{info.timestep:g}"> replaced by the task file\'s {step}')
+        notes.append(f'<option timestep="{info.timestep:g}"> replaced by {whose} {step}')
     solver = config.solver
     for key, value in info.options.items():
         ours = getattr(solver, key, None)
