@@ -72,6 +72,50 @@ def apply_position_kernel(
 
 
 @wp.kernel
+def apply_actuators_kernel(
+    # Model:
+    action_scale: wp.array[float],
+    mode: wp.array[int],
+    index: wp.array[int],
+    gear: wp.array[float],
+    low: wp.array[float],
+    high: wp.array[float],
+    gain: wp.array[int],
+    default_q: wp.array2d[float],
+    # Data in:
+    actuator_gain_in: wp.array[float],
+    executed_action_in: wp.array2d[float],
+    # Data in/out:
+    last_action: wp.array2d[float],
+    previous_action: wp.array2d[float],
+    # Data out:
+    ctrl_out: wp.array2d[float],
+    joint_target_q_out: wp.array2d[float],
+    joint_target_qd_out: wp.array2d[float],
+    joint_f_out: wp.array2d[float],
+):
+    """The model's own actuators (``taskfile/actuators.py``): column k's value = executed action * scale, into
+    MuJoCo's ctrl (mode 0), a position target around the default pose clipped to the servo's ctrlrange (1), a
+    velocity target (2), or an effort of value * gear clipped to +-the effort limit (3); force actuators (gain 1)
+    times the world's actuator gain."""
+    worldid, actid = wp.tid()
+    _keep_actions(worldid, actid, executed_action_in, last_action, previous_action)
+    value = executed_action_in[worldid, actid] * action_scale[actid]
+    if gain[actid] == 1:
+        value = value * actuator_gain_in[worldid]
+    i = index[actid]
+    m = mode[actid]
+    if m == 0:
+        ctrl_out[worldid, i] = value
+    elif m == 1:
+        joint_target_q_out[worldid, i] = wp.clamp(default_q[worldid, i] + value, low[actid], high[actid])
+    elif m == 2:
+        joint_target_qd_out[worldid, i] = value
+    else:
+        joint_f_out[worldid, i] = wp.clamp(value * gear[actid], low[actid], high[actid])
+
+
+@wp.kernel
 def reset_kernel(
     # Model:
     seed: int,

@@ -10,11 +10,14 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import importlib.util
+import math
+import re
 import sys
 import zlib
 from pathlib import Path
 from typing import Any
 
+from forge_gpu._src.sim.taskfile.modelfile import ModelFile, read_model_file
 from forge_gpu._src.sim.trust import check_import
 
 MODEL_KEYS = (
@@ -33,6 +36,9 @@ def model_file(model: dict, source: str) -> tuple[str, str]:
         raise ValueError(
             f"{source}: [model] needs exactly one of asset (a Newton example asset), file (a path) or builder"
         )
+    for key in ("asset", "file"):
+        if key in model and not isinstance(model[key], str):
+            raise ValueError(f"{source}: model.{key} = {model[key]!r}: expected a file name (a string)")
     if "builder" in model:
         _builder(model, source)
         return model["builder"], "code"
@@ -72,32 +78,141 @@ def _builder(model: dict, source: str):
     return function, args
 
 
-def add_model(builder, model: dict, source: str) -> None:
-    """Add one world's robot (and ground) as ``[model]`` says; set the default pose ``[model.pose]``."""
+def check_model_values(model: dict, source: str) -> None:
+    """Every ``[model]`` key's value of the right type and length: ``ValueError`` naming the file and the key."""
+
+    def numbers(key: str, count: int) -> None:
+        value = model[key]
+        if not (isinstance(value, list) and len(value) == count and all(_number(v) for v in value)):
+            raise ValueError(f"{source}: model.{key} = {value!r}: expected a list of {count} numbers")
+
+    for key, count in (("position", 3), ("rotation", 4)):
+        if key in model:
+            numbers(key, count)
+    for key in ("floating", "ground", "contacts"):
+        if key in model and not isinstance(model[key], bool):
+            raise ValueError(f"{source}: model.{key} = {model[key]!r}: expected true or false")
+    names = model.get("ignore_names", [])
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise ValueError(f"{source}: model.ignore_names = {names!r}: expected a list of name patterns (regex)")
+    pose = model.get("pose", {})
+    if not isinstance(pose, dict | str):
+        raise ValueError(f"{source}: model.pose = {pose!r}: expected a keyframe's name or a table of joint -> value")
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def model_info(model: dict, source: str) -> ModelFile | None:
+    """The :class:`ModelFile` of ``[model]``'s file (None for a model builder)."""
+    path, kind = model_file(model, source)
+    return None if kind == "code" else read_model_file(path, kind, source)
+
+
+def add_model(builder, model: dict, source: str) -> list[str]:
+    """Add one world's robot (and ground) as ``[model]`` says; set the default pose (``[model.pose]`` or
+    ``pose = "<keyframe>"``). Returns what the build decided that the model file did not say (the root's
+    placement, the floor, the gravity), as phrases for one line."""
     import warp as wp
 
+    check_model_values(model, source)
     path, kind = model_file(model, source)
-    xform = wp.transform(tuple(model.get("position", (0.0, 0.0, 0.0))), tuple(model.get("rotation", (0, 0, 0, 1))))
+    info = None if kind == "code" else read_model_file(path, kind, source)
+    notes: list[str] = []
+    placed = "position" in model or "rotation" in model
+    position = tuple(float(v) for v in model.get("position", (0.0, 0.0, 0.0)))
+    xform = wp.transform(position, tuple(float(v) for v in model.get("rotation", (0, 0, 0, 1))))
+    ground = model.get("ground", True)
+    name = Path(path).name
     if kind == "code":
         function, args = _builder(model, source)
         function(builder, source=source, **args)
     elif kind == "mjcf":
-        ignore = list(model.get("ignore_names", ["floor", "ground"]))
-        builder.add_mjcf(path, xform=xform, override_root_xform=True, ignore_names=ignore)
+        ignore = list(model.get("ignore_names", []))
+        if ground and info.floors:
+            ignore += [re.escape(f) + "$" for f in info.floors]
+            notes.append(f"its floor {', '.join(repr(f) for f in info.floors)} replaced by the ground plane (z = 0; "
+                         "model.ground = false keeps the model's floor)")  # fmt: skip
+        elif info.floors or info.unnamed_floors:
+            notes.append("its own floor kept" + ("" if not ground else " (an unnamed plane, besides the ground plane)"))
+        if placed:
+            notes.append(f"root {info.root!r} placed at position {list(position)}, replacing its own "
+                         f"{list(info.root_position)} (model.position replaces the root's pose)")  # fmt: skip
+        _imported(lambda: builder.add_mjcf(path, xform=xform if placed else None, override_root_xform=placed,
+                                           ignore_names=ignore), path, source)  # fmt: skip
+        if info.gravity is not None:
+            builder.gravity = info.gravity
     else:
-        builder.add_urdf(path, xform=xform, floating=bool(model.get("floating", True)))
+        if placed:
+            notes.append(f"root link {info.root!r} placed at position {list(position)}")
+        _imported(lambda: builder.add_urdf(path, xform=xform, floating=bool(model.get("floating", True))), path,
+                  source)  # fmt: skip
+    pose = model.get("pose", {})
+    if isinstance(pose, str):
+        _keyframe(builder, info, pose, placed, source)
+    else:
+        _pose_table(builder, pose, source)
+    if ground:
+        builder.add_ground_plane()
+    return [f"{name}: {n}" for n in notes]
+
+
+def _imported(load, path: str, source: str) -> None:
+    """Run the importer ``load``: a missing mesh package names the extra; any other failure names the file."""
+    try:
+        load()
+    except ImportError as e:
+        missing = getattr(e, "name", None) or str(e)
+        if any(m in str(missing) for m in ("trimesh", "collada")):
+            raise ValueError(f"{source}: model file {path} has meshes, which need {missing}: "
+                             f'pip install "forge-gpu[meshes]"') from None  # fmt: skip
+        raise ValueError(f"{source}: model file {path}: cannot import it ({type(e).__name__}: {e})") from None
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(f"{source}: model file {path}: cannot import it ({reason})") from None
+
+
+def _pose_table(builder, pose: dict, source: str) -> None:
     names = short_names(builder.joint_label)
-    for pattern, value in model.get("pose", {}).items():
+    for pattern, value in pose.items():
         hits = [j for j, name in enumerate(names) if fnmatch.fnmatchcase(name, pattern)]
-        if not hits or not isinstance(value, int | float):
+        if not hits or not _number(value):
             what = "matches no joint" if not hits else "expected a number"
             raise ValueError(f"{source}: model.pose.{pattern} = {value!r}: {what}; the model has {', '.join(names)}")
         for j in hits:
             start, end = builder.joint_q_start[j], end_of(builder.joint_q_start, j, len(builder.joint_q))
             for c in range(start, end):
                 builder.joint_q[c] = float(value)
-    if model.get("ground", True):
-        builder.add_ground_plane()
+
+
+def _keyframe(builder, info: ModelFile | None, pose: str, placed: bool, source: str) -> None:
+    """``pose = "<key>"``: the MJCF keyframe's ``qpos`` as the default pose (a free or ball joint's quaternion
+    turned from MuJoCo's w x y z into Newton's x y z w)."""
+    keys = info.keyframes if info is not None else {}
+    if pose not in keys:
+        held = ", ".join(repr(k) for k in keys) or "none"
+        raise ValueError(f"{source}: model.pose = {pose!r}: no such keyframe (<key name=...>); the model's are {held}")
+    qpos, coords = keys[pose], []
+    for _, kind in info.joints:
+        width = {"free": 7, "ball": 4}.get(kind, 1)
+        coords.append(width)
+    if sum(coords) != len(qpos) or len(qpos) != len(builder.joint_q):
+        raise ValueError(f"{source}: model.pose = {pose!r}: the keyframe has {len(qpos)} qpos values; the model as "
+                         f"loaded has {len(builder.joint_q)} coordinates")  # fmt: skip
+    if placed and info.joints and info.joints[0][1] == "free":
+        raise ValueError(f"{source}: model.position: keyframe {pose!r} places the free root itself; give one of them")
+    q, i = [], 0
+    for width in coords:
+        values = qpos[i : i + width]
+        if width == 7:
+            values = values[:3] + values[4:7] + values[3:4]
+        elif width == 4:
+            values = values[1:4] + values[0:1]
+        q += values
+        i += width
+    for c, value in enumerate(q):
+        builder.joint_q[c] = float(value)
 
 
 def end_of(starts, j: int, total: int) -> int:
@@ -125,12 +240,28 @@ def probe(model: dict, source: str):
     for key in model:
         if key not in MODEL_KEYS:
             raise ValueError(f"{source}: unknown key model.{key}; allowed keys are {', '.join(MODEL_KEYS)}")
+    check_model_values(model, source)
     key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
     if key not in _PROBES:
         builder = newton.ModelBuilder()
         add_model(builder, model, source)
         _PROBES[key] = builder
     return _PROBES[key]
+
+
+_ACTUATORS: dict[str, Any] = {}
+
+
+def probe_actuators(model: dict, source: str):
+    """The model's own actuators (``actuators.model_actuators``) of the :func:`probe` of ``[model]``."""
+    import json
+
+    from forge_gpu._src.sim.taskfile.actuators import model_actuators
+
+    key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
+    if key not in _ACTUATORS:
+        _ACTUATORS[key] = model_actuators(probe(model, source), model_info(model, source), source)
+    return _ACTUATORS[key]
 
 
 def params_module_name(module) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_gpu._src.sim.taskfile import terms
+from forge_gpu._src.sim.taskfile.actuators import actuator_columns
 from forge_gpu._src.sim.taskfile.model import (
     BALL,
     FIXED,
@@ -23,6 +24,7 @@ from forge_gpu._src.sim.taskfile.model import (
     end_of,
     params_module_name,
     probe,
+    probe_actuators,
     short_names,
     user_module,
 )
@@ -148,10 +150,14 @@ def plan_task(params, source: str) -> Plan:
     for key in action:
         if key not in _ACTION_KEYS:
             raise ValueError(f"{source}: unknown key action.{key}; allowed keys are {', '.join(_ACTION_KEYS)}")
-    kind = action.get("kind", "effort")
-    if kind not in ("effort", "position"):
-        raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'effort', 'position'")
-    a_coords, a_dofs, a_names = joints(action.get("joints", ["*"]), "action.joints")
+    actuators = probe_actuators(params.model, source)
+    kind = action.get("kind", "actuators" if len(actuators) and "joints" not in action else "effort")
+    if kind not in ("actuators", "effort", "position"):
+        raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'actuators', 'effort', 'position'")
+    if kind == "actuators":
+        a_coords, a_dofs, a_names = actuator_columns(action, actuators, source)
+    else:
+        a_coords, a_dofs, a_names = joints(action.get("joints", ["*"]), "action.joints")
     r_coords, r_dofs, _ = joints(["*"], "reset") if movable else ([], [], [])
     draws = _draws(params.reset, joints, source) if movable else []
     command = params.command

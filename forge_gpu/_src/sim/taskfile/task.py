@@ -20,8 +20,8 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.taskfile import codegen, stored
-from forge_gpu._src.sim.taskfile.model import add_model, model_file
+from forge_gpu._src.sim.taskfile import actuators, codegen, modelfile, penetration, stored
+from forge_gpu._src.sim.taskfile.model import add_model, model_file, model_info, probe_actuators
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 from forge_gpu._src.sim.taskfile.spec import FileParams, catalog, read_task_file, resolved
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
@@ -99,10 +99,27 @@ class FileTask(Task):
 
     def build_world(self, builder) -> None:
         p = self.file
-        add_model(builder, p.model, p.file)
-        if self.plan.action_kind == "position":
-            import newton
+        notes = add_model(builder, p.model, p.file)
+        info = model_info(p.model, p.file)
+        notes += modelfile.stepping(info, self.config, p.file)
+        if info is not None and info.not_simulated:
+            modelfile.warn(f"{Path(info.path).name}: not simulated: {'; '.join(info.not_simulated)}")
+        if notes:
+            modelfile.warn("; ".join(notes))
+        import newton
 
+        own = probe_actuators(p.model, p.file)
+        if self.plan.action_kind == "actuators":
+            if self.config.solver.name != "mujoco" and actuators.CTRL in own.modes:
+                solver = self.config.solver.name
+                raise ValueError(f"{p.file}: the model's motors act through MuJoCo's ctrl: solver.name = {solver!r} "
+                                 "does not read it; use 'mujoco' or an [action] kind")  # fmt: skip
+            return
+        for d, mode in zip(own.dofs, own.modes, strict=True):  # an explicit [action] replaces the model's servos
+            if mode in (actuators.TARGET, actuators.VELOCITY):
+                builder.joint_target_mode[d] = int(newton.JointTargetMode.NONE)
+                builder.joint_target_ke[d], builder.joint_target_kd[d] = 0.0, 0.0
+        if self.plan.action_kind == "position":
             ke, kd = float(p.action.get("stiffness", 100.0)), float(p.action.get("damping", 5.0))
             for d in self.plan.action_dofs:
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.POSITION)
@@ -152,8 +169,16 @@ class FileTask(Task):
         frame.contact = self.contacts.timers if self.contacts else wp.zeros((n, 1, 3), dtype=float, device=device)
         self.frame = frame
         self.kernel = codegen.observe_kernel(plan)
-        if plan.action_kind == "position":
+        if plan.action_kind in ("position", "actuators"):
             self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
+        if plan.action_kind == "actuators":
+            own = probe_actuators(self.file.model, self.file.file)
+            self.actuator_tables = [ints(own.modes), ints(own.index), floats(own.gear), floats(own.low)]
+            self.actuator_tables += [floats(own.high), ints(own.gain)]
+            ctrl = getattr(getattr(world.control, "mujoco", None), "ctrl", None)
+            self.ctrl = ctrl.reshape((n, -1)) if ctrl is not None and ctrl.shape[0] else wp.zeros((n, 1), device=device)
+            self.joint_target_qd = world.control.joint_target_qd.reshape((n, -1))
+        self.penetration_checked = not (self.spec.has_contacts and world.config.solver.name == "mujoco")
         fields = {"reward_terms": self.reward_terms} if plan.reward_names and plan.record_terms else {}
         if self.spec.has_success:
             fields["success"] = self.success
@@ -170,7 +195,13 @@ class FileTask(Task):
         return TaskBinding(fields=fields, calibration=calibration, state=state)
 
     def apply_action(self, world: World) -> None:
-        if self.plan.action_kind == "effort":
+        if self.plan.action_kind == "actuators":
+            kernel = kernels.apply_actuators_kernel
+            inputs = [world.action_scale, *self.actuator_tables, self.default_q, world.params["actuator_gain_scale"]]
+            inputs += [world.executed_action]
+            outputs = [self.last_action, self.previous_action, self.ctrl, self.joint_target_q, self.joint_target_qd]
+            outputs += [world.joint_f]
+        elif self.plan.action_kind == "effort":
             kernel, inputs = kernels.apply_effort_kernel, [world.action_scale, self.action_dof]
             inputs += [world.params["actuator_gain_scale"], world.executed_action]
             outputs = [self.last_action, self.previous_action, world.joint_f]
@@ -203,6 +234,12 @@ class FileTask(Task):
             outputs=[world.joint_q, world.joint_qd, self.last_action, self.previous_action, self.noise_key],
             device=world.device,
         )
+        if not self.penetration_checked and not world.device.is_capturing:  # the first reset: once, on the host
+            self.penetration_checked = True
+            p = self.file
+            found = penetration.penetrations(p.model, p.file, world.joint_q.numpy()[0])
+            if found:
+                modelfile.warn(penetration.report_line(found, Path(model_file(p.model, p.file)[0]).name))
 
     def restore_state(self, world: World) -> None:
         if self.contacts is not None:
@@ -328,13 +365,21 @@ def hold_pose(task: FileTask, world: World, settings: dict):
         raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
     gains = [float(settings.get("stiffness", 50.0)), float(settings.get("damping", 2.0))]
     action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
-    mode = int(task.plan.action_kind == "position")
+    kind, scale = task.plan.action_kind, world.action_scale
+    own = probe_actuators(task.file.model, task.file.file) if kind == "actuators" else None
+    servos = own is not None and set(own.modes) == {actuators.TARGET}
+    if own is not None and set(own.modes) == {actuators.EFFORT}:  # URDF efforts: action units of scale * effort
+        scale = wp.array(world.action_scale.numpy() * np.asarray(own.gear, np.float32), device=world.device)
+    elif own is not None and not servos:
+        raise ValueError(f"{task.config.params.file}: [expert] hold_pose needs effort or position actions, or the "
+                         "model's position servos or URDF efforts; the model's actuators are a mix")  # fmt: skip
+    mode = int(kind == "position" or servos)
 
     def act(observation: dict) -> wp.array:
         wp.launch(
             kernels.hold_pose_kernel,
             dim=action.shape,
-            inputs=[*gains, mode, world.action_scale, task.action_coord, task.action_dof, world.action_low]
+            inputs=[*gains, mode, scale, task.action_coord, task.action_dof, world.action_low]
             + [world.action_high, task.default_q, world.joint_q, world.joint_qd],
             outputs=[action],
             device=world.device,

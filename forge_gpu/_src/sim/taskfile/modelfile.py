@@ -1,0 +1,219 @@
+"""What a model file says beyond the bodies and joints Newton imports: its keyframes, its ``<option>``, its own
+floor, its URDF joint limits, and the elements forge_gpu does not simulate; a malformed file is refused in one
+line naming the file and the line.
+
+:func:`read_model_file` reads an MJCF (``<include>`` expanded) or a URDF once per process (per path and
+modification time) into a :class:`ModelFile`; ``model.add_model`` and ``task.FileTask`` act on it and say what
+they did (:class:`ModelWarning`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NOT_SIMULATED_MJCF = {
+    "flexcomp": "flexcomp (deformables)",
+    "flex": "flex (deformables)",
+    "composite": "composite",
+    "skin": "skin",
+    "plugin": "plugin",
+}
+"""MJCF elements (anywhere in the file) that forge_gpu's MuJoCo-Warp worlds do not simulate, and how to name them."""
+SOLVER_OPTIONS = ("iterations", "ls_iterations", "integrator")
+"""The ``<option>`` attributes a task's ``[solver]`` sets (its values replace the model's)."""
+
+
+class ModelWarning(UserWarning):
+    """What a model file holds that is not simulated, and how the model was placed and stepped (one line each)."""
+
+
+@dataclass
+class ModelFile:
+    """One model file's own settings, as written."""
+
+    path: str
+    kind: str
+    keyframes: dict[str, list[float]] = field(default_factory=dict)
+    """MJCF ``<key name=...>``: its ``qpos`` (MuJoCo's order: a free joint's x y z qw qx qy qz)."""
+    joints: list[tuple[str, str]] = field(default_factory=list)
+    """MJCF joints in tree order: (name, type), type ``free``, ``ball``, ``slide`` or ``hinge``."""
+    timestep: float | None = None
+    gravity: tuple[float, float, float] | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    """The ``<option>`` attributes of :data:`SOLVER_OPTIONS` the file sets."""
+    floors: list[str] = field(default_factory=list)
+    """Named plane geoms of the world body (the model's own floor)."""
+    unnamed_floors: int = 0
+    root: str = ""
+    """The first body of the world body (MJCF) or the root link (URDF)."""
+    root_position: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    efforts: dict[str, float] = field(default_factory=dict)
+    """URDF: joint name -> ``<limit effort>`` [N or N m] (joints that give one above 0)."""
+    not_simulated: list[str] = field(default_factory=list)
+    """What the file holds that is not simulated, each as a short phrase."""
+    meshes: list[str] = field(default_factory=list)
+    """The mesh files the model names."""
+
+
+_READ: dict[tuple[str, float], ModelFile] = {}
+
+
+def read_model_file(path: str, kind: str, source: str) -> ModelFile:
+    """The :class:`ModelFile` of ``path`` (``mjcf`` or ``urdf``); a malformed file is a ``ValueError`` of one line
+    naming the file, the line and the column."""
+    key = (path, os.path.getmtime(path))
+    if key not in _READ:
+        root = _parse(path, source)
+        _READ[key] = _mjcf(path, root, source) if kind == "mjcf" else _urdf(path, root)
+    return _READ[key]
+
+
+def _parse(path: str, source: str) -> ET.Element:
+    try:
+        return ET.parse(path).getroot()
+    except ET.ParseError as e:
+        line, column = e.position
+        reason = str(e).split(":")[0]
+        raise ValueError(f"{path}:{line}:{column}: malformed XML ({reason}); the model file of {source}") from None
+    except OSError as e:
+        raise ValueError(f"{source}: model file {path}: cannot read it ({e.strerror})") from None
+
+
+def _expanded(path: str, root: ET.Element, source: str, depth: int = 0) -> ET.Element:
+    """``root`` with every ``<include file=...>`` replaced by the included file's children."""
+    for parent in list(root.iter()):
+        for i, child in enumerate(list(parent)):
+            if child.tag == "include" and depth < 8:
+                included = str(Path(path).parent / child.get("file", ""))
+                sub = _expanded(included, _parse(included, source), source, depth + 1)
+                parent.remove(child)
+                for k, grandchild in enumerate(list(sub)):
+                    parent.insert(i + k, grandchild)
+    return root
+
+
+def _floats(text: str | None, count: int | None = None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split()]
+    except ValueError:
+        return None
+    return values if count is None or len(values) == count else None
+
+
+def _mjcf(path: str, root: ET.Element, source: str) -> ModelFile:
+    root = _expanded(path, root, source)
+    info = ModelFile(path=path, kind="mjcf")
+    for option in root.iter("option"):
+        if "timestep" in option.attrib:
+            info.timestep = float(option.get("timestep"))
+        gravity = _floats(option.get("gravity"), 3)
+        if gravity is not None:
+            info.gravity = (gravity[0], gravity[1], gravity[2])
+        info.options.update({k: option.get(k) for k in SOLVER_OPTIONS if k in option.attrib})
+    for key in root.iter("key"):
+        qpos = _floats(key.get("qpos"))
+        if qpos is not None:
+            info.keyframes[key.get("name", f"key {len(info.keyframes)}")] = qpos
+    world = root.find("worldbody")
+    if world is not None:
+        for geom in world.findall("geom"):
+            if geom.get("type") == "plane":
+                if geom.get("name"):
+                    info.floors.append(geom.get("name"))
+                else:
+                    info.unnamed_floors += 1
+        first = world.find("body")
+        if first is not None:
+            info.root = first.get("name", "")
+            position = _floats(first.get("pos"), 3)
+            info.root_position = tuple(position) if position else (0.0, 0.0, 0.0)
+
+        def walk(body: ET.Element) -> None:
+            for child in body:
+                if child.tag == "freejoint":
+                    info.joints.append((child.get("name", ""), "free"))
+                elif child.tag == "joint":
+                    info.joints.append((child.get("name", ""), child.get("type", "hinge")))
+            for child in body.findall("body"):
+                walk(child)
+
+        for body in world.findall("body"):
+            walk(body)
+    for tag, phrase in NOT_SIMULATED_MJCF.items():
+        found = [e.get("name") or e.get("file") or tag for e in root.iter(tag)]
+        if found:
+            info.not_simulated.append(f"{phrase} {', '.join(repr(n) for n in found)}")
+    sensors = [s.get("name") or s.tag for section in root.iter("sensor") for s in section]
+    if sensors:
+        info.not_simulated.append(f"{len(sensors)} sensor(s) {', '.join(repr(n) for n in sensors)} (no sensor data)")
+    info.meshes = [m.get("file") for m in root.iter("mesh") if m.get("file")]
+    return info
+
+
+def _urdf(path: str, root: ET.Element) -> ModelFile:
+    info = ModelFile(path=path, kind="urdf")
+    children = {j.find("child").get("link") for j in root.iter("joint") if j.find("child") is not None}
+    links = [link.get("name", "") for link in root.iter("link")]
+    info.root = next((name for name in links if name not in children), "")
+    velocities = []
+    for joint in root.iter("joint"):
+        limit = joint.find("limit")
+        if joint.get("type") not in ("revolute", "continuous", "prismatic") or limit is None:
+            continue
+        effort = _floats(limit.get("effort"), 1)
+        if effort and effort[0] > 0 and math.isfinite(effort[0]):
+            info.efforts[joint.get("name", "")] = effort[0]
+        if limit.get("velocity") is not None:
+            velocities.append(joint.get("name", ""))
+    if velocities:
+        info.not_simulated.append(f"velocity limits of {', '.join(repr(n) for n in velocities)} (MuJoCo has none)")
+    transmissions = [t.get("name", "transmission") for t in root.iter("transmission")]
+    if transmissions:
+        info.not_simulated.append(f"transmission(s) {', '.join(repr(n) for n in transmissions)}")
+    info.meshes = [m.get("filename") for m in root.iter("mesh") if m.get("filename")]
+    return info
+
+
+def warn(line: str) -> None:
+    """Say one line about the model (a :class:`ModelWarning`; Python shows each distinct line once)."""
+    warnings.warn(f"forge_gpu: {line}", ModelWarning, stacklevel=3)
+
+
+def stepping(info: ModelFile | None, config, source: str) -> list[str]:
+    """The model's ``<option>`` against the task: the task steps at ``control_dt / substeps`` (its file's or the
+    defaults); a model timestep that differs is replaced, and that is said, naming both; ``[solver]``'s
+    iterations, ls_iterations and integrator replace the model's, said the same way; a model gravity other than
+    the standard one is used, and said. Returns the phrases to say."""
+    if info is None or info.kind != "mjcf":
+        return []
+    import tomllib
+
+    from forge_gpu._src.sim.config import TaskConfig
+
+    name, notes = Path(info.path).name, []
+    sim_dt = config.control_dt / config.substeps
+    if info.timestep is not None and abs(info.timestep - sim_dt) > 1e-9 * max(1.0, sim_dt):
+        try:
+            table = tomllib.loads(Path(source.split(" (")[0]).read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            table = {}
+        defaults = TaskConfig.__dataclass_fields__
+        given = [k for k in ("control_dt", "substeps") if k in table or getattr(config, k) != defaults[k].default]
+        whose = "the task file's" if given else "the task's default (set control_dt and substeps to choose)"
+        step = f"control_dt / substeps = {config.control_dt:g} / {config.substeps} = {sim_dt:g} s"
+        notes.append(f'<option timestep="{info.timestep:g}"> replaced by {whose} {step}')
+    solver = config.solver
+    for key, value in info.options.items():
+        ours = getattr(solver, key, None)
+        if solver.name == "mujoco" and ours is not None and str(value).lower() != str(ours).lower():
+            notes.append(f'<option {key}="{value}"> replaced by [solver] {key} = {ours!r}')
+    if info.gravity is not None and any(abs(a - b) > 1e-6 for a, b in zip(info.gravity, (0, 0, -9.81), strict=True)):
+        notes.append(f"gravity {list(info.gravity)} from its <option>")
+    return [f"{name}: {n}" for n in notes]
