@@ -279,3 +279,17 @@ def test_a_task_naming_its_model_by_an_absolute_path_replays_only_the_model_it_s
     with pytest.raises(ValueError, match=r"read other files than it stored \(.*slider.xml is none of them"):
         forge_gpu.recording.replay(tmp_path / "run", tmp_path / "other", from_="actions")
     assert not (tmp_path / "other").exists()
+
+
+def test_a_selected_and_a_converted_run_carry_the_task_and_replay_from_it(copied, tmp_path):
+    """select (a curated run) and convert copy the source's task folder: each replays with its source gone."""
+    selected, converted = tmp_path / "selected", tmp_path / "converted"
+    forge_gpu.curation.select_run(copied, selected, "episode < 2")
+    forge_gpu.curation.convert_run(copied, converted, to="packed", compression="zstd")
+    shutil.rmtree(copied)
+    for run in (selected, converted):
+        listed = forge_gpu.formats.read_manifest(run)["scene_spec"]["stored"]
+        assert sorted(p.relative_to(run / "task").as_posix() for p in (run / "task").rglob("*.*")) == STORED
+        assert sorted(listed["files"]) == STORED
+        report = forge_gpu.recording.replay(run, tmp_path / f"{run.name}-again", from_="actions", trust_code=True)
+        assert report["episodes"] == len(forge_gpu.reading.open_run(run)) and report["diverged"] == 0

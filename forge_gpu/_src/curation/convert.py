@@ -65,7 +65,7 @@ def convert_run(
     options = EpisodeReadOptions(state=True)
     ks = list(range(len(run)))
     episodes = run.read(ks, options, encoded=kept) if kept else run.read(ks, options)
-    count = write_run(out, manifest, episodes, to=to, compression=compression, codecs=codecs)
+    count = write_run(out, manifest, episodes, to=to, compression=compression, codecs=codecs, carried_from=run_dir)
     return {"episodes": count, "out": out}
 
 

@@ -284,6 +284,7 @@ def _write(sources: list[Source], mask: np.ndarray, out: str, record: dict, comp
         to=_TO,
         compression=compression,
         before_publish=lambda work: written[0] and stats.write(work, f"computed from its episodes ({record['op']})"),
+        carried_from=sources[0].path,
     )
     return {"episodes": count, "of": int(mask.size), "out": out}
 

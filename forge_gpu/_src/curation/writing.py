@@ -60,18 +60,22 @@ def write_run(
     compression: str,
     before_publish: Callable[[str], None] | None = None,
     codecs: Mapping[str, Any] | None = None,
+    carried_from: str | None = None,
 ) -> int:
     """Write ``episodes`` as the new run ``out`` in format ``to`` with the run.json ``manifest`` (its format keys
     and ``completed_episodes`` set here), in a temporary directory beside ``out`` renamed to it when whole
     (``before_publish(directory)`` is called just before, e.g. to add ``stats.json``); return the count.
     ``codecs`` (packed): field -> codec as ``RecordingOptions.codecs`` takes them; a field named nowhere keeps the
-    codec of the source (``manifest["codecs"]``: raw where it has none). FileExistsError when ``out`` exists;
-    nothing is left at ``out`` on any error."""
+    codec of the source (``manifest["codecs"]``: raw where it has none). ``carried_from``: the source run whose
+    task files (the folder run.json's ``scene_spec.stored`` lists, docs/FORMAT.md "The task's files") the new run
+    carries, copied as they are. FileExistsError when ``out`` exists; nothing is left at ``out`` on any error."""
     request = codec_request(manifest.pop(CODECS, {}), codecs, to)
     work = new_partial(out)
     try:
         count, keys = FORMATS[to].write(work, episodes, compression, **({"codecs": request} if request else {}))
         manifest.update(keys, completed_episodes=count)
+        if carried_from is not None:
+            carry_task_files(carried_from, manifest, work)
         write_json_atomic(os.path.join(work, RUN_MANIFEST), manifest)
         if before_publish is not None:
             before_publish(work)
@@ -80,6 +84,17 @@ def write_run(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return count
+
+
+def carry_task_files(source: str, manifest: dict, work: str) -> None:
+    """Copy the task's folder of the run ``source`` (``scene_spec.stored.folder`` of ``manifest``, its run.json)
+    into ``work``, where the source has one (a run without it replays from where its task file was)."""
+    stored = manifest.get("scene_spec", {}).get("stored")
+    folder = stored.get("folder") if isinstance(stored, dict) else None
+    if not isinstance(folder, str) or not folder or os.path.basename(folder) != folder or folder in (".", ".."):
+        return
+    if os.path.isdir(os.path.join(source, folder)):
+        shutil.copytree(os.path.join(source, folder), os.path.join(work, folder))
 
 
 def codec_request(source: Any, codecs: Mapping[str, Any] | None, to: str) -> dict:
