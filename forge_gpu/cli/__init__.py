@@ -22,6 +22,7 @@ import argparse
 import os
 import signal
 import sys
+import warnings
 
 from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
@@ -228,12 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(message, category, filename, lineno, file=None, line=None, shown=warnings.showwarning):
+    """forge_gpu's own warnings (a model's elements not simulated, its placement, ...) as ``forge-gpu: warning:
+    ...`` lines; any other as Python shows it."""
+    if not category.__module__.startswith("forge_gpu"):
+        return shown(message, category, filename, lineno, file, line)
+    print(f"forge-gpu: warning: {str(message).removeprefix('forge_gpu: ')}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.verbose:
             set_verbose(True)
-        status = args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line
+            status = args.func(args)
         sys.stdout.flush()  # here, so that a reader gone early (BrokenPipeError) is met below
         return status
     except UsageError as e:

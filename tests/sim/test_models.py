@@ -209,3 +209,19 @@ def test_mesh_arm_collects_replays_and_renders_its_meshes(tmp_path):
     builder = newton.ModelBuilder()
     add_model(builder, {"file": "arm.xml"}, str(tmp_path / "task.toml"))
     assert builder.shape_type[0] == int(newton.GeoType.MESH)
+
+
+def test_the_cli_says_each_model_warning_as_one_line(tmp_path, capsys):
+    """forge-gpu tasks on a model with sensors: the warning is one ``forge-gpu: warning:`` line, not Python's
+    two-line warning with a source line."""
+    from forge_gpu.cli import main
+
+    sensors = '  <sensor>\n    <jointpos name="hip_angle" joint="fl_hip"/>\n  </sensor>\n</mujoco>'
+    task = _copy(tmp_path, "servo_dog", model_edit=lambda m: m.replace("</mujoco>", sensors))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["collect", str(task), "--envs", "2", "--steps", "2", "--out", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    said = [line for line in err if "not simulated" in line]
+    assert len(said) == 1 and said[0].startswith("forge-gpu: warning: ") and "'hip_angle'" in said[0], err
+    assert not any("ModelWarning" in line or "warnings.warn" in line for line in err), err
