@@ -129,7 +129,9 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
     assert [_shape(line) for line in outputs[2] + outputs[3]] == [_shape(line) for line in shown_after]
     assert (tmp_path / "episode.png").stat().st_size > 0
     run = tmp_path / "runs/cartpole-demo"
-    assert sorted(p.name for p in run.iterdir()) == ["commits.jsonl", "run.json", "segment-000000.arrows", "stats.json"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        "commits.jsonl", "run.json", "segment-000000.arrows", "stats.json", "task"
+    ]  # fmt: skip
     published = int(next(x for x in outputs[0] if x.startswith("episodes published")).split()[-1])
     done = subprocess.run(
         [sys.executable, "-m", "forge_gpu", "convert", "runs/cartpole-demo", "npz", "--to", "npz"],
@@ -137,7 +139,7 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     names = [p.name for p in (tmp_path / "npz").iterdir()]
-    assert len(names) == 2 * published + 2 and {"run.json", "instructions.jsonl"} <= set(names)
+    assert len(names) == 2 * published + 3 and {"run.json", "instructions.jsonl", "task"} <= set(names)
 
 
 ROOT = README.parent
