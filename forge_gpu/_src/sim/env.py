@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import newton
@@ -16,7 +17,7 @@ from forge_gpu._src.sim.overflow import SolverOverflow
 from forge_gpu._src.sim.pack import packed_result
 from forge_gpu._src.sim.randomize import Randomizer
 from forge_gpu._src.sim.relabel import ExpertLabels
-from forge_gpu._src.sim.solver import make_solver
+from forge_gpu._src.sim.solver import check_solver, make_solver
 from forge_gpu._src.sim.step_result import StepResult
 from forge_gpu._src.sim.streams import torch_stream_of, warp_stream_of
 from forge_gpu._src.sim.tasks.base import Task, bind_task
@@ -42,6 +43,16 @@ class _FromWorld:
         raise AttributeError(f"VectorEnv.{self.name} is read-only (it is env.world.{self.name})")
 
 
+@contextlib.contextmanager
+def _said_once_built():
+    """The warnings building an env raises (how its model was placed and stepped, what it holds that is not
+    simulated), said once it is built: an env that cannot be built says only why."""
+    with warnings.catch_warnings(record=True) as said:
+        yield
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 class VectorEnv:
     """``N`` environments of one task, stepped together on one device.
 
@@ -60,7 +71,8 @@ class VectorEnv:
         n = config.num_envs
         device = wp.get_device(config.device)
 
-        with wp.ScopedDevice(device):
+        check_solver(config, task.spec.has_contacts)  # before the model is built (and says anything)
+        with wp.ScopedDevice(device), _said_once_built():
             builder = newton.ModelBuilder()
             if config.solver.name == "mujoco":
                 newton.solvers.SolverMuJoCo.register_custom_attributes(builder)

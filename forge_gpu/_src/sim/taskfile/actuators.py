@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from forge_gpu._src.sim.taskfile.modelfile import ModelFile
+from forge_gpu._src.sim.taskfile.modelfile import ModelFile, short_names
 
 CTRL, TARGET, VELOCITY, EFFORT = 0, 1, 2, 3
 """How an action column reaches its actuator: MuJoCo's ``ctrl``, a position target, a velocity target, an effort."""
@@ -49,7 +49,6 @@ def model_actuators(builder, info: ModelFile | None, source: str) -> Actuators:
     """The actuators of one world's :class:`newton.ModelBuilder` ``builder`` (MJCF: Newton's ``mujoco:actuator``
     attributes; URDF: ``info``'s effort limits). An actuator that drives something other than a joint is a
     ``ValueError`` naming it."""
-    from forge_gpu._src.sim.taskfile.model import short_names
 
     names = short_names(builder.joint_label)
     qs, ds = list(builder.joint_q_start), list(builder.joint_qd_start)

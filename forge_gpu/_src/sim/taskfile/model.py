@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from forge_gpu._src.sim.taskfile.modelfile import ModelFile, read_model_file
+from forge_gpu._src.sim.taskfile.modelfile import ModelFile, read_model_file, short_names
 from forge_gpu._src.sim.trust import check_import
 
 MODEL_KEYS = (
@@ -218,11 +218,6 @@ def _keyframe(builder, info: ModelFile | None, pose: str, placed: bool, source: 
 def end_of(starts, j: int, total: int) -> int:
     """Where joint ``j``'s run of ``starts`` (coordinates or dofs) ends."""
     return starts[j + 1] if j + 1 < len(starts) else total
-
-
-def short_names(labels) -> list[str]:
-    """A label's last path component (``ant/worldbody/torso/hip_1`` -> ``hip_1``)."""
-    return [str(label).rsplit("/", 1)[-1] for label in labels]
 
 
 _PROBES: dict[str, Any] = {}

@@ -28,6 +28,11 @@ SOLVER_OPTIONS = ("iterations", "ls_iterations", "integrator")
 """The ``<option>`` attributes a task's ``[solver]`` sets (its values replace the model's)."""
 
 
+def short_names(labels) -> list[str]:
+    """A label's last path component (``ant/worldbody/torso/hip_1`` -> ``hip_1``)."""
+    return [str(label).rsplit("/", 1)[-1] for label in labels]
+
+
 class ModelWarning(UserWarning):
     """What a model file holds that is not simulated, and how the model was placed and stepped (one line each)."""
 
