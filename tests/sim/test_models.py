@@ -47,8 +47,9 @@ def test_servo_dog_holds_its_home_keyframe_standing_on_its_own_servos():
         env = forge_gpu.sim.make(str(SERVO_DOG), num_envs=2, device="cpu", seed=0)
     assert env.task.plan.action_kind == "actuators" and env.task.spec.action_dim == 8
     assert env.task.plan.action_joints[:2] == ["fl_hip", "fl_knee"]
-    # The floor choice is said at build; the model's option timestep equals control_dt / substeps: nothing said.
-    assert _messages(record, "its floor 'floor' replaced by the ground plane") and not _messages(record, "timestep")
+    # The floor is replaced as the file says (ground = true); the model's option timestep equals control_dt /
+    # substeps: nothing said.
+    assert not _messages(record, "floor") and not _messages(record, "timestep")
     assert not _messages(record, "overlap by")  # the keyframe's feet touch the ground, nothing deeper
     result = env.reset()
     z0 = result.observation["proprio"].numpy()[:, 0].copy()
@@ -99,17 +100,31 @@ def test_the_models_motors_take_their_gear_and_ctrlrange(tmp_path):
     assert moved > 0.05 and np.allclose(a, b.state["joint_q"].numpy(), atol=1e-3)
 
 
-def test_a_model_timestep_that_disagrees_is_said_naming_both(tmp_path):
-    """The task steps at control_dt / substeps: a model timestep that differs is replaced, and the build says so,
-    naming both (the task file's own values, or the defaults it left unset)."""
+def test_what_the_defaults_replace_is_said_and_what_the_file_sets_is_not(tmp_path):
+    """The task steps at control_dt / substeps: a model timestep that differs is replaced. By the defaults the
+    file left unset, the build says so naming both; by the file's own values, the file said it. The same for the
+    model's floor (ground unset: said) and its solver iterations (the default [solver] iterations: said)."""
     unset = _copy(tmp_path, "servo_dog", lambda t: t.replace("control_dt = 0.02\nsubsteps = 4\n", ""),
                   lambda m: m.replace('timestep="0.005"', 'timestep="0.004"'))  # fmt: skip
     default = r'<option timestep="0.004"> replaced by the task\'s default .* = 0.02 / 4 = 0.005 s'
     with pytest.warns(ModelWarning, match=default):
         forge_gpu.sim.make(str(unset), num_envs=2, device="cpu")
     given = _copy(tmp_path / "b", "servo_dog", model_edit=lambda m: m.replace('timestep="0.005"', 'timestep="0.004"'))
-    with pytest.warns(ModelWarning, match=r'<option timestep="0.004"> replaced by the task file\'s control_dt'):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
         forge_gpu.sim.make(str(given), num_envs=2, device="cpu")
+    assert not _messages(record, "timestep")
+    implicit = _copy(
+        tmp_path / "c",
+        "servo_dog",
+        lambda t: t.replace("ground = true\n", "").replace("\niterations = 10\n", "\n"),
+        lambda m: m.replace('<option timestep="0.005"', '<option timestep="0.005" iterations="50"'),
+    )
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        forge_gpu.sim.make(str(implicit), num_envs=2, device="cpu")
+    assert _messages(record, "its floor 'floor' replaced by the ground plane (z = 0; model.ground = true says so")
+    assert _messages(record, '<option iterations="50"> replaced by the default [solver] iterations = ')
 
 
 def test_what_is_not_simulated_is_named_in_one_warning(tmp_path):
@@ -121,10 +136,10 @@ def test_what_is_not_simulated_is_named_in_one_warning(tmp_path):
     assert len(lines) == 1 and "2 sensor(s) 'hip_angle', 'imu'" in lines[0] and "\n" not in lines[0], lines
 
 
-def test_position_replaces_the_root_and_is_said_and_a_body_in_the_ground_is_reported_once(tmp_path):
-    """Without position the model's own root height stands (0.45 m, not 0); with one, the build says it replaces
-    it; a torso placed 0.1 m up starts with its legs inside the ground: one warning after the first reset names
-    them and the depth."""
+def test_position_replaces_the_root_and_a_body_in_the_ground_is_reported_once(tmp_path):
+    """Without position the model's own root height stands (0.45 m, not 0); with one, it replaces it (as the
+    docs say); a torso placed 0.1 m up starts with its legs inside the ground: one warning after the first reset
+    names them and the depth."""
     table = '[model.pose]\n"*_hip" = 0.6\n"*_knee" = -1.2\n'
     own = _copy(tmp_path, "servo_dog", lambda t: t.replace('pose = "home"\n', table))
     env = forge_gpu.sim.make(str(own), num_envs=2, device="cpu")
@@ -135,7 +150,7 @@ def test_position_replaces_the_root_and_is_said_and_a_body_in_the_ground_is_repo
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         env = forge_gpu.sim.make(str(low), num_envs=2, device="cpu")
-        assert _messages(record, "root 'torso' placed at position [0.0, 0.0, 0.1], replacing its own [0.0, 0.0, 0.45]")
+        assert np.isclose(env.task.default_q.numpy()[0, 2], 0.1)
         env.reset()
         env.reset()
     inside = _messages(record, "overlap by")
@@ -163,7 +178,8 @@ def test_a_malformed_model_file_is_refused_naming_the_file_and_line(tmp_path):
     ],
 )
 def test_a_bad_model_value_is_refused_in_one_line_naming_the_file_and_key(tmp_path, capsys, edit, key):
-    task = _copy(tmp_path, "servo_dog", lambda t: t.replace('pose = "home"\n', f'pose = "home"\n{edit}\n'))
+    home = 'ground = true\npose = "home"\n'
+    task = _copy(tmp_path, "servo_dog", lambda t: t.replace(home, f'pose = "home"\n{edit}\n'))
     with pytest.raises(ValueError) as error:
         forge_gpu.sim.make(str(task), num_envs=2, device="cpu")
     message = str(error.value)

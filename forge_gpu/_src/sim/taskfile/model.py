@@ -132,20 +132,17 @@ def add_model(builder, model: dict, source: str) -> list[str]:
         ignore = list(model.get("ignore_names", []))
         if ground and info.floors:
             ignore += [re.escape(f) + "$" for f in info.floors]
-            notes.append(f"its floor {', '.join(repr(f) for f in info.floors)} replaced by the ground plane (z = 0; "
-                         "model.ground = false keeps the model's floor)")  # fmt: skip
-        elif info.floors or info.unnamed_floors:
-            notes.append("its own floor kept" + ("" if not ground else " (an unnamed plane, besides the ground plane)"))
-        if placed:
-            notes.append(f"root {info.root!r} placed at position {list(position)}, replacing its own "
-                         f"{list(info.root_position)} (model.position replaces the root's pose)")  # fmt: skip
+            if "ground" not in model:  # the default chose: said (model.ground = true says it is the file's choice)
+                floors = ", ".join(repr(f) for f in info.floors)
+                notes.append(f"its floor {floors} replaced by the ground plane (z = 0; model.ground = true says so, "
+                             "model.ground = false keeps the model's floor)")  # fmt: skip
+        elif ground and info.unnamed_floors:
+            notes.append("its own floor (an unnamed plane) kept besides the ground plane; name it to replace it")
         _imported(lambda: builder.add_mjcf(path, xform=xform if placed else None, override_root_xform=placed,
                                            ignore_names=ignore), path, source)  # fmt: skip
         if info.gravity is not None:
             builder.gravity = info.gravity
     else:
-        if placed:
-            notes.append(f"root link {info.root!r} placed at position {list(position)}")
         _imported(lambda: builder.add_urdf(path, xform=xform, floating=bool(model.get("floating", True))), path,
                   source)  # fmt: skip
     pose = model.get("pose", {})

@@ -204,21 +204,24 @@ def stepping(info: ModelFile | None, config, source: str) -> list[str]:
 
     name, notes = Path(info.path).name, []
     sim_dt = config.control_dt / config.substeps
+    try:
+        table = tomllib.loads(Path(source.split(" (")[0]).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        table = {}
     if info.timestep is not None and abs(info.timestep - sim_dt) > 1e-9 * max(1.0, sim_dt):
-        try:
-            table = tomllib.loads(Path(source.split(" (")[0]).read_text())
-        except (OSError, tomllib.TOMLDecodeError):
-            table = {}
         defaults = TaskConfig.__dataclass_fields__
         given = [k for k in ("control_dt", "substeps") if k in table or getattr(config, k) != defaults[k].default]
-        whose = "the task file's" if given else "the task's default (set control_dt and substeps to choose)"
-        step = f"control_dt / substeps = {config.control_dt:g} / {config.substeps} = {sim_dt:g} s"
-        notes.append(f'<option timestep="{info.timestep:g}"> replaced by {whose} {step}')
-    solver = config.solver
+        if not given:  # the file's own control_dt / substeps replace it as the file says
+            step = f"control_dt / substeps = {config.control_dt:g} / {config.substeps} = {sim_dt:g} s"
+            notes.append(f'<option timestep="{info.timestep:g}"> replaced by the task\'s default {step} (set '
+                         "control_dt and substeps to choose)")  # fmt: skip
+    solver, given = config.solver, table.get("solver", {})
     for key, value in info.options.items():
         ours = getattr(solver, key, None)
         if solver.name == "mujoco" and ours is not None and str(value).lower() != str(ours).lower():
-            notes.append(f'<option {key}="{value}"> replaced by [solver] {key} = {ours!r}')
+            if key not in given:
+                notes.append(f'<option {key}="{value}"> replaced by the default [solver] {key} = {ours!r} (set it '
+                             "to choose)")  # fmt: skip
     if info.gravity is not None and any(abs(a - b) > 1e-6 for a, b in zip(info.gravity, (0, 0, -9.81), strict=True)):
         notes.append(f"gravity {list(info.gravity)} from its <option>")
     return [f"{name}: {n}" for n in notes]
