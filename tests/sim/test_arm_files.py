@@ -72,8 +72,7 @@ def test_the_file_based_reach_equals_the_code_task_randomized(tmp_path):
         key = name.split(".", 1)[1]
         assert np.array_equal(hand.result.params[key].numpy(), file.result.params[key].numpy()), key
     changed = {"params.render": False, "params.tolerance": 0.05, "params.reset_noise": 0.3}
-    old = {**changed, "params.target_radius": [0.3, 0.4]}
-    new = {**changed, "params.target_radius_min": 0.3, "params.target_radius_max": 0.4}
+    old = new = {**changed, "params.target_radius": [0.3, 0.4], "params.camera_position": [0.5, 0.7, 0.6]}
     sizes = {**sizes, "max_steps": 60}
     hand = forge_gpu.sim.make("reach_handwritten", **sizes, **old)
     file = forge_gpu.sim.make("reach", **sizes, **new)

@@ -56,7 +56,7 @@ def test_shapes_dtypes_and_spec(device):
     target = frames[0].observation["proprio"][:, 11:14]
     radius = np.hypot(target[:, 0], target[:, 1])
     p = env.config.params
-    assert (radius >= p.target_radius_min - 1e-5).all() and (radius <= p.target_radius_max + 1e-5).all()
+    assert (radius >= p.target_radius[0] - 1e-5).all() and (radius <= p.target_radius[1] + 1e-5).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -95,7 +95,10 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         if name not in declared:
             held = ", ".join(declared) or "none"
             raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
-        if not isinstance(value, int | float) or isinstance(value, bool) != isinstance(declared[name], bool):
+        if isinstance(declared[name], list):  # a list of numbers, of the declared length
+            if not (isinstance(value, list) and len(value) == len(declared[name]) and all(_number(v) for v in value)):
+                raise ValueError(f"{source}: params.{name} = {value!r}: expected {len(declared[name])} numbers")
+        elif not isinstance(value, int | float) or isinstance(value, bool) != isinstance(declared[name], bool):
             what = "true or false" if isinstance(declared[name], bool) else "a number"
             raise ValueError(f"{source}: params.{name} = {value!r}: expected {what}")
         if name in bounds:
@@ -228,6 +231,10 @@ def visuals(params: FileParams) -> dict[str, Parameter]:
         for name, what in zip(CAMERA_OFFSETS, ("position", "look_at"), strict=True):
             offered[name] = Parameter((3,), (0.0, 0.0, 0.0), f"added to the camera's {what} [m]")
     return offered
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _per_joint(value, count: int, where: str) -> list[float]:
