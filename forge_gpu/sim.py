@@ -20,6 +20,8 @@ NAMES = {
     "TaskSpec": "forge_gpu._src.sim.tasks.base",
     "register_task": "forge_gpu._src.sim.tasks.catalog",
     "SolverOverflowWarning": "forge_gpu._src.sim.overflow",
+    "arm_scene": "forge_gpu._src.sim.tasks.arm",
+    "reach_expert": "forge_gpu._src.sim.tasks.arm",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -5,7 +5,7 @@ the randomized reset. Their observation, reward and termination kernel is genera
 
 import warp as wp
 
-from .camera import look_at_transform
+from .camera import jittered_camera, look_at_transform
 from .rng import STREAM_RESET, env_rng
 
 STREAM_NOISE_SEED = wp.constant(5)
@@ -164,6 +164,101 @@ def reset_kernel(
     noise_rng = env_rng(seed, draw_env_in[worldid], episode_id_in[worldid] + 1, 0, STREAM_NOISE_SEED)
     noise_key_out[worldid, 0] = float(wp.randi(noise_rng, 0, 16777216))
     noise_key_out[worldid, 1] = 0.0
+
+
+@wp.kernel
+def draw_targets_kernel(
+    # Model:
+    seed: int,
+    joint_draws: int,
+    yaw_range: wp.array[float],
+    radius_range: wp.array[wp.vec2],
+    height_range: wp.array[wp.vec2],
+    marker_shape: wp.array2d[wp.int32],
+    marker_offset: wp.array[wp.vec3],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    episode_id_in: wp.array[wp.int32],
+    draw_env_in: wp.array[wp.int32],
+    # Data out:
+    target_out: wp.array2d[wp.vec3],
+    shape_transform_out: wp.array[wp.transform],
+):
+    """Each ``[targets]`` point of the worlds that reset, drawn from the reset's stream after the ``joint_draws``
+    of :func:`reset_kernel` (the same key): azimuth in +-yaw about +x, horizontal distance and height uniform in
+    their ranges; its marker shape (static, visual; -1: none) moved there, plus its offset."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    state = env_rng(seed, draw_env_in[worldid], episode_id_in[worldid] + 1, 0, STREAM_RESET)
+    for _k in range(joint_draws):
+        wp.randf(state)
+    for k in range(yaw_range.shape[0]):
+        yaw = yaw_range[k] * (2.0 * wp.randf(state) - 1.0)
+        r = radius_range[k]
+        h = height_range[k]
+        radius = r[0] + (r[1] - r[0]) * wp.randf(state)
+        height = h[0] + (h[1] - h[0]) * wp.randf(state)
+        pos = wp.vec3(radius * wp.cos(yaw), radius * wp.sin(yaw), height)
+        target_out[worldid, k] = pos
+        shape = marker_shape[worldid, k]
+        if shape >= 0:
+            shape_transform_out[shape] = wp.transform(pos + marker_offset[k], wp.quat_identity())
+
+
+@wp.kernel
+def place_markers_kernel(
+    # Model:
+    marker_shape: wp.array2d[wp.int32],
+    marker_offset: wp.array[wp.vec3],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    target_in: wp.array2d[wp.vec3],
+    # Data out:
+    shape_transform_out: wp.array[wp.transform],
+):
+    """After ``restore``: each target's marker shape at its restored position plus its offset."""
+    worldid, k = wp.tid()
+    shape = marker_shape[worldid, k]
+    if reset_mask_in[worldid] and shape >= 0:
+        shape_transform_out[shape] = wp.transform(target_in[worldid, k] + marker_offset[k], wp.quat_identity())
+
+
+@wp.kernel
+def shape_color_kernel(
+    # Model:
+    shape: wp.array[wp.int32],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    color_in: wp.array2d[float],
+    # Data out:
+    shape_color_out: wp.array[wp.vec3],
+):
+    """A ``[shape_colors]`` shape's drawn colour (linear RGB in [0, 1]) in the worlds that reset."""
+    worldid = wp.tid()
+    if reset_mask_in[worldid]:
+        c = color_in[worldid]
+        shape_color_out[shape[worldid]] = wp.vec3(c[0], c[1], c[2])
+
+
+@wp.kernel
+def jitter_camera_kernel(
+    # Model:
+    camera_position: wp.vec3,
+    camera_look_at: wp.vec3,
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    camera_position_offset_in: wp.array2d[float],
+    camera_look_at_offset_in: wp.array2d[float],
+    # Data out:
+    camera_transform_out: wp.array[wp.transform],
+):
+    """The camera of the worlds that reset at its position and look-at plus the drawn offsets [m]."""
+    worldid = wp.tid()
+    if reset_mask_in[worldid]:
+        camera_transform_out[worldid] = jittered_camera(
+            camera_position, camera_look_at, camera_position_offset_in[worldid], camera_look_at_offset_in[worldid]
+        )
 
 
 @wp.kernel

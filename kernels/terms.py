@@ -102,6 +102,8 @@ class Frame:
     recorded state ``contact_timers`` where a contact term reads them ([N, 0, 3] otherwise)."""
     dt: float
     """The control step [s]."""
+    target: wp.array2d[wp.vec3]
+    """Per world, the task's targets (``[targets]``, drawn at every reset; world frame [m]), [N, K]."""
 
 
 @wp.func
@@ -152,6 +154,17 @@ def _vec_out(v: wp.vec3, worldid: int, out: wp.array2d[float], col: int) -> int:
     for i in range(3):
         out[worldid, col + i] = v[i]
     return col + 3
+
+
+@wp.func
+def _target(f: Frame, worldid: int, t: int) -> wp.vec3:
+    """The term's target (``ti[t, TI_LIST]``: its index among the task's ``[targets]``)."""
+    return f.target[worldid, f.ti[t, TI_LIST]]
+
+
+@wp.func
+def _to_target(f: Frame, worldid: int, t: int) -> wp.vec3:
+    return _body_point(f, worldid, t) - _target(f, worldid, t)
 
 
 # -- observations -------------------------------------------------------------------------------------------
@@ -290,6 +303,25 @@ def obs_body_lin_vel(f: Frame, worldid: int, t: int, out: wp.array2d[float], col
 @wp.func
 def obs_body_ang_vel(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
     return _vec_out(_body_velocity(f, worldid, t, 1), worldid, out, col)
+
+
+@wp.func
+def obs_body_pose(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    """An object's state: its point's position then its frame's orientation xyzw (world frame)."""
+    col = obs_body_pos(f, worldid, t, out, col)
+    return obs_body_quat(f, worldid, t, out, col)
+
+
+@wp.func
+def obs_body_velocity(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    """An object's velocity: its point's linear velocity then its angular velocity (world frame)."""
+    col = obs_body_lin_vel(f, worldid, t, out, col)
+    return obs_body_ang_vel(f, worldid, t, out, col)
+
+
+@wp.func
+def obs_target_pos(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    return _vec_out(_target(f, worldid, t), worldid, out, col)
 
 
 @wp.func
@@ -446,6 +478,37 @@ def rew_body_to_command(f: Frame, worldid: int, t: int) -> float:
     c = f.ti[t, TI_LIST]
     goal = wp.vec3(f.command[worldid, c], f.command[worldid, c + 1], f.command[worldid, c + 2])
     return wp.length(a - goal)
+
+
+@wp.func
+def rew_body_to_target(f: Frame, worldid: int, t: int) -> float:
+    return wp.length(_to_target(f, worldid, t))
+
+
+@wp.func
+def rew_body_to_target_xy(f: Frame, worldid: int, t: int) -> float:
+    d = _to_target(f, worldid, t)
+    return wp.length(wp.vec2(d[0], d[1]))
+
+
+@wp.func
+def done_body_at_target(f: Frame, worldid: int, t: int) -> bool:
+    return rew_body_to_target(f, worldid, t) <= f.tf[t, TF_ARGS]
+
+
+@wp.func
+def done_body_at_target_xy(f: Frame, worldid: int, t: int) -> bool:
+    return rew_body_to_target_xy(f, worldid, t) <= f.tf[t, TF_ARGS]
+
+
+@wp.func
+def rew_body_at_target(f: Frame, worldid: int, t: int) -> float:
+    return wp.where(done_body_at_target(f, worldid, t), 1.0, 0.0)
+
+
+@wp.func
+def rew_body_at_target_xy(f: Frame, worldid: int, t: int) -> float:
+    return wp.where(done_body_at_target_xy(f, worldid, t), 1.0, 0.0)
 
 
 @wp.func

@@ -1,4 +1,5 @@
-"""The reach task: RGB-D observations, camera calibration, determinism, the IK expert, recording."""
+"""The reach task (a task file, ``configs/reach.toml``): RGB-D observations, camera calibration, determinism, the IK
+expert, recording."""
 
 import json
 

@@ -76,7 +76,11 @@ def test_reach_spec_does_not_claim_an_image_size():
     reach = forge_gpu.sim.TASKS["reach"]
     assert "rgb" not in reach.spec.extra_fields
     task = reach(forge_gpu.sim.task_config("reach", **{"params.image_size": 32}))
-    assert task.observation_fields() == {"rgb": ((32, 32, 3), "uint8"), "depth": ((32, 32), "float32")}
+    assert task.observation_fields() == {
+        "success": ((), "bool"),
+        "rgb": ((32, 32, 3), "uint8"),
+        "depth": ((32, 32), "float32"),
+    }
     assert reach.spec is forge_gpu.sim.TASKS["reach"].spec  # not replaced per instance
 
 
@@ -169,8 +173,9 @@ def test_reach_contributes_its_fields_and_calibration_through_bind():
     config = forge_gpu.sim.task_config("reach", num_envs=2, device="cpu", **{"params.image_size": 32})
     task = forge_gpu.sim.TASKS["reach"](config)
     env = VectorEnv(task, config)
-    assert env.world.task_fields == task.images == {"rgb": task.camera.rgb, "depth": task.camera.depth}
-    assert env.observation["rgb"] is task.camera.rgb and env.observation["depth"] is task.camera.depth
+    cameras = task.camera.cameras
+    assert env.world.task_fields == {"success": task.success, "rgb": cameras.rgb, "depth": cameras.depth}
+    assert env.observation["rgb"] is cameras.rgb and env.observation["depth"] is cameras.depth
     assert env.calibration is env.world.calibration
     assert env.calibration["cameras"]["front"]["intrinsics"]["width"] == 32
 

@@ -259,12 +259,14 @@ def check_range(value: Any, meta: dict, where: str) -> None:
 def param_bounds(name: str, entry: dict, source: str) -> dict:
     """The bounds (:func:`bounded`) of a task file's bounded ``[params]`` entry ``NAME = { value = V, low = L,
     high = H }`` (either bound may be left out): the file's value and every override must lie within them."""
-    lo, hi = entry.get("low"), entry.get("high")
+    lo, hi, choices = entry.get("low"), entry.get("high"), entry.get("choices")
     numbers = all(b is None or (isinstance(b, int | float) and not isinstance(b, bool)) for b in (lo, hi))
-    if "value" not in entry or set(entry) - {"value", "low", "high"} or not numbers:
+    listed = choices is None or (isinstance(choices, list) and choices and entry.get("value") in choices)
+    if "value" not in entry or set(entry) - {"value", "low", "high", "choices"} or not numbers or not listed:
         raise ValueError(f"{source}: params.{name} = {entry!r}: a parameter is a number or "
-                         "{ value = V, low = L, high = H } (numbers; either bound may be left out)")  # fmt: skip
-    return bounded(lo, hi)
+                         "{ value = V, low = L, high = H } (numbers; either bound may be left out) or "
+                         "{ value = V, choices = [...] }")  # fmt: skip
+    return bounded(lo, hi, choices=tuple(choices) if choices is not None else None)
 
 
 def build_dataclass(cls: type, table: dict, source: str, prefix: str = "") -> Any:

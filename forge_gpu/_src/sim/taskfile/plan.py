@@ -30,11 +30,12 @@ from forge_gpu._src.sim.taskfile.model import (
 )
 from forge_gpu._src.sim.tasks.camera import check_pose
 
-_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits")
+_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative")
 _TERM_KEYS = ("term", "weight", "noise", "args", "name")
 _RESET_KEYS = ("joint_position", "joint_velocity", "joints")
 _REWARD_KEYS = ("terms", "zero_on_termination")
-CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth")
+CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth", "enabled")
+TARGET_KEYS = ("yaw", "radius", "height", "marker", "marker_offset")
 SIZES = (8, 512)
 """The square image sizes [px] a task file's camera takes."""
 PRISMATIC, D6 = 0, 6
@@ -108,6 +109,10 @@ class Plan:
     """The root is made of slide and hinge joints (a planar robot's), not a free joint."""
     contact: bool = False
     """A term reads the bodies' contact timers (the task records them: state ``contact_timers``)."""
+    targets: list[dict] = field(default_factory=list)
+    """The file's ``[targets]`` in order (:func:`target_entries`): each a point drawn at every reset."""
+    action_relative: bool = True
+    """Position targets are the default pose + action * scale (else action * scale: ``action.relative``)."""
 
 
 def plan_task(params, source: str) -> Plan:
@@ -154,6 +159,11 @@ def plan_task(params, source: str) -> Plan:
     kind = action.get("kind", "actuators" if len(actuators) and "joints" not in action else "effort")
     if kind not in ("actuators", "effort", "position"):
         raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'actuators', 'effort', 'position'")
+    relative = action.get("relative", True)
+    if not isinstance(relative, bool) or (kind != "position" and "relative" in action):
+        raise ValueError(f"{source}: action.relative = {shown(relative)}: expected true or false, with kind = "
+                         "'position'")  # fmt: skip
+    targets = target_entries(getattr(params, "targets", {}), source, short_names(builder.shape_label))
     if kind == "actuators":
         a_coords, a_dofs, a_names = actuator_columns(action, actuators, source)
     else:
@@ -185,9 +195,11 @@ def plan_task(params, source: str) -> Plan:
                 if camera is not None:
                     raise ValueError(f"{source}: observations[{i}]: a task file has one camera")
                 camera = camera_entry(entry, f"observations[{i}]", source, body)
+                if not camera["enabled"]:
+                    camera = None
                 continue
             row = _row(stage, i, entry, library, module, source, joints, body, root_kind, a_coords, command_names,
-                       sites=sites, body_names=bodies)  # fmt: skip
+                       sites=sites, body_names=bodies, target_names=[t["name"] for t in targets])  # fmt: skip
             rows.append(row)
     proprio = sum(r.width for r in rows if r.stage == "observations")
     if proprio == 0:
@@ -206,7 +218,7 @@ def plan_task(params, source: str) -> Plan:
         reward_names=[r.name for r in rows if r.stage == "rewards"], record_terms=record,
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
         noise_state=any(r.noise for r in rows), camera=camera, root_body=root_body, partial_root=partial,
-        contact=any(r.contact for r in rows),
+        contact=any(r.contact for r in rows), targets=targets, action_relative=relative,
     )  # fmt: skip
 
 
@@ -303,7 +315,7 @@ def _draws(reset: dict, joints, source: str) -> list[tuple[int, int, float]]:
 
 
 def _row(stage, i, entry, library, module, source, joints, body, root, a_coords, command_names, *, sites=None,
-         body_names=()) -> Row:  # fmt: skip
+         body_names=(), target_names=()) -> Row:  # fmt: skip
     where = f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
         raise ValueError(f'{source}: {where} = {entry!r}: expected a table with term = "<name>"')
@@ -390,6 +402,12 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
             if missing or not wanted:
                 raise ValueError(f"{source}: {where}.command = {wanted!r}: not in [command] names {command_names}")
             listed = [command_names.index(c) for c in wanted]
+        elif key == "target":
+            chosen_target = entry.get("target")
+            if chosen_target not in target_names:
+                held = ", ".join(target_names) or "none"
+                raise ValueError(f"{source}: {where}.target = {shown(chosen_target)}: not a name of [targets] ({held})")
+            listed = [list(target_names).index(chosen_target)]
         else:
             value = entry.get(key)
             if key == "min_up" and value is None and "max_angle" in entry:
@@ -479,6 +497,42 @@ def shown(value) -> str:
         return repr(value)
 
 
+def target_entries(targets, source: str, shapes: list[str]) -> list[dict]:
+    """The checked ``[targets]``: per name, a point drawn at every reset from the reset's stream (after the joints'
+    draws), uniform in a sector of a cylinder about the world's z axis: azimuth in +-``yaw`` about +x [rad], the
+    horizontal distance in ``radius = [min, max]`` and the height in ``height = [min, max]`` [m]; ``marker`` (a
+    shape's name, optional) is moved to it, plus ``marker_offset`` [m] (visual: a static shape)."""
+    if not isinstance(targets, dict):
+        raise ValueError(f"{source}: [targets] must be a table of [targets.NAME] tables")
+    out = []
+    for name, entry in targets.items():
+        where = f"targets.{name}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{source}: {where} = {shown(entry)}: expected a table of {', '.join(TARGET_KEYS)}")
+        for key in entry:
+            if key not in TARGET_KEYS:
+                raise ValueError(f"{source}: unknown key {where}.{key}; a target takes {', '.join(TARGET_KEYS)}")
+        yaw = number(entry, "yaw", 0.0, where, source)
+        ranges = {}
+        for key in ("radius", "height"):
+            value = entry.get(key)
+            if not (isinstance(value, list) and len(value) == 2
+                    and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+                    and value[0] <= value[1]):  # fmt: skip
+                raise ValueError(f"{source}: {where}.{key} = {shown(value)}: expected [min, max] in metres")
+            ranges[key] = [float(v) for v in value]
+        marker = entry.get("marker")
+        if marker is not None and marker not in shapes:
+            named = ", ".join(sorted({s for s in shapes if s})) or "none"
+            raise ValueError(f"{source}: {where}.marker = {shown(marker)}: no such shape; the model's are {named}")
+        offset = entry.get("marker_offset", [0.0, 0.0, 0.0])
+        if not (isinstance(offset, list) and len(offset) == 3
+                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in offset)):  # fmt: skip
+            raise ValueError(f"{source}: {where}.marker_offset = {shown(offset)}: expected [x, y, z] in metres")
+        out.append({"name": name, "yaw": yaw, **ranges, "marker": marker, "marker_offset": [float(v) for v in offset]})
+    return out
+
+
 def camera_entry(entry: dict, where: str, source: str, body) -> dict:
     """The checked camera of ``entry`` (``body(name, key)`` resolves a body name to its index)."""
     for key in entry:
@@ -491,6 +545,9 @@ def camera_entry(entry: dict, where: str, source: str, body) -> dict:
         raise ValueError(f"{source}: {where}.fov = {fov!r}: expected a field of view in [5, 120] degrees")
     if not isinstance(depth, bool):
         raise ValueError(f"{source}: {where}.depth = {depth!r}: expected true or false")
+    enabled = entry.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"{source}: {where}.enabled = {enabled!r}: expected true or false")
     for key in ("position", "look_at"):
         if not isinstance(entry.get(key), list):
             raise ValueError(f"{source}: {where}: camera needs {key} = [x, y, z] (metres)")
@@ -499,5 +556,5 @@ def camera_entry(entry: dict, where: str, source: str, body) -> dict:
     return {
         "size": size, "fov": float(fov), "position": [float(v) for v in entry["position"]],
         "look_at": [float(v) for v in entry["look_at"]], "follow": follow, "follow_name": entry.get("follow"),
-        "depth": depth,
+        "depth": depth, "enabled": enabled,
     }  # fmt: skip

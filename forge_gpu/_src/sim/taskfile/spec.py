@@ -27,7 +27,7 @@ from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
-    "instruction_template", "expert", "module", "environment_state",
+    "instruction_template", "expert", "module", "environment_state", "targets", "shape_colors",
 )  # fmt: skip
 """The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
@@ -59,6 +59,12 @@ class FileParams:
     environment_state: list | None = None
     """The observation fields of LeRobot's ``observation.environment_state``, in order (``[]``: none; absent: every
     vector field but ``proprio``); the env spec's ``environment_state``."""
+    targets: dict = field(default_factory=dict)
+    """``[targets.NAME]``: points drawn at every reset (``plan.target_entries``), read by the target terms and
+    recorded as state ``NAME_pos``."""
+    shape_colors: dict = field(default_factory=dict)
+    """``[shape_colors]``: randomizable parameter name -> a shape's name; ``[randomize]`` may then draw that shape's
+    colour per episode (linear RGB in [0, 1])."""
 
     def __getattr__(self, name: str):
         values = self.__dict__.get("values", {})
@@ -89,8 +95,12 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         if name not in declared:
             held = ", ".join(declared) or "none"
             raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ValueError(f"{source}: params.{name} = {value!r}: expected a number")
+        if isinstance(declared[name], list):  # a list of numbers, of the declared length
+            if not (isinstance(value, list) and len(value) == len(declared[name]) and all(_number(v) for v in value)):
+                raise ValueError(f"{source}: params.{name} = {value!r}: expected {len(declared[name])} numbers")
+        elif not isinstance(value, int | float) or isinstance(value, bool) != isinstance(declared[name], bool):
+            what = "true or false" if isinstance(declared[name], bool) else "a number"
+            raise ValueError(f"{source}: params.{name} = {value!r}: expected {what}")
         if name in bounds:
             check_range(value, bounds[name], f"{source}: params.{name}")
     sections = {name: table.pop(name) for name in SECTIONS if name in table}
@@ -184,11 +194,47 @@ def catalog(params: FileParams) -> dict[str, Parameter]:
         offered = {name: PHYSICS[name] for name in listed}
     else:
         raise ValueError(f"{params.file}: model.randomizable = {listed!r}: expected a list of {', '.join(PHYSICS)}")
+    offered.update(visuals(params))
     names = params.command.get("names")
     if names:
         nominal = tuple(float(v) for v in params.command.get("default", [0.0] * len(names)))
         offered["command"] = Parameter((len(nominal),), nominal, "the episode's command: " + ", ".join(names))
     return offered
+
+
+CAMERA_OFFSETS = ("camera_position_offset", "camera_look_at_offset")
+"""The camera jitter a task file with a fixed camera offers (added to its position and look_at [m])."""
+
+
+def visuals(params: FileParams) -> dict[str, Parameter]:
+    """The randomizable visuals: each ``[shape_colors]`` name (its shape's colour, nominal the model's) and, with a
+    camera that does not follow a body, :data:`CAMERA_OFFSETS`."""
+    offered = {}
+    colors = params.shape_colors
+    if colors:
+        from forge_gpu._src.sim.taskfile.model import probe, short_names
+
+        if not isinstance(colors, dict):
+            raise ValueError(f"{params.file}: [shape_colors] must be a table of parameter name -> shape name")
+        builder = probe(resolved(params, params.file).model, params.file)
+        shapes = short_names(builder.shape_label)
+        for name, shape in colors.items():
+            if shape not in shapes:
+                named = ", ".join(sorted(set(shapes))) or "none"
+                raise ValueError(
+                    f"{params.file}: shape_colors.{name} = {shape!r}: no such shape; the model's are {named}"
+                )
+            nominal = tuple(float(v) for v in builder.shape_color[shapes.index(shape)])
+            offered[name] = Parameter((3,), nominal, f"shape {shape!r}'s colour (linear RGB in [0, 1])")
+    camera = [e for e in params.observations if isinstance(e, dict) and e.get("term") == "camera"]
+    if camera and "follow" not in camera[0]:
+        for name, what in zip(CAMERA_OFFSETS, ("position", "look_at"), strict=True):
+            offered[name] = Parameter((3,), (0.0, 0.0, 0.0), f"added to the camera's {what} [m]")
+    return offered
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _per_joint(value, count: int, where: str) -> list[float]:

@@ -23,7 +23,7 @@ from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.taskfile import actuators, codegen, modelfile, penetration, stored
 from forge_gpu._src.sim.taskfile.model import add_model, model_file, model_info, probe_actuators
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
-from forge_gpu._src.sim.taskfile.spec import FileParams, catalog, read_task_file, resolved
+from forge_gpu._src.sim.taskfile.spec import CAMERA_OFFSETS, FileParams, catalog, read_task_file, resolved
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras
 from forge_gpu._src.sim.trust import check_import
@@ -167,8 +167,11 @@ class FileTask(Task):
         frame.dt = float(world.config.control_dt)
         self.contacts = ContactTimers(world, plan, bodies) if plan.contact else None
         frame.contact = self.contacts.timers if self.contacts else wp.zeros((n, 1, 3), dtype=float, device=device)
+        self.targets = Targets(world, plan.targets)
+        frame.target = self.targets.points
         self.frame = frame
         self.kernel = codegen.observe_kernel(plan)
+        self.action_origin = self.default_q if plan.action_relative else wp.zeros_like(self.default_q)
         if plan.action_kind in ("position", "actuators"):
             self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
         if plan.action_kind == "actuators":
@@ -187,8 +190,13 @@ class FileTask(Task):
             state["observation_noise_key"] = self.noise_key
         if self.contacts is not None:
             state["contact_timers"] = self.contacts.timers
+        state.update(self.targets.state)
         calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
-        self.camera = FileCamera(plan.camera, world) if plan.camera else None
+        randomized = {r.name for r in self.config.randomize}
+        self.colors = {name: per_world(world.model.shape_label, shape, n, device)
+                       for name, shape in self.file.shape_colors.items() if name in randomized}  # fmt: skip
+        self.moves_camera = bool(randomized & set(CAMERA_OFFSETS))
+        self.camera = FileCamera(plan.camera, world, jittered=self.moves_camera) if plan.camera else None
         if self.camera is not None:
             fields.update(self.camera.fields)
             calibration.update(self.camera.calibration)
@@ -207,7 +215,7 @@ class FileTask(Task):
             outputs = [self.last_action, self.previous_action, world.joint_f]
         else:
             kernel = kernels.apply_position_kernel
-            inputs = [world.action_scale, self.action_coord, self.lower, self.upper, self.default_q]
+            inputs = [world.action_scale, self.action_coord, self.lower, self.upper, self.action_origin]
             inputs += [world.executed_action]
             outputs = [self.last_action, self.previous_action, self.joint_target_q]
         wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
@@ -234,6 +242,7 @@ class FileTask(Task):
             outputs=[world.joint_q, world.joint_qd, self.last_action, self.previous_action, self.noise_key],
             device=world.device,
         )
+        self.targets.draw(world, len(plan.draws))
         if not self.penetration_checked and not world.device.is_capturing:  # the first reset: once, on the host
             self.penetration_checked = True
             p = self.file
@@ -241,7 +250,31 @@ class FileTask(Task):
             if found:
                 modelfile.warn(penetration.report_line(found, Path(model_file(p.model, p.file)[0]).name))
 
+    def apply_params(self, world: World) -> None:
+        """The drawn visuals: ``[shape_colors]`` colours and the camera's offsets (those ``[randomize]`` names)."""
+        for name, shape in self.colors.items():
+            wp.launch(
+                kernels.shape_color_kernel,
+                dim=world.num_envs,
+                inputs=[shape, world.reset_mask, world.params[name].reshape((world.num_envs, 3))],
+                outputs=[world.model.shape_color],
+                device=world.device,
+            )
+        if self.moves_camera and self.camera is not None:
+            c, offsets = (
+                self.camera.camera,
+                [world.params[name].reshape((world.num_envs, 3)) for name in CAMERA_OFFSETS],
+            )
+            wp.launch(
+                kernels.jitter_camera_kernel,
+                dim=world.num_envs,
+                inputs=[wp.vec3(*c["position"]), wp.vec3(*c["look_at"]), world.reset_mask, *offsets],
+                outputs=[self.camera.cameras.transforms],
+                device=world.device,
+            )
+
     def restore_state(self, world: World) -> None:
+        self.targets.place(world)
         if self.contacts is not None:
             self.contacts.restored = True  # the next observe keeps the restored timers
         wp.launch(
@@ -282,6 +315,65 @@ class FileTask(Task):
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
         return make(self, world, settings)
+
+
+class Targets:
+    """The file's ``[targets]``: one point per target and world ([N, K] ``points``, ``Frame.target``), drawn at
+    every reset after the joints (``kernels.draw_targets_kernel``), each recorded as state ``NAME_pos`` [N, 3], its
+    marker shape moved to it (and back to the restored point after ``restore``)."""
+
+    def __init__(self, world: World, targets: list[dict]):
+        n, device, k = world.num_envs, world.device, len(targets)
+        self.count = k
+        self.points = wp.zeros((n, k), dtype=wp.vec3, device=device)
+        self.state = {
+            f"{t['name']}_pos": wp.array(ptr=self.points.ptr + 12 * i, dtype=float, shape=(n, 3),
+                                         strides=(12 * k, 4), device=device)
+            for i, t in enumerate(targets)
+        }  # fmt: skip
+        if not k:
+            return
+        markers = np.full((n, k), -1, np.int32)
+        for i, t in enumerate(targets):
+            if t["marker"] is not None:
+                markers[:, i] = per_world(world.model.shape_label, t["marker"], n, device).numpy()
+        self.marker = wp.array(markers, dtype=wp.int32, device=device)
+        self.offset = wp.array([t["marker_offset"] for t in targets], dtype=wp.vec3, device=device)
+        self.yaw = wp.array([t["yaw"] for t in targets], dtype=float, device=device)
+        self.radius = wp.array([t["radius"] for t in targets], dtype=wp.vec2, device=device)
+        self.height = wp.array([t["height"] for t in targets], dtype=wp.vec2, device=device)
+
+    def draw(self, world: World, joint_draws: int) -> None:
+        if self.count:
+            wp.launch(
+                kernels.draw_targets_kernel,
+                dim=world.num_envs,
+                inputs=[world.seed, joint_draws, self.yaw, self.radius, self.height, self.marker, self.offset]
+                + [world.reset_mask, world.draw_episode, world.draw_env],
+                outputs=[self.points, world.model.shape_transform],
+                device=world.device,
+            )
+
+    def place(self, world: World) -> None:
+        if self.count:
+            wp.launch(
+                kernels.place_markers_kernel,
+                dim=self.points.shape,
+                inputs=[self.marker, self.offset, world.reset_mask, self.points],
+                outputs=[world.model.shape_transform],
+                device=world.device,
+            )
+
+
+def per_world(labels, name: str, n: int, device) -> wp.array:
+    """The index of the entry labelled ``name`` (its last path component) in each of the ``n`` worlds, int32 [N]
+    (the worlds are added in order, so the i-th match belongs to world i)."""
+    found = np.flatnonzero(np.array([str(label).rsplit("/", 1)[-1] for label in labels]) == name)
+    if len(found) != n:
+        raise ValueError(
+            f"shape or body {name!r}: found {len(found)} in {n} worlds; give each world's one its own name"
+        )
+    return wp.array(found.astype(np.int32), device=device)
 
 
 class ContactTimers:
@@ -451,7 +543,7 @@ class FileCamera:
     the body's position (its orientation ignored: the view keeps its direction while the robot walks). It renders
     after the observe kernel, each step and reset (and again on replay, from the restored state)."""
 
-    def __init__(self, camera: dict, world):
+    def __init__(self, camera: dict, world, *, jittered: bool = False):
         self.camera = camera
         self.cameras = WorldCameras(
             world.model, world.num_envs, camera["size"], camera["fov"], camera["position"], camera["look_at"],
@@ -460,7 +552,12 @@ class FileCamera:
         self.fields = {"rgb": self.cameras.rgb}
         if camera["depth"]:
             self.fields["depth"] = self.cameras.depth
-        front = self.cameras.calibration(randomized=camera["follow"] >= 0)
+        front = self.cameras.calibration(randomized=camera["follow"] >= 0 or jittered)
+        if jittered:
+            front["randomized"] = (
+                "camera_to_world of an episode: the camera at position + its camera_position_offset looking at "
+                "look_at + its camera_look_at_offset"
+            )
         if camera["follow"] >= 0:
             front["follows"] = (
                 f"body {camera['follow_name']!r}: camera_to_world is the nominal pose translated by the body's "

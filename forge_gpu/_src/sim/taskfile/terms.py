@@ -16,7 +16,8 @@ class TermInfo:
     keys: tuple[str, ...] = ()
     """``joints`` (patterns), ``body``, ``other`` (a body; each also takes a ``site`` or an ``offset``, as
     ``site``/``offset`` and ``other_site``/``other_offset``), ``relative_to`` (a body), ``bodies`` (body name
-    patterns), ``axis``, ``command`` (columns of the command), or a number's name (its ``tf`` column in order,
+    patterns), ``axis``, ``command`` (columns of the command), ``target`` (a name of the file's ``[targets]``),
+    or a number's name (its ``tf`` column in order,
     from ``TF_ARGS``; ``max_angle`` is degrees, stored in radians)."""
     width: str | int = 0
     """An observation's width: a number, ``joints`` (one per coordinate), ``bodies``, ``action`` or ``command``."""
@@ -89,6 +90,9 @@ OBSERVATIONS = {
     "body_quat": TermInfo(k.obs_body_quat, _BODY, 4, doc="a body's (or site's) orientation xyzw"),
     "body_lin_vel": TermInfo(k.obs_body_lin_vel, _BODY, 3, doc="a body point's linear velocity [m/s]"),
     "body_ang_vel": TermInfo(k.obs_body_ang_vel, _BODY, 3, doc="a body's angular velocity [rad/s]"),
+    "body_pose": TermInfo(k.obs_body_pose, _BODY, 7, doc="an object's state: body_pos then body_quat"),
+    "body_velocity": TermInfo(k.obs_body_velocity, _BODY, 6, doc="an object's velocity: body_lin_vel, body_ang_vel"),
+    "target_pos": TermInfo(k.obs_target_pos, ("target",), 3, doc="a target's position, world [m] ([targets])"),
     "body_contact": TermInfo(
         k.obs_body_contact, ("bodies",), "bodies", contact=True, doc="1 per body touching the ground, else 0"
     ),
@@ -149,6 +153,16 @@ REWARDS = {
     "energy": TermInfo(k.rew_energy, doc="sum |a * scale * qd| over the actuated joints", reads="action"),
     "body_distance": TermInfo(k.rew_body_distance, ("body", "other"), doc="distance between two bodies [m]"),
     "body_to_command": TermInfo(k.rew_body_to_command, ("body", "command"), doc="body distance to a commanded point"),
+    "body_to_target": TermInfo(k.rew_body_to_target, ("body", "target"), doc="body point's distance to a target [m]"),
+    "body_to_target_xy": TermInfo(
+        k.rew_body_to_target_xy, ("body", "target"), doc="the same on the horizontal plane (x, y) [m]"
+    ),
+    "body_at_target": TermInfo(
+        k.rew_body_at_target, ("body", "target", "distance"), doc="1 where body_to_target <= distance, else 0"
+    ),
+    "body_at_target_xy": TermInfo(
+        k.rew_body_at_target_xy, ("body", "target", "distance"), doc="1 where body_to_target_xy <= distance, else 0"
+    ),
     "body_height": TermInfo(k.rew_body_height, ("body",), doc="a body point's z [m]"),
     "body_lin_vel": TermInfo(
         k.rew_body_lin_vel, ("body", "axis", "relative_to"), doc="a body point's velocity along axis [m/s]"
@@ -184,6 +198,12 @@ CONDITIONS = {
     ),
     "body_to_command_below": TermInfo(
         k.done_body_to_command_below, ("body", "command", "distance"), doc="body closer than distance to the command"
+    ),
+    "body_at_target": TermInfo(
+        k.done_body_at_target, ("body", "target", "distance"), doc="body point within distance of a target"
+    ),
+    "body_at_target_xy": TermInfo(
+        k.done_body_at_target_xy, ("body", "target", "distance"), doc="the same on the horizontal plane (x, y)"
     ),
     "joint_pos_beyond": TermInfo(k.done_joint_pos_beyond, ("joints", "limit"), doc="|q| > limit for any joint"),
     "body_contact": TermInfo(

@@ -8,14 +8,15 @@ camera per world looks at the workspace (``tasks/camera.py``); a ``[randomize]``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from types import SimpleNamespace
 from typing import ClassVar
 
 import newton
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.sim.config import bounded
+from forge_gpu._src.sim.config import bounded, check_range
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.tasks.base import Task
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, check_pose
@@ -85,7 +86,7 @@ class ArmScene:
     image_size: int = 64
 
 
-def arm_scene(p: ArmParams, kind: str) -> ArmScene:
+def scene_of(p: ArmParams, kind: str) -> ArmScene:
     """The scene description of an arm task with parameters ``p``."""
     return ArmScene(
         kind=kind,
@@ -156,9 +157,10 @@ def add_table(builder, p: ArmParams, *, cfg=None) -> tuple[int, int]:
     return table, base
 
 
-def add_arm(builder, p: ArmParams, config) -> tuple[int, int]:
-    """The arm on the pedestal (:func:`add_table`): four links, their joints and drives, one articulation.
-    Returns the shape indices of the hand's capsule and of the tip's sphere."""
+def add_arm(builder, p: ArmParams, config, limits=None) -> tuple[int, int]:
+    """The arm on the pedestal (:func:`add_table`): four links, their joints and drives, one articulation; the
+    joint limits are ``limits`` (lower, upper) [rad] or the config's action bounds times scale. Returns the shape
+    indices of the hand's capsule and of the tip's sphere."""
     r = p.link_radius
     link = newton.ModelBuilder.ShapeConfig(density=p.link_density)
     link.collision_filter_parent = True
@@ -181,7 +183,7 @@ def add_arm(builder, p: ArmParams, config) -> tuple[int, int]:
         "armature": p.joint_armature,
         "actuator_mode": newton.JointTargetMode.POSITION,
     }
-    low, high = joint_limits(config)
+    low, high = joint_limits(config) if limits is None else limits
     column = builder.add_link(label="column")
     capsule(column, p.shoulder_height - pedestal, 1.4 * r, (0.25, 0.35, 0.6))
     upper = builder.add_link(label="upper_arm")
@@ -287,7 +289,7 @@ class ArmTask(Task):
     scene_kind: ClassVar[str]
 
     def make_scene(self) -> ArmScene:
-        return arm_scene(self.params, self.scene_kind)
+        return scene_of(self.params, self.scene_kind)
 
     def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """``spec.extra_fields``, then ``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S =
@@ -320,3 +322,65 @@ class ArmTask(Task):
             outputs=[self.joint_target_q],
             device=world.device,
         )
+
+
+_SCENE_ARGS = (
+    "shoulder_height", "upper_arm_length", "forearm_length", "hand_length", "link_radius", "link_density",
+    "joint_stiffness", "joint_damping", "joint_armature",
+)  # fmt: skip
+
+
+def arm_scene(builder, *, source: str = "", joint_lower, joint_upper, target_radius: float = 0.0, **sizes) -> None:
+    """A task file's ``[model] builder`` (``forge_gpu.sim:arm_scene``): the table, the pedestal, a red target
+    sphere of ``target_radius`` [m] (visual, static, shape ``target``; none for 0) and the 4-joint arm (joints
+    ``yaw``, ``shoulder``, ``elbow``, ``wrist``; bodies ``column``, ``upper_arm``, ``forearm``, ``hand``) with its
+    position drives; no shape collides. ``sizes``: the :class:`ArmParams` model fields (``shoulder_height``,
+    ``upper_arm_length``, ``forearm_length``, ``hand_length`` [m], ``link_radius`` [m], ``link_density``
+    [kg/m^3], ``joint_stiffness``, ``joint_damping``, ``joint_armature``); ``joint_lower``, ``joint_upper``: 4
+    limits each [rad]."""
+    where = f"{source}: model.args"
+    if set(sizes) - set(_SCENE_ARGS):
+        raise ValueError(f"{where}: unknown {sorted(set(sizes) - set(_SCENE_ARGS))[0]!r}; the arm takes "
+                         f"{', '.join(_SCENE_ARGS)}, joint_lower, joint_upper, target_radius")  # fmt: skip
+    for name, value in sizes.items():
+        meta = next(f.metadata for f in fields(ArmParams) if f.name == name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"{where}.{name} = {value!r}: expected a number")
+        check_range(value, meta, f"{where}.{name}")
+    for name, value in (("joint_lower", joint_lower), ("joint_upper", joint_upper)):
+        if not (isinstance(value, list) and len(value) == 4 and all(isinstance(v, int | float) for v in value)):
+            raise ValueError(f"{where}.{name} = {value!r}: expected 4 joint limits [rad]")
+    if not isinstance(target_radius, int | float) or not 0.0 <= target_radius <= 0.2:
+        raise ValueError(f"{where}.target_radius = {target_radius!r}: allowed range is [0, 0.2] m")
+    p = ArmParams(**{name: float(v) for name, v in sizes.items()})
+    add_table(builder, p)
+    if target_radius > 0:  # its place is the task's target ([targets]: moved at every reset)
+        builder.add_shape_sphere(
+            -1,
+            xform=wp.transform((0.3, 0.0, 0.15), wp.quat_identity()),
+            radius=float(target_radius),
+            cfg=newton.ModelBuilder.ShapeConfig(density=0.0),
+            color=(1.0, 0.0, 0.0),
+            label="target",
+        )
+    limits = (np.asarray(joint_lower, np.float64), np.asarray(joint_upper, np.float64))
+    add_arm(builder, p, None, limits=(np.minimum(*limits), np.maximum(*limits)))
+    for shape in range(builder.shape_count):
+        builder.shape_flags[shape] &= ~newton.ShapeFlags.COLLIDE_SHAPES
+
+
+def reach_expert(task, world, settings: dict):
+    """A task file's ``[expert] factory`` (``forge_gpu.sim:reach_expert``): the arm's analytic IK of the target
+    (the hand pointing down onto it), approached at most ``max_step`` [rad] per step from the measured pose.
+    ``settings``: ``max_step`` and the arm's ``shoulder_height``, ``upper_arm_length``, ``forearm_length``,
+    ``hand_length`` [m]. It reads ``proprio`` as ``[q (4), qd (4), tip (3), target (3)]``."""
+    from forge_gpu.kernels import reach as reach_kernels
+
+    keys = ("shoulder_height", "upper_arm_length", "forearm_length", "hand_length", "max_step")
+    file = task.config.params.file
+    if set(settings) != set(keys) or not all(isinstance(settings[k], int | float) for k in keys):
+        raise ValueError(f"{file}: [expert] reach_expert takes the numbers {', '.join(keys)}")
+    if task.spec.proprio_dim != 14 or task.spec.action_dim != 4:
+        raise ValueError(f"{file}: [expert] reach_expert needs 4 joint targets and proprio [q, qd, tip, target] (14)")
+    geometry = SimpleNamespace(**{k: float(settings[k]) for k in keys[:4]})
+    return arm_expert(world, geometry, reach_kernels.expert_kernel, [float(settings["max_step"])], ("proprio",))

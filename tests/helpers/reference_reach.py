@@ -1,17 +1,20 @@
-"""reach: move the tip of a 4-joint arm onto a red target, observed by an RGB-D camera.
-
-The arm on its table is ``tasks/arm.py``'s: a yaw joint about +z, then shoulder, elbow and wrist joints
-about the link's +y, each tracking a joint position target with a PD drive. The target is a red sphere
-placed at random in front of the arm at each reset; it is visual only. One fixed camera per world looks at
-the workspace; all worlds are rendered in one call of Newton's ``SensorCamera`` after every step.
-"""
+"""The code task ``reach`` as it was before ``configs/reach.toml`` became a task file: the reference that
+tests/sim/test_arm_files.py shows the file-based reach equal to, bit for bit (observations, images, rewards, flags
+and state for the same seed and actions). Registered only by :func:`register_handwritten_reach`, as
+``reach_handwritten``; the catalog does not hold it. Its kernels are frozen here; the arm's model and shared kernels
+(``tasks/arm.py``, ``kernels/arm.py``) are the ones the file-based reach builds on. Its expert is left out (the
+file-based reach keeps the same IK expert)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import newton
 import warp as wp
+from forge_gpu.kernels import arm as arm_kernels
+from forge_gpu.kernels.arm import reach_ik, reset_arm  # noqa: F401
+from forge_gpu.kernels.camera import jittered_camera
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter
@@ -22,15 +25,124 @@ from forge_gpu._src.sim.tasks.arm import (
     ArmTask,
     add_arm,
     add_table,
-    arm_expert,
     check_arm,
     moves_camera,
     per_world,
 )
 from forge_gpu._src.sim.tasks.base import TaskBinding, TaskSpec
 from forge_gpu._src.sim.world import World
-from forge_gpu.kernels import arm as arm_kernels
-from forge_gpu.kernels import reach as kernels
+
+PROPRIO_EE = wp.constant(8)
+"""Offset of the end effector position in ``proprio``."""
+PROPRIO_TARGET = wp.constant(11)
+"""Offset of the target position in ``proprio``."""
+
+
+@wp.kernel
+def reset_kernel(
+    # Model:
+    seed: int,
+    home_q: wp.array[float],
+    reset_noise: float,
+    target_yaw_range: float,
+    target_radius_range: wp.vec2,
+    target_height_range: wp.vec2,
+    target_shape: wp.array[wp.int32],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    episode_id_in: wp.array[wp.int32],
+    draw_env_in: wp.array[wp.int32],
+    # Data out:
+    joint_q_out: wp.array2d[float],
+    joint_qd_out: wp.array2d[float],
+    target_pos_out: wp.array[wp.vec3],
+    shape_transform_out: wp.array[wp.transform],
+):
+    """Home pose plus uniform noise, zero velocity, and a target uniform in a cylindrical sector.
+
+    Keyed by (seed, env, next episode). The target is the world's static marker shape: moving it is
+    writing its shape transform (the renderer reads it; it takes no part in the physics).
+    """
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    state = reset_arm(
+        seed, worldid, draw_env_in[worldid], episode_id_in[worldid] + 1, home_q, reset_noise, joint_q_out, joint_qd_out
+    )
+    yaw = target_yaw_range * (2.0 * wp.randf(state) - 1.0)
+    radius = target_radius_range[0] + (target_radius_range[1] - target_radius_range[0]) * wp.randf(state)
+    height = target_height_range[0] + (target_height_range[1] - target_height_range[0]) * wp.randf(state)
+    pos = wp.vec3(radius * wp.cos(yaw), radius * wp.sin(yaw), height)
+    target_pos_out[worldid] = pos
+    shape_transform_out[target_shape[worldid]] = wp.transform(pos, wp.quat_identity())
+
+
+@wp.kernel
+def observe_kernel(
+    # Model:
+    ee_body: wp.array[wp.int32],
+    ee_offset: wp.vec3,
+    tolerance: float,
+    success_bonus: float,
+    # Data in:
+    joint_q_in: wp.array2d[float],
+    joint_qd_in: wp.array2d[float],
+    body_q_in: wp.array[wp.transform],
+    target_pos_in: wp.array[wp.vec3],
+    # Data out:
+    proprio_out: wp.array2d[float],
+    reward_out: wp.array[float],
+    terminated_out: wp.array[wp.bool],
+):
+    """proprio; reward = -distance [m] (+ bonus on success); success (distance <= tolerance) terminates."""
+    worldid = wp.tid()
+    ee = wp.transform_point(body_q_in[ee_body[worldid]], ee_offset)
+    target = target_pos_in[worldid]
+    for j in range(4):
+        proprio_out[worldid, j] = joint_q_in[worldid, j]
+        proprio_out[worldid, 4 + j] = joint_qd_in[worldid, j]
+    for k in range(3):
+        proprio_out[worldid, PROPRIO_EE + k] = ee[k]
+        proprio_out[worldid, PROPRIO_TARGET + k] = target[k]
+    distance = wp.length(target - ee)
+    success = distance <= tolerance
+    terminated_out[worldid] = success
+    reward = -distance
+    if success:
+        reward += success_bonus
+    reward_out[worldid] = reward
+
+
+@wp.kernel
+def apply_params_kernel(
+    # Model:
+    target_shape: wp.array[wp.int32],
+    table_shape: wp.array[wp.int32],
+    camera_position: wp.vec3,
+    camera_look_at: wp.vec3,
+    move_camera: int,
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    target_color_in: wp.array2d[float],
+    table_color_in: wp.array2d[float],
+    camera_position_offset_in: wp.array2d[float],
+    camera_look_at_offset_in: wp.array2d[float],
+    # Data out:
+    shape_color_out: wp.array[wp.vec3],
+    camera_transform_out: wp.array[wp.transform],
+):
+    """The world's drawn colours (linear RGB in [0, 1]) and, when its camera is randomized, its camera pose."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    target, table = target_color_in[worldid], table_color_in[worldid]
+    shape_color_out[target_shape[worldid]] = wp.vec3(target[0], target[1], target[2])
+    shape_color_out[table_shape[worldid]] = wp.vec3(table[0], table[1], table[2])
+    if move_camera != 0:
+        camera_transform_out[worldid] = jittered_camera(
+            camera_position, camera_look_at, camera_position_offset_in[worldid], camera_look_at_offset_in[worldid]
+        )
+
 
 TARGET_COLOR = (1.0, 0.0, 0.0)
 
@@ -77,7 +189,7 @@ def _check_params(p: ReachParams) -> None:
 class ReachTask(ArmTask):
     scene_kind = "reach_arm"
     spec = TaskSpec(
-        id="reach",
+        id="reach_handwritten",
         proprio_dim=14,
         action_dim=4,
         has_success=True,
@@ -131,7 +243,7 @@ class ReachTask(ArmTask):
     def reset_worlds(self, world: World) -> None:
         p = self.params
         wp.launch(
-            kernels.reset_kernel,
+            reset_kernel,
             dim=world.num_envs,
             inputs=[
                 world.seed,
@@ -152,7 +264,7 @@ class ReachTask(ArmTask):
     def apply_params(self, world: World) -> None:
         p, values = self.params, world.params
         wp.launch(
-            kernels.apply_params_kernel,
+            apply_params_kernel,
             dim=world.num_envs,
             inputs=[
                 self.target_shape,
@@ -179,7 +291,7 @@ class ReachTask(ArmTask):
     def observe(self, world: World) -> None:
         p = self.params
         wp.launch(
-            kernels.observe_kernel,
+            observe_kernel,
             dim=world.num_envs,
             inputs=[
                 self.ee_body,
@@ -201,7 +313,76 @@ class ReachTask(ArmTask):
         """Render every world's camera into ``rgb`` and ``depth`` with one ``SensorCamera`` call."""
         self.camera.render(world)
 
-    def expert(self, world: World):
-        p = self.params
-        extra = [p.expert_max_step]
-        return arm_expert(world, p, kernels.expert_kernel, extra, ("proprio",))
+
+def register_handwritten_reach(tmp_path) -> None:
+    """Register :class:`ReachTask` (once per process) as ``reach_handwritten``, its config (:data:`CONFIG`) written
+    into ``tmp_path``."""
+    import forge_gpu
+
+    if "reach_handwritten" in forge_gpu.sim.TASKS:
+        return
+    path = Path(tmp_path) / "reach_handwritten.toml"
+    path.write_text(CONFIG)
+    forge_gpu.sim.register_task(ReachTask, config=path)
+
+
+CONFIG = """# reach: move the tip of a 4-joint arm onto a red target seen by an RGB-D camera.
+# Units: metres, seconds, kilograms, radians; image sizes in pixels.
+task = "reach_handwritten"
+instruction = "move the gripper to the red target"
+num_envs = 64
+max_steps = 100
+control_dt = 0.02
+substeps = 4
+# Record every frame's simulator state (state/ columns), so the run can be replayed and re-rendered.
+record_state = true
+
+[solver]
+name = "mujoco"
+iterations = 10
+ls_iterations = 5
+integrator = "implicitfast"
+
+[action]
+# Joint position targets [rad] of [yaw, shoulder, elbow, wrist]; the bounds are the joint limits.
+low = [-2.0, -1.0, -0.5, -0.5]
+high = [2.0, 2.0, 2.6, 2.6]
+scale = [1.0, 1.0, 1.0, 1.0]
+
+[params]
+shoulder_height = 0.2
+upper_arm_length = 0.3
+forearm_length = 0.25
+hand_length = 0.1
+link_radius = 0.025
+link_density = 500.0
+joint_stiffness = 400.0
+joint_damping = 40.0
+joint_armature = 0.1
+home_q = [0.0, 0.3, 1.2, 1.0]
+reset_noise = 0.1
+target_yaw_range = 1.0
+target_radius = [0.25, 0.45]
+target_height = [0.05, 0.3]
+target_radius_m = 0.03
+tolerance = 0.02
+success_bonus = 1.0
+expert_max_step = 0.08
+# Rendering: image_size is one of 32, 64, 128, 256 (square images).
+render = true
+image_size = 64
+camera_position = [0.45, 0.8, 0.6]
+camera_look_at = [0.2, 0.0, 0.2]
+camera_fov = 45.0
+
+[randomize]
+# Per-world, per-episode domain randomization (see configs/cartpole.toml for the syntax). reach offers
+# physics: mass_scale, joint_stiffness_scale, joint_damping_scale, joint_armature_scale (the joint drives);
+# visuals: target_color and table_color (linear RGB in [0, 1]), camera_position_offset and
+# camera_look_at_offset (metres, added to params.camera_position and params.camera_look_at).
+# Newton's camera shares its lights and field of view across worlds, so those cannot vary per world.
+# For example:
+# target_color = { low = [0.6, 0.0, 0.0], high = [1.0, 0.3, 0.3] }
+# camera_position_offset = { low = [-0.05, -0.05, -0.05], high = [0.05, 0.05, 0.05] }
+"""
+"""reach's config as it was (``configs/reach.toml``), its task id ``reach_handwritten``."""

@@ -1,0 +1,64 @@
+"""The arm tasks as task files against the code tasks they replaced: env-steps/s of the file-based ``reach`` and of
+the frozen code task (tests/helpers/reference_reach.py, the equivalence tests' reference, loaded by path: the one
+figure that needs it) at 64 and 1024 envs, random policy, rendering off and on (32 px), interleaved in one run;
+the ratio file / code per row (target >= 0.9).
+
+python bench/arm_files.py            # 64 and 1024 envs (CPU)
+python bench/arm_files.py --smoke    # seconds-long check that every figure is produced
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+from common import machine, measure_stepping, save, table  # noqa: E402
+
+
+def register_reference() -> str:
+    """Register the frozen code reach (``reach_handwritten``) and return its id."""
+    helpers = ROOT.parent / "tests" / "helpers" / "reference_reach.py"
+    spec = importlib.util.spec_from_file_location("reference_reach", helpers)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["reference_reach"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    module.register_handwritten_reach(tempfile.mkdtemp(prefix="arm_files_"))
+    return "reach_handwritten"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    sizes, seconds, rounds = ([4], 0.2, 1) if args.smoke else ([64, 1024], args.seconds, 3)
+    reference = register_reference()
+    rows = []
+    for render in (False, True):
+        overrides = {"max_steps": 50, "params.render": render} | ({"params.image_size": 32} if render else {})
+        for n in sizes:
+            if render and n > 64 and not args.smoke:
+                continue  # 1024 renders per step on two CPU cores: minutes per figure
+            best = {}
+            for _ in range(rounds):  # interleaved: the machine's load falls on both alike
+                for task in (reference, "reach"):
+                    rate = measure_stepping(task, n, "cpu", seconds, "random", overrides)["env_steps_per_s"]
+                    best[task] = max(best.get(task, 0.0), rate)
+            rows.append({"num_envs": n, "render": render, "code_steps_per_s": best[reference],
+                         "file_steps_per_s": best["reach"], "ratio": best["reach"] / best[reference]})  # fmt: skip
+    columns = ["num_envs", "render", "code_steps_per_s", "file_steps_per_s", "ratio"]
+    text = "reach: the task file against the frozen code task (env-steps/s, best of rounds, CPU)\n\n"
+    text += table(rows, columns)
+    print(text)
+    path = save("arm_files", {"rows": rows, "machine": machine(gpu=False), "smoke": args.smoke}, text, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
