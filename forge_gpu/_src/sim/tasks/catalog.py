@@ -23,7 +23,7 @@ from forge_gpu._src.sim.tasks.reach import ReachTask
 
 TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (PushTask, ReachTask)}
 for _path in sorted(config_dir().glob("*.toml")):  # the shipped task files: a config with a [model] section
-    if "\n[model]" in _path.read_text():
+    if "\n[model]" in _path.read_text() or "\nrobot = " in _path.read_text():
         TASKS[_path.stem] = file_task_class(_path, check=False)
 TASK_CONFIG_FILES: dict[str, Path] = {}
 """Config files of the tasks registered with a ``config`` path; the others use ``configs/<id>.toml``."""
