@@ -1,6 +1,7 @@
 """forge_gpu.sim: batched Newton worlds (Warp and Newton load on first use): tasks, their configs, the env, the
 device, policies (``TorchPolicy`` wraps a torch callable: its observation history, its action chunks), and
-``describe_run`` (what a recorder is told of an env's run)."""
+``describe_run`` (what a recorder is told of an env's run); ``terms``: the module a user's own task-file terms are
+written with (``Frame``, the ``term`` decorator, ``param``, ``library``)."""
 
 from forge_gpu._surface import lazy_names
 
@@ -22,6 +23,7 @@ NAMES = {
     "SolverOverflowWarning": "forge_gpu._src.sim.overflow",
     "arm_scene": "forge_gpu._src.sim.tasks.arm",
     "reach_expert": "forge_gpu._src.sim.tasks.arm",
+    "terms": "forge_gpu._src.sim.taskfile.user_terms",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

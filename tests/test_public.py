@@ -124,3 +124,16 @@ def test_importing_forge_gpu_loads_none_of_its_modules():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_sim_terms_is_the_module_users_write_terms_with():
+    """forge_gpu.sim.terms: the Frame the library's terms read, the decorator that declares a term's named
+    parameters, the reader of those parameters and the library's index."""
+    terms = forge_gpu.sim.terms
+    from forge_gpu.kernels.terms import Frame
+
+    assert terms.Frame is Frame and callable(terms.term) and "Frame" in terms.__all__
+    library = terms.library()
+    assert set(library) == {"observations", "rewards", "conditions"} and "root_height" in library["observations"]
+    with pytest.raises(ValueError, match=r"term\(params=...\): std = 'wide': expected float, int, bool"):
+        terms.term(params={"std": "wide"})

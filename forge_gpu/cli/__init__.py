@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_recording_options(c)
     c.add_argument("--slots", type=int, default=4, help="host snapshot slots K")
     c.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
+    c.add_argument("--variant", default=None, metavar="NAME", help="a task file's variant ([variants.NAME]), e.g. play")
     c.add_argument(
         "--workers",
         type=int,
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--envs", type=int, default=None, help="number of envs (default: the config's)")
     e.add_argument("--seed", type=int, default=0, help="episode j starts from the draws of (seed, j)")
     e.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
+    e.add_argument("--variant", default=None, metavar="NAME", help="a task file's variant ([variants.NAME]), e.g. play")
     e.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     e.add_argument("--json", default=None, metavar="FILE", help="write every figure and every episode's row here")
     e.add_argument("--record", default=None, metavar="OUT", help="a new run directory: the N episodes, as collect's")
@@ -161,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tasks", help="list the tasks, or describe one: its model, terms and fields")
     t.add_argument("task", nargs="?", default=None, help="a task id or task file (default: list every task)")
+    t.add_argument("--variant", default=None, metavar="NAME", help="describe the task file's variant NAME")
     t.set_defaults(func=cmd_tasks)
 
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")

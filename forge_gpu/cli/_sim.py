@@ -27,7 +27,7 @@ def _task_arguments(args) -> tuple[dict, bool]:
     from forge_gpu._src.sim.names import check_policy_name, shipped_tasks
 
     overrides = parse_set(args.set or [])
-    for reserved in ("num_envs", "seed", "device"):
+    for reserved in ("num_envs", "seed", "device", "variant"):
         if reserved in overrides:
             raise UsageError(f"--set {reserved}=...: use the --{reserved.replace('num_', '')} option instead")
     task_file = str(args.task).endswith(".toml")  # a task file: read and checked against its model below
@@ -40,6 +40,8 @@ def _task_arguments(args) -> tuple[dict, bool]:
         check_policy_name(args.policy)
     except ValueError as e:
         raise UsageError(str(e)) from e
+    if getattr(args, "variant", None):
+        overrides["variant"] = args.variant
     return overrides, task_file
 
 
@@ -349,7 +351,7 @@ def cmd_tasks(args) -> int:
     from forge_gpu._src.sim.tasks.describe import describe_task, task_lines
 
     try:
-        lines = task_lines() if args.task is None else describe_task(args.task)
+        lines = task_lines() if args.task is None else describe_task(args.task, variant=args.variant or "")
     except ValueError as e:
         raise UsageError(str(e)) from e
     print("\n".join(lines))

@@ -20,16 +20,20 @@ def task_class(task: str | type[Task]) -> type[Task]:
     return TASKS[resolve_task(task)]
 
 
-def task_config(task: str | type[Task], **overrides):
+def task_config(task: str | type[Task], *, variant: str = "", **overrides):
     """The checked :class:`TaskConfig` of ``task`` (an id, a task file ``*.toml`` or a task class) with
-    ``overrides`` (dotted keys allowed)."""
+    ``overrides`` (dotted keys allowed); ``variant`` names one of a task file's ``[variants.NAME]``."""
     cls = task_class(task)
     if hasattr(cls, "load_task_config"):  # a task file
-        return cls.load_task_config(overrides)
+        return cls.load_task_config({**overrides, "variant": variant} if variant else overrides)
+    if variant:
+        raise ValueError(f"variant {variant!r}: task {cls.spec.id!r} is code, not a task file; it has no variants")
     return load_config(cls.spec.id, cls.params_type, overrides, path=TASK_CONFIG_FILES.get(cls.spec.id))
 
 
-def make(task: str | type[Task], *, num_envs: int, device: str | None = None, seed: int = 0, **overrides) -> VectorEnv:
+def make(
+    task: str | type[Task], *, num_envs: int, device: str | None = None, seed: int = 0, variant: str = "", **overrides
+) -> VectorEnv:
     """Build ``num_envs`` environments of ``task`` on ``device``.
 
     Args:
@@ -38,13 +42,17 @@ def make(task: str | type[Task], *, num_envs: int, device: str | None = None, se
         num_envs: Number of environments.
         device: Warp device; ``None`` means ``cuda:0`` when Warp sees a CUDA device, else ``cpu``.
         seed: Seed of every random draw.
+        variant: A task file's variant (``[variants.NAME]``, e.g. ``"play"``): its changes over the file, recorded
+            in run.json's ``config.params.variant``; empty: none.
         overrides: Config values, e.g. ``max_steps=100`` or ``**{"solver.name": "featherstone"}``.
 
     Warp starts quietly: no greeting, no line per loaded kernel module, no warning that a machine
     without a GPU has no CUDA driver. ``FORGE_GPU_VERBOSE=1`` in the environment shows them.
     """
     init_warp()
-    config = task_config(task, num_envs=num_envs, seed=seed, device=device or default_device(), **overrides)
+    config = task_config(
+        task, variant=variant, num_envs=num_envs, seed=seed, device=device or default_device(), **overrides
+    )
     try:
         wp.get_device(config.device)
     except (RuntimeError, ValueError) as e:

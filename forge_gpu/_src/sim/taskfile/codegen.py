@@ -1,9 +1,10 @@
 """The generated kernel of a file-based task: one ``observe`` kernel that calls every term in the task's order.
 
-Whatever the number of terms, a step launches it once: it writes ``proprio`` (each observation term in turn, with
-its noise), the termination and success flags, the weighted value of each reward term (``reward_terms``; 0 on a
-terminating step with ``[reward] zero_on_termination``) and their sum. The source depends only on the terms'
-functions and order (their numbers are in the ``ti``/``tf`` tables), so changing a weight or a threshold reuses
+Whatever the number of terms, a step launches it once: it writes ``proprio`` (each observation term of the
+``policy`` group in turn, with its noise; each other group's terms into that group's own array), the termination and
+success flags, the weighted value of each reward term (``reward_terms``; 0 on a terminating step with ``[reward]
+zero_on_termination``) and their sum. The source depends only on the terms' functions and order (their numbers are
+in the ``ti``/``tf`` tables), so changing a weight or a threshold reuses
 the compiled module. The source is written to a file (Warp reads a kernel's source back) under
 ``$XDG_CACHE_HOME/forge_gpu/tasks`` (default ``~/.cache``), named by its hash, and imported once per process.
 """
@@ -48,14 +49,19 @@ def source_of(plan: Plan) -> str:
         "    done = bool(False)",
         "    ok = bool(False)",
     ]
+    arrays, columns = {"policy": "proprio"}, {"policy": "col"}
+    for group in plan.groups:  # each other observation group: its own array and column
+        arrays[group], columns[group] = f"group_{group}", f"col_{group}"
+        body.append(f"    col_{group} = int(0)")
     reward_column = 0
     order = {"observations": 0, "terminations": 1, "success": 1, "rewards": 2}  # a reward may depend on done
     for t, row in sorted(enumerate(plan.rows), key=lambda pair: order[pair[1].stage]):
         call = f"{aliases[(row.func.func.__module__, row.func.key)]}(f, worldid, {t}"
         if row.stage == "observations":
-            body += ["    start = col", f"    col = {call}, proprio, col)"]
+            out, col = arrays[row.group], columns[row.group]
+            body += [f"    start = {col}", f"    {col} = {call}, {out}, {col})"]
             if row.noise:
-                body.append(f"    add_noise(f, worldid, {t}, proprio, start, col)")
+                body.append(f"    add_noise(f, worldid, {t}, {out}, start, {col})")
         elif row.stage == "rewards":
             body.append(f"    value = f.tf[{t}, 0] * {call})")
             if plan.zero_on_termination:
@@ -70,9 +76,11 @@ def source_of(plan: Plan) -> str:
         "    terminated_out[worldid] = done or ok",
         "    success_out[worldid] = ok",
     ]
+    groups = "".join(f"    group_{g}: wp.array2d[float],\n" for g in plan.groups)
     signature = (
         "@wp.kernel\ndef observe_kernel(\n    f: Frame,\n    reset_mask: wp.array[wp.bool],\n"
-        "    proprio: wp.array2d[float],\n    reward_terms: wp.array2d[float],\n    reward_out: wp.array[float],\n"
+        f"    proprio: wp.array2d[float],\n{groups}    reward_terms: wp.array2d[float],\n"
+        "    reward_out: wp.array[float],\n"
         "    terminated_out: wp.array[wp.bool],\n    success_out: wp.array[wp.bool],\n):"
     )
     return "\n".join([_HEADER, *imports, "", "", signature, *body, ""])

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_gpu._src.sim.taskfile import terms
+from forge_gpu._src.sim.taskfile import terms, user_terms
 from forge_gpu._src.sim.taskfile.actuators import actuator_columns
 from forge_gpu._src.sim.taskfile.model import (
     BALL,
@@ -31,7 +31,11 @@ from forge_gpu._src.sim.taskfile.model import (
 from forge_gpu._src.sim.tasks.camera import check_pose
 
 _ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative")
-_TERM_KEYS = ("term", "weight", "noise", "args", "name")
+_TERM_KEYS = ("term", "weight", "noise", "args", "name", "params")
+POLICY = "policy"
+"""The observation group recorded as ``proprio`` (what a policy observes); every other group is its own field."""
+_RESERVED = ("proprio", "reward_terms", "success", "rgb", "depth", "env_id", "episode_id", "step_id", "time",
+             "action", "reward", "terminated", "truncated", "instruction", "state", "params")  # fmt: skip
 _RESET_KEYS = ("joint_position", "joint_velocity", "joints")
 _REWARD_KEYS = ("terms", "zero_on_termination")
 CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth", "enabled")
@@ -71,6 +75,10 @@ class Row:
     """The term's row of the ``tp`` table: its body's point and frame, the second body's point (``TP_*``)."""
     contact: bool = False
     """Reads the bodies' contact timers."""
+    group: str = POLICY
+    """An observation's group: ``policy`` (the field ``proprio``) or another group (its own field)."""
+    params: dict = field(default_factory=dict)
+    """A user term's named parameters, as given (``params = { ... }``: its ``tf`` columns in declared order)."""
 
 
 @dataclass
@@ -113,6 +121,9 @@ class Plan:
     """The file's ``[targets]`` in order (:func:`target_entries`): each a point drawn at every reset."""
     action_relative: bool = True
     """Position targets are the default pose + action * scale (else action * scale: ``action.relative``)."""
+    groups: dict = field(default_factory=dict)
+    """The observation groups beyond ``policy``: name -> width, in the order the file first names them (each the
+    float32 field of that name, e.g. ``critic``)."""
 
 
 def plan_task(params, source: str) -> Plan:
@@ -201,7 +212,11 @@ def plan_task(params, source: str) -> Plan:
             row = _row(stage, i, entry, library, module, source, joints, body, root_kind, a_coords, command_names,
                        sites=sites, body_names=bodies, target_names=[t["name"] for t in targets])  # fmt: skip
             rows.append(row)
-    proprio = sum(r.width for r in rows if r.stage == "observations")
+    proprio = sum(r.width for r in rows if r.stage == "observations" and r.group == POLICY)
+    groups: dict[str, int] = {}
+    for r in rows:
+        if r.stage == "observations" and r.group != POLICY:
+            groups[r.group] = groups.get(r.group, 0) + r.width
     if proprio == 0:
         raise ValueError(f"{source}: observations: the task observes nothing; add [[observations]] terms")
     reward = params.reward
@@ -218,7 +233,7 @@ def plan_task(params, source: str) -> Plan:
         reward_names=[r.name for r in rows if r.stage == "rewards"], record_terms=record,
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
         noise_state=any(r.noise for r in rows), camera=camera, root_body=root_body, partial_root=partial,
-        contact=any(r.contact for r in rows), targets=targets, action_relative=relative,
+        contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
     )  # fmt: skip
 
 
@@ -331,7 +346,18 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         contact = entry.get("contact", False)
         if not isinstance(contact, bool):
             raise ValueError(f"{source}: {where}.contact = {contact!r}: expected true or false")
-        width = entry.get("width", 1) if stage == "observations" else 0
+        declared = user_terms.declaration(func)
+        given = entry.get("params", {})
+        if given and declared is None:
+            raise ValueError(f"{source}: {where}.params: {params_module_name(module)}.{name} declares no parameters; "
+                             "declare them with @forge_gpu.sim.terms.term(params={...})")  # fmt: skip
+        if not isinstance(given, dict):
+            raise ValueError(f"{source}: {where}.params = {shown(given)}: expected a table of named parameters")
+        named = declared.values(given, f"{source}: {where}", name) if declared is not None else []
+        width = (declared.width if declared is not None else None) or 1
+        if stage == "observations" and "width" in entry:
+            width = entry["width"]
+        width = width if stage == "observations" else 0
         info = terms.TermInfo(func, width=width, contact=contact)
         allowed = (*_TERM_KEYS, "width", "contact")
     else:
@@ -339,9 +365,28 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         if name in ("body_quat", "body_ang_vel"):  # a frame's, the same at every point of the body
             points = tuple(k for k in points if k != "offset")
         allowed = (*_TERM_KEYS, *info.keys, *points, *(("max_angle",) if name == "tilt" else ()))
+    if stage == "observations":
+        allowed = (*allowed, "group")
+    given = entry.get("params", {})
+    if not isinstance(given, dict):
+        raise ValueError(f"{source}: {where}.params = {shown(given)}: expected a table of named parameters")
+    if not user:  # a library term's named numbers may be given in params = { ... } too
+        for key in given:
+            if key in entry:
+                raise ValueError(f"{source}: {where}.params.{key}: given twice (also {where}.{key})")
+            if key not in info.keys or key in ("joints", "body", "other", "relative_to", "bodies", "axis", "command"):
+                numbers = [k for k in info.keys if k not in ("joints", "body", "other", "relative_to", "bodies",
+                                                             "axis", "command")]  # fmt: skip
+                held = ", ".join(numbers) or "none"
+                raise ValueError(f"{source}: {where}.params.{key}: unknown parameter of {name}; it takes {held}")
+        entry = {**{k: v for k, v in entry.items() if k != "params"}, **given}
     for key in entry:
         if key not in allowed:
             raise ValueError(f"{source}: unknown key {where}.{key}; {name} takes {', '.join(allowed)}")
+    group = entry.get("group", POLICY)
+    if stage == "observations" and (not isinstance(group, str) or not group.isidentifier() or group in _RESERVED):
+        raise ValueError(f"{source}: {where}.group = {shown(group)}: expected a group name (policy, critic, ...: a "
+                         f"name, not one of {', '.join(_RESERVED)})")  # fmt: skip
     sites = sites or {}
     point = _point(entry, info, f"{source}: {where}", sites)
 
@@ -415,6 +460,8 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise ValueError(f"{source}: {where}.{key} = {value!r}: {name} needs a number {key}")
             floats.append(math.radians(value) if key == "max_angle" else float(value))
+    if user:
+        floats.extend(named)
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in args):
         raise ValueError(f"{source}: {where}.args = {shown(args)}: expected a list of numbers")
@@ -424,7 +471,9 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         raise ValueError(f"{source}: {where}: observation {name!r} has width {width!r}; expected at least 1")
     reads = "previous" if user else info.reads  # a user's term may read anything
     row = Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
-    row.contact, row.point = info.contact, point
+    row.contact, row.point, row.group = info.contact, point, group
+    if user and declared is not None:
+        row.params = dict(zip(declared.params, named, strict=True))
     return row
 
 

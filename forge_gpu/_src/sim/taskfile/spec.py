@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
+from forge_gpu._src.sim.taskfile.compose import compose, merge
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
@@ -39,6 +39,11 @@ class FileParams:
     ``[params]`` reads as an attribute too (``config.params.cart_limit``)."""
 
     file: str
+    robot: str = ""
+    """The robot file the task names (``robot = ...``), relative to the task file's folder; empty: the task file
+    holds its robot. An override ``params.robot`` (an id or a path) puts another robot under the same task."""
+    variant: str = ""
+    """The variant chosen (``[variants.NAME]``, ``make(..., variant=NAME)``, ``--variant NAME``); empty: none."""
     values: dict = field(default_factory=dict)
     """The file's ``[params]``: name -> number, named elsewhere as ``"params.NAME"``."""
     model: dict = field(default_factory=dict)
@@ -79,12 +84,10 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     ``params`` a :class:`FileParams`."""
     path = Path(path).resolve()
     source = str(path)
-    try:
-        table = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ValueError(f"{source}: cannot read the task file ({e.strerror})") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{source}: not valid TOML: {e}") from e
+    overrides = dict(overrides or {})
+    chosen_variant, robot = _composition_overrides(overrides, source)
+    composed = compose(path, chosen_variant, robot)
+    table = _carried_camera(composed.table, source)
     declared = dict(table.get("params", {}))
     bounds = {name: param_bounds(name, value, source) for name, value in declared.items() if isinstance(value, dict)}
     if overrides:
@@ -109,12 +112,14 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     chosen = sections.get("environment_state")
     if chosen is not None and not (isinstance(chosen, list) and all(isinstance(f, str) for f in chosen)):
         raise ValueError(f"{source}: environment_state = {chosen!r}: expected a list of observation field names")
-    params = FileParams(file=str(path), values=values, **{**sections, "action": action})
+    params = FileParams(file=str(path), robot=composed.robot, variant=chosen_variant, values=values,
+                        **{**sections, "action": action})  # fmt: skip
     plan: Plan = plan_task(resolved(params, source), source)
     if chosen is not None:  # the fields a file task observes: proprio, its reward terms, its success flag
         from forge_gpu._src.core.lerobot_features import environment_fields
 
         layout = {"proprio": ((plan.proprio_dim,), "float32")}
+        layout.update({group: ((width,), "float32") for group, width in plan.groups.items()})
         if plan.reward_names and plan.record_terms:
             layout["reward_terms"] = ((len(plan.reward_names),), "float32")
         if any(r.stage == "success" for r in plan.rows):
@@ -138,6 +143,35 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
                   for r in randomize}  # fmt: skip
         check_template(params.instruction_template, shapes, name=f"{source}: instruction_template")
     return config
+
+
+def _carried_camera(table: dict, source: str) -> dict:
+    """``table`` with its robot's ``[camera]`` (the camera it carries) under each ``term = "camera"`` observation
+    (the observation's own keys win)."""
+    camera = table.pop("camera", None)
+    if camera is None:
+        return table
+    if not isinstance(camera, dict):
+        raise ValueError(f"{source}: camera = {camera!r}: expected a table [camera] of the camera's keys")
+    entries = table.get("observations", [])
+    if isinstance(entries, list):
+        table = {**table, "observations": [merge(camera, e) if isinstance(e, dict) and e.get("term") == "camera"
+                                           else e for e in entries]}  # fmt: skip
+    return table
+
+
+def _composition_overrides(overrides: dict, source: str) -> tuple[str, str]:
+    """The variant and the robot ``overrides`` choose (``variant`` or ``params.variant``; ``params.robot``), taken
+    out of them: they choose the files composed, before any other override applies."""
+    chosen = {}
+    for name, keys in (("variant", ("variant", "params.variant")), ("robot", ("params.robot",))):
+        for key in keys:
+            if key in overrides:
+                value = overrides.pop(key)
+                if not isinstance(value, str):
+                    raise ValueError(f"{source}: {key} = {value!r}: expected a name (a string)")
+                chosen[name] = value
+    return chosen.get("variant", ""), chosen.get("robot", "")
 
 
 def _plain_overrides(overrides: dict) -> dict:

@@ -23,11 +23,15 @@ FOLDER = "task"
 _ASSET_TAGS = {"mesh": "meshdir", "hfield": "meshdir", "skin": "meshdir", "texture": "texturedir"}
 
 
-def gather(task_file: str, model: tuple[str, str] | None, module: str) -> tuple[dict[str, bytes], str]:
-    """``({name: bytes}, the task file's name)`` of what the task reads: ``task_file`` (absolute), ``model``
-    (``(path, kind)`` of ``model_file``: ``mjcf`` and ``urdf`` files are stored with what they reference, an asset
-    or a builder is not) and the term ``module`` as the file gives it (a ``.py`` path relative to the task file)."""
-    paths = [Path(task_file).resolve()]
+def gather(
+    task_file: str, model: tuple[str, str] | None, module: str, composed: list | tuple = ()
+) -> tuple[dict[str, bytes], str]:
+    """``({name: bytes}, the task file's name)`` of what the task reads: ``task_file`` (absolute), the files it is
+    composed of (``composed``: the files it extends, its robot file and the robot's: ``compose.Composed.files``),
+    ``model`` (``(path, kind)`` of ``model_file``: ``mjcf`` and ``urdf`` files are stored with what they reference,
+    an asset or a builder is not) and the term ``module`` as the file gives it (a ``.py`` path relative to the task
+    file)."""
+    paths = [Path(task_file).resolve(), *(Path(p).resolve() for p in composed)]
     if model is not None and model[1] in ("mjcf", "urdf") and not _is_newton_asset(model[0]):
         paths += model_files(Path(model[0]).resolve(), model[1])
     if module.endswith(".py"):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import warp as wp
 
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.taskfile import actuators, codegen, modelfile, penetration, stored
+from forge_gpu._src.sim.taskfile.compose import compose
 from forge_gpu._src.sim.taskfile.model import add_model, model_file, model_info, probe_actuators
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 from forge_gpu._src.sim.taskfile.spec import CAMERA_OFFSETS, FileParams, catalog, read_task_file, resolved
@@ -79,7 +79,8 @@ class FileTask(Task):
         """The scene; the task's files (``stored.gather``, read now: what the built task is) in ``stored_files``."""
         p = self.file
         model = model_file(p.model, p.file)
-        self.stored_files, name = stored.gather(p.file, model, p.module)
+        read = compose(p.file, p.variant, p.robot).files
+        self.stored_files, name = stored.gather(p.file, model, p.module, read)
         return FileScene(model=model[0], task_file=p.file, stored=stored.listing(self.stored_files, name))
 
     def randomizable(self) -> dict[str, Parameter]:
@@ -95,6 +96,7 @@ class FileTask(Task):
             fields["reward_terms"] = ((len(self.plan.reward_names),), "float32")
         if self.spec.has_success:
             fields["success"] = ((), "bool")
+        fields.update({group: ((width,), "float32") for group, width in self.plan.groups.items()})
         return {**fields, **camera_fields(self.plan.camera)}
 
     def build_world(self, builder) -> None:
@@ -147,6 +149,8 @@ class FileTask(Task):
         self.noise_key = wp.zeros((n, 2), dtype=float, device=device)
         self.reward_terms = wp.zeros((n, max(len(plan.reward_names), 1)), dtype=float, device=device)
         self.success = wp.zeros(n, dtype=wp.bool, device=device)
+        self.groups = {g: wp.zeros((n, width), dtype=float, device=device) for g, width in plan.groups.items()}
+        """Each observation group beyond ``policy`` (``proprio``): its own field."""
         ti, tf = term_tables(plan)
         command = world.params.get("command")
         if command is None:
@@ -185,6 +189,7 @@ class FileTask(Task):
         fields = {"reward_terms": self.reward_terms} if plan.reward_names and plan.record_terms else {}
         if self.spec.has_success:
             fields["success"] = self.success
+        fields.update(self.groups)
         state = {"last_action": self.last_action, "previous_action": self.previous_action} if plan.action_state else {}
         if plan.noise_state:
             state["observation_noise_key"] = self.noise_key
@@ -292,7 +297,8 @@ class FileTask(Task):
             self.kernel,
             dim=world.num_envs,
             inputs=[self.frame, world.reset_mask],
-            outputs=[world.proprio, self.reward_terms, world.task_reward, world.task_terminated, self.success],
+            outputs=[world.proprio, *self.groups.values(), self.reward_terms, world.task_reward, world.task_terminated]
+            + [self.success],
             device=world.device,
         )
         if self.camera is not None:
@@ -445,7 +451,7 @@ def file_task_class(path, *, check: bool = True) -> type[FileTask]:
     if check:
         task = read_task_file(path).task
     else:
-        task = tomllib.loads(Path(path).read_text())["task"]
+        task = compose(path).table["task"]
     return type(f"FileTask_{task}", (FileTask,), {"path": path, "task_id": task})
 
 

@@ -22,7 +22,7 @@ from forge_gpu._src.sim.tasks.push import PushTask
 
 TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (PushTask,)}
 for _path in sorted(config_dir().glob("*.toml")):  # the shipped task files: a config with a [model] section
-    if "\n[model]" in _path.read_text():
+    if "\n[model]" in _path.read_text() or "\nrobot = " in _path.read_text():
         TASKS[_path.stem] = file_task_class(_path, check=False)
 SHIPPED: tuple[str, ...] = tuple(sorted(TASKS))
 """The ids of the tasks forge_gpu ships (registered at import; TASKS also holds those registered since)."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from forge_gpu._src.sim.taskfile.model import model_file
+from forge_gpu._src.sim.taskfile.plan import POLICY
 from forge_gpu._src.sim.taskfile.task import FileTask
 from forge_gpu._src.sim.tasks.catalog import TASKS, resolve_task
 
@@ -20,43 +22,60 @@ def task_lines() -> list[str]:
     return lines
 
 
-def describe_task(name: str) -> list[str]:
-    """The lines that describe task ``name`` (an id or a task file): model, action, terms, fields, params."""
+def describe_task(name: str, variant: str = "") -> list[str]:
+    """The lines that describe task ``name`` (an id or a task file; ``variant``: one of its variants): the robot
+    (model, joints, bodies, action, reset, expert) and the task on it (command, observations by group, rewards,
+    terminations, success), fields, params, variants."""
     from forge_gpu._src.sim.make import task_config
     from forge_gpu._src.sim.output import init_warp
+    from forge_gpu._src.sim.taskfile.compose import compose
 
     init_warp()
     task_id = resolve_task(name)
-    config = task_config(task_id)
+    config = task_config(task_id, variant=variant)
     task = TASKS[task_id](config)
     spec = task.spec
     lines = [f"task {task_id}: {config.instruction!r}", f"  defined by {_origin(TASKS[task_id])}"]
     if isinstance(task, FileTask):
         p, plan = config.params, task.plan
-        lines.append(f"  model: {model_file(task.file.model, p.file)[0]}")
-        lines.append(f"  joints: {', '.join(plan.joint_names)}")
-        lines.append(f"  bodies: {', '.join(plan.body_names)}")
-        lines.append(f"  action: {plan.action_kind} on {', '.join(plan.action_joints)} (A = {spec.action_dim})")
-        col = 0
+        if p.robot:
+            where = Path(p.file).parent / p.robot
+            lines.append(f"  robot: {p.robot} ({where.resolve()})")
+        else:
+            lines.append("  robot: in the task file")
+        lines.append(f"    model: {model_file(task.file.model, p.file)[0]}")
+        lines.append(f"    joints: {', '.join(plan.joint_names)}")
+        lines.append(f"    bodies: {', '.join(plan.body_names)}")
+        lines.append(f"    action: {plan.action_kind} on {', '.join(plan.action_joints)} (A = {spec.action_dim})")
+        if task.file.expert.get("factory"):
+            lines.append(f"    expert: {task.file.expert['factory']}")
+        lines.append("  task:" + (f" variant {p.variant!r}" if p.variant else ""))
+        if plan.command_names:
+            lines.append(f"    command: {', '.join(plan.command_names)} (drawn per episode by [randomize] command)")
+        columns: dict[str, int] = {}
         for row in plan.rows:
             if row.stage == "observations":
-                lines.append(f"  observation proprio[{col}:{col + row.width}]: {_term(row)}")
-                col += row.width
+                field = "proprio" if row.group == POLICY else row.group
+                col = columns.get(field, 0)
+                group = f" (group {row.group})" if row.group != POLICY else ""
+                lines.append(f"    observation {field}[{col}:{col + row.width}]{group}: {_term(row)}")
+                columns[field] = col + row.width
         if plan.camera:
             c = plan.camera
             where = f"following {c['follow_name']} at +{c['position']}" if c["follow"] >= 0 else f"at {c['position']}"
-            lines.append(f"  observation rgb{' and depth' * c['depth']}: a {c['size']}x{c['size']} camera {where}")
+            lines.append(f"    observation rgb{' and depth' * c['depth']}: a {c['size']}x{c['size']} camera {where}")
         for row in plan.rows:
             if row.stage == "rewards":
-                lines.append(f"  reward {row.floats[0]:+g} x {_term(row)}")
+                lines.append(f"    reward {row.floats[0]:+g} x {_term(row)}")
         for stage in ("terminations", "success"):
             for row in plan.rows:
                 if row.stage == stage:
-                    lines.append(f"  {stage[:-1] if stage == 'terminations' else stage}: {_term(row)}")
+                    lines.append(f"    {stage[:-1] if stage == 'terminations' else stage}: {_term(row)}")
         if p.values:
             lines.append("  params: " + ", ".join(f"{k} = {v!r}" for k, v in p.values.items()))
-        if plan.command_names:
-            lines.append(f"  command: {', '.join(plan.command_names)} (drawn per episode by [randomize] command)")
+        offered = compose(p.file).variants
+        if offered:
+            lines.append(f"  variants: {', '.join(offered)} (forge-gpu tasks ID --variant NAME; collect --variant)")
     else:
         lines.append(f"  action: A = {spec.action_dim}; proprio: P = {spec.proprio_dim}")
         for f in dataclasses.fields(config.params):
@@ -77,5 +96,7 @@ def _term(row) -> str:
     user = " (user @wp.func)" if row.user else ""
     if row.joints:
         user += f" of {', '.join(row.joints)}"
+    if row.params:
+        user += " {" + ", ".join(f"{k} = {v!r}" for k, v in row.params.items()) + "}"
     numbers = [f"{v:g}" for v in row.floats[2:]]
     return f"{row.name}{user}" + (f" [{', '.join(numbers)}]" if numbers else "")
