@@ -51,7 +51,8 @@ def image_overrides(task: str, side: int | None) -> dict:
         return {}
     import forge_gpu
 
-    params = {f.name for f in dataclasses.fields(forge_gpu.sim.task_config(task).params)}
+    config = forge_gpu.sim.task_config(task).params
+    params = {f.name for f in dataclasses.fields(config)} | set(getattr(config, "values", {}))  # a task file's [params]
     for width, height in (("image_width", "image_height"), ("camera_width", "camera_height"), ("width", "height")):
         if width in params and height in params:
             return {f"params.{width}": side, f"params.{height}": side}

@@ -24,6 +24,11 @@ NAMES = {
     "arm_scene": "forge_gpu._src.sim.tasks.arm",
     "reach_expert": "forge_gpu._src.sim.tasks.arm",
     "terms": "forge_gpu._src.sim.taskfile.user_terms",
+    "hold_pose": "forge_gpu._src.sim.taskfile.task",
+    "ant_trot": "forge_gpu._src.sim.tasks.ant",
+    "cartpole_model": "forge_gpu._src.sim.tasks.cartpole",
+    "cartpole_lqr": "forge_gpu._src.sim.tasks.cartpole",
+    "sinusoid_gait": "forge_gpu._src.sim.taskfile.task",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

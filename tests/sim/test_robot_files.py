@@ -18,7 +18,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 ROBOT = """
 [model]
-builder = "forge_gpu._src.sim.tasks.cartpole:build"
+builder = "forge_gpu.sim:cartpole_model"
 ground = false
 contacts = false
 [model.args]
@@ -110,7 +110,7 @@ def test_a_task_on_a_robot_file_with_groups_named_parameters_and_a_variant(tmp_p
     path = _write(tmp_path, "pole_groups")
     config = read_task_file(path)
     assert config.params.robot == "robots/pole.toml" and config.params.values == {"cart_mass": 1.0}
-    assert config.params.model["builder"].endswith("cartpole:build") and config.max_steps == 20
+    assert config.params.model["builder"].endswith("cartpole_model") and config.max_steps == 20
     play = forge_gpu.sim.task_config(str(path), variant="play")
     assert play.max_steps == 40 and play.params.variant == "play" and play.params.reset == {"joint_position": 0.0}
     assert play.to_dict()["params"]["variant"] == "play"  # run.json's config records it
@@ -163,8 +163,8 @@ def test_an_unknown_variant_and_a_variant_of_a_code_task_are_refused(tmp_path):
     path = _write(tmp_path, "pole_variants")
     with pytest.raises(ValueError, match=r"variant 'fast': no such variant; the task's variants are play$"):
         forge_gpu.sim.task_config(str(path), variant="fast")
-    with pytest.raises(ValueError, match=r"variant 'play': task 'reach' is code"):
-        forge_gpu.sim.task_config("reach", variant="play")
+    with pytest.raises(ValueError, match=r"variant 'play': task 'push' is code"):
+        forge_gpu.sim.task_config("push", variant="play")
 
 
 def test_extends_merges_tables_key_by_key_and_replaces_lists(tmp_path):

@@ -457,7 +457,7 @@ def file_task_class(path, *, check: bool = True) -> type[FileTask]:
 
 def hold_pose(task: FileTask, world: World, settings: dict):
     """An ``[expert]`` factory for any task file: hold the default pose (``factory =
-    "forge_gpu._src.sim.taskfile.task:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
+    "forge_gpu.sim:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
     [N m s / rad]: PD torques; position actions: the pose itself, action 0)."""
     if set(settings) - {"stiffness", "damping"}:
         raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
@@ -489,7 +489,7 @@ def hold_pose(task: FileTask, world: World, settings: dict):
 
 def sinusoid_gait(task: FileTask, world: World, settings: dict):
     """An ``[expert]`` factory for position actions: a gait of sinusoid joint targets around the default pose
-    (``factory = "forge_gpu._src.sim.taskfile.task:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
+    (``factory = "forge_gpu.sim:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
     joint pattern -> [amplitude (rad), phase (cycles)], unlisted joints hold the pose; ``command`` (optional): a
     command name whose value, times ``command_scale``, scales every amplitude)."""
     file = task.config.params.file

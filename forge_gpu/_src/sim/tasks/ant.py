@@ -13,7 +13,7 @@ from forge_gpu.kernels import ant as kernels
 GAIT_KEYS = ("frequency", "hip_amplitude", "ankle_amplitude", "stiffness", "damping")
 
 
-def trot(task, world, settings: dict):
+def ant_trot(task, world, settings: dict):
     """The ``[expert]`` factory: PD torques tracking a trot (``kernels.ant.expert_kernel``); ``settings`` holds
     the gait's ``frequency`` [Hz], ``hip_amplitude`` and ``ankle_amplitude`` [rad], ``stiffness`` [N m / rad]
     and ``damping`` [N m s / rad]."""

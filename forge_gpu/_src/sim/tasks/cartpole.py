@@ -28,7 +28,7 @@ def _sizes(given: dict, where: str) -> tuple[float, float, float]:
     return float(given["cart_mass"]), float(given["pole_mass"]), float(given["pole_length"])
 
 
-def build(builder, *, source: str = "", **sizes) -> None:
+def cartpole_model(builder, *, source: str = "", **sizes) -> None:
     """``[model] builder``: one cart on a rail along x (joint ``slider``), a uniform rod hinged about y on it
     (joint ``hinge``); no contacts. ``sizes``: ``cart_mass`` [kg], ``pole_mass`` [kg], ``pole_length`` [m]."""
     cart_mass, pole_mass, pole_length = _sizes(sizes, f"{source}: model.args")
@@ -75,7 +75,7 @@ def lqr_gain(cart_mass: float, pole_mass: float, pole_length: float, force_scale
     return k[0]
 
 
-def lqr(task, world, settings: dict):
+def cartpole_lqr(task, world, settings: dict):
     """The ``[expert]`` factory: linear state feedback u = -K proprio with the discrete LQR gain of the model
     linearized upright (``settings``: the model's ``cart_mass``, ``pole_mass``, ``pole_length``)."""
     sizes = _sizes(settings, f"{task.config.params.file}: expert")
