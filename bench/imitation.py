@@ -180,8 +180,10 @@ def expert_chunk_windows(run: str, args, overrides: dict) -> dict:
 
 
 def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, dict]:
-    """An MLP trained from scratch on the windows of ``sources`` (uniform over all of them) for ``args.train_steps``
-    Adam steps; normalization from ``norm_run``'s statistics. Returns the checkpoint and its figures."""
+    """An MLP trained from scratch on the windows of ``sources`` (uniform over all of them; with
+    ``args.rollout_share``, that share of each batch drawn from the sources after the first, the rollouts) for
+    ``args.train_steps`` Adam steps; normalization from ``norm_run``'s statistics. Returns the checkpoint and its
+    figures."""
     import torch
 
     import forge_gpu
@@ -203,8 +205,14 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
     generator = torch.Generator().manual_seed(seed)
     began = time.perf_counter()
     losses = []
+    first = len(sources[0]["obs"])
+    from_rest = round(args.batch * args.rollout_share) if args.rollout_share and windows > first else 0
     for _ in range(args.train_steps):
-        rows = torch.randint(windows, (args.batch,), generator=generator)
+        if from_rest:
+            rest = first + torch.randint(windows - first, (from_rest,), generator=generator)
+            rows = torch.cat([torch.randint(first, (args.batch - from_rest,), generator=generator), rest])
+        else:
+            rows = torch.randint(windows, (args.batch,), generator=generator)
         error = (model(x[rows]).view(-1, horizon, actions) - y[rows]).square().mean(-1)
         loss = (error * mask[rows]).sum() / mask[rows].sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
@@ -356,6 +364,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="--label-steps expert: also train on the windows along each rolled-forward expert chunk",
     )
+    parser.add_argument(
+        "--rollout-share",
+        type=float,
+        default=None,
+        help="DAgger training: the share of each batch drawn from the rollouts' windows (default: uniform)",
+    )
     parser.add_argument("--relabel-envs", type=int, default=256, help="--label-steps expert: worlds per batch")
     parser.add_argument("--mix", type=float, default=0.0, help="DAgger rollouts: the share the expert drives")
     parser.add_argument("--no-matched-bc", action="store_true", help="leave out BC at each round's labelled steps")
@@ -381,6 +395,8 @@ def main(argv=None) -> int:
         parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
     if args.label_steps == "expert" and args.mix:
         parser.error(f"--mix {args.mix} does not apply to --label-steps expert (its rollouts are the learner's alone)")
+    if args.rollout_share is not None and not 0.0 < args.rollout_share < 1.0:
+        parser.error(f"--rollout-share {args.rollout_share}: expected a share strictly between 0 and 1")
     if args.label_every < 1 or args.relabel_envs < 1:
         parser.error(f"--label-every {args.label_every} and --relabel-envs {args.relabel_envs}: each must be >= 1")
     torch.set_num_threads(args.threads)
