@@ -22,7 +22,13 @@ DAgger: from the 50-demo policy (``--dagger-from``), each round records ``--dagg
 current learner drives, each frame labelled with the expert's action for its observation (``expert_action``, a
 seed of its own per round), adds them to the data (the expert demos' target is their action, the rollouts' the
 expert's labels; with ``--label-steps first`` a rollout window supervises its first label alone) and retrains from
-scratch with the same budget. Each round is set beside behaviour cloning on the
+scratch with the same budget. With ``--label-steps expert`` the rollouts are recorded with their state instead of
+labels, and a rollout window's target is the expert's own chunk: its frame restored in a world of a second env (a
+batch of ``--relabel-envs`` frames at once) and the expert run ``--horizon`` steps from there
+(``forge_gpu._src.sim.relabel.expert_chunks``), for the frames ``t % --label-every == 0`` (and ``t <
+--label-until``); ``--segment-windows`` adds the windows along each rolled-forward chunk; each labelled frame counts
+``--horizon`` labelled steps (every expert call). ``--rollout-share`` draws that share of each training batch from
+the rollouts' windows. Each round is set beside behaviour cloning on the
 fewest first demos holding at least as many expert-labelled steps (a labelled step: a transition whose action, or
 expert label, is a training target).
 
@@ -128,12 +134,12 @@ def load_windows(run: str, history: int, horizon: int, target: str, first_only: 
 
 def expert_chunk_windows(run: str, args, overrides: dict) -> dict:
     """The windows of the learner's rollouts ``run`` (recorded with their state) at the frames ``t`` with ``t %
-    args.label_every == 0``, each with the expert's own chunk from that frame as its target
-    (``forge_gpu._src.sim.relabel.expert_chunks``: the frames restored as the worlds of one env of
-    ``args.relabel_envs`` worlds, the expert run ``args.horizon`` steps from each); with ``args.segment_windows``
-    also the windows at the frames of each rolled-forward segment (step k's target: the segment's actions k and on,
-    the rest masked). ``labelled`` counts the expert's calls: ``args.horizon`` per labelled frame, whatever they
-    serve."""
+    args.label_every == 0`` (and ``t < args.label_until`` when given: the stalled tails of failures left out),
+    each with the expert's own chunk from that frame as its target (``forge_gpu._src.sim.relabel.expert_chunks``:
+    the frames restored as the worlds of one env of ``args.relabel_envs`` worlds, the expert run ``args.horizon``
+    steps from each); with ``args.segment_windows`` also the windows at the frames of each rolled-forward segment
+    (step k's target: the segment's actions k and on, the rest masked). ``labelled`` counts the expert's calls:
+    ``args.horizon`` per labelled frame, whatever they serve."""
     import torch
 
     import forge_gpu
@@ -144,7 +150,8 @@ def expert_chunk_windows(run: str, args, overrides: dict) -> dict:
         run, history=history, horizon=horizon, pad=True, observation_keys=FIELDS, state=True, params=True
     )
     batch = dataset[list(range(len(dataset)))]
-    rows = np.flatnonzero(batch["t"].numpy() % args.label_every == 0)
+    t = batch["t"].numpy()
+    rows = np.flatnonzero((t % args.label_every == 0) & (t < (args.label_until or t.max() + 1)))
     obs = torch.cat([batch[f"obs/{f}"][rows].reshape(len(rows), history, -1).float() for f in FIELDS], dim=-1)
     env = make_env(args.relabel_envs, args.demo_seed, overrides)
     state_names, param_names = list(env.state_fields), list(env.spec["params"])
@@ -370,6 +377,9 @@ def main(argv=None) -> int:
         default=None,
         help="DAgger training: the share of each batch drawn from the rollouts' windows (default: uniform)",
     )
+    parser.add_argument(
+        "--label-until", type=int, default=None, help="--label-steps expert: label the rollout frames t < T only"
+    )
     parser.add_argument("--relabel-envs", type=int, default=256, help="--label-steps expert: worlds per batch")
     parser.add_argument("--mix", type=float, default=0.0, help="DAgger rollouts: the share the expert drives")
     parser.add_argument("--no-matched-bc", action="store_true", help="leave out BC at each round's labelled steps")
@@ -397,8 +407,9 @@ def main(argv=None) -> int:
         parser.error(f"--mix {args.mix} does not apply to --label-steps expert (its rollouts are the learner's alone)")
     if args.rollout_share is not None and not 0.0 < args.rollout_share < 1.0:
         parser.error(f"--rollout-share {args.rollout_share}: expected a share strictly between 0 and 1")
-    if args.label_every < 1 or args.relabel_envs < 1:
-        parser.error(f"--label-every {args.label_every} and --relabel-envs {args.relabel_envs}: each must be >= 1")
+    for flag in ("label_every", "relabel_envs", "label_until"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
