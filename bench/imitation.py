@@ -22,7 +22,13 @@ DAgger: from the 50-demo policy (``--dagger-from``), each round records ``--dagg
 current learner drives, each frame labelled with the expert's action for its observation (``expert_action``, a
 seed of its own per round), adds them to the data (the expert demos' target is their action, the rollouts' the
 expert's labels; with ``--label-steps first`` a rollout window supervises its first label alone) and retrains from
-scratch with the same budget. Each round is set beside behaviour cloning on the
+scratch with the same budget. With ``--label-steps expert`` the rollouts are recorded with their state instead of
+labels, and a rollout window's target is the expert's own chunk: its frame restored in a world of a second env (a
+batch of ``--relabel-envs`` frames at once) and the expert run ``--horizon`` steps from there
+(``forge_gpu._src.sim.relabel.expert_chunks``), for the frames ``t % --label-every == 0`` (and ``t <
+--label-until``); ``--segment-windows`` adds the windows along each rolled-forward chunk; each labelled frame counts
+``--horizon`` labelled steps (every expert call). ``--rollout-share`` draws that share of each training batch from
+the rollouts' windows. Each round is set beside behaviour cloning on the
 fewest first demos holding at least as many expert-labelled steps (a labelled step: a transition whose action, or
 expert label, is a training target).
 
@@ -126,9 +132,65 @@ def load_windows(run: str, history: int, horizon: int, target: str, first_only: 
     return {"obs": obs, "action": action, "mask": mask, "labelled": len(dataset)}
 
 
+def expert_chunk_windows(run: str, args, overrides: dict) -> dict:
+    """The windows of the learner's rollouts ``run`` (recorded with their state) at the frames ``t`` with ``t %
+    args.label_every == 0`` (and ``t < args.label_until`` when given: the stalled tails of failures left out),
+    each with the expert's own chunk from that frame as its target (``forge_gpu._src.sim.relabel.expert_chunks``:
+    the frames restored as the worlds of one env of ``args.relabel_envs`` worlds, the expert run ``args.horizon``
+    steps from each); with ``args.segment_windows`` also the windows at the frames of each rolled-forward segment
+    (step k's target: the segment's actions k and on, the rest masked). ``labelled`` counts the expert's calls:
+    ``args.horizon`` per labelled frame, whatever they serve."""
+    import torch
+
+    import forge_gpu
+    from forge_gpu._src.sim.relabel import expert_chunks
+
+    history, horizon = args.history, args.horizon
+    dataset = forge_gpu.reading.WindowMapDataset(
+        run, history=history, horizon=horizon, pad=True, observation_keys=FIELDS, state=True, params=True
+    )
+    batch = dataset[list(range(len(dataset)))]
+    t = batch["t"].numpy()
+    rows = np.flatnonzero((t % args.label_every == 0) & (t < (args.label_until or t.max() + 1)))
+    obs = torch.cat([batch[f"obs/{f}"][rows].reshape(len(rows), history, -1).float() for f in FIELDS], dim=-1)
+    env = make_env(args.relabel_envs, args.demo_seed, overrides)
+    state_names, param_names = list(env.state_fields), list(env.spec["params"])
+    states = {n: batch[f"state/{n}"][rows, -1].numpy() for n in state_names}
+    params = {n: batch[f"params/{n}"][rows].numpy() for n in param_names}
+    fields = FIELDS if args.segment_windows else ()
+    parts = []
+    began = time.perf_counter()
+    for start in range(0, len(rows), args.relabel_envs):  # batches of frames, one world each (the last one filled)
+        take = np.resize(np.arange(start, min(start + args.relabel_envs, len(rows))), args.relabel_envs)
+        chunks = expert_chunks(
+            env, {n: v[take] for n, v in states.items()}, {n: v[take] for n, v in params.items()}, horizon, fields
+        )
+        parts.append({k: v[: min(args.relabel_envs, len(rows) - start)] for k, v in chunks.items()})
+    chunks = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    seconds = time.perf_counter() - began
+    action, mask = torch.from_numpy(chunks["action"]), torch.from_numpy(chunks["valid"])
+    out = {"obs": [obs], "action": [action], "mask": [mask]}
+    if args.segment_windows:  # frame k of a segment: its history from the segment (and the window before it)
+        segment = torch.cat([torch.from_numpy(chunks[f"obs/{f}"]).reshape(len(rows), horizon, -1) for f in FIELDS], -1)
+        frames = torch.cat([obs[:, : history - 1], segment.float()], dim=1)  # [W, history - 1 + horizon, D]
+        for k in range(1, horizon):
+            keep = mask[:, k]
+            shifted = torch.zeros_like(action)
+            shifted[:, : horizon - k] = action[:, k:]
+            shifted_mask = torch.zeros_like(mask)
+            shifted_mask[:, : horizon - k] = mask[:, k:]
+            out["obs"].append(frames[keep, k : k + history])
+            out["action"].append(shifted[keep])
+            out["mask"].append(shifted_mask[keep])
+    windows = {k: torch.cat(v) for k, v in out.items()}
+    return windows | {"labelled": len(rows) * horizon, "relabel_s": seconds, "labelled_frames": len(rows)}
+
+
 def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, dict]:
-    """An MLP trained from scratch on the windows of ``sources`` (uniform over all of them) for ``args.train_steps``
-    Adam steps; normalization from ``norm_run``'s statistics. Returns the checkpoint and its figures."""
+    """An MLP trained from scratch on the windows of ``sources`` (uniform over all of them; with
+    ``args.rollout_share``, that share of each batch drawn from the sources after the first, the rollouts) for
+    ``args.train_steps`` Adam steps; normalization from ``norm_run``'s statistics. Returns the checkpoint and its
+    figures."""
     import torch
 
     import forge_gpu
@@ -150,8 +212,14 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
     generator = torch.Generator().manual_seed(seed)
     began = time.perf_counter()
     losses = []
+    first = len(sources[0]["obs"])
+    from_rest = round(args.batch * args.rollout_share) if args.rollout_share and windows > first else 0
     for _ in range(args.train_steps):
-        rows = torch.randint(windows, (args.batch,), generator=generator)
+        if from_rest:
+            rest = first + torch.randint(windows - first, (from_rest,), generator=generator)
+            rows = torch.cat([torch.randint(first, (args.batch - from_rest,), generator=generator), rest])
+        else:
+            rows = torch.randint(windows, (args.batch,), generator=generator)
         error = (model(x[rows]).view(-1, horizon, actions) - y[rows]).square().mean(-1)
         loss = (error * mask[rows]).sum() / mask[rows].sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
@@ -250,7 +318,10 @@ def record_rollouts(directory: Path, checkpoint: dict, seed: int, args, override
     expert's action for its observation."""
     import forge_gpu
 
-    env = make_env(args.dagger_episodes, seed, overrides, label=True, mix=args.mix)
+    if args.label_steps == "expert":  # the rollouts' states, for the expert's chunks from them
+        env = make_env(args.dagger_episodes, seed, overrides | {"record_state": True})
+    else:
+        env = make_env(args.dagger_episodes, seed, overrides, label=True, mix=args.mix)
     policy = torch_policy(env, checkpoint, "open_loop", args.steps_per_chunk)
     evaluation = forge_gpu.recording.evaluate(env, policy, episodes=args.dagger_episodes, record=str(directory))
     return {"rollout_success": float(evaluation.success_at_end.mean())}
@@ -287,10 +358,29 @@ def main(argv=None) -> int:
     parser.add_argument("--dagger-episodes", type=int, default=25, help="learner episodes labelled per round")
     parser.add_argument(
         "--label-steps",
-        choices=["chunk", "first"],
+        choices=["chunk", "first", "expert"],
         default="chunk",
-        help="what a rollout window supervises: its chunk of expert labels, or its first label alone",
+        help="what a rollout window supervises: its chunk of expert labels (at the learner's states), its first "
+        "label alone, or the expert's own chunk rolled forward from the window's state",
     )
+    parser.add_argument(
+        "--label-every", type=int, default=4, help="--label-steps expert: label the rollout frames t % K == 0"
+    )
+    parser.add_argument(
+        "--segment-windows",
+        action="store_true",
+        help="--label-steps expert: also train on the windows along each rolled-forward expert chunk",
+    )
+    parser.add_argument(
+        "--rollout-share",
+        type=float,
+        default=None,
+        help="DAgger training: the share of each batch drawn from the rollouts' windows (default: uniform)",
+    )
+    parser.add_argument(
+        "--label-until", type=int, default=None, help="--label-steps expert: label the rollout frames t < T only"
+    )
+    parser.add_argument("--relabel-envs", type=int, default=256, help="--label-steps expert: worlds per batch")
     parser.add_argument("--mix", type=float, default=0.0, help="DAgger rollouts: the share the expert drives")
     parser.add_argument("--no-matched-bc", action="store_true", help="leave out BC at each round's labelled steps")
     parser.add_argument("--demo-seed", type=int, default=1)
@@ -300,18 +390,26 @@ def main(argv=None) -> int:
     add_set_option(parser, "config override of every env, e.g. max_steps=100 (repeatable)")
     parser.add_argument("--work", default=str(RESULTS / "tmp" / "imitation"), help="where runs are written")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    parser.add_argument("--name", default="imitation", help="the results' file name (without .json)")
     args = parser.parse_args(argv)
     wp.config.quiet = True
     overrides = dict(args.overrides)
     if args.smoke:
         args.demos, args.dagger_from, args.dagger_rounds, args.dagger_episodes = [4, 6], 4, 1, 2
         args.episodes, args.eval_envs, args.train_steps, args.batch, args.hidden = 4, 4, 20, 32, 32
-        args.execution = ["open_loop", "ensemble"]
+        args.execution, args.relabel_envs = ["open_loop", "ensemble"], 8
         overrides.setdefault("max_steps", 20)
         if args.out:
             args.work = str(Path(args.out) / "imitation-work")
     if args.dagger_rounds and args.dagger_from not in args.demos:
         parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
+    if args.label_steps == "expert" and args.mix:
+        parser.error(f"--mix {args.mix} does not apply to --label-steps expert (its rollouts are the learner's alone)")
+    if args.rollout_share is not None and not 0.0 < args.rollout_share < 1.0:
+        parser.error(f"--rollout-share {args.rollout_share}: expected a share strictly between 0 and 1")
+    for flag in ("label_every", "relabel_envs", "label_until"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
@@ -324,9 +422,21 @@ def main(argv=None) -> int:
     print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
     eval_env = make_env(args.eval_envs, args.eval_seed, overrides)
 
+    loaded = {}
+
+    def load(run: Path, target: str) -> dict:  # each run's windows once (the expert's chunks are costly)
+        if run not in loaded:
+            if target == LABEL and args.label_steps == "expert":
+                loaded[run] = expert_chunk_windows(str(run), args, overrides)
+                frames, seconds = loaded[run]["labelled_frames"], loaded[run]["relabel_s"]
+                print(f"{run.name}: expert chunks from {frames} frames, {seconds:.1f} s", flush=True)
+            else:
+                first_only = args.label_steps == "first" and target == LABEL
+                loaded[run] = load_windows(str(run), args.history, args.horizon, target, first_only)
+        return loaded[run]
+
     def point(kind: str, runs: list[tuple[Path, str]], norm_run: Path, **row) -> tuple[dict, dict]:
-        first_only = args.label_steps == "first"
-        sources = [load_windows(str(r), args.history, args.horizon, t, first_only and t == LABEL) for r, t in runs]
+        sources = [load(r, t) for r, t in runs]
         checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
         row = {"method": kind, **row, "labelled_steps": sum(s["labelled"] for s in sources), **figures}
         row["checkpoint"] = str(work / f"{kind}-{row['demos']}-{row.get('round', 0)}.pt")
@@ -363,12 +473,15 @@ def main(argv=None) -> int:
                     rows.append(bc_row)
 
     verdict = dagger_verdict(rows, args.execution[0])
-    md = f"## push: behaviour cloning against demos, then DAgger (cpu, {args.episodes} episodes a point)\n\n"
+    labels = args.label_steps + (f", every {args.label_every} frames" if args.label_steps == "expert" else "")
+    labels += ", segment windows" if args.label_steps == "expert" and args.segment_windows else ""
+    md = f"## push: behaviour cloning against demos, then DAgger (cpu, {args.episodes} episodes a point, "
+    md += f"rollout labels: {labels})\n\n"
     md += table(rows, columns(args)) + "\n\n" + verdict["text"]
     settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)}
     payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
     payload |= {"rows": rows, "verdict": verdict}
-    path = save("imitation", payload, md, args.out)
+    path = save(args.name, payload, md, args.out)
     print("\n" + md)
     print(f"\nwrote {path}")
     return 0

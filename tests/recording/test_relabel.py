@@ -233,3 +233,52 @@ def test_a_torch_learner_is_not_given_its_label_fields(mixed):
     policy(env.observation)
     assert LABEL in env.observation and "proprio" in policy.fn.seen[0]
     assert LABEL not in policy.fn.seen[0]
+
+
+@pytest.fixture(scope="module")
+def expert_run(tmp_path_factory):
+    """(the frames' states, params, actions and proprio) of 4 expert episodes recorded with their state."""
+    env = _make(record_state=True)
+    directory = tmp_path_factory.mktemp("expert") / "run"
+    collect(env, forge_gpu.sim.make_policy("expert", env), str(directory), episodes=4)
+    return list(read_episodes(directory, options=_with_state()))[:4]
+
+
+def _frames(episodes, t):
+    state = {name: np.stack([e.state[name][t] for e in episodes]) for name in episodes[0].state}
+    params = {name: np.stack([np.asarray(e.params[name], np.float32) for e in episodes]) for name in episodes[0].params}
+    return state, params
+
+
+@pytest.mark.parametrize("t", [0, 2])
+def test_expert_chunks_from_recorded_states_are_the_actions_the_expert_recorded_from_there(expert_run, t):
+    """The expert's chunk from a restored frame of its own episode is what it executed from that frame on."""
+    from forge_gpu._src.sim.relabel import expert_chunks
+
+    env = _make(num_envs=len(expert_run))
+    horizon = 3
+    assert all(e.steps >= t + horizon for e in expert_run)
+    chunks = expert_chunks(env, *_frames(expert_run, t), horizon, fields=("proprio",))
+    assert chunks["action"].shape == (4, horizon, 4) and chunks["valid"].all()
+    recorded = np.stack([e.action[t : t + horizon] for e in expert_run])
+    np.testing.assert_allclose(chunks["action"], recorded, atol=1e-4)
+    proprio = np.stack([e.obs["proprio"][t : t + horizon] for e in expert_run])
+    np.testing.assert_allclose(chunks["obs/proprio"], proprio, atol=1e-4)
+    assert np.abs(np.diff(recorded, axis=1)).max() > 1e-3  # the actions move: a constant chunk would not tell
+
+
+def test_expert_chunks_mark_the_steps_after_the_episode_ended_invalid(expert_run):
+    """max_steps counts from the restored frame: with 2, the third and fourth actions belong to the next episode."""
+    from forge_gpu._src.sim.relabel import expert_chunks
+
+    env = forge_gpu.sim.make("push", num_envs=4, device="cpu", seed=0, max_steps=2, **{"params.render": False})
+    chunks = expert_chunks(env, *_frames(expert_run, 1), 4)
+    assert chunks["valid"].tolist() == [[True, True, False, False]] * 4
+
+
+@pytest.mark.parametrize("horizon", [0, -1, 2.5, True])
+def test_expert_chunks_refuse_a_bad_horizon_in_one_line(expert_run, horizon):
+    from forge_gpu._src.sim.relabel import expert_chunks
+
+    with pytest.raises(ValueError, match=r"^expert_chunks: horizon is .*; expected an integer >= 1$"):
+        expert_chunks(_make(), *_frames(expert_run, 0), horizon)

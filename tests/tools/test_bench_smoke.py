@@ -384,3 +384,21 @@ def test_imitation_smoke(out):
     bc, dagger = rows[0], rows[2]
     assert bc["labelled_steps"] < dagger["labelled_steps"] <= bc["labelled_steps"] + 2 * 20  # max_steps 20
     assert isinstance(payload["verdict"]["dagger_won"], bool) and payload["verdict"]["text"]
+
+
+def test_imitation_smoke_with_the_experts_own_chunks(tmp_path):
+    """bench/imitation.py --smoke --label-steps expert: a DAgger round's rollout frames (every second one) labelled
+    with the expert's chunk rolled forward from them, each counted as horizon (8) expert calls; with segment windows,
+    more windows than the demos' transitions and the labelled frames together."""
+    pytest.importorskip("torch")
+    module = load_script(BENCH / "imitation.py", "bench_imitation_expert")
+    flags = ["--label-steps", "expert", "--label-every", "2", "--segment-windows", "--name", "chunks"]
+    assert module.main(["--smoke", "--out", str(tmp_path), *flags]) == 0
+    rows = json.loads((tmp_path / "chunks.json").read_text())["rows"]
+    bc, dagger = rows[0], rows[2]
+    assert (bc["method"], dagger["method"], bc["demos"], dagger["demos"]) == ("bc", "dagger", 4, 4)
+    calls = dagger["labelled_steps"] - bc["labelled_steps"]
+    frames = calls // 8
+    assert calls == 8 * frames and 0 < frames <= 2 * 10, calls  # 2 rollouts of at most 20 steps, t % 2 == 0
+    assert dagger["windows"] > bc["windows"] + frames, (bc, dagger)
+    check_figures(dagger, {"open_loop_eval_s": True, "train_s": True})

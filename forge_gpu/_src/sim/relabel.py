@@ -115,3 +115,38 @@ class ExpertLabels:
             device=self.world.device,
         )
         return self.chosen
+
+
+def expert_chunks(env, state: dict, params: dict | None, horizon: int, fields: tuple[str, ...] = ()) -> dict:
+    """The expert's own chunk of ``horizon`` actions from each of ``env.num_envs`` recorded states (DAgger labels a
+    policy with action chunks can follow): every world restored to its ``state`` (and its episode's ``params``,
+    :meth:`VectorEnv.restore`), then the task's expert run for ``horizon`` steps, the whole batch at once.
+
+    A world's episode clock restarts at the restored frame, so ``max_steps`` counts from there. Each step is one
+    expert call and one env step of all the worlds (no loop over worlds); the env is left wherever the chunks ended.
+
+    Returns ``action`` float32 ``[N, horizon, A]``, the actions the steps executed (clipped to the bounds, as a
+    recorded ``action``); ``valid`` bool ``[N, horizon]``, false from the first step after the world's episode
+    ended (a terminal state or the restarted clock's ``max_steps``: those actions belong to the next episode);
+    ``obs/<F>`` ``[N, horizon, ...]`` for each name in ``fields``, the observation each action was taken in
+    (step 0: the restored frame). ValueError (one line) for a ``horizon`` below 1 or a task without an expert."""
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"expert_chunks: horizon is {horizon!r}; expected an integer >= 1")
+    expert = env.task.expert(env.world)
+    if expert is None:
+        raise ValueError(f"expert_chunks: task {env.task.spec.id!r} has no expert")
+    result = env.restore(state, params)
+    n, a = env.num_envs, len(env.spec["action_low"])
+    out = {"action": np.zeros((n, horizon, a), np.float32), "valid": np.zeros((n, horizon), bool)}
+    for name in fields:
+        first = result.observation[name].numpy()
+        out[f"obs/{name}"] = np.zeros((n, horizon, *first.shape[1:]), first.dtype)
+    alive = np.ones(n, bool)
+    for h in range(horizon):
+        for name in fields:
+            out[f"obs/{name}"][:, h] = result.observation[name].numpy()
+        result = env.step(expert(result.observation))
+        out["action"][:, h] = result.info["executed_action"].numpy()
+        out["valid"][:, h] = alive
+        alive &= ~(result.terminated.numpy() | result.truncated.numpy())
+    return out
