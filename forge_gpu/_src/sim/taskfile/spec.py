@@ -109,7 +109,11 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         if isinstance(declared[name], list):  # a list of numbers, of the declared length
             if not (isinstance(value, list) and len(value) == len(declared[name]) and all(_number(v) for v in value)):
                 raise ValueError(f"{source}: params.{name} = {value!r}: expected {len(declared[name])} numbers")
-        elif isinstance(_nominal(declared[name]), str):  # a name among the entry's choices
+        elif (
+            isinstance(declared[name], dict)
+            and isinstance(declared[name].get("value"), str)
+            and "choices" in declared[name]
+        ):
             if not isinstance(value, str):
                 raise ValueError(f"{source}: params.{name} = {value!r}: expected a name (a string)")
         elif not isinstance(value, int | float) or isinstance(value, bool) != isinstance(declared[name], bool):
@@ -375,10 +379,6 @@ def run_template(template: dict, randomized: set[str], offered: dict[str, Parame
             index = int(offered[param].nominal[int(slot.get("component", 0))])
             text = text.replace("{" + name + "}", str(slot.get("names", [])[index]))
     return {**template, "text": text, "slots": slots} if slots else None
-
-
-def _nominal(entry):
-    return entry["value"] if isinstance(entry, dict) else entry
 
 
 def _number(value) -> bool:
