@@ -1,7 +1,7 @@
-"""The arm tasks as task files against the code tasks they replaced: env-steps/s of the file-based ``reach`` and of
-the frozen code task (tests/helpers/reference_reach.py, the equivalence tests' reference, loaded by path: the one
-figure that needs it) at 64 and 1024 envs, random policy, rendering off and on (32 px), interleaved in one run;
-the ratio file / code per row (target >= 0.9).
+"""The arm tasks as task files against the code tasks they replaced: env-steps/s of the file-based ``reach`` and
+``push`` and of the frozen code tasks (tests/helpers/reference_reach.py and reference_push.py, the equivalence tests'
+references, loaded by path: the one figure that needs them) at 64 and 1024 envs, random policy, rendering off and
+on (32 px), interleaved in one run; the ratio file / code per row (target >= 0.9).
 
 python bench/arm_files.py            # 64 and 1024 envs (CPU)
 python bench/arm_files.py --smoke    # seconds-long check that every figure is produced
@@ -19,15 +19,15 @@ ROOT = Path(__file__).resolve().parent
 from common import machine, measure_stepping, save, table  # noqa: E402
 
 
-def register_reference() -> str:
-    """Register the frozen code reach (``reach_handwritten``) and return its id."""
-    helpers = ROOT.parent / "tests" / "helpers" / "reference_reach.py"
-    spec = importlib.util.spec_from_file_location("reference_reach", helpers)
+def register_reference(task: str) -> str:
+    """Register the frozen code task ``task`` (``TASK_handwritten``) and return its id."""
+    helpers = ROOT.parent / "tests" / "helpers" / f"reference_{task}.py"
+    spec = importlib.util.spec_from_file_location(f"reference_{task}", helpers)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["reference_reach"] = module  # its dataclasses look their module up
+    sys.modules[f"reference_{task}"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
-    module.register_handwritten_reach(tempfile.mkdtemp(prefix="arm_files_"))
-    return "reach_handwritten"
+    getattr(module, f"register_handwritten_{task}")(tempfile.mkdtemp(prefix="arm_files_"))
+    return f"{task}_handwritten"
 
 
 def main(argv=None) -> int:
@@ -37,22 +37,22 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     sizes, seconds, rounds = ([4], 0.2, 1) if args.smoke else ([64, 1024], args.seconds, 3)
-    reference = register_reference()
     rows = []
-    for render in (False, True):
+    for task, render in [(t, r) for t in ("reach", "push") for r in (False, True)]:
+        reference = register_reference(task)
         overrides = {"max_steps": 50, "params.render": render} | ({"params.image_size": 32} if render else {})
         for n in sizes:
             if render and n > 64 and not args.smoke:
                 continue  # 1024 renders per step on two CPU cores: minutes per figure
             best = {}
             for _ in range(rounds):  # interleaved: the machine's load falls on both alike
-                for task in (reference, "reach"):
-                    rate = measure_stepping(task, n, "cpu", seconds, "random", overrides)["env_steps_per_s"]
-                    best[task] = max(best.get(task, 0.0), rate)
-            rows.append({"num_envs": n, "render": render, "code_steps_per_s": best[reference],
-                         "file_steps_per_s": best["reach"], "ratio": best["reach"] / best[reference]})  # fmt: skip
-    columns = ["num_envs", "render", "code_steps_per_s", "file_steps_per_s", "ratio"]
-    text = "reach: the task file against the frozen code task (env-steps/s, best of rounds, CPU)\n\n"
+                for name in (reference, task):
+                    rate = measure_stepping(name, n, "cpu", seconds, "random", overrides)["env_steps_per_s"]
+                    best[name] = max(best.get(name, 0.0), rate)
+            rows.append({"task": task, "num_envs": n, "render": render, "code_steps_per_s": best[reference],
+                         "file_steps_per_s": best[task], "ratio": best[task] / best[reference]})  # fmt: skip
+    columns = ["task", "num_envs", "render", "code_steps_per_s", "file_steps_per_s", "ratio"]
+    text = "reach, push: the task files against the frozen code tasks (env-steps/s, best of rounds, CPU)\n\n"
     text += table(rows, columns)
     print(text)
     path = save("arm_files", {"rows": rows, "machine": machine(gpu=False), "smoke": args.smoke}, text, args.out)

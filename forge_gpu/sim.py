@@ -23,6 +23,8 @@ NAMES = {
     "SolverOverflowWarning": "forge_gpu._src.sim.overflow",
     "arm_scene": "forge_gpu._src.sim.tasks.arm",
     "reach_expert": "forge_gpu._src.sim.tasks.arm",
+    "push_scene": "forge_gpu._src.sim.tasks.push",
+    "push_expert": "forge_gpu._src.sim.tasks.push",
     "terms": "forge_gpu._src.sim.taskfile.user_terms",
     "hold_pose": "forge_gpu._src.sim.taskfile.task",
     "ant_trot": "forge_gpu._src.sim.tasks.ant",

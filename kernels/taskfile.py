@@ -6,6 +6,7 @@ the randomized reset. Their observation, reward and termination kernel is genera
 import warp as wp
 
 from .camera import jittered_camera, look_at_transform
+from .randomize import set_mass
 from .rng import STREAM_RESET, env_rng
 
 STREAM_NOISE_SEED = wp.constant(5)
@@ -176,6 +177,7 @@ def draw_targets_kernel(
     height_range: wp.array[wp.vec2],
     marker_shape: wp.array2d[wp.int32],
     marker_offset: wp.array[wp.vec3],
+    placed: wp.array[int],
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     episode_id_in: wp.array[wp.int32],
@@ -186,7 +188,8 @@ def draw_targets_kernel(
 ):
     """Each ``[targets]`` point of the worlds that reset, drawn from the reset's stream after the ``joint_draws``
     of :func:`reset_kernel` (the same key): azimuth in +-yaw about +x, horizontal distance and height uniform in
-    their ranges; its marker shape (static, visual; -1: none) moved there, plus its offset."""
+    their ranges; its marker shape (static, visual; -1: none) moved there, plus its offset. A ``placed`` target
+    (1: its place is a parameter, :func:`place_target_kernel`) draws nothing."""
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
@@ -194,6 +197,8 @@ def draw_targets_kernel(
     for _k in range(joint_draws):
         wp.randf(state)
     for k in range(yaw_range.shape[0]):
+        if placed[k] != 0:
+            continue
         yaw = yaw_range[k] * (2.0 * wp.randf(state) - 1.0)
         r = radius_range[k]
         h = height_range[k]
@@ -204,6 +209,129 @@ def draw_targets_kernel(
         shape = marker_shape[worldid, k]
         if shape >= 0:
             shape_transform_out[shape] = wp.transform(pos + marker_offset[k], wp.quat_identity())
+
+
+@wp.kernel
+def place_target_kernel(
+    # Model:
+    k: int,
+    marker_shape: wp.array2d[wp.int32],
+    marker_offset: wp.array[wp.vec3],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    position_in: wp.array2d[float],
+    # Data out:
+    target_out: wp.array2d[wp.vec3],
+    shape_transform_out: wp.array[wp.transform],
+):
+    """A target placed by its parameter (``[targets.NAME] position``: ``NAME_position``) in the worlds that reset:
+    at (x, y, 0), its marker shape there plus its offset."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    pos = wp.vec3(position_in[worldid, 0], position_in[worldid, 1], 0.0)
+    target_out[worldid, k] = pos
+    shape = marker_shape[worldid, k]
+    if shape >= 0:
+        shape_transform_out[shape] = wp.transform(pos + marker_offset[k], wp.quat_identity())
+
+
+@wp.kernel
+def place_object_kernel(
+    # Model:
+    coord: int,
+    dof: int,
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    position_in: wp.array2d[float],
+    yaw_in: wp.array[float],
+    size_in: wp.array[float],
+    # Data out:
+    joint_q_out: wp.array2d[float],
+    joint_qd_out: wp.array2d[float],
+):
+    """An ``[objects]`` box of the worlds that reset: its free joint at the drawn centre x, y and yaw, resting on
+    the table top (z = half its edge), at rest."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    half_yaw = 0.5 * yaw_in[worldid]
+    joint_q_out[worldid, coord + 0] = position_in[worldid, 0]
+    joint_q_out[worldid, coord + 1] = position_in[worldid, 1]
+    joint_q_out[worldid, coord + 2] = 0.5 * size_in[worldid]
+    joint_q_out[worldid, coord + 3] = 0.0
+    joint_q_out[worldid, coord + 4] = 0.0
+    joint_q_out[worldid, coord + 5] = wp.sin(half_yaw)
+    joint_q_out[worldid, coord + 6] = wp.cos(half_yaw)
+    for i in range(6):
+        joint_qd_out[worldid, dof + i] = 0.0
+
+
+@wp.kernel
+def object_physics_kernel(
+    # Model:
+    shape: wp.array[wp.int32],
+    body: wp.array[wp.int32],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    size_in: wp.array[float],
+    mass_in: wp.array[float],
+    friction_in: wp.array[float],
+    # Data out:
+    shape_scale_out: wp.array[wp.vec3],
+    shape_material_mu_out: wp.array[float],
+    body_mass_out: wp.array[float],
+    body_inv_mass_out: wp.array[float],
+    body_inertia_out: wp.array[wp.mat33],
+    body_inv_inertia_out: wp.array[wp.mat33],
+):
+    """An ``[objects]`` box's drawn edge (its shape's half extents), friction, mass and a solid cube's inertia
+    m e^2 / 6, in the worlds that reset."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    edge, mass = size_in[worldid], mass_in[worldid]
+    half = 0.5 * edge
+    shape_scale_out[shape[worldid]] = wp.vec3(half, half, half)
+    shape_material_mu_out[shape[worldid]] = friction_in[worldid]
+    moment = mass * edge * edge / 6.0
+    inertia = wp.diag(wp.vec3(moment, moment, moment))
+    set_mass(body[worldid], mass, inertia, body_mass_out, body_inv_mass_out, body_inertia_out, body_inv_inertia_out)
+
+
+@wp.kernel
+def palette_color_kernel(
+    # Model:
+    shape: wp.array[wp.int32],
+    other_shape: wp.array[wp.int32],
+    palette: wp.array[wp.vec3],
+    resolve: int,
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    # Data in and out:
+    color_io: wp.array[float],
+    other_color_io: wp.array[float],
+    # Data out:
+    shape_color_out: wp.array[wp.vec3],
+):
+    """Palette colours (indices) of a shape and of the shape it must differ from (``differs_from``; the same shape
+    and value for an entry alone) in the worlds that reset. Where they are equal, ``resolve`` moves one to the next
+    colour: 1 this one, 2 the other (the drawn one), written back into the drawn value, which the episode records
+    (applied again, nothing changes: a restored episode keeps its colours)."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    count = palette.shape[0]
+    other = wp.int32(other_color_io[worldid])
+    index = wp.int32(color_io[worldid])
+    if other == index and resolve == 1:
+        index = (index + 1) % count
+        color_io[worldid] = float(index)
+    if other == index and resolve == 2:
+        other = (other + 1) % count
+        other_color_io[worldid] = float(other)
+    shape_color_out[other_shape[worldid]] = palette[other]
+    shape_color_out[shape[worldid]] = palette[index]
 
 
 @wp.kernel

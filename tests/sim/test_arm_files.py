@@ -1,11 +1,14 @@
-"""The arm tasks as task files: ``configs/reach.toml`` equals the code task it replaced (frozen in
-tests/helpers/reference_reach.py) bit for bit on the CPU: observations (images included), rewards, flags and state,
-for the same seed and actions, with the expert's successes and with randomized physics and visuals."""
+"""The arm tasks as task files: ``configs/reach.toml`` and ``configs/push.toml`` equal the code tasks they replaced
+(frozen in tests/helpers/reference_reach.py and reference_push.py) bit for bit on the CPU: observations (images
+included), rewards, flags, state, drawn params and instructions, for the same seed and actions, with the expert's
+successes and with randomized physics and visuals."""
 
 import numpy as np
+from helpers.reference_push import register_handwritten_push
 from helpers.reference_reach import register_handwritten_reach
 
 import forge_gpu
+from forge_gpu._src.core.instructions import episode_instructions
 
 
 def _same_frames(a, b) -> None:
@@ -82,3 +85,81 @@ def test_the_file_based_reach_equals_the_code_task_randomized(tmp_path):
 
 def file_spec_fields(sizes) -> dict:
     return forge_gpu.sim.TASKS["reach"](forge_gpu.sim.task_config("reach", **sizes)).observation_fields()
+
+
+def _same_push(hand, file, steps: int, *, expert: bool = False) -> tuple[int, int]:
+    """Step both push envs with the same actions; every frame equal, the drawn params and the instructions too."""
+    a, b = hand.reset(), file.reset()
+    policy = forge_gpu.sim.make_policy("expert", file) if expert else None
+    rng = np.random.default_rng(1)
+    ended = succeeded = 0
+    for _ in range(steps):
+        _same_frames(a, b)
+        assert np.array_equal(b.observation["success"].numpy(), a.terminated.numpy())
+        assert set(a.params) == set(b.params)
+        for name in a.params:
+            assert np.array_equal(a.params[name].numpy(), b.params[name].numpy()), name
+        template = hand.spec["instruction_template"]
+        if template is not None:
+            values = {name: a.params[name].numpy() for name in a.params}
+            assert episode_instructions(template, values) == episode_instructions(file.spec["instruction_template"],
+                                                                                  values)  # fmt: skip
+        ended += int(a.terminated.numpy().sum() + a.truncated.numpy().sum())
+        succeeded += int(a.terminated.numpy().sum())
+        if expert:
+            action = policy(file.observation).numpy().copy()
+        else:
+            action = rng.uniform(-2.5, 2.5, (hand.num_envs, 4)).astype(np.float32)
+        a, b = hand.step(action), file.step(action)
+    return ended, succeeded
+
+
+def test_the_file_based_push_equals_the_code_task_bit_for_bit(tmp_path):
+    """push's default randomization (cube size, mass, friction, start pose, goal, colours with their clash rule,
+    camera pose), images included, random actions; the spec, calibration and instruction template alike."""
+    register_handwritten_push(tmp_path)
+    sizes = {"num_envs": 3, "device": "cpu", "seed": 3, "max_steps": 6, "params.image_size": 32}
+    hand, file = forge_gpu.sim.make("push_handwritten", **sizes), forge_gpu.sim.make("push", **sizes)
+    assert _same_push(hand, file, 8)[0] >= 3
+    observed = dict(file.spec["observation"])
+    assert observed.pop("success") == {"shape": [], "dtype": "bool"}
+    assert hand.spec["observation"] == observed and hand.spec["state"] == file.spec["state"]
+    assert hand.spec["params"] == file.spec["params"]
+    front, file_front = hand.calibration["cameras"]["front"], file.calibration["cameras"]["front"]
+    assert "camera_position_offset" in front.pop("randomized") and "camera_position_offset" in file_front.pop(
+        "randomized"
+    )  # the same rule, the file's words (its camera has no params.camera_position of its own)
+    assert hand.calibration == file.calibration
+    assert hand.spec["instruction_template"] == file.spec["instruction_template"]
+
+
+def _only_goal_color(text: str, task: str) -> str:
+    """A push file with ``task = task`` whose ``[randomize]`` draws the goal's colour alone."""
+    head = text[: text.index("\n[randomize]")]
+    head = head.replace('task = "push_handwritten"', 'task = "push"').replace('task = "push"', f'task = "{task}"', 1)
+    return head + '\n[randomize]\ngoal_color = { low = 0, high = 3, dist = "integer" }\n'
+
+
+def test_the_file_based_push_equals_the_code_task_fixed_and_with_its_expert(tmp_path):
+    """Nothing drawn but the goal's colour (the fixed parts of the instruction written out, the side left out), no
+    camera, overridden parameters; the expert's pushes succeed alike."""
+    import dataclasses
+    from pathlib import Path
+
+    from helpers import reference_push
+
+    code = tmp_path / "push_fixed_code.toml"
+    code.write_text(_only_goal_color(reference_push.CONFIG, "push_fixed_code"))
+    spec = dataclasses.replace(reference_push.PushTask.spec, id="push_fixed_code")
+    if "push_fixed_code" not in forge_gpu.sim.TASKS:
+        forge_gpu.sim.register_task(type("PushFixed", (reference_push.PushTask,), {"spec": spec}), config=code)
+    file = tmp_path / "push_fixed.toml"
+    root = Path(forge_gpu.sim.TASKS["push"].path)
+    file.write_text(_only_goal_color(root.read_text(), "push_fixed"))
+    changed = {"params.render": False, "params.tolerance": 0.05, "params.cube_color": "blue", "params.cube_mass": 0.3}
+    changed["params.goal_position"] = [0.37, 0.0]  # a short push: the expert succeeds within the steps
+    sizes = {"num_envs": 2, "device": "cpu", "seed": 8, "max_steps": 120, **changed}
+    hand, file = forge_gpu.sim.make("push_fixed_code", **sizes), forge_gpu.sim.make(str(file), **sizes)
+    assert file.spec["instruction_template"]["text"] == "push the blue cube to the {goal} square"
+    assert hand.spec["instruction_template"] == file.spec["instruction_template"]
+    assert _same_push(hand, file, 100, expert=True)[1] >= 1

@@ -8,7 +8,9 @@ import pytest
 from helpers.envtools import DEVICES
 
 import forge_gpu
-from forge_gpu._src.sim.tasks.push import COLOR_NAMES, PushTask
+
+COLOR_NAMES = ("red", "green", "blue", "yellow")
+"""push's [palette], in order."""
 
 FAST = {"params.render": False}
 # One fixed scene in every world (the cube at (0.3, 0), the goal at (0.43, 0), the arm at home), whose drawn mass,
@@ -81,9 +83,9 @@ def test_spec_fields_params_and_instruction_template(device):
         },
     }
     config = forge_gpu.sim.task_config("push", device=device)
-    assert PushTask(dataclasses.replace(config, randomize=())).instruction_template() is None
+    assert forge_gpu.sim.TASKS["push"](dataclasses.replace(config, randomize=())).instruction_template() is None
     only_goal = tuple(r for r in config.randomize if r.name == "goal_position")
-    template = PushTask(dataclasses.replace(config, randomize=only_goal)).instruction_template()
+    template = forge_gpu.sim.TASKS["push"](dataclasses.replace(config, randomize=only_goal)).instruction_template()
     assert template["text"] == "push the red cube to the green square {side}" and list(template["slots"]) == ["side"]
 
 
@@ -246,7 +248,7 @@ def test_bad_values_name_the_key_and_what_is_allowed(device, overrides, words):
 def test_equal_fixed_colours_are_refused():
     config = forge_gpu.sim.task_config("push", **{"params.goal_color": "red"})
     with pytest.raises(ValueError, match="params.cube_color and params.goal_color are both 'red'"):
-        PushTask(dataclasses.replace(config, randomize=()))
+        forge_gpu.sim.TASKS["push"](dataclasses.replace(config, randomize=()))
 
 
 def test_the_recorded_ranges_load_back_over_the_files_list_form():

@@ -39,7 +39,8 @@ _RESERVED = ("proprio", "reward_terms", "success", "rgb", "depth", "env_id", "ep
 _RESET_KEYS = ("joint_position", "joint_velocity", "joints")
 _REWARD_KEYS = ("terms", "zero_on_termination")
 CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth", "enabled")
-TARGET_KEYS = ("yaw", "radius", "height", "marker", "marker_offset")
+TARGET_KEYS = ("yaw", "radius", "height", "marker", "marker_offset", "position")
+OBJECT_KEYS = ("body", "shape", "size", "mass", "friction", "position", "yaw")
 SIZES = (8, 512)
 """The square image sizes [px] a task file's camera takes."""
 PRISMATIC, D6 = 0, 6
@@ -121,6 +122,8 @@ class Plan:
     """The file's ``[targets]`` in order (:func:`target_entries`): each a point drawn at every reset."""
     action_relative: bool = True
     """Position targets are the default pose + action * scale (else action * scale: ``action.relative``)."""
+    objects: list[dict] = field(default_factory=list)
+    """The file's ``[objects]`` in order (:func:`object_entries`): each a free box placed at every reset."""
     groups: dict = field(default_factory=dict)
     """The observation groups beyond ``policy``: name -> width, in the order the file first names them (each the
     float32 field of that name, e.g. ``critic``)."""
@@ -175,6 +178,7 @@ def plan_task(params, source: str) -> Plan:
         raise ValueError(f"{source}: action.relative = {shown(relative)}: expected true or false, with kind = "
                          "'position'")  # fmt: skip
     targets = target_entries(getattr(params, "targets", {}), source, short_names(builder.shape_label))
+    objects = object_entries(getattr(params, "objects", {}), source, builder)
     if kind == "actuators":
         a_coords, a_dofs, a_names = actuator_columns(action, actuators, source)
     else:
@@ -234,6 +238,7 @@ def plan_task(params, source: str) -> Plan:
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
         noise_state=any(r.noise for r in rows), camera=camera, root_body=root_body, partial_root=partial,
         contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
+        objects=objects,
     )  # fmt: skip
 
 
@@ -561,8 +566,16 @@ def target_entries(targets, source: str, shapes: list[str]) -> list[dict]:
         for key in entry:
             if key not in TARGET_KEYS:
                 raise ValueError(f"{source}: unknown key {where}.{key}; a target takes {', '.join(TARGET_KEYS)}")
+        ranges, placed = {}, None
+        if "position" in entry:  # placed by the parameter NAME_position, not drawn
+            value = entry["position"]
+            if set(entry) & {"yaw", "radius", "height"} or not (
+                isinstance(value, list) and len(value) == 2 and all(_plain_number(v) for v in value)
+            ):
+                raise ValueError(f"{source}: {where}.position = {shown(value)}: expected [x, y] in metres (and no "
+                                 "yaw, radius, height: a placed target is not drawn)")  # fmt: skip
+            placed, entry = [float(v) for v in value], {**entry, "radius": [0.0, 0.0], "height": [0.0, 0.0]}
         yaw = number(entry, "yaw", 0.0, where, source)
-        ranges = {}
         for key in ("radius", "height"):
             value = entry.get(key)
             if not (isinstance(value, list) and len(value) == 2
@@ -578,7 +591,63 @@ def target_entries(targets, source: str, shapes: list[str]) -> list[dict]:
         if not (isinstance(offset, list) and len(offset) == 3
                 and all(isinstance(v, int | float) and not isinstance(v, bool) for v in offset)):  # fmt: skip
             raise ValueError(f"{source}: {where}.marker_offset = {shown(offset)}: expected [x, y, z] in metres")
-        out.append({"name": name, "yaw": yaw, **ranges, "marker": marker, "marker_offset": [float(v) for v in offset]})
+        out.append({"name": name, "yaw": yaw, **ranges, "marker": marker, "marker_offset": [float(v) for v in offset],
+                    "position": placed})  # fmt: skip
+    return out
+
+
+def _plain_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def object_entries(objects, source: str, builder) -> list[dict]:
+    """The checked ``[objects]``: per name, its free ``body`` and box ``shape`` (names in the model, checked with
+    ``builder``: a one-world probe, or None to check the numbers alone) and its numbers: ``size``, ``mass``,
+    ``friction`` (> 0 for the first two, >= 0), ``position = [x, y]`` [m], ``yaw`` [rad] (default 0). With
+    ``builder``, each entry gains ``coord`` and ``dof``: its free joint's first coordinate and dof in a world."""
+    if not isinstance(objects, dict):
+        raise ValueError(f"{source}: [objects] must be a table of [objects.NAME] tables")
+    out = []
+    for name, entry in objects.items():
+        where = f"{source}: objects.{name}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} = {shown(entry)}: expected a table of {', '.join(OBJECT_KEYS)}")
+        for key in entry:
+            if key not in OBJECT_KEYS:
+                raise ValueError(
+                    f"{source}: unknown key objects.{name}.{key}; an object takes {', '.join(OBJECT_KEYS)}"
+                )
+        item = {"name": name, "yaw": 0.0}
+        for key in ("body", "shape"):
+            if not isinstance(entry.get(key), str):
+                raise ValueError(f'{where}: an object needs {key} = "<its {key} name in the model>"')
+            item[key] = entry[key]
+        for key in ("size", "mass", "friction", "yaw"):
+            if key not in entry and key == "yaw":
+                continue
+            value = entry.get(key)
+            low = 0.0 if key == "friction" else None
+            if not _plain_number(value) or (key in ("size", "mass") and value <= 0) or (low is not None and value < 0):
+                what = "a number" if key == "yaw" else "a number >= 0" if key == "friction" else "a number > 0"
+                raise ValueError(f"{where}.{key} = {shown(value)}: expected {what}")
+            item[key] = float(value)
+        value = entry.get("position")
+        if not (isinstance(value, list) and len(value) == 2 and all(_plain_number(v) for v in value)):
+            raise ValueError(f"{where}.position = {shown(value)}: expected [x, y] in metres")
+        item["position"] = [float(v) for v in value]
+        if builder is not None:
+            bodies, shapes = short_names(builder.body_label), short_names(builder.shape_label)
+            if item["body"] not in bodies:
+                raise ValueError(f"{where}.body = {item['body']!r}: no such body; the model's are {', '.join(bodies)}")
+            body = bodies.index(item["body"])
+            joints = [j for j, child in enumerate(builder.joint_child) if int(child) == body]
+            if not joints or int(builder.joint_type[joints[0]]) != FREE:
+                raise ValueError(f"{where}.body = {item['body']!r}: not on a free joint; an object moves freely")
+            if item["shape"] not in shapes or int(builder.shape_body[shapes.index(item["shape"])]) != body:
+                raise ValueError(f"{where}.shape = {item['shape']!r}: no such shape on body {item['body']!r}")
+            item["coord"] = int(builder.joint_q_start[joints[0]])
+            item["dof"] = int(builder.joint_qd_start[joints[0]])
+        out.append(item)
     return out
 
 

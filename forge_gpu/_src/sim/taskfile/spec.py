@@ -27,7 +27,7 @@ from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
-    "instruction_template", "expert", "module", "environment_state", "targets", "shape_colors",
+    "instruction_template", "expert", "module", "environment_state", "targets", "shape_colors", "palette", "objects",
 )  # fmt: skip
 """The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
@@ -69,7 +69,15 @@ class FileParams:
     recorded as state ``NAME_pos``."""
     shape_colors: dict = field(default_factory=dict)
     """``[shape_colors]``: randomizable parameter name -> a shape's name; ``[randomize]`` may then draw that shape's
-    colour per episode (linear RGB in [0, 1])."""
+    colour per episode (linear RGB in [0, 1]); or a table ``{ shape = ..., color = "<a [palette] name>" }`` (and
+    ``differs_from = "<another such entry>"``): ``[randomize]`` then draws a palette index (``dist = "integer"``)."""
+    palette: dict = field(default_factory=dict)
+    """``[palette]``: colour name -> linear RGB, the colours ``[shape_colors]`` tables choose from, in order."""
+    objects: dict = field(default_factory=dict)
+    """``[objects.NAME]``: a free body (``body``) with a box shape (``shape``) whose edge ``size`` [m], ``mass``
+    [kg], ``friction``, start centre ``position = [x, y]`` [m] and ``yaw`` [rad] are the randomizable parameters
+    ``NAME_size``, ``NAME_mass``, ``NAME_friction``, ``NAME_position``, ``NAME_yaw``; placed at every reset resting
+    on the table top (z = 0), at rest (``plan.object_entries``)."""
 
     def __getattr__(self, name: str):
         values = self.__dict__.get("values", {})
@@ -101,6 +109,13 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         if isinstance(declared[name], list):  # a list of numbers, of the declared length
             if not (isinstance(value, list) and len(value) == len(declared[name]) and all(_number(v) for v in value)):
                 raise ValueError(f"{source}: params.{name} = {value!r}: expected {len(declared[name])} numbers")
+        elif (
+            isinstance(declared[name], dict)
+            and isinstance(declared[name].get("value"), str)
+            and "choices" in declared[name]
+        ):
+            if not isinstance(value, str):
+                raise ValueError(f"{source}: params.{name} = {value!r}: expected a name (a string)")
         elif not isinstance(value, int | float) or isinstance(value, bool) != isinstance(declared[name], bool):
             what = "true or false" if isinstance(declared[name], bool) else "a number"
             raise ValueError(f"{source}: params.{name} = {value!r}: expected {what}")
@@ -132,16 +147,18 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     table["action"] = {key: _per_joint(given.get(key, default), a, f"{source}: action.{key}")
                        for key, default in (("low", -1.0), ("high", 1.0), ("scale", 1.0))}  # fmt: skip
     randomize = parse_randomize(table.pop("randomize", {}), source)
-    check_ranges(randomize, catalog(params), f"{table.get('task')}")
+    offered = catalog(params)
+    check_ranges(randomize, offered, f"{table.get('task')}")
+    check_color_pairs(params, {r.name for r in randomize}, source)
     config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
     if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
         raise ValueError(f"{source}: action.low {list(config.action.low)} must be below action.high")
-    if params.instruction_template:  # over the params the episodes record: the randomized ones
+    template = run_template(params.instruction_template, {r.name for r in randomize}, offered)
+    if template:  # over the params the episodes record: the randomized ones
         from forge_gpu._src.core.instructions import check_template
 
-        shapes = {r.name: ((len(plan.command_names),) if r.name == "command" else (), np.dtype("float32"))
-                  for r in randomize}  # fmt: skip
-        check_template(params.instruction_template, shapes, name=f"{source}: instruction_template")
+        shapes = {r.name: (offered[r.name].shape, np.dtype("float32")) for r in randomize}
+        check_template(template, shapes, name=f"{source}: instruction_template")
     return config
 
 
@@ -229,10 +246,40 @@ def catalog(params: FileParams) -> dict[str, Parameter]:
     else:
         raise ValueError(f"{params.file}: model.randomizable = {listed!r}: expected a list of {', '.join(PHYSICS)}")
     offered.update(visuals(params))
+    offered.update(placements(resolved(params, params.file)))
     names = params.command.get("names")
     if names:
         nominal = tuple(float(v) for v in params.command.get("default", [0.0] * len(names)))
         offered["command"] = Parameter((len(nominal),), nominal, "the episode's command: " + ", ".join(names))
+    return offered
+
+
+OBJECT_KEYS = {
+    "size": ((), "the edge of object {!r}'s box [m]", ("SHAPE_PROPERTIES", "BODY_INERTIAL_PROPERTIES")),
+    "mass": ((), "object {!r}'s mass [kg] (a solid box's inertia)", ("BODY_INERTIAL_PROPERTIES",)),
+    "friction": ((), "object {!r}'s friction coefficient", ("SHAPE_PROPERTIES",)),
+    "position": ((2,), "object {!r}'s start centre x, y on the table [m]", ()),
+    "yaw": ((), "object {!r}'s start yaw about +z [rad]", ()),
+}
+"""An ``[objects.NAME]`` key -> its parameter ``NAME_KEY``'s shape, description and the model flags it writes."""
+
+
+def placements(params: FileParams) -> dict[str, Parameter]:
+    """The parameters of ``[objects]`` (:data:`OBJECT_KEYS`) and of the ``[targets]`` placed by a parameter
+    (``position = [x, y]``: ``NAME_position``), nominal the file's values (``params`` resolved)."""
+    from forge_gpu._src.sim.taskfile.plan import object_entries
+
+    offered = {}
+    for entry in object_entries(params.objects, params.file, None):
+        for key, (shape, doc, notify) in OBJECT_KEYS.items():
+            value = entry[key]
+            nominal = tuple(value) if isinstance(value, list) else (value,)
+            offered[f"{entry['name']}_{key}"] = Parameter(shape, nominal, doc.format(entry["name"]), notify=notify)
+    targets = params.targets if isinstance(params.targets, dict) else {}
+    for name, entry in targets.items():
+        if isinstance(entry, dict) and "position" in entry and isinstance(entry["position"], list):
+            doc = f"target {name!r}'s place x, y on the table top [m]"
+            offered[f"{name}_position"] = Parameter((2,), tuple(float(v) for v in entry["position"]), doc)
     return offered
 
 
@@ -252,7 +299,17 @@ def visuals(params: FileParams) -> dict[str, Parameter]:
             raise ValueError(f"{params.file}: [shape_colors] must be a table of parameter name -> shape name")
         builder = probe(resolved(params, params.file).model, params.file)
         shapes = short_names(builder.shape_label)
+        palette = color_entries(resolved(params, params.file))
         for name, shape in colors.items():
+            if name in palette:
+                shape, index = palette[name]["shape"], palette[name]["color"]
+                if shape not in shapes:
+                    named = ", ".join(sorted(set(shapes))) or "none"
+                    raise ValueError(f"{params.file}: shape_colors.{name}.shape = {shape!r}: no such shape; the "
+                                     f"model's are {named}")  # fmt: skip
+                doc = f"shape {shape!r}'s colour (an index into [palette])"
+                offered[name] = Parameter((), (float(index),), doc, names=tuple(params.palette))
+                continue
             if shape not in shapes:
                 named = ", ".join(sorted(set(shapes))) or "none"
                 raise ValueError(
@@ -265,6 +322,63 @@ def visuals(params: FileParams) -> dict[str, Parameter]:
         for name, what in zip(CAMERA_OFFSETS, ("position", "look_at"), strict=True):
             offered[name] = Parameter((3,), (0.0, 0.0, 0.0), f"added to the camera's {what} [m]")
     return offered
+
+
+def color_entries(params: FileParams) -> dict[str, dict]:
+    """The ``[shape_colors]`` entries that choose from ``[palette]`` (tables), checked: name -> {shape, color
+    (its index), differs_from (another such entry, or None)}."""
+    out, names = {}, list(params.palette)
+    for name, entry in params.shape_colors.items():
+        if not isinstance(entry, dict):
+            continue
+        where = f"{params.file}: shape_colors.{name}"
+        if set(entry) - {"shape", "color", "differs_from"} or not isinstance(entry.get("shape"), str):
+            raise ValueError(f"{where} = {entry!r}: expected {{ shape = ..., color = ..., differs_from = ... }}")
+        if entry.get("color") not in names:
+            held = ", ".join(names) or "none: add a [palette]"
+            raise ValueError(f"{where}.color = {entry.get('color')!r}: not a [palette] colour ({held})")
+        other = entry.get("differs_from")
+        if other is not None and not isinstance(params.shape_colors.get(other), dict):
+            raise ValueError(f"{where}.differs_from = {other!r}: not a [shape_colors] table of a palette colour")
+        out[name] = {"shape": entry["shape"], "color": names.index(entry["color"]), "differs_from": other}
+    return out
+
+
+def check_color_pairs(params: FileParams, randomized: set[str], source: str) -> None:
+    """ValueError where two palette colours that must differ (``differs_from``) are equal and neither is drawn."""
+    raw = params.shape_colors
+    for name, entry in color_entries(resolved(params, source)).items():
+        other = entry["differs_from"]
+        if other is None or {name, other} & randomized:
+            continue
+        if entry["color"] == color_entries(resolved(params, source))[other]["color"]:
+            color = list(params.palette)[entry["color"]]
+            a, b = raw[other]["color"], raw[name]["color"]
+            raise ValueError(f"{source}: {a} and {b} are both {color!r}: shape_colors.{name} differs_from {other} "
+                             f"({raw[other]['shape']!r} and {raw[name]['shape']!r} must differ)")  # fmt: skip
+
+
+def run_template(template: dict, randomized: set[str], offered: dict[str, Parameter]) -> dict | None:
+    """The instruction template of a run that randomizes ``randomized``: a slot whose parameter is not drawn is
+    written out, its name that of the parameter's fixed value (a slot of ``names`` alone), or dropped with the space
+    before it (a slot that bins a value: ``edges``); None where no slot is drawn (the task's ``instruction``
+    stands)."""
+    if not template:
+        return None
+    text, slots = template.get("text"), dict(template.get("slots", {}))
+    if not isinstance(text, str) or not isinstance(slots, dict):
+        return template  # check_template names what is wrong
+    for name, slot in list(slots.items()):
+        param = slot.get("param") if isinstance(slot, dict) else None
+        if param in randomized or param not in offered:
+            continue
+        del slots[name]
+        if "edges" in slot:
+            text = text.replace(" {" + name + "}", "").replace("{" + name + "}", "")
+        else:
+            index = int(offered[param].nominal[int(slot.get("component", 0))])
+            text = text.replace("{" + name + "}", str(slot.get("names", [])[index]))
+    return {**template, "text": text, "slots": slots} if slots else None
 
 
 def _number(value) -> bool:

@@ -23,7 +23,16 @@ from forge_gpu._src.sim.taskfile import actuators, codegen, modelfile, penetrati
 from forge_gpu._src.sim.taskfile.compose import compose
 from forge_gpu._src.sim.taskfile.model import add_model, model_file, model_info, probe_actuators
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
-from forge_gpu._src.sim.taskfile.spec import CAMERA_OFFSETS, FileParams, catalog, read_task_file, resolved
+from forge_gpu._src.sim.taskfile.spec import (
+    CAMERA_OFFSETS,
+    FileParams,
+    catalog,
+    check_color_pairs,
+    color_entries,
+    read_task_file,
+    resolved,
+    run_template,
+)
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras
 from forge_gpu._src.sim.trust import check_import
@@ -72,6 +81,7 @@ class FileTask(Task):
         self.file: FileParams = resolved(config.params, config.params.file)
         """The sections with their ``params.NAME`` references replaced by numbers."""
         self.plan: Plan = plan_task(self.file, config.params.file)
+        check_color_pairs(config.params, {r.name for r in config.randomize}, config.params.file)
         self.__dict__["spec"] = _spec(config, self.plan)
         super().__init__(config)
 
@@ -88,7 +98,10 @@ class FileTask(Task):
         return catalog(self.config.params)
 
     def instruction_template(self) -> dict | None:
-        return self.config.params.instruction_template or None
+        """The file's ``[instruction_template]`` as this run draws it (``spec.run_template``: slots of fixed
+        parameters written out or dropped), or None."""
+        randomized = {r.name for r in self.config.randomize}
+        return run_template(self.config.params.instruction_template, randomized, self.randomizable())
 
     def observation_fields(self) -> dict:
         fields = {}
@@ -199,13 +212,41 @@ class FileTask(Task):
         calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
         randomized = {r.name for r in self.config.randomize}
         self.colors = {name: per_world(world.model.shape_label, shape, n, device)
-                       for name, shape in self.file.shape_colors.items() if name in randomized}  # fmt: skip
+                       for name, shape in self.file.shape_colors.items()
+                       if name in randomized and isinstance(shape, str)}  # fmt: skip
+        self.palette = self._palette_launches(world, randomized)
+        self.objects = [
+            (o, per_world(world.model.shape_label, o["shape"], n, device), per_world(world.model.body_label, o["body"],
+             n, device), bool(randomized & {f"{o['name']}_{k}" for k in ("size", "mass", "friction")}))
+            for o in plan.objects
+        ]  # fmt: skip
         self.moves_camera = bool(randomized & set(CAMERA_OFFSETS))
         self.camera = FileCamera(plan.camera, world, jittered=self.moves_camera) if plan.camera else None
         if self.camera is not None:
             fields.update(self.camera.fields)
             calibration.update(self.camera.calibration)
         return TaskBinding(fields=fields, calibration=calibration, state=state)
+
+    def _palette_launches(self, world: World, randomized: set[str]) -> list[tuple]:
+        """One launch per ``[shape_colors]`` palette entry or pair (``differs_from``): its shapes, the other's
+        name and the clash rule (1: this one moves, 2: the other, where drawn)."""
+        entries = color_entries(self.file)
+        if not entries:
+            return []
+        n, device = world.num_envs, world.device
+        colors = np.asarray(list(self.file.palette.values()), np.float32)
+        self.palette_colors = wp.array(colors, dtype=wp.vec3, device=device)
+        paired = {e["differs_from"] for e in entries.values()}
+        launches = []
+        for name, e in entries.items():
+            other = e["differs_from"]
+            if other is None and name in paired:
+                continue  # its pair's launch writes it
+            other = other or name
+            resolve = 1 if name in randomized else 2 if other in randomized and other != name else 0
+            shapes = [per_world(world.model.shape_label, entries[k]["shape"], n, device) for k in (name, other)]
+            launches.append((name, other, *shapes, resolve))
+        return launches
 
     def apply_action(self, world: World) -> None:
         if self.plan.action_kind == "actuators":
@@ -248,6 +289,15 @@ class FileTask(Task):
             device=world.device,
         )
         self.targets.draw(world, len(plan.draws))
+        for o, *_ in self.objects:
+            values = [world.params[f"{o['name']}_{k}"] for k in ("position", "yaw", "size")]
+            wp.launch(
+                kernels.place_object_kernel,
+                dim=world.num_envs,
+                inputs=[o["coord"], o["dof"], world.reset_mask, *values],
+                outputs=[world.joint_q, world.joint_qd],
+                device=world.device,
+            )
         if not self.penetration_checked and not world.device.is_capturing:  # the first reset: once, on the host
             self.penetration_checked = True
             p = self.file
@@ -256,7 +306,28 @@ class FileTask(Task):
                 modelfile.warn(penetration.report_line(found, Path(model_file(p.model, p.file)[0]).name))
 
     def apply_params(self, world: World) -> None:
-        """The drawn visuals: ``[shape_colors]`` colours and the camera's offsets (those ``[randomize]`` names)."""
+        """The drawn visuals: ``[shape_colors]`` colours and the camera's offsets (those ``[randomize]`` names),
+        palette colours (every reset) and the ``[objects]``' drawn edge, mass and friction."""
+        for name, other, shape, other_shape, resolve in self.palette:
+            wp.launch(
+                kernels.palette_color_kernel,
+                dim=world.num_envs,
+                inputs=[shape, other_shape, self.palette_colors, resolve, world.reset_mask],
+                outputs=[world.params[name], world.params[other], world.model.shape_color],
+                device=world.device,
+            )
+        model = world.model
+        for o, shape, body, physics in self.objects:
+            if physics:
+                values = [world.params[f"{o['name']}_{k}"] for k in ("size", "mass", "friction")]
+                wp.launch(
+                    kernels.object_physics_kernel,
+                    dim=world.num_envs,
+                    inputs=[shape, body, world.reset_mask, *values],
+                    outputs=[model.shape_scale, model.shape_material_mu, model.body_mass, model.body_inv_mass]
+                    + [model.body_inertia, model.body_inv_inertia],
+                    device=world.device,
+                )
         for name, shape in self.colors.items():
             wp.launch(
                 kernels.shape_color_kernel,
@@ -330,7 +401,7 @@ class Targets:
 
     def __init__(self, world: World, targets: list[dict]):
         n, device, k = world.num_envs, world.device, len(targets)
-        self.count = k
+        self.count, self.placed = k, []
         self.points = wp.zeros((n, k), dtype=wp.vec3, device=device)
         self.state = {
             f"{t['name']}_pos": wp.array(ptr=self.points.ptr + 12 * i, dtype=float, shape=(n, 3),
@@ -348,14 +419,26 @@ class Targets:
         self.yaw = wp.array([t["yaw"] for t in targets], dtype=float, device=device)
         self.radius = wp.array([t["radius"] for t in targets], dtype=wp.vec2, device=device)
         self.height = wp.array([t["height"] for t in targets], dtype=wp.vec2, device=device)
+        self.placed = [(i, f"{t['name']}_position") for i, t in enumerate(targets) if t["position"] is not None]
+        """The targets placed by a parameter (``position``): (index, the parameter's name)."""
+        flags = [int(t["position"] is not None) for t in targets]
+        self.placed_flags = wp.array(flags, dtype=int, device=device)
 
     def draw(self, world: World, joint_draws: int) -> None:
-        if self.count:
+        if self.count > len(self.placed):
             wp.launch(
                 kernels.draw_targets_kernel,
                 dim=world.num_envs,
                 inputs=[world.seed, joint_draws, self.yaw, self.radius, self.height, self.marker, self.offset]
-                + [world.reset_mask, world.draw_episode, world.draw_env],
+                + [self.placed_flags, world.reset_mask, world.draw_episode, world.draw_env],
+                outputs=[self.points, world.model.shape_transform],
+                device=world.device,
+            )
+        for k, name in self.placed:
+            wp.launch(
+                kernels.place_target_kernel,
+                dim=world.num_envs,
+                inputs=[k, self.marker, self.offset, world.reset_mask, world.params[name]],
                 outputs=[self.points, world.model.shape_transform],
                 device=world.device,
             )

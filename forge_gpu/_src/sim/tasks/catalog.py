@@ -18,9 +18,8 @@ from pathlib import Path
 from forge_gpu._src.sim.config import config_dir
 from forge_gpu._src.sim.taskfile.task import FileTask, file_task_class
 from forge_gpu._src.sim.tasks.base import Task, TaskSpec
-from forge_gpu._src.sim.tasks.push import PushTask
 
-TASKS: dict[str, type[Task]] = {cls.spec.id: cls for cls in (PushTask,)}
+TASKS: dict[str, type[Task]] = {}
 for _path in sorted(config_dir().glob("*.toml")):  # the shipped task files: a config with a [model] section
     if "\n[model]" in _path.read_text() or "\nrobot = " in _path.read_text():
         TASKS[_path.stem] = file_task_class(_path, check=False)
