@@ -163,8 +163,11 @@ def test_an_unknown_variant_and_a_variant_of_a_code_task_are_refused(tmp_path):
     path = _write(tmp_path, "pole_variants")
     with pytest.raises(ValueError, match=r"variant 'fast': no such variant; the task's variants are play$"):
         forge_gpu.sim.task_config(str(path), variant="fast")
-    with pytest.raises(ValueError, match=r"variant 'play': task 'push' is code"):
-        forge_gpu.sim.task_config("push", variant="play")
+    from helpers.reference_cartpole import register_handwritten
+
+    register_handwritten(tmp_path)  # a task of code, registered as a user's would be
+    with pytest.raises(ValueError, match=r"variant 'play': task 'cartpole_handwritten' is code"):
+        forge_gpu.sim.task_config("cartpole_handwritten", variant="play")
 
 
 def test_extends_merges_tables_key_by_key_and_replaces_lists(tmp_path):
