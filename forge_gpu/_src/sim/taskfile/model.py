@@ -165,7 +165,7 @@ def _add_usd(builder, model: dict, path: str, info: ModelFile, xform, source: st
     ``xform`` (``position``, ``rotation``) replaces the root body's pose, as an MJCF's. Returns the notes to say."""
     ignore, notes = list(model.get("ignore_names", [])), []
     if model.get("ground", True) and info.floors:
-        ignore += [re.escape(f) + "$" for f in info.floors]
+        ignore += info.floors  # prim paths: Newton takes a pattern without ".*" as a path as well
         if "ground" not in model:
             floors = ", ".join(repr(f) for f in info.floors)
             notes.append(f"its floor {floors} replaced by the ground plane (z = 0; model.ground = true says so, "
@@ -203,9 +203,9 @@ def _imported(load, path: str, source: str) -> None:
         if any(m in str(missing) for m in ("trimesh", "collada")):
             raise ValueError(f"{source}: model file {path} has meshes, which need {missing}: "
                              f'pip install "forge-gpu[meshes]"') from None  # fmt: skip
-        if "pxr" in str(missing):
-            raise ValueError(f'{source}: model file {path} is USD, which needs usd-core: pip install '
-                             '"forge-gpu[meshes]"') from None  # fmt: skip
+        if "pxr" in str(missing) or "usd-schemas" in str(e):  # Newton's USD support started without them
+            raise ValueError(f'{source}: model file {path} is USD, which needs usd-core and newton-usd-schemas '
+                             'when Newton is imported: pip install "forge-gpu[meshes]"') from None  # fmt: skip
         raise ValueError(f"{source}: model file {path}: cannot import it ({type(e).__name__}: {e})") from None
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__

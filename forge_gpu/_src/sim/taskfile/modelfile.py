@@ -86,12 +86,19 @@ def read_model_file(path: str, kind: str, source: str) -> ModelFile:
 
 
 def usd_modules(path: str, source: str):
-    """``pxr``'s ``Usd``, ``UsdGeom`` and ``UsdPhysics``, or a ``ValueError`` naming the extra that installs them."""
+    """``pxr``'s ``Usd``, ``UsdGeom`` and ``UsdPhysics``, or a ``ValueError`` naming the extra that installs them
+    (usd-core, and newton-usd-schemas, Newton's USD schemas that its importer requires)."""
     try:
         from pxr import Usd, UsdGeom, UsdPhysics
     except ImportError:
         raise ValueError(
             f'{source}: model file {path} is USD, which needs usd-core: pip install "forge-gpu[meshes]"'
+        ) from None
+    try:
+        import newton_usd_schemas  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            f'{source}: model file {path} is USD, which needs newton-usd-schemas: pip install "forge-gpu[meshes]"'
         ) from None
     return Usd, UsdGeom, UsdPhysics
 
