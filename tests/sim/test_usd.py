@@ -89,6 +89,7 @@ def test_position_and_rotation_replace_the_root_bodys_pose(tmp_path):
     add_model(placed, {"file": "usd_pendulum.usda", "position": [0.5, -0.2, 0.4], "rotation": turn}, source)
     assert np.allclose(placed.body_q[0], [0.5, -0.2, 0.4, *turn], atol=1e-6), placed.body_q[0]
     assert np.allclose(placed.body_q[1][:3], [0.5, -0.2, 0.1], atol=1e-6)
+    assert add_model(newton.ModelBuilder(), {"file": "usd_pendulum.usda"}, source) == []  # no drive: nothing said
     free = newton.ModelBuilder()
     add_model(free, {"file": "usd_pendulum.usda", "position": [0.0, 0.0, 2.0], "floating": True}, source)
     assert free.joint_type[0] == newton.JointType.FREE and np.allclose(free.joint_q[:3], [0.0, 0.0, 2.0])
@@ -176,6 +177,22 @@ def test_a_layered_stage_is_stored_with_its_sublayers_and_references_and_its_flo
     said = " ".join(stepping(info, config, str(tmp_path / "task.toml")))
     assert "its physics scene's step 0.0025 s replaced by the task's default" in said, said
     assert "gravity [0.0, 0.0, -5.0] from its physics scene" in said, said
+
+
+def test_a_joint_drive_is_kept_as_written_and_said(tmp_path):
+    """A PhysicsDriveAPI on the hinge becomes Newton's joint target (stiffness per degree turned per radian): the
+    build keeps it and says so."""
+    import newton
+    from pxr import Usd, UsdPhysics
+
+    stage = Usd.Stage.Open(str(ROBOTS / "usd_pendulum" / "usd_pendulum.usda"))
+    drive = UsdPhysics.DriveAPI.Apply(stage.GetPrimAtPath("/pendulum/hinge"), "angular")
+    drive.CreateStiffnessAttr(5.0), drive.CreateDampingAttr(0.5)
+    stage.GetRootLayer().Export(str(tmp_path / "driven.usda"))
+    builder = newton.ModelBuilder()
+    notes = add_model(builder, {"file": "driven.usda"}, str(tmp_path / "task.toml"))
+    assert builder.joint_target_mode[0] == int(newton.JointTargetMode.POSITION) and builder.joint_target_ke[0] > 0
+    assert len(notes) == 1 and notes[0].startswith("driven.usda: its joint drives on 'hinge' kept as written"), notes
 
 
 def test_a_malformed_usd_file_is_refused_in_one_line_naming_the_file(tmp_path):

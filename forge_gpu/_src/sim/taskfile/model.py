@@ -173,7 +173,17 @@ def _add_usd(builder, model: dict, path: str, info: ModelFile, xform, source: st
     given = {"floating": model.get("floating"), "ignore_paths": ignore}
     if xform is not None:
         given.update(xform=_usd_root_offset(path, xform, given, source), override_root_xform=True)
+    joints = len(builder.joint_type)
     _imported(lambda: builder.add_usd(path, **given), path, source)
+    names, starts = short_names(builder.joint_label), builder.joint_qd_start
+    driven = [
+        names[j]
+        for j in range(joints, len(builder.joint_type))
+        if any(builder.joint_target_mode[d] for d in range(starts[j], end_of(starts, j, builder.joint_dof_count)))
+    ]
+    if driven:  # PhysicsDriveAPI: Newton's joint targets with the file's gains
+        notes.append(f"its joint drives on {', '.join(repr(n) for n in driven)} kept as written (they act besides "
+                     'an effort action; [action] kind = "position" replaces their gains)')  # fmt: skip
     return notes
 
 
