@@ -1,5 +1,5 @@
-"""A task file's ``[model]``: the robot of one world, from a model file (MJCF or URDF, a path or a Newton example
-asset) or a model builder in code (``builder = "module:function"``, for a model made of parameters).
+"""A task file's ``[model]``: the robot of one world, from a model file (MJCF, URDF or USD, a path or a Newton
+example asset) or a model builder in code (``builder = "module:function"``, for a model made of parameters).
 
 :func:`add_model` adds it to a builder as ``[model]`` says; :func:`probe` builds one world of it, once per process,
 for ``plan.plan_task`` to bind the file's names to.
@@ -30,7 +30,8 @@ FREE, BALL, FIXED = 4, 2, 3
 
 def model_file(model: dict, source: str) -> tuple[str, str]:
     """``(path, kind)`` of ``[model]``'s ``asset`` (a Newton example asset) or ``file`` (relative to the TOML),
-    kind ``mjcf`` or ``urdf``; or ``(builder, "code")`` for a model ``builder``."""
+    kind ``mjcf``, ``urdf`` or ``usd`` (``.usd``, ``.usda``, ``.usdc``); or ``(builder, "code")`` for a model
+    ``builder``."""
     given = [k for k in ("asset", "file", "builder") if k in model]
     if len(given) != 1:
         raise ValueError(
@@ -57,10 +58,11 @@ def model_file(model: dict, source: str) -> tuple[str, str]:
         path = str(Path(source.split(" (")[0]).parent / model["file"])
         if not Path(path).is_file():
             raise ValueError(f"{source}: model.file = {model['file']!r}: no such file ({path})")
-    kinds = {".xml": "mjcf", ".mjcf": "mjcf", ".urdf": "urdf"}
+    kinds = {".xml": "mjcf", ".mjcf": "mjcf", ".urdf": "urdf", ".usd": "usd", ".usda": "usd", ".usdc": "usd"}
     kind = kinds.get(Path(path).suffix.lower())
     if kind is None:
-        raise ValueError(f"{source}: model: {Path(path).name}: expected an MJCF (.xml) or URDF (.urdf) file")
+        raise ValueError(f"{source}: model: {Path(path).name}: expected an MJCF (.xml), URDF (.urdf) or USD (.usd, "
+                         ".usda, .usdc) file")  # fmt: skip
     return path, kind
 
 
@@ -142,6 +144,8 @@ def add_model(builder, model: dict, source: str) -> list[str]:
                                            ignore_names=ignore), path, source)  # fmt: skip
         if info.gravity is not None:
             builder.gravity = info.gravity
+    elif kind == "usd":
+        notes += _add_usd(builder, model, path, info, xform if placed else None, source)
     else:
         _imported(lambda: builder.add_urdf(path, xform=xform, floating=bool(model.get("floating", True))), path,
                   source)  # fmt: skip
@@ -155,6 +159,51 @@ def add_model(builder, model: dict, source: str) -> list[str]:
     return [f"{name}: {n}" for n in notes]
 
 
+def _add_usd(builder, model: dict, path: str, info: ModelFile, xform, source: str) -> list[str]:
+    """Import a USD stage as ``[model]`` says: ``ignore_names`` are prim-path patterns (regex); ``floating``
+    replaces the root's joint to the world (free or fixed; unset: the file's own, or free where it has none);
+    ``xform`` (``position``, ``rotation``) replaces the root body's pose, as an MJCF's. Returns the notes to say."""
+    ignore, notes = list(model.get("ignore_names", [])), []
+    if model.get("ground", True) and info.floors:
+        ignore += info.floors  # prim paths: Newton takes a pattern without ".*" as a path as well
+        if "ground" not in model:
+            floors = ", ".join(repr(f) for f in info.floors)
+            notes.append(f"its floor {floors} replaced by the ground plane (z = 0; model.ground = true says so, "
+                         "model.ground = false keeps the model's floor)")  # fmt: skip
+    given = {"floating": model.get("floating"), "ignore_paths": ignore}
+    if xform is not None:
+        given.update(xform=_usd_root_offset(path, xform, given, source), override_root_xform=True)
+    joints = len(builder.joint_type)
+    _imported(lambda: builder.add_usd(path, **given), path, source)
+    names, starts = short_names(builder.joint_label), builder.joint_qd_start
+    driven = [
+        names[j]
+        for j in range(joints, len(builder.joint_type))
+        if any(builder.joint_target_mode[d] for d in range(starts[j], end_of(starts, j, builder.joint_dof_count)))
+    ]
+    if driven:  # PhysicsDriveAPI: Newton's joint targets with the file's gains
+        notes.append(f"its joint drives on {', '.join(repr(n) for n in driven)} kept as written (they act besides "
+                     'an effort action; [action] kind = "position" replaces their gains)')  # fmt: skip
+    return notes
+
+
+def _usd_root_offset(path: str, xform, given: dict, source: str):
+    """The ``xform`` that Newton's ``override_root_xform`` needs to put the root body at ``xform``: Newton replaces
+    the articulation root prim's pose, which the root body may sit away from (a fixed base's joint to the world,
+    a body below the prim), so the body's pose relative to that prim, found by importing once at the origin, is
+    taken off."""
+    import newton
+    import warp as wp
+
+    scratch = newton.ModelBuilder()
+    _imported(lambda: scratch.add_usd(path, xform=wp.transform_identity(), override_root_xform=True, **given), path,
+              source)  # fmt: skip
+    roots = [scratch.joint_child[j] for j in range(len(scratch.joint_parent)) if scratch.joint_parent[j] == -1]
+    if not roots:
+        return xform
+    return xform * wp.transform_inverse(wp.transform(*scratch.body_q[roots[0]]))
+
+
 def _imported(load, path: str, source: str) -> None:
     """Run the importer ``load``: a missing mesh package names the extra; any other failure names the file."""
     try:
@@ -164,8 +213,11 @@ def _imported(load, path: str, source: str) -> None:
         if any(m in str(missing) for m in ("trimesh", "collada")):
             raise ValueError(f"{source}: model file {path} has meshes, which need {missing}: "
                              f'pip install "forge-gpu[meshes]"') from None  # fmt: skip
+        if "pxr" in str(missing) or "usd-schemas" in str(e):  # Newton's USD support started without them
+            raise ValueError(f'{source}: model file {path} is USD, which needs usd-core and newton-usd-schemas '
+                             'when Newton is imported: pip install "forge-gpu[meshes]"') from None  # fmt: skip
         raise ValueError(f"{source}: model file {path}: cannot import it ({type(e).__name__}: {e})") from None
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as e:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ValueError(f"{source}: model file {path}: cannot import it ({reason})") from None
 

@@ -2,9 +2,9 @@
 floor, its URDF joint limits, and the elements forge_gpu does not simulate; a malformed file is refused in one
 line naming the file and the line.
 
-:func:`read_model_file` reads an MJCF (``<include>`` expanded) or a URDF once per process (per path and
-modification time) into a :class:`ModelFile`; ``model.add_model`` and ``task.FileTask`` act on it and say what
-they did (:class:`ModelWarning`).
+:func:`read_model_file` reads an MJCF (``<include>`` expanded), a URDF or a USD stage (with usd-core, the
+``meshes`` extra) once per process (per path and modification time) into a :class:`ModelFile`;
+``model.add_model`` and ``task.FileTask`` act on it and say what they did (:class:`ModelWarning`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ NOT_SIMULATED_MJCF = {
     "plugin": "plugin",
 }
 """MJCF elements (anywhere in the file) that forge_gpu's MuJoCo-Warp worlds do not simulate, and how to name them."""
+USD_STEP_RATES = ("newton:timeStepsPerSecond", "physxScene:timeStepsPerSecond")
+"""A USD physics scene's attributes that set its step rate [1/s] (``mjc:option:timestep`` sets the step)."""
 SOLVER_OPTIONS = ("iterations", "ls_iterations", "integrator")
 """The ``<option>`` attributes a task's ``[solver]`` sets (its values replace the model's)."""
 
@@ -52,7 +54,8 @@ class ModelFile:
     options: dict[str, str] = field(default_factory=dict)
     """The ``<option>`` attributes of :data:`SOLVER_OPTIONS` the file sets."""
     floors: list[str] = field(default_factory=list)
-    """Named plane geoms of the world body (the model's own floor)."""
+    """Named plane geoms of the world body (the model's own floor); USD: the prim paths of its static collision
+    planes (colliders outside every rigid body)."""
     unnamed_floors: int = 0
     root: str = ""
     """The first body of the world body (MJCF) or the root link (URDF)."""
@@ -69,13 +72,82 @@ _READ: dict[tuple[str, float], ModelFile] = {}
 
 
 def read_model_file(path: str, kind: str, source: str) -> ModelFile:
-    """The :class:`ModelFile` of ``path`` (``mjcf`` or ``urdf``); a malformed file is a ``ValueError`` of one line
-    naming the file, the line and the column."""
+    """The :class:`ModelFile` of ``path`` (``mjcf``, ``urdf`` or ``usd``); a malformed file is a ``ValueError`` of one
+    line naming the file, the line and the column (a USD file: the file and the reason); a USD file without
+    usd-core, one naming the extra that installs it."""
     key = (path, os.path.getmtime(path))
     if key not in _READ:
-        root = _parse(path, source)
-        _READ[key] = _mjcf(path, root, source) if kind == "mjcf" else _urdf(path, root)
+        if kind == "usd":
+            _READ[key] = _usd(path, source)
+        else:
+            root = _parse(path, source)
+            _READ[key] = _mjcf(path, root, source) if kind == "mjcf" else _urdf(path, root)
     return _READ[key]
+
+
+def usd_modules(path: str, source: str):
+    """``pxr``'s ``Usd``, ``UsdGeom`` and ``UsdPhysics``, or a ``ValueError`` naming the extra that installs them
+    (usd-core, and newton-usd-schemas, Newton's USD schemas that its importer requires)."""
+    try:
+        from pxr import Usd, UsdGeom, UsdPhysics
+    except ImportError:
+        raise ValueError(
+            f'{source}: model file {path} is USD, which needs usd-core: pip install "forge-gpu[meshes]"'
+        ) from None
+    try:
+        import newton_usd_schemas  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            f'{source}: model file {path} is USD, which needs newton-usd-schemas: pip install "forge-gpu[meshes]"'
+        ) from None
+    return Usd, UsdGeom, UsdPhysics
+
+
+def _usd(path: str, source: str) -> ModelFile:
+    """A USD stage's facts: its articulation root, its static collision planes (its floor), and its physics scene's
+    step (``newton:`` or ``physxScene:timeStepsPerSecond``, ``mjc:option:timestep``) and gravity as authored."""
+    Usd, UsdGeom, UsdPhysics = usd_modules(path, source)
+    try:
+        stage = Usd.Stage.Open(path)
+    except Exception as e:  # pxr's Tf errors: a message of several lines, the reason among them
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        reason = next((line for line in lines if "rror" in line or "parse" in line.lower()), lines[0] if lines else "")
+        raise ValueError(f"{path}: malformed USD ({reason[:200]}); the model file of {source}") from None
+    if stage is None:
+        raise ValueError(f"{source}: model file {path}: cannot open it as a USD stage")
+    info = ModelFile(path=path, kind="usd")
+    meters = UsdGeom.GetStageMetersPerUnit(stage) or 1.0
+    for prim in stage.Traverse():
+        if prim.HasAPI(UsdPhysics.ArticulationRootAPI) and not info.root:
+            info.root = str(prim.GetPath())
+        if prim.IsA(UsdGeom.Plane) and prim.HasAPI(UsdPhysics.CollisionAPI) and not _in_body(prim, UsdPhysics):
+            info.floors.append(str(prim.GetPath()))
+        if prim.IsA(UsdPhysics.Scene):
+            for name in (*USD_STEP_RATES, "mjc:option:timestep"):
+                attribute = prim.GetAttribute(name)
+                value = attribute.Get() if attribute and attribute.HasAuthoredValue() else None
+                if value and value > 0:
+                    info.timestep = float(value) if name.startswith("mjc:") else 1.0 / float(value)
+                    break
+            scene = UsdPhysics.Scene(prim)
+            direction, magnitude = scene.GetGravityDirectionAttr(), scene.GetGravityMagnitudeAttr()
+            if direction.HasAuthoredValue() and magnitude.HasAuthoredValue() and math.isfinite(magnitude.Get()):
+                d = [float(v) for v in direction.Get()]
+                norm = math.sqrt(sum(v * v for v in d)) or 1.0
+                g = float(magnitude.Get()) * meters
+                if UsdGeom.GetStageUpAxis(stage) == UsdGeom.Tokens.y:  # Newton turns a Y-up stage to Z-up
+                    d = [d[0], -d[2], d[1]]
+                info.gravity = (d[0] / norm * g, d[1] / norm * g, d[2] / norm * g)
+    return info
+
+
+def _in_body(prim, UsdPhysics) -> bool:
+    """Whether ``prim`` or a prim above it is a rigid body."""
+    while prim and prim.IsValid():
+        if prim.HasAPI(UsdPhysics.RigidBodyAPI):
+            return True
+        prim = prim.GetParent()
+    return False
 
 
 def _parse(path: str, source: str) -> ET.Element:
@@ -196,7 +268,7 @@ def stepping(info: ModelFile | None, config, source: str) -> list[str]:
     defaults); a model timestep that differs is replaced, and that is said, naming both; ``[solver]``'s
     iterations, ls_iterations and integrator replace the model's, said the same way; a model gravity other than
     the standard one is used, and said. Returns the phrases to say."""
-    if info is None or info.kind != "mjcf":
+    if info is None or info.kind not in ("mjcf", "usd"):
         return []
     import tomllib
 
@@ -213,8 +285,12 @@ def stepping(info: ModelFile | None, config, source: str) -> list[str]:
         given = [k for k in ("control_dt", "substeps") if k in table or getattr(config, k) != defaults[k].default]
         if not given:  # the file's own control_dt / substeps replace it as the file says
             step = f"control_dt / substeps = {config.control_dt:g} / {config.substeps} = {sim_dt:g} s"
-            notes.append(f'<option timestep="{info.timestep:g}"> replaced by the task\'s default {step} (set '
-                         "control_dt and substeps to choose)")  # fmt: skip
+            own = (
+                f'<option timestep="{info.timestep:g}">'
+                if info.kind == "mjcf"
+                else f"its physics scene's step {info.timestep:g} s"
+            )
+            notes.append(f"{own} replaced by the task's default {step} (set control_dt and substeps to choose)")
     solver, given = config.solver, table.get("solver", {})
     for key, value in info.options.items():
         ours = getattr(solver, key, None)
@@ -223,5 +299,7 @@ def stepping(info: ModelFile | None, config, source: str) -> list[str]:
                 notes.append(f'<option {key}="{value}"> replaced by the default [solver] {key} = {ours!r} (set it '
                              "to choose)")  # fmt: skip
     if info.gravity is not None and any(abs(a - b) > 1e-6 for a, b in zip(info.gravity, (0, 0, -9.81), strict=True)):
-        notes.append(f"gravity {list(info.gravity)} from its <option>")
+        notes.append(
+            f"gravity {list(info.gravity)} from its " + ("<option>" if info.kind == "mjcf" else "physics scene")
+        )
     return [f"{name}: {n}" for n in notes]

@@ -1,9 +1,10 @@
 """A task file's files, stored in the runs it records (docs/FORMAT.md "The task's files"): the run carries its task.
 
-:func:`gather` reads what building the task reads from disk: the task file, its model file (MJCF or URDF) with every
-file that references (``<include>``, meshes, textures, height fields, skins; a URDF's meshes) and the term module's
-source (a ``.py`` path). They keep their paths relative to the folder that holds them all, so that the stored task
-file names its model and module as the original did. A Newton example asset (``asset = ...``) is part of the
+:func:`gather` reads what building the task reads from disk: the task file, its model file (MJCF, URDF or USD) with
+every file that references (``<include>``, meshes, textures, height fields, skins; a URDF's meshes; a USD stage's
+sublayers, references, payloads and asset paths) and the term module's source (a ``.py`` path). They keep their
+paths relative to the folder that holds them all, so that the stored task file names its model and module as the
+original did. A Newton example asset (``asset = ...``) is part of the
 installed Newton and code named by a dotted name is installed code: neither is stored.
 
 ``collect`` (and ``replay``, for the run it writes) puts them in the run's ``task/`` folder, listed with their
@@ -28,11 +29,11 @@ def gather(
 ) -> tuple[dict[str, bytes], str]:
     """``({name: bytes}, the task file's name)`` of what the task reads: ``task_file`` (absolute), the files it is
     composed of (``composed``: the files it extends, its robot file and the robot's: ``compose.Composed.files``),
-    ``model`` (``(path, kind)`` of ``model_file``: ``mjcf`` and ``urdf`` files are stored with what they reference,
-    an asset or a builder is not) and the term ``module`` as the file gives it (a ``.py`` path relative to the task
-    file)."""
+    ``model`` (``(path, kind)`` of ``model_file``: ``mjcf``, ``urdf`` and ``usd`` files are stored with what they
+    reference, an asset or a builder is not) and the term ``module`` as the file gives it (a ``.py`` path relative
+    to the task file)."""
     paths = [Path(task_file).resolve(), *(Path(p).resolve() for p in composed)]
-    if model is not None and model[1] in ("mjcf", "urdf") and not _is_newton_asset(model[0]):
+    if model is not None and model[1] in ("mjcf", "urdf", "usd") and not _is_newton_asset(model[0]):
         paths += model_files(Path(model[0]).resolve(), model[1])
     if module.endswith(".py"):
         paths.append((paths[0].parent / module).resolve())
@@ -95,8 +96,11 @@ def _is_newton_asset(path: str) -> bool:
 def model_files(path: Path, kind: str) -> list[Path]:
     """The model file and the files it references that exist: an MJCF's includes (followed), meshes, height fields,
     skins and textures (under the main file's ``<compiler>`` ``meshdir``, ``texturedir`` or ``assetdir``, or beside
-    the file that names them); a URDF's mesh files (plain or ``file://`` paths)."""
+    the file that names them); a URDF's mesh files (plain or ``file://`` paths); a USD stage's layers and assets
+    (:func:`usd_files`)."""
     found = [path]
+    if kind == "usd":
+        return usd_files(path)
     if kind == "urdf":
         for element in _parse(path).iter("mesh"):
             given = element.get("filename", "")
@@ -128,6 +132,24 @@ def model_files(path: Path, kind: str) -> list[Path]:
                 folder = folders.get(_ASSET_TAGS[element.tag])
                 for base in ([main / folder] if folder else []) + [main, current.parent]:
                     found.append((base / given).resolve())
+    return [p for p in dict.fromkeys(found) if p.is_file()]
+
+
+def usd_files(path: Path) -> list[Path]:
+    """A USD file and what it references that exists: its sublayers, references and payloads (followed, with
+    usd-core's ``UsdUtils.ComputeAllDependencies``) and the asset paths its layers name (textures, meshes, ...);
+    only the file itself where usd-core is not installed (the model could not be built then)."""
+    try:
+        from pxr import UsdUtils
+    except ImportError:
+        return [path]
+    try:
+        layers, assets, _ = UsdUtils.ComputeAllDependencies(str(path))
+    except Exception as e:  # pxr's Tf errors
+        reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise ValueError(f"{path}: cannot read the model file to store it with the run ({reason})") from None
+    found = [path] + [Path(layer.realPath).resolve() for layer in layers if layer.realPath]
+    found += [Path(asset).resolve() for asset in assets if asset and "://" not in asset]
     return [p for p in dict.fromkeys(found) if p.is_file()]
 
 
