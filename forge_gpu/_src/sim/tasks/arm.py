@@ -1,39 +1,28 @@
-"""The 4-joint arm on its table, shared by the arm tasks (``reach``, ``push``): parameters, the scene's table,
-pedestal and arm, the joint limits, and the RGB-D camera with its calibration.
+"""The 4-joint arm on its table, for the arm task files (``configs/reach.toml``, ``configs/push.toml``): its
+parameters (:class:`ArmParams`), the table, pedestal and arm (:func:`add_table`, :func:`add_arm`), the reach
+scene's model builder (:func:`arm_scene`) and the scripted IK experts' launcher (:func:`arm_expert`,
+:func:`reach_expert`).
 
 The arm stands on a table: a yaw joint about +z, then shoulder, elbow and wrist joints about the link's +y,
-each tracking a joint position target with a PD drive (actions are the targets: ``kernels/arm.py``). One fixed
-camera per world looks at the workspace (``tasks/camera.py``); a ``[randomize]`` table may jitter its pose.
+each tracking a joint position target with a PD drive (actions are the targets).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
-from typing import ClassVar
 
 import newton
 import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.config import bounded, check_range
-from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.tasks.base import Task
-from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, check_pose
-from forge_gpu.kernels import arm as kernels
 
 IMAGE_SIZES = (32, 64, 128, 256)
 """Square image sizes [px] the arm tasks accept. ``SensorCamera`` renders any size; the tasks keep to these
 tested ones so that recorded datasets come in a few known shapes."""
 
 TABLE_COLOR = (0.75, 0.75, 0.72)
-
-CAMERA_VISUALS = {
-    "camera_position_offset": Parameter((3,), (0.0, 0.0, 0.0), "added to params.camera_position [m]"),
-    "camera_look_at_offset": Parameter((3,), (0.0, 0.0, 0.0), "added to params.camera_look_at [m]"),
-}
-"""The camera jitter every arm task offers (its ``apply_params`` kernel moves the world's camera)."""
-CAMERA_PARAMS = tuple(CAMERA_VISUALS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,59 +64,11 @@ class ArmParams:
     """Vertical field of view [deg]."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class ArmScene:
-    """The arm on its table with one fixed pinhole RGB-D camera per world (``kind`` names the task's scene)."""
-
-    kind: str
-    joint_count: int = 4
-    link_lengths: tuple[float, ...] = (0.3, 0.25, 0.1)
-    shoulder_height: float = 0.2
-    image_size: int = 64
-
-
-def scene_of(p: ArmParams, kind: str) -> ArmScene:
-    """The scene description of an arm task with parameters ``p``."""
-    return ArmScene(
-        kind=kind,
-        link_lengths=(p.upper_arm_length, p.forearm_length, p.hand_length),
-        shoulder_height=p.shoulder_height,
-        image_size=p.image_size,
-    )
-
-
 def joint_limits(config) -> tuple[np.ndarray, np.ndarray]:
     """Joint limits [rad]: the action bounds times the action scale (actions are joint targets)."""
     a = config.action
     low, high = np.asarray(a.low) * np.asarray(a.scale), np.asarray(a.high) * np.asarray(a.scale)
     return np.minimum(low, high), np.maximum(low, high)
-
-
-def check_arm(config, task: str, action_dim: int) -> None:
-    """ValueError naming an arm or camera parameter, or action bounds, that the arm cannot take."""
-    p = config.params
-    if len(p.home_q) != 4:
-        raise ValueError(f"params.home_q = {p.home_q!r}: expected 4 values")
-    check_pose(p.camera_position, p.camera_look_at, "params.camera_position", "params.camera_look_at")
-    if len(config.action.low) != action_dim:
-        raise ValueError(
-            f"action.low = {list(config.action.low)}: {task} has {action_dim} joints; "
-            "give one bound (and scale) per joint"
-        )
-    lo, hi = joint_limits(config)
-    home = np.asarray(p.home_q)
-    if not ((lo <= home - p.reset_noise) & (home + p.reset_noise <= hi)).all():
-        raise ValueError(
-            f"params.home_q {p.home_q} +- reset_noise {p.reset_noise} must lie within the joint limits "
-            f"(action bounds times scale) {lo.tolist()} .. {hi.tolist()}"
-        )
-
-
-def image_fields(p: ArmParams) -> dict[str, tuple[tuple[int, ...], str]]:
-    """``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S = ``params.image_size``; none when
-    ``params.render`` is false (the camera is off)."""
-    s = p.image_size
-    return {"rgb": ((s, s, 3), "uint8"), "depth": ((s, s), "float32")} if p.render else {}
 
 
 def add_table(builder, p: ArmParams, *, cfg=None) -> tuple[int, int]:
@@ -234,34 +175,6 @@ def add_arm(builder, p: ArmParams, config, limits=None) -> tuple[int, int]:
     return hand_shape, tip_shape
 
 
-def per_world(labels, name: str, n: int, device) -> wp.array:
-    """The index of the entry labelled ``name`` in each of the ``n`` worlds, int32 [N] (``replicate()`` adds the
-    worlds in order, so the i-th match belongs to world i)."""
-    found = np.flatnonzero(np.array([label.rsplit("/", 1)[-1] for label in labels]) == name)
-    assert len(found) == n, (name, len(found), n)
-    return wp.array(found.astype(np.int32), device=device)
-
-
-def make_camera(p: ArmParams, config, model, n: int) -> tuple[WorldCameras, dict]:
-    """Every world's camera and the calibration the task contributes (``{"cameras": {"front": ...}}``)."""
-    randomized = any(r.name in CAMERA_PARAMS for r in config.randomize)
-    camera = WorldCameras(
-        model, n, p.image_size, p.camera_fov, p.camera_position, p.camera_look_at, background=BACKGROUND
-    )
-    calibration = {"cameras": {"front": camera.calibration(randomized=randomized)}}
-    if randomized:
-        calibration["cameras"]["front"]["randomized"] = (
-            "camera_to_world of an episode: the camera at params.camera_position + its camera_position_offset "
-            "looking at params.camera_look_at + its camera_look_at_offset"
-        )
-    return camera, calibration
-
-
-def moves_camera(config) -> int:
-    """1 when the config randomizes the camera's pose (the apply kernels then move it), else 0."""
-    return int(any(r.name in CAMERA_PARAMS for r in config.randomize))
-
-
 def arm_expert(world, p: ArmParams, kernel, extra: list, observed: tuple[str, ...]):
     """A scripted policy that launches ``kernel`` over the worlds with the arm's geometry (shoulder height, the
     three link lengths), the ``extra`` values, the action bounds and scale, then the ``observed`` fields."""
@@ -280,48 +193,6 @@ def arm_expert(world, p: ArmParams, kernel, extra: list, observed: tuple[str, ..
         return action
 
     return act
-
-
-class ArmTask(Task):
-    """What the arm tasks share: the scene description, the observation's images, the arm's buffers and camera
-    (:meth:`bind_arm`) and the joint position targets (:meth:`apply_action`). Subclasses set ``scene_kind``."""
-
-    scene_kind: ClassVar[str]
-
-    def make_scene(self) -> ArmScene:
-        return scene_of(self.params, self.scene_kind)
-
-    def observation_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
-        """``spec.extra_fields``, then ``rgb`` uint8 [S, S, 3] and ``depth`` float32 [S, S] [m], S =
-        ``params.image_size``."""
-        return {**self.spec.extra_fields, **image_fields(self.params)}
-
-    def bind_arm(self, world) -> dict:
-        """The hand body, the home pose, the joint targets' view and the camera (none when ``params.render`` is
-        false: then ``images`` is empty and only the camera's poses are kept, for the apply kernels); returns
-        the camera's calibration (empty without a camera)."""
-        p, n = self.params, world.num_envs
-        self.ee_body = per_world(world.model.body_label, "hand", n, world.device)
-        self.home_q = wp.array(np.asarray(p.home_q, np.float32), device=world.device)
-        self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
-        if not p.render:
-            self.camera, self.images = None, {}
-            self.camera_transforms = wp.zeros(n, dtype=wp.transformf, device=world.device)
-            return {}
-        self.camera, calibration = make_camera(p, self.config, world.model, n)
-        self.images = {"rgb": self.camera.rgb, "depth": self.camera.depth}
-        """The image fields the task contributes: ``rgb`` and ``depth``, or none without a camera."""
-        self.camera_transforms = self.camera.transforms
-        return calibration
-
-    def apply_action(self, world) -> None:
-        wp.launch(
-            kernels.apply_action_kernel,
-            dim=world.executed_action.shape,
-            inputs=[world.action_scale, world.executed_action],
-            outputs=[self.joint_target_q],
-            device=world.device,
-        )
 
 
 _SCENE_ARGS = (
