@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import newton
@@ -43,16 +42,6 @@ class _FromWorld:
         raise AttributeError(f"VectorEnv.{self.name} is read-only (it is env.world.{self.name})")
 
 
-@contextlib.contextmanager
-def _said_once_built():
-    """The warnings building an env raises (how its model was placed and stepped, what it holds that is not
-    simulated), said once it is built: an env that cannot be built says only why."""
-    with warnings.catch_warnings(record=True) as said:
-        yield
-    for w in said:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-
 class VectorEnv:
     """``N`` environments of one task, stepped together on one device.
 
@@ -72,7 +61,7 @@ class VectorEnv:
         device = wp.get_device(config.device)
 
         check_solver(config, task.spec.has_contacts)  # before the model is built (and says anything)
-        with wp.ScopedDevice(device), _said_once_built():
+        with wp.ScopedDevice(device):
             builder = newton.ModelBuilder()
             if config.solver.name == "mujoco":
                 newton.solvers.SolverMuJoCo.register_custom_attributes(builder)
