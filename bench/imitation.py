@@ -75,15 +75,15 @@ def head_outputs(head: str, chunk: int, mixtures: int) -> int:
     return chunk if head == "mse" else mixtures * (2 * chunk + 1)
 
 
-def split_mixture(out, mixtures: int, chunk: int):
+def split_mixture(out, mixtures: int, chunk: int, log_std_min: float = LOG_STD[0]):
     """The mixture head's output ``[W, K * (2 * chunk + 1)]`` as ``(logits [W, K], mean [W, K, chunk], log_std [W,
-    K, chunk])``, the log standard deviations bounded to :data:`LOG_STD`."""
+    K, chunk])``, the log standard deviations bounded to [``log_std_min``, :data:`LOG_STD`'s upper bound]."""
     logits = out[:, :mixtures]
     rest = out[:, mixtures:].view(-1, mixtures, 2, chunk)
-    return logits, rest[:, :, 0], rest[:, :, 1].clamp(*LOG_STD)
+    return logits, rest[:, :, 0], rest[:, :, 1].clamp(log_std_min, LOG_STD[1])
 
 
-def mixture_nll(out, y, mask, mixtures: int):
+def mixture_nll(out, y, mask, mixtures: int, log_std_min: float = LOG_STD[0]):
     """The mixture head's loss: the negative log likelihood of each window's chunk ``y`` [W, H, A] under its mixture
     of ``mixtures`` diagonal Gaussians over the whole flattened chunk, the values where ``mask`` [W, H] is false (the
     padded steps) left out of every component's density; per real value, averaged over the windows."""
@@ -92,7 +92,7 @@ def mixture_nll(out, y, mask, mixtures: int):
     import torch
 
     windows, horizon, actions = y.shape
-    logits, mean, log_std = split_mixture(out, mixtures, horizon * actions)
+    logits, mean, log_std = split_mixture(out, mixtures, horizon * actions, log_std_min)
     keep = mask.unsqueeze(-1).expand(-1, -1, actions).reshape(windows, 1, -1).float()
     z = (y.reshape(windows, 1, -1) - mean) * torch.exp(-log_std)
     per_value = 0.5 * z.square() + log_std + 0.5 * math.log(2 * math.pi)
@@ -269,7 +269,7 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
         else:
             rows = torch.randint(windows, (args.batch,), generator=generator)
         if args.head == "gmm":
-            loss = mixture_nll(model(x[rows]), y[rows], mask[rows] > 0, args.mixtures)
+            loss = mixture_nll(model(x[rows]), y[rows], mask[rows] > 0, args.mixtures, args.log_std_min)
         else:
             error = (model(x[rows]).view(-1, horizon, actions) - y[rows]).square().mean(-1)
             loss = (error * mask[rows]).sum() / mask[rows].sum().clamp(min=1)
@@ -411,6 +411,12 @@ def main(argv=None) -> int:
         "Gaussians over the whole chunk fit by negative log likelihood (executed: the most probable one's mean)",
     )
     parser.add_argument("--mixtures", type=int, default=5, help="--head gmm: the mixture's components")
+    parser.add_argument(
+        "--log-std-min",
+        type=float,
+        default=LOG_STD[0],
+        help="--head gmm: the floor of each component's log standard deviation (of normalized actions) in training",
+    )
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
@@ -466,6 +472,8 @@ def main(argv=None) -> int:
         parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
     if args.label_steps == "expert" and args.mix:
         parser.error(f"--mix {args.mix} does not apply to --label-steps expert (its rollouts are the learner's alone)")
+    if not LOG_STD[0] <= args.log_std_min < LOG_STD[1]:
+        parser.error(f"--log-std-min {args.log_std_min}: expected a value in [{LOG_STD[0]}, {LOG_STD[1]})")
     if args.rollout_share is not None and not 0.0 < args.rollout_share < 1.0:
         parser.error(f"--rollout-share {args.rollout_share}: expected a share strictly between 0 and 1")
     for flag in ("label_every", "relabel_envs", "label_until", "mixtures"):
@@ -537,6 +545,7 @@ def main(argv=None) -> int:
     labels = args.label_steps + (f", every {args.label_every} frames" if args.label_steps == "expert" else "")
     labels += ", segment windows" if args.label_steps == "expert" and args.segment_windows else ""
     labels += f"; head: mixture of {args.mixtures} Gaussians" if args.head == "gmm" else ""
+    labels += f", log std >= {args.log_std_min:g}" if args.head == "gmm" and args.log_std_min != LOG_STD[0] else ""
     md = f"## push: behaviour cloning against demos, then DAgger (cpu, {args.episodes} episodes a point, "
     md += f"rollout labels: {labels})\n\n"
     md += table(rows, columns(args)) + "\n\n" + verdict["text"]
