@@ -16,7 +16,8 @@ fixed budget of ``--train-steps`` Adam steps whatever N (on ``--threads`` torch 
 (the default) outputs the chunk, fit by mean squared error; ``--head gmm`` a mixture of ``--mixtures`` Gaussians with
 diagonal covariances over the whole flattened chunk, fit by negative log likelihood (the padded steps out of every
 component's density; its ``final_loss`` is that likelihood per real value, not comparable with the squared error),
-executed as the mean of the most probable component, so that the expert's several modes at one state are not averaged.
+executed as the mean of the most probable component, so that the expert's several modes at one state are not averaged
+(``--log-std-min``: the floor of the components' log standard deviations in training).
 
 Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
 the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
