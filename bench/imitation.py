@@ -12,7 +12,12 @@ reads the state fields proprio, cube_pose, cube_velocity and goal_position.
 Behaviour cloning: an MLP (``--hidden`` units, two layers) from ``--history`` frames of the state fields to a
 chunk of ``--horizon`` actions, trained on ``forge_gpu.reading.WindowMapDataset(pad=True)`` windows (padded actions
 masked out of the loss), inputs and targets normalized with ``forge_gpu.reading.normalization`` of the run, for a
-fixed budget of ``--train-steps`` Adam steps whatever N (on ``--threads`` torch threads).
+fixed budget of ``--train-steps`` Adam steps whatever N (on ``--threads`` torch threads). The head: ``--head mse``
+(the default) outputs the chunk, fit by mean squared error; ``--head gmm`` a mixture of ``--mixtures`` Gaussians with
+diagonal covariances over the whole flattened chunk, fit by negative log likelihood (the padded steps out of every
+component's density; its ``final_loss`` is that likelihood per real value, not comparable with the squared error),
+executed as the mean of the most probable component, so that the expert's several modes at one state are not averaged
+(``--log-std-min``: the floor of the components' log standard deviations in training).
 
 Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
 the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
@@ -60,6 +65,43 @@ LABEL = "expert_action"
 # --- the policy --------------------------------------------------------------------------------------------------
 
 
+LOG_STD = (-7.0, 2.0)
+"""The bounds of the mixture head's log standard deviations (of normalized actions): a floor keeps the likelihood
+finite."""
+
+
+def head_outputs(head: str, chunk: int, mixtures: int) -> int:
+    """The MLP's outputs for a chunk of ``chunk`` flat action values: the chunk itself (``mse``), or per component
+    of the mixture a mean, a log standard deviation per value and a logit (``gmm``)."""
+    return chunk if head == "mse" else mixtures * (2 * chunk + 1)
+
+
+def split_mixture(out, mixtures: int, chunk: int, log_std_min: float = LOG_STD[0]):
+    """The mixture head's output ``[W, K * (2 * chunk + 1)]`` as ``(logits [W, K], mean [W, K, chunk], log_std [W,
+    K, chunk])``, the log standard deviations bounded to [``log_std_min``, :data:`LOG_STD`'s upper bound]."""
+    logits = out[:, :mixtures]
+    rest = out[:, mixtures:].view(-1, mixtures, 2, chunk)
+    return logits, rest[:, :, 0], rest[:, :, 1].clamp(log_std_min, LOG_STD[1])
+
+
+def mixture_nll(out, y, mask, mixtures: int, log_std_min: float = LOG_STD[0]):
+    """The mixture head's loss: the negative log likelihood of each window's chunk ``y`` [W, H, A] under its mixture
+    of ``mixtures`` diagonal Gaussians over the whole flattened chunk, the values where ``mask`` [W, H] is false (the
+    padded steps) left out of every component's density; per real value, averaged over the windows."""
+    import math
+
+    import torch
+
+    windows, horizon, actions = y.shape
+    logits, mean, log_std = split_mixture(out, mixtures, horizon * actions, log_std_min)
+    keep = mask.unsqueeze(-1).expand(-1, -1, actions).reshape(windows, 1, -1).float()
+    z = (y.reshape(windows, 1, -1) - mean) * torch.exp(-log_std)
+    per_value = 0.5 * z.square() + log_std + 0.5 * math.log(2 * math.pi)
+    log_component = -(per_value * keep).sum(-1) + torch.log_softmax(logits, -1)  # [W, K]
+    nll = -torch.logsumexp(log_component, -1)
+    return nll.sum() / keep.sum().clamp(min=1)
+
+
 def build_model(inputs: int, outputs: int, hidden: int):
     import torch
 
@@ -74,8 +116,9 @@ def build_model(inputs: int, outputs: int, hidden: int):
 
 class Chunker:
     """The trained MLP as a torch policy: ``fn(observation) -> [N, horizon, A]`` actions from ``history`` frames of
-    the state fields (``[N, history, ...]`` each, oldest first), normalized as in training. ``history`` and
-    ``chunk`` are the attributes forge_gpu's torch policies read."""
+    the state fields (``[N, history, ...]`` each, oldest first), normalized as in training; with the mixture head,
+    the mean of the most probable component. ``history`` and ``chunk`` are the attributes forge_gpu's torch
+    policies read."""
 
     def __init__(self, checkpoint: dict, device):
         import torch
@@ -83,7 +126,9 @@ class Chunker:
         self.history = checkpoint["history"]
         self.chunk = checkpoint["horizon"]
         self.actions = checkpoint["actions"]
-        self.model = build_model(checkpoint["inputs"], self.chunk * self.actions, checkpoint["hidden"]).to(device)
+        self.head, self.mixtures = checkpoint.get("head", "mse"), checkpoint.get("mixtures", 1)
+        outputs = head_outputs(self.head, self.chunk * self.actions, self.mixtures)
+        self.model = build_model(checkpoint["inputs"], outputs, checkpoint["hidden"]).to(device)
         self.model.load_state_dict(checkpoint["model"])
         self.model.eval()
         as_tensor = lambda key: torch.as_tensor(checkpoint[key], dtype=torch.float32, device=device)  # noqa: E731
@@ -95,7 +140,11 @@ class Chunker:
 
         frames = torch.cat([observation[f].reshape(*observation[f].shape[:2], -1) for f in FIELDS], dim=-1)
         x = ((frames - self.center) / self.scale).flatten(1)
-        out = self.model(x).view(-1, self.chunk, self.actions)
+        out = self.model(x)
+        if self.head == "gmm":  # deterministic: the mean of each window's most probable component
+            logits, mean, _ = split_mixture(out, self.mixtures, self.chunk * self.actions)
+            out = mean[torch.arange(len(out), device=out.device), logits.argmax(-1)]
+        out = out.view(-1, self.chunk, self.actions)
         return out * self.action_scale + self.action_center
 
 
@@ -206,7 +255,7 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
     x = ((obs - center) / scale).flatten(1)
     y = (action - action_center) / action_scale
     windows, horizon, actions = y.shape
-    model = build_model(x.shape[1], horizon * actions, args.hidden)
+    model = build_model(x.shape[1], head_outputs(args.head, horizon * actions, args.mixtures), args.hidden)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.train_steps)
     generator = torch.Generator().manual_seed(seed)
@@ -220,8 +269,11 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
             rows = torch.cat([torch.randint(first, (args.batch - from_rest,), generator=generator), rest])
         else:
             rows = torch.randint(windows, (args.batch,), generator=generator)
-        error = (model(x[rows]).view(-1, horizon, actions) - y[rows]).square().mean(-1)
-        loss = (error * mask[rows]).sum() / mask[rows].sum().clamp(min=1)
+        if args.head == "gmm":
+            loss = mixture_nll(model(x[rows]), y[rows], mask[rows] > 0, args.mixtures, args.log_std_min)
+        else:
+            error = (model(x[rows]).view(-1, horizon, actions) - y[rows]).square().mean(-1)
+            loss = (error * mask[rows]).sum() / mask[rows].sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -232,6 +284,8 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
         "model": model.state_dict(),
         "inputs": x.shape[1],
         "hidden": args.hidden,
+        "head": args.head,
+        "mixtures": args.mixtures,
         "history": obs.shape[1],
         "horizon": horizon,
         "actions": actions,
@@ -350,6 +404,20 @@ def main(argv=None) -> int:
     parser.add_argument("--horizon", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--train-steps", type=int, default=10000, help="Adam steps per training, whatever N")
+    parser.add_argument(
+        "--head",
+        choices=["mse", "gmm"],
+        default="mse",
+        help="the policy's output: one chunk fit by mean squared error, or a mixture of --mixtures diagonal "
+        "Gaussians over the whole chunk fit by negative log likelihood (executed: the most probable one's mean)",
+    )
+    parser.add_argument("--mixtures", type=int, default=5, help="--head gmm: the mixture's components")
+    parser.add_argument(
+        "--log-std-min",
+        type=float,
+        default=LOG_STD[0],
+        help="--head gmm: the floor of each component's log standard deviation (of normalized actions) in training",
+    )
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
@@ -405,9 +473,11 @@ def main(argv=None) -> int:
         parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
     if args.label_steps == "expert" and args.mix:
         parser.error(f"--mix {args.mix} does not apply to --label-steps expert (its rollouts are the learner's alone)")
+    if not LOG_STD[0] <= args.log_std_min < LOG_STD[1]:
+        parser.error(f"--log-std-min {args.log_std_min}: expected a value in [{LOG_STD[0]}, {LOG_STD[1]})")
     if args.rollout_share is not None and not 0.0 < args.rollout_share < 1.0:
         parser.error(f"--rollout-share {args.rollout_share}: expected a share strictly between 0 and 1")
-    for flag in ("label_every", "relabel_envs", "label_until"):
+    for flag in ("label_every", "relabel_envs", "label_until", "mixtures"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")
     torch.set_num_threads(args.threads)
@@ -475,6 +545,8 @@ def main(argv=None) -> int:
     verdict = dagger_verdict(rows, args.execution[0])
     labels = args.label_steps + (f", every {args.label_every} frames" if args.label_steps == "expert" else "")
     labels += ", segment windows" if args.label_steps == "expert" and args.segment_windows else ""
+    labels += f"; head: mixture of {args.mixtures} Gaussians" if args.head == "gmm" else ""
+    labels += f", log std >= {args.log_std_min:g}" if args.head == "gmm" and args.log_std_min != LOG_STD[0] else ""
     md = f"## push: behaviour cloning against demos, then DAgger (cpu, {args.episodes} episodes a point, "
     md += f"rollout labels: {labels})\n\n"
     md += table(rows, columns(args)) + "\n\n" + verdict["text"]

@@ -402,3 +402,51 @@ def test_imitation_smoke_with_the_experts_own_chunks(tmp_path):
     assert calls == 8 * frames and 0 < frames <= 2 * 10, calls  # 2 rollouts of at most 20 steps, t % 2 == 0
     assert dagger["windows"] > bc["windows"] + frames, (bc, dagger)
     check_figures(dagger, {"open_loop_eval_s": True, "train_s": True})
+
+
+def test_imitation_mixture_head_holds_two_modes():
+    """bench/imitation.py's --head gmm: the padded steps do not enter the likelihood; fit to chunks that are +1 or -1
+    at random for the same observation, the policy executes one of the two (the most probable component's mean),
+    where the squared-error head averages them to about 0."""
+    torch = pytest.importorskip("torch")
+    module = load_script(BENCH / "imitation.py", "bench_imitation_gmm")
+    horizon, actions, mixtures = 4, 2, 3
+    torch.manual_seed(0)
+    out = torch.randn(5, module.head_outputs("gmm", horizon * actions, mixtures))
+    y, mask = torch.randn(5, horizon, actions), torch.ones(5, horizon, dtype=torch.bool)
+    mask[:, 2:] = False
+    changed = y.clone()
+    changed[:, 2:] += 100.0  # only the padded steps differ
+    loss = module.mixture_nll(out, y, mask, mixtures)
+    assert torch.isfinite(loss) and torch.equal(loss, module.mixture_nll(out, changed, mask, mixtures))
+    assert not torch.equal(loss, module.mixture_nll(out, y, torch.ones_like(mask), mixtures))
+
+    sizes = {"proprio": 3, "cube_pose": 2, "cube_velocity": 1, "goal_position": 1}  # 7 inputs a frame
+    x = torch.randn(8, 2 * sum(sizes.values())).repeat(64, 1)  # 8 observations, each seen 64 times
+    target = torch.tensor([1.0, -1.0]).repeat_interleave(256).view(512, 1, 1).expand(-1, horizon, actions)
+    executed = {}
+    for head in ("mse", "gmm"):
+        model = module.build_model(x.shape[1], module.head_outputs(head, horizon * actions, mixtures), 32)
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        for _ in range(300):
+            if head == "gmm":
+                loss = module.mixture_nll(model(x), target, torch.ones(512, horizon, dtype=torch.bool), mixtures)
+            else:
+                loss = (model(x).view(-1, horizon, actions) - target).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        zeros = {"center": torch.zeros(7), "scale": torch.ones(7)}
+        checkpoint = {"model": model.state_dict(), "inputs": x.shape[1], "hidden": 32, "history": 2, "head": head,
+                      "mixtures": mixtures, "horizon": horizon, "actions": actions, **zeros,
+                      "action_center": torch.zeros(actions), "action_scale": torch.ones(actions)}  # fmt: skip
+        policy = module.Chunker(checkpoint, "cpu")
+        frames = x[:64].view(64, 2, 7)
+        observation, at = {}, 0
+        for field, size in sizes.items():
+            observation[field] = frames[:, :, at : at + size]
+            at += size
+        executed[head] = policy(observation)
+        assert executed[head].shape == (64, horizon, actions)
+    assert executed["mse"].abs().mean() < 0.5, executed["mse"]
+    assert (executed["gmm"].abs() - 1.0).abs().max() < 0.25, executed["gmm"]
