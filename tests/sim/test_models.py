@@ -241,3 +241,24 @@ def test_the_cli_says_each_model_warning_as_one_line(tmp_path, capsys):
     said = [line for line in err if "not simulated" in line]
     assert len(said) == 1 and said[0].startswith("forge-gpu: warning: ") and "'hip_angle'" in said[0], err
     assert not any("ModelWarning" in line or "warnings.warn" in line for line in err), err
+
+
+def test_an_actuator_on_a_tendon_is_refused_by_the_default_action_in_one_line(tmp_path, capsys):
+    """MuJoCo Warp would drive a tendon actuator, but the action's columns are joints: the default action (the
+    model's own actuators) names it in one line instead of dropping it."""
+    from forge_gpu.cli import main
+
+    tendon = '  <tendon>\n    <fixed name="hips">\n      <joint joint="fl_hip" coef="1"/>\n    </fixed>\n  </tendon>\n'
+    pull = '    <motor name="pull" tendon="hips"/>\n'
+    task = _copy(
+        tmp_path,
+        "servo_dog",
+        model_edit=lambda m: m.replace("  <actuator>\n", tendon + "  <actuator>\n" + pull),
+    )
+    with pytest.raises(ValueError) as error:
+        forge_gpu.sim.make(str(task), num_envs=2, device="cpu")
+    message = str(error.value)
+    assert "\n" not in message and "'pull'" in message and "a tendon" in message, message
+    assert main(["tasks", str(task)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'pull'" in err[0], err
