@@ -432,7 +432,7 @@ def main(argv=None) -> int:
         "label alone, or the expert's own chunk rolled forward from the window's state",
     )
     parser.add_argument(
-        "--label-every", type=int, default=4, help="--label-steps expert: label the rollout frames t % K == 0"
+        "--label-every", type=int, default=4, help="--label-steps expert: label the rollout frames t %% K == 0"
     )
     parser.add_argument(
         "--segment-windows",

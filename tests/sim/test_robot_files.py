@@ -232,3 +232,33 @@ def test_a_second_robot_walks_the_quadrupeds_task_collected_and_replayed(tmp_pat
     assert manifest["env_spec"]["observation"]["proprio"]["shape"] == [36]  # 3+3+3+8+8+3 (command)+8 (action)
     report = forge_gpu.recording.replay(out, tmp_path / "again", from_="actions", batch=2)
     assert report["episodes"] >= 2 and report["diverged"] == 0
+
+
+def test_a_variant_switches_observation_noise_off_and_a_bad_switch_is_refused(tmp_path):
+    path = _write(tmp_path, "pole_noise")
+    text = path.read_text().replace(
+        'term = "joint_pos"\n[[observations]]', 'term = "joint_pos"\nnoise = 0.2\n[[observations]]', 1
+    )
+    path.write_text(text.replace("[variants.play]\n", "[variants.play]\nobservation_noise = false\n"))
+    observed = {}
+    for variant in ("", "play"):
+        env = forge_gpu.sim.make(str(path), num_envs=2, device="cpu", seed=1, variant=variant)
+        env.reset()
+        result = env.step(np.full((2, 1), 0.3, np.float32))
+        observed[variant] = (result.observation["proprio"].numpy(), env.joint_q.numpy(), set(env.spec["state"]))
+    proprio, q, state = observed[""]
+    assert np.abs(proprio - q).max() > 1e-3 and "observation_noise_key" in state  # noise on: proprio is not q
+    proprio, q, state = observed["play"]
+    assert np.array_equal(proprio, q) and "observation_noise_key" not in state
+    path.write_text(text.replace("num_envs = 2\n", 'num_envs = 2\nobservation_noise = "off"\n'))
+    with pytest.raises(ValueError, match=r'pole_noise\.toml: observation_noise = "off": expected true or false$'):
+        read_task_file(path)
+
+
+def test_a_negated_reference_to_a_text_parameter_is_refused_in_one_line(tmp_path):
+    path = _write(tmp_path, "pole_text")
+    text = path.read_text().replace('term = "alive"\n', 'term = "alive"\nweight = "-params.look"\n', 1)
+    path.write_text(text + '\n[params]\nlook = { value = "red", choices = ["red", "blue"] }\n')
+    with pytest.raises(ValueError, match=r"rewards\[0\]\.weight = '-params\.look': params\.look is 'red', which cannot "
+                       r"be negated$"):  # fmt: skip
+        read_task_file(path)

@@ -216,6 +216,10 @@ def plan_task(params, source: str) -> Plan:
             row = _row(stage, i, entry, library, module, source, joints, body, root_kind, a_coords, command_names,
                        sites=sites, body_names=bodies, target_names=[t["name"] for t in targets])  # fmt: skip
             rows.append(row)
+    if not isinstance(params.observation_noise, bool):
+        raise ValueError(f"{source}: observation_noise = {shown(params.observation_noise)}: expected true or false")
+    if not params.observation_noise:
+        rows = [dataclasses.replace(r, noise=False) for r in rows]
     proprio = sum(r.width for r in rows if r.stage == "observations" and r.group == POLICY)
     groups: dict[str, int] = {}
     for r in rows:

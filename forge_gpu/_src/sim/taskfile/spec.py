@@ -28,6 +28,7 @@ from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
     "instruction_template", "expert", "module", "environment_state", "targets", "shape_colors", "palette", "objects",
+    "observation_noise",
 )  # fmt: skip
 """The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
@@ -64,6 +65,9 @@ class FileParams:
     environment_state: list | None = None
     """The observation fields of LeRobot's ``observation.environment_state``, in order (``[]``: none; absent: every
     vector field but ``proprio``); the env spec's ``environment_state``."""
+    observation_noise: bool = True
+    """``observation_noise = false`` switches every observation's ``noise`` off (a ``play`` variant's evaluation
+    without corruption); the ``noise`` values are still checked."""
     targets: dict = field(default_factory=dict)
     """``[targets.NAME]``: points drawn at every reset (``plan.target_entries``), read by the target terms and
     recorded as state ``NAME_pos``."""
@@ -222,7 +226,14 @@ def resolve_references(value, values: dict, where: str, source: str):
     if name not in values:
         held = ", ".join(values) or "none"
         raise ValueError(f"{source}: {where} = {value!r}: no such parameter; the file's [params] are {held}")
-    return -values[name] if value.startswith("-") else values[name]
+    if not value.startswith("-"):
+        return values[name]
+    found = values[name]
+    if isinstance(found, list) and all(_number(v) for v in found):
+        return [-v for v in found]
+    if not _number(found):
+        raise ValueError(f"{source}: {where} = {value!r}: params.{name} is {found!r}, which cannot be negated")
+    return -found
 
 
 def resolved(params: FileParams, source: str) -> FileParams:
