@@ -36,11 +36,7 @@ def vector_fields(layout: Mapping, labels: Sequence[str] = ()) -> list[str]:
     return [
         f
         for f, (shape, _) in layout.items()
-        if f not in BOOKKEEPING_FIELDS
-        and f != STATE_FIELD
-        and f not in cameras
-        and f not in labels
-        and len(shape) <= 1
+        if f not in BOOKKEEPING_FIELDS and f != STATE_FIELD and f not in cameras and f not in labels and len(shape) <= 1
     ]
 
 
