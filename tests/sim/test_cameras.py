@@ -20,6 +20,7 @@ ROBOT = f"""
 [model]
 file = "{PANDA}"
 ground = true
+contacts = false
 
 [action]
 kind = "position"
@@ -27,6 +28,9 @@ joints = ["joint*"]
 scale = 0.3
 stiffness = 400.0
 damping = 40.0
+
+control_dt = 0.02
+substeps = 10
 
 [reset]
 joint_position = 0.3
@@ -111,7 +115,7 @@ def test_the_mounted_camera_is_the_bodys_pose_times_camera_to_body(recorded):
     env.step(np.random.default_rng(0).uniform(-1, 1, env.action_input.shape).astype(np.float32))
     wrist = next(c for c in env.task.file_cameras.all if c.name == "wrist")
     entry = forge_gpu.formats.read_manifest(run)["calibration"]["cameras"]["wrist"]
-    body_q = env.world.state_fields["body_q"].numpy()  # [N, bodies, 7]
+    body_q = env.state_fields["body_q"].numpy()  # [N, bodies, 7]
     expected = mounted_camera_to_world(entry, body_q)  # one world per row, OpenCV axes
     got = wrist.cameras.transforms.numpy()  # [N, 7]: Newton's camera frame (OpenGL axes)
     for w in range(2):
