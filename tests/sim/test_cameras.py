@@ -17,6 +17,9 @@ from forge_gpu._src.sim.taskfile.spec import resolved
 PANDA = Path(__file__).resolve().parents[2] / "configs" / "robots" / "panda" / "panda.xml"
 
 ROBOT = f"""
+control_dt = 0.02
+substeps = 10
+
 [model]
 file = "{PANDA}"
 ground = true
@@ -28,9 +31,6 @@ joints = ["joint*"]
 scale = 0.3
 stiffness = 400.0
 damping = 40.0
-
-control_dt = 0.02
-substeps = 10
 
 [reset]
 joint_position = 0.3
