@@ -658,7 +658,6 @@ class FileCamera:
         if camera["depth"]:
             self.fields[depth] = self.cameras.depth
         entry = self.cameras.calibration(randomized=camera["follow"] >= 0 or mounted or jittered)
-        entry["fields"] = list(self.fields)
         if jittered:
             entry["randomized"] = (
                 "camera_to_world of an episode: the camera at position + its camera_position_offset looking at "
