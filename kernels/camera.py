@@ -9,10 +9,16 @@ import warp as wp
 
 @wp.func
 def look_at_transform(eye: wp.vec3, look_at: wp.vec3) -> wp.transform:
-    """The camera frame in Newton's (OpenGL) convention at ``eye`` looking at ``look_at``, image up toward +z:
-    columns right, up, backward (``reach.camera_to_world`` with y and z flipped)."""
+    """The camera frame in Newton's (OpenGL) convention at ``eye`` looking at ``look_at``, image up toward +z."""
+    return look_at_up_transform(eye, look_at, wp.vec3(0.0, 0.0, 1.0))
+
+
+@wp.func
+def look_at_up_transform(eye: wp.vec3, look_at: wp.vec3, up_direction: wp.vec3) -> wp.transform:
+    """The camera frame in Newton's (OpenGL) convention at ``eye`` looking at ``look_at``, image up toward
+    ``up_direction``: columns right, up, backward (``tasks/camera.camera_to_world`` with y and z flipped)."""
     forward = wp.normalize(look_at - eye)
-    right = wp.normalize(wp.cross(forward, wp.vec3(0.0, 0.0, 1.0)))
+    right = wp.normalize(wp.cross(forward, up_direction))
     up = -wp.cross(forward, right)
     rotation = wp.mat33(
         right[0], up[0], -forward[0],

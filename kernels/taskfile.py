@@ -5,7 +5,7 @@ the randomized reset. Their observation, reward and termination kernel is genera
 
 import warp as wp
 
-from .camera import jittered_camera, look_at_transform
+from .camera import look_at_up_transform
 from .randomize import set_mass
 from .rng import STREAM_RESET, env_rng
 
@@ -374,6 +374,7 @@ def jitter_camera_kernel(
     # Model:
     camera_position: wp.vec3,
     camera_look_at: wp.vec3,
+    camera_up: wp.vec3,
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     camera_position_offset_in: wp.array2d[float],
@@ -381,12 +382,14 @@ def jitter_camera_kernel(
     # Data out:
     camera_transform_out: wp.array[wp.transform],
 ):
-    """The camera of the worlds that reset at its position and look-at plus the drawn offsets [m]."""
+    """The camera of the worlds that reset at its position and look-at plus the drawn offsets [m], image up toward
+    ``camera_up``."""
     worldid = wp.tid()
     if reset_mask_in[worldid]:
-        camera_transform_out[worldid] = jittered_camera(
-            camera_position, camera_look_at, camera_position_offset_in[worldid], camera_look_at_offset_in[worldid]
-        )
+        p, a = camera_position_offset_in[worldid], camera_look_at_offset_in[worldid]
+        eye = camera_position + wp.vec3(p[0], p[1], p[2])
+        look = camera_look_at + wp.vec3(a[0], a[1], a[2])
+        camera_transform_out[worldid] = look_at_up_transform(eye, look, camera_up)
 
 
 @wp.kernel
@@ -439,16 +442,33 @@ def follow_camera_kernel(
     body: int,
     position: wp.vec3,
     look_at: wp.vec3,
+    up: wp.vec3,
     # Data in:
     body_q_in: wp.array2d[wp.transform],
     # Data out:
     camera_out: wp.array[wp.transformf],
 ):
     """A task file's camera that follows a body: at ``position`` looking at ``look_at``, both offsets from the
-    body's position [m] (its orientation ignored), in Newton's camera convention."""
+    body's position [m] (its orientation ignored), image up toward ``up``, in Newton's camera convention."""
     worldid = wp.tid()
     p = wp.transform_get_translation(body_q_in[worldid, body])
-    camera_out[worldid] = look_at_transform(p + position, p + look_at)
+    camera_out[worldid] = look_at_up_transform(p + position, p + look_at, up)
+
+
+@wp.kernel
+def mount_camera_kernel(
+    # Model:
+    body: int,
+    camera_to_body: wp.transform,
+    # Data in:
+    body_q_in: wp.array2d[wp.transform],
+    # Data out:
+    camera_out: wp.array[wp.transformf],
+):
+    """A task file's camera mounted on a body: its pose in the body's frame (Newton's camera convention) carried
+    by the body's position and orientation."""
+    worldid = wp.tid()
+    camera_out[worldid] = wp.transform_multiply(body_q_in[worldid, body], camera_to_body)
 
 
 @wp.kernel

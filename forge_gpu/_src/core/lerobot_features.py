@@ -6,22 +6,23 @@
   declares them (``env_spec["environment_state"]``: a list of field names, written into run.json); a spec without
   the key takes every vector or scalar observation field but ``proprio``, the bookkeeping fields and the cameras,
   in the spec's order. An empty list: no environment state.
-- ``observation.images.<camera>``: each camera field (``rgb``), LeRobot's float CHW in [0, 1].
+- ``observation.images.<field>``: each camera's image field (``rgb``, a named camera's ``NAME_rgb``: the rule of
+  ``core/cameras.py``), LeRobot's float CHW in [0, 1]. Depth fields are not features.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from forge_gpu._src.core.cameras import image_fields
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
 
 STATE_FIELD = "proprio"
 """The field written as ``observation.state``."""
 STATE = "observation.state"
 ENVIRONMENT_STATE = "observation.environment_state"
-CAMERA_FIELDS = ("rgb",)
-"""The image fields written as ``observation.images.<field>``."""
 IMAGES = "observation.images."
+"""The prefix of a camera's feature: ``observation.images.<its image field>``."""
 SPEC_KEY = "environment_state"
 """The env spec's key (run.json's ``env_spec.environment_state``) through which a task declares its environment
 state."""
@@ -31,14 +32,11 @@ def vector_fields(layout: Mapping, labels: Sequence[str] = ()) -> list[str]:
     """The observation fields that may go to ``observation.environment_state``: vector or scalar fields other than
     ``proprio``, the bookkeeping fields, the cameras and the fields of ``labels``, in the layout's order (``layout``:
     field -> (shape, dtype))."""
+    cameras = image_fields(layout)
     return [
         f
         for f, (shape, _) in layout.items()
-        if f not in BOOKKEEPING_FIELDS
-        and f != STATE_FIELD
-        and f not in CAMERA_FIELDS
-        and f not in labels
-        and len(shape) <= 1
+        if f not in BOOKKEEPING_FIELDS and f != STATE_FIELD and f not in cameras and f not in labels and len(shape) <= 1
     ]
 
 

@@ -9,7 +9,8 @@ Written with pyarrow and PyAV alone (the ``export`` extra: ``pip install "forge-
     meta/episodes/chunk-000/file-000.parquet   one row per episode: length, where its rows and video lie, and
                                          ``params/<name>``: the values it was randomized with (where it was)
     data/chunk-CCC/file-FFF.parquet      the frames, many episodes per file, one row group per episode
-    videos/observation.images.rgb/chunk-CCC/file-FFF.mp4   the camera, episodes one after another
+    videos/observation.images.rgb/chunk-CCC/file-FFF.mp4   a camera, episodes one after another (one folder per
+                                         camera: ``observation.images.<its image field>``, e.g. ``wrist_rgb``)
 
 A forge_gpu episode of T transitions becomes T LeRobot frames: frame t holds ``observation.state`` =
 ``obs/proprio[t]``, ``observation.environment_state`` = the object and goal state (LeRobot's name for it in its own
@@ -17,12 +18,14 @@ simulated datasets, which ACT and diffusion take as input): the other vector obs
 in the spec's order (``cube_pose``, ``cube_velocity``, ``goal_position`` for push; a task may declare them in its spec
 (``core/lerobot_features.py``), ``environment_state`` chooses
 them, an empty list leaves the feature out; label fields, run.json's ``env_spec.labels``, are never among them),
-``observation.images.rgb`` = ``obs/rgb[t]``, ``action`` = the executed action of transition t (with ``target`` a
+``observation.images.rgb`` = ``obs/rgb[t]`` (and ``observation.images.NAME_rgb`` = ``obs/NAME_rgb[t]`` for each
+named camera, ``core/cameras.py``), ``action`` = the executed action of transition t (with ``target`` a
 label field: that label of frame t, e.g. the expert's action for the state of ``collect --label expert``),
 ``next.reward`` = its reward, ``next.done`` = whether it ended the episode (terminated or truncated; true on the
 last frame only) and, for tasks with success, ``next.success`` = terminated;
 ``timestamp = frame_index / fps`` with fps = 1 / control_dt. The episode's last observation (the frame
-after its last transition) has no action and is not a LeRobot frame. ``depth`` is left out: LeRobot v3.0
+after its last transition) has no action and is not a LeRobot frame. ``depth`` (every camera's depth field) is
+left out: LeRobot v3.0
 stores depth as quantized video with its own encoder settings, which this exporter does not write; so is
 the simulator state (``state/``), which LeRobot has no feature for.
 
@@ -44,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from forge_gpu._src.core.cameras import depth_fields, image_fields
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.fields import observation_layout
@@ -51,7 +55,6 @@ from forge_gpu._src.core.files import new_partial, publish
 from forge_gpu._src.core.instructions import factorize
 from forge_gpu._src.core.labels import ACTION_TARGET, label_fields, target_column
 from forge_gpu._src.core.lerobot_features import (
-    CAMERA_FIELDS,
     ENVIRONMENT_STATE,
     declared_environment_state,
     environment_fields,
@@ -89,9 +92,6 @@ def check_video(codec: str, crf: int | None) -> None:
         raise ValueError(f"codec must be one of {list(CODECS)}, got {codec!r}")
     if crf is not None:
         check_int(f"crf for {codec}", crf, minimum=0, maximum=MAX_CRF[codec])
-
-
-LEFT_OUT_FIELDS = ("depth",)
 
 
 def _require_av():
@@ -159,7 +159,7 @@ def export_lerobot(
     spec = manifest["env_spec"]
     fps = frames_per_second(spec, os.path.join(runs[0].directory, RUN_MANIFEST))
     layout = observation_layout(spec)
-    cameras = [f for f in CAMERA_FIELDS if f in layout]
+    cameras = image_fields(layout)
     for camera in cameras:
         height, width = layout[camera][0][:2]
         if height % 2 or width % 2 or layout[camera][1] != np.uint8 or layout[camera][0][2:] != (3,):
@@ -231,7 +231,7 @@ def export_lerobot(
         "files": len(parts),
         "codec": codec,
         "workers": len(jobs),
-        "left_out": [f for f in LEFT_OUT_FIELDS if f in layout],
+        "left_out": depth_fields(layout),
         "environment_state": state_fields,
         "target": target,
     }

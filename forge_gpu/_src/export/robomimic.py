@@ -6,7 +6,8 @@ Written with h5py (the ``export`` extra). robomimic's layout:
     data/demo_N               attrs: num_samples (T), ep_meta (JSON: {"lang": the episode's instruction}, as
                               robocasa's robomimic files hold it), forge_gpu_env_id, forge_gpu_episode_id, and
                               params/<name>: the values the episode was randomized with (where it was)
-      obs/<field>             [T, ...] observation before each transition (proprio, rgb, depth)
+      obs/<field>             [T, ...] observation before each transition (proprio, rgb, depth; a named camera's
+                              NAME_rgb and NAME_depth under their field names, core/cameras.py)
       next_obs/<field>        [T, ...] observation after it
       actions [T, A] float32, rewards [T] float32, dones [T] uint8 (1 on the last transition); with ``target``
                               a label field (``collect --label expert``'s ``expert_action``), ``actions`` is that

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from forge_gpu._src.core.cameras import MOUNT_KEY, cameras, frame_layout, image_fields
 from forge_gpu._src.core.codec_specs import RAW, CodecSpec
 from forge_gpu._src.core.dataset import is_dataset, read_dataset_manifest
 from forge_gpu._src.core.episode import EpisodeReadOptions, episode_return, episode_stem, episode_succeeded
+from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.packed import identity as packed_identity
 from forge_gpu._src.formats.registry import format_of
@@ -64,6 +66,7 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
         "episode_return": None if quick else _stats(returns),
         "success_rate": None,
         "fields": _fields(spec, manifest, name=os.path.join(run_dir, RUN_MANIFEST)),
+        "cameras": run_cameras(manifest),
         "state": spec.get("state", {}),
         "params": None if quick else {name: _param_stats(values) for name, values in params.items()},
         "action_shape": spec["action_shape"],
@@ -82,6 +85,25 @@ def inspect_run(run_dir: str | os.PathLike, *, quick: bool = False) -> dict:
             f"if it was killed, run: forge-gpu repair {run_dir}"
         )
     return report
+
+
+def run_cameras(manifest: dict) -> dict[str, dict]:
+    """Each camera of a run (``core/cameras.py``): name -> its fields (``rgb``, ``depth`` or None) and how it is
+    placed (``fixed``, ``follows a body``, ``mounted on BODY``: its calibration's say)."""
+    layout = observation_layout(manifest["env_spec"])
+    calibration = manifest.get("calibration") or {}
+    entries = calibration.get("cameras") if isinstance(calibration, dict) else None
+    out = {}
+    for name, fields in cameras(layout).items():
+        entry = (entries or {}).get(name) or {}
+        if MOUNT_KEY in entry:
+            placed = f"mounted on {entry[MOUNT_KEY].get('body')}"
+        elif "follows" in entry:
+            placed = "follows a body"
+        else:
+            placed = "fixed" if entry else "no calibration"
+        out[name] = {**fields, "placed": placed}
+    return out
 
 
 def success_scope(manifest: dict, published: int) -> str | None:
@@ -240,6 +262,12 @@ def format_report(report: dict) -> str:
         f"  {name:<12} {d.get('shape')} {d.get('dtype')}  codec {CodecSpec.from_json(d['codec'], name=name)}"
         for name, d in report["fields"].items()
     ]
+    if report.get("cameras"):
+        lines.append("cameras:")
+        lines += [
+            f"  {name:<12} {', '.join(f for f in (c['rgb'], c['depth']) if f)}  {c['placed']}"
+            for name, c in report["cameras"].items()
+        ]
     if report.get("state"):
         lines.append("state (every frame):")
         lines += [f"  {name:<12} {d.get('shape')} {d.get('dtype')}" for name, d in report["state"].items()]
@@ -265,18 +293,30 @@ def _figure(value) -> str:
 
 
 def no_frames(episode) -> str | None:
-    """Why ``episode`` has no camera frames to draw (its run stores no ``rgb``: recorded with ``params.render =
-    false`` or a camera off; or every frame is zero: such a run of an older forge_gpu), or None when it has some."""
-    if "rgb" not in episode.obs:
+    """Why ``episode`` has no camera frames to draw (its run stores no camera image, ``rgb`` or a named camera's
+    ``NAME_rgb``: recorded with ``params.render = false`` or its cameras off; or every frame of every camera is
+    zero: such a run of an older forge_gpu), or None when it has some."""
+    images = image_fields(frame_layout(episode.obs))
+    if not images:
         return "the run stores no camera frames (no rgb field: a task without a camera, or params.render = false)"
-    if not (episode.obs["rgb"].any() or episode.next["rgb"].any()):
+    if not any(episode.obs[f].any() or episode.next[f].any() for f in images):
         return "the run's rgb frames are all zero (recorded with params.render = false by an older forge_gpu)"
     return None
 
 
+def camera_strip(episode) -> np.ndarray:
+    """Every frame of an episode's cameras side by side, [T + 1, H, W, 3] uint8: each camera's image in the run's
+    order, the shorter ones padded below with black to the tallest."""
+    frames = [np.concatenate([episode.obs[f], episode.next[f][-1:]]) for f in image_fields(frame_layout(episode.obs))]
+    height = max(f.shape[1] for f in frames)
+    padded = [np.pad(f, ((0, 0), (0, height - f.shape[1]), (0, 0), (0, 0))) for f in frames]
+    return np.concatenate(padded, axis=2)
+
+
 def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None) -> tuple[Path, str]:
-    """Draw one episode: a GIF of its ``rgb`` frames, or, when it has none (:func:`no_frames`), a PNG plot of
-    proprio, actions and reward. Returns the path and what it drew (``"frames"`` or why there are none).
+    """Draw one episode: a GIF of its cameras' frames side by side (:func:`camera_strip`), or, when it has none
+    (:func:`no_frames`), a PNG plot of proprio, actions and reward. Returns the path and what it drew
+    (``"frames"`` or why there are none).
 
     Raises ``LookupError`` when the episode is not in the run.
     """
@@ -304,8 +344,7 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
 
         out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.gif")
         out.parent.mkdir(parents=True, exist_ok=True)
-        frames = np.concatenate([ep.obs["rgb"], ep.next["rgb"][-1:]])
-        images = [Image.fromarray(f) for f in frames]
+        images = [Image.fromarray(f) for f in camera_strip(ep)]
         images[0].save(out, save_all=True, append_images=images[1:], duration=40, loop=0)
         return out, "frames"
     out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.png")

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from forge_gpu._src.core.cameras import cameras, frame_layout
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.files import write_text_atomic
 from forge_gpu._src.reading.inspection import no_frames
@@ -399,9 +400,12 @@ def _episode_media(episode, run: dict, stem: str) -> str:
     t = episode.obs["time"].astype(np.float64)
     reward = chart([{"x": t, "y": episode.reward}], title="reward", xlabel="time [s]", width=260, height=110)
     if no_frames(episode) is None:
-        uri = data_uri(animation(episode, control_dt=run["control_dt"]), "image/webp")
-        what = "rgb | depth" if "depth" in episode.obs else "rgb"
-        return f'<img alt="{stem} {what}" src="{uri}"><span class="muted">{what}</span>{reward}'
+        shown = []
+        for name, fields in cameras(frame_layout(episode.obs)).items():
+            uri = data_uri(animation(episode, control_dt=run["control_dt"], camera=name), "image/webp")
+            what = " | ".join(f for f in (fields["rgb"], fields["depth"]) if f)
+            shown.append(f'<img alt="{stem} {what}" src="{uri}"><span class="muted">{what}</span>')
+        return "<br>".join(shown) + reward
     plots = []
     for name, values in (("proprio", episode.obs.get("proprio")), ("action", episode.action)):
         if values is None:
@@ -614,9 +618,12 @@ def _gray(depth: np.ndarray) -> np.ndarray:
     return np.repeat(np.clip(level, 0, 255)[..., None], 3, axis=-1)
 
 
-def animation(episode, *, control_dt: float | None, max_frames: int = MAX_FRAMES, side: int = MAX_SIDE) -> bytes:
-    """The episode's ``rgb`` frames (and ``depth`` beside them, grey, where the run has it) as an animated WebP: at
-    most ``max_frames`` evenly spread over its T + 1 frames, each side at most ``side`` pixels."""
+def animation(
+    episode, *, control_dt: float | None, camera: str | None = None, max_frames: int = MAX_FRAMES, side: int = MAX_SIDE
+) -> bytes:
+    """A camera's frames of the episode (``camera`` a name of ``core/cameras.py``, by default its first camera:
+    ``rgb``, and its depth beside them, grey, where the run has it) as an animated WebP: at most ``max_frames``
+    evenly spread over its T + 1 frames, each side at most ``side`` pixels."""
     from PIL import Image
 
     steps = episode.steps
@@ -626,9 +633,11 @@ def animation(episode, *, control_dt: float | None, max_frames: int = MAX_FRAMES
         every = np.concatenate([episode.obs[field], episode.next[field][-1:]])
         return _downscale(every[pick], side)
 
-    panels = [frames("rgb").astype(np.float32)]
-    if "depth" in episode.obs:
-        panels.append(_gray(frames("depth")))
+    found = cameras(frame_layout(episode.obs))
+    fields = found[camera] if camera is not None else next(iter(found.values()))
+    panels = [frames(fields["rgb"]).astype(np.float32)]
+    if fields["depth"] is not None:
+        panels.append(_gray(frames(fields["depth"])))
     video = np.clip(np.concatenate(panels, axis=2), 0, 255).round().astype(np.uint8)
     gap = steps / max(len(pick) - 1, 1)
     duration = int(np.clip(1000 * (control_dt or 0.05) * gap, 60, 250))

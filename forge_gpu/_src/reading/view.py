@@ -1,10 +1,12 @@
 """``forge-gpu view``: a run's episodes in Rerun (``rerun-sdk``, the ``view`` extra, imported when used). Each episode
 is logged under ``episodes/<name>`` on a timeline of its own named for it (``env00003-episode00000012``; its
-sequence is the frame index ``0..T``): the camera's ``rgb`` and ``depth``, ``proprio``, ``action``, ``reward`` and
+sequence is the frame index ``0..T``): each camera's images (``rgb`` and ``depth`` under ``world/camera``, a
+named camera's ``NAME_rgb`` and ``NAME_depth`` under ``world/camera_NAME``), ``proprio``, ``action``, ``reward`` and
 the flags as time series (a transition at the index of the frame it starts from), the instruction and the drawn
 randomized values as text, and, where the run records state, each body at its recorded pose (``state/body_q``) and
-the task's other positions (``[3]`` state entries, e.g. reach's ``target_pos``) in 3D, with the camera's pinhole
-and nominal pose from the run's calibration. numpy and the reader.
+the task's other positions (``[3]`` state entries, e.g. reach's ``target_pos``) in 3D, with each camera's pinhole
+and pose from the run's calibration (a camera mounted on a body at its pose of each frame, from
+``state/body_q``). numpy and the reader.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 
 import numpy as np
 
+from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, cameras, frame_layout, mounted_camera_to_world
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_stem
 from forge_gpu._src.reading.runs import open_run
 from forge_gpu._src.reading.summary import run_identity
@@ -130,32 +133,41 @@ def log_episode(rec, rr, episode: Episode, manifest: dict) -> None:
     series("reward", episode.reward, transitions, ["reward"])
     flags = np.stack([episode.terminated, episode.truncated], axis=1)
     series("flags", flags, transitions, ["terminated", "truncated"])
-    camera = f"{root}/world/camera"
-    _log_camera(rec, rr, camera, manifest.get("calibration", {}))
-    if "rgb" in episode.obs:
-        rgb = every_frame("rgb")
+    calibration = manifest.get("calibration", {})
+    entries = calibration.get("cameras") if isinstance(calibration, dict) else None
+    for name, fields in cameras(frame_layout(episode.obs)).items():
+        camera = f"{root}/world/camera" if name == FRONT else f"{root}/world/camera_{name}"
+        entry = (entries or {}).get(name)
+        if entry is None and name == FRONT and entries:  # a run of one camera, whatever its calibration's name
+            entry = next(iter(entries.values()))
+        _log_camera(rec, rr, camera, entry or {}, episode.state.get("body_q"), frames)
+        rgb = every_frame(fields["rgb"])
         image = rr.components.ImageFormat(width=rgb.shape[2], height=rgb.shape[1], color_model="RGB",
                                           channel_datatype="U8")  # fmt: skip
         rec.log(f"{camera}/rgb", rr.Image.from_fields(format=image), static=True)
         rec.send_columns(f"{camera}/rgb", indexes=frames, columns=rr.Image.columns(buffer=rgb.reshape(count, -1)))
-    if "depth" in episode.obs:
-        depth = np.ascontiguousarray(every_frame("depth"), dtype=np.float32)
-        image = rr.components.ImageFormat(width=depth.shape[2], height=depth.shape[1], channel_datatype="F32")
-        rec.log(f"{camera}/depth", rr.DepthImage.from_fields(format=image, meter=1.0), static=True)
-        buffer = depth.reshape(count, -1).view(np.uint8)
-        rec.send_columns(f"{camera}/depth", indexes=frames, columns=rr.DepthImage.columns(buffer=buffer))
+        if fields["depth"] is not None:
+            depth = np.ascontiguousarray(every_frame(fields["depth"]), dtype=np.float32)
+            image = rr.components.ImageFormat(width=depth.shape[2], height=depth.shape[1], channel_datatype="F32")
+            rec.log(f"{camera}/depth", rr.DepthImage.from_fields(format=image, meter=1.0), static=True)
+            buffer = depth.reshape(count, -1).view(np.uint8)
+            rec.send_columns(f"{camera}/depth", indexes=frames, columns=rr.DepthImage.columns(buffer=buffer))
     _log_state(rec, rr, f"{root}/world", episode.state, frames)
 
 
-def _log_camera(rec, rr, entity: str, calibration: dict) -> None:
-    """The first camera of the run's calibration: its pinhole and its nominal camera-to-world pose (OpenCV axes)."""
-    cameras = calibration.get("cameras") if isinstance(calibration, dict) else None
-    if not cameras:
+def _log_camera(rec, rr, entity: str, camera: dict, body_q, frames) -> None:
+    """A camera's pinhole and its camera-to-world pose (OpenCV axes) from its calibration entry: the nominal pose,
+    or, for a camera mounted on a body with the run's ``state/body_q``, its pose at every frame."""
+    if not camera:
         return
-    camera = next(iter(cameras.values()))
-    pose = np.asarray(camera.get("camera_to_world", np.eye(4)), np.float64)
+    if MOUNT_KEY in camera and body_q is not None:
+        poses = mounted_camera_to_world(camera, body_q)
+        columns = rr.Transform3D.columns(translation=poses[:, :3, 3], mat3x3=poses[:, :3, :3])
+        rec.send_columns(entity, indexes=frames, columns=columns)
+    else:
+        pose = np.asarray(camera.get("camera_to_world", np.eye(4)), np.float64)
+        rec.log(entity, rr.Transform3D(translation=pose[:3, 3], mat3x3=pose[:3, :3]), static=True)
     intrinsics = camera.get("intrinsics", {})
-    rec.log(entity, rr.Transform3D(translation=pose[:3, 3], mat3x3=pose[:3, :3]), static=True)
     if {"fx", "fy", "cx", "cy", "width", "height"} <= intrinsics.keys():
         pinhole = rr.Pinhole(
             focal_length=[intrinsics["fx"], intrinsics["fy"]],

@@ -38,11 +38,11 @@ from collections.abc import Callable
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.cameras import image_fields
 from forge_gpu._src.core.fields import observation_layout
 from forge_gpu._src.core.instructions import TEMPLATE_KEY, episode_instructions
 from forge_gpu._src.core.labels import label_fields
 from forge_gpu._src.core.lerobot_features import (
-    CAMERA_FIELDS,
     ENVIRONMENT_STATE,
     IMAGES,
     STATE,
@@ -137,7 +137,7 @@ def env_features(spec: dict) -> tuple[dict[str, tuple[int, ...]], list[str], lis
     fields = environment_fields(layout, declared_environment_state(spec), name=f"task {spec['task']!r}", labels=labels)
     if fields:
         features[ENVIRONMENT_STATE] = (sum(math.prod(layout[f][0]) for f in fields),)
-    cameras = [c for c in CAMERA_FIELDS if c in layout]
+    cameras = image_fields(layout)
     for camera in cameras:
         height, width, channels = layout[camera][0]
         features[IMAGES + camera] = (channels, height, width)

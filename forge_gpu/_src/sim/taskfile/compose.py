@@ -24,11 +24,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROBOT_KEYS = ("model", "action", "reset", "params", "solver", "expert", "camera", "control_dt", "substeps",
-              "environment_state", "variants", "extends")  # fmt: skip
+ROBOT_KEYS = ("model", "action", "reset", "params", "solver", "expert", "camera", "cameras", "control_dt",
+              "substeps", "environment_state", "variants", "extends")  # fmt: skip
 """What a robot file holds: its model, its actuators (``[action]``), its start spread (``[reset]``), the numbers
 they use (``[params]``), the solver's room its contacts need (``[solver]``), its scripted expert, the camera it
-carries (``[camera]``: the defaults of a task's ``term = "camera"`` observation), its control rate, and variants."""
+carries (``[camera]``: the defaults of a task's unnamed ``term = "camera"`` observation; ``[cameras.NAME]``: a named
+camera, a wrist camera, that every task on the robot with a camera records), its control rate, and variants."""
 _NOT_IN_VARIANT = ("extends", "robot", "variants", "task")
 _PATHS = (("model", "file"), ("module",), ("robot",))
 """The keys whose value is a path relative to the file that wrote it (``robot`` where it ends in ``.toml``)."""

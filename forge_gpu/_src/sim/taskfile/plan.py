@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_gpu._src.core.cameras import FRONT, camera_fields, check_name
 from forge_gpu._src.sim.taskfile import terms, user_terms
 from forge_gpu._src.sim.taskfile.actuators import actuator_columns
 from forge_gpu._src.sim.taskfile.model import (
@@ -38,7 +39,7 @@ _RESERVED = ("proprio", "reward_terms", "success", "rgb", "depth", "env_id", "ep
              "action", "reward", "terminated", "truncated", "instruction", "state", "params")  # fmt: skip
 _RESET_KEYS = ("joint_position", "joint_velocity", "joints")
 _REWARD_KEYS = ("terms", "zero_on_termination")
-CAMERA_KEYS = ("term", "size", "fov", "position", "look_at", "follow", "depth", "enabled")
+CAMERA_KEYS = ("term", "name", "size", "fov", "position", "look_at", "up", "follow", "mount", "depth", "enabled")
 TARGET_KEYS = ("yaw", "radius", "height", "marker", "marker_offset", "position")
 OBJECT_KEYS = ("body", "shape", "size", "mass", "friction", "position", "yaw")
 SIZES = (8, 512)
@@ -110,8 +111,9 @@ class Plan:
     """Whether the recorded state holds the executed actions (a term observes them or reads the one before)."""
     noise_state: bool = True
     """Whether the recorded state holds the observation noise key (an observation has noise)."""
-    camera: dict | None = None
-    """The camera observation (:func:`camera_entry`; ``task.FileCamera`` renders it), or None."""
+    cameras: list[dict] = dataclasses.field(default_factory=list)
+    """The enabled camera observations in the file's order (:func:`camera_entry`; ``task.FileCameras`` renders
+    them), each with a distinct name."""
     root_body: int = 0
     """The body the model's root joint moves (the ``*_rb`` root terms and ``root_pos``, ``root_pitch`` read it)."""
     partial_root: bool = False
@@ -198,7 +200,7 @@ def plan_task(params, source: str) -> Plan:
         lower[c], upper[c] = builder.joint_limit_lower[d], builder.joint_limit_upper[d]
     module = user_module(params.module, source) if params.module else None
     rows: list[Row] = []
-    camera = None
+    cameras: list[dict] = []
     libraries = {"observations": terms.OBSERVATIONS, "rewards": terms.REWARDS,
                  "terminations": terms.CONDITIONS, "success": terms.CONDITIONS}  # fmt: skip
     for stage, library in libraries.items():
@@ -207,11 +209,12 @@ def plan_task(params, source: str) -> Plan:
             raise ValueError(f"{source}: {stage} must be a list of tables ([[{stage}]])")
         for i, entry in enumerate(entries):
             if stage == "observations" and isinstance(entry, dict) and entry.get("term") == "camera":
-                if camera is not None:
-                    raise ValueError(f"{source}: observations[{i}]: a task file has one camera")
                 camera = camera_entry(entry, f"observations[{i}]", source, body)
-                if not camera["enabled"]:
-                    camera = None
+                named = [c["name"] for c in cameras]
+                if camera["name"] in named:
+                    raise ValueError(f"{source}: observations[{i}].name = {camera['name']!r}: a second camera of "
+                                     "that name; each camera of a task file has its own name")  # fmt: skip
+                cameras.append(camera)
                 continue
             row = _row(stage, i, entry, library, module, source, joints, body, root_kind, a_coords, command_names,
                        sites=sites, body_names=bodies, target_names=[t["name"] for t in targets])  # fmt: skip
@@ -220,6 +223,11 @@ def plan_task(params, source: str) -> Plan:
         raise ValueError(f"{source}: observation_noise = {shown(params.observation_noise)}: expected true or false")
     if not params.observation_noise:
         rows = [dataclasses.replace(r, noise=False) for r in rows]
+    taken = {f for c in cameras for f in camera_fields(c["name"])}
+    for r in rows:
+        if r.stage == "observations" and r.group in taken:
+            raise ValueError(f"{source}: observations: group {r.group!r} is a camera's field; name the group "
+                             "otherwise")  # fmt: skip
     proprio = sum(r.width for r in rows if r.stage == "observations" and r.group == POLICY)
     groups: dict[str, int] = {}
     for r in rows:
@@ -240,7 +248,8 @@ def plan_task(params, source: str) -> Plan:
         lower=lower, upper=upper, rows=rows, command_names=command_names, proprio_dim=proprio,
         reward_names=[r.name for r in rows if r.stage == "rewards"], record_terms=record,
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
-        noise_state=any(r.noise for r in rows), camera=camera, root_body=root_body, partial_root=partial,
+        noise_state=any(r.noise for r in rows), cameras=[c for c in cameras if c["enabled"]], root_body=root_body,
+        partial_root=partial,
         contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
         objects=objects,
     )  # fmt: skip
@@ -656,10 +665,14 @@ def object_entries(objects, source: str, builder) -> list[dict]:
 
 
 def camera_entry(entry: dict, where: str, source: str, body) -> dict:
-    """The checked camera of ``entry`` (``body(name, key)`` resolves a body name to its index)."""
+    """The checked camera of ``entry`` (``body(name, key)`` resolves a body name to its index): its name (``front``
+    when unnamed), image size, field of view, pose (``position`` looking at ``look_at`` with ``up`` toward image
+    up; in the world frame, offsets from a ``follow`` body's position, or in a ``mount`` body's frame), depth on or
+    off."""
     for key in entry:
         if key not in CAMERA_KEYS:
             raise ValueError(f"{source}: unknown key {where}.{key}; camera takes {', '.join(CAMERA_KEYS)}")
+    name = check_name(entry.get("name", FRONT), f"{source}: {where}.name")
     size, fov, depth = entry.get("size", 64), entry.get("fov", 45.0), entry.get("depth", True)
     if not isinstance(size, int) or isinstance(size, bool) or not SIZES[0] <= size <= SIZES[1]:
         raise ValueError(f"{source}: {where}.size = {size!r}: expected a whole number of pixels in {list(SIZES)}")
@@ -673,10 +686,21 @@ def camera_entry(entry: dict, where: str, source: str, body) -> dict:
     for key in ("position", "look_at"):
         if not isinstance(entry.get(key), list):
             raise ValueError(f"{source}: {where}: camera needs {key} = [x, y, z] (metres)")
-    check_pose(entry["position"], entry["look_at"], f"{source}: {where}.position", f"{where}.look_at")
+    up = entry.get("up", [0.0, 0.0, 1.0])
+    if not isinstance(up, list):
+        raise ValueError(f"{source}: {where}.up = {up!r}: expected 3 values (a direction)")
+    check_pose(entry["position"], entry["look_at"], f"{source}: {where}.position", f"{where}.look_at", up=up,
+               up_key=f"{where}.up")  # fmt: skip
+    if "follow" in entry and "mount" in entry:
+        raise ValueError(
+            f"{source}: {where}: a camera takes follow (translates with a body) or mount (rides with "
+            f"its full pose), not both; got follow = {entry['follow']!r}, mount = {entry['mount']!r}"
+        )
     follow = body(entry["follow"], f"{where}.follow") if "follow" in entry else -1
+    mount = body(entry["mount"], f"{where}.mount") if "mount" in entry else -1
     return {
-        "size": size, "fov": float(fov), "position": [float(v) for v in entry["position"]],
-        "look_at": [float(v) for v in entry["look_at"]], "follow": follow, "follow_name": entry.get("follow"),
-        "depth": depth, "enabled": enabled,
+        "name": name, "size": size, "fov": float(fov), "position": [float(v) for v in entry["position"]],
+        "look_at": [float(v) for v in entry["look_at"]], "up": [float(v) for v in up], "follow": follow,
+        "follow_name": entry.get("follow"), "mount": mount, "mount_name": entry.get("mount"), "depth": depth,
+        "enabled": enabled,
     }  # fmt: skip

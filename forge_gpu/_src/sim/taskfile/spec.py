@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from forge_gpu._src.core.cameras import FRONT, check_name
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.sim.taskfile.compose import compose, merge
@@ -167,18 +168,38 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
 
 
 def _carried_camera(table: dict, source: str) -> dict:
-    """``table`` with its robot's ``[camera]`` (the camera it carries) under each ``term = "camera"`` observation
-    (the observation's own keys win)."""
+    """``table`` with its robot's cameras in its camera observations (the observation's own keys win): ``[camera]``
+    (the defaults of the unnamed camera, ``front``) under each unnamed (or ``name = "front"``) camera observation,
+    and each ``[cameras.NAME]`` under the observation ``name = NAME``, or, where the task has none of that name but
+    observes with a camera, as a camera observation of its own (a task without cameras stays without)."""
     camera = table.pop("camera", None)
-    if camera is None:
+    carried = table.pop("cameras", None)
+    if camera is None and carried is None:
         return table
-    if not isinstance(camera, dict):
+    if camera is not None and not isinstance(camera, dict):
         raise ValueError(f"{source}: camera = {camera!r}: expected a table [camera] of the camera's keys")
+    if carried is not None and not (isinstance(carried, dict) and all(isinstance(v, dict) for v in carried.values())):
+        raise ValueError(f"{source}: cameras = {carried!r}: expected tables [cameras.NAME] of a camera's keys")
+    for name, keys in (carried or {}).items():
+        check_name(name, f"{source}: cameras.{name}")
+        if name == FRONT:
+            raise ValueError(f"{source}: [cameras.{FRONT}]: the unnamed camera's defaults are [camera]")
+        if "name" in keys:
+            raise ValueError(f"{source}: cameras.{name}.name: the table's name is the camera's; drop the key")
     entries = table.get("observations", [])
-    if isinstance(entries, list):
-        table = {**table, "observations": [merge(camera, e) if isinstance(e, dict) and e.get("term") == "camera"
-                                           else e for e in entries]}  # fmt: skip
-    return table
+    if not isinstance(entries, list):
+        return table
+    out, seen = [], set()
+    for e in entries:
+        if isinstance(e, dict) and e.get("term") == "camera":
+            name = e.get("name", FRONT)
+            seen.add(name)
+            base = camera if name == FRONT else (carried or {}).get(name)
+            e = merge(base, e) if base else e
+        out.append(e)
+    if seen:
+        out += [{"term": "camera", "name": name, **keys} for name, keys in (carried or {}).items() if name not in seen]
+    return {**table, "observations": out}
 
 
 def _composition_overrides(overrides: dict, source: str) -> tuple[str, str]:
@@ -295,12 +316,12 @@ def placements(params: FileParams) -> dict[str, Parameter]:
 
 
 CAMERA_OFFSETS = ("camera_position_offset", "camera_look_at_offset")
-"""The camera jitter a task file with a fixed camera offers (added to its position and look_at [m])."""
+"""The camera jitter a task file with a fixed ``front`` camera offers (added to its position and look_at [m])."""
 
 
 def visuals(params: FileParams) -> dict[str, Parameter]:
     """The randomizable visuals: each ``[shape_colors]`` name (its shape's colour, nominal the model's) and, with a
-    camera that does not follow a body, :data:`CAMERA_OFFSETS`."""
+    ``front`` camera that neither follows nor rides a body, :data:`CAMERA_OFFSETS`."""
     offered = {}
     colors = params.shape_colors
     if colors:
@@ -328,8 +349,9 @@ def visuals(params: FileParams) -> dict[str, Parameter]:
                 )
             nominal = tuple(float(v) for v in builder.shape_color[shapes.index(shape)])
             offered[name] = Parameter((3,), nominal, f"shape {shape!r}'s colour (linear RGB in [0, 1])")
-    camera = [e for e in params.observations if isinstance(e, dict) and e.get("term") == "camera"]
-    if camera and "follow" not in camera[0]:
+    camera = [e for e in params.observations
+              if isinstance(e, dict) and e.get("term") == "camera" and e.get("name", FRONT) == FRONT]  # fmt: skip
+    if camera and "follow" not in camera[0] and "mount" not in camera[0]:
         for name, what in zip(CAMERA_OFFSETS, ("position", "look_at"), strict=True):
             offered[name] = Parameter((3,), (0.0, 0.0, 0.0), f"added to the camera's {what} [m]")
     return offered

@@ -4,7 +4,7 @@
 :func:`file_task_class` makes the :class:`FileTask` subclass of one file (its :class:`TaskSpec` from the resolved
 plan); the catalog registers it under the file's ``task`` id. Per step it launches three kernels whatever its
 number of terms: the action onto the named joints (``kernels/taskfile.py``), the reset of the worlds that end,
-and the generated observe kernel (``codegen.py``). :class:`FileCamera` renders a file's camera;
+and the generated observe kernel (``codegen.py``). :class:`FileCameras` renders a file's cameras;
 :func:`hold_pose` and :func:`sinusoid_gait` are the experts any task file may name.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, camera_fields
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.taskfile import actuators, codegen, modelfile, penetration, stored
 from forge_gpu._src.sim.taskfile.compose import compose
@@ -34,7 +35,7 @@ from forge_gpu._src.sim.taskfile.spec import (
     run_template,
 )
 from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
-from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras
+from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, new_sensor, newton_transform
 from forge_gpu._src.sim.trust import check_import
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import taskfile as kernels
@@ -110,7 +111,7 @@ class FileTask(Task):
         if self.spec.has_success:
             fields["success"] = ((), "bool")
         fields.update({group: ((width,), "float32") for group, width in self.plan.groups.items()})
-        return {**fields, **camera_fields(self.plan.camera)}
+        return {**fields, **camera_layout(self.plan.cameras)}
 
     def build_world(self, builder) -> None:
         p = self.file
@@ -221,10 +222,12 @@ class FileTask(Task):
             for o in plan.objects
         ]  # fmt: skip
         self.moves_camera = bool(randomized & set(CAMERA_OFFSETS))
-        self.camera = FileCamera(plan.camera, world, jittered=self.moves_camera) if plan.camera else None
-        if self.camera is not None:
-            fields.update(self.camera.fields)
-            calibration.update(self.camera.calibration)
+        self.file_cameras = FileCameras(plan.cameras, world, jittered=self.moves_camera) if plan.cameras else None
+        self.camera = self.file_cameras.front if self.file_cameras is not None else None
+        """The ``front`` camera (:class:`FileCamera`), or None."""
+        if self.file_cameras is not None:
+            fields.update(self.file_cameras.fields)
+            calibration.update(self.file_cameras.calibration)
         return TaskBinding(fields=fields, calibration=calibration, state=state)
 
     def _palette_launches(self, world: World, randomized: set[str]) -> list[tuple]:
@@ -336,7 +339,7 @@ class FileTask(Task):
                 outputs=[world.model.shape_color],
                 device=world.device,
             )
-        if self.moves_camera and self.camera is not None:
+        if self.moves_camera and self.camera is not None and self.camera.camera["follow"] < 0:
             c, offsets = (
                 self.camera.camera,
                 [world.params[name].reshape((world.num_envs, 3)) for name in CAMERA_OFFSETS],
@@ -344,7 +347,7 @@ class FileTask(Task):
             wp.launch(
                 kernels.jitter_camera_kernel,
                 dim=world.num_envs,
-                inputs=[wp.vec3(*c["position"]), wp.vec3(*c["look_at"]), world.reset_mask, *offsets],
+                inputs=[wp.vec3(*c["position"]), wp.vec3(*c["look_at"]), wp.vec3(*c["up"]), world.reset_mask] + offsets,
                 outputs=[self.camera.cameras.transforms],
                 device=world.device,
             )
@@ -372,8 +375,8 @@ class FileTask(Task):
             + [self.success],
             device=world.device,
         )
-        if self.camera is not None:
-            self.camera.render(world, self.frame.body_q)
+        if self.file_cameras is not None:
+            self.file_cameras.render(world, self.frame.body_q)
 
     def success_flags(self, world: World):
         """The success terms' flag of each world's frame (a termination that is not one of them is no success)."""
@@ -613,56 +616,104 @@ def sinusoid_gait(task: FileTask, world: World, settings: dict):
 # -- the camera --------------------------------------------------------------------------------------------------
 
 
-def camera_fields(camera: dict | None) -> dict:
-    """The fields a camera adds: ``rgb`` and, with depth, ``depth``."""
-    if camera is None:
-        return {}
-    s = camera["size"]
-    return {"rgb": ((s, s, 3), "uint8"), **({"depth": ((s, s), "float32")} if camera["depth"] else {})}
+def camera_layout(cameras: list[dict]) -> dict:
+    """The fields the cameras add: each camera's rgb and, with depth, its depth field (``core/cameras.py``: the
+    ``front`` camera's ``rgb`` and ``depth``, another's ``NAME_rgb`` and ``NAME_depth``)."""
+    fields = {}
+    for camera in cameras:
+        rgb, depth = camera_fields(camera["name"])
+        s = camera["size"]
+        fields[rgb] = ((s, s, 3), "uint8")
+        if camera["depth"]:
+            fields[depth] = ((s, s), "float32")
+    return fields
 
 
 class FileCamera:
-    """Every world's camera of a task file (``[[observations]] term = "camera"``), its fields and its calibration,
-    rendered by the RGB-D machinery of the arm tasks (``tasks/camera.py``: one pinhole camera per world, all worlds
-    in one ``SensorCamera`` call).
+    """One camera of a task file (``[[observations]] term = "camera"``) in every world, its fields and its
+    calibration, rendered by the RGB-D machinery of the arm tasks (``tasks/camera.py``: one pinhole camera per
+    world, all worlds in one ``SensorCamera`` call).
 
     It adds the fields ``rgb`` uint8 [S, S, 3] and (``depth = true``, the default) ``depth`` float32 [S, S] [m]
-    instead of proprio columns, and the camera's calibration (``calibration["cameras"]["front"]``). The camera sits
-    at ``position`` looking at ``look_at`` (world frame [m]), or, with ``follow = "<body>"``, at those offsets from
-    the body's position (its orientation ignored: the view keeps its direction while the robot walks). It renders
-    after the observe kernel, each step and reset (and again on replay, from the restored state)."""
+    (a camera ``name = "NAME"``: ``NAME_rgb`` and ``NAME_depth``) instead of proprio columns, and its calibration
+    (``calibration["cameras"][name]``, the unnamed camera's name ``front``). The camera sits at ``position``
+    looking at ``look_at`` with ``up`` toward image up (world frame [m]); with ``follow = "<body>"``, at those
+    offsets from the body's position (its orientation ignored: the view keeps its direction while the robot
+    walks); with ``mount = "<body>"``, at that pose in the body's frame (it rides with the body's position and
+    orientation: a wrist camera). It renders after the observe kernel, each step and reset (and again on replay,
+    from the restored state)."""
 
-    def __init__(self, camera: dict, world, *, jittered: bool = False):
+    def __init__(self, camera: dict, world, *, jittered: bool = False, sensor=None):
         self.camera = camera
+        self.name = camera["name"]
+        mounted = camera["mount"] >= 0
         self.cameras = WorldCameras(
             world.model, world.num_envs, camera["size"], camera["fov"], camera["position"], camera["look_at"],
-            background=BACKGROUND,
+            up=camera["up"], background=BACKGROUND, sensor=sensor,
         )  # fmt: skip
-        self.fields = {"rgb": self.cameras.rgb}
+        self.local = newton_transform(self.cameras.pose) if mounted else None
+        """A mounted camera's pose in its body's frame, Newton's convention."""
+        rgb, depth = camera_fields(self.name)
+        self.fields = {rgb: self.cameras.rgb}
         if camera["depth"]:
-            self.fields["depth"] = self.cameras.depth
-        front = self.cameras.calibration(randomized=camera["follow"] >= 0 or jittered)
+            self.fields[depth] = self.cameras.depth
+        entry = self.cameras.calibration(randomized=camera["follow"] >= 0 or mounted or jittered)
         if jittered:
-            front["randomized"] = (
+            entry["randomized"] = (
                 "camera_to_world of an episode: the camera at position + its camera_position_offset looking at "
                 "look_at + its camera_look_at_offset"
             )
         if camera["follow"] >= 0:
-            front["follows"] = (
+            entry["follows"] = (
                 f"body {camera['follow_name']!r}: camera_to_world is the nominal pose translated by the body's "
                 "position at each frame"
             )
-        self.calibration = {"cameras": {"front": front}}
+        if mounted:
+            entry["camera_to_body"] = entry.pop("camera_to_world")
+            entry[MOUNT_KEY] = {"body": camera["mount_name"], "body_index": camera["mount"]}
+            entry["moves"] = (
+                f"mounted on body {camera['mount_name']!r}: camera_to_world of frame t is the body's pose (recorded "
+                "state body_q[t, body_index]: position, quaternion xyzw) times camera_to_body"
+            )
+        self.calibration = entry
 
-    def render(self, world, body_q: wp.array2d) -> None:
-        """Move the cameras that follow a body, then render every world."""
+    def place(self, world, body_q: wp.array2d) -> None:
+        """Move the camera of every world with its body (``follow`` or ``mount``); a fixed camera stays."""
         c = self.camera
         if c["follow"] >= 0:
             wp.launch(
                 kernels.follow_camera_kernel,
                 dim=world.num_envs,
-                inputs=[c["follow"], wp.vec3(*c["position"]), wp.vec3(*c["look_at"]), body_q],
+                inputs=[c["follow"], wp.vec3(*c["position"]), wp.vec3(*c["look_at"]), wp.vec3(*c["up"]), body_q],
                 outputs=[self.cameras.transforms],
                 device=world.device,
             )
-        self.cameras.render(world)
+        elif c["mount"] >= 0:
+            wp.launch(
+                kernels.mount_camera_kernel,
+                dim=world.num_envs,
+                inputs=[c["mount"], self.local, body_q],
+                outputs=[self.cameras.transforms],
+                device=world.device,
+            )
+
+
+class FileCameras:
+    """Every camera of a task file (:class:`FileCamera` each, sharing one ``SensorCamera``): their fields, their
+    calibration (``{"cameras": {name: ...}}``) and one render of them all per step (a refit of the shapes' bounds,
+    then per camera at most one placing launch and one ``SensorCamera`` call with its colour unpacking)."""
+
+    def __init__(self, cameras: list[dict], world, *, jittered: bool = False):
+        sensor = new_sensor(world.model, background=BACKGROUND)
+        self.all = [FileCamera(c, world, jittered=jittered and c["name"] == FRONT, sensor=sensor) for c in cameras]
+        self.fields = {name: a for c in self.all for name, a in c.fields.items()}
+        self.calibration = {"cameras": {c.name: c.calibration for c in self.all}}
+        self.front = next((c for c in self.all if c.name == FRONT), None)
+        """The ``front`` camera (the one the camera offsets of ``[randomize]`` move), or None."""
+
+    def render(self, world, body_q: wp.array2d) -> None:
+        """Move the cameras that follow or ride a body, then render every camera of every world."""
+        world.model.bvh_refit_shapes(world.state_0)
+        for camera in self.all:
+            camera.place(world, body_q)
+            camera.cameras.render(world, refit=False)

@@ -16,25 +16,34 @@ BACKGROUND = 0xFF << 24 | 52 << 16 | 44 << 8 | 40
 """Packed RGBA clear color of pixels that see no surface (dark blue-gray)."""
 
 
-def check_pose(position, look_at, position_key: str, look_at_key: str) -> None:
+UP = (0.0, 0.0, 1.0)
+"""The default image-up direction of a camera: +z."""
+
+
+def check_pose(position, look_at, position_key: str, look_at_key: str, *, up=UP, up_key: str = "up") -> None:
     """ValueError (naming the keys) for a camera pose :func:`camera_to_world` cannot make: not 3 values each, the
-    eye at the look-at point, or a view straight up or down."""
-    for key, value in ((position_key, position), (look_at_key, look_at)):
+    eye at the look-at point, a zero ``up`` or a view along ``up``."""
+    for key, value in ((position_key, position), (look_at_key, look_at), (up_key, up)):
         if len(value) != 3 or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
             raise ValueError(f"{key} = {value!r}: expected 3 values [m]")
     if np.allclose(position, look_at):
         raise ValueError(f"{position_key} must differ from {look_at_key}")
+    if np.linalg.norm(up) < 1e-9:
+        raise ValueError(f"{up_key} = {list(up)!r}: expected a direction, not zero")
     forward = np.subtract(look_at, position)
-    if np.linalg.norm(np.cross(forward, (0.0, 0.0, 1.0))) < 1e-6 * np.linalg.norm(forward):
-        raise ValueError(f"{position_key}: the camera must not look straight up or down (+z is image up)")
+    if np.linalg.norm(np.cross(forward, up)) < 1e-6 * np.linalg.norm(forward) * np.linalg.norm(up):
+        if tuple(up) == UP:
+            raise ValueError(f"{position_key}: the camera must not look straight up or down (+z is image up)")
+        raise ValueError(f"{position_key}: the camera must not look along its {up_key} = {list(up)!r} (image up)")
 
 
-def camera_to_world(position, look_at) -> np.ndarray:
-    """Camera-to-world 4x4 transform in the OpenCV axis convention (x right, y down, z forward)."""
+def camera_to_world(position, look_at, up=UP) -> np.ndarray:
+    """Camera-to-world 4x4 transform in the OpenCV axis convention (x right, y down, z forward), image up toward
+    ``up``."""
     eye = np.asarray(position, np.float64)
     forward = np.asarray(look_at, np.float64) - eye
     forward /= np.linalg.norm(forward)
-    right = np.cross(forward, (0.0, 0.0, 1.0))
+    right = np.cross(forward, np.asarray(up, np.float64))
     right /= np.linalg.norm(right)
     down = np.cross(forward, right)
     pose = np.eye(4)
@@ -54,22 +63,34 @@ def pinhole_intrinsics(size: int, fov_deg: float) -> dict:
     return {"model": "pinhole", "width": size, "height": size, "fx": f, "fy": f, "cx": c, "cy": c}
 
 
+def newton_transform(pose: np.ndarray):
+    """A 4x4 camera pose in OpenCV's axes as a Warp transform of Newton's camera frame (OpenGL's: x right, y up,
+    looking along -z)."""
+    gl = pose[:3, :3] @ np.diag([1.0, -1.0, -1.0])
+    return wp.transform(wp.vec3(*pose[:3, 3]), wp.quat_from_matrix(wp.mat33(*gl.flatten())))
+
+
+def new_sensor(model, *, background: int) -> SensorCamera:
+    """A ``SensorCamera`` of ``model`` with the cameras' light and clear values (one may render several cameras)."""
+    sensor = SensorCamera(model, load_textures=False)
+    sensor.create_default_light(enable_shadows=False)
+    sensor.default_clear_data = SensorCamera.ClearData(clear_color=background, clear_depth=0.0)
+    return sensor
+
+
 class WorldCameras:
     """A square ``size`` camera in each of ``n`` worlds, all at ``position`` looking at ``look_at`` (image up
-    toward +z) until a kernel moves one (``transforms``); ``rgb`` and ``depth`` hold the last render."""
+    toward ``up``) until a kernel moves one (``transforms``); ``rgb`` and ``depth`` hold the last render. Cameras
+    may share one ``sensor`` (:func:`new_sensor`)."""
 
-    def __init__(self, model, n: int, size: int, fov_deg: float, position, look_at, *, background: int):
+    def __init__(self, model, n: int, size: int, fov_deg: float, position, look_at, *, background: int, up=UP,
+                 sensor: SensorCamera | None = None):  # fmt: skip
         device = model.device
         self.size, self.fov_deg = size, fov_deg
-        self.pose = camera_to_world(position, look_at)
-        # Newton's camera frame is OpenGL's (x right, y up, looking along -z): flip y and z.
-        gl = self.pose[:3, :3] @ np.diag([1.0, -1.0, -1.0])
-        xform = wp.transform(wp.vec3(*self.pose[:3, 3]), wp.quat_from_matrix(wp.mat33(*gl.flatten())))
-        self.transforms = wp.array([xform] * n, dtype=wp.transformf, device=device)
+        self.pose = camera_to_world(position, look_at, up)
+        self.transforms = wp.array([newton_transform(self.pose)] * n, dtype=wp.transformf, device=device)
         """Each world's camera pose in Newton's convention, [N] transforms."""
-        self.sensor = SensorCamera(model, load_textures=False)
-        self.sensor.create_default_light(enable_shadows=False)
-        self.sensor.default_clear_data = SensorCamera.ClearData(clear_color=background, clear_depth=0.0)
+        self.sensor = sensor if sensor is not None else new_sensor(model, background=background)
         self.rays = SensorCamera.compute_camera_rays_pinhole(
             size, size, camera_fov=math.radians(fov_deg), device=device
         )
@@ -89,9 +110,11 @@ class WorldCameras:
             "same_for_all_worlds": not randomized,
         }
 
-    def render(self, world) -> None:
-        """Render every world's camera into ``rgb`` and ``depth`` with one ``SensorCamera`` call."""
-        world.model.bvh_refit_shapes(world.state_0)
+    def render(self, world, *, refit: bool = True) -> None:
+        """Render every world's camera into ``rgb`` and ``depth`` with one ``SensorCamera`` call (after refitting
+        the shapes' bounds to the state, unless a caller rendering several cameras did so: ``refit=False``)."""
+        if refit:
+            world.model.bvh_refit_shapes(world.state_0)
         self.sensor.update(
             world.state_0,
             self.transforms,

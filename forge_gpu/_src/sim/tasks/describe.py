@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from forge_gpu._src.core.cameras import FRONT, camera_fields
 from forge_gpu._src.sim.taskfile.model import model_file
 from forge_gpu._src.sim.taskfile.plan import POLICY
 from forge_gpu._src.sim.taskfile.task import FileTask
@@ -60,10 +61,13 @@ def describe_task(name: str, variant: str = "") -> list[str]:
                 group = f" (group {row.group})" if row.group != POLICY else ""
                 lines.append(f"    observation {field}[{col}:{col + row.width}]{group}: {_term(row)}")
                 columns[field] = col + row.width
-        if plan.camera:
-            c = plan.camera
+        for c in plan.cameras:
             where = f"following {c['follow_name']} at +{c['position']}" if c["follow"] >= 0 else f"at {c['position']}"
-            lines.append(f"    observation rgb{' and depth' * c['depth']}: a {c['size']}x{c['size']} camera {where}")
+            where = f"on {c['mount_name']} at {c['position']} (its frame)" if c["mount"] >= 0 else where
+            rgb, depth = camera_fields(c["name"])
+            what = f"{rgb}{f' and {depth}' * c['depth']}"
+            label = "" if c["name"] == FRONT else f" {c['name']!r}"
+            lines.append(f"    observation {what}: a {c['size']}x{c['size']} camera{label} {where}")
         for row in plan.rows:
             if row.stage == "rewards":
                 lines.append(f"    reward {row.floats[0]:+g} x {_term(row)}")
