@@ -37,7 +37,10 @@ from ._sim import add_policy_options, cmd_collect, cmd_doctor, cmd_evaluate, cmd
 __all__ = ["UsageError", "build_parser", "main"]
 
 
-POLICY_HELP = "random, expert, MODULE:FACTORY (a torch policy) or lerobot:PATH (a LeRobot checkpoint)"
+POLICY_HELP = (
+    "random, expert, MODULE:FACTORY (a torch policy), lerobot:PATH (a LeRobot checkpoint) or torchscript:PATH (a "
+    "TorchScript policy file: bench/ppo.py saves one)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
