@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -47,11 +46,19 @@ def train(task: str, args, overrides: dict) -> dict:
         runner = OnPolicyRunner(vec, cfg, log_dir=None, device=str(vec.device))
     stepping = [0.0]
     step = vec.step
+    # the returns of the episodes that end, summed on the device (no host sync per step)
+    running = torch.zeros(args.envs, device=vec.device)
+    ended = torch.zeros(2, device=vec.device)  # sum of returns, episodes
 
     def timed_step(actions):
         start = time.perf_counter()
         out = step(actions)
         stepping[0] += time.perf_counter() - start
+        _, rewards, dones, _ = out
+        running.add_(rewards)
+        ended[0] += (running * dones).sum()
+        ended[1] += dones.sum()
+        running.mul_(~dones)
         return out
 
     vec.step = timed_step
@@ -61,8 +68,9 @@ def train(task: str, args, overrides: dict) -> dict:
         with contextlib.redirect_stdout(io.StringIO()):
             runner.learn(num_learning_iterations=args.chunk)
         iterations += args.chunk
-        buffer = runner.logger.rewbuffer
-        curve.append((iterations, statistics.mean(buffer) if buffer else float("nan")))
+        total, count = ended.tolist()
+        ended.zero_()
+        curve.append((iterations, total / count if count else float("nan")))
         print(f"  {task}: iteration {iterations}, mean episode return {curve[-1][1]:.2f}, "
               f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     wall = time.perf_counter() - start
