@@ -9,6 +9,8 @@ NAMES = {
     "make": "forge_gpu._src.sim.make",
     "task_config": "forge_gpu._src.sim.make",
     "VectorEnv": "forge_gpu._src.sim.env",
+    "GymVectorEnv": "forge_gpu._src.sim.rl.gym",
+    "RslRlVecEnv": "forge_gpu._src.sim.rl.rsl",
     "default_device": "forge_gpu._src.sim.device",
     "StepResult": "forge_gpu._src.sim.step_result",
     "describe_run": "forge_gpu._src.sim.describe",

@@ -37,7 +37,10 @@ from ._sim import add_policy_options, cmd_collect, cmd_doctor, cmd_evaluate, cmd
 __all__ = ["UsageError", "build_parser", "main"]
 
 
-POLICY_HELP = "random, expert, MODULE:FACTORY (a torch policy) or lerobot:PATH (a LeRobot checkpoint)"
+POLICY_HELP = (
+    "random, expert, MODULE:FACTORY (a torch policy), lerobot:PATH (a LeRobot checkpoint) or torchscript:PATH (a "
+    "TorchScript policy file: bench/ppo.py saves one)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -192,10 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_repair)
 
-    e = sub.add_parser("export", help="write a closed run (or dataset) as a LeRobot v3.0 dataset or robomimic HDF5")
+    e = sub.add_parser(
+        "export", help="write a closed run (or dataset) as a LeRobot v3.0 dataset, robomimic HDF5 or a Minari dataset"
+    )
     e.add_argument("run", help="a closed run directory or a dataset root")
-    e.add_argument("out", help="lerobot: the new dataset directory; robomimic: the new .hdf5 file")
-    e.add_argument("--to", choices=["lerobot", "robomimic"], required=True)
+    e.add_argument(
+        "out",
+        help="lerobot: the new dataset directory; robomimic: the new .hdf5 file; minari: the new dataset directory, "
+        "named NAME-vN (its id forge_gpu/NAME-vN)",
+    )
+    e.add_argument("--to", choices=["lerobot", "robomimic", "minari"], required=True)
     e.add_argument(
         "--codec", choices=["h264", "av1"], default="h264", help="lerobot videos: h264 (fast) or av1 (small)"
     )

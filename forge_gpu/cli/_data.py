@@ -161,15 +161,18 @@ def _check_export_target(source: str, target: str) -> None:
 
 def cmd_export(args) -> int:
     from forge_gpu._src.export.lerobot import check_video, export_lerobot
+    from forge_gpu._src.export.minari import export_minari
     from forge_gpu._src.export.robomimic import export_robomimic
 
     check_run(args.run, dataset=True)
-    check_new(args.out, kind="directory" if args.to == "lerobot" else "file")
+    check_new(args.out, kind="file" if args.to == "robomimic" else "directory")
     if args.workers < 1:
         raise UsageError(f"--workers {args.workers}: expected an integer >= 1")
     lerobot_only = (args.codec != "h264", args.workers != 1, args.crf is not None, args.environment_state is not None)
-    if args.to == "robomimic" and any(lerobot_only):
+    if args.to != "lerobot" and any(lerobot_only):
         raise UsageError("--codec, --crf, --workers and --environment-state apply to --to lerobot only")
+    if args.to == "minari" and args.target != "action":
+        raise UsageError(f"--target {args.target}: --to minari writes the executed actions only")
     environment = args.environment_state
     environment = None if environment is None else [f.strip() for f in environment.split(",") if f.strip()]
     try:
@@ -197,6 +200,8 @@ def cmd_export(args) -> int:
                 environment_state=environment,
                 target=args.target,
             )
+        elif args.to == "minari":
+            report = export_minari(args.run, args.out, progress=progress)
         else:
             report = export_robomimic(args.run, args.out, progress=progress, target=args.target)
     except ImportError as e:
@@ -209,6 +214,7 @@ def cmd_export(args) -> int:
         print(file=sys.stderr)
     rate = f"{report['frames_per_s']:,.0f} frames/s"
     extra = f", {report['codec']}, {report['workers']} process(es)" if args.to == "lerobot" else ""
+    extra += f", id {report['dataset_id']}" if args.to == "minari" else ""
     print(
         f"wrote {report['episodes']} episodes, {report['frames']:,} frames, {report['bytes']:,} bytes to "
         f"{report['out']} ({args.to}{extra}; {rate}; statistics {report['statistics']})"

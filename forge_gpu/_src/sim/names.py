@@ -1,5 +1,6 @@
 """The names ``collect`` checks before Warp and Newton load (which takes seconds): the built-in policies, the
-``MODULE:FACTORY`` form of a torch policy and the ``lerobot:PATH`` form of a LeRobot checkpoint, the executions of
+``MODULE:FACTORY`` form of a torch policy, the ``lerobot:PATH`` form of a LeRobot checkpoint and the
+``torchscript:PATH`` form of a TorchScript file, the executions of
 action chunks, and the tasks whose configs ship with forge_gpu. The standard library only, so that a typo is refused
 at once (and the command line's choices are known without them)."""
 
@@ -12,6 +13,9 @@ EXECUTIONS = ("open_loop", "ensemble")
 """How a policy's action chunks are executed (``load_policy``'s ``execution``; the command line's ``--chunk-exec``)."""
 LEROBOT_PREFIX = "lerobot:"
 """``lerobot:PATH``: a LeRobot checkpoint (a directory or a hub id), not a module named ``lerobot``."""
+TORCHSCRIPT_PREFIX = "torchscript:"
+"""``torchscript:PATH``: a TorchScript file, ``forward(observation: Dict[str, Tensor]) -> Tensor [N, A]`` (what
+``bench/ppo.py`` saves of an rsl_rl policy), not a module named ``torchscript``."""
 
 
 def check_policy_name(name: str) -> None:
@@ -20,11 +24,13 @@ def check_policy_name(name: str) -> None:
         return
     if name.startswith(LEROBOT_PREFIX) and name[len(LEROBOT_PREFIX) :].strip():
         return
+    if name.startswith(TORCHSCRIPT_PREFIX) and name[len(TORCHSCRIPT_PREFIX) :].strip():
+        return
     module, sep, factory = name.partition(":")
     if not sep or not module or not factory.isidentifier():
         raise ValueError(
-            f"unknown policy {name!r}; use {', '.join(BUILTIN_POLICIES)}, MODULE:FACTORY (a torch policy) or "
-            "lerobot:PATH (a LeRobot checkpoint)"
+            f"unknown policy {name!r}; use {', '.join(BUILTIN_POLICIES)}, MODULE:FACTORY (a torch policy), "
+            "lerobot:PATH (a LeRobot checkpoint) or torchscript:PATH (a TorchScript policy file)"
         )
 
 

@@ -4,7 +4,9 @@ a user's callable with its observation history and its action chunks).
 A policy is a callable ``(observation: dict[str, wp.array]) -> wp.array [N, A]`` on the env's device, of the
 shape of ``env.action_input`` (the buffer ``step`` stages actions in). :func:`load_policy` makes one from a name:
 ``random``, ``expert``, ``MODULE:FACTORY`` (``FACTORY(spec, device, **args)`` returns a torch callable) or
-``lerobot:PATH`` (a LeRobot checkpoint, ``sim/lerobot_policy.py``). docs/evaluation.md "Policies" is the contract.
+``lerobot:PATH`` (a LeRobot checkpoint, ``sim/lerobot_policy.py``) or ``torchscript:PATH`` (a TorchScript file,
+``forward(observation: Dict[str, Tensor]) -> Tensor``: an RL policy exported by ``bench/ppo.py``).
+docs/evaluation.md "Policies" is the contract.
 """
 
 from __future__ import annotations
@@ -15,10 +17,17 @@ import math
 import numbers
 import os
 import sys
+import warnings
 
 import warp as wp
 
-from forge_gpu._src.sim.names import BUILTIN_POLICIES, EXECUTIONS, LEROBOT_PREFIX, check_policy_name
+from forge_gpu._src.sim.names import (
+    BUILTIN_POLICIES,
+    EXECUTIONS,
+    LEROBOT_PREFIX,
+    TORCHSCRIPT_PREFIX,
+    check_policy_name,
+)
 from forge_gpu._src.sim.streams import torch_stream_of
 from forge_gpu.kernels import policies as kernels
 
@@ -103,6 +112,9 @@ def load_policy(
 
         fn = _make_callable(name, "loading it", lerobot_policy, (name[len(LEROBOT_PREFIX) :], env), args)
         return TorchPolicy(env, fn, name=name, **options)
+    if name.startswith(TORCHSCRIPT_PREFIX):
+        fn = _make_callable(name, "loading it", torchscript_policy, (name[len(TORCHSCRIPT_PREFIX) :], env), args)
+        return TorchPolicy(env, fn, name=name, **options)
     module_name, _, factory_name = name.partition(":")
     try:
         factory = getattr(_import_from_working_directory(module_name), factory_name)
@@ -110,6 +122,20 @@ def load_policy(
         raise ValueError(f"policy {name!r}: cannot load {factory_name} from {module_name}: {e}") from e
     fn = _make_callable(name, "its factory", factory, (env.spec, wp.device_to_torch(env.device)), args)
     return TorchPolicy(env, fn, name=name, **options)
+
+
+def torchscript_policy(path: str, env):
+    """The TorchScript module saved at ``path`` (``torch.jit.save``), on ``env``'s device, in eval mode: called with
+    the env's observation dict (torch views), it returns float32 ``[N, A]``. ValueError in one line when the file is
+    missing or is no TorchScript file."""
+    import torch
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {path!r}")
+    with warnings.catch_warnings():  # torch 2.10+ marks TorchScript deprecated; its files still load
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = torch.jit.load(path, map_location=wp.device_to_torch(env.device))
+    return module.eval()
 
 
 def _make_callable(name: str, what: str, factory, positional: tuple, args: dict):
