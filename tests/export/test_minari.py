@@ -22,10 +22,10 @@ def test_minari_reads_back_the_run(tmp_path, monkeypatch):
     minari = pytest.importorskip("minari", reason="minari is not installed: pip install 'forge-gpu[export]'")
     run = _run(tmp_path / "run")
     root = tmp_path / "minari"
-    out = root / "forge_gpu" / "synthetic-v0"
+    out = root / "forge-gpu" / "synthetic-v0"
     assert main(["export", str(run), str(out), "--to", "minari"]) == 0
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
-    dataset = minari.load_dataset("forge_gpu/synthetic-v0")
+    dataset = minari.load_dataset("forge-gpu/synthetic-v0")
     episodes = list(read_episodes(run))
     assert len(episodes) > 3 and dataset.total_episodes == len(episodes)
     assert dataset.total_steps == sum(e.steps for e in episodes)

@@ -16,8 +16,8 @@ cannot make it. The metadata's ``forge_gpu`` entry holds what does: the task, th
 env_spec and seed; ``forge_gpu.sim.make(task, **config)`` (docs/rl.md), or ``forge-gpu replay`` on the run itself.
 
 ``out`` is the new dataset's directory; its name (``NAME-vN``, Minari's id rules) under the namespace folder
-``forge_gpu`` makes the id ``forge_gpu/NAME-vN``: under ``$MINARI_DATASETS_PATH/forge_gpu/`` (or
-``~/.minari/datasets/forge_gpu/``) ``minari.load_dataset("forge_gpu/NAME-vN")`` reads it; anywhere,
+``forge-gpu`` makes the id ``forge-gpu/NAME-vN``: under ``$MINARI_DATASETS_PATH/forge-gpu/`` (or
+``~/.minari/datasets/forge-gpu/``) ``minari.load_dataset("forge-gpu/NAME-vN")`` reads it; anywhere,
 ``minari.MinariDataset(out + "/data")`` does. Written under a temporary name beside ``out`` and renamed when whole.
 """
 
@@ -36,7 +36,7 @@ from forge_gpu._src.core.files import partial_path, publish
 from forge_gpu._src.export.common import closed_runs, export_report
 from forge_gpu._src.reading.runs import episode_index, read_index
 
-NAMESPACE = "forge_gpu"
+NAMESPACE = "forge-gpu"
 """The Minari namespace of an exported dataset's id."""
 SKIPPED_FIELDS = BOOKKEEPING_FIELDS
 """Observation fields not exported as observations (the ids are in the infos; time follows from the index)."""
@@ -66,7 +66,7 @@ def _space(gymnasium, shape, dtype: np.dtype):
 
 
 def dataset_id(out: str | os.PathLike) -> str:
-    """The Minari id of the dataset written at ``out``: ``forge_gpu/<out's name>``; ValueError in one line when the
+    """The Minari id of the dataset written at ``out``: ``forge-gpu/<out's name>``; ValueError in one line when the
     name is not ``NAME-vN`` (Minari's ids)."""
     name = os.path.basename(os.path.normpath(os.fspath(out)))
     base, sep, version = name.rpartition("-v")
@@ -134,7 +134,7 @@ def export_minari(
                 "algorithm_name": manifest.get("policy") or "forge_gpu collect",
                 **({"author": {author}} if author else {}),
                 "description": description or f"forge_gpu task {manifest['task']!r}: {spec['instruction']}",
-                NAMESPACE: {
+                "forge_gpu": {
                     "task": manifest["task"],
                     "config": manifest.get("config"),
                     "env_spec": spec,
