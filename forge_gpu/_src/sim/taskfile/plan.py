@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_gpu._src.sim.taskfile import terms, user_terms
+from forge_gpu._src.sim.taskfile import ee_action, terms, user_terms
 from forge_gpu._src.sim.taskfile.actuators import actuator_columns
 from forge_gpu._src.sim.taskfile.model import (
     BALL,
@@ -30,7 +30,8 @@ from forge_gpu._src.sim.taskfile.model import (
 )
 from forge_gpu._src.sim.tasks.camera import check_pose
 
-_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative")
+_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative",
+                *ee_action.KEYS)  # fmt: skip
 _TERM_KEYS = ("term", "weight", "noise", "args", "name", "params")
 POLICY = "policy"
 """The observation group recorded as ``proprio`` (what a policy observes); every other group is its own field."""
@@ -127,6 +128,8 @@ class Plan:
     groups: dict = field(default_factory=dict)
     """The observation groups beyond ``policy``: name -> width, in the order the file first names them (each the
     float32 field of that name, e.g. ``critic``)."""
+    ik: dict | None = None
+    """``[action] kind = "ee_delta"``: the IK's tables (``ee_action.ee_columns``); None for the other kinds."""
 
 
 def plan_task(params, source: str) -> Plan:
@@ -171,16 +174,23 @@ def plan_task(params, source: str) -> Plan:
             raise ValueError(f"{source}: unknown key action.{key}; allowed keys are {', '.join(_ACTION_KEYS)}")
     actuators = probe_actuators(params.model, source)
     kind = action.get("kind", "actuators" if len(actuators) and "joints" not in action else "effort")
-    if kind not in ("actuators", "effort", "position"):
-        raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'actuators', 'effort', 'position'")
+    if kind not in ("actuators", "effort", "position", ee_action.KIND):
+        raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'actuators', 'effort', 'position', "
+                         f"'{ee_action.KIND}'")  # fmt: skip
+    for key in ee_action.KEYS:
+        if key in action and kind != ee_action.KIND:
+            raise ValueError(f"{source}: action.{key}: only kind = '{ee_action.KIND}' takes it")
     relative = action.get("relative", True)
     if not isinstance(relative, bool) or (kind != "position" and "relative" in action):
         raise ValueError(f"{source}: action.relative = {shown(relative)}: expected true or false, with kind = "
                          "'position'")  # fmt: skip
     targets = target_entries(getattr(params, "targets", {}), source, short_names(builder.shape_label))
     objects = object_entries(getattr(params, "objects", {}), source, builder)
+    ik = None
     if kind == "actuators":
         a_coords, a_dofs, a_names = actuator_columns(action, actuators, source)
+    elif kind == ee_action.KIND:
+        a_coords, a_dofs, a_names, ik = ee_action.ee_columns(action, builder, joints, sites, bodies, source)
     else:
         a_coords, a_dofs, a_names = joints(action.get("joints", ["*"]), "action.joints")
     r_coords, r_dofs, _ = joints(["*"], "reset") if movable else ([], [], [])
@@ -216,6 +226,11 @@ def plan_task(params, source: str) -> Plan:
             row = _row(stage, i, entry, library, module, source, joints, body, root_kind, a_coords, command_names,
                        sites=sites, body_names=bodies, target_names=[t["name"] for t in targets])  # fmt: skip
             rows.append(row)
+    if ik is not None:
+        for r in rows:
+            if r.func is terms.REWARDS["energy"].func:
+                raise ValueError(f"{source}: {r.stage}: term 'energy' reads joint torques; kind = "
+                                 f"'{ee_action.KIND}' has none (its columns are a pose change)")  # fmt: skip
     proprio = sum(r.width for r in rows if r.stage == "observations" and r.group == POLICY)
     groups: dict[str, int] = {}
     for r in rows:
@@ -238,7 +253,7 @@ def plan_task(params, source: str) -> Plan:
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
         noise_state=any(r.noise for r in rows), camera=camera, root_body=root_body, partial_root=partial,
         contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
-        objects=objects,
+        objects=objects, ik=ik,
     )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.taskfile import actuators, codegen, modelfile, penetration, stored
+from forge_gpu._src.sim.taskfile import actuators, codegen, ee_action, modelfile, penetration, stored
 from forge_gpu._src.sim.taskfile.compose import compose
 from forge_gpu._src.sim.taskfile.model import add_model, model_file, model_info, probe_actuators
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
@@ -37,6 +37,7 @@ from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras
 from forge_gpu._src.sim.trust import check_import
 from forge_gpu._src.sim.world import World
+from forge_gpu.kernels import ik as ik_kernels
 from forge_gpu.kernels import taskfile as kernels
 from forge_gpu.kernels import terms
 
@@ -134,11 +135,17 @@ class FileTask(Task):
             if mode in (actuators.TARGET, actuators.VELOCITY):
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.NONE)
                 builder.joint_target_ke[d], builder.joint_target_kd[d] = 0.0, 0.0
-        if self.plan.action_kind == "position":
+        if self.plan.action_kind in ("position", ee_action.KIND):
             ke, kd = float(p.action.get("stiffness", 100.0)), float(p.action.get("damping", 5.0))
-            for d in self.plan.action_dofs:
+            driven = [(d, ke, kd) for d in self.plan.action_dofs if d >= 0]
+            if self.plan.ik is not None:  # the arm's joints, then the gripper's, with gains of their own
+                ik = self.plan.ik
+                gke, gkd = ik["gripper_stiffness"], ik["gripper_damping"]
+                driven = [(d, ke, kd) for d in ik["dofs"]]
+                driven += [(d, ke if gke is None else gke, kd if gkd is None else gkd) for d in ik["gripper_dofs"]]
+            for d, dke, dkd in driven:
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.POSITION)
-                builder.joint_target_ke[d], builder.joint_target_kd[d] = ke, kd
+                builder.joint_target_ke[d], builder.joint_target_kd[d] = float(dke), float(dkd)
 
     def bind(self, world: World) -> TaskBinding:
         n, device, plan = world.num_envs, world.device, self.plan
@@ -189,8 +196,18 @@ class FileTask(Task):
         self.frame = frame
         self.kernel = codegen.observe_kernel(plan)
         self.action_origin = self.default_q if plan.action_relative else wp.zeros_like(self.default_q)
-        if plan.action_kind in ("position", "actuators"):
+        if plan.action_kind in ("position", "actuators", ee_action.KIND):
             self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
+        if plan.ik is not None:
+            ik = plan.ik
+            self.ik_tables = [ints(ik["coords"]), ints(ik["child"]), wp.array(np.asarray(ik["xc"], np.float32),
+                              dtype=wp.transform, device=device), wp.array(np.asarray(ik["axis"], np.float32),
+                              dtype=wp.vec3, device=device), ints(ik["slide"]), ints(ik["gripper_coords"])]  # fmt: skip
+            self.ik_point = (
+                ik["point_body"],
+                wp.transform(wp.vec3(*ik["point_offset"][:3]), wp.quat(*ik["point_offset"][3:])),
+            )
+            self.joint_target = wp.zeros((n, len(ik["coords"]) + len(ik["gripper_coords"])), dtype=float, device=device)
         if plan.action_kind == "actuators":
             own = probe_actuators(self.file.model, self.file.file)
             self.actuator_tables = [ints(own.modes), ints(own.index), floats(own.gear), floats(own.low)]
@@ -209,6 +226,8 @@ class FileTask(Task):
         if self.contacts is not None:
             state["contact_timers"] = self.contacts.timers
         state.update(self.targets.state)
+        if plan.ik is not None:
+            state["joint_target"] = self.joint_target
         calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
         randomized = {r.name for r in self.config.randomize}
         self.colors = {name: per_world(world.model.shape_label, shape, n, device)
@@ -259,6 +278,17 @@ class FileTask(Task):
             kernel, inputs = kernels.apply_effort_kernel, [world.action_scale, self.action_dof]
             inputs += [world.params["actuator_gain_scale"], world.executed_action]
             outputs = [self.last_action, self.previous_action, world.joint_f]
+        elif self.plan.ik is not None:
+            ik, bodies = self.plan.ik, self.frame.body_q
+            wp.launch(
+                ik_kernels.ee_delta_kernel,
+                dim=world.num_envs,
+                inputs=[world.action_scale, *self.ik_tables, *self.ik_point, ik["base_body"], self.lower, self.upper]
+                + [ik["damping"], ik["max_joint_step"], ik["max_lag"], world.joint_q, bodies, world.executed_action],
+                outputs=[self.last_action, self.previous_action, self.joint_target, self.joint_target_q],
+                device=world.device,
+            )
+            return
         else:
             kernel = kernels.apply_position_kernel
             inputs = [world.action_scale, self.action_coord, self.lower, self.upper, self.action_origin]
@@ -289,6 +319,14 @@ class FileTask(Task):
             device=world.device,
         )
         self.targets.draw(world, len(plan.draws))
+        if plan.ik is not None:
+            wp.launch(
+                ik_kernels.reset_targets_kernel,
+                dim=world.num_envs,
+                inputs=[self.ik_tables[0], self.ik_tables[-1], world.reset_mask, world.joint_q],
+                outputs=[self.joint_target, self.joint_target_q],
+                device=world.device,
+            )
         for o, *_ in self.objects:
             values = [world.params[f"{o['name']}_{k}"] for k in ("position", "yaw", "size")]
             wp.launch(
