@@ -30,7 +30,8 @@ from forge_gpu._src.sim.taskfile.model import (
 )
 from forge_gpu._src.sim.tasks.camera import check_pose
 
-_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative")
+_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative",
+                "follow")  # fmt: skip
 _TERM_KEYS = ("term", "weight", "noise", "args", "name", "params")
 POLICY = "policy"
 """The observation group recorded as ``proprio`` (what a policy observes); every other group is its own field."""
@@ -124,6 +125,9 @@ class Plan:
     """Position targets are the default pose + action * scale (else action * scale: ``action.relative``)."""
     objects: list[dict] = field(default_factory=list)
     """The file's ``[objects]`` in order (:func:`object_entries`): each a free box placed at every reset."""
+    follow: list[tuple[int, int, int]] = field(default_factory=list)
+    """``[action] follow``: (the following joint's coordinate, its dof, the action column it copies): a position
+    target driven from another joint's column (a coupled gripper's second finger)."""
     groups: dict = field(default_factory=dict)
     """The observation groups beyond ``policy``: name -> width, in the order the file first names them (each the
     float32 field of that name, e.g. ``critic``)."""
@@ -183,6 +187,7 @@ def plan_task(params, source: str) -> Plan:
         a_coords, a_dofs, a_names = actuator_columns(action, actuators, source)
     else:
         a_coords, a_dofs, a_names = joints(action.get("joints", ["*"]), "action.joints")
+    follow = _follow(action, kind, a_names, joints, source)
     r_coords, r_dofs, _ = joints(["*"], "reset") if movable else ([], [], [])
     draws = _draws(params.reset, joints, source) if movable else []
     command = params.command
@@ -238,8 +243,30 @@ def plan_task(params, source: str) -> Plan:
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
         noise_state=any(r.noise for r in rows), camera=camera, root_body=root_body, partial_root=partial,
         contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
-        objects=objects,
+        objects=objects, follow=follow,
     )  # fmt: skip
+
+
+def _follow(action: dict, kind: str, columns: list[str], joints, source: str) -> list[tuple[int, int, int]]:
+    """``[action] follow = { "<joint>" = "<action joint>" }``: each joint's position target is the action joint's
+    (both driven with the action's gains); only with kind = "position", a follower not an action joint itself."""
+    given = action.get("follow", {})
+    if not given:
+        return []
+    if kind != "position" or not isinstance(given, dict):
+        raise ValueError(f'{source}: action.follow = {shown(given)}: expected a table joint = "<action joint>", with '
+                         'kind = "position"')  # fmt: skip
+    out = []
+    for name, leader in given.items():
+        cs, ds, found = joints([name], f"action.follow.{name}")
+        if len(found) != 1 or len(cs) != 1 or found[0] in columns:
+            raise ValueError(f"{source}: action.follow.{name}: expected one hinge or slide joint that is not an action "
+                             f"joint ({', '.join(columns)})")  # fmt: skip
+        if leader not in columns:
+            raise ValueError(f"{source}: action.follow.{name} = {shown(leader)}: not an action joint; the action's "
+                             f"joints are {', '.join(columns)}")  # fmt: skip
+        out.append((cs[0], ds[0], columns.index(leader)))
+    return out
 
 
 def _translating_root(builder, types: list[int]) -> bool:

@@ -135,10 +135,13 @@ class FileTask(Task):
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.NONE)
                 builder.joint_target_ke[d], builder.joint_target_kd[d] = 0.0, 0.0
         if self.plan.action_kind == "position":
-            ke, kd = float(p.action.get("stiffness", 100.0)), float(p.action.get("damping", 5.0))
-            for d in self.plan.action_dofs:
+            columns = len(self.plan.action_dofs)
+            ke = _gains(p.action.get("stiffness", 100.0), columns, "stiffness", p.file)
+            kd = _gains(p.action.get("damping", 5.0), columns, "damping", p.file)
+            driven = [*enumerate(self.plan.action_dofs), *((k, d) for _, d, k in self.plan.follow)]
+            for k, d in driven:
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.POSITION)
-                builder.joint_target_ke[d], builder.joint_target_kd[d] = ke, kd
+                builder.joint_target_ke[d], builder.joint_target_kd[d] = ke[k], kd[k]
 
     def bind(self, world: World) -> TaskBinding:
         n, device, plan = world.num_envs, world.device, self.plan
@@ -191,6 +194,10 @@ class FileTask(Task):
         self.action_origin = self.default_q if plan.action_relative else wp.zeros_like(self.default_q)
         if plan.action_kind in ("position", "actuators"):
             self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
+        self.follow_tables = [
+            ints([c for c, _, _ in plan.follow]),
+            ints([plan.action_coords[k] for *_, k in plan.follow]),
+        ]
         if plan.action_kind == "actuators":
             own = probe_actuators(self.file.model, self.file.file)
             self.actuator_tables = [ints(own.modes), ints(own.index), floats(own.gear), floats(own.low)]
@@ -265,6 +272,14 @@ class FileTask(Task):
             inputs += [world.executed_action]
             outputs = [self.last_action, self.previous_action, self.joint_target_q]
         wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
+        if self.plan.follow:
+            wp.launch(
+                kernels.follow_targets_kernel,
+                dim=(world.num_envs, len(self.plan.follow)),
+                inputs=[*self.follow_tables, self.lower, self.upper],
+                outputs=[self.joint_target_q],
+                device=world.device,
+            )
 
     def reset_worlds(self, world: World) -> None:
         plan = self.plan
@@ -392,6 +407,16 @@ class FileTask(Task):
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
         return make(self, world, settings)
+
+
+def _gains(value, columns: int, key: str, source: str) -> list[float]:
+    """``[action] stiffness`` or ``damping``: one number for every action joint, or one per action column."""
+    values = value if isinstance(value, list) else [value] * columns
+    if len(values) != columns or not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                                         for v in values):  # fmt: skip
+        raise ValueError(f"{source}: action.{key} = {value!r}: expected a number >= 0 or {columns} of them (one per "
+                         "action column)")  # fmt: skip
+    return [float(v) for v in values]
 
 
 class Targets:
