@@ -116,8 +116,8 @@ def model_info(model: dict, source: str) -> ModelFile | None:
 
 def add_model(builder, model: dict, source: str) -> list[str]:
     """Add one world's robot, its scene objects (``[model.scene]``, ``scene.py``) and the ground as ``[model]``
-    says; set the default pose (``[model.pose]`` or ``pose = "<keyframe>"``). Returns what the build decided that the model file did not say (the root's
-    placement, the floor, the gravity), as phrases for one line."""
+    says; set the default pose (``[model.pose]`` or ``pose = "<keyframe>"``). Returns what the build decided that
+    the model file did not say (the root's placement, the floor, the gravity), as phrases for one line."""
     import warp as wp
 
     check_model_values(model, source)

@@ -81,6 +81,11 @@ class Row:
     """An observation's group: ``policy`` (the field ``proprio``) or another group (its own field)."""
     params: dict = field(default_factory=dict)
     """A user term's named parameters, as given (``params = { ... }``: its ``tf`` columns in declared order)."""
+    hold: float = 0.0
+    """A condition's ``hold`` [s]: it counts once it has been true this long without a break (its timer, the
+    task's state ``condition_timers``); 0: at once."""
+    require: bool = False
+    """A condition that must hold besides its stage's others (ANDed; the stage's other conditions are ORed)."""
 
 
 @dataclass
@@ -399,6 +404,10 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         allowed = (*_TERM_KEYS, *info.keys, *points, *(("max_angle",) if name == "tilt" else ()))
     if stage == "observations":
         allowed = (*allowed, "group")
+    conditions = _condition_keys(stage, entry, f"{source}: {where}")
+    if conditions:
+        allowed = (*allowed, "hold", "require")
+        entry = {k: v for k, v in entry.items() if k not in ("hold", "require")}
     given = entry.get("params", {})
     if not isinstance(given, dict):
         raise ValueError(f"{source}: {where}.params = {shown(given)}: expected a table of named parameters")
@@ -504,9 +513,24 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     reads = "previous" if user else info.reads  # a user's term may read anything
     row = Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
     row.contact, row.point, row.group = info.contact, point, group
+    if conditions:
+        row.hold, row.require = conditions
     if user and declared is not None:
         row.params = dict(zip(declared.params, named, strict=True))
     return row
+
+
+def _condition_keys(stage: str, entry, where: str) -> tuple[float, bool] | None:
+    """A condition's ``hold`` (it counts once true for this long without a break [s]; default 0) and ``require``
+    (it must hold besides the stage's others: AND, where the others are ORed); None outside the conditions."""
+    if stage not in ("terminations", "success") or not isinstance(entry, dict):
+        return None
+    hold, require = entry.get("hold", 0.0), entry.get("require", False)
+    if not _plain_number(hold) or hold < 0:
+        raise ValueError(f"{where}.hold = {shown(hold)}: expected a duration >= 0 [s]")
+    if not isinstance(require, bool):
+        raise ValueError(f"{where}.require = {shown(require)}: expected true or false")
+    return float(hold), require
 
 
 def _bodies(patterns, where: str, names: list[str]) -> list[int]:

@@ -187,6 +187,8 @@ class FileTask(Task):
         frame.dt = float(world.config.control_dt)
         self.contacts = ContactTimers(world, plan, bodies) if plan.contact else None
         frame.contact = self.contacts.timers if self.contacts else wp.zeros((n, 1, 3), dtype=float, device=device)
+        frame.hold = wp.zeros((n, len(plan.rows)), dtype=float, device=device)
+        frame.hold_keep, self.hold_kept = 0, False
         self.targets = Targets(world, plan.targets)
         frame.target = self.targets.points
         self.frame = frame
@@ -215,6 +217,8 @@ class FileTask(Task):
             state["observation_noise_key"] = self.noise_key
         if self.contacts is not None:
             state["contact_timers"] = self.contacts.timers
+        if any(r.hold > 0.0 for r in plan.rows):
+            state["condition_timers"] = frame.hold
         state.update(self.targets.state)
         calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
         randomized = {r.name for r in self.config.randomize}
@@ -368,6 +372,7 @@ class FileTask(Task):
         self.targets.place(world)
         if self.contacts is not None:
             self.contacts.restored = True  # the next observe keeps the restored timers
+        self.hold_kept = True  # and the conditions' hold timers
         wp.launch(
             kernels.restored_noise_key_kernel,
             dim=world.num_envs,
@@ -379,6 +384,7 @@ class FileTask(Task):
     def observe(self, world: World) -> None:
         if self.contacts is not None:
             self.contacts.update(world)
+        self.frame.hold_keep, self.hold_kept = int(self.hold_kept), False
         wp.launch(
             self.kernel,
             dim=world.num_envs,
