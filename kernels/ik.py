@@ -123,6 +123,7 @@ def ee_delta_kernel(
     base_body: int,
     lower: wp.array[float],
     upper: wp.array[float],
+    action_origin: wp.array2d[float],
     damping: float,
     max_joint_step: float,
     max_lag: float,
@@ -142,7 +143,8 @@ def ee_delta_kernel(
     joint targets ``joint_target[:, :K]`` (the targets applied, recorded as state) move by the damped least squares
     step at the measured pose, each joint at most ``max_joint_step`` [rad or m] per step and at most ``max_lag``
     from its measured position (the drives' lag does not wind the targets up), clipped to its limits. Each
-    gripper column (6 on) sets its joints' targets: ``action * scale`` -1 closed (the lower limit) .. +1 open."""
+    further column (6 on) is a position target of one of the other action joints (the gripper's): ``origin +
+    action * scale`` (``origin`` the default pose, or 0 with ``relative = false``), clipped to its limits."""
     worldid = wp.tid()
     for a in range(executed_action_in.shape[1]):
         _keep_actions(worldid, a, executed_action_in, last_action, previous_action)
@@ -167,10 +169,10 @@ def ee_delta_kernel(
         joint_target[worldid, k] = target
         joint_target_q_out[worldid, c] = target
     for g in range(gripper_coord.shape[0]):
-        col = POSE + wp.min(g, executed_action_in.shape[1] - POSE - 1)
-        opening = wp.clamp(0.5 * (executed_action_in[worldid, col] * action_scale[col] + 1.0), 0.0, 1.0)
         c = gripper_coord[g]
-        target = lower[c] + opening * (upper[c] - lower[c])
+        col = POSE + g
+        target = action_origin[worldid, c] + executed_action_in[worldid, col] * action_scale[col]
+        target = wp.clamp(target, lower[c], upper[c])
         joint_target[worldid, arm + g] = target
         joint_target_q_out[worldid, c] = target
 

@@ -136,16 +136,15 @@ class FileTask(Task):
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.NONE)
                 builder.joint_target_ke[d], builder.joint_target_kd[d] = 0.0, 0.0
         if self.plan.action_kind in ("position", ee_action.KIND):
-            ke, kd = float(p.action.get("stiffness", 100.0)), float(p.action.get("damping", 5.0))
-            driven = [(d, ke, kd) for d in self.plan.action_dofs if d >= 0]
-            if self.plan.ik is not None:  # the arm's joints, then the gripper's, with gains of their own
-                ik = self.plan.ik
-                gke, gkd = ik["gripper_stiffness"], ik["gripper_damping"]
-                driven = [(d, ke, kd) for d in ik["dofs"]]
-                driven += [(d, ke if gke is None else gke, kd if gkd is None else gkd) for d in ik["gripper_dofs"]]
-            for d, dke, dkd in driven:
+            ik = self.plan.ik
+            dofs = self.plan.action_dofs if ik is None else ik["all_dofs"]  # the action joints, in the model's order
+            ke = _gains(p.action.get("stiffness", 100.0), len(dofs), "stiffness", p.file)
+            kd = _gains(p.action.get("damping", 5.0), len(dofs), "damping", p.file)
+            follow = [(dofs.index(self.plan.action_dofs[k]), d) for _, d, k in self.plan.follow]  # its leader's gains
+            driven = [*enumerate(dofs), *follow]
+            for k, d in driven:
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.POSITION)
-                builder.joint_target_ke[d], builder.joint_target_kd[d] = float(dke), float(dkd)
+                builder.joint_target_ke[d], builder.joint_target_kd[d] = ke[k], kd[k]
 
     def bind(self, world: World) -> TaskBinding:
         n, device, plan = world.num_envs, world.device, self.plan
@@ -191,6 +190,8 @@ class FileTask(Task):
         frame.dt = float(world.config.control_dt)
         self.contacts = ContactTimers(world, plan, bodies) if plan.contact else None
         frame.contact = self.contacts.timers if self.contacts else wp.zeros((n, 1, 3), dtype=float, device=device)
+        frame.hold = wp.zeros((n, len(plan.rows)), dtype=float, device=device)
+        frame.hold_keep, self.hold_kept = 0, False
         self.targets = Targets(world, plan.targets)
         frame.target = self.targets.points
         self.frame = frame
@@ -208,6 +209,10 @@ class FileTask(Task):
                 wp.transform(wp.vec3(*ik["point_offset"][:3]), wp.quat(*ik["point_offset"][3:])),
             )
             self.joint_target = wp.zeros((n, len(ik["coords"]) + len(ik["gripper_coords"])), dtype=float, device=device)
+        self.follow_tables = [
+            ints([c for c, _, _ in plan.follow]),
+            ints([plan.action_coords[k] for *_, k in plan.follow]),
+        ]
         if plan.action_kind == "actuators":
             own = probe_actuators(self.file.model, self.file.file)
             self.actuator_tables = [ints(own.modes), ints(own.index), floats(own.gear), floats(own.low)]
@@ -225,6 +230,8 @@ class FileTask(Task):
             state["observation_noise_key"] = self.noise_key
         if self.contacts is not None:
             state["contact_timers"] = self.contacts.timers
+        if any(r.hold > 0.0 for r in plan.rows):
+            state["condition_timers"] = frame.hold
         state.update(self.targets.state)
         if plan.ik is not None:
             state["joint_target"] = self.joint_target
@@ -284,17 +291,27 @@ class FileTask(Task):
                 ik_kernels.ee_delta_kernel,
                 dim=world.num_envs,
                 inputs=[world.action_scale, *self.ik_tables, *self.ik_point, ik["base_body"], self.lower, self.upper]
-                + [ik["damping"], ik["max_joint_step"], ik["max_lag"], world.joint_q, bodies, world.executed_action],
+                + [self.action_origin, ik["damping"], ik["max_joint_step"], ik["max_lag"], world.joint_q, bodies]
+                + [world.executed_action],
                 outputs=[self.last_action, self.previous_action, self.joint_target, self.joint_target_q],
                 device=world.device,
             )
-            return
+            kernel = None  # one thread per world: launched above
         else:
             kernel = kernels.apply_position_kernel
             inputs = [world.action_scale, self.action_coord, self.lower, self.upper, self.action_origin]
             inputs += [world.executed_action]
             outputs = [self.last_action, self.previous_action, self.joint_target_q]
-        wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
+        if kernel is not None:
+            wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
+        if self.plan.follow:
+            wp.launch(
+                kernels.follow_targets_kernel,
+                dim=(world.num_envs, len(self.plan.follow)),
+                inputs=[*self.follow_tables, self.lower, self.upper],
+                outputs=[self.joint_target_q],
+                device=world.device,
+            )
 
     def reset_worlds(self, world: World) -> None:
         plan = self.plan
@@ -391,6 +408,7 @@ class FileTask(Task):
         self.targets.place(world)
         if self.contacts is not None:
             self.contacts.restored = True  # the next observe keeps the restored timers
+        self.hold_kept = True  # and the conditions' hold timers
         wp.launch(
             kernels.restored_noise_key_kernel,
             dim=world.num_envs,
@@ -402,6 +420,7 @@ class FileTask(Task):
     def observe(self, world: World) -> None:
         if self.contacts is not None:
             self.contacts.update(world)
+        self.frame.hold_keep, self.hold_kept = int(self.hold_kept), False
         wp.launch(
             self.kernel,
             dim=world.num_envs,
@@ -430,6 +449,16 @@ class FileTask(Task):
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
         return make(self, world, settings)
+
+
+def _gains(value, columns: int, key: str, source: str) -> list[float]:
+    """``[action] stiffness`` or ``damping``: one number for every action joint, or one per action column."""
+    values = value if isinstance(value, list) else [value] * columns
+    if len(values) != columns or not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                                         for v in values):  # fmt: skip
+        raise ValueError(f"{source}: action.{key} = {value!r}: expected a number >= 0 or {columns} of them (one per "
+                         "action column)")  # fmt: skip
+    return [float(v) for v in values]
 
 
 class Targets:
