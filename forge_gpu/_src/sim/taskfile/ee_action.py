@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from forge_gpu._src.sim.taskfile.modelfile import short_names
+
 KIND = "ee_delta"
 KEYS = ("site", "body", "offset", "frame", "ik_damping", "max_joint_step", "max_lag")
 """The keys ``kind = "ee_delta"`` takes beside ``joints``, ``low``, ``high``, ``scale``, ``stiffness``, ``damping``,
@@ -71,32 +73,53 @@ def ee_columns(action: dict, builder, joints, sites: dict, body_names: list[str]
     all_coords, all_dofs, all_names = joints(action["joints"], "action.joints")
     if len(all_coords) != len(all_names):
         raise ValueError(f"{key}.joints: the IK moves hinge and slide joints (one coordinate each)")
-    labels = [str(s).rsplit("/", 1)[-1] for s in builder.joint_label]
-    parent_of = {int(builder.joint_child[j]): int(builder.joint_parent[j]) for j in range(len(labels))}
-    chain, b = set(), body
-    while b >= 0:
-        chain.add(b)
-        b = parent_of.get(b, -1)
-    on = [int(builder.joint_child[labels.index(n)]) in chain for n in all_names]
+    on = on_chain(builder, body, all_names)
     if not any(on):
         raise ValueError(f"{key}.joints: none of {', '.join(all_names)} moves {_point_name(action)}")
     coords, dofs, names = ([v for v, o in zip(x, on, strict=True) if o] for x in (all_coords, all_dofs, all_names))
     g_coords, g_dofs, g_names = ([v for v, o in zip(x, on, strict=True) if not o]
                                  for x in (all_coords, all_dofs, all_names))  # fmt: skip
-    index = [labels.index(n) for n in names]
-    slide = [int(int(builder.joint_type[j]) == 0) for j in index]  # newton.JointType.PRISMATIC
+    base = int(builder.joint_parent[joint_labels(builder).index(names[0])]) if frame == "base" else -1
     ik = {
-        "coords": coords, "dofs": dofs, "child": [int(builder.joint_child[j]) for j in index],
-        "xc": [[float(v) for v in builder.joint_X_c[j]] for j in index],
-        "axis": [[float(v) for v in builder.joint_axis[d]] for d in dofs], "slide": slide,
-        "gripper_coords": g_coords, "gripper_dofs": g_dofs, "point_body": body, "point_offset": offset,
-        "joint_names": names, "all_dofs": all_dofs,
-        "base_body": int(builder.joint_parent[index[0]]) if frame == "base" else -1,
+        **chain_tables(builder, names), "coords": coords, "dofs": dofs, "gripper_coords": g_coords,
+        "gripper_dofs": g_dofs, "point_body": body, "point_offset": offset, "joint_names": names,
+        "all_dofs": all_dofs, "base_body": base,
         "damping": float(numbers["ik_damping"]), "max_joint_step": float(numbers["max_joint_step"]),
         "max_lag": float(numbers["max_lag"]),
     }  # fmt: skip
     a_names = ["dx", "dy", "dz", "droll", "dpitch", "dyaw", *g_names]
     return [-1] * 6 + g_coords, [-1] * 6 + g_dofs, a_names, ik
+
+
+def joint_labels(builder) -> list[str]:
+    """The joints' short names (the last part of each label)."""
+    return short_names(builder.joint_label)
+
+
+def on_chain(builder, body: int, names: list[str]) -> list[bool]:
+    """Per joint name: whether it moves ``body`` (its child is ``body`` or one of its ancestors)."""
+    labels = joint_labels(builder)
+    parent_of = {int(builder.joint_child[j]): int(builder.joint_parent[j]) for j in range(len(labels))}
+    chain, b = set(), body
+    while b >= 0:
+        chain.add(b)
+        b = parent_of.get(b, -1)
+    return [int(builder.joint_child[labels.index(n)]) in chain for n in names]
+
+
+def chain_tables(builder, names: list[str]) -> dict:
+    """The Jacobian's tables of the joints ``names`` (hinges and slides): each one's child body (per-world index),
+    its frame on the child's side (7 numbers: position, quaternion xyzw), its axis in that frame, whether it
+    slides."""
+    labels = joint_labels(builder)
+    index = [labels.index(n) for n in names]
+    dofs = [int(builder.joint_qd_start[j]) for j in index]
+    return {
+        "child": [int(builder.joint_child[j]) for j in index],
+        "xc": [[float(v) for v in builder.joint_X_c[j]] for j in index],
+        "axis": [[float(v) for v in builder.joint_axis[d]] for d in dofs],
+        "slide": [int(int(builder.joint_type[j]) == 0) for j in index],  # newton.JointType.PRISMATIC
+    }
 
 
 def _finite(value) -> bool:
