@@ -1,6 +1,6 @@
 """The scripted pick-and-place expert (``forge_gpu.sim:pick_expert``): it lifts the cube at 4 envs (lift's joint
-targets through its own IK), restarts its state machine at each episode start, puts the cube down at a point on
-the end-effector action, and refuses a bad setting in one line naming the file and the key."""
+targets through its own IK), restarts its state machine at each episode start, puts the cube down at a point and
+stacks it on a second cube on the end-effector action, and refuses a bad setting in one line naming the file and the key."""
 
 from pathlib import Path
 
@@ -12,6 +12,7 @@ import forge_gpu
 
 ROOT = Path(__file__).parents[2]
 PLACE = Path(__file__).parent / "ik_files" / "place_ee.toml"
+STACK = Path(__file__).parent / "ik_files" / "stack_ee.toml"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,23 @@ def test_the_expert_puts_the_cube_down_at_a_point_on_the_end_effector_action():
     assert np.linalg.norm(cube[:, :2] - np.array([0.45, 0.2]), axis=1).max() < 0.015
     assert np.abs(cube[:, 2] - start[:, 2]).max() < 0.005  # resting on the table at its own height
     assert (result.observation["proprio"][:, 7:9] > 0.035).all()  # the fingers open
+
+
+def test_the_expert_stacks_the_cube_on_a_body():
+    """With ``place`` a body (a second cube, 5 cm), the expert leaves each red cube resting on it: centred within
+    1.5 cm, its centre at the base's top plus its own half edge (within 5 mm), the machine done, the fingers open."""
+    env = forge_gpu.sim.make(str(STACK), num_envs=4, device="cpu", seed=2)
+    policy = forge_gpu.sim.make_policy("expert", env)
+    start = env.reset().numpy().observation["cube_pose"]
+    for _ in range(200):
+        result = env.step(policy(env.observation)).numpy()
+    names = env.task.plan.body_names
+    body_q = result.state["body_q"].reshape(env.num_envs, len(names), 7)
+    cube, base = body_q[:, names.index("cube"), :3], body_q[:, names.index("base"), :3]
+    assert (policy.phase.numpy() == DONE).all(), policy.phase.numpy()
+    assert np.linalg.norm(cube[:, :2] - base[:, :2], axis=1).max() < 0.015
+    assert np.abs(cube[:, 2] - (2 * base[:, 2] + start[:, 2])).max() < 0.005
+    assert (result.observation["proprio"][:, 7:9] > 0.035).all()
 
 
 BAD = [
