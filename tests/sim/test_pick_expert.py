@@ -1,6 +1,7 @@
 """The scripted pick-and-place expert (``forge_gpu.sim:pick_expert``): it lifts the cube at 4 envs (lift's joint
 targets through its own IK), restarts its state machine at each episode start, puts the cube down at a point and
-stacks it on a second cube on the end-effector action, and refuses a bad setting in one line naming the file and the key."""
+stacks it on a second cube on the end-effector action, and refuses a bad setting in one line naming the file and
+the key."""
 
 from pathlib import Path
 
