@@ -27,6 +27,7 @@ NAMES = {
     "reach_expert": "forge_gpu._src.sim.tasks.arm",
     "push_scene": "forge_gpu._src.sim.tasks.push",
     "push_expert": "forge_gpu._src.sim.tasks.push",
+    "pick_expert": "forge_gpu._src.sim.tasks.pick",
     "terms": "forge_gpu._src.sim.taskfile.user_terms",
     "hold_pose": "forge_gpu._src.sim.taskfile.task",
     "ant_trot": "forge_gpu._src.sim.tasks.ant",

@@ -73,6 +73,23 @@ def apply_position_kernel(
 
 
 @wp.kernel
+def follow_targets_kernel(
+    # Model:
+    follow_coord: wp.array[int],
+    leader_coord: wp.array[int],
+    lower: wp.array[float],
+    upper: wp.array[float],
+    # Data out:
+    joint_target_q_out: wp.array2d[float],
+):
+    """``[action] follow``: the following joint's position target = its action joint's, clipped to its limits."""
+    worldid, k = wp.tid()
+    c = follow_coord[k]
+    target = joint_target_q_out[worldid, leader_coord[k]]
+    joint_target_q_out[worldid, c] = wp.clamp(target, lower[c], upper[c])
+
+
+@wp.kernel
 def apply_actuators_kernel(
     # Model:
     action_scale: wp.array[float],

@@ -102,6 +102,11 @@ class Frame:
     recorded state ``contact_timers`` where a contact term reads them ([N, 0, 3] otherwise)."""
     dt: float
     """The control step [s]."""
+    hold: wp.array2d[float]
+    """Per world and term: a condition's ``hold`` timer, how long it has been true without a break [s] (the
+    task's state ``condition_timers``; [N, terms])."""
+    hold_keep: int
+    """1 on the observe after a restore: the restored timers are kept, not advanced."""
     target: wp.array2d[wp.vec3]
     """Per world, the task's targets (``[targets]``, drawn at every reset; world frame [m]), [N, K]."""
 
@@ -795,6 +800,11 @@ def done_tilt(f: Frame, worldid: int, t: int) -> bool:
 @wp.func
 def done_body_below(f: Frame, worldid: int, t: int) -> bool:
     return rew_body_height(f, worldid, t) < f.tf[t, TF_ARGS]
+
+
+@wp.func
+def done_body_above(f: Frame, worldid: int, t: int) -> bool:
+    return rew_body_height(f, worldid, t) > f.tf[t, TF_ARGS]
 
 
 @wp.func

@@ -5,7 +5,9 @@ Whatever the number of terms, a step launches it once: it writes ``proprio`` (ea
 success flags, the weighted value of each reward term (``reward_terms``; 0 on a terminating step with ``[reward]
 zero_on_termination``) and their sum. The source depends only on the terms' functions and order (their numbers are
 in the ``ti``/``tf`` tables), so changing a weight or a threshold reuses
-the compiled module. The source is written to a file (Warp reads a kernel's source back) under
+the compiled module. A condition with ``hold`` keeps its timer in ``f.hold`` (0 at a reset, advanced by the control
+step while true, 0 when false, kept on the observe after a restore). The source is written to a file (Warp reads a
+kernel's source back) under
 ``$XDG_CACHE_HOME/forge_gpu/tasks`` (default ``~/.cache``), named by its hash, and imported once per process.
 """
 
@@ -53,6 +55,9 @@ def source_of(plan: Plan) -> str:
     for group in plan.groups:  # each other observation group: its own array and column
         arrays[group], columns[group] = f"group_{group}", f"col_{group}"
         body.append(f"    col_{group} = int(0)")
+    required = {stage: any(r.require for r in plan.rows if r.stage == stage) for stage in ("terminations", "success")}
+    optional = {stage: any(r.stage == stage and not r.require for r in plan.rows) for stage in required}
+    body += ["    all_done = bool(True)", "    all_ok = bool(True)", "    held = bool(False)"]
     reward_column = 0
     order = {"observations": 0, "terminations": 1, "success": 1, "rewards": 2}  # a reward may depend on done
     for t, row in sorted(enumerate(plan.rows), key=lambda pair: order[pair[1].stage]):
@@ -70,7 +75,22 @@ def source_of(plan: Plan) -> str:
             reward_column += 1
         else:
             flag = "done" if row.stage == "terminations" else "ok"
-            body.append(f"    {flag} = {flag} or {call})")
+            body.append(f"    held = {call})")
+            if row.hold > 0.0:  # the condition's timer: 0 at a reset, kept on the observe after a restore
+                body += [
+                    "    if reset_mask[worldid]:",
+                    "        if f.hold_keep == 0:",
+                    f"            f.hold[worldid, {t}] = 0.0",
+                    "    elif held:",
+                    f"        f.hold[worldid, {t}] = f.hold[worldid, {t}] + f.dt",
+                    "    else:",
+                    f"        f.hold[worldid, {t}] = 0.0",
+                    f"    held = held and f.hold[worldid, {t}] >= {row.hold!r} - 0.5 * f.dt",
+                ]
+            body.append(f"    all_{flag} = all_{flag} and held" if row.require else f"    {flag} = {flag} or held")
+    for stage, flag in (("terminations", "done"), ("success", "ok")):
+        if required[stage]:
+            body.append(f"    {flag} = {'(' + flag + ') and ' if optional[stage] else ''}all_{flag}")
     body += [
         "    reward_out[worldid] = reward",
         "    terminated_out[worldid] = done or ok",

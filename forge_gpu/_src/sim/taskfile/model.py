@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from forge_gpu._src.sim.taskfile.modelfile import ModelFile, read_model_file, short_names
+from forge_gpu._src.sim.taskfile.scene import add_scene, scene_entries
 from forge_gpu._src.sim.trust import check_import
 
 MODEL_KEYS = (
     "asset", "file", "builder", "args", "position", "rotation", "floating", "ground", "contacts", "ignore_names",
-    "pose", "randomizable",
+    "pose", "randomizable", "scene",
 )  # fmt: skip
 FREE, BALL, FIXED = 4, 2, 3
 """Newton's joint types that ``plan_task`` treats apart (``newton.JointType``)."""
@@ -100,6 +101,7 @@ def check_model_values(model: dict, source: str) -> None:
     pose = model.get("pose", {})
     if not isinstance(pose, dict | str):
         raise ValueError(f"{source}: model.pose = {pose!r}: expected a keyframe's name or a table of joint -> value")
+    scene_entries(model.get("scene", {}), source)
 
 
 def _number(value) -> bool:
@@ -113,9 +115,9 @@ def model_info(model: dict, source: str) -> ModelFile | None:
 
 
 def add_model(builder, model: dict, source: str) -> list[str]:
-    """Add one world's robot (and ground) as ``[model]`` says; set the default pose (``[model.pose]`` or
-    ``pose = "<keyframe>"``). Returns what the build decided that the model file did not say (the root's
-    placement, the floor, the gravity), as phrases for one line."""
+    """Add one world's robot, its scene objects (``[model.scene]``, ``scene.py``) and the ground as ``[model]``
+    says; set the default pose (``[model.pose]`` or ``pose = "<keyframe>"``). Returns what the build decided that
+    the model file did not say (the root's placement, the floor, the gravity), as phrases for one line."""
     import warp as wp
 
     check_model_values(model, source)
@@ -154,6 +156,7 @@ def add_model(builder, model: dict, source: str) -> list[str]:
         _keyframe(builder, info, pose, placed, source)
     else:
         _pose_table(builder, pose, source)
+    add_scene(builder, model.get("scene", {}), source)
     if ground:
         builder.add_ground_plane()
     return [f"{name}: {n}" for n in notes]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_gpu._src.core.cameras import FRONT, camera_fields, check_name
-from forge_gpu._src.sim.taskfile import terms, user_terms
+from forge_gpu._src.sim.taskfile import ee_action, terms, user_terms
 from forge_gpu._src.sim.taskfile.actuators import actuator_columns
 from forge_gpu._src.sim.taskfile.model import (
     BALL,
@@ -31,7 +31,8 @@ from forge_gpu._src.sim.taskfile.model import (
 )
 from forge_gpu._src.sim.tasks.camera import check_pose
 
-_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative")
+_ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative",
+                "follow", *ee_action.KEYS)  # fmt: skip
 _TERM_KEYS = ("term", "weight", "noise", "args", "name", "params")
 POLICY = "policy"
 """The observation group recorded as ``proprio`` (what a policy observes); every other group is its own field."""
@@ -81,6 +82,11 @@ class Row:
     """An observation's group: ``policy`` (the field ``proprio``) or another group (its own field)."""
     params: dict = field(default_factory=dict)
     """A user term's named parameters, as given (``params = { ... }``: its ``tf`` columns in declared order)."""
+    hold: float = 0.0
+    """A condition's ``hold`` [s]: it counts once it has been true this long without a break (its timer, the
+    task's state ``condition_timers``); 0: at once."""
+    require: bool = False
+    """A condition that must hold besides its stage's others (ANDed; the stage's other conditions are ORed)."""
 
 
 @dataclass
@@ -126,9 +132,14 @@ class Plan:
     """Position targets are the default pose + action * scale (else action * scale: ``action.relative``)."""
     objects: list[dict] = field(default_factory=list)
     """The file's ``[objects]`` in order (:func:`object_entries`): each a free box placed at every reset."""
+    follow: list[tuple[int, int, int]] = field(default_factory=list)
+    """``[action] follow``: (the following joint's coordinate, its dof, the action column it copies): a position
+    target driven from another joint's column (a coupled gripper's second finger)."""
     groups: dict = field(default_factory=dict)
     """The observation groups beyond ``policy``: name -> width, in the order the file first names them (each the
     float32 field of that name, e.g. ``critic``)."""
+    ik: dict | None = None
+    """``[action] kind = "ee_delta"``: the IK's tables (``ee_action.ee_columns``); None for the other kinds."""
 
 
 def plan_task(params, source: str) -> Plan:
@@ -173,18 +184,26 @@ def plan_task(params, source: str) -> Plan:
             raise ValueError(f"{source}: unknown key action.{key}; allowed keys are {', '.join(_ACTION_KEYS)}")
     actuators = probe_actuators(params.model, source)
     kind = action.get("kind", "actuators" if len(actuators) and "joints" not in action else "effort")
-    if kind not in ("actuators", "effort", "position"):
-        raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'actuators', 'effort', 'position'")
+    if kind not in ("actuators", "effort", "position", ee_action.KIND):
+        raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'actuators', 'effort', 'position', "
+                         f"'{ee_action.KIND}'")  # fmt: skip
+    for key in ee_action.KEYS:
+        if key in action and kind != ee_action.KIND:
+            raise ValueError(f"{source}: action.{key}: only kind = '{ee_action.KIND}' takes it")
     relative = action.get("relative", True)
-    if not isinstance(relative, bool) or (kind != "position" and "relative" in action):
+    if not isinstance(relative, bool) or (kind not in ("position", ee_action.KIND) and "relative" in action):
         raise ValueError(f"{source}: action.relative = {shown(relative)}: expected true or false, with kind = "
-                         "'position'")  # fmt: skip
+                         f"'position' or '{ee_action.KIND}'")  # fmt: skip
     targets = target_entries(getattr(params, "targets", {}), source, short_names(builder.shape_label))
     objects = object_entries(getattr(params, "objects", {}), source, builder)
+    ik = None
     if kind == "actuators":
         a_coords, a_dofs, a_names = actuator_columns(action, actuators, source)
+    elif kind == ee_action.KIND:
+        a_coords, a_dofs, a_names, ik = ee_action.ee_columns(action, builder, joints, sites, bodies, source)
     else:
         a_coords, a_dofs, a_names = joints(action.get("joints", ["*"]), "action.joints")
+    follow = _follow(action, kind, a_names, joints, source)
     r_coords, r_dofs, _ = joints(["*"], "reset") if movable else ([], [], [])
     draws = _draws(params.reset, joints, source) if movable else []
     command = params.command
@@ -228,6 +247,11 @@ def plan_task(params, source: str) -> Plan:
         if r.stage == "observations" and r.group in taken:
             raise ValueError(f"{source}: observations: group {r.group!r} is a camera's field; name the group "
                              "otherwise")  # fmt: skip
+    if ik is not None:
+        for r in rows:
+            if r.func is terms.REWARDS["energy"].func:
+                raise ValueError(f"{source}: {r.stage}: term 'energy' reads joint torques; kind = "
+                                 f"'{ee_action.KIND}' has none (its columns are a pose change)")  # fmt: skip
     proprio = sum(r.width for r in rows if r.stage == "observations" and r.group == POLICY)
     groups: dict[str, int] = {}
     for r in rows:
@@ -251,8 +275,30 @@ def plan_task(params, source: str) -> Plan:
         noise_state=any(r.noise for r in rows), cameras=[c for c in cameras if c["enabled"]], root_body=root_body,
         partial_root=partial,
         contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
-        objects=objects,
+        objects=objects, follow=follow, ik=ik,
     )  # fmt: skip
+
+
+def _follow(action: dict, kind: str, columns: list[str], joints, source: str) -> list[tuple[int, int, int]]:
+    """``[action] follow = { "<joint>" = "<action joint>" }``: each joint's position target is the action joint's
+    (both driven with the action's gains); only with kind = "position", a follower not an action joint itself."""
+    given = action.get("follow", {})
+    if not given:
+        return []
+    if kind not in ("position", ee_action.KIND) or not isinstance(given, dict):
+        raise ValueError(f'{source}: action.follow = {shown(given)}: expected a table joint = "<action joint>", with '
+                         f'kind = "position" or "{ee_action.KIND}"')  # fmt: skip
+    out = []
+    for name, leader in given.items():
+        cs, ds, found = joints([name], f"action.follow.{name}")
+        if len(found) != 1 or len(cs) != 1 or found[0] in columns:
+            raise ValueError(f"{source}: action.follow.{name}: expected one hinge or slide joint that is not an action "
+                             f"joint ({', '.join(columns)})")  # fmt: skip
+        if leader not in columns:
+            raise ValueError(f"{source}: action.follow.{name} = {shown(leader)}: not an action joint; the action's "
+                             f"joints are {', '.join(columns)}")  # fmt: skip
+        out.append((cs[0], ds[0], columns.index(leader)))
+    return out
 
 
 def _translating_root(builder, types: list[int]) -> bool:
@@ -385,6 +431,10 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         allowed = (*_TERM_KEYS, *info.keys, *points, *(("max_angle",) if name == "tilt" else ()))
     if stage == "observations":
         allowed = (*allowed, "group")
+    conditions = _condition_keys(stage, entry, f"{source}: {where}")
+    if conditions:
+        allowed = (*allowed, "hold", "require")
+        entry = {k: v for k, v in entry.items() if k not in ("hold", "require")}
     given = entry.get("params", {})
     if not isinstance(given, dict):
         raise ValueError(f"{source}: {where}.params = {shown(given)}: expected a table of named parameters")
@@ -490,9 +540,24 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     reads = "previous" if user else info.reads  # a user's term may read anything
     row = Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
     row.contact, row.point, row.group = info.contact, point, group
+    if conditions:
+        row.hold, row.require = conditions
     if user and declared is not None:
         row.params = dict(zip(declared.params, named, strict=True))
     return row
+
+
+def _condition_keys(stage: str, entry, where: str) -> tuple[float, bool] | None:
+    """A condition's ``hold`` (it counts once true for this long without a break [s]; default 0) and ``require``
+    (it must hold besides the stage's others: AND, where the others are ORed); None outside the conditions."""
+    if stage not in ("terminations", "success") or not isinstance(entry, dict):
+        return None
+    hold, require = entry.get("hold", 0.0), entry.get("require", False)
+    if not _plain_number(hold) or hold < 0:
+        raise ValueError(f"{where}.hold = {shown(hold)}: expected a duration >= 0 [s]")
+    if not isinstance(require, bool):
+        raise ValueError(f"{where}.require = {shown(require)}: expected true or false")
+    return float(hold), require
 
 
 def _bodies(patterns, where: str, names: list[str]) -> list[int]:

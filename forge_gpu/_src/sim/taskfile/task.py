@@ -20,7 +20,7 @@ import warp as wp
 
 from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, camera_fields
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.taskfile import actuators, codegen, modelfile, penetration, stored
+from forge_gpu._src.sim.taskfile import actuators, codegen, ee_action, modelfile, penetration, stored
 from forge_gpu._src.sim.taskfile.compose import compose
 from forge_gpu._src.sim.taskfile.model import add_model, model_file, model_info, probe_actuators
 from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
@@ -38,6 +38,7 @@ from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, new_sensor, newton_transform
 from forge_gpu._src.sim.trust import check_import
 from forge_gpu._src.sim.world import World
+from forge_gpu.kernels import ik as ik_kernels
 from forge_gpu.kernels import taskfile as kernels
 from forge_gpu.kernels import terms
 
@@ -135,11 +136,16 @@ class FileTask(Task):
             if mode in (actuators.TARGET, actuators.VELOCITY):
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.NONE)
                 builder.joint_target_ke[d], builder.joint_target_kd[d] = 0.0, 0.0
-        if self.plan.action_kind == "position":
-            ke, kd = float(p.action.get("stiffness", 100.0)), float(p.action.get("damping", 5.0))
-            for d in self.plan.action_dofs:
+        if self.plan.action_kind in ("position", ee_action.KIND):
+            ik = self.plan.ik
+            dofs = self.plan.action_dofs if ik is None else ik["all_dofs"]  # the action joints, in the model's order
+            ke = _gains(p.action.get("stiffness", 100.0), len(dofs), "stiffness", p.file)
+            kd = _gains(p.action.get("damping", 5.0), len(dofs), "damping", p.file)
+            follow = [(dofs.index(self.plan.action_dofs[k]), d) for _, d, k in self.plan.follow]  # its leader's gains
+            driven = [*enumerate(dofs), *follow]
+            for k, d in driven:
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.POSITION)
-                builder.joint_target_ke[d], builder.joint_target_kd[d] = ke, kd
+                builder.joint_target_ke[d], builder.joint_target_kd[d] = ke[k], kd[k]
 
     def bind(self, world: World) -> TaskBinding:
         n, device, plan = world.num_envs, world.device, self.plan
@@ -185,13 +191,29 @@ class FileTask(Task):
         frame.dt = float(world.config.control_dt)
         self.contacts = ContactTimers(world, plan, bodies) if plan.contact else None
         frame.contact = self.contacts.timers if self.contacts else wp.zeros((n, 1, 3), dtype=float, device=device)
+        frame.hold = wp.zeros((n, len(plan.rows)), dtype=float, device=device)
+        frame.hold_keep, self.hold_kept = 0, False
         self.targets = Targets(world, plan.targets)
         frame.target = self.targets.points
         self.frame = frame
         self.kernel = codegen.observe_kernel(plan)
         self.action_origin = self.default_q if plan.action_relative else wp.zeros_like(self.default_q)
-        if plan.action_kind in ("position", "actuators"):
+        if plan.action_kind in ("position", "actuators", ee_action.KIND):
             self.joint_target_q = world.control.joint_target_q.reshape((n, -1))
+        if plan.ik is not None:
+            ik = plan.ik
+            self.ik_tables = [ints(ik["coords"]), ints(ik["child"]), wp.array(np.asarray(ik["xc"], np.float32),
+                              dtype=wp.transform, device=device), wp.array(np.asarray(ik["axis"], np.float32),
+                              dtype=wp.vec3, device=device), ints(ik["slide"]), ints(ik["gripper_coords"])]  # fmt: skip
+            self.ik_point = (
+                ik["point_body"],
+                wp.transform(wp.vec3(*ik["point_offset"][:3]), wp.quat(*ik["point_offset"][3:])),
+            )
+            self.joint_target = wp.zeros((n, len(ik["coords"]) + len(ik["gripper_coords"])), dtype=float, device=device)
+        self.follow_tables = [
+            ints([c for c, _, _ in plan.follow]),
+            ints([plan.action_coords[k] for *_, k in plan.follow]),
+        ]
         if plan.action_kind == "actuators":
             own = probe_actuators(self.file.model, self.file.file)
             self.actuator_tables = [ints(own.modes), ints(own.index), floats(own.gear), floats(own.low)]
@@ -209,7 +231,11 @@ class FileTask(Task):
             state["observation_noise_key"] = self.noise_key
         if self.contacts is not None:
             state["contact_timers"] = self.contacts.timers
+        if any(r.hold > 0.0 for r in plan.rows):
+            state["condition_timers"] = frame.hold
         state.update(self.targets.state)
+        if plan.ik is not None:
+            state["joint_target"] = self.joint_target
         calibration = {"reward_terms": plan.reward_names} if "reward_terms" in fields else {}
         randomized = {r.name for r in self.config.randomize}
         self.colors = {name: per_world(world.model.shape_label, shape, n, device)
@@ -262,12 +288,33 @@ class FileTask(Task):
             kernel, inputs = kernels.apply_effort_kernel, [world.action_scale, self.action_dof]
             inputs += [world.params["actuator_gain_scale"], world.executed_action]
             outputs = [self.last_action, self.previous_action, world.joint_f]
+        elif self.plan.ik is not None:
+            ik, bodies = self.plan.ik, self.frame.body_q
+            wp.launch(
+                ik_kernels.ee_delta_kernel,
+                dim=world.num_envs,
+                inputs=[world.action_scale, *self.ik_tables, *self.ik_point, ik["base_body"], self.lower, self.upper]
+                + [self.action_origin, ik["damping"], ik["max_joint_step"], ik["max_lag"], world.joint_q, bodies]
+                + [world.executed_action],
+                outputs=[self.last_action, self.previous_action, self.joint_target, self.joint_target_q],
+                device=world.device,
+            )
+            kernel = None  # one thread per world: launched above
         else:
             kernel = kernels.apply_position_kernel
             inputs = [world.action_scale, self.action_coord, self.lower, self.upper, self.action_origin]
             inputs += [world.executed_action]
             outputs = [self.last_action, self.previous_action, self.joint_target_q]
-        wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
+        if kernel is not None:
+            wp.launch(kernel, dim=world.executed_action.shape, inputs=inputs, outputs=outputs, device=world.device)
+        if self.plan.follow:
+            wp.launch(
+                kernels.follow_targets_kernel,
+                dim=(world.num_envs, len(self.plan.follow)),
+                inputs=[*self.follow_tables, self.lower, self.upper],
+                outputs=[self.joint_target_q],
+                device=world.device,
+            )
 
     def reset_worlds(self, world: World) -> None:
         plan = self.plan
@@ -292,6 +339,14 @@ class FileTask(Task):
             device=world.device,
         )
         self.targets.draw(world, len(plan.draws))
+        if plan.ik is not None:
+            wp.launch(
+                ik_kernels.reset_targets_kernel,
+                dim=world.num_envs,
+                inputs=[self.ik_tables[0], self.ik_tables[-1], world.reset_mask, world.joint_q],
+                outputs=[self.joint_target, self.joint_target_q],
+                device=world.device,
+            )
         for o, *_ in self.objects:
             values = [world.params[f"{o['name']}_{k}"] for k in ("position", "yaw", "size")]
             wp.launch(
@@ -356,6 +411,7 @@ class FileTask(Task):
         self.targets.place(world)
         if self.contacts is not None:
             self.contacts.restored = True  # the next observe keeps the restored timers
+        self.hold_kept = True  # and the conditions' hold timers
         wp.launch(
             kernels.restored_noise_key_kernel,
             dim=world.num_envs,
@@ -367,6 +423,7 @@ class FileTask(Task):
     def observe(self, world: World) -> None:
         if self.contacts is not None:
             self.contacts.update(world)
+        self.frame.hold_keep, self.hold_kept = int(self.hold_kept), False
         wp.launch(
             self.kernel,
             dim=world.num_envs,
@@ -395,6 +452,16 @@ class FileTask(Task):
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
         return make(self, world, settings)
+
+
+def _gains(value, columns: int, key: str, source: str) -> list[float]:
+    """``[action] stiffness`` or ``damping``: one number for every action joint, or one per action column."""
+    values = value if isinstance(value, list) else [value] * columns
+    if len(values) != columns or not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                                         for v in values):  # fmt: skip
+        raise ValueError(f"{source}: action.{key} = {value!r}: expected a number >= 0 or {columns} of them (one per "
+                         "action column)")  # fmt: skip
+    return [float(v) for v in values]
 
 
 class Targets:

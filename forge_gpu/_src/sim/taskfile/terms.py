@@ -193,6 +193,7 @@ CONDITIONS = {
         k.done_root_pitch_beyond, ("max_angle",), doc="|the root body's rotation about world y| > max_angle [deg]"
     ),
     "body_below": TermInfo(k.done_body_below, ("body", "height"), doc="body z < height"),
+    "body_above": TermInfo(k.done_body_above, ("body", "height"), doc="body z > height"),
     "body_distance_below": TermInfo(
         k.done_body_distance_below, ("body", "other", "distance"), doc="two bodies closer than distance"
     ),
