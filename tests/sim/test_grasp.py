@@ -60,9 +60,10 @@ def _ik(env, q: np.ndarray, target: np.ndarray, rotation: np.ndarray) -> np.ndar
     return q
 
 
-def _grasp(overrides: dict) -> dict:
+def _grasp(overrides: dict, on_hand: bool = False) -> dict:
     """Reach over the cube, descend, close, lift 15 cm and hold 2 s; the cube's height and its offset from the tcp
-    at the start and the end of the hold [m]."""
+    at the start and the end of the hold [m], and the success conditions' timers at the end [s]. ``on_hand``:
+    lift the closed gripper without the cube, then put the cube on the hand's top (beside the wrist) and hold."""
     env = forge_gpu.sim.make("lift", num_envs=1, device="cpu", seed=1, **{**SCENE, **overrides})
     env.reset()
     q0 = env.world.joint_q.numpy()[0, :9].astype(np.float64)
@@ -85,15 +86,38 @@ def _grasp(overrides: dict) -> dict:
         obs = env.observation
         return obs["cube_pose"].numpy()[0, :3] - obs["proprio"].numpy()[0, 18:21]
 
-    go(cube + [0, 0, 0.1], OPEN, 50)
-    go(cube + [0, 0, 0.0], OPEN, 60)
-    go(cube + [0, 0, 0.0], CLOSED, 40)
-    go(cube + [0, 0, 0.15], CLOSED, 50)
+    if on_hand:
+        go(cube + [0, 0, 0.15], CLOSED, 50)
+        _put_on_hand(env)
+    else:
+        go(cube + [0, 0, 0.1], OPEN, 50)
+        go(cube + [0, 0, 0.0], OPEN, 60)
+        go(cube + [0, 0, 0.0], CLOSED, 40)
+        go(cube + [0, 0, 0.15], CLOSED, 50)
     start = offset()
     go(cube + [0, 0, 0.15], CLOSED, 100)  # 2 s at 50 Hz
     end = offset()
+    state = env.result.state
     return {"height": float(env.observation["cube_pose"].numpy()[0, 2]), "start": start, "end": end,
-            "tcp": env.observation["proprio"].numpy()[0, 18:21].copy(), "table": float(cube[2])}  # fmt: skip
+            "tcp": env.observation["proprio"].numpy()[0, 18:21].copy(), "table": float(cube[2]),
+            "timers": state["condition_timers"].numpy()[0].copy(), "pairs": state["contact_pairs"].numpy()[0].copy(),
+            "success": bool(env.observation["success"].numpy()[0])}  # fmt: skip
+
+
+def _put_on_hand(env) -> None:
+    """Set the cube (at rest, aligned with the hand) on the hand box's top, 7.5 cm off the wrist's axis along the
+    hand's long side: the state a cube resting on the gripper has."""
+    hand = env.task.plan.body_names.index("hand")
+    pose = env.world.state_0.body_q.numpy()[hand]
+    rotation = np.array(wp.quat_to_matrix(wp.quat(*pose[3:7]))).reshape(3, 3)
+    half = 0.5 * float(env.result.params["cube_size"].numpy()[0])
+    # The hand points down: its box's top face is at the hand's z = 0.002, above it means a smaller z.
+    centre = pose[:3] + rotation @ np.array([0.0, 0.075, 0.002 - half - 1e-3])
+    q, qd = env.world.joint_q.numpy(), env.world.joint_qd.numpy()
+    q[0, 9:16] = [*centre, *pose[3:7]]
+    qd[0, 9:15] = 0.0
+    env.world.joint_q.assign(q)
+    env.world.joint_qd.assign(qd)
 
 
 def test_grasp_holds_by_friction():
@@ -105,6 +129,22 @@ def test_grasp_holds_by_friction():
     assert held["height"] > held["table"] + 0.12
     assert np.linalg.norm(held["end"]) < 0.02
     assert slip < 0.01
+    # lift's success conditions (cube above lift_height, each finger touching it) held through the 2 s: with
+    # hold_time = 1 s the grasp is a success.
+    assert held["pairs"].tolist() == [1.0, 1.0]
+    assert (held["timers"] >= 1.0).sum() == 3
+
+
+def test_cube_on_the_hand_is_no_success():
+    """A cube resting on the gripper's top, lifted as high as a grasped one, is no success: the fingers do not
+    touch it."""
+    rested = _grasp({"params.hold_time": 1.0}, on_hand=True)
+    print(f"on the hand: cube at z = {rested['height']:.4f} m, contact flags {rested['pairs'].tolist()}, condition "
+          f"timers {np.round(rested['timers'], 3).tolist()}")  # fmt: skip
+    assert rested["height"] > rested["table"] + 0.12  # it stayed on the hand, as high as a grasped cube
+    assert rested["pairs"].tolist() == [0.0, 0.0]
+    assert (rested["timers"] >= 1.0).sum() == 1  # the height condition alone held
+    assert not rested["success"]
 
 
 @pytest.mark.xfail(strict=True, raises=ValueError, reason="with every shape's friction near 0 the run's state turns "
