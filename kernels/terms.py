@@ -38,6 +38,8 @@ TI_BODY2 = wp.constant(2)
 """``ti[t, 2]``: the second body (``relative_to``, ``other``); -1 for none (world frame)."""
 TI_AXIS = wp.constant(3)
 """``ti[t, 3]``: an axis (0 x, 1 y, 2 z)."""
+TI_PAIR = wp.constant(3)
+"""``ti[t, 3]`` of a contact-pair term (``bodies_touch``, which has no axis): its pair, a column of ``f.touch``."""
 TI_LIST = wp.constant(4)
 """``ti[t, 4:4+n]``: the list's coordinates (or columns); ``ti[t, 4+n:4+2n]`` the dofs of those joints."""
 TF_WEIGHT = wp.constant(0)
@@ -100,6 +102,9 @@ class Frame:
     contact: wp.array3d[float]
     """Per world and body: ``CONTACT_AIR``, ``CONTACT_TOUCH``, ``CONTACT_LAST_AIR`` [s], [N, B, 3]; the task's
     recorded state ``contact_timers`` where a contact term reads them ([N, 0, 3] otherwise)."""
+    touch: wp.array2d[float]
+    """Per world and contact pair (the task's pairs of bodies that ``bodies_touch`` terms name): 1 while the two
+    bodies touch, else 0, [N, P]; the task's recorded state ``contact_pairs`` ([N, 1] of 0 without such a term)."""
     dt: float
     """The control step [s]."""
     hold: wp.array2d[float]
@@ -734,6 +739,61 @@ def contact_timers_kernel(
     else:
         contact[w, b, CONTACT_AIR] = contact[w, b, CONTACT_AIR] + dt
         contact[w, b, CONTACT_TOUCH] = 0.0
+
+
+@wp.kernel
+def contact_pairs_kernel(
+    nacon: wp.array[int],
+    contact_dist: wp.array[float],
+    contact_margin: wp.array[float],
+    contact_geom: wp.array[wp.vec2i],
+    contact_world: wp.array[int],
+    geom_to_shape: wp.array2d[wp.int32],
+    shape_body: wp.array[int],
+    bodies: int,
+    pairs: wp.array[wp.vec2i],
+    reset_mask: wp.array[wp.bool],
+    touch: wp.array2d[float],
+):
+    """Mark each pair of bodies (per-world indices, either order) that one of the solver's contacts joins:
+    ``touch[w, p] = 1`` (cleared before; a reset world's stay 0: its contacts are the last episode's)."""
+    i = wp.tid()
+    if i >= nacon[0] or contact_dist[i] > contact_margin[i]:
+        return
+    w = contact_world[i]
+    g = contact_geom[i]
+    if g[0] < 0 or g[1] < 0 or reset_mask[w]:
+        return
+    sa = geom_to_shape[w, g[0]]
+    sb = geom_to_shape[w, g[1]]
+    if sa < 0 or sb < 0:
+        return
+    a = shape_body[sa]
+    b = shape_body[sb]
+    if a < 0 or b < 0:
+        return
+    a = a - w * bodies
+    b = b - w * bodies
+    for p in range(pairs.shape[0]):
+        q = pairs[p]
+        if (q[0] == a and q[1] == b) or (q[0] == b and q[1] == a):
+            touch[w, p] = 1.0
+
+
+@wp.func
+def obs_bodies_touch(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int:
+    out[worldid, col] = f.touch[worldid, f.ti[t, TI_PAIR]]
+    return col + 1
+
+
+@wp.func
+def rew_bodies_touch(f: Frame, worldid: int, t: int) -> float:
+    return f.touch[worldid, f.ti[t, TI_PAIR]]
+
+
+@wp.func
+def done_bodies_touch(f: Frame, worldid: int, t: int) -> bool:
+    return f.touch[worldid, f.ti[t, TI_PAIR]] > 0.5
 
 
 @wp.func

@@ -44,6 +44,11 @@ class SolverConfig:
     """Line-search iterations (MuJoCo)."""
     integrator: str = field(default="implicitfast", metadata=bounded(choices=("euler", "implicitfast")))
     """MuJoCo integrator."""
+    cone: str = field(default="pyramidal", metadata=bounded(choices=("pyramidal", "elliptic")))
+    """MuJoCo's friction cone: ``pyramidal`` (MuJoCo's default) or ``elliptic`` (a held object slips less)."""
+    impratio: float = field(default=1.0, metadata=bounded(1.0, 1000.0))
+    """MuJoCo's ratio of the friction constraints' impedance to the normal one's (> 1 makes friction harder: less
+    slip in a grasp; meant with the elliptic cone)."""
     nconmax: int | None = field(default=None, metadata=bounded(1, 1 << 16))
     """Contact points per world MuJoCo-Warp makes room for (its pool holds ``nconmax * num_envs``, shared by all
     worlds); ``None`` (not set): MuJoCo-Warp's estimate from the model. Contacts beyond the pool are dropped and

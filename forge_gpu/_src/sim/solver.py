@@ -26,6 +26,8 @@ def make_solver(model, config: TaskConfig, has_contacts: bool):
             iterations=s.iterations,
             ls_iterations=s.ls_iterations,
             integrator=s.integrator,
+            cone=s.cone,
+            impratio=s.impratio,
             nconmax=s.nconmax,
             njmax=s.njmax,
             disable_contacts=not has_contacts,

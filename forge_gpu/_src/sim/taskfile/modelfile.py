@@ -26,8 +26,16 @@ NOT_SIMULATED_MJCF = {
 """MJCF elements (anywhere in the file) that forge_gpu's MuJoCo-Warp worlds do not simulate, and how to name them."""
 USD_STEP_RATES = ("newton:timeStepsPerSecond", "physxScene:timeStepsPerSecond")
 """A USD physics scene's attributes that set its step rate [1/s] (``mjc:option:timestep`` sets the step)."""
-SOLVER_OPTIONS = ("iterations", "ls_iterations", "integrator")
+SOLVER_OPTIONS = ("iterations", "ls_iterations", "integrator", "cone", "impratio")
 """The ``<option>`` attributes a task's ``[solver]`` sets (its values replace the model's)."""
+
+
+def _is_float(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def short_names(labels) -> list[str]:
@@ -294,7 +302,9 @@ def stepping(info: ModelFile | None, config, source: str) -> list[str]:
     solver, given = config.solver, table.get("solver", {})
     for key, value in info.options.items():
         ours = getattr(solver, key, None)
-        if solver.name == "mujoco" and ours is not None and str(value).lower() != str(ours).lower():
+        same = str(value).lower() == str(ours).lower() or (_is_float(value) and _is_float(ours)
+                                                             and float(value) == float(ours))  # fmt: skip
+        if solver.name == "mujoco" and ours is not None and not same:
             if key not in given:
                 notes.append(f'<option {key}="{value}"> replaced by the default [solver] {key} = {ours!r} (set it '
                              "to choose)")  # fmt: skip

@@ -78,6 +78,8 @@ class Row:
     """The term's row of the ``tp`` table: its body's point and frame, the second body's point (``TP_*``)."""
     contact: bool = False
     """Reads the bodies' contact timers."""
+    pair: bool = False
+    """Reads whether its two bodies touch (``bodies_touch``): its ``ti[TI_PAIR]`` is its pair's column."""
     group: str = POLICY
     """An observation's group: ``policy`` (the field ``proprio``) or another group (its own field)."""
     params: dict = field(default_factory=dict)
@@ -126,6 +128,9 @@ class Plan:
     """The root is made of slide and hinge joints (a planar robot's), not a free joint."""
     contact: bool = False
     """A term reads the bodies' contact timers (the task records them: state ``contact_timers``)."""
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    """The pairs of bodies (per-world indices) that ``bodies_touch`` terms read, in order (``Frame.touch``'s
+    columns; the task records their flags: state ``contact_pairs``)."""
     targets: list[dict] = field(default_factory=list)
     """The file's ``[targets]`` in order (:func:`target_entries`): each a point drawn at every reset."""
     action_relative: bool = True
@@ -252,6 +257,13 @@ def plan_task(params, source: str) -> Plan:
             if r.func is terms.REWARDS["energy"].func:
                 raise ValueError(f"{source}: {r.stage}: term 'energy' reads joint torques; kind = "
                                  f"'{ee_action.KIND}' has none (its columns are a pose change)")  # fmt: skip
+    pairs: list[tuple[int, int]] = []
+    for row in rows:  # each pair of bodies that a contact-pair term reads: one column of Frame.touch
+        if row.pair:
+            key = tuple(sorted(row.ints[1:3]))
+            if key not in pairs:
+                pairs.append(key)
+            row.ints[3] = pairs.index(key)
     proprio = sum(r.width for r in rows if r.stage == "observations" and r.group == POLICY)
     groups: dict[str, int] = {}
     for r in rows:
@@ -275,7 +287,7 @@ def plan_task(params, source: str) -> Plan:
         noise_state=any(r.noise for r in rows), cameras=[c for c in cameras if c["enabled"]], root_body=root_body,
         partial_root=partial,
         contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
-        objects=objects, follow=follow, ik=ik,
+        objects=objects, follow=follow, ik=ik, pairs=pairs,
     )  # fmt: skip
 
 
@@ -428,6 +440,8 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
         points = tuple(k for owner in ("body", "other") if owner in info.keys for k in _POINT_KEYS[owner])
         if name in ("body_quat", "body_ang_vel"):  # a frame's, the same at every point of the body
             points = tuple(k for k in points if k != "offset")
+        if info.pair:  # two bodies touching: no point of them
+            points = ()
         allowed = (*_TERM_KEYS, *info.keys, *points, *(("max_angle",) if name == "tilt" else ()))
     if stage == "observations":
         allowed = (*allowed, "group")
@@ -540,6 +554,9 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     reads = "previous" if user else info.reads  # a user's term may read anything
     row = Row(stage, label, info.func, ints + listed, floats, width, "noise" in entry, user, reads, chosen)
     row.contact, row.point, row.group = info.contact, point, group
+    row.pair = info.pair
+    if row.pair and ints[1] == ints[2]:
+        raise ValueError(f"{source}: {where}: {name} needs two different bodies (body and other)")
     if conditions:
         row.hold, row.require = conditions
     if user and declared is not None:

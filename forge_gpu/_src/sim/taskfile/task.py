@@ -191,6 +191,7 @@ class FileTask(Task):
         frame.dt = float(world.config.control_dt)
         self.contacts = ContactTimers(world, plan, bodies) if plan.contact else None
         frame.contact = self.contacts.timers if self.contacts else wp.zeros((n, 1, 3), dtype=float, device=device)
+        frame.touch = self.contacts.touch if self.contacts else wp.zeros((n, 1), dtype=float, device=device)
         frame.hold = wp.zeros((n, len(plan.rows)), dtype=float, device=device)
         frame.hold_keep, self.hold_kept = 0, False
         self.targets = Targets(world, plan.targets)
@@ -231,6 +232,8 @@ class FileTask(Task):
             state["observation_noise_key"] = self.noise_key
         if self.contacts is not None:
             state["contact_timers"] = self.contacts.timers
+            if plan.pairs:
+                state["contact_pairs"] = self.contacts.touch
         if any(r.hold > 0.0 for r in plan.rows):
             state["condition_timers"] = frame.hold
         state.update(self.targets.state)
@@ -538,8 +541,9 @@ def per_world(labels, name: str, n: int, device) -> wp.array:
 class ContactTimers:
     """Each body's air and contact timers (``kernels/terms.py``, ``Frame.contact``), advanced before every
     observe from the solver's contacts with the ground (MuJoCo Warp's ``contact`` list): two launches per step,
-    whatever the number of contacts or terms. The task records them (state ``contact_timers``), so a restored
-    frame observes as recorded."""
+    whatever the number of contacts or terms; and, where ``bodies_touch`` terms name pairs of bodies, each pair's
+    flag (``Frame.touch``: a clear and one launch). The task records them (state ``contact_timers``,
+    ``contact_pairs``), so a restored frame observes as recorded."""
 
     def __init__(self, world: World, plan: Plan, bodies: int):
         solver = getattr(world, "solver", None)
@@ -559,11 +563,23 @@ class ContactTimers:
         self.inputs = [data.nacon, c.dist, c.includemargin, c.geom, c.worldid, solver.mjc_geom_to_newton_shape]
         self.inputs += [world.model.shape_body, bodies]
         self.size = data.naconmax
+        self.touch = wp.zeros((n, max(len(plan.pairs), 1)), dtype=float, device=device)
+        """[N, P]: 1 while the pair's two bodies touch (``plan.pairs``)."""
+        self.pairs = wp.array(plan.pairs, dtype=wp.vec2i, device=device) if plan.pairs else None
 
     def update(self, world: World) -> None:
         kernel = terms.contact_flags_kernel
         wp.launch(kernel, dim=self.size, inputs=self.inputs, outputs=[self.touching], device=world.device)
         restored, self.restored = int(self.restored), False
+        if self.pairs is not None and not restored:  # a restored frame keeps the recorded flags
+            self.touch.zero_()
+            wp.launch(
+                terms.contact_pairs_kernel,
+                dim=self.size,
+                inputs=[*self.inputs, self.pairs, world.reset_mask],
+                outputs=[self.touch],
+                device=world.device,
+            )
         wp.launch(
             terms.contact_timers_kernel,
             dim=self.touching.shape,

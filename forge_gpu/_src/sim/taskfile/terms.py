@@ -30,6 +30,8 @@ class TermInfo:
     """What to use on a root of slide and hinge joints where ``partial`` is None."""
     contact: bool = False
     """Reads the bodies' contact timers (the solver's contacts with the ground)."""
+    pair: bool = False
+    """Reads whether ``body`` and ``other`` touch each other (``Frame.touch``: the solver's contacts between them)."""
     doc: str = ""
     reads: str = ""
     """``action``: reads the executed action; ``previous``: the one before it too (the task then records them)."""
@@ -95,6 +97,9 @@ OBSERVATIONS = {
     "target_pos": TermInfo(k.obs_target_pos, ("target",), 3, doc="a target's position, world [m] ([targets])"),
     "body_contact": TermInfo(
         k.obs_body_contact, ("bodies",), "bodies", contact=True, doc="1 per body touching the ground, else 0"
+    ),
+    "bodies_touch": TermInfo(
+        k.obs_bodies_touch, ("body", "other"), 1, contact=True, pair=True, doc="1 while body touches other, else 0"
     ),
     "air_time": TermInfo(
         k.obs_air_time, ("bodies",), "bodies", contact=True, doc="per body, time since it left the ground [s]"
@@ -171,6 +176,9 @@ REWARDS = {
         k.rew_body_ang_vel, ("body", "axis", "relative_to"), doc="a body's angular velocity about axis [rad/s]"
     ),
     "body_contact": TermInfo(k.rew_body_contact, ("bodies",), contact=True, doc="the bodies touching the ground"),
+    "bodies_touch": TermInfo(
+        k.rew_bodies_touch, ("body", "other"), contact=True, pair=True, doc="1 while body touches other, else 0"
+    ),
     "feet_air_time": TermInfo(
         k.rew_feet_air_time,
         ("bodies", "threshold"),
@@ -209,6 +217,9 @@ CONDITIONS = {
     "joint_pos_beyond": TermInfo(k.done_joint_pos_beyond, ("joints", "limit"), doc="|q| > limit for any joint"),
     "body_contact": TermInfo(
         k.done_body_contact, ("bodies",), contact=True, doc="any of the bodies touches the ground"
+    ),
+    "bodies_touch": TermInfo(
+        k.done_bodies_touch, ("body", "other"), contact=True, pair=True, doc="body touches other (a contact)"
     ),
 }
 """Terminations (``[[terminations]]``) and success conditions (``[[success]]``) share this library."""
