@@ -9,7 +9,7 @@ from forge_gpu._src.sim.config import config_dir
 
 LIFT = config_dir() / "lift.toml"
 BAD = [
-    ('shape = "box"\nsize = ["params.cube_size"', 'shape = "cone"\nsize = ["params.cube_size"', "model.scene.cube.shape"),
+    ("shape = \"box\"\nsize = [\"params.cube_size\"", "shape = \"cone\"\nsize = [\"params.cube_size\"", "model.scene.cube.shape"),  # noqa: E501
     ("size = [1.2, 1.2, 0.05]", "size = [1.2, 0.0, 0.05]", "model.scene.table.size"),
     ("color = [0.55, 0.45, 0.35]", "color = [0.55, 0.45]", "model.scene.table.color"),
     ('mass = "params.cube_mass"\nfriction', "radius = 0.02\nfriction", "model.scene.cube.radius"),
