@@ -12,6 +12,7 @@ NAMES = {
     "DatasetSummary": "forge_gpu._src.collect.distributed",
     "write_dataset_manifest": "forge_gpu._src.core.dataset",
     "replay": "forge_gpu._src.collect.replay",
+    "RolloutRecorder": "forge_gpu._src.collect.rollouts",
     "HostSnapshotTransport": "forge_gpu._src.collect.transport",
     "Transport": "forge_gpu._src.collect.transport",
     "Recorder": "forge_gpu._src.recording.base",

@@ -83,6 +83,10 @@ class _Consumer(threading.Thread):
         """Batches seen so far (the reset batch is batch 0)."""
         self.error: BaseException | None = None
 
+    def append(self, batch) -> None:
+        """Give one checked batch to the recorder (a subclass may add to it first)."""
+        self.recorder.append(batch.observation, batch.result)
+
     def run(self) -> None:
         try:
             while (batch := self.transport.get()) is not None:
@@ -95,7 +99,7 @@ class _Consumer(threading.Thread):
                     )
                 self.steps += 1
                 if self.recorder is not None:
-                    self.recorder.append(batch.observation, result)
+                    self.append(batch)
                 ended = result.terminated | result.truncated
                 if self.overflow is not None:
                     obs = batch.observation

@@ -16,6 +16,7 @@ The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import os
@@ -30,6 +31,7 @@ from queue import Full, Queue
 
 import numpy as np
 
+from forge_gpu._src.collect.rollouts import PARAM_SOURCES_KEY, param_sources
 from forge_gpu._src.collect.replay_waves import batches, frame_bytes, from_actions, from_state, waves
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_succeeded
@@ -372,8 +374,11 @@ def _check_same_files(manifest: dict, env, run_dir: str) -> None:
 def _check_compatible(manifest: dict, env, run_dir: str) -> None:
     """ValueError naming the first difference that keeps the run's episodes from being restored in ``env``."""
     recorded, spec = manifest["env_spec"], env.spec
+    carried = param_sources(recorded)  # a trainer's params (policy_version): carried as recorded, never restored
     for key in ("state", "params"):
         want, have = recorded.get(key) or {}, spec.get(key) or {}
+        if key == "params":
+            want = {name: value for name, value in want.items() if name not in carried}
         for name in sorted(set(want) | set(have)):
             if want.get(name) != have.get(name):
                 raise ValueError(
@@ -391,6 +396,10 @@ def _manifest(source: dict, env, keys: dict, count: int, run_dir: str, from_: st
     """run.json of the output: the replaying env's description (config, spec, calibration, packages) with the
     source's episode layout (num_envs, max_steps), and where it came from."""
     run = describe_run(env, transport="replay")
+    if carried := param_sources(source["env_spec"]):  # the source's trainer params travel with its episodes
+        spec = run.spec
+        params = {**(spec.get("params") or {}), **{name: source["env_spec"]["params"][name] for name in carried}}
+        run = dataclasses.replace(run, spec={**spec, "params": params, PARAM_SOURCES_KEY: carried})
     manifest = initial_manifest(run, 0, FORMATS["packed"].identity)
     manifest["config"] = {**manifest["config"], "num_envs": source["config"]["num_envs"]}
     manifest.update(

@@ -62,9 +62,10 @@ def _padded(group: list[Episode], n: int, arrays: Callable[[Episode], dict]) -> 
     return out
 
 
-def _params(group: list[Episode], n: int) -> dict:
+def _params(group: list[Episode], n: int, own) -> dict:
+    """The env's own params (``own``: env.spec's; a trainer's recorded beside them are not restored) of each world."""
     index = np.minimum(np.arange(n), len(group) - 1)
-    return {name: np.stack([np.asarray(group[i].params[name], np.float32) for i in index]) for name in group[0].params}
+    return {name: np.stack([np.asarray(group[i].params[name], np.float32) for i in index]) for name in own}
 
 
 class _Frames:
@@ -119,7 +120,8 @@ def from_state(env, wave: list[Episode], stop: threading.Event, count: Callable)
     starts = np.concatenate([[0], np.cumsum(lengths)])  # the frames of episode i: rows starts[i] .. starts[i + 1]
     scratch = int(starts[-1])  # the row idle worlds write to
     states = {name: np.concatenate([e.state[name] for e in wave]) for name in wave[0].state}
-    params = {name: np.stack([np.asarray(e.params[name], np.float32) for e in wave]) for name in wave[0].params}
+    own = env.spec.get("params") or {}  # a trainer's params recorded beside the env's are not restored
+    params = {name: np.stack([np.asarray(e.params[name], np.float32) for e in wave]) for name in own}
     frames = _Frames(env, scratch + 1)
     held = np.full(n, -1)  # the episode each world holds (-1: none)
     t = np.zeros(n, np.int64)  # the frame it is at
@@ -155,7 +157,7 @@ def from_actions(env, group: list[Episode], tolerance: float) -> tuple[list[Epis
     steps = np.array([e.steps for e in group])
     first_step = np.full(size, -1, np.int64)
     max_error = np.zeros(size, np.float64)
-    env.restore(_state_at(states, np.zeros(n, np.int64)), _params(group, n))
+    env.restore(_state_at(states, np.zeros(n, np.int64)), _params(group, n, env.spec.get("params") or {}))
     starts = np.concatenate([[0], np.cumsum(steps + 1)])
     frames = _Frames(env, int(starts[-1]) + 1)  # the last row: where worlds past their episode's end write
     world_starts = np.concatenate([starts[:size], np.full(n - size, starts[-1])])

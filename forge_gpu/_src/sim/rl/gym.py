@@ -57,14 +57,23 @@ class GymVectorEnv(gymnasium.vector.VectorEnv):
 
     On CUDA each call orders torch's current stream after the env's Warp stream (no host sync). The tensors are
     views of the env's buffers: the next ``step`` overwrites them.
+
+    ``recorder``: a ``forge_gpu.recording.RolloutRecorder`` of the same env, or None (nothing is recorded and
+    nothing copied). With one, every ``reset`` and ``step`` is recorded as a run (one host copy per step, in
+    ``collect``'s transport), each episode with the recorder's ``policy_version``; :meth:`close` (or leaving a
+    ``with`` block) closes the run.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
-    def __init__(self, env):
+    def __init__(self, env, *, recorder=None):
         import torch
 
+        if recorder is not None and getattr(recorder, "env", None) is not env:
+            raise ValueError("GymVectorEnv(recorder=...): the recorder records another env; make it with this env")
         self.env = env
+        self.recorder = recorder
+        """The ``RolloutRecorder`` that records every reset and step, or None."""
         self.num_envs = env.num_envs
         self.device = wp.device_to_torch(env.device)
         """The torch device of every tensor returned (the env's)."""
@@ -93,16 +102,37 @@ class GymVectorEnv(gymnasium.vector.VectorEnv):
             )
         if options:
             raise ValueError(f"reset(options={options!r}): this env takes no reset options")
+        if self.recorder is not None:
+            self.recorder.before(reset=True)
         self.env.reset()
+        if self.recorder is not None:
+            self.recorder.after()
         self._order()
         return self._observation, self._info
 
     def step(self, actions):
         """One control step of every env (next-step autoreset): ``(observation, reward, terminated, truncated,
         info)``, views of the env's buffers."""
+        if self.recorder is not None:
+            self.recorder.before(reset=False)
         self.env.step(actions)
+        if self.recorder is not None:
+            self.recorder.after()
         self._order()
         return self._observation, self._reward, self._terminated, self._truncated, self._info
+
+    def close_extras(self, **kwargs) -> None:
+        """``close()``: the recorder's run is closed (its last step published); the env itself stays usable."""
+        if self.recorder is not None:
+            self.recorder.close(error=kwargs.get("error"))
+
+    def __enter__(self) -> GymVectorEnv:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        """Leaving a ``with`` block closes the recording; with an exception, the run is closed as failed with it
+        (what was published stays)."""
+        self.close(error=value)
 
     def _order(self) -> None:
         """CUDA: torch work queued after this call runs after the env's step (a stream wait, no host sync)."""

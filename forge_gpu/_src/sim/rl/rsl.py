@@ -47,10 +47,13 @@ class RslRlVecEnv(VecEnv):
       it as the first step of the next episode, whose length reads one more than the env's).
     - ``episode_length_buf`` is the env's ``step_id``; it cannot be written (rsl_rl's ``init_at_random_ep_len``):
       the env's episodes start at step 0, their draws keyed by (seed, env, episode).
+    - ``recorder``: a ``forge_gpu.recording.RolloutRecorder`` of the same env records the training's rollouts as a
+      run (:class:`GymVectorEnv`), each episode with the policy version that chose its first action
+      (:func:`track_policy_version` counts the runner's updates); :meth:`close` closes the run.
     """
 
-    def __init__(self, env):
-        self.gym = GymVectorEnv(env)
+    def __init__(self, env, *, recorder=None):
+        self.gym = GymVectorEnv(env, recorder=recorder)
         """The gymnasium view of the same env (zero-copy tensors)."""
         self.env = env
         self.num_envs = env.num_envs
@@ -88,6 +91,39 @@ class RslRlVecEnv(VecEnv):
         _, reward, terminated, truncated, _ = self.gym.step(actions)
         dones = terminated | truncated
         return self.get_observations(), reward.clone(), dones, {"time_outs": truncated.clone(), "log": {}}
+
+    @property
+    def recorder(self):
+        """The ``RolloutRecorder`` of the training's rollouts, or None."""
+        return self.gym.recorder
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Close the recording, if any (``error``: the training failed with it; the run is closed as failed)."""
+        self.gym.close(error=error)
+
+    def __enter__(self) -> RslRlVecEnv:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        self.close(error=value)
+
+
+def track_policy_version(runner) -> None:
+    """Make each PPO update of ``runner`` (an rsl_rl ``OnPolicyRunner`` on a :class:`RslRlVecEnv` with a
+    recorder) advance the recorder's ``policy_version`` by one: an episode then records how many updates the
+    policy that chose its first action had had (0: the initial policy). ValueError (one line) for a runner whose
+    env records nothing."""
+    recorder = getattr(runner.env, "recorder", None)
+    if recorder is None:
+        raise ValueError("track_policy_version: the runner's env records nothing (RslRlVecEnv(env, recorder=...))")
+    update = runner.alg.update
+
+    def counted(*args, **kwargs):
+        out = update(*args, **kwargs)
+        recorder.policy_version += 1
+        return out
+
+    runner.alg.update = counted
 
 
 def default_train_config(*, hidden: tuple[int, ...] = (64, 64), num_steps_per_env: int = 24, groups=()) -> dict:
