@@ -31,8 +31,8 @@ from queue import Full, Queue
 
 import numpy as np
 
-from forge_gpu._src.collect.rollouts import PARAM_SOURCES_KEY, param_sources
 from forge_gpu._src.collect.replay_waves import batches, frame_bytes, from_actions, from_state, waves
+from forge_gpu._src.collect.rollouts import PARAM_SOURCES_KEY, param_sources
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_succeeded
 from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
