@@ -450,3 +450,19 @@ def test_imitation_mixture_head_holds_two_modes():
         assert executed[head].shape == (64, horizon, actions)
     assert executed["mse"].abs().mean() < 0.5, executed["mse"]
     assert (executed["gmm"].abs() - 1.0).abs().max() < 0.25, executed["gmm"]
+
+
+def test_grasp_smoke(out):
+    """bench/grasp.py --smoke: lift's rates state only and with both cameras, random and expert, each from a
+    recorded collection; and the overflow counts over whole episodes, none dropped at the shipped settings."""
+    payload = run_bench("grasp", out)
+    rows = payload["rows"]
+    assert {(r["policy"], r["mode"]) for r in rows} == {(p, m) for p in ("random", "expert") for m in ("state", "rgbd")}
+    for row in rows:
+        check_figures(row, {"num_envs": True, "steps": True, "env_steps_per_s": True, "loop_env_steps_per_s": True})
+        check_figures(row, {"vs_state": True, "mb_written": True, "dropped_steps": False})
+        assert row["cameras"] == (2 if row["mode"] == "rgbd" else 0), row
+    for o in payload["overflow"]:
+        assert o["episodes"] == o["num_envs"] and o["env_steps"] > 0 and o["dropped_env_steps"] == 0, o
+        assert o["nconmax"] == 128 and o["njmax"] == 512, o
+    assert {o["policy"] for o in payload["overflow"]} == {"random", "expert"}
