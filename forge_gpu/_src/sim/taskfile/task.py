@@ -275,7 +275,8 @@ class FileTask(Task):
             if other is None and name in paired:
                 continue  # its pair's launch writes it
             other = other or name
-            resolve = 1 if name in randomized else 2 if other in randomized and other != name else 0
+            # An entry alone (other is itself) keeps its value: nothing to differ from.
+            resolve = 0 if other == name else 1 if name in randomized else 2 if other in randomized else 0
             shapes = [per_world(world.model.shape_label, entries[k]["shape"], n, device) for k in (name, other)]
             launches.append((name, other, *shapes, resolve))
         return launches
