@@ -56,8 +56,9 @@ _ORDER = ("approach_height", "grasp_height", "lift_height", "carry_height", "rel
 def pick_expert(task, world, settings: dict):
     """A task file's ``[expert] factory`` (``forge_gpu.sim:pick_expert``): grasp ``object`` (a body name), lift it
     and, with ``place``, put it on a body (its name), at a ``[targets]`` point (its name: each world's drawn point,
-    z the surface) or at a point ``[x, y, z]`` (world frame [m], z the surface it rests on); ``site`` is the point between the fingers (default ``tcp``), ``gripper`` the action joint of the
-    gripper's column (default: the action's one column that is not on the site's chain) and ``gripper_open``,
+    z the surface) or at a point ``[x, y, z]`` (world frame [m], z the surface it rests on); ``site`` is the point
+    between the fingers (default ``tcp``), ``gripper`` the action joint of the gripper's column (default: the
+    action's one column that is not on the site's chain) and ``gripper_open``,
     ``gripper_closed`` its values (action units, required). Heights [m]: ``approach_height`` (above the object's
     centre before descending), ``grasp_height`` (the site above the object's centre when it closes),
     ``lift_height`` (above the object's resting height), ``carry_height`` (above the release height, for a place),
