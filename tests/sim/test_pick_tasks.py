@@ -36,9 +36,9 @@ def run(request):
     env = _make(request.param)
     steps = TASKS[request.param][2]
     first = env.reset().numpy()
-    params = {k: np.asarray(v) for k, v in first.params.items()}
+    params = {k: np.array(v, copy=True) for k, v in first.params.items()}
     instructions = episode_instructions(env.task.instruction_template(), params, count=env.num_envs)
-    colors = env.model.shape_color.numpy()
+    colors = env.model.shape_color.numpy().copy()  # a view of the model on the CPU: episodes redraw it
     shapes = {s: per_world(env.model.shape_label, s, env.num_envs, "cpu").numpy() for s in TASKS[request.param][3]}
     policy = forge_gpu.sim.make_policy("expert", env)
     success = np.full(env.num_envs, -1)
@@ -111,3 +111,24 @@ def test_a_cylinder_object_rests_upright_at_its_drawn_size():
     assert (can[:, 2] < 0.5 * height + 5e-4).all() and (can[:, 2] > 0.5 * height - 4e-3).all(), can[:, 2] - height / 2
     assert np.abs(can[:, :2] - first.params["can_position"]).max() < 1e-3
     assert np.abs(can[:, 3:5]).max() < 5e-3  # upright: no tilt about x or y
+
+
+CYLINDER = {"body": "can", "shape": "can", "mass": 0.2, "friction": 0.8, "position": [0.5, 0.0]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"radius": 0.02}, r"^f\.toml: objects\.can: a cylinder needs radius and height \[m\]; height is missing$"),
+        ({"radius": 0.02, "height": -1}, r"^f\.toml: objects\.can\.height = -1: expected a number > 0$"),
+        ({"radius": 0.02, "height": 0.05, "size": 0.05}, r"objects\.can\.radius: a cube takes size \(its edge\), a "),
+        ({"radius": True, "height": 0.05}, r"objects\.can\.radius = true: expected a number > 0$"),
+    ],
+)
+def test_a_bad_cylinder_is_refused_in_one_line(extra, message):
+    """A cylinder object missing a dimension, with one <= 0 or not a number, or with a cube's size besides."""
+    from forge_gpu._src.sim.taskfile.plan import object_entries
+
+    with pytest.raises(ValueError, match=message) as caught:
+        object_entries({"can": {**CYLINDER, **extra}}, "f.toml", None)
+    assert "\n" not in str(caught.value)
