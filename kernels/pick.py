@@ -14,8 +14,9 @@ STREAM_EXPERT = wp.constant(6)
 APPROACH, DESCEND, CLOSE, LIFT, MOVE, LOWER, OPEN, RETREAT, DONE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 PHASES = ("approach", "descend", "close", "lift", "move", "lower", "open", "retreat", "done")
 """The phases in order (``phase`` holds the index)."""
-PLACE_NONE, PLACE_BODY, PLACE_POINT = 0, 1, 2
-"""Where the object goes after the lift: nowhere (hold it up), on a body (its top), at a point (on the table)."""
+PLACE_NONE, PLACE_BODY, PLACE_POINT, PLACE_TARGET = 0, 1, 2, 3
+"""Where the object goes after the lift: nowhere (hold it up), on a body (its top), at a point (on the table), at
+a ``[targets]`` point of each world (``place_body`` its index)."""
 
 # Rows of the ``numbers`` table (settings in the order pick.py writes them).
 N_APPROACH = wp.constant(0)  # approach height above the object's centre [m]
@@ -89,6 +90,7 @@ def pick_expert_kernel(
     step_id_in: wp.array[wp.int32],
     joint_q_in: wp.array2d[float],
     body_q_in: wp.array2d[wp.transform],
+    target_in: wp.array2d[wp.vec3],
     # Data in/out:
     phase: wp.array[int],
     timer: wp.array[int],
@@ -133,6 +135,9 @@ def pick_expert_kernel(
         b = wp.transform_get_translation(body_q_in[worldid, place_body])
         place = b
         top = 2.0 * b[2]
+    elif place_mode == PLACE_TARGET:
+        place = target_in[worldid, place_body]
+        top = place[2]
     held = top + half + numbers[N_RELEASE] + numbers[N_GRASP]  # the tcp's height with the object at its release
     ph = phase[worldid]
     t = timer[worldid] + 1

@@ -262,20 +262,20 @@ def place_object_kernel(
     reset_mask_in: wp.array[wp.bool],
     position_in: wp.array2d[float],
     yaw_in: wp.array[float],
-    size_in: wp.array[float],
+    height_in: wp.array[float],
     # Data out:
     joint_q_out: wp.array2d[float],
     joint_qd_out: wp.array2d[float],
 ):
-    """An ``[objects]`` box of the worlds that reset: its free joint at the drawn centre x, y and yaw, resting on
-    the table top (z = half its edge), at rest."""
+    """An ``[objects]`` box or cylinder of the worlds that reset: its free joint at the drawn centre x, y and yaw,
+    upright and resting on the table top (z = half its height: a cube's edge, a cylinder's height), at rest."""
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
     half_yaw = 0.5 * yaw_in[worldid]
     joint_q_out[worldid, coord + 0] = position_in[worldid, 0]
     joint_q_out[worldid, coord + 1] = position_in[worldid, 1]
-    joint_q_out[worldid, coord + 2] = 0.5 * size_in[worldid]
+    joint_q_out[worldid, coord + 2] = 0.5 * height_in[worldid]
     joint_q_out[worldid, coord + 3] = 0.0
     joint_q_out[worldid, coord + 4] = 0.0
     joint_q_out[worldid, coord + 5] = wp.sin(half_yaw)
@@ -313,6 +313,40 @@ def object_physics_kernel(
     shape_material_mu_out[shape[worldid]] = friction_in[worldid]
     moment = mass * edge * edge / 6.0
     inertia = wp.diag(wp.vec3(moment, moment, moment))
+    set_mass(body[worldid], mass, inertia, body_mass_out, body_inv_mass_out, body_inertia_out, body_inv_inertia_out)
+
+
+@wp.kernel
+def object_cylinder_kernel(
+    # Model:
+    shape: wp.array[wp.int32],
+    body: wp.array[wp.int32],
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    radius_in: wp.array[float],
+    height_in: wp.array[float],
+    mass_in: wp.array[float],
+    friction_in: wp.array[float],
+    # Data out:
+    shape_scale_out: wp.array[wp.vec3],
+    shape_material_mu_out: wp.array[float],
+    body_mass_out: wp.array[float],
+    body_inv_mass_out: wp.array[float],
+    body_inertia_out: wp.array[wp.mat33],
+    body_inv_inertia_out: wp.array[wp.mat33],
+):
+    """An ``[objects]`` cylinder's drawn radius and height (its shape's radius and half height), friction, mass and
+    a solid cylinder's inertia about its centre, m (3 r^2 + h^2) / 12 across its axis and m r^2 / 2 about it, in
+    the worlds that reset."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    r, h, mass = radius_in[worldid], height_in[worldid], mass_in[worldid]
+    s = shape[worldid]
+    shape_scale_out[s] = wp.vec3(r, 0.5 * h, shape_scale_out[s][2])
+    shape_material_mu_out[s] = friction_in[worldid]
+    side = mass * (3.0 * r * r + h * h) / 12.0
+    inertia = wp.diag(wp.vec3(side, side, 0.5 * mass * r * r))
     set_mass(body[worldid], mass, inertia, body_mass_out, body_inv_mass_out, body_inertia_out, body_inv_inertia_out)
 
 

@@ -42,7 +42,9 @@ _RESET_KEYS = ("joint_position", "joint_velocity", "joints")
 _REWARD_KEYS = ("terms", "zero_on_termination")
 CAMERA_KEYS = ("term", "name", "size", "fov", "position", "look_at", "up", "follow", "mount", "depth", "enabled")
 TARGET_KEYS = ("yaw", "radius", "height", "marker", "marker_offset", "position")
-OBJECT_KEYS = ("body", "shape", "size", "mass", "friction", "position", "yaw")
+OBJECT_KEYS = ("body", "shape", "size", "radius", "height", "mass", "friction", "position", "yaw")
+BOX_SHAPE, CYLINDER_SHAPE = 7, 6
+"""Newton's box and cylinder (``newton.GeoType``): the shapes an ``[objects]`` entry may be."""
 SIZES = (8, 512)
 """The square image sizes [px] a task file's camera takes."""
 PRISMATIC, D6 = 0, 6
@@ -696,10 +698,13 @@ def _plain_number(value) -> bool:
 
 
 def object_entries(objects, source: str, builder) -> list[dict]:
-    """The checked ``[objects]``: per name, its free ``body`` and box ``shape`` (names in the model, checked with
-    ``builder``: a one-world probe, or None to check the numbers alone) and its numbers: ``size``, ``mass``,
-    ``friction`` (> 0 for the first two, >= 0), ``position = [x, y]`` [m], ``yaw`` [rad] (default 0). With
-    ``builder``, each entry gains ``coord`` and ``dof``: its free joint's first coordinate and dof in a world."""
+    """The checked ``[objects]``: per name, its free ``body`` and its ``shape`` (names in the model, checked with
+    ``builder``: a one-world probe, or None to check the numbers alone) and its numbers: a cube's ``size`` (its
+    edge) or a cylinder's ``radius`` and ``height`` (its full height, along its axis: upright on the table), each
+    > 0 [m]; ``mass`` (> 0) [kg], ``friction`` (>= 0), ``position = [x, y]`` [m], ``yaw`` [rad] (default 0). The
+    entry's ``kind`` is ``"box"`` (``size``) or ``"cylinder"`` (``radius`` and ``height``); with ``builder`` the
+    model's shape must be of that kind, and each entry gains ``coord`` and ``dof``: its free joint's first
+    coordinate and dof in a world."""
     if not isinstance(objects, dict):
         raise ValueError(f"{source}: [objects] must be a table of [objects.NAME] tables")
     out = []
@@ -717,12 +722,23 @@ def object_entries(objects, source: str, builder) -> list[dict]:
             if not isinstance(entry.get(key), str):
                 raise ValueError(f'{where}: an object needs {key} = "<its {key} name in the model>"')
             item[key] = entry[key]
-        for key in ("size", "mass", "friction", "yaw"):
+        round_keys = [k for k in ("radius", "height") if k in entry]
+        if "size" in entry and round_keys:
+            raise ValueError(f"{where}.{round_keys[0]}: a cube takes size (its edge), a cylinder radius and height, "
+                             "not both")  # fmt: skip
+        if round_keys and len(round_keys) < 2:
+            missing = "height" if round_keys == ["radius"] else "radius"
+            raise ValueError(f"{where}: a cylinder needs radius and height [m]; {missing} is missing")
+        item["kind"] = "cylinder" if round_keys else "box"
+        dimensions = ("radius", "height") if round_keys else ("size",)
+        for key in (*dimensions, "mass", "friction", "yaw"):
             if key not in entry and key == "yaw":
                 continue
             value = entry.get(key)
             low = 0.0 if key == "friction" else None
-            if not _plain_number(value) or (key in ("size", "mass") and value <= 0) or (low is not None and value < 0):
+            positive = key in ("size", "radius", "height", "mass")
+            if not _plain_number(value) or not math.isfinite(value) or (positive and value <= 0) \
+                    or (low is not None and value < 0):  # fmt: skip
                 what = "a number" if key == "yaw" else "a number >= 0" if key == "friction" else "a number > 0"
                 raise ValueError(f"{where}.{key} = {shown(value)}: expected {what}")
             item[key] = float(value)
@@ -740,6 +756,13 @@ def object_entries(objects, source: str, builder) -> list[dict]:
                 raise ValueError(f"{where}.body = {item['body']!r}: not on a free joint; an object moves freely")
             if item["shape"] not in shapes or int(builder.shape_body[shapes.index(item["shape"])]) != body:
                 raise ValueError(f"{where}.shape = {item['shape']!r}: no such shape on body {item['body']!r}")
+            kind = int(builder.shape_type[shapes.index(item["shape"])])
+            expected = CYLINDER_SHAPE if item["kind"] == "cylinder" else BOX_SHAPE
+            if kind != expected:
+                keys = "radius and height" if item["kind"] == "cylinder" else "size"
+                other = "box" if kind == BOX_SHAPE else "cylinder" if kind == CYLINDER_SHAPE else "another shape"
+                raise ValueError(f"{where}: {keys} describe a {item['kind']}, but shape {item['shape']!r} is a "
+                                 f"{other} (a box takes size, a cylinder radius and height)")  # fmt: skip
             item["coord"] = int(builder.joint_q_start[joints[0]])
             item["dof"] = int(builder.joint_qd_start[joints[0]])
         out.append(item)

@@ -288,7 +288,9 @@ def catalog(params: FileParams) -> dict[str, Parameter]:
 
 OBJECT_KEYS = {
     "size": ((), "the edge of object {!r}'s box [m]", ("SHAPE_PROPERTIES", "BODY_INERTIAL_PROPERTIES")),
-    "mass": ((), "object {!r}'s mass [kg] (a solid box's inertia)", ("BODY_INERTIAL_PROPERTIES",)),
+    "radius": ((), "the radius of object {!r}'s cylinder [m]", ("SHAPE_PROPERTIES", "BODY_INERTIAL_PROPERTIES")),
+    "height": ((), "the full height of object {!r}'s cylinder [m]", ("SHAPE_PROPERTIES", "BODY_INERTIAL_PROPERTIES")),
+    "mass": ((), "object {!r}'s mass [kg] (a solid box's or cylinder's inertia)", ("BODY_INERTIAL_PROPERTIES",)),
     "friction": ((), "object {!r}'s friction coefficient", ("SHAPE_PROPERTIES",)),
     "position": ((2,), "object {!r}'s start centre x, y on the table [m]", ()),
     "yaw": ((), "object {!r}'s start yaw about +z [rad]", ()),
@@ -304,6 +306,8 @@ def placements(params: FileParams) -> dict[str, Parameter]:
     offered = {}
     for entry in object_entries(params.objects, params.file, None):
         for key, (shape, doc, notify) in OBJECT_KEYS.items():
+            if key not in entry:
+                continue  # a cube has no radius and height, a cylinder no size
             value = entry[key]
             nominal = tuple(value) if isinstance(value, list) else (value,)
             offered[f"{entry['name']}_{key}"] = Parameter(shape, nominal, doc.format(entry["name"]), notify=notify)
@@ -311,7 +315,10 @@ def placements(params: FileParams) -> dict[str, Parameter]:
     for name, entry in targets.items():
         if isinstance(entry, dict) and "position" in entry and isinstance(entry["position"], list):
             doc = f"target {name!r}'s place x, y on the table top [m]"
-            offered[f"{name}_position"] = Parameter((2,), tuple(float(v) for v in entry["position"]), doc)
+            # A marker that collides (a scene box) moves for the solver too.
+            notify = ("SHAPE_PROPERTIES",) if entry.get("marker") is not None else ()
+            offered[f"{name}_position"] = Parameter((2,), tuple(float(v) for v in entry["position"]), doc,
+                                                    notify=notify)  # fmt: skip
     return offered
 
 

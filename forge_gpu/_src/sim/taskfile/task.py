@@ -247,7 +247,7 @@ class FileTask(Task):
         self.palette = self._palette_launches(world, randomized)
         self.objects = [
             (o, per_world(world.model.shape_label, o["shape"], n, device), per_world(world.model.body_label, o["body"],
-             n, device), bool(randomized & {f"{o['name']}_{k}" for k in ("size", "mass", "friction")}))
+             n, device), bool(randomized & {f"{o['name']}_{k}" for k in (*_dimensions(o), "mass", "friction")}))
             for o in plan.objects
         ]  # fmt: skip
         self.moves_camera = bool(randomized & set(CAMERA_OFFSETS))
@@ -352,7 +352,8 @@ class FileTask(Task):
                 device=world.device,
             )
         for o, *_ in self.objects:
-            values = [world.params[f"{o['name']}_{k}"] for k in ("position", "yaw", "size")]
+            tall = "height" if o["kind"] == "cylinder" else "size"  # its full height: upright on the table
+            values = [world.params[f"{o['name']}_{k}"] for k in ("position", "yaw", tall)]
             wp.launch(
                 kernels.place_object_kernel,
                 dim=world.num_envs,
@@ -369,7 +370,8 @@ class FileTask(Task):
 
     def apply_params(self, world: World) -> None:
         """The drawn visuals: ``[shape_colors]`` colours and the camera's offsets (those ``[randomize]`` names),
-        palette colours (every reset) and the ``[objects]``' drawn edge, mass and friction."""
+        palette colours (every reset) and the ``[objects]``' drawn size (a cube's edge, a cylinder's radius and height),
+        mass and friction."""
         for name, other, shape, other_shape, resolve in self.palette:
             wp.launch(
                 kernels.palette_color_kernel,
@@ -381,9 +383,9 @@ class FileTask(Task):
         model = world.model
         for o, shape, body, physics in self.objects:
             if physics:
-                values = [world.params[f"{o['name']}_{k}"] for k in ("size", "mass", "friction")]
+                values = [world.params[f"{o['name']}_{k}"] for k in (*_dimensions(o), "mass", "friction")]
                 wp.launch(
-                    kernels.object_physics_kernel,
+                    kernels.object_cylinder_kernel if o["kind"] == "cylinder" else kernels.object_physics_kernel,
                     dim=world.num_envs,
                     inputs=[shape, body, world.reset_mask, *values],
                     outputs=[model.shape_scale, model.shape_material_mu, model.body_mass, model.body_inv_mass]
@@ -456,6 +458,11 @@ class FileTask(Task):
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
         return make(self, world, settings)
+
+
+def _dimensions(entry: dict) -> tuple[str, ...]:
+    """An ``[objects]`` entry's size parameters (suffixes): a cube's edge, a cylinder's radius and height."""
+    return ("radius", "height") if entry["kind"] == "cylinder" else ("size",)
 
 
 def _gains(value, columns: int, key: str, source: str) -> list[float]:

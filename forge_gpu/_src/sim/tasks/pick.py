@@ -55,9 +55,10 @@ _ORDER = ("approach_height", "grasp_height", "lift_height", "carry_height", "rel
 
 def pick_expert(task, world, settings: dict):
     """A task file's ``[expert] factory`` (``forge_gpu.sim:pick_expert``): grasp ``object`` (a body name), lift it
-    and, with ``place``, put it on a body (its name) or at a point ``[x, y, z]`` (world frame [m], z the surface it
-    rests on); ``site`` is the point between the fingers (default ``tcp``), ``gripper`` the action joint of the
-    gripper's column (default: the action's one column that is not on the site's chain) and ``gripper_open``,
+    and, with ``place``, put it on a body (its name), at a ``[targets]`` point (its name: each world's drawn point,
+    z the surface) or at a point ``[x, y, z]`` (world frame [m], z the surface it rests on); ``site`` is the point
+    between the fingers (default ``tcp``), ``gripper`` the action joint of the gripper's column (default: the
+    action's one column that is not on the site's chain) and ``gripper_open``,
     ``gripper_closed`` its values (action units, required). Heights [m]: ``approach_height`` (above the object's
     centre before descending), ``grasp_height`` (the site above the object's centre when it closes),
     ``lift_height`` (above the object's resting height), ``carry_height`` (above the release height, for a place),
@@ -103,8 +104,16 @@ def pick_expert(task, world, settings: dict):
     point_body, offset = sites[site]
     place = settings.get("place")
     place_mode, place_body, place_point = kernels.PLACE_NONE, -1, (0.0, 0.0, 0.0)
-    if isinstance(place, str):
-        place_mode, place_body = kernels.PLACE_BODY, body("place")
+    targets = [t["name"] for t in plan.targets]
+    if isinstance(place, str) and place in targets:
+        if place in bodies:
+            raise ValueError(f"{where}.place = {place!r}: both a body and a [targets] name; rename one")
+        place_mode, place_body = kernels.PLACE_TARGET, targets.index(place)
+    elif isinstance(place, str):
+        if place not in bodies:
+            held = ", ".join([*bodies, *targets])
+            raise ValueError(f"{where}.place = {place!r}: expected a body or a [targets] name ({held}) or [x, y, z]")
+        place_mode, place_body = kernels.PLACE_BODY, bodies.index(place)
     elif place is not None:
         if not (isinstance(place, list) and len(place) == 3 and all(_number(v) for v in place)):
             raise ValueError(f"{where}.place = {place!r}: expected a body's name or [x, y, z] [m]")
@@ -167,12 +176,14 @@ def pick_expert(task, world, settings: dict):
     action = wp.zeros((n, task.spec.action_dim), dtype=float, device=device)
     body_q = task.frame.body_q
 
+    points = task.targets.points if task.targets.count else wp.zeros((n, 1), dtype=wp.vec3, device=device)
+
     def act(observation: dict) -> wp.array:
         wp.launch(
             kernels.pick_expert_kernel,
             dim=n,
             inputs=[*model, world.seed, world.draw_env, world.draw_episode, observation["step_id"], world.joint_q]
-            + [body_q],
+            + [body_q, points],
             outputs=[*state.values(), action],
             device=device,
         )
