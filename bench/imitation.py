@@ -579,6 +579,26 @@ def main(argv=None) -> int:
         print(table([row], columns(args)), flush=True)
         return row, checkpoint
 
+    def write(done: bool) -> Path:  # the results so far: after each row (a long run keeps its rows), and at the end
+        verdict = dagger_verdict(rows, args.execution[0])
+        labels = args.label_steps + (f", every {args.label_every} frames" if args.label_steps == "expert" else "")
+        labels += ", segment windows" if args.label_steps == "expert" and args.segment_windows else ""
+        labels += f"; head: mixture of {args.mixtures} Gaussians" if args.head == "gmm" else ""
+        labels += f", log std >= {args.log_std_min:g}" if args.head == "gmm" and args.log_std_min != LOG_STD[0] else ""
+        md = f"## {task_id}: behaviour cloning against demos"
+        if args.dagger_rounds:
+            md += f", then DAgger (cpu, {args.episodes} episodes a point, rollout labels: {labels})\n\n"
+        else:
+            md += f" (cpu, {args.episodes} episodes a point, the policy reads {', '.join(args.fields)})\n\n"
+        md += table(rows, columns(args)) + "\n\n" + verdict["text"]
+        settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)} | {"task_id": task_id}
+        payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
+        payload |= {"rows": rows, "verdict": verdict, "complete": done}
+        path = save(args.name, payload, md, args.out)
+        if done:
+            print("\n" + md)
+        return path
+
     rows, steps_of = [], {}
     checkpoints = {}
     for n in sorted(args.demos):
@@ -586,6 +606,7 @@ def main(argv=None) -> int:
         row, checkpoints[n] = point("bc", [(run, "action")], run, demos=n, rollouts=0)
         steps_of[n] = row["labelled_steps"]
         rows.append(row)
+        write(done=False)
 
     if args.dagger_rounds:
         base = work / f"demos-{args.dagger_from}"
@@ -598,6 +619,7 @@ def main(argv=None) -> int:
                 "dagger", runs, base, demos=args.dagger_from, rollouts=k * args.dagger_episodes, round=k, **collected
             )
             rows.append(row)
+            write(done=False)
             if not args.no_matched_bc:  # BC on the fewest first demos with at least as many labelled steps
                 matched = matched_demos(demos, row["labelled_steps"], largest)
                 if matched is not None and matched not in steps_of:
@@ -605,23 +627,9 @@ def main(argv=None) -> int:
                     bc_row, _ = point("bc_matched", [(run, "action")], run, demos=matched, rollouts=0, round=k)
                     steps_of[matched] = bc_row["labelled_steps"]
                     rows.append(bc_row)
+                    write(done=False)
 
-    verdict = dagger_verdict(rows, args.execution[0])
-    labels = args.label_steps + (f", every {args.label_every} frames" if args.label_steps == "expert" else "")
-    labels += ", segment windows" if args.label_steps == "expert" and args.segment_windows else ""
-    labels += f"; head: mixture of {args.mixtures} Gaussians" if args.head == "gmm" else ""
-    labels += f", log std >= {args.log_std_min:g}" if args.head == "gmm" and args.log_std_min != LOG_STD[0] else ""
-    md = f"## {task_id}: behaviour cloning against demos"
-    if args.dagger_rounds:
-        md += f", then DAgger (cpu, {args.episodes} episodes a point, rollout labels: {labels})\n\n"
-    else:
-        md += f" (cpu, {args.episodes} episodes a point, the policy reads {', '.join(args.fields)})\n\n"
-    md += table(rows, columns(args)) + "\n\n" + verdict["text"]
-    settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)} | {"task_id": task_id}
-    payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
-    payload |= {"rows": rows, "verdict": verdict}
-    path = save(args.name, payload, md, args.out)
-    print("\n" + md)
+    path = write(done=True)
     print(f"\nwrote {path}")
     return 0
 
