@@ -1,13 +1,19 @@
-"""The closed loop on push: behaviour cloning against the number of expert demos, then DAgger from the 50-demo policy.
+"""The closed loop: behaviour cloning against the number of expert demos, then DAgger from the 50-demo policy; on push
+unless ``--task`` names another task with an expert (an id or a task file, e.g. configs/lift.toml).
 
-python bench/imitation.py                  # N = 25, 50, 100, 200, 400 demos; 3 DAgger rounds; 500 episodes a point
+python bench/imitation.py                  # push: N = 25, 50, 100, 200, 400 demos; 3 DAgger rounds; 500 episodes
 python bench/imitation.py --smoke          # tiny sizes: seconds of training, every figure produced
 python bench/imitation.py --demos 50 200 --dagger-rounds 0 --execution open_loop
+python bench/imitation.py --task configs/lift.toml --demos 25 50 100 200 --episodes 200 --dagger-rounds 0 \
+    --execution open_loop --no-matched-bc   # behaviour cloning on lift (its expert keeps state: no DAgger)
 
 Demos: one recorded evaluation of the expert (``forge_gpu.recording.evaluate(..., record=...)``) over the largest N
 episodes, one world each (seed ``--demo-seed``), so episode j is world j's first episode; the first N demos are the
-worlds ``env < N`` (``forge_gpu.curation.select_run``), the same episodes at every N. Rendering is off: the policy
-reads the state fields proprio, cube_pose, cube_velocity and goal_position.
+worlds ``env < N`` (``forge_gpu.curation.select_run``), the same episodes at every N. Rendering is off (the param
+``render`` set false where the task has one): the policy reads every float32 vector field of the task's observation
+but ``reward_terms`` and the expert's labels (:func:`policy_fields`; no images), in the spec's order: on push proprio,
+cube_pose, cube_velocity and goal_position; on lift proprio (joint positions and velocities, the tcp's position) and
+cube_pose. Results go to ``imitation.json`` on push, ``imitation-<task>.json`` on another task (``--name``).
 
 Behaviour cloning: an MLP (``--hidden`` units, two layers) from ``--history`` frames of the state fields to a
 chunk of ``--horizon`` actions, trained on ``forge_gpu.reading.WindowMapDataset(pad=True)`` windows (padded actions
@@ -33,12 +39,16 @@ batch of ``--relabel-envs`` frames at once) and the expert run ``--horizon`` ste
 (``forge_gpu._src.sim.relabel.expert_chunks``), for the frames ``t % --label-every == 0`` (and ``t <
 --label-until``); ``--segment-windows`` adds the windows along each rolled-forward chunk; each labelled frame counts
 ``--horizon`` labelled steps (every expert call). ``--rollout-share`` draws that share of each training batch from
-the rollouts' windows. Each round is set beside behaviour cloning on the
+the rollouts' windows. DAgger needs an expert whose action is a function of the frame alone: a task whose expert keeps
+per-world state between calls (lift's ``pick_expert``: its phase, timer and joint targets) is refused with
+``--dagger-rounds`` above 0, as a restored frame restarts such an expert's machine and a learner's frames drive it
+through phases it did not reach (:func:`expert_memory`). Each round is set beside behaviour cloning on the
 fewest first demos holding at least as many expert-labelled steps (a labelled step: a transition whose action, or
 expert label, is a training target).
 
-Each policy is saved under ``--work`` (the row's ``checkpoint``); from bench/, ``forge-gpu evaluate push --policy
-imitation:make_policy --policy-arg checkpoint=PATH --chunk-steps 4`` scores it again.
+Each policy is saved under ``--work`` (the row's ``checkpoint``, with the fields it reads); from bench/, ``forge-gpu
+evaluate push --policy imitation:make_policy --policy-arg checkpoint=PATH --chunk-steps 4`` scores it again (on lift:
+``forge-gpu evaluate ../configs/lift.toml --set params.render=false ...``).
 
 Figures per row: the number of demos and rollouts, the expert-labelled steps, training seconds and final loss,
 success (once and at the end, with Wilson's 95% interval) per execution.
@@ -57,9 +67,32 @@ import numpy as np
 from common import RESULTS, add_set_option, machine, save, table
 
 FIELDS = ("proprio", "cube_pose", "cube_velocity", "goal_position")
-"""push's state observation fields: what the policy reads."""
+"""push's state observation fields: what a checkpoint without its ``fields`` reads."""
 LABEL = "expert_action"
 """The observation field a labelled collection records the expert's action in."""
+NOT_READ = ("reward_terms",)
+"""Float32 vector fields of an observation that the policy does not read (the reward's terms)."""
+
+
+def policy_fields(spec: dict) -> tuple[str, ...]:
+    """The observation fields the policy reads: every float32 field of ``spec['observation']`` with one dimension
+    (no scalars such as ``time``, no images), but :data:`NOT_READ` and the labels (``spec['labels']``), in the
+    spec's order."""
+    labels = spec.get("labels") or {}
+    return tuple(
+        name
+        for name, field in spec["observation"].items()
+        if field["dtype"] == "float32" and len(field["shape"]) == 1 and name not in NOT_READ and name not in labels
+    )
+
+
+def expert_memory(env) -> list[str]:
+    """The per-world state the task's expert keeps between calls: the attributes of a fresh expert that are arrays
+    with a row per world (pick_expert's ``phase``); empty for an expert whose action is a function of the
+    observation alone (push's)."""
+    expert = env.task.expert(env.world)
+    state = vars(expert) if hasattr(expert, "__dict__") else {}
+    return sorted(k for k, v in state.items() if getattr(v, "shape", ())[:1] == (env.num_envs,))
 
 
 # --- the policy --------------------------------------------------------------------------------------------------
@@ -116,14 +149,15 @@ def build_model(inputs: int, outputs: int, hidden: int):
 
 class Chunker:
     """The trained MLP as a torch policy: ``fn(observation) -> [N, horizon, A]`` actions from ``history`` frames of
-    the state fields (``[N, history, ...]`` each, oldest first), normalized as in training; with the mixture head,
-    the mean of the most probable component. ``history`` and ``chunk`` are the attributes forge_gpu's torch
-    policies read."""
+    the checkpoint's ``fields`` (``[N, history, ...]`` each, oldest first), normalized as in training; with the
+    mixture head, the mean of the most probable component. ``history`` and ``chunk`` are the attributes forge_gpu's
+    torch policies read."""
 
     def __init__(self, checkpoint: dict, device):
         import torch
 
         self.history = checkpoint["history"]
+        self.fields = tuple(checkpoint.get("fields", FIELDS))
         self.chunk = checkpoint["horizon"]
         self.actions = checkpoint["actions"]
         self.head, self.mixtures = checkpoint.get("head", "mse"), checkpoint.get("mixtures", 1)
@@ -138,7 +172,7 @@ class Chunker:
     def __call__(self, observation: dict):
         import torch
 
-        frames = torch.cat([observation[f].reshape(*observation[f].shape[:2], -1) for f in FIELDS], dim=-1)
+        frames = torch.cat([observation[f].reshape(*observation[f].shape[:2], -1) for f in self.fields], dim=-1)
         x = ((frames - self.center) / self.scale).flatten(1)
         out = self.model(x)
         if self.head == "gmm":  # deterministic: the mean of each window's most probable component
@@ -159,8 +193,10 @@ def make_policy(spec, device, checkpoint: str):
 # --- training ----------------------------------------------------------------------------------------------------
 
 
-def load_windows(run: str, history: int, horizon: int, target: str, first_only: bool = False) -> dict:
-    """Every padded window of ``run`` as tensors: ``obs`` [W, history, D] (the state fields in order), ``action``
+def load_windows(
+    run: str, history: int, horizon: int, target: str, first_only: bool = False, fields: tuple[str, ...] = FIELDS
+) -> dict:
+    """Every padded window of ``run`` as tensors: ``obs`` [W, history, D] (the state ``fields`` in order), ``action``
     [W, horizon, A] (``target``'s values), ``mask`` [W, horizon] (true where the action is a real step; with
     ``first_only``, the window's first action alone), and ``labelled``, the run's labelled steps (transitions: a
     window per transition)."""
@@ -170,10 +206,10 @@ def load_windows(run: str, history: int, horizon: int, target: str, first_only: 
 
     options = {"target": target} if target != "action" else {}  # the label's values in "action"
     dataset = forge_gpu.reading.WindowMapDataset(
-        run, history=history, horizon=horizon, pad=True, observation_keys=FIELDS, **options
+        run, history=history, horizon=horizon, pad=True, observation_keys=fields, **options
     )
     batch = dataset[list(range(len(dataset)))]
-    obs = torch.cat([batch[f"obs/{f}"].reshape(len(dataset), history, -1).float() for f in FIELDS], dim=-1)
+    obs = torch.cat([batch[f"obs/{f}"].reshape(len(dataset), history, -1).float() for f in fields], dim=-1)
     action = batch["action"].float()
     mask = ~batch["action_is_pad"]
     if first_only:
@@ -194,19 +230,19 @@ def expert_chunk_windows(run: str, args, overrides: dict) -> dict:
     import forge_gpu
     from forge_gpu._src.sim.relabel import expert_chunks
 
-    history, horizon = args.history, args.horizon
+    history, horizon, observed = args.history, args.horizon, args.fields
     dataset = forge_gpu.reading.WindowMapDataset(
-        run, history=history, horizon=horizon, pad=True, observation_keys=FIELDS, state=True, params=True
+        run, history=history, horizon=horizon, pad=True, observation_keys=observed, state=True, params=True
     )
     batch = dataset[list(range(len(dataset)))]
     t = batch["t"].numpy()
     rows = np.flatnonzero((t % args.label_every == 0) & (t < (args.label_until or t.max() + 1)))
-    obs = torch.cat([batch[f"obs/{f}"][rows].reshape(len(rows), history, -1).float() for f in FIELDS], dim=-1)
-    env = make_env(args.relabel_envs, args.demo_seed, overrides)
+    obs = torch.cat([batch[f"obs/{f}"][rows].reshape(len(rows), history, -1).float() for f in observed], dim=-1)
+    env = make_env(args.task, args.relabel_envs, args.demo_seed, overrides)
     state_names, param_names = list(env.state_fields), list(env.spec["params"])
     states = {n: batch[f"state/{n}"][rows, -1].numpy() for n in state_names}
     params = {n: batch[f"params/{n}"][rows].numpy() for n in param_names}
-    fields = FIELDS if args.segment_windows else ()
+    fields = observed if args.segment_windows else ()
     parts = []
     began = time.perf_counter()
     for start in range(0, len(rows), args.relabel_envs):  # batches of frames, one world each (the last one filled)
@@ -220,7 +256,8 @@ def expert_chunk_windows(run: str, args, overrides: dict) -> dict:
     action, mask = torch.from_numpy(chunks["action"]), torch.from_numpy(chunks["valid"])
     out = {"obs": [obs], "action": [action], "mask": [mask]}
     if args.segment_windows:  # frame k of a segment: its history from the segment (and the window before it)
-        segment = torch.cat([torch.from_numpy(chunks[f"obs/{f}"]).reshape(len(rows), horizon, -1) for f in FIELDS], -1)
+        segment = [torch.from_numpy(chunks[f"obs/{f}"]).reshape(len(rows), horizon, -1) for f in observed]
+        segment = torch.cat(segment, -1)
         frames = torch.cat([obs[:, : history - 1], segment.float()], dim=1)  # [W, history - 1 + horizon, D]
         for k in range(1, horizon):
             keep = mask[:, k]
@@ -245,7 +282,7 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
     import forge_gpu
 
     torch.manual_seed(seed)
-    norm = forge_gpu.reading.normalization(norm_run, [f"obs/{f}" for f in FIELDS])
+    norm = forge_gpu.reading.normalization(norm_run, [f"obs/{f}" for f in args.fields])
     target = forge_gpu.reading.normalization(norm_run, ["action"])
     obs = torch.cat([s["obs"] for s in sources])
     action = torch.cat([s["action"] for s in sources])
@@ -283,6 +320,7 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
     checkpoint = {
         "model": model.state_dict(),
         "inputs": x.shape[1],
+        "fields": list(args.fields),
         "hidden": args.hidden,
         "head": args.head,
         "mixtures": args.mixtures,
@@ -302,15 +340,19 @@ def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, di
 # --- the env side ------------------------------------------------------------------------------------------------
 
 
-def make_env(num_envs: int, seed: int, overrides: dict, label: bool = False, mix: float = 0.0):
+def make_env(task: str, num_envs: int, seed: int, overrides: dict, label: bool = False, mix: float = 0.0):
+    """``num_envs`` worlds of ``task`` on the CPU, rendering off where the task renders (its param ``render``) and
+    no state recorded, then ``overrides``."""
     import forge_gpu
 
-    settings = {"params.render": False, "record_state": False} | overrides
+    settings = {"record_state": False} | overrides
+    if hasattr(forge_gpu.sim.task_config(task).params, "render"):
+        settings = {"params.render": False} | settings
     if label:
         settings["label"] = "expert"
     if mix:  # a per-episode share of the rollouts that the expert drives (recorded as the param expert_executed)
         settings["expert_mix"] = mix
-    return forge_gpu.sim.make("push", num_envs=num_envs, seed=seed, device="cpu", **settings)
+    return forge_gpu.sim.make(task, num_envs=num_envs, seed=seed, device="cpu", **settings)
 
 
 def torch_policy(env, checkpoint: dict, execution: str, steps_per_chunk: int):
@@ -353,7 +395,7 @@ def record_demos(directory: Path, episodes: int, args, overrides: dict) -> dict:
     """The expert's first episode in each of ``episodes`` worlds, recorded (``env`` is the demo's index)."""
     import forge_gpu
 
-    env = make_env(episodes, args.demo_seed, overrides)
+    env = make_env(args.task, episodes, args.demo_seed, overrides)
     expert = forge_gpu.sim.make_policy("expert", env)
     evaluation = forge_gpu.recording.evaluate(env, expert, episodes=episodes, record=str(directory))
     assert (evaluation.worlds == np.arange(episodes)).all()  # one world per episode: world j ran episode j
@@ -373,9 +415,9 @@ def record_rollouts(directory: Path, checkpoint: dict, seed: int, args, override
     import forge_gpu
 
     if args.label_steps == "expert":  # the rollouts' states, for the expert's chunks from them
-        env = make_env(args.dagger_episodes, seed, overrides | {"record_state": True})
+        env = make_env(args.task, args.dagger_episodes, seed, overrides | {"record_state": True})
     else:
-        env = make_env(args.dagger_episodes, seed, overrides, label=True, mix=args.mix)
+        env = make_env(args.task, args.dagger_episodes, seed, overrides, label=True, mix=args.mix)
     policy = torch_policy(env, checkpoint, "open_loop", args.steps_per_chunk)
     evaluation = forge_gpu.recording.evaluate(env, policy, episodes=args.dagger_episodes, record=str(directory))
     return {"rollout_success": float(evaluation.success_at_end.mean())}
@@ -395,6 +437,9 @@ def main(argv=None) -> int:
     import warp as wp
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--task", default="push", help="a task id or a task file (*.toml) whose expert gives the demos (default push)"
+    )
     parser.add_argument("--demos", type=int, nargs="+", default=[25, 50, 100, 200, 400], help="N, expert demos")
     parser.add_argument("--episodes", type=int, default=500, help="evaluation episodes per point")
     parser.add_argument("--eval-envs", type=int, default=250)
@@ -458,17 +503,36 @@ def main(argv=None) -> int:
     add_set_option(parser, "config override of every env, e.g. max_steps=100 (repeatable)")
     parser.add_argument("--work", default=str(RESULTS / "tmp" / "imitation"), help="where runs are written")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
-    parser.add_argument("--name", default="imitation", help="the results' file name (without .json)")
+    parser.add_argument(
+        "--name", default=None, help="the results' file name without .json (default imitation, imitation-<task>)"
+    )
     args = parser.parse_args(argv)
     wp.config.quiet = True
     overrides = dict(args.overrides)
+    try:  # the task and its expert, from a world of it: bad input is one line before anything runs
+        probe = make_env(args.task, 1, args.demo_seed, overrides)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        parser.error(f"--task {args.task!r}: {e}")
+    task_id = probe.spec["task"]
+    if probe.task.expert(probe.world) is None:
+        parser.error(f"--task {args.task!r}: task {task_id!r} has no expert to give the demos")
+    args.fields, memory = policy_fields(probe.spec), expert_memory(probe)
+    if args.name is None:
+        args.name = "imitation" if task_id == "push" else f"imitation-{task_id}"
     if args.smoke:
-        args.demos, args.dagger_from, args.dagger_rounds, args.dagger_episodes = [4, 6], 4, 1, 2
+        rounds = 0 if memory else 1  # a stateful expert: behaviour cloning alone (no DAgger labels)
+        args.demos, args.dagger_from, args.dagger_rounds, args.dagger_episodes = [4, 6], 4, rounds, 2
         args.episodes, args.eval_envs, args.train_steps, args.batch, args.hidden = 4, 4, 20, 32, 32
         args.execution, args.relabel_envs = ["open_loop", "ensemble"], 8
         overrides.setdefault("max_steps", 20)
         if args.out:
             args.work = str(Path(args.out) / "imitation-work")
+    if args.dagger_rounds and memory:
+        parser.error(
+            f"--dagger-rounds {args.dagger_rounds}: task {task_id!r}'s expert keeps per-world state "
+            f"({', '.join(memory)}), so its label for a learner's frame is not a function of that frame (a restored "
+            "frame restarts its machine, a learner's frames drive its phases); use --dagger-rounds 0"
+        )
     if args.dagger_rounds and args.dagger_from not in args.demos:
         parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
     if args.label_steps == "expert" and args.mix:
@@ -490,7 +554,7 @@ def main(argv=None) -> int:
     collection = record_demos(demos, largest, args, overrides)
     success, seconds = collection["expert_success"], collection["demo_s"]
     print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
-    eval_env = make_env(args.eval_envs, args.eval_seed, overrides)
+    eval_env = make_env(args.task, args.eval_envs, args.eval_seed, overrides)
 
     loaded = {}
 
@@ -502,7 +566,7 @@ def main(argv=None) -> int:
                 print(f"{run.name}: expert chunks from {frames} frames, {seconds:.1f} s", flush=True)
             else:
                 first_only = args.label_steps == "first" and target == LABEL
-                loaded[run] = load_windows(str(run), args.history, args.horizon, target, first_only)
+                loaded[run] = load_windows(str(run), args.history, args.horizon, target, first_only, args.fields)
         return loaded[run]
 
     def point(kind: str, runs: list[tuple[Path, str]], norm_run: Path, **row) -> tuple[dict, dict]:
@@ -515,6 +579,26 @@ def main(argv=None) -> int:
         print(table([row], columns(args)), flush=True)
         return row, checkpoint
 
+    def write(done: bool) -> Path:  # the results so far: after each row (a long run keeps its rows), and at the end
+        verdict = dagger_verdict(rows, args.execution[0])
+        labels = args.label_steps + (f", every {args.label_every} frames" if args.label_steps == "expert" else "")
+        labels += ", segment windows" if args.label_steps == "expert" and args.segment_windows else ""
+        labels += f"; head: mixture of {args.mixtures} Gaussians" if args.head == "gmm" else ""
+        labels += f", log std >= {args.log_std_min:g}" if args.head == "gmm" and args.log_std_min != LOG_STD[0] else ""
+        md = f"## {task_id}: behaviour cloning against demos"
+        if args.dagger_rounds:
+            md += f", then DAgger (cpu, {args.episodes} episodes a point, rollout labels: {labels})\n\n"
+        else:
+            md += f" (cpu, {args.episodes} episodes a point, the policy reads {', '.join(args.fields)})\n\n"
+        md += table(rows, columns(args)) + "\n\n" + verdict["text"]
+        settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)} | {"task_id": task_id}
+        payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
+        payload |= {"rows": rows, "verdict": verdict, "complete": done}
+        path = save(args.name, payload, md, args.out)
+        if done:
+            print("\n" + md)
+        return path
+
     rows, steps_of = [], {}
     checkpoints = {}
     for n in sorted(args.demos):
@@ -522,6 +606,7 @@ def main(argv=None) -> int:
         row, checkpoints[n] = point("bc", [(run, "action")], run, demos=n, rollouts=0)
         steps_of[n] = row["labelled_steps"]
         rows.append(row)
+        write(done=False)
 
     if args.dagger_rounds:
         base = work / f"demos-{args.dagger_from}"
@@ -534,6 +619,7 @@ def main(argv=None) -> int:
                 "dagger", runs, base, demos=args.dagger_from, rollouts=k * args.dagger_episodes, round=k, **collected
             )
             rows.append(row)
+            write(done=False)
             if not args.no_matched_bc:  # BC on the fewest first demos with at least as many labelled steps
                 matched = matched_demos(demos, row["labelled_steps"], largest)
                 if matched is not None and matched not in steps_of:
@@ -541,20 +627,9 @@ def main(argv=None) -> int:
                     bc_row, _ = point("bc_matched", [(run, "action")], run, demos=matched, rollouts=0, round=k)
                     steps_of[matched] = bc_row["labelled_steps"]
                     rows.append(bc_row)
+                    write(done=False)
 
-    verdict = dagger_verdict(rows, args.execution[0])
-    labels = args.label_steps + (f", every {args.label_every} frames" if args.label_steps == "expert" else "")
-    labels += ", segment windows" if args.label_steps == "expert" and args.segment_windows else ""
-    labels += f"; head: mixture of {args.mixtures} Gaussians" if args.head == "gmm" else ""
-    labels += f", log std >= {args.log_std_min:g}" if args.head == "gmm" and args.log_std_min != LOG_STD[0] else ""
-    md = f"## push: behaviour cloning against demos, then DAgger (cpu, {args.episodes} episodes a point, "
-    md += f"rollout labels: {labels})\n\n"
-    md += table(rows, columns(args)) + "\n\n" + verdict["text"]
-    settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)}
-    payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
-    payload |= {"rows": rows, "verdict": verdict}
-    path = save(args.name, payload, md, args.out)
-    print("\n" + md)
+    path = write(done=True)
     print(f"\nwrote {path}")
     return 0
 
@@ -585,15 +660,16 @@ def dagger_verdict(rows: list[dict], execution: str) -> dict:
         f"- BC first reaches {goal:.0%} at "
         + (f"{bc_needs['demos']} demos, {bc_needs['labelled_steps']} labelled steps" if bc_needs else "no N measured")
     )
-    lines.append(
-        f"- DAgger first reaches {goal:.0%} at "
-        + (
+    if dagger:
+        reached = (
             f"round {dagger_reaches['round']}, {dagger_reaches['labelled_steps']} labelled steps"
             if dagger_reaches
             else "no round"
         )
-    )
-    lines.append(f"- DAgger with at most half BC's labelled steps: {'yes' if won else 'no'}")
+        lines.append(f"- DAgger first reaches {goal:.0%} at {reached}")
+        lines.append(f"- DAgger with at most half BC's labelled steps: {'yes' if won else 'no'}")
+    else:
+        lines.append("- DAgger: not run")
     return {
         "goal": goal,
         "bc_200": bc200,

@@ -404,6 +404,30 @@ def test_imitation_smoke_with_the_experts_own_chunks(tmp_path):
     check_figures(dagger, {"open_loop_eval_s": True, "train_s": True})
 
 
+def test_imitation_smoke_on_lift(tmp_path):
+    """bench/imitation.py --task configs/lift.toml --smoke: behaviour cloning alone (lift's expert keeps its phase per
+    world, so DAgger is refused in one line), the policy reading lift's float32 vector fields (no reward terms, no
+    images), written to imitation-lift.json; push's fields stay the four it always read."""
+    torch = pytest.importorskip("torch")
+    module = load_script(BENCH / "imitation.py", "bench_imitation_lift")
+    lift = str(BENCH.parent / "configs" / "lift.toml")
+    with pytest.raises(SystemExit):
+        module.main(["--task", lift, "--dagger-rounds", "1", "--out", str(tmp_path)])
+    assert not (tmp_path / "imitation-lift.json").exists()
+    assert module.main(["--task", lift, "--smoke", "--out", str(tmp_path)]) == 0
+    payload = json.loads((tmp_path / "imitation-lift.json").read_text())
+    assert payload["settings"]["fields"] == ["proprio", "cube_pose"], payload["settings"]
+    assert [(r["method"], r["demos"]) for r in payload["rows"]] == [("bc", 4), ("bc", 6)]
+    checkpoint = torch.load(payload["rows"][0]["checkpoint"], weights_only=False)
+    assert checkpoint["fields"] == ["proprio", "cube_pose"] and checkpoint["inputs"] == 2 * (21 + 7)
+    push = {"observation": {"time": {"shape": [], "dtype": "float32"}, "success": {"shape": [], "dtype": "bool"}}}
+    for name, size in zip(module.FIELDS, (11, 7, 6, 3), strict=True):
+        push["observation"][name] = {"shape": [size], "dtype": "float32"}
+    push["observation"]["expert_action"] = {"shape": [4], "dtype": "float32"}
+    push["labels"] = {"expert_action": "expert"}
+    assert module.policy_fields(push) == module.FIELDS
+
+
 def test_imitation_mixture_head_holds_two_modes():
     """bench/imitation.py's --head gmm: the padded steps do not enter the likelihood; fit to chunks that are +1 or -1
     at random for the same observation, the policy executes one of the two (the most probable component's mean),
