@@ -547,7 +547,7 @@ def _row(stage, i, entry, library, module, source, joints, body, root, a_coords,
     if user:
         floats.extend(named)
     args = entry.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in args):
+    if not isinstance(args, list) or not all(plain_number(v) for v in args):
         raise ValueError(f"{source}: {where}.args = {shown(args)}: expected a list of numbers")
     floats.extend(float(v) for v in args)
     width = {"action": len(a_coords), "command": len(command_names)}.get(width, width)
@@ -572,7 +572,7 @@ def _condition_keys(stage: str, entry, where: str) -> tuple[float, bool] | None:
     if stage not in ("terminations", "success") or not isinstance(entry, dict):
         return None
     hold, require = entry.get("hold", 0.0), entry.get("require", False)
-    if not _plain_number(hold) or hold < 0:
+    if not plain_number(hold) or hold < 0:
         raise ValueError(f"{where}.hold = {shown(hold)}: expected a duration >= 0 [s]")
     if not isinstance(require, bool):
         raise ValueError(f"{where}.require = {shown(require)}: expected true or false")
@@ -667,7 +667,7 @@ def target_entries(targets, source: str, shapes: list[str]) -> list[dict]:
         if "position" in entry:  # placed by the parameter NAME_position, not drawn
             value = entry["position"]
             if set(entry) & {"yaw", "radius", "height"} or not (
-                isinstance(value, list) and len(value) == 2 and all(_plain_number(v) for v in value)
+                isinstance(value, list) and len(value) == 2 and all(plain_number(v) for v in value)
             ):
                 raise ValueError(f"{source}: {where}.position = {shown(value)}: expected [x, y] in metres (and no "
                                  "yaw, radius, height: a placed target is not drawn)")  # fmt: skip
@@ -676,8 +676,7 @@ def target_entries(targets, source: str, shapes: list[str]) -> list[dict]:
         for key in ("radius", "height"):
             value = entry.get(key)
             if not (isinstance(value, list) and len(value) == 2
-                    and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
-                    and value[0] <= value[1]):  # fmt: skip
+                    and all(plain_number(v) for v in value) and value[0] <= value[1]):  # fmt: skip
                 raise ValueError(f"{source}: {where}.{key} = {shown(value)}: expected [min, max] in metres")
             ranges[key] = [float(v) for v in value]
         marker = entry.get("marker")
@@ -685,15 +684,15 @@ def target_entries(targets, source: str, shapes: list[str]) -> list[dict]:
             named = ", ".join(sorted({s for s in shapes if s})) or "none"
             raise ValueError(f"{source}: {where}.marker = {shown(marker)}: no such shape; the model's are {named}")
         offset = entry.get("marker_offset", [0.0, 0.0, 0.0])
-        if not (isinstance(offset, list) and len(offset) == 3
-                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in offset)):  # fmt: skip
+        if not (isinstance(offset, list) and len(offset) == 3 and all(plain_number(v) for v in offset)):
             raise ValueError(f"{source}: {where}.marker_offset = {shown(offset)}: expected [x, y, z] in metres")
         out.append({"name": name, "yaw": yaw, **ranges, "marker": marker, "marker_offset": [float(v) for v in offset],
                     "position": placed})  # fmt: skip
     return out
 
 
-def _plain_number(value) -> bool:
+def plain_number(value) -> bool:
+    """A TOML number: an int or a float, not a boolean."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -737,13 +736,13 @@ def object_entries(objects, source: str, builder) -> list[dict]:
             value = entry.get(key)
             low = 0.0 if key == "friction" else None
             positive = key in ("size", "radius", "height", "mass")
-            if not _plain_number(value) or not math.isfinite(value) or (positive and value <= 0) \
+            if not plain_number(value) or not math.isfinite(value) or (positive and value <= 0) \
                     or (low is not None and value < 0):  # fmt: skip
                 what = "a number" if key == "yaw" else "a number >= 0" if key == "friction" else "a number > 0"
                 raise ValueError(f"{where}.{key} = {shown(value)}: expected {what}")
             item[key] = float(value)
         value = entry.get("position")
-        if not (isinstance(value, list) and len(value) == 2 and all(_plain_number(v) for v in value)):
+        if not (isinstance(value, list) and len(value) == 2 and all(plain_number(v) for v in value)):
             raise ValueError(f"{where}.position = {shown(value)}: expected [x, y] in metres")
         item["position"] = [float(v) for v in value]
         if builder is not None:

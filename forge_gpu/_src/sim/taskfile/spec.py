@@ -24,7 +24,7 @@ from forge_gpu._src.core.cameras import FRONT, check_name
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.sim.taskfile.compose import compose, merge
-from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
+from forge_gpu._src.sim.taskfile.plan import Plan, plain_number, plan_task
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
@@ -112,7 +112,9 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
             held = ", ".join(declared) or "none"
             raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
         if isinstance(declared[name], list):  # a list of numbers, of the declared length
-            if not (isinstance(value, list) and len(value) == len(declared[name]) and all(_number(v) for v in value)):
+            if not (
+                isinstance(value, list) and len(value) == len(declared[name]) and all(plain_number(v) for v in value)
+            ):
                 raise ValueError(f"{source}: params.{name} = {value!r}: expected {len(declared[name])} numbers")
         elif (
             isinstance(declared[name], dict)
@@ -250,9 +252,9 @@ def resolve_references(value, values: dict, where: str, source: str):
     if not value.startswith("-"):
         return values[name]
     found = values[name]
-    if isinstance(found, list) and all(_number(v) for v in found):
+    if isinstance(found, list) and all(plain_number(v) for v in found):
         return [-v for v in found]
-    if not _number(found):
+    if not plain_number(found):
         raise ValueError(f"{source}: {where} = {value!r}: params.{name} is {found!r}, which cannot be negated")
     return -found
 
@@ -419,10 +421,6 @@ def run_template(template: dict, randomized: set[str], offered: dict[str, Parame
             index = int(offered[param].nominal[int(slot.get("component", 0))])
             text = text.replace("{" + name + "}", str(slot.get("names", [])[index]))
     return {**template, "text": text, "slots": slots} if slots else None
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _per_joint(value, count: int, where: str) -> list[float]:
