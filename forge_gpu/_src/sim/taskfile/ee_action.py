@@ -16,9 +16,8 @@ the others), so ``replay --from state`` and ``--from actions`` both apply what t
 
 from __future__ import annotations
 
-import math
-
 from forge_gpu._src.sim.taskfile.modelfile import short_names
+from forge_gpu._src.sim.taskfile.numbers import finite_number
 
 KIND = "ee_delta"
 KEYS = ("site", "body", "offset", "frame", "ik_damping", "max_joint_step", "max_lag")
@@ -55,7 +54,7 @@ def ee_columns(action: dict, builder, joints, sites: dict, body_names: list[str]
             raise ValueError(f"{key}.body = {name!r}: no such body; the model's bodies are {', '.join(body_names)}")
         body = body_names.index(name)
         value = action.get("offset", [0.0, 0.0, 0.0])
-        if not (isinstance(value, list) and len(value) == 3 and all(_finite(v) for v in value)):
+        if not (isinstance(value, list) and len(value) == 3 and all(finite_number(v) for v in value)):
             raise ValueError(f"{key}.offset = {value!r}: expected [x, y, z] in metres, the body's frame")
         offset = [float(v) for v in value] + [0.0, 0.0, 0.0, 1.0]
     frame = action.get("frame", "world")
@@ -65,7 +64,7 @@ def ee_columns(action: dict, builder, joints, sites: dict, body_names: list[str]
     for name, default, low in (("ik_damping", IK_DAMPING, 0.0), ("max_joint_step", MAX_JOINT_STEP, 1e-9),
                                ("max_lag", MAX_LAG, 1e-9)):  # fmt: skip
         value = action.get(name, default)
-        if value is not None and (not _finite(value) or value < low):
+        if value is not None and (not finite_number(value) or value < low):
             raise ValueError(f"{key}.{name} = {value!r}: expected a number >= {low:g}")
         numbers[name] = value
     if "joints" not in action:
@@ -120,10 +119,6 @@ def chain_tables(builder, names: list[str]) -> dict:
         "axis": [[float(v) for v in builder.joint_axis[d]] for d in dofs],
         "slide": [int(int(builder.joint_type[j]) == 0) for j in index],  # newton.JointType.PRISMATIC
     }
-
-
-def _finite(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _point_name(action: dict) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import importlib.util
-import math
 import re
 import sys
 import zlib
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_gpu._src.sim.taskfile.modelfile import ModelFile, read_model_file, short_names
+from forge_gpu._src.sim.taskfile.numbers import finite_number
 from forge_gpu._src.sim.taskfile.scene import add_scene, scene_entries
 from forge_gpu._src.sim.trust import check_import
 
@@ -86,7 +86,7 @@ def check_model_values(model: dict, source: str) -> None:
 
     def numbers(key: str, count: int) -> None:
         value = model[key]
-        if not (isinstance(value, list) and len(value) == count and all(_number(v) for v in value)):
+        if not (isinstance(value, list) and len(value) == count and all(finite_number(v) for v in value)):
             raise ValueError(f"{source}: model.{key} = {value!r}: expected a list of {count} numbers")
 
     for key, count in (("position", 3), ("rotation", 4)):
@@ -102,10 +102,6 @@ def check_model_values(model: dict, source: str) -> None:
     if not isinstance(pose, dict | str):
         raise ValueError(f"{source}: model.pose = {pose!r}: expected a keyframe's name or a table of joint -> value")
     scene_entries(model.get("scene", {}), source)
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def model_info(model: dict, source: str) -> ModelFile | None:
@@ -229,7 +225,7 @@ def _pose_table(builder, pose: dict, source: str) -> None:
     names = short_names(builder.joint_label)
     for pattern, value in pose.items():
         hits = [j for j, name in enumerate(names) if fnmatch.fnmatchcase(name, pattern)]
-        if not hits or not _number(value):
+        if not hits or not finite_number(value):
             what = "matches no joint" if not hits else "expected a number"
             raise ValueError(f"{source}: model.pose.{pattern} = {value!r}: {what}; the model has {', '.join(names)}")
         for j in hits:

@@ -29,6 +29,7 @@ from forge_gpu._src.sim.taskfile.model import (
     short_names,
     user_module,
 )
+from forge_gpu._src.sim.taskfile.numbers import finite_number, plain_number
 from forge_gpu._src.sim.tasks.camera import check_pose
 
 _ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative",
@@ -362,11 +363,7 @@ def _point(entry: dict, info, where: str, sites: dict) -> list[float]:
                 point[3:7] = pose[3:7]
         elif offset_key in entry:
             value = entry[offset_key]
-            if (
-                not isinstance(value, list)
-                or len(value) != 3
-                or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-            ):
+            if not isinstance(value, list) or len(value) != 3 or not all(finite_number(v) for v in value):
                 raise ValueError(f"{where}.{offset_key} = {value!r}: expected [x, y, z] in metres, the body's frame")
             point[start : start + 3] = [float(v) for v in value]
     return point
@@ -691,11 +688,6 @@ def target_entries(targets, source: str, shapes: list[str]) -> list[dict]:
     return out
 
 
-def plain_number(value) -> bool:
-    """A TOML number: an int or a float, not a boolean."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def object_entries(objects, source: str, builder) -> list[dict]:
     """The checked ``[objects]``: per name, its free ``body`` and its ``shape`` (names in the model, checked with
     ``builder``: a one-world probe, or None to check the numbers alone) and its numbers: a cube's ``size`` (its
@@ -736,7 +728,7 @@ def object_entries(objects, source: str, builder) -> list[dict]:
             value = entry.get(key)
             low = 0.0 if key == "friction" else None
             positive = key in ("size", "radius", "height", "mass")
-            if not plain_number(value) or not math.isfinite(value) or (positive and value <= 0) \
+            if not finite_number(value) or (positive and value <= 0) \
                     or (low is not None and value < 0):  # fmt: skip
                 what = "a number" if key == "yaw" else "a number >= 0" if key == "friction" else "a number > 0"
                 raise ValueError(f"{where}.{key} = {shown(value)}: expected {what}")

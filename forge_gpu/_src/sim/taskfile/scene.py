@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import math
 
+from forge_gpu._src.sim.taskfile.numbers import finite_number
+
 SHAPES = ("box", "cylinder", "sphere")
 SCENE_KEYS = ("shape", "size", "radius", "height", "static", "position", "rotation", "mass", "friction", "color")
 _DIMENSIONS = {"box": ("size",), "cylinder": ("radius", "height"), "sphere": ("radius",)}
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def scene_entries(scene, source: str) -> list[dict]:
@@ -50,13 +48,13 @@ def scene_entries(scene, source: str) -> list[dict]:
         item = {"name": name, "shape": shape}
         if shape == "box":
             size = entry.get("size")
-            if not (isinstance(size, list) and len(size) == 3 and all(_number(v) and v > 0 for v in size)):
+            if not (isinstance(size, list) and len(size) == 3 and all(finite_number(v) and v > 0 for v in size)):
                 raise ValueError(f"{where}.size = {size!r}: expected [x, y, z], the box's full edges > 0 [m]")
             item["half"] = [0.5 * float(v) for v in size]
         else:
             for key in _DIMENSIONS[shape]:
                 value = entry.get(key)
-                if not (_number(value) and value > 0):
+                if not (finite_number(value) and value > 0):
                     raise ValueError(f"{where}.{key} = {value!r}: a {shape} needs {key} > 0 [m]")
                 item[key] = float(value)
         static = entry.get("static", False)
@@ -66,13 +64,13 @@ def scene_entries(scene, source: str) -> list[dict]:
         mass = entry.get("mass")
         if static and mass is not None:
             raise ValueError(f"{where}.mass: a static object (welded to the world) has no mass; leave it out")
-        if not static and not (_number(mass) and mass > 0):
+        if not static and not (finite_number(mass) and mass > 0):
             raise ValueError(f"{where}.mass = {mass!r}: a free object needs mass > 0 [kg] (or static = true)")
         item["mass"] = float(mass) if mass is not None else 0.0
         for key, count, default in (("position", 3, [0.0, 0.0, 0.0]), ("rotation", 4, [0.0, 0.0, 0.0, 1.0]),
                                     ("color", 3, [0.7, 0.7, 0.7])):  # fmt: skip
             value = entry.get(key, default)
-            if not (isinstance(value, list) and len(value) == count and all(_number(v) for v in value)):
+            if not (isinstance(value, list) and len(value) == count and all(finite_number(v) for v in value)):
                 raise ValueError(f"{where}.{key} = {value!r}: expected a list of {count} numbers")
             item[key] = [float(v) for v in value]
         norm = math.sqrt(sum(v * v for v in item["rotation"]))
@@ -80,7 +78,7 @@ def scene_entries(scene, source: str) -> list[dict]:
             raise ValueError(f"{where}.rotation = {entry['rotation']!r}: expected a unit quaternion [x, y, z, w]")
         item["rotation"] = [v / norm for v in item["rotation"]]
         friction = entry.get("friction", 1.0)
-        if not (_number(friction) and friction >= 0):
+        if not (finite_number(friction) and friction >= 0):
             raise ValueError(f"{where}.friction = {friction!r}: expected a number >= 0")
         item["friction"] = float(friction)
         out.append(item)

@@ -24,7 +24,8 @@ from forge_gpu._src.core.cameras import FRONT, check_name
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.sim.taskfile.compose import compose, merge
-from forge_gpu._src.sim.taskfile.plan import Plan, plain_number, plan_task
+from forge_gpu._src.sim.taskfile.numbers import plain_number
+from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import warp as wp
 
+from forge_gpu._src.sim.taskfile.numbers import finite_number
 from forge_gpu.kernels.terms import TF_ARGS, TF_NOISE, TF_WEIGHT, TI_AXIS, TI_BODY, TI_BODY2, TI_COUNT, TI_LIST, Frame
 
 __all__ = ["Frame", "term", "param", "library", "TermDeclaration", "declaration",
@@ -121,7 +122,7 @@ def _is(value, kind) -> bool:
         return isinstance(value, bool)
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_number(value)
 
 
 def _shown(value) -> str:
