@@ -7,7 +7,7 @@ python bench/grasp.py --tasks lift --envs 64 --policies expert --seconds 5
 
 Each row is one ``collect`` call (the transport, the recorder into a temporary packed run with the default codecs:
 rgb zstd, depth quantized) of S steps from a reset, S fixed per row from a warm-up so that the row takes about
---seconds (at least 2 steps). Modes:
+--seconds (at least --min-steps steps, default 2). Modes:
   state   ``params.render = false``: no camera (proprio, the objects' poses, the recorded state)
   rgbd    both cameras (the task's ``front`` and the robot's ``wrist``) at --image-size px, rgb and depth each
 Figures:
@@ -60,7 +60,7 @@ def measure(task: str, num_envs: int, policy_name: str, mode: str, device: str, 
     for _ in range(2):
         env.step(policy(env.observation))
     wp.synchronize_device(env.device)
-    steps = max(2, min(int(args.seconds / ((time.perf_counter() - t0) / 2)), env.config.max_steps))
+    steps = max(args.min_steps, min(int(args.seconds / ((time.perf_counter() - t0) / 2)), env.config.max_steps))
     directory = Path(tempfile.mkdtemp(prefix=f"{task}-{num_envs}-{mode}-", dir=parent))
     directory.rmdir()  # collect creates the run directory itself
     try:
@@ -139,11 +139,16 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", nargs="+", default=["state", "rgbd"], choices=["state", "rgbd"])
     parser.add_argument("--image-size", type=int, default=128, help="the cameras' edge in the rgbd mode [px]")
     parser.add_argument("--seconds", type=float, default=3.0, help="target time per row")
+    parser.add_argument(
+        "--min-steps", type=int, default=2, help="steps per row at least, whatever --seconds (a longer window)"
+    )
     parser.add_argument("--max-steps", type=int, default=0, help="episode length override (0: the task's own)")
     parser.add_argument("--overflow-envs", type=int, default=16, help="envs of the overflow count (0: skip it)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
+    if args.min_steps < 2:
+        parser.error(f"--min-steps {args.min_steps}: expected at least 2")
     wp.config.quiet = True
     device = args.device or forge_gpu.sim.default_device()
     cuda = wp.get_device(device).is_cuda
@@ -191,7 +196,13 @@ def main(argv=None) -> int:
         md += "\n\n### Solver overflow at the shipped settings (whole episodes, state only)\n\n"
         md += table(overflow, o_columns)
     print(md)
-    payload = {"device": device, "machine": machine(), "image_size": args.image_size, "seconds": args.seconds}
+    payload = {
+        "device": device,
+        "machine": machine(),
+        "image_size": args.image_size,
+        "seconds": args.seconds,
+        "min_steps": args.min_steps,
+    }
     payload |= {"command": " ".join(["python", "bench/grasp.py", *(argv if argv is not None else sys.argv[1:])])}
     payload |= {"rows": rows, "overflow": overflow}
     path = save("grasp", payload, md, Path(args.out) if args.out else None)
