@@ -490,3 +490,21 @@ def test_grasp_smoke(out):
         assert o["episodes"] == o["num_envs"] and o["env_steps"] > 0 and o["dropped_env_steps"] == 0, o
         assert o["nconmax"] == 128 and o["njmax"] == 512, o
     assert {o["policy"] for o in payload["overflow"]} == {"random", "expert"}
+
+
+def test_ppo_smoke(tmp_path):
+    """bench/ppo.py --smoke: two PPO iterations a task through rsl_rl, bare stepping and a recorded training measured
+    beside it, the saved policy scored through the policy loader against the task's expert; every rate finite and
+    positive, the recorded run verified."""
+    pytest.importorskip("rsl_rl", reason="bench/ppo.py needs the rl extra (rsl-rl-lib)")
+    module = load_script(BENCH / "ppo.py", "bench_ppo")
+    assert module.main(["--smoke", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "ppo_smoke.json").read_text())["rows"]
+    assert [row["task"] for row in rows] == ["cartpole", "ant"]
+    rates = ["train_env_steps_per_s", "rollout_env_steps_per_s", "bare_env_steps_per_s", "train_seconds"]
+    for row in rows:
+        check_figures(row, {key: True for key in rates} | {"iterations": True, "env_steps": True})
+        check_figures(row, {"eval_length_ppo": True, "eval_length_expert": True, "recorded_episodes": True})
+        assert row["iterations"] == 2 and row["env_steps"] % (row["envs"] * row["iterations"]) == 0
+        assert math.isfinite(row["return_reached"]) and math.isfinite(row["eval_return_ppo"])
+        assert row["recorded_verify"] == "ok"
