@@ -4,6 +4,7 @@ is; and the screenshot of a real run's report that docs/ shows.
 python bench/report.py                    # a >= 1 GB camera run and a many-episode run; several minutes on 2 cores
 python bench/report.py --smoke            # seconds-long check that every figure is produced
 python bench/report.py --screenshot reach # docs/report-reach.png from a small real run collected on this machine
+                                          # (also push, lift, stack and place: SCREENSHOT_RUNS)
 
   camera     a packed run written by PackedRecorder from synthetic batches with reach's layout (64x64 RGB-D,
              proprio [14], action [4], state body_q [5, 7], params mass_scale and target_color, has_success), 64 envs,
@@ -155,40 +156,70 @@ def figure(name: str, sizes: dict, parent: str, repeats: int) -> dict:
     return row
 
 
-def screenshot(task: str, out_dir: Path, overrides: dict, policy: str, envs: int, episodes: int) -> Path:
+def screenshot(task: str, out_dir: Path, run_spec: dict, envs: int, episodes: int) -> Path:
     """Collect a small real run of ``task`` on this machine's default device, report it, and keep the browser's
-    screenshot as ``out_dir/report-<task>.png`` (1200 pixels wide, the top of the page)."""
+    screenshot as ``out_dir/report-<task>.png`` (1200 pixels wide): the top of the page, or with ``run_spec["view"]``
+    "gallery" its title and gallery alone (the page's other sections hidden by a style added to a copy of it), the
+    white below the last card cut off."""
     browser = tool("browser")  # tools/browser.py: headless Chromium
     from PIL import Image
 
     work = tempfile.mkdtemp(prefix=f"report-{task}-")
     try:
-        env = forge_gpu.sim.make(task, num_envs=envs, seed=0, **overrides)
+        env = forge_gpu.sim.make(task, num_envs=envs, seed=0, **run_spec["overrides"])
         run = f"{work}/{task}-demo"
-        forge_gpu.recording.collect(env, forge_gpu.sim.make_policy(policy, env), run, episodes=episodes)
-        result = forge_gpu.reading.report(run, f"{work}/report.html")
-        page = browser.load(f"{work}/report.html", screenshot=f"{work}/shot.png", size=(1200, 3400))
+        policy = forge_gpu.sim.make_policy(run_spec["policy"], env)
+        forge_gpu.recording.collect(env, policy, run, episodes=episodes)
+        side = {"side": run_spec["side"]} if "side" in run_spec else {}  # else the report's default
+        result = forge_gpu.reading.report(run, f"{work}/report.html", **side)
+        shown, size = f"{work}/report.html", (1200, 3400)
+        if run_spec.get("view") == "gallery":
+            text = Path(shown).read_text().replace("</style>", "section:not(#gallery){display:none}</style>", 1)
+            shown, size = f"{work}/gallery.html", (1200, 2400)
+            Path(shown).write_text(text)
+        page = browser.load(shown, screenshot=f"{work}/shot.png", size=size)
         if not page.checked or page.errors or page.console or set(page.images.values()) - {"yes"}:
             raise RuntimeError(f"the page did not render cleanly: {page.errors} {page.console} {page.images}")
         target = out_dir / f"report-{task}.png"
         with Image.open(f"{work}/shot.png") as shot:  # 256 colours: a third of the bytes, as readable
-            shot.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(target, optimize=True)
+            shot = shot.convert("RGB")
+            if run_spec.get("view") == "gallery":
+                ink = np.flatnonzero((np.asarray(shot.convert("L")) < 250).any(axis=1))
+                shot = shot.crop((0, 0, shot.width, min(shot.height, int(ink[-1]) + 16)))
+            shot.quantize(256, method=Image.Quantize.MEDIANCUT).save(target, optimize=True)
         print(f"{task}: {result['episodes']} episodes, page {result['bytes']:,} bytes, screenshot {target}")
         return target
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-#: The small real runs the screenshots are made of: config overrides and policy per task (randomized, so that the
-#: page's randomization section has values to bin; max_steps short enough that some expert episodes fail).
+#: The small real runs the screenshots are made of, per task: config overrides, policy, envs and episodes; optionally
+#: the gallery frames' side (``forge_gpu.reading.report``'s ``side``) and ``view = "gallery"`` (the shot shows the
+#: page's gallery). reach and push are randomized (so that the page's randomization section has values to bin;
+#: reach's max_steps short enough that some expert episodes fail). The grasping tasks (lift, stack, place: their
+#: default configs, which draw the objects per episode) record both RGB-D cameras at 128 px, shown at 128 px in the
+#: gallery, and their shots show the gallery: each animation opens on its episode's frame of highest reward (lift's
+#: cube held up; stack's and place's cube set down on its place, still in the gripper).
+GRASP = {
+    "overrides": {"params.image_size": 128},
+    "policy": "expert",
+    "envs": 4,
+    "episodes": 8,
+    "side": 128,
+    "view": "gallery",
+}
 SCREENSHOT_RUNS = {
-    "reach": (
-        {"max_steps": 40, "randomize.mass_scale": [0.5, 2.0],
-         "randomize.target_color": {"low": [0.6, 0.0, 0.0], "high": [1.0, 0.3, 0.3]}},
-        "expert",
-    ),
-    "push": ({}, "expert"),  # the default config: colours, sizes, poses and goal side drawn per episode
+    "reach": {
+        "overrides": {"max_steps": 40, "randomize.mass_scale": [0.5, 2.0],
+                      "randomize.target_color": {"low": [0.6, 0.0, 0.0], "high": [1.0, 0.3, 0.3]}},
+        "policy": "expert", "envs": 8, "episodes": 16,
+    },
+    "push": {"overrides": {}, "policy": "expert", "envs": 8, "episodes": 16},
+    "lift": GRASP,
+    "stack": GRASP,
+    "place": GRASP,
 }  # fmt: skip
+DEFAULT_RUN = {"overrides": {}, "policy": "expert", "envs": 8, "episodes": 16}
 
 
 def main(argv=None) -> int:
@@ -197,13 +228,15 @@ def main(argv=None) -> int:
     parser.add_argument("--record-dir", default=str(HERE / "results" / "tmp"), help="where runs are written")
     parser.add_argument("--out", default=None, help="output folder (default bench/results)")
     parser.add_argument("--screenshot", metavar="TASK", help="write docs/report-TASK.png from a small real run")
-    parser.add_argument("--envs", type=int, default=8, help="--screenshot: envs of the run")
-    parser.add_argument("--episodes", type=int, default=16, help="--screenshot: episodes of the run")
+    parser.add_argument("--envs", type=int, default=None, help="--screenshot: envs of the run (default: the task's)")
+    parser.add_argument("--episodes", type=int, default=None, help="--screenshot: episodes (default: the task's)")
     args = parser.parse_args(argv)
     if args.screenshot:
-        overrides, policy = SCREENSHOT_RUNS.get(args.screenshot, ({}, "expert"))
+        run = SCREENSHOT_RUNS.get(args.screenshot, DEFAULT_RUN)
+        envs = args.envs if args.envs is not None else run["envs"]
+        episodes = args.episodes if args.episodes is not None else run["episodes"]
         out_dir = Path(args.out) if args.out else HERE.parent / "docs"
-        screenshot(args.screenshot, out_dir, overrides, policy, args.envs, args.episodes)
+        screenshot(args.screenshot, out_dir, run, envs, episodes)
         return 0
     sizes = SMOKE if args.smoke else FULL
     os.makedirs(args.record_dir, exist_ok=True)

@@ -15,8 +15,18 @@ from helpers.scripts import TOOLS, load_script
 from helpers.synthetic import LOSSLESS, SyntheticSim, make_batches, record, synthetic_description
 
 import forge_gpu
+from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.reading.inspection import format_report
-from forge_gpu._src.reading.report import MAX_FRAMES, MAX_SIDE, SECTIONS, animation, chart, histogram
+from forge_gpu._src.reading.report import (
+    HOLD_MS,
+    MAX_FRAMES,
+    MAX_SIDE,
+    SECTIONS,
+    animation,
+    chart,
+    histogram,
+    key_frame,
+)
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
 from forge_gpu.recording import PackedRecorder, write_dataset_manifest
@@ -138,6 +148,68 @@ def test_the_browser_check_catches_errors_and_broken_images(camera_report, tmp_p
     assert page.checked and page.images["broken"] == "failed"
     assert any("notDefinedAnywhere" in e for e in page.errors) and any("broken" in e for e in page.errors)
     assert any("notDefinedAnywhere" in m for m in page.console)
+
+
+def gallery_images(dom: str) -> list[dict]:
+    """Each ``<img>`` of a page's gallery: its attributes (``alt``, ``data-frame``, ``src`` ...)."""
+    gallery = re.search(r'<section id="gallery">(.*?)</section>', dom, re.S).group(1)
+    return [dict(re.findall(r'([\w-]+)="([^"]*)"', tag)) for tag in re.findall(r"<img [^>]*>", gallery)]
+
+
+def nearest_frame(picture: np.ndarray, frames: np.ndarray) -> int:
+    """The index of the frame of ``frames`` [F, H, W, 3] nearest ``picture`` [H, W, 3] (mean absolute difference)."""
+    return int(np.abs(frames.astype(np.float64) - picture.astype(np.float64)).mean(axis=(1, 2, 3)).argmin())
+
+
+@needs_chromium
+def test_each_gallery_animation_opens_on_its_frame_of_highest_reward(camera_run, camera_report):
+    """The page as Chromium rendered it: every gallery image names the frame it opens on, the one after its episode's
+    step of highest reward (read from the run), and its first frame, held HOLD_MS, is that frame of the episode (the
+    nearest of all its frames), then the episode plays from its start: what a still view of the page shows."""
+    from PIL import Image
+
+    directory, _ = camera_run
+    _, out = camera_report
+    page = load(out)
+    assert page.checked and page.errors == [] and set(page.images.values()) == {"yes"}
+    episodes = {episode_stem(e.env_id, e.episode_id): e for e in forge_gpu.reading.read_episodes(directory)}
+    shown = gallery_images(page.dom)
+    assert len(shown) == 8
+    for image in shown:
+        episode = episodes[image["alt"].split()[0]]
+        frames = np.concatenate([episode.obs["rgb"], episode.next["rgb"][-1:]])  # frames 0..T
+        key = int(np.argmax(episode.reward)) + 1
+        assert int(image["data-frame"]) == key and image["data-decoded"] == "yes"
+        with Image.open(io.BytesIO(base64.b64decode(image["src"].split(",", 1)[1]))) as shot:
+            first = np.asarray(shot.convert("RGB"))[:, :16]  # the rgb panel (depth beside it)
+            assert shot.info["duration"] == HOLD_MS  # (known once the frame is decoded)
+            shot.seek(1)
+            second = np.asarray(shot.convert("RGB"))[:, :16]
+        assert nearest_frame(first, frames) == key
+        assert nearest_frame(second, frames) == 0
+
+
+def test_the_key_frame_and_the_gallery_frames_side(camera_run, tmp_path):
+    """key_frame: the frame after the first step of highest reward, not-finite rewards never counted; animation
+    refuses a first frame outside the episode; report's side sets the gallery frames' size and a bad one is refused
+    in one line, nothing written."""
+    assert key_frame(types.SimpleNamespace(reward=np.array([0.5, 2.0, 2.0, -1.0]))) == 2
+    assert key_frame(types.SimpleNamespace(reward=np.array([1.0, np.nan, np.inf, 3.0]))) == 4
+    assert key_frame(types.SimpleNamespace(reward=np.array([np.nan, np.nan]))) == 0
+    frames = np.zeros((5, 16, 16, 3), np.uint8)
+    episode = types.SimpleNamespace(steps=4, reward=np.zeros(4), obs={"rgb": frames[:-1]}, next={"rgb": frames[1:]})
+    with pytest.raises(ValueError, match=r"first must be a frame of the episode, in \[0, 4\], got 5"):
+        animation(episode, control_dt=0.02, first=5)
+    directory, _ = camera_run
+    forge_gpu.reading.report(directory, tmp_path / "small.html", gallery=1, side=8)
+    with images((tmp_path / "small.html").read_text())[0] as shot:
+        assert shot.size == (2 * 8, 8)  # 16-pixel frames halved
+    for bad in (4, 600, 64.0, True):
+        with pytest.raises(
+            ValueError, match=f"side .* must be an integer in \\[8, 512\\], got {re.escape(repr(bad))}$"
+        ):
+            forge_gpu.reading.report(directory, tmp_path / "bad.html", side=bad)
+    assert not (tmp_path / "bad.html").exists()
 
 
 def test_a_dataset_report_shows_each_instruction(tmp_path):

@@ -33,17 +33,28 @@ MAX_PARAM_PLOTS = 12
 MAX_INSTRUCTIONS = 6
 #: The most runs a dataset's recording charts draw.
 MAX_RUN_LINES = 8
+#: An animation's most frames and the longest side of its frames [pixels].
+MAX_FRAMES = 24
+MAX_SIDE = 64
+#: How long an animation holds its first frame, the episode's key frame, before the episode plays [ms].
+HOLD_MS = 2000
 
 
-def report(path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GALLERY_EACH, seed: int = 0) -> dict:
+def report(
+    path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GALLERY_EACH, seed: int = 0, side: int = MAX_SIDE
+) -> dict:
     """Write the HTML report of a run directory or a dataset root to ``out`` (replaced whole when it exists).
 
     ``gallery``: episodes of each kind the gallery shows (best, worst, failed, random; so at most 4 x ``gallery``);
-    ``seed``: the random choices. Returns ``{"out", "bytes", "seconds", "episodes", "gallery", "no_frames"}``
-    (``no_frames``: why the gallery shows no camera frames, or None). Raises ValueError
-    for a damaged run (naming it) or a bad argument, ImportError when Pillow is needed and missing."""
+    ``seed``: the random choices; ``side``: the longest side of the gallery's camera frames [pixels] (larger frames
+    are shrunk by a whole factor to fit; a larger side shows more of a camera's detail, in a larger page). Returns
+    ``{"out", "bytes", "seconds", "episodes", "gallery", "no_frames"}`` (``no_frames``: why the gallery shows no
+    camera frames, or None). Raises ValueError for a damaged run (naming it) or a bad argument, ImportError when
+    Pillow is needed and missing."""
     if not isinstance(gallery, int) or isinstance(gallery, bool) or not 0 <= gallery <= 16:
         raise ValueError(f"gallery must be an integer in [0, 16], got {gallery!r}")
+    if not isinstance(side, int) or isinstance(side, bool) or not 8 <= side <= 512:
+        raise ValueError(f"side (the gallery frames' longest side) must be an integer in [8, 512], got {side!r}")
     start = time.perf_counter()
     facts = gather(path)
     episodes = facts["episodes"]
@@ -53,7 +64,7 @@ def report(path: str | os.PathLike, out: str | os.PathLike, *, gallery: int = GA
         "episodes": episodes_section(facts),
         "randomization": randomization_section(facts),
         "recording": recording_section(facts["runs"]),
-        "gallery": gallery_section(items, episodes),
+        "gallery": gallery_section(items, episodes, side=side),
         "statistics": statistics_section(facts["statistics"]),
     }
     when = time.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -365,9 +376,10 @@ def gallery_note(items: list[dict]) -> str | None:
     return no_frames(items[0]["episode"]) if items else None
 
 
-def gallery_section(items: list[dict], episodes: dict) -> str:
-    """One card per gallery episode: what it is, and its camera frames animated, or plots of its proprio, action and
-    reward where the run has no frames (said once, above the cards)."""
+def gallery_section(items: list[dict], episodes: dict, *, side: int = MAX_SIDE) -> str:
+    """One card per gallery episode: what it is, and its camera frames animated (each opening on its key frame:
+    :func:`key_frame`; frames of at most ``side`` pixels a side), or plots of its proprio, action and reward where the
+    run has no frames (said once, above the cards)."""
     if not items:
         return '<p class="muted">No published episode to show.</p>'
     note = gallery_note(items)
@@ -385,7 +397,7 @@ def gallery_section(items: list[dict], episodes: dict) -> str:
         if episode.params:
             drawn = ", ".join(f"{name} {_value(v)}" for name, v in episode.params.items())
             facts.append(f'<span class="muted">{html.escape(drawn)}</span>')
-        media = _episode_media(episode, run, stem)
+        media = _episode_media(episode, run, stem, side)
         cells.append(f'<div class="episode" data-episode="{stem}">{"<br>".join(facts)}{media}</div>')
     head = cells[:1] if note is not None else []
     return "".join(head) + '<div class="gallery">' + "".join(cells[len(head) :]) + "</div>"
@@ -396,16 +408,20 @@ def _value(v) -> str:
     return fmt(float(a)) if a.ndim == 0 else "[" + ", ".join(fmt(x) for x in a.ravel()[:6]) + "]"
 
 
-def _episode_media(episode, run: dict, stem: str) -> str:
+def _episode_media(episode, run: dict, stem: str, side: int) -> str:
     t = episode.obs["time"].astype(np.float64)
     reward = chart([{"x": t, "y": episode.reward}], title="reward", xlabel="time [s]", width=260, height=110)
     if no_frames(episode) is None:
         shown = []
+        first = key_frame(episode)
         for name, fields in cameras(frame_layout(episode.obs)).items():
-            uri = data_uri(animation(episode, control_dt=run["control_dt"], camera=name), "image/webp")
+            shot = animation(episode, control_dt=run["control_dt"], camera=name, side=side, first=first)
+            uri = data_uri(shot, "image/webp")
             what = " | ".join(f for f in (fields["rgb"], fields["depth"]) if f)
-            shown.append(f'<img alt="{stem} {what}" src="{uri}"><span class="muted">{what}</span>')
-        return "<br>".join(shown) + reward
+            image = f'<img alt="{stem} {what}" data-frame="{first}" src="{uri}">'
+            shown.append(f'{image}<span class="muted">{what}</span>')
+        held = f'<span class="muted">held first: frame {first} of {episode.steps}, after the highest reward</span>'
+        return "<br>" + held + "<br>" + "<br>".join(shown) + reward
     plots = []
     for name, values in (("proprio", episode.obs.get("proprio")), ("action", episode.action)):
         if values is None:
@@ -438,9 +454,6 @@ def statistics_section(statistics: dict | None) -> str:
 PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5")
 #: The most points a line keeps (a longer series is taken at evenly spaced points).
 MAX_POINTS = 400
-#: An animation's most frames and the longest side of its frames [pixels].
-MAX_FRAMES = 24
-MAX_SIDE = 64
 
 
 def fmt(value) -> str:
@@ -618,20 +631,43 @@ def _gray(depth: np.ndarray) -> np.ndarray:
     return np.repeat(np.clip(level, 0, 255)[..., None], 3, axis=-1)
 
 
+def key_frame(episode) -> int:
+    """The frame an episode is shown by: the one after its step of highest reward (its frames are 0..T, frame t + 1
+    follows step t; the first such step among equals; a reward that is not finite never counts), or 0 where no
+    step's reward is finite."""
+    reward = np.asarray(episode.reward, np.float64)
+    finite = np.isfinite(reward)
+    if not finite.any():
+        return 0
+    return int(np.argmax(np.where(finite, reward, -np.inf))) + 1
+
+
 def animation(
-    episode, *, control_dt: float | None, camera: str | None = None, max_frames: int = MAX_FRAMES, side: int = MAX_SIDE
+    episode,
+    *,
+    control_dt: float | None,
+    camera: str | None = None,
+    max_frames: int = MAX_FRAMES,
+    side: int = MAX_SIDE,
+    first: int | None = None,
 ) -> bytes:
     """A camera's frames of the episode (``camera`` a name of ``core/cameras.py``, by default its first camera:
     ``rgb``, and its depth beside them, grey, where the run has it) as an animated WebP: at most ``max_frames``
-    evenly spread over its T + 1 frames, each side at most ``side`` pixels."""
+    evenly spread over its T + 1 frames, each side at most ``side`` pixels. With ``first`` (a frame in 0..T), that
+    frame opens the animation, held :data:`HOLD_MS`, before the episode plays from its start (then at most
+    ``max_frames - 1`` of its frames): a still view of the animation (its first frame) shows that moment."""
     from PIL import Image
 
     steps = episode.steps
-    pick = np.unique(np.linspace(0, steps, min(steps + 1, max_frames)).round().astype(np.int64))
+    if first is not None and not 0 <= first <= steps:
+        raise ValueError(f"first must be a frame of the episode, in [0, {steps}], got {first!r}")
+    count = min(steps + 1, max_frames - (first is not None))
+    pick = np.unique(np.linspace(0, steps, max(count, 1)).round().astype(np.int64))
+    shown = pick if first is None else np.concatenate([[first], pick])
 
     def frames(field):
         every = np.concatenate([episode.obs[field], episode.next[field][-1:]])
-        return _downscale(every[pick], side)
+        return _downscale(every[shown], side)
 
     found = cameras(frame_layout(episode.obs))
     fields = found[camera] if camera is not None else next(iter(found.values()))
@@ -641,10 +677,13 @@ def animation(
     video = np.clip(np.concatenate(panels, axis=2), 0, 255).round().astype(np.uint8)
     gap = steps / max(len(pick) - 1, 1)
     duration = int(np.clip(1000 * (control_dt or 0.05) * gap, 60, 250))
+    durations = [duration] * len(shown)
+    if first is not None:
+        durations[0] = HOLD_MS
     images = [Image.fromarray(f) for f in video]
     buffer = io.BytesIO()
     images[0].save(
-        buffer, "WEBP", save_all=True, append_images=images[1:], duration=duration, loop=0, quality=70, method=4
+        buffer, "WEBP", save_all=True, append_images=images[1:], duration=durations, loop=0, quality=70, method=4
     )
     return buffer.getvalue()
 
