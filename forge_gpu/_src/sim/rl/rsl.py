@@ -169,7 +169,8 @@ FIELD_OF_GROUP = {POLICY_GROUP: "proprio"}
 class DictPolicy(nn.Module):
     """A deterministic policy on the env's observation dict: ``forward(observation: Dict[str, Tensor]) -> [N, A]``,
     the ``fields`` concatenated (in order) into ``model`` (rsl_rl's exported actor: its observation normalizer,
-    its MLP, its distribution's mean). What ``pt2:PATH`` and ``torchscript:PATH`` load (``forge_gpu.sim.load_policy``)."""
+    its MLP, its distribution's mean). What ``pt2:PATH`` and ``torchscript:PATH`` load
+    (``forge_gpu.sim.load_policy``)."""
 
     def __init__(self, model: nn.Module, fields: list[str]):
         super().__init__()
@@ -204,9 +205,10 @@ def export_policy(runner, path, *, format: str = "pt2") -> None:
             warnings.simplefilter("ignore", DeprecationWarning)
             torch.jit.script(module).save(str(path))
         return
-    width = {name: runner.env.get_observations()[group].shape[-1] for name, group in zip(fields, actor.obs_groups)}
+    observations = runner.env.get_observations()
+    groups = zip(fields, actor.obs_groups, strict=True)
+    example = {name: torch.zeros(2, observations[group].shape[-1]) for name, group in groups}  # 1 would specialize
     batch = torch.export.Dim("batch")
-    example = {name: torch.zeros(2, width[name]) for name in fields}  # 2: a batch of 1 would be specialized
     with torch.no_grad():
         program = torch.export.export(module, (example,), dynamic_shapes=({name: {0: batch} for name in fields},))
     torch.export.save(program, str(path))
