@@ -11,6 +11,7 @@ NAMES = {
     "VectorEnv": "forge_gpu._src.sim.env",
     "GymVectorEnv": "forge_gpu._src.sim.rl.gym",
     "RslRlVecEnv": "forge_gpu._src.sim.rl.rsl",
+    "Sb3VecEnv": "forge_gpu._src.sim.rl.sb3",
     "default_device": "forge_gpu._src.sim.device",
     "StepResult": "forge_gpu._src.sim.step_result",
     "describe_run": "forge_gpu._src.sim.describe",
