@@ -15,7 +15,7 @@ try:
     import torch
     from stable_baselines3.common.vec_env import VecEnv
 except ImportError as e:  # said once, with the one command that fixes it
-    raise ImportError(f"forge_gpu.sim.Sb3VecEnv needs stable-baselines3>=2.3 ({e}): {INSTALL_SB3}") from e
+    raise ImportError(f"forge_gpu.sim.Sb3VecEnv needs stable-baselines3>=2.4 ({e}): {INSTALL_SB3}") from e
 
 POLICY_FIELD = "proprio"
 """The observation field SB3's policy reads by default (the task's policy observation group)."""

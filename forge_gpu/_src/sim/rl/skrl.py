@@ -15,7 +15,7 @@ try:
     import torch
     from skrl.envs.wrappers.torch import Wrapper
 except ImportError as e:  # said once, with the one command that fixes it
-    raise ImportError(f"forge_gpu.sim.SkrlVecEnv needs skrl>=1.4 ({e}): {INSTALL_SKRL}") from e
+    raise ImportError(f"forge_gpu.sim.SkrlVecEnv needs skrl>=2.1 ({e}): {INSTALL_SKRL}") from e
 
 POLICY_FIELD = "proprio"
 """The observation field skrl's models read (the task's policy observation group)."""
