@@ -1,6 +1,7 @@
 """PPO (rsl_rl) on forge_gpu's tasks, through ``forge_gpu.sim.RslRlVecEnv``: iterations, returns reached, wall time,
 env-steps/s while training against bare stepping and against a training whose rollouts are recorded
-(``forge_gpu.recording.RolloutRecorder``), and the trained policy saved as TorchScript, then scored by
+(``forge_gpu.recording.RolloutRecorder``), and the trained policy saved as a ``torch.export`` program (``.pt2``), then
+scored (loaded back as ``pt2:PATH``) by
 ``forge_gpu.recording.evaluate`` beside the task's scripted expert over the same episodes.
 
 The rates are measured in alternation, in one run: each round is ``--chunk`` iterations of the training, a window of
@@ -9,8 +10,8 @@ training of the same settings whose rollouts are recorded as a run (verified at 
 ratios compare figures taken under the same load.
 
 The saved policy runs with no code of the user's:
-    forge-gpu evaluate ant --policy torchscript:bench/results/ppo_ant.pt --episodes 32 --set max_steps=200
-    forge-gpu collect ant runs/ant_rl --policy torchscript:bench/results/ppo_ant.pt --episodes 64
+    forge-gpu evaluate ant --policy pt2:bench/results/ppo_ant.pt2 --episodes 32 --set max_steps=200
+    forge-gpu collect ant runs/ant_rl --policy pt2:bench/results/ppo_ant.pt2 --episodes 64
 
 python bench/ppo.py                                  # cartpole and ant on the CPU, a few minutes each
 python bench/ppo.py --tasks ant --minutes 10 --envs 256
@@ -147,9 +148,9 @@ def train(task: str, args, overrides: dict) -> dict:
         print(f"  {task}: iteration {curve[-1][0]}, mean episode return {curve[-1][1]:.2f}, "
               f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     wall = time.perf_counter() - start
-    path = Path(args.out or RESULTS) / f"ppo_{task}.pt"
+    path = Path(args.out or RESULTS) / f"ppo_{task}.pt2"
     path.parent.mkdir(parents=True, exist_ok=True)
-    export_policy(trainer.runner, path)
+    export_policy(trainer.runner, path, format="pt2")
     row = {
         "iterations": trainer.iterations,
         "env_steps": trainer.env_steps,
@@ -225,7 +226,7 @@ def main(argv=None) -> int:
         overrides = {**TASKS[task][0], **dict(args.overrides)}
         print(f"{task}: training PPO on {args.envs} envs ({args.device}), {overrides}", flush=True)
         trained = train(task, args, overrides)
-        ppo = score(task, f"torchscript:{trained['policy']}", args, overrides)
+        ppo = score(task, f"pt2:{trained['policy']}", args, overrides)
         expert = score(task, "expert", args, overrides)
         bare = trained["bare_env_steps_per_s"]
         recording = {}

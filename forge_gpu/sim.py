@@ -11,6 +11,8 @@ NAMES = {
     "VectorEnv": "forge_gpu._src.sim.env",
     "GymVectorEnv": "forge_gpu._src.sim.rl.gym",
     "RslRlVecEnv": "forge_gpu._src.sim.rl.rsl",
+    "Sb3VecEnv": "forge_gpu._src.sim.rl.sb3",
+    "SkrlVecEnv": "forge_gpu._src.sim.rl.skrl",
     "default_device": "forge_gpu._src.sim.device",
     "StepResult": "forge_gpu._src.sim.step_result",
     "describe_run": "forge_gpu._src.sim.describe",

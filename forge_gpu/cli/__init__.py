@@ -38,8 +38,8 @@ __all__ = ["UsageError", "build_parser", "main"]
 
 
 POLICY_HELP = (
-    "random, expert, MODULE:FACTORY (a torch policy), lerobot:PATH (a LeRobot checkpoint) or torchscript:PATH (a "
-    "TorchScript policy file: bench/ppo.py saves one)"
+    "random, expert, MODULE:FACTORY (a torch policy), lerobot:PATH (a LeRobot checkpoint), pt2:PATH (a torch.export "
+    "policy file: bench/ppo.py saves one) or torchscript:PATH (a TorchScript policy file)"
 )
 
 

@@ -64,3 +64,47 @@ def test_torch_policy_refuses_bad_actions(device):
     result = env.step(nan(env.observation)).numpy()
     np.testing.assert_array_equal(result.info["action_nonfinite"], True)
     np.testing.assert_array_equal(result.info["executed_action"], 0.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pt2_policy_runs_an_exported_program_on_the_envs_device(device, tmp_path):
+    """``pt2:PATH``: a ``torch.export`` program saved on the CPU, taking a dict of observation fields with a dynamic
+    batch, runs on the env's device; its actions are the module's own, and it is given only the fields it names."""
+    torch, torch_device = torch_on(device)
+
+    class Gain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.linspace(-0.5, 0.5, 4).reshape(4, 1))
+
+        def forward(self, observation: dict[str, torch.Tensor]) -> torch.Tensor:
+            return (observation["proprio"] @ self.weight).contiguous()
+
+    module = Gain().eval()
+    batch = torch.export.Dim("batch")
+    example = ({"proprio": torch.zeros(2, 4)},)
+    program = torch.export.export(module, example, dynamic_shapes=({"proprio": {0: batch}},))
+    path = tmp_path / "gain.pt2"
+    torch.export.save(program, str(path))
+    for n in (3, 6):
+        env = forge_gpu.sim.make("cartpole", num_envs=n, device=device, max_steps=5)
+        policy = load_policy(f"pt2:{path}", env)
+        assert policy.fn.fields == ["proprio"]
+        env.reset()
+        for _ in range(3):
+            action = policy(env.observation)
+            proprio = torch.from_numpy(env.observation["proprio"].numpy().copy())
+            expected = module({"proprio": proprio}).detach().numpy()
+            np.testing.assert_allclose(action.numpy(), expected, rtol=1e-6, atol=1e-6)
+            assert str(wp.device_to_torch(action.device)) == str(torch_device)
+            env.step(action)
+
+
+def test_pt2_and_the_other_path_forms_are_policy_names():
+    from forge_gpu._src.sim.names import check_policy_name
+
+    for name in ("pt2:policy.pt2", "torchscript:policy.pt", "lerobot:some/checkpoint"):
+        check_policy_name(name)
+    for name in ("pt2:", "pt2:  "):
+        with pytest.raises(ValueError, match=r"unknown policy.*pt2:PATH \(a torch.export policy file\)"):
+            check_policy_name(name)

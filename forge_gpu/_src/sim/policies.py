@@ -4,8 +4,9 @@ a user's callable with its observation history and its action chunks).
 A policy is a callable ``(observation: dict[str, wp.array]) -> wp.array [N, A]`` on the env's device, of the
 shape of ``env.action_input`` (the buffer ``step`` stages actions in). :func:`load_policy` makes one from a name:
 ``random``, ``expert``, ``MODULE:FACTORY`` (``FACTORY(spec, device, **args)`` returns a torch callable) or
-``lerobot:PATH`` (a LeRobot checkpoint, ``sim/lerobot_policy.py``) or ``torchscript:PATH`` (a TorchScript file,
-``forward(observation: Dict[str, Tensor]) -> Tensor``: an RL policy exported by ``bench/ppo.py``).
+``lerobot:PATH`` (a LeRobot checkpoint, ``sim/lerobot_policy.py``), ``pt2:PATH`` (a ``torch.export`` program
+taking a dict of observation fields: an RL policy exported by ``export_policy`` or ``bench/ppo.py``) or
+``torchscript:PATH`` (a TorchScript file, ``forward(observation: Dict[str, Tensor]) -> Tensor``).
 docs/evaluation.md "Policies" is the contract.
 """
 
@@ -25,6 +26,7 @@ from forge_gpu._src.sim.names import (
     BUILTIN_POLICIES,
     EXECUTIONS,
     LEROBOT_PREFIX,
+    PT2_PREFIX,
     TORCHSCRIPT_PREFIX,
     check_policy_name,
 )
@@ -115,6 +117,9 @@ def load_policy(
     if name.startswith(TORCHSCRIPT_PREFIX):
         fn = _make_callable(name, "loading it", torchscript_policy, (name[len(TORCHSCRIPT_PREFIX) :], env), args)
         return TorchPolicy(env, fn, name=name, **options)
+    if name.startswith(PT2_PREFIX):
+        fn = _make_callable(name, "loading it", exported_policy, (name[len(PT2_PREFIX) :], env), args)
+        return TorchPolicy(env, fn, name=name, **options)
     module_name, _, factory_name = name.partition(":")
     try:
         factory = getattr(_import_from_working_directory(module_name), factory_name)
@@ -136,6 +141,81 @@ def torchscript_policy(path: str, env):
         warnings.simplefilter("ignore", DeprecationWarning)
         module = torch.jit.load(path, map_location=wp.device_to_torch(env.device))
     return module.eval()
+
+
+class ExportedPolicy:
+    """A ``torch.export`` program (``ExportedProgram``) as a policy: called with the env's observation dict, it gives
+    the program the fields its forward was exported with (``fields``, read from the program's input spec) and
+    returns its ``[N, A]``."""
+
+    def __init__(self, module, fields: list[str]):
+        self.module = module
+        self.fields = list(fields)
+        """The observation fields the program takes, in its input's order."""
+
+    def __call__(self, observation: dict):
+        return self.module({name: observation[name] for name in self.fields})
+
+
+def exported_policy(path: str, env) -> ExportedPolicy:
+    """The ``torch.export`` program saved at ``path`` (``torch.export.save``: a ``.pt2`` file, what ``export_policy``
+    writes), on ``env``'s device: its forward takes one argument, a dict of observation fields (torch tensors ``[N,
+    ...]``, any batch size its export allows), and returns float32 ``[N, A]``. ValueError in one line when the file
+    is missing, is no ``torch.export`` program, takes other arguments or names a field the env does not have."""
+    import logging
+
+    import torch
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {path!r}")
+    quiet = logging.getLogger("torch.export")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # torch logs a traceback before raising on a file that is no archive
+    try:
+        program = torch.export.load(path)
+    except Exception as e:
+        raise ValueError(f"{path!r} is no torch.export program (.pt2): {type(e).__name__}: {e}") from None
+    finally:
+        quiet.setLevel(level)
+    fields = _dict_input_fields(program.call_spec.in_spec)
+    if fields is None:
+        raise ValueError(
+            f"{path!r}: its forward does not take one dict of observation fields (torch.export input spec "
+            f"{program.call_spec.in_spec})"
+        )
+    unknown = [name for name in fields if name not in env.observation]
+    if unknown:
+        raise ValueError(
+            f"{path!r} takes the observation field {unknown[0]!r}, which this env does not have; its fields are "
+            f"{', '.join(env.observation)}"
+        )
+    device = wp.device_to_torch(env.device)
+    if torch.device(device).type != "cpu":
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    return ExportedPolicy(program.module(), fields)
+
+
+def _dict_input_fields(in_spec) -> list[str] | None:
+    """The keys of the one dict argument of an exported program's input spec ``((args...), {kwargs})``, or None
+    when its inputs are anything else."""
+    try:
+        args, kwargs = _children(in_spec)
+        (observation,) = _children(args)
+    except (AttributeError, ValueError):
+        return None
+    if _children(kwargs) or observation.type is not dict:
+        return None
+    if any(_children(child) for child in _children(observation)):  # each value must be one tensor
+        return None
+    return list(observation.context)
+
+
+def _children(spec) -> list:
+    """A pytree ``TreeSpec``'s child specs (``children()`` in torch 2.10+, the ``children_specs`` list before)."""
+    children = getattr(spec, "children", None)
+    return list(children()) if callable(children) else list(spec.children_specs)
 
 
 def _make_callable(name: str, what: str, factory, positional: tuple, args: dict):

@@ -169,7 +169,8 @@ FIELD_OF_GROUP = {POLICY_GROUP: "proprio"}
 class DictPolicy(nn.Module):
     """A deterministic policy on the env's observation dict: ``forward(observation: Dict[str, Tensor]) -> [N, A]``,
     the ``fields`` concatenated (in order) into ``model`` (rsl_rl's exported actor: its observation normalizer,
-    its MLP, its distribution's mean). What ``torchscript:PATH`` loads (``forge_gpu.sim.load_policy``)."""
+    its MLP, its distribution's mean). What ``pt2:PATH`` and ``torchscript:PATH`` load
+    (``forge_gpu.sim.load_policy``)."""
 
     def __init__(self, model: nn.Module, fields: list[str]):
         super().__init__()
@@ -181,13 +182,33 @@ class DictPolicy(nn.Module):
         return self.model(torch.cat(parts, dim=-1)).contiguous()
 
 
-def export_policy(runner, path) -> None:
-    """Save ``runner``'s (an rsl_rl ``OnPolicyRunner``'s) actor as a TorchScript :class:`DictPolicy` at ``path``, on
-    the CPU: ``forge-gpu collect TASK --policy torchscript:PATH`` and ``forge-gpu evaluate`` run it (moved to the
-    env's device there)."""
+EXPORT_FORMATS = ("pt2", "torchscript")
+"""``export_policy``'s formats: ``pt2`` (``torch.export``, the default) and ``torchscript`` (deprecated by torch)."""
+
+
+def export_policy(runner, path, *, format: str = "pt2") -> None:
+    """Save ``runner``'s (an rsl_rl ``OnPolicyRunner``'s) actor as a :class:`DictPolicy` at ``path``, on the CPU:
+    ``forge-gpu collect TASK --policy pt2:PATH`` (or ``torchscript:PATH``) and ``forge-gpu evaluate`` run it (moved
+    to the env's device there).
+
+    ``format``: ``"pt2"`` (default) writes a ``torch.export`` ``ExportedProgram`` (``torch.export.save``; load it
+    with ``torch.export.load(path).module()``) whose one argument is the dict of the observation fields the actor
+    reads, with a dynamic batch dimension (any ``N``); ``"torchscript"`` writes a TorchScript module (``torch.jit``,
+    which torch deprecates). ValueError (one line) for another format, before anything is written."""
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"export_policy(format={format!r}): expected one of {', '.join(EXPORT_FORMATS)}")
     actor = runner.alg.get_policy()
     fields = [FIELD_OF_GROUP.get(group, group) for group in actor.obs_groups]
     module = DictPolicy(actor.as_jit(), fields).to("cpu").eval()
-    with warnings.catch_warnings():  # torch 2.10+ marks TorchScript deprecated; it is what loads without the code
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.script(module).save(str(path))
+    if format == "torchscript":
+        with warnings.catch_warnings():  # torch 2.10+ marks TorchScript deprecated; it is what loads without the code
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.jit.script(module).save(str(path))
+        return
+    observations = runner.env.get_observations()
+    groups = zip(fields, actor.obs_groups, strict=True)
+    example = {name: torch.zeros(2, observations[group].shape[-1]) for name, group in groups}  # 1 would specialize
+    batch = torch.export.Dim("batch")
+    with torch.no_grad():
+        program = torch.export.export(module, (example,), dynamic_shapes=({name: {0: batch} for name in fields},))
+    torch.export.save(program, str(path))
