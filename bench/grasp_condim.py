@@ -27,8 +27,8 @@ CONDIMS = (3, 4, 6)
 
 
 def variant(condim: int, folder: Path) -> Path:
-    """lift's task file (its id ``lift_condimN``) beside a copy of the Panda's robot file whose pads have ``condim`` (the task file finds
-    ``robots/panda.toml`` in its own folder first)."""
+    """lift's task file (its id ``lift_condimN``) beside a copy of the Panda's robot file whose pads have
+    ``condim`` (the task file finds ``robots/panda.toml`` in its own folder first)."""
     (folder / "robots" / "panda").mkdir(parents=True)
     task = (CONFIGS / "lift.toml").read_text().replace('task = "lift"', f'task = "lift_condim{condim}"', 1)
     (folder / "lift.toml").write_text(task)
