@@ -119,6 +119,8 @@ def pick_expert_kernel(
         episode_draw[worldid, 1] = wp.randf(rng, -1.0, 1.0) * numbers[N_POSITION_NOISE]
         episode_draw[worldid, 2] = wp.randf(rng, -1.0, 1.0) * numbers[N_YAW_NOISE]
         episode_draw[worldid, 3] = body_q_in[worldid, object_body][2]  # the object's resting centre height
+        episode_draw[worldid, 4] = 0.0  # the held object's offset from the tcp on the table plane [m]
+        episode_draw[worldid, 5] = 0.0
     tcp = point_transform(body_q_in, worldid, point_body, point_offset)
     p = wp.transform_get_translation(tcp)
     r = wp.transform_get_rotation(tcp)
@@ -140,6 +142,13 @@ def pick_expert_kernel(
         top = place[2]
     held = top + half + numbers[N_RELEASE] + numbers[N_GRASP]  # the tcp's height with the object at its release
     ph = phase[worldid]
+    # The object, not the tcp, goes over the place: while carried (move, lower) the object's offset from the tcp on
+    # the table plane is measured each step (a grasp off the object's centre, a slide between the pads), and the
+    # tcp aims that much short of the place; from the opening on it stays as last measured.
+    if ph == MOVE or ph == LOWER:
+        episode_draw[worldid, 4] = o[0] - p[0]
+        episode_draw[worldid, 5] = o[1] - p[1]
+    place = wp.vec3(place[0] - episode_draw[worldid, 4], place[1] - episode_draw[worldid, 5], place[2])
     t = timer[worldid] + 1
     hand_yaw = _yaw(r)
     yaw = hand_yaw

@@ -43,7 +43,7 @@ def test_the_expert_lifts_the_cube_at_four_envs_and_restarts_each_episode(lift):
 
 def test_the_expert_puts_the_cube_down_at_a_point_on_the_end_effector_action():
     """On the end-effector action (pose changes and the gripper's width) the expert carries each cube to the place
-    point, opens and retreats: every world done, its cube at rest on the table within 2 cm of the point."""
+    point, opens and retreats: every world done, its cube at rest on the table within 1.5 cm of the point."""
     env = forge_gpu.sim.make(str(PLACE), num_envs=4, device="cpu", seed=2)
     policy = forge_gpu.sim.make_policy("expert", env)
     start = env.reset().numpy().observation["cube_pose"]
@@ -51,7 +51,9 @@ def test_the_expert_puts_the_cube_down_at_a_point_on_the_end_effector_action():
         result = env.step(policy(env.observation)).numpy()
     cube = result.observation["cube_pose"]
     assert (policy.phase.numpy() == DONE).all(), policy.phase.numpy()
-    assert np.linalg.norm(cube[:, :2] - np.array([0.45, 0.2]), axis=1).max() < 0.02
+    error = np.linalg.norm(cube[:, :2] - np.array([0.45, 0.2]), axis=1)
+    print(f"placed: the cubes rest {np.round(error * 1000, 1).tolist()} mm from the point")
+    assert error.max() < 0.015  # measured 8.2-11.7 mm: the fingers drag it 3-8 mm as they open
     assert np.abs(cube[:, 2] - start[:, 2]).max() < 0.005  # resting on the table at its own height
     assert (result.observation["proprio"][:, 7:9] > 0.035).all()  # the fingers open
 

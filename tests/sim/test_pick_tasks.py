@@ -86,8 +86,9 @@ def test_the_random_policy_does_not_succeed(run):
 
 def test_a_cylinder_object_rests_upright_at_its_drawn_size():
     """``[objects.can]`` with radius and height: at each reset the solver's cylinder has the drawn radius and half
-    height, and it stands upright on the table at its drawn x, y, its centre at half its drawn height (within the
-    contact's give: 4 mm under MuJoCo's soft contact, measured 2-3.3 mm) while the expert is still high above."""
+    height, and it stands upright on the table at its drawn x, y, its centre at half its drawn height (within 4 mm:
+    MuJoCo-Warp's cylinder-box collision gives one contact point, measured 2-3.3 mm under) while the expert is still
+    high above."""
     env = _make("place-cylinder")
     policy = forge_gpu.sim.make_policy("expert", env)
     first = env.reset().numpy()

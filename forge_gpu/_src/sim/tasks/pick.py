@@ -171,7 +171,7 @@ def pick_expert(task, world, settings: dict):
         "phase": wp.zeros(n, dtype=int, device=device),
         "timer": wp.zeros(n, dtype=int, device=device),
         "joint_target": wp.zeros((n, len(coords)), dtype=float, device=device),
-        "episode_draw": wp.zeros((n, 4), dtype=float, device=device),
+        "episode_draw": wp.zeros((n, 6), dtype=float, device=device),
     }
     action = wp.zeros((n, task.spec.action_dim), dtype=float, device=device)
     body_q = task.frame.body_q
