@@ -21,7 +21,10 @@ from common import machine, measure_stepping, save, table  # noqa: E402
 
 def register_reference(task: str) -> str:
     """Register the frozen code task ``task`` (``TASK_handwritten``) and return its id."""
-    helpers = ROOT.parent / "tests" / "helpers" / f"reference_{task}.py"
+    tests = ROOT.parent / "tests"
+    if str(tests) not in sys.path:  # the references import their shared part as ``helpers.reference_arm``
+        sys.path.insert(0, str(tests))
+    helpers = tests / "helpers" / f"reference_{task}.py"
     spec = importlib.util.spec_from_file_location(f"reference_{task}", helpers)
     module = importlib.util.module_from_spec(spec)
     sys.modules[f"reference_{task}"] = module  # its dataclasses look their module up

@@ -508,3 +508,20 @@ def test_ppo_smoke(tmp_path):
         assert row["iterations"] == 2 and row["env_steps"] % (row["envs"] * row["iterations"]) == 0
         assert math.isfinite(row["return_reached"]) and math.isfinite(row["eval_return_ppo"])
         assert row["recorded_verify"] == "ok"
+
+
+def test_task_file_ratio_smokes(out):
+    """bench/arm_files.py and bench/robotfiles.py --smoke: each file task against the task it replaced (reach and
+    push against the frozen code references, the quadruped and humanoid on robot files against one file), every
+    rate finite and positive and the ratio theirs."""
+    arm = run_bench("arm_files", out)["rows"]
+    assert [(r["task"], r["render"]) for r in arm] == [("reach", False), ("reach", True), ("push", False),
+                                                       ("push", True)]  # fmt: skip
+    for row in arm:
+        check_figures(row, {"code_steps_per_s": True, "file_steps_per_s": True, "ratio": True})
+        assert row["ratio"] == pytest.approx(row["file_steps_per_s"] / row["code_steps_per_s"])
+    robots = run_bench("robotfiles", out)["rows"]
+    assert {r["task"] for r in robots} == {"quadruped", "humanoid"}
+    for row in robots:
+        check_figures(row, {"split_env_steps_per_s": True, "single_env_steps_per_s": True, "ratio": True})
+        assert row["ratio"] == pytest.approx(row["split_env_steps_per_s"] / row["single_env_steps_per_s"])
