@@ -16,6 +16,9 @@ def add_look_commands(sub) -> None:
     r.add_argument("--out", default=None, help="the HTML file (default RUN-report.html beside the run; replaced)")
     r.add_argument("--gallery", type=int, default=2, help="episodes of each kind in the gallery (best, worst, ...)")
     r.add_argument("--seed", type=int, default=0, help="the gallery's random choices")
+    r.add_argument(
+        "--side", type=int, default=None, help="the gallery frames' longest side in pixels, 8 to 512 (default 64)"
+    )
     r.set_defaults(func=cmd_report)
 
     v = sub.add_parser("view", help="show a run's episodes in Rerun, or save them as an .rrd file (needs [view])")
@@ -32,12 +35,15 @@ def cmd_report(args) -> int:
     check_run(args.run, dataset=True)
     if not 0 <= args.gallery <= 16:
         raise UsageError(f"--gallery {args.gallery}: must be in [0, 16]")
+    if args.side is not None and not 8 <= args.side <= 512:
+        raise UsageError(f"--side {args.side}: must be in [8, 512] (pixels, the gallery frames' longest side)")
     where = Path(args.run).resolve()
     out = Path(args.out) if args.out else where.parent / f"{where.name}-report.html"
     if out.is_dir():
         raise UsageError(f"--out {out}: is a directory; give a file name")
     check_writable(out, "--out ")
-    result = _reading(lambda: report(args.run, out, gallery=args.gallery, seed=args.seed))
+    sized = {} if args.side is None else {"side": args.side}
+    result = _reading(lambda: report(args.run, out, gallery=args.gallery, seed=args.seed, **sized))
     if isinstance(result, int):
         return result
     if result["no_frames"]:

@@ -212,6 +212,21 @@ def test_the_key_frame_and_the_gallery_frames_side(camera_run, tmp_path):
     assert not (tmp_path / "bad.html").exists()
 
 
+def test_report_side_on_the_command_line(camera_run, tmp_path, capsys):
+    """forge-gpu report --side sets the gallery frames' size; a side outside [8, 512] exits 2 in one line naming
+    the flag and writes nothing."""
+    directory, _ = camera_run
+    assert main(["report", str(directory), "--out", str(tmp_path / "small.html"), "--gallery", "1", "--side", "8"]) == 0
+    with images((tmp_path / "small.html").read_text())[0] as shot:
+        assert shot.size == (2 * 8, 8)  # 16-pixel frames halved
+    capsys.readouterr()
+    for bad in ("4", "600"):
+        assert main(["report", str(directory), "--out", str(tmp_path / "bad.html"), "--side", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--side {bad}: must be in [8, 512]" in err[0], err
+    assert not (tmp_path / "bad.html").exists()
+
+
 def test_a_dataset_report_shows_each_instruction(tmp_path):
     """A dataset of two runs with different instructions and no camera: one row per instruction with its episodes,
     one identity row per run, and the gallery drawn as plots of proprio, action and reward."""
