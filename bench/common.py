@@ -252,6 +252,33 @@ def measure_stepping(task: str, num_envs: int, device: str, seconds: float, poli
     }
 
 
+def step_in_alternation(envs: dict, policies: dict, seconds: float, min_steps: int = 5) -> dict:
+    """Step the envs (name -> env, each already reset) in alternation, one step of each in turn under its policy
+    (name -> policy), for at least ``seconds`` in all and ``min_steps`` rounds, after 3 warm-up rounds (compile, on
+    CUDA capture): a shared machine's load falls on all alike. Returns ``{"median": name -> median step time [s],
+    "steps": rounds timed}``."""
+    import warp as wp
+
+    times: dict = {name: [] for name in envs}
+
+    def one_step(name) -> float:
+        env = envs[name]
+        start = time.perf_counter()
+        env.step(policies[name](env.observation))
+        wp.synchronize_device(env.device)
+        return time.perf_counter() - start
+
+    for _ in range(3):
+        for name in envs:
+            one_step(name)
+    begun, rounds = time.perf_counter(), 0
+    while time.perf_counter() - begun < seconds or rounds < min_steps:
+        for name in envs:
+            times[name].append(one_step(name))
+        rounds += 1
+    return {"median": {name: float(np.median(t)) for name, t in times.items()}, "steps": rounds}
+
+
 # -- runs for the recording and reading figures: synthetic host batches (forge_gpu.testing), a per-row
 # reference recorder, raw file loops (bench/recorder.py, packed.py, threads.py, durability.py, costs.py) --
 

@@ -16,11 +16,10 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
+from common import machine, save, step_in_alternation, table  # noqa: E402
 
 CONFIGS = ROOT.parent / "configs"
 CONDIMS = (3, 4, 6)
@@ -44,9 +43,6 @@ def variant(condim: int, folder: Path) -> Path:
 def interleaved(paths: dict, num_envs: int, device: str, seconds: float) -> dict:
     """The variants built side by side and stepped in alternation with the expert for at least ``seconds`` in all
     (after 3 warm-up steps each); the median step time of each, and each one's pad condim as the solver has it."""
-    import numpy as np
-    import warp as wp
-
     import forge_gpu
 
     envs = {k: forge_gpu.sim.make(str(p), num_envs=num_envs, device=device, seed=0, **{"params.render": False})
@@ -56,24 +52,7 @@ def interleaved(paths: dict, num_envs: int, device: str, seconds: float) -> dict
     policies = {k: forge_gpu.sim.make_policy("expert", env) for k, env in envs.items()}
     for env in envs.values():
         env.reset()
-    times: dict = {k: [] for k in envs}
-
-    def one_step(key) -> float:
-        env = envs[key]
-        start = time.perf_counter()
-        env.step(policies[key](env.observation))
-        wp.synchronize_device(env.device)
-        return time.perf_counter() - start
-
-    for _ in range(3):
-        for key in envs:
-            one_step(key)
-    begun = time.perf_counter()
-    while time.perf_counter() - begun < seconds or len(times[CONDIMS[0]]) < 5:
-        for key in envs:
-            times[key].append(one_step(key))
-    return {"median": {k: float(np.median(t)) for k, t in times.items()}, "steps": len(times[CONDIMS[0]]),
-            "solver_condim": solved}  # fmt: skip
+    return step_in_alternation(envs, policies, seconds) | {"solver_condim": solved}
 
 
 def main(argv=None) -> int:

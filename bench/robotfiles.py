@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-from common import machine, save, table  # noqa: E402
+from common import machine, save, step_in_alternation, table  # noqa: E402
 
 CONFIGS = ROOT.parent / "configs"
 SINGLE = ROOT.parent / "tests" / "sim" / "robot_files"
@@ -27,34 +27,14 @@ TASKS = ("quadruped", "humanoid")
 def interleaved(paths: dict, num_envs: int, device: str, seconds: float) -> dict:
     """Both tasks built side by side and stepped in alternation, one step each in turn, for at least ``seconds``
     in all (after 3 warm-up steps each): a shared machine's load falls on both alike. Median step time of each."""
-    import time
-
-    import numpy as np
-    import warp as wp
-
     import forge_gpu
 
     envs = {kind: forge_gpu.sim.make(path, num_envs=num_envs, device=device) for kind, path in paths.items()}
     policies = {kind: forge_gpu.sim.make_policy("random", env) for kind, env in envs.items()}
     for env in envs.values():
         env.reset()
-    times: dict[str, list[float]] = {kind: [] for kind in envs}
-
-    def one_step(kind: str) -> float:
-        env = envs[kind]
-        start = time.perf_counter()
-        env.step(policies[kind](env.observation))
-        wp.synchronize_device(env.device)
-        return time.perf_counter() - start
-
-    for _ in range(3):
-        for kind in envs:
-            one_step(kind)
-    begun = time.perf_counter()
-    while time.perf_counter() - begun < seconds or len(times["split"]) < 5:
-        for kind in envs:
-            times[kind].append(one_step(kind))
-    return {kind: float(np.median(t)) for kind, t in times.items()} | {"steps": len(times["split"])}
+    result = step_in_alternation(envs, policies, seconds)
+    return result["median"] | {"steps": result["steps"]}
 
 
 def main(argv=None) -> int:
