@@ -43,3 +43,22 @@ def assert_graph(env):
     if reason is not None:
         pytest.skip(f"{env.device} cannot capture the step as a graph: {reason}")
     assert env.step_mode == "graph", env.step_mode
+
+
+RL_MAX_STEPS = 12
+"""Episode length of the RL wrappers' tests: short, so that rollouts hold terminations and truncations."""
+
+
+def rl_cartpole(n: int = 4, max_steps: int = RL_MAX_STEPS, **overrides):
+    """The RL wrappers' test env: cartpole on the CPU, ``n`` envs, seed 3."""
+    import forge_gpu.sim
+
+    return forge_gpu.sim.make("cartpole", num_envs=n, device="cpu", seed=3, max_steps=max_steps, **overrides)
+
+
+def falling_actions(steps: int, n: int = 4, a: int = 1):
+    """Large random forces ``[steps, n, a]``, so that some poles fall (terminations) before ``RL_MAX_STEPS``
+    (truncations)."""
+    import numpy as np
+
+    return np.random.default_rng(0).uniform(-1.5, 1.5, size=(steps, n, a)).astype(np.float32)

@@ -6,19 +6,12 @@ import pytest
 gymnasium = pytest.importorskip("gymnasium", reason="gymnasium is not installed: pip install 'forge-gpu[rl]'")
 torch = pytest.importorskip("torch")
 
+from helpers.envtools import RL_MAX_STEPS as MAX_STEPS  # noqa: E402
+from helpers.envtools import falling_actions as _actions  # noqa: E402
+from helpers.envtools import rl_cartpole as _env  # noqa: E402
+
 import forge_gpu.sim  # noqa: E402
 from forge_gpu._src.sim.step_result import StepResult  # noqa: E402
-
-MAX_STEPS = 12
-
-
-def _env(**overrides):
-    return forge_gpu.sim.make("cartpole", num_envs=4, device="cpu", seed=3, max_steps=MAX_STEPS, **overrides)
-
-
-def _actions(steps, n=4, a=1):
-    """Large random forces, so that some poles fall (terminations) before ``MAX_STEPS`` (truncations)."""
-    return np.random.default_rng(0).uniform(-1.5, 1.5, size=(steps, n, a)).astype(np.float32)
 
 
 def _host(result: StepResult) -> dict:

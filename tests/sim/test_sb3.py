@@ -5,18 +5,11 @@ import pytest
 
 pytest.importorskip("stable_baselines3", reason="stable-baselines3 is not installed: pip install 'forge-gpu[sb3]'")
 
+from helpers.envtools import RL_MAX_STEPS as MAX_STEPS
+from helpers.envtools import falling_actions as _actions
+from helpers.envtools import rl_cartpole as _env
+
 import forge_gpu.sim
-
-MAX_STEPS = 12
-
-
-def _env(n=4, max_steps=MAX_STEPS):
-    return forge_gpu.sim.make("cartpole", num_envs=n, device="cpu", seed=3, max_steps=max_steps)
-
-
-def _actions(steps, n=4):
-    """Large random forces, so that some poles fall (terminations) before ``MAX_STEPS`` (truncations)."""
-    return np.random.default_rng(0).uniform(-1.5, 1.5, size=(steps, n, 1)).astype(np.float32)
 
 
 def test_spaces_match_the_data():

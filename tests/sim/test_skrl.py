@@ -7,18 +7,10 @@ import pytest
 pytest.importorskip("skrl", reason="skrl is not installed: pip install 'forge-gpu[skrl]'")
 torch = pytest.importorskip("torch")
 
+from helpers.envtools import falling_actions as _actions  # noqa: E402
+from helpers.envtools import rl_cartpole as _env  # noqa: E402
+
 import forge_gpu.sim  # noqa: E402
-
-MAX_STEPS = 12
-
-
-def _env(n=4, max_steps=MAX_STEPS):
-    return forge_gpu.sim.make("cartpole", num_envs=n, device="cpu", seed=3, max_steps=max_steps)
-
-
-def _actions(steps, n=4):
-    """Large random forces, so that some poles fall (terminations) before ``MAX_STEPS`` (truncations)."""
-    return np.random.default_rng(0).uniform(-1.5, 1.5, size=(steps, n, 1)).astype(np.float32)
 
 
 def test_spaces_match_the_data_and_tensors_stay_on_the_device():
