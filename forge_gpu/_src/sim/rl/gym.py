@@ -22,6 +22,17 @@ except ImportError as e:  # said once, with the one command that fixes it
     raise ImportError(f"forge_gpu.sim.GymVectorEnv needs gymnasium>=1.0 ({e}): {INSTALL}") from e
 
 
+def network_fields(spec: dict) -> list[str]:
+    """The env's observation fields a policy network can take, in the spec's order: float32 vectors (``[N, D]``)
+    that are no expert's label (``proprio``, a task file's ``critic`` group, an object's pose, ...)."""
+    labels = spec.get("labels", {})
+    return [
+        name
+        for name, field in spec["observation"].items()
+        if name not in labels and field["dtype"] == "float32" and len(field["shape"]) == 1
+    ]
+
+
 def field_space(shape, dtype: str) -> gymnasium.spaces.Box:
     """The space of one env's value of a field of env.spec: a ``Box`` of the field's shape and dtype, bounded by
     what the dtype holds (floats unbounded, bools 0..1, integers their type's range)."""

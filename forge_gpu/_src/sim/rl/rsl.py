@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 
-from forge_gpu._src.sim.rl.gym import INSTALL, GymVectorEnv
+from forge_gpu._src.sim.rl.gym import INSTALL, GymVectorEnv, network_fields
 
 try:
     import torch
@@ -25,12 +25,7 @@ BOOKKEEPING = ("env_id", "episode_id", "step_id", "time", "proprio")
 def observation_groups(spec: dict) -> list[str]:
     """The env's observation fields rsl_rl gets as groups beside ``policy``: the float32 vectors (``[N, D]``) that
     are neither bookkeeping nor an expert's label (a task file's ``critic`` group, an object's pose, ...)."""
-    labels = spec.get("labels", {})
-    return [
-        name
-        for name, field in spec["observation"].items()
-        if name not in BOOKKEEPING and name not in labels and field["dtype"] == "float32" and len(field["shape"]) == 1
-    ]
+    return [name for name in network_fields(spec) if name not in BOOKKEEPING]
 
 
 class RslRlVecEnv(VecEnv):

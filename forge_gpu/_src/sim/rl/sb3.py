@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forge_gpu._src.sim.rl.gym import GymVectorEnv
+from forge_gpu._src.sim.rl.gym import GymVectorEnv, network_fields
 
 INSTALL_SB3 = "pip install 'forge-gpu[sb3]'"
 """What installs Stable-Baselines3."""
@@ -21,23 +21,12 @@ POLICY_FIELD = "proprio"
 """The observation field SB3's policy reads by default (the task's policy observation group)."""
 
 
-def vector_fields(spec: dict) -> list[str]:
-    """The env's observation fields a policy network can take: float32 vectors (``[N, D]``) that are no expert's
-    label (``proprio``, a task file's ``critic`` group, an object's pose, ...)."""
-    labels = spec.get("labels", {})
-    return [
-        name
-        for name, field in spec["observation"].items()
-        if name not in labels and field["dtype"] == "float32" and len(field["shape"]) == 1
-    ]
-
-
 class Sb3VecEnv(VecEnv):
     """``env`` (a :class:`VectorEnv`) for Stable-Baselines3: ``step(actions) -> (obs, rewards, dones, infos)``,
     numpy arrays on the host.
 
     - Observations: with ``fields=None`` (default) a float32 ``Box`` ``[D]``, the env's ``proprio`` (SB3's
-      ``"MlpPolicy"``); with ``fields`` (a list of float32 vector fields, :func:`vector_fields`, e.g. ``["proprio",
+      ``"MlpPolicy"``); with ``fields`` (a list of float32 vector fields, ``network_fields``, e.g. ``["proprio",
       "critic"]``) a ``Dict`` of one ``Box`` per field (``"MultiInputPolicy"``). The bookkeeping fields (ids, step,
       time) are no input of a policy and are not given; ``Sb3VecEnv.env`` has them.
     - One host copy per step, which SB3 cannot do without (it takes numpy): the observation fields, rewards,
@@ -68,7 +57,7 @@ class Sb3VecEnv(VecEnv):
         self.env = env
         self.device = self.gym.device
         spec = env.spec
-        allowed = vector_fields(spec)
+        allowed = network_fields(spec)
         self.dict_observation = fields is not None
         """True: observations are a dict of ``fields``; False: the ``proprio`` array."""
         if fields is None:
