@@ -38,13 +38,17 @@ labels, and a rollout window's target is the expert's own chunk: its frame resto
 batch of ``--relabel-envs`` frames at once) and the expert run ``--horizon`` steps from there
 (``forge_gpu._src.sim.relabel.expert_chunks``), for the frames ``t % --label-every == 0`` (and ``t <
 --label-until``); ``--segment-windows`` adds the windows along each rolled-forward chunk; each labelled frame counts
-``--horizon`` labelled steps (every expert call). ``--rollout-share`` draws that share of each training batch from
-the rollouts' windows. DAgger needs an expert whose action is a function of the frame alone: a task whose expert keeps
-per-world state between calls (lift's ``pick_expert``: its phase, timer and joint targets) is refused with
-``--dagger-rounds`` above 0, as a restored frame restarts such an expert's machine and a learner's frames drive it
-through phases it did not reach (:func:`expert_memory`). Each round is set beside behaviour cloning on the
-fewest first demos holding at least as many expert-labelled steps (a labelled step: a transition whose action, or
-expert label, is a training target).
+``--horizon`` labelled steps (every expert call). With ``--label-steps takeover`` (HG-DAgger's interventions) the
+expert takes over a learner's episode for ``--takeover-steps`` steps wherever the learner's actions depart from its
+labels (an averaged gap above ``--takeover-gap``, :class:`Takeover`), and only the frames it drove are labelled
+steps and targets, each window's target the actions it went on to execute (:func:`takeover_windows`); the gate reads
+the expert's label at every frame, which costs nothing for a scripted expert (a person would watch).
+``--rollout-share`` draws that share of each training batch from the rollouts' windows. DAgger needs an expert whose
+action is a function of the frame alone: a task whose expert keeps per-world state between calls (lift's
+``pick_expert``: its phase, timer and joint targets) is refused with ``--dagger-rounds`` above 0, as a restored frame
+restarts such an expert's machine and a learner's frames drive it through phases it did not reach
+(:func:`expert_memory`). Each round is set beside behaviour cloning on the fewest first demos holding at least as
+many expert-labelled steps (a labelled step: a transition whose action, or expert label, is a training target).
 
 Each policy is saved under ``--work`` (the row's ``checkpoint``, with the fields it reads); from bench/, ``forge-gpu
 evaluate push --policy imitation:make_policy --policy-arg checkpoint=PATH --chunk-steps 4`` scores it again (on lift:
@@ -71,6 +75,8 @@ FIELDS = ("proprio", "cube_pose", "cube_velocity", "goal_position")
 LABEL = "expert_action"
 """The observation field a labelled collection records the expert's action in."""
 NOT_READ = ("reward_terms",)
+TAKEOVER_WEIGHT = 0.2
+"""``--label-steps takeover``: the newest gap's weight in the averaged gap that starts a takeover."""
 """Float32 vector fields of an observation that the policy does not read (the reward's terms)."""
 
 
@@ -272,6 +278,37 @@ def expert_chunk_windows(run: str, args, overrides: dict) -> dict:
     return windows | {"labelled": len(rows) * horizon, "relabel_s": seconds, "labelled_frames": len(rows)}
 
 
+def takeover_windows(run: str, args) -> dict:
+    """The windows of the rollouts ``run`` (recorded with :class:`Takeover`) at the frames the expert acted in, each
+    with the actions executed from there as its target, masked from the first step the learner acted again (or the
+    episode ended): the expert's own chunk, as it carried it out. A frame is the expert's where its ``action`` equals
+    its label clipped to the action bounds. ``labelled`` counts those frames (each one expert action, a target)."""
+    import torch
+
+    import forge_gpu
+
+    windows = {}
+    for target in ("action", LABEL):
+        options = {"target": target} if target != "action" else {}
+        dataset = forge_gpu.reading.WindowMapDataset(
+            run, history=args.history, horizon=args.horizon, pad=True, observation_keys=args.fields, **options
+        )
+        windows[target] = dataset[list(range(len(dataset)))]
+    executed, batch = windows["action"], windows[LABEL]
+    spec = forge_gpu.reading.open_run(run).manifest["env_spec"]
+    low = torch.as_tensor(np.asarray(spec["action_low"], np.float32))
+    high = torch.as_tensor(np.asarray(spec["action_high"], np.float32))
+    action = executed["action"].float()
+    expert = (action == torch.clamp(batch["action"].float(), low, high)).all(-1) & ~executed["action_is_pad"]
+    mask = expert.cumprod(-1).bool()  # the expert's steps from the window's frame on, up to the learner's next one
+    rows = mask[:, 0]
+    count = len(expert)
+    obs = torch.cat(
+        [executed[f"obs/{f}"].reshape(count, args.history, -1).float() for f in args.fields], dim=-1
+    )
+    return {"obs": obs[rows], "action": action[rows], "mask": mask[rows], "labelled": int(rows.sum())}
+
+
 def train(sources: list[dict], norm_run: str, args, seed: int) -> tuple[dict, dict]:
     """An MLP trained from scratch on the windows of ``sources`` (uniform over all of them; with
     ``args.rollout_share``, that share of each batch drawn from the sources after the first, the rollouts) for
@@ -364,6 +401,49 @@ def torch_policy(env, checkpoint: dict, execution: str, steps_per_chunk: int):
     return forge_gpu.sim.TorchPolicy(env, fn, name=f"imitation ({execution})", execution=execution, **chunk)
 
 
+class Takeover:
+    """The learner with the expert taking over where it departs from it (HG-DAgger's interventions, the gate a
+    function of the two actions): ``inner``'s action for every env, except in the ``steps`` steps after an env's gap
+    to the expert's label (``expert_action``, the env labels every frame) crossed ``gap``, where the label is
+    executed instead. The gap: an exponential average (weight ``TAKEOVER_WEIGHT`` on the newest) of the largest
+    per-joint difference of the two actions in units of the training's action scale ``scale``; it starts at 0 with
+    each episode and again after each takeover, so short spikes (the expert switching targets a step before the
+    learner does) do not trigger one. Whole-batch torch operations on the env's own buffers, no loop over envs; the
+    executed actions are recorded as always, so a takeover's frames are those whose ``action`` is the clipped label
+    (:func:`takeover_windows`)."""
+
+    def __init__(self, env, inner, scale, gap: float, steps: int):
+        import torch
+        import warp as wp
+
+        self.inner, self.gap, self.steps = inner, gap, steps
+        self.label = wp.to_torch(env.observation[LABEL])
+        self.step_id = wp.to_torch(env.observation["step_id"]).reshape(-1)
+        self.scale = torch.as_tensor(scale, dtype=torch.float32, device=self.label.device)
+        self.left = torch.zeros(env.num_envs, dtype=torch.int32, device=self.label.device)
+        """Per env: the steps its current takeover still runs (0: the learner acts)."""
+        self.average = torch.zeros(env.num_envs, device=self.label.device)
+        """Per env: the averaged gap since its episode's start or its last takeover."""
+        self.action = torch.zeros_like(self.label)
+
+    def __call__(self, observation=None):
+        import torch
+        import warp as wp
+
+        learner = wp.to_torch(self.inner(observation))
+        first = self.step_id == 0
+        self.left[first] = 0
+        self.average[first] = 0.0
+        gap = ((learner - self.label).abs() / self.scale).amax(-1)
+        self.average.mul_(1.0 - TAKEOVER_WEIGHT).add_(TAKEOVER_WEIGHT * gap)
+        self.left[(self.left == 0) & (self.average > self.gap)] = self.steps
+        acting = self.left > 0
+        self.average[acting] = 0.0
+        torch.where(acting[:, None], self.label, learner, out=self.action)
+        self.left -= acting.int()
+        return wp.from_torch(self.action)
+
+
 def success_figures(evaluation, prefix: str) -> dict:
     metrics = evaluation.metrics()
     out = {}
@@ -419,6 +499,8 @@ def record_rollouts(directory: Path, checkpoint: dict, seed: int, args, override
     else:
         env = make_env(args.task, args.dagger_episodes, seed, overrides, label=True, mix=args.mix)
     policy = torch_policy(env, checkpoint, "open_loop", args.steps_per_chunk)
+    if args.label_steps == "takeover":
+        policy = Takeover(env, policy, checkpoint["action_scale"], args.takeover_gap, args.takeover_steps)
     evaluation = forge_gpu.recording.evaluate(env, policy, episodes=args.dagger_episodes, record=str(directory))
     return {"rollout_success": float(evaluation.success_at_end.mean())}
 
@@ -471,10 +553,20 @@ def main(argv=None) -> int:
     parser.add_argument("--dagger-episodes", type=int, default=25, help="learner episodes labelled per round")
     parser.add_argument(
         "--label-steps",
-        choices=["chunk", "first", "expert"],
+        choices=["chunk", "first", "expert", "takeover"],
         default="chunk",
         help="what a rollout window supervises: its chunk of expert labels (at the learner's states), its first "
-        "label alone, or the expert's own chunk rolled forward from the window's state",
+        "label alone, the expert's own chunk rolled forward from the window's state, or (takeover) the actions the "
+        "expert executed where it took over from the learner",
+    )
+    parser.add_argument(
+        "--takeover-gap",
+        type=float,
+        default=0.4,
+        help="--label-steps takeover: the averaged action gap (in action scales) at which the expert takes over",
+    )
+    parser.add_argument(
+        "--takeover-steps", type=int, default=16, help="--label-steps takeover: the steps each takeover lasts"
     )
     parser.add_argument(
         "--label-every", type=int, default=4, help="--label-steps expert: label the rollout frames t %% K == 0"
@@ -541,7 +633,11 @@ def main(argv=None) -> int:
         parser.error(f"--log-std-min {args.log_std_min}: expected a value in [{LOG_STD[0]}, {LOG_STD[1]})")
     if args.rollout_share is not None and not 0.0 < args.rollout_share < 1.0:
         parser.error(f"--rollout-share {args.rollout_share}: expected a share strictly between 0 and 1")
-    for flag in ("label_every", "relabel_envs", "label_until", "mixtures"):
+    if args.label_steps == "takeover" and args.mix:
+        parser.error(f"--mix {args.mix} does not apply to --label-steps takeover (the expert acts where it takes over)")
+    if not (np.isfinite(args.takeover_gap) and args.takeover_gap > 0):
+        parser.error(f"--takeover-gap {args.takeover_gap}: expected a finite number > 0")
+    for flag in ("label_every", "relabel_envs", "label_until", "mixtures", "takeover_steps"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")
     torch.set_num_threads(args.threads)
@@ -560,7 +656,10 @@ def main(argv=None) -> int:
 
     def load(run: Path, target: str) -> dict:  # each run's windows once (the expert's chunks are costly)
         if run not in loaded:
-            if target == LABEL and args.label_steps == "expert":
+            if target == LABEL and args.label_steps == "takeover":
+                loaded[run] = takeover_windows(str(run), args)
+                print(f"{run.name}: {loaded[run]['labelled']} frames the expert took over", flush=True)
+            elif target == LABEL and args.label_steps == "expert":
                 loaded[run] = expert_chunk_windows(str(run), args, overrides)
                 frames, seconds = loaded[run]["labelled_frames"], loaded[run]["relabel_s"]
                 print(f"{run.name}: expert chunks from {frames} frames, {seconds:.1f} s", flush=True)

@@ -5,6 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import warp as wp
 from helpers.envtools import DEVICES
 
 import forge_gpu
@@ -137,6 +138,41 @@ def test_the_expert_succeeds_far_more_often_than_the_random_policy(randomized):
     expert = _successes(env, forge_gpu.sim.make_policy("expert", env))
     random = _successes(env, forge_gpu.sim.make_policy("random", env))
     assert expert >= 6 and random <= 2, (expert, random)
+
+
+def arm_tip(q, p) -> np.ndarray:
+    """The tip's position for joint angles ``q`` (the arm's forward kinematics, in numpy; arm_ik's inverse)."""
+    phi = np.cumsum(q[1:4])  # each pitch link's angle from vertical
+    lengths = np.array([p.upper_arm_length, p.forearm_length, p.hand_length])
+    radial, up = lengths @ np.sin(phi), p.shoulder_height + lengths @ np.cos(phi)
+    return np.array([radial * np.cos(q[0]), radial * np.sin(q[0]), up])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_expert_steers_a_tip_beside_the_line_back_onto_it_and_breaks_off_beyond_the_cube_half_size(device):
+    """The expert's tip target (its action through the forward kinematics, joint steps unclamped) for a tip at the
+    pushing height behind a 5 cm cube, 0.3, 0.75 and 1.2 half sizes beside the line from the goal: the first pushes
+    along the line, the second too but slower while it slides back toward the line, the third rises."""
+    env = forge_gpu.sim.make("push", num_envs=3, device=device, **FAST, **{"params.expert_max_step": 3.0})
+    p, h = env.config.params, 0.025
+    cube, goal = np.array([0.3, 0.0]), np.array([0.43, 0.0])  # the line: +x through the cube's centre
+    tips = np.array([[0.3 - 2 * h, side * h, h] for side in (0.3, 0.75, 1.2)])
+    proprio = np.zeros((3, 11), np.float32)
+    proprio[:, :4] = [arm_ik(tip, p) for tip in tips]
+    proprio[:, 8:] = tips
+    observation = {
+        "proprio": proprio,
+        "cube_pose": np.tile([*cube, h, 0.0, 0.0, 0.0, 1.0], (3, 1)),
+        "goal_position": np.tile([*goal, 0.0], (3, 1)),
+    }
+    expert = env.task.expert(env.world)
+    action = expert({k: wp.array(v.astype(np.float32), device=env.device) for k, v in observation.items()}).numpy()
+    targets = np.array([arm_tip(a * env.world.action_scale.numpy(), p) for a in action])
+    on_line, steering, beside = targets - tips
+    assert on_line[0] > 0.02 and abs(on_line[2]) < 1e-3, on_line  # forward, at the pushing height
+    assert 0.0 < steering[0] < on_line[0] and abs(steering[2]) < 1e-3, steering  # forward, slower, still low
+    assert abs(tips[1, 1] + steering[1]) < 0.2 * abs(tips[1, 1]), steering  # ... and (nearly) back on the line
+    assert beside[2] > 0.02 and np.hypot(*beside[:2]) < 1e-3, beside  # straight up
 
 
 @pytest.mark.parametrize("device", DEVICES)

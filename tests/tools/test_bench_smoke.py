@@ -5,8 +5,11 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers.scripts import BENCH, load_script
+
+import forge_gpu
 
 # figure -> must it be > 0 (else >= 0)
 STEPPING = {"num_envs": True, "steps": True, "median_step_ms": True, "env_steps_per_s": True}
@@ -249,7 +252,6 @@ def test_a_failing_section_keeps_its_rows_and_gives_one_error_row(tmp_path):
     assert "FileNotFoundError" in rows[-1]["value"] and "last output" in rows[-1]["value"], rows[-1]
 
 
-
 def test_frames_smoke(out):
     """bench/frames.py --smoke gives every codec's bytes, error and rates, LeRobot's export beside them, the pipeline
     and the windows/s, and the targets (LeRobot's loading left out here: no LeRobot interpreter)."""
@@ -404,6 +406,58 @@ def test_imitation_smoke_with_the_experts_own_chunks(tmp_path):
     check_figures(dagger, {"open_loop_eval_s": True, "train_s": True})
 
 
+def test_imitation_takeover_gate_hands_the_expert_a_set_number_of_steps_where_the_learner_departs():
+    """bench/imitation.py's Takeover: a learner whose action is far from the expert's label in two of four worlds
+    (the others copy the label) is replaced by the label in those two for exactly --takeover-steps steps, then acts
+    again until its averaged gap crosses the threshold anew; the copying worlds are never taken over."""
+    torch = pytest.importorskip("torch")
+    import warp as wp
+
+    module = load_script(BENCH / "imitation.py", "bench_imitation_takeover_gate")
+    env = forge_gpu.sim.make("push", num_envs=4, device="cpu", label="expert", **{"params.render": False})
+    env.reset()
+    label = wp.to_torch(env.observation[module.LABEL])
+    learner = torch.zeros_like(label)
+
+    def inner(observation=None):
+        learner.copy_(label)
+        learner[:2] += 1.0  # one action scale off in every joint: a gap of 1 per step
+        return wp.from_torch(learner)
+
+    gate = module.Takeover(env, inner, np.ones(4, np.float32), gap=0.5, steps=3)
+    acted = []
+    for _ in range(12):
+        action = wp.to_torch(gate()).clone()
+        acted.append((action == label).all(-1).tolist())
+        env.step(action.numpy())
+    expert_rows = [[a[0], a[1]] for a in acted]
+    # the average (weight 0.2) first exceeds 0.5 on the 4th step (0.2, 0.36, 0.49, 0.59), then 3 expert steps,
+    # the average restarted at 0: 4 more learner steps, and so on
+    expected = [False] * 3 + [True] * 3 + [False] * 3 + [True] * 3
+    assert [row[0] for row in expert_rows] == expected and [row[1] for row in expert_rows] == expected, acted
+    assert all(a[2] and a[3] for a in acted)  # the copying worlds' actions equal the label, never a takeover
+
+
+def test_imitation_smoke_with_takeovers(tmp_path):
+    """bench/imitation.py --smoke --label-steps takeover: the DAgger round's labelled steps beyond its demos are the
+    rollout frames the expert drove (the recorded action equals its clipped label), counted here from the run."""
+    pytest.importorskip("torch")
+    module = load_script(BENCH / "imitation.py", "bench_imitation_takeover")
+    work = tmp_path / "imitation-work"  # --smoke's runs, beside its results
+    flags = ["--label-steps", "takeover", "--takeover-gap", "0.05", "--name", "takeover"]
+    assert module.main(["--smoke", "--out", str(tmp_path), *flags]) == 0
+    rows = json.loads((tmp_path / "takeover.json").read_text())["rows"]
+    bc, dagger = rows[0], rows[2]
+    spec = forge_gpu.reading.open_run(work / "dagger-1").manifest["env_spec"]
+    low, high = np.array(spec["action_low"], np.float32), np.array(spec["action_high"], np.float32)
+    driven = sum(
+        int(np.all(e.action == np.clip(e.obs[module.LABEL], low, high), -1).sum())
+        for e in forge_gpu.reading.read_episodes(work / "dagger-1")
+    )
+    assert 0 < driven == dagger["labelled_steps"] - bc["labelled_steps"], (driven, bc, dagger)
+    assert dagger["windows"] == dagger["labelled_steps"], dagger  # a window at every labelled frame
+
+
 def test_imitation_smoke_on_lift(tmp_path):
     """bench/imitation.py --task configs/lift.toml --smoke: behaviour cloning alone (lift's expert keeps its phase per
     world, so DAgger is refused in one line), the policy reading lift's float32 vector fields (no reward terms, no
@@ -525,3 +579,56 @@ def test_task_file_ratio_smokes(out):
     for row in robots:
         check_figures(row, {"split_env_steps_per_s": True, "single_env_steps_per_s": True, "ratio": True})
         assert row["ratio"] == pytest.approx(row["split_env_steps_per_s"] / row["single_env_steps_per_s"])
+
+
+def test_container_smoke(out):
+    """bench/container.py --smoke: every layout in every container and compression, its write and read rates, bytes
+    on disk against the uncompressed bytes (a compression smaller than its container without), and the raw container
+    as each layout's reference (ratio 1)."""
+    rows = run_bench("container", out)["rows"]
+    assert {r["layout"] for r in rows} == {"cartpole", "reach64"}
+    for row in rows:
+        check_figures(row, {"rows_per_s": True, "read_rows_per_s": True, "bytes_on_disk": True, "size_ratio": True})
+        assert row["bytes_on_disk"] == pytest.approx(row["size_ratio"] * row["uncompressed_bytes"]), row
+        if row["container"] == "raw":
+            assert row["vs_raw"] == 1.0 and row["size_ratio"] == 1.0, row
+        if row["compression"] != "none":  # smaller than the same container uncompressed
+            plain = next(
+                r
+                for r in rows
+                if (r["layout"], r["container"], r["compression"]) == (row["layout"], row["container"], "none")
+            )
+            assert row["bytes_on_disk"] < plain["bytes_on_disk"], (row, plain)
+
+
+def test_evaluate_smoke(out):
+    """bench/evaluate.py --smoke: evaluate's loop against plain stepping, per task, with the share of its steps that
+    advanced a counted episode."""
+    rows = run_bench("evaluate", out)["rows"]
+    assert [r["task"] for r in rows] == ["reach", "push"]
+    for row in rows:
+        check_figures(row, {"plain_env_steps_per_s": True, "evaluate_env_steps_per_s": True, "ratio": True})
+        assert 0.0 < row["useful_share"] <= 1.0, row
+        assert row["ratio"] == pytest.approx(row["evaluate_env_steps_per_s"] / row["plain_env_steps_per_s"]), row
+
+
+def test_grasp_condim_smoke(out):
+    """bench/grasp_condim.py --smoke: lift stepped with the pads' contact dimension 3, 4 and 6, each against 3."""
+    rows = run_bench("grasp_condim", out)["rows"]
+    assert [(r["pad_condim"], r["solver_condim"]) for r in rows] == [(3, 3), (4, 4), (6, 6)]
+    assert rows[0]["ratio"] == 1.0
+    for row in rows:
+        check_figures(row, {"env_steps_per_s": True, "ratio": True, "steps": True})
+
+
+def test_relabel_smoke(out):
+    """bench/relabel.py --smoke: push stepped plain, with the expert's labels, and with labels and the per-episode
+    mix, each unrecorded and recorded, against the plain row of its mode."""
+    rows = run_bench("relabel", out)["rows"]
+    assert [(r["mode"], r["variant"]) for r in rows] == [
+        (mode, variant) for mode in ("no recording", "recorded") for variant in ("plain", "label", "label+mix")
+    ]
+    for row in rows:
+        check_figures(row, {"env_steps_per_s": True, "ratio": True})
+        plain = next(r for r in rows if r["mode"] == row["mode"] and r["variant"] == "plain")
+        assert row["ratio"] == pytest.approx(row["env_steps_per_s"] / plain["env_steps_per_s"]), row
