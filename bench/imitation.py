@@ -410,7 +410,8 @@ class Takeover:
     each episode and again after each takeover, so short spikes (the expert switching targets a step before the
     learner does) do not trigger one. Whole-batch torch operations on the env's own buffers, no loop over envs; the
     executed actions are recorded as always, so a takeover's frames are those whose ``action`` is the clipped label
-    (:func:`takeover_windows`)."""
+    (:func:`takeover_windows`). The script's envs are on the CPU; on CUDA these operations would have to run on the
+    env's Warp stream, as :class:`forge_gpu.sim.TorchPolicy` runs its callable."""
 
     def __init__(self, env, inner, scale, gap: float, steps: int):
         import torch
