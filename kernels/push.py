@@ -24,6 +24,7 @@ def expert_kernel(
     push_lookahead: float,
     clearance: float,
     margin: float,
+    band: float,
     max_step: float,
     action_low: wp.array[float],
     action_high: wp.array[float],
@@ -39,9 +40,10 @@ def expert_kernel(
 
     With ``d`` the unit vector from the cube's centre to the goal on the table plane and the cube's half size
     ``h`` read from its height: when the tip is at the pushing height (the cube's centre), behind the cube
-    (along -d) and within h of the line, it moves along the line toward the goal (its target on the line,
-    push_lookahead ahead within h / 2 of it, less near the goal, and less from h / 2 to h off the line, none at h:
-    a tip beside the line slides back onto it as it pushes); below the travel height
+    (along -d) and within ``band`` h of the line, it moves along the line toward the goal (its target on the line,
+    push_lookahead ahead within h / 2 of it, less near the goal, and less from h / 2 to band h off the line, none at
+    band h: a tip beside the line slides back onto it as it pushes; band 0.5 pushes only within h / 2, at full
+    speed, the expert before the steering); below the travel height
     and behind the cube but off the line, it moves to the approach point ``behind`` (the cube's centre - d *
     (sqrt(2) h + tip + margin), clear of its corners) and down to the pushing height (the path stays behind the
     cube); below the travel height anywhere else (beside or in front of the cube: the cube drifted), it rises
@@ -71,8 +73,11 @@ def expert_kernel(
     at_push_height = tip[2] < low_z + 0.02
     below_travel = tip[2] < high_z - 0.01
     target = wp.vec3(behind[0], behind[1], high_z)  # at the travel height: fly to above the approach point
-    if at_push_height and along < -h and wp.abs(lateral) < h:
-        steer = wp.clamp(2.0 - 2.0 * wp.abs(lateral) / h, 0.0, 1.0)  # 1 within h / 2 of the line, 0 at h
+    if at_push_height and along < -h and wp.abs(lateral) < band * h:
+        steer = float(1.0)  # within h / 2 of the line; then down to 0 at band h
+        if wp.abs(lateral) > 0.5 * h:
+            m = 1.0 / (band - 0.5)
+            steer = wp.clamp(band * m - m * wp.abs(lateral) / h, 0.0, 1.0)
         advance = steer * wp.min(push_lookahead, 0.5 * distance + 0.002)
         on_line = cube + d * (along + advance)
         target = wp.vec3(on_line[0], on_line[1], low_z)

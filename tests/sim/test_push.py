@@ -149,12 +149,12 @@ def arm_tip(q, p) -> np.ndarray:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_the_expert_steers_a_tip_beside_the_line_back_onto_it_and_breaks_off_beyond_the_cube_half_size(device):
+def test_the_expert_steers_a_tip_beside_the_line_back_onto_it_and_breaks_off_beyond_its_band(device):
     """The expert's tip target (its action through the forward kinematics, joint steps unclamped) for a tip at the
     pushing height behind a 5 cm cube, 0.3, 0.75 and 1.2 half sizes beside the line from the goal: the first pushes
-    along the line, the second too but slower while it slides back toward the line, the third rises."""
-    env = forge_gpu.sim.make("push", num_envs=3, device=device, **FAST, **{"params.expert_max_step": 3.0})
-    p, h = env.config.params, 0.025
+    along the line, the second too but slower while it slides back toward the line, the third rises; with
+    ``expert_band = 0.5`` (the expert before the steering) the second rises too."""
+    p, h = forge_gpu.sim.task_config("push").params, 0.025
     cube, goal = np.array([0.3, 0.0]), np.array([0.43, 0.0])  # the line: +x through the cube's centre
     tips = np.array([[0.3 - 2 * h, side * h, h] for side in (0.3, 0.75, 1.2)])
     proprio = np.zeros((3, 11), np.float32)
@@ -165,14 +165,25 @@ def test_the_expert_steers_a_tip_beside_the_line_back_onto_it_and_breaks_off_bey
         "cube_pose": np.tile([*cube, h, 0.0, 0.0, 0.0, 1.0], (3, 1)),
         "goal_position": np.tile([*goal, 0.0], (3, 1)),
     }
-    expert = env.task.expert(env.world)
-    action = expert({k: wp.array(v.astype(np.float32), device=env.device) for k, v in observation.items()}).numpy()
-    targets = np.array([arm_tip(a * env.world.action_scale.numpy(), p) for a in action])
-    on_line, steering, beside = targets - tips
+
+    def moves(band: float) -> np.ndarray:  # each tip's target - the tip
+        settings = {"params.expert_max_step": 3.0, "params.expert_band": band}
+        env = forge_gpu.sim.make("push", num_envs=3, device=device, **FAST, **settings)
+        arrays = {k: wp.array(v.astype(np.float32), device=env.device) for k, v in observation.items()}
+        action = env.task.expert(env.world)(arrays).numpy()
+        return np.array([arm_tip(a * env.world.action_scale.numpy(), p) for a in action]) - tips
+
+    def rises(move) -> bool:  # straight up
+        return move[2] > 0.02 and np.hypot(*move[:2]) < 1e-3
+
+    on_line, steering, beside = moves(1.0)
     assert on_line[0] > 0.02 and abs(on_line[2]) < 1e-3, on_line  # forward, at the pushing height
     assert 0.0 < steering[0] < on_line[0] and abs(steering[2]) < 1e-3, steering  # forward, slower, still low
     assert abs(tips[1, 1] + steering[1]) < 0.2 * abs(tips[1, 1]), steering  # ... and (nearly) back on the line
-    assert beside[2] > 0.02 and np.hypot(*beside[:2]) < 1e-3, beside  # straight up
+    assert rises(beside), beside
+    narrow = moves(0.5)
+    np.testing.assert_allclose(narrow[0], on_line, atol=1e-6)
+    assert rises(narrow[1]) and rises(narrow[2]), narrow
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -279,6 +290,14 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, 
 def test_bad_values_name_the_key_and_what_is_allowed(device, overrides, words):
     with pytest.raises(ValueError, match=words):
         forge_gpu.sim.make("push", num_envs=1, device=device, **overrides)
+
+
+def test_an_expert_band_below_half_a_cube_size_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"params.expert_band = 0.3: allowed range is \[0.5, 2.0\]"):
+        forge_gpu.sim.make("push", num_envs=1, device="cpu", **FAST, **{"params.expert_band": 0.3})
+    env = forge_gpu.sim.make("push", num_envs=1, device="cpu", **FAST, **{"expert.band": 0.3})  # the file's own key
+    with pytest.raises(ValueError, match=r"push.toml: \[expert\] band = 0.3: expected a number >= 0.5"):
+        forge_gpu.sim.make_policy("expert", env)
 
 
 def test_equal_fixed_colours_are_refused():

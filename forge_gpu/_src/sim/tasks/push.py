@@ -98,7 +98,7 @@ def push_scene(builder, *, source: str = "", joint_lower, joint_upper, home_q, *
 
 _EXPERT_KEYS = (
     "shoulder_height", "upper_arm_length", "forearm_length", "hand_length", "link_radius", "lookahead",
-    "push_lookahead", "clearance", "margin", "max_step",
+    "push_lookahead", "clearance", "margin", "band", "max_step",
 )  # fmt: skip
 
 
@@ -107,7 +107,8 @@ def push_expert(task, world, settings: dict):
     goal through it, re-planned every step (``kernels/push.py``'s ``expert_kernel``: the arm's IK, the hand pointing
     down). ``settings``: the arm's ``shoulder_height``, ``upper_arm_length``, ``forearm_length``, ``hand_length``,
     ``link_radius`` [m] (the tip's radius is 0.8 of it), and ``lookahead``, ``push_lookahead``, ``clearance``,
-    ``margin`` [m], ``max_step`` [rad]. It reads ``proprio`` as ``[q (4), qd (4), tip (3)]``, ``cube_pose`` and
+    ``margin`` [m], ``band`` (the cube half sizes off the line within which it pushes, >= 0.5), ``max_step``
+    [rad]. It reads ``proprio`` as ``[q (4), qd (4), tip (3)]``, ``cube_pose`` and
     ``goal_position``."""
     from forge_gpu.kernels import push as kernels
 
@@ -119,6 +120,9 @@ def push_expert(task, world, settings: dict):
         raise ValueError(f"{file}: [expert] push_expert needs 4 joint targets, proprio [q, qd, tip] (11) and the "
                          "fields cube_pose and goal_position")  # fmt: skip
     s = {k: float(settings[k]) for k in _EXPERT_KEYS}
+    if not s["band"] >= 0.5:
+        raise ValueError(f"{file}: [expert] band = {s['band']!r}: expected a number >= 0.5 (cube half sizes)")
     geometry = SimpleNamespace(**{k: s[k] for k in _EXPERT_KEYS[:4]})
-    extra = [0.8 * s["link_radius"], s["lookahead"], s["push_lookahead"], s["clearance"], s["margin"], s["max_step"]]
+    extra = [0.8 * s["link_radius"], s["lookahead"], s["push_lookahead"], s["clearance"], s["margin"], s["band"]]
+    extra.append(s["max_step"])
     return arm_expert(world, geometry, kernels.expert_kernel, extra, ("proprio", "cube_pose", "goal_position"))
