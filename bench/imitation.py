@@ -75,9 +75,9 @@ FIELDS = ("proprio", "cube_pose", "cube_velocity", "goal_position")
 LABEL = "expert_action"
 """The observation field a labelled collection records the expert's action in."""
 NOT_READ = ("reward_terms",)
+"""Float32 vector fields of an observation that the policy does not read (the reward's terms)."""
 TAKEOVER_WEIGHT = 0.2
 """``--label-steps takeover``: the newest gap's weight in the averaged gap that starts a takeover."""
-"""Float32 vector fields of an observation that the policy does not read (the reward's terms)."""
 
 
 def policy_fields(spec: dict) -> tuple[str, ...]:
@@ -303,9 +303,7 @@ def takeover_windows(run: str, args) -> dict:
     mask = expert.cumprod(-1).bool()  # the expert's steps from the window's frame on, up to the learner's next one
     rows = mask[:, 0]
     count = len(expert)
-    obs = torch.cat(
-        [executed[f"obs/{f}"].reshape(count, args.history, -1).float() for f in args.fields], dim=-1
-    )
+    obs = torch.cat([executed[f"obs/{f}"].reshape(count, args.history, -1).float() for f in args.fields], dim=-1)
     return {"obs": obs[rows], "action": action[rows], "mask": mask[rows], "labelled": int(rows.sum())}
 
 

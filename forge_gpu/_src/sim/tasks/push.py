@@ -123,6 +123,5 @@ def push_expert(task, world, settings: dict):
     if not s["band"] >= 0.5:
         raise ValueError(f"{file}: [expert] band = {s['band']!r}: expected a number >= 0.5 (cube half sizes)")
     geometry = SimpleNamespace(**{k: s[k] for k in _EXPERT_KEYS[:4]})
-    extra = [0.8 * s["link_radius"], s["lookahead"], s["push_lookahead"], s["clearance"], s["margin"], s["band"]]
-    extra.append(s["max_step"])
+    extra = [0.8 * s["link_radius"], *(s[k] for k in _EXPERT_KEYS[5:])]  # the tip's radius, then lookahead .. max_step
     return arm_expert(world, geometry, kernels.expert_kernel, extra, ("proprio", "cube_pose", "goal_position"))
