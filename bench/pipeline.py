@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     import warp as wp
 
     import forge_gpu
-    from forge_gpu._src.sim.tasks.catalog import SHIPPED
+    from forge_gpu._src.tasks.catalog import SHIPPED
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=list(SHIPPED))

@@ -20,8 +20,8 @@ NAMES = {
     "RecordingOptions": "forge_gpu._src.formats.registry",
     "PackedRecorder": "forge_gpu._src.formats.packed.write",
     "NpzRecorder": "forge_gpu._src.formats.npz.write",
-    "evaluate": "forge_gpu._src.collect.evaluate",
-    "Evaluation": "forge_gpu._src.collect.evaluate",
+    "evaluate": "forge_gpu._src.evaluate.run",
+    "Evaluation": "forge_gpu._src.evaluate.run",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -5,7 +5,7 @@ qx, qy, qz, qw, then 8 hinge angles (rad)]`` (15), joint velocities ``[torso COM
 angular velocity (rad/s), both in the world frame, then 8 hinge rates (rad/s)]`` (14). The hinges are
 ``hip_1, ankle_1, hip_2, ankle_2, hip_3, ankle_3, hip_4, ankle_4``: one hip (about the torso's z)
 and one ankle per leg; ``proprio`` is ``[z, quat, lin vel, ang vel, 8 hinge angles, 8 hinge rates]``. Launched
-by ``forge_gpu._src.sim.tasks.ant``.
+by ``forge_gpu._src.tasks.ant``.
 """
 
 import warp as wp

@@ -1,6 +1,6 @@
 """Camera kernels: a camera pose from its eye and look-at point, and Newton's packed colours as RGB bytes.
 
-Launched by ``forge_gpu._src.sim.tasks.camera`` (and, through ``jittered_camera``, by the tasks whose
+Launched by ``forge_gpu._src.sim.camera`` (and, through ``jittered_camera``, by the tasks whose
 randomization moves a camera).
 """
 

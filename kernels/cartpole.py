@@ -2,7 +2,7 @@
 
 Per-world layout: joint coordinates ``[cart position (m), pole angle (rad)]``, joint velocities
 ``[cart velocity (m/s), pole angular velocity (rad/s)]``; ``proprio`` is ``[x, x_dot, theta, theta_dot]``.
-Launched by ``forge_gpu._src.sim.tasks.cartpole``.
+Launched by ``forge_gpu._src.tasks.cartpole``.
 """
 
 import warp as wp

@@ -1,4 +1,4 @@
-"""Tiny kernels for ``forge-gpu doctor``'s capture checks (launched by ``forge_gpu._src.sim.doctor``): one
+"""Tiny kernels for ``forge-gpu doctor``'s capture checks (launched by ``forge_gpu._src.machine.doctor``): one
 increment replayed, and a countdown loop shaped like MuJoCo Warp's solver (an allocation, then a
 ``wp.capture_while`` whose body counts its condition down)."""
 

@@ -1,5 +1,5 @@
 """Evaluation kernels: each world's episode takes the next global episode index, and each episode's figures go to
-that index's row. Launched by ``forge_gpu._src.sim.evaluate`` at the end of every step (inside the captured
+that index's row. Launched by ``forge_gpu._src.evaluate.rows`` at the end of every step (inside the captured
 step). World index first: ``worldid = wp.tid()``.
 """
 

@@ -1,8 +1,8 @@
 """Differential inverse kinematics of a chain of joints for a point on its last body: the geometric Jacobian from
 the bodies' world transforms (after forward kinematics) and the joints' axes and anchors, and a damped least
 squares step (``dq = J^T (J J^T + lambda^2 I)^-1 e``, a 6 x 6 Cholesky solve per world). Launched by the task
-file's ``[action] kind = "ee_delta"`` (``forge_gpu._src.sim.taskfile.task``) and by the pick expert
-(``forge_gpu._src.sim.tasks.pick``), one thread per world. World index first: ``worldid = wp.tid()``.
+file's ``[action] kind = "ee_delta"`` (``forge_gpu._src.tasks.taskfile.task``) and by the pick expert
+(``forge_gpu._src.tasks.pick``), one thread per world. World index first: ``worldid = wp.tid()``.
 """
 
 import warp as wp

@@ -1,5 +1,5 @@
 """The scripted pick-and-place expert's kernel (launched by ``forge_gpu.sim:pick_expert``,
-``forge_gpu/_src/sim/tasks/pick.py``): a state machine per world, its phase, timer and targets in device arrays,
+``forge_gpu/_src/tasks/pick.py``): a state machine per world, its phase, timer and targets in device arrays,
 one launch per step for every world. World index first: ``worldid = wp.tid()``.
 """
 

@@ -1,5 +1,5 @@
 """push's expert kernel: the scripted push, re-planned every step from the observation (launched by
-``forge_gpu.sim:push_expert``, ``forge_gpu/_src/sim/tasks/push.py``). ``proprio`` is ``[q (4), qd (4), tip position
+``forge_gpu.sim:push_expert``, ``forge_gpu/_src/tasks/push.py``). ``proprio`` is ``[q (4), qd (4), tip position
 (3)]``, ``cube_pose`` ``[x, y, z, qx, qy, qz, qw]``, ``goal_position`` ``[x, y, 0]``, all in the world frame [m];
 the IK is ``kernels/arm.py``'s.
 """

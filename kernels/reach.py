@@ -3,7 +3,7 @@
 reach is a task file (``configs/reach.toml``): its reset, observation, reward and success are library terms. Its
 ``proprio`` is ``[q (4), qd (4), end effector position (3), target position (3)]``: joint coordinates ``[yaw,
 shoulder, elbow, wrist]`` [rad], their velocities [rad/s], positions in the world frame [m]. Launched by
-``forge_gpu._src.sim.tasks.arm.reach_expert``; the inverse kinematics is ``kernels/arm.py``'s.
+``forge_gpu._src.tasks.arm.reach_expert``; the inverse kinematics is ``kernels/arm.py``'s.
 """
 
 import warp as wp

@@ -1,7 +1,7 @@
 """The term library of file-based tasks: Warp functions over one world's :class:`Frame` (what each takes, and its
-TOML name: ``forge_gpu/_src/sim/taskfile/terms.py``).
+TOML name: ``forge_gpu/_src/tasks/taskfile/terms.py``).
 
-A term is a ``@wp.func`` of a fixed signature, so that a task's generated kernels (``sim/taskfile/codegen.py``) call its
+A term is a ``@wp.func`` of a fixed signature, so that a task's generated kernels (``tasks/taskfile/codegen.py``) call its
 terms one after the other in one kernel per stage, whatever their number:
 
 - an observation writes its values into ``out[worldid, col:]`` and returns the next column:

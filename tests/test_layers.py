@@ -19,16 +19,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The rule. Each layer with the layers its modules may import: its own and the ones below it. Two branches
 # grow from core: the data side (core < recording < formats < reading < curation, export; curation and export,
-# side by side, both read runs and neither takes the other) and the simulation side (core < sim < collect).
-# collect is where the two meet (it makes the recorder its stepping loop appends to), so it also takes recording
-# and formats; nothing on the data side takes sim or collect. The Warp kernels (forge_gpu.kernels) are launched by
-# sim alone. The command line and the public surface (forge_gpu's __init__ and __main__) are on top and may import
-# anything.
+# side by side, both read runs and neither takes the other) and the simulation side (core < sim < tasks < collect <
+# evaluate < machine; rl beside tasks, on sim alone). sim is the engine (the env, the step, the solver, cameras,
+# policies' execution) and the Task interface it steps; tasks are what it steps (the task-file system, the shipped
+# tasks and their experts, the catalog, make). collect is where the two branches meet (it makes the recorder its
+# stepping loop appends to), so it also takes recording and formats; nothing on the data side takes the simulation
+# side. The Warp kernels (forge_gpu.kernels) are launched by the packages of the same concept names: sim, tasks,
+# evaluate and machine (doctor). The command line and the public surface (forge_gpu's __init__ and __main__) are on
+# top and may import anything.
 LAYERS = (
     *("core", "recording", "formats", "reading", "curation", "export", "testing"),
-    *("kernels", "sim", "collect", "cli", "public"),
+    *("kernels", "sim", "tasks", "rl", "collect", "evaluate", "machine", "cli", "public"),
 )
 READING = {"core", "recording", "formats", "reading"}
+SIMULATION = {"core", "sim", "tasks", "kernels"}
+COLLECT = {"core", "sim", "tasks", "recording", "formats", "collect"}
 MAY_IMPORT = {
     "core": {"core"},
     "recording": {"core", "recording"},
@@ -39,7 +44,11 @@ MAY_IMPORT = {
     "testing": {"core", "recording", "testing"},
     "kernels": {"kernels"},
     "sim": {"core", "sim", "kernels"},
-    "collect": {"core", "recording", "formats", "sim", "collect"},
+    "tasks": SIMULATION,
+    "rl": {"core", "sim", "rl"},
+    "collect": COLLECT,
+    "evaluate": COLLECT | {"evaluate", "kernels"},
+    "machine": COLLECT | {"evaluate", "machine", "kernels"},
     "cli": set(LAYERS),
     "public": set(LAYERS),
 }
@@ -171,24 +180,50 @@ def import_cycles(root: Path) -> list[list[str]]:
     for i in _internal(read_imports(root)[0]):
         if i.target != i.module:
             graph[i.module].add(i.target)
+    return _cycles(graph)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles a depth-first search of ``graph`` (node -> the nodes it points to) meets, each as its nodes, the
+    first repeated at the end."""
     cycles, done, path, on_path = [], set(), [], {}
 
-    def visit(module: str) -> None:
-        on_path[module] = len(path)
-        path.append(module)
-        for nxt in sorted(graph[module]):
+    def visit(node: str) -> None:
+        on_path[node] = len(path)
+        path.append(node)
+        for nxt in sorted(graph[node]):
             if nxt in on_path:
                 cycles.append([*path[on_path[nxt] :], nxt])
             elif nxt not in done:
                 visit(nxt)
         path.pop()
-        del on_path[module]
-        done.add(module)
+        del on_path[node]
+        done.add(node)
 
-    for module in sorted(graph):
-        if module not in done:
-            visit(module)
+    for node in sorted(graph):
+        if node not in done:
+            visit(node)
     return cycles
+
+
+def package_of(module: str, path: Path) -> str:
+    """The package a module is in: a package's ``__init__`` is the package itself."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def package_cycles(root: Path) -> list[list[str]]:
+    """Cycles between the library's packages (every folder of ``_src``, subpackages included, and ``kernels``):
+    package A -> package B where a module of A imports a module of B. A loop between two packages is a cycle here
+    even where no module imports back the module that imported it. The command line and the public modules, on
+    top, import each other by design (``forge_gpu.__main__`` runs the command line, which names public ones)."""
+    modules = find_modules(root)
+    library = {m: package_of(m, p) for m, p in modules.items() if m.startswith(("forge_gpu._src", "forge_gpu.kernels"))}
+    graph: dict[str, set[str]] = {package: set() for package in library.values()}
+    for i in _internal(read_imports(root)[0]):
+        a, b = library.get(i.module), library.get(i.target)
+        if a is not None and b is not None and a != b:
+            graph[a].add(b)
+    return _cycles(graph)
 
 
 def flat_modules(root: Path) -> list[str]:
@@ -220,6 +255,13 @@ def test_the_data_side_never_imports_a_simulator_or_torch():
 
 def test_the_import_graph_has_no_cycle():
     cycles = import_cycles(ROOT)
+    assert not cycles, _listing(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_no_two_packages_import_each_other():
+    """The same, between packages: no loop between any two folders (a task package and the task-file package
+    importing each other's modules, say), whichever modules make it."""
+    cycles = package_cycles(ROOT)
     assert not cycles, _listing(" -> ".join(cycle) for cycle in cycles)
 
 
@@ -263,7 +305,7 @@ def tree(root: Path, files: dict[str, str]) -> Path:
     for package in ("forge_gpu", "forge_gpu/_src", "forge_gpu/cli", "kernels"):
         (root / package).mkdir(parents=True, exist_ok=True)
         (root / package / "__init__.py").write_text("")
-    for layer in ("core", "recording", "formats", "reading", "curation", "export", "sim", "collect"):
+    for layer in ("core", "recording", "formats", "reading", "curation", "export", "sim", "tasks", "collect"):
         (root / "forge_gpu" / "_src" / layer).mkdir(exist_ok=True)
         (root / "forge_gpu" / "_src" / layer / "__init__.py").write_text("")
     for path, source in files.items():
@@ -281,7 +323,9 @@ GOOD = {
     "forge_gpu/_src/curation/curate.py": "from forge_gpu._src.reading import runs\n",
     "forge_gpu/_src/export/lerobot.py": "from ..reading.runs import open_run\nfrom ..recording import base\n",
     "forge_gpu/_src/sim/env.py": "import warp\nfrom forge_gpu.kernels import env\nfrom ..core.checks import x\n",
-    "forge_gpu/_src/collect/collector.py": "from forge_gpu._src.sim import env\nfrom ..formats import registry\n",
+    "forge_gpu/_src/tasks/catalog.py": "from forge_gpu._src.sim import env\nfrom .taskfile import task\n",
+    "forge_gpu/_src/tasks/taskfile/task.py": "from ...sim.env import x\nfrom forge_gpu.kernels import ant\n",
+    "forge_gpu/_src/collect/collector.py": "from forge_gpu._src.tasks import catalog\nfrom ..formats import registry\n",
     "forge_gpu/cli/_data.py": "from forge_gpu._src.reading.runs import open_run\nfrom forge_gpu.kernels import env\n",
     "forge_gpu/cli/__init__.py": "from ._data import x\nimport forge_gpu\n",
     "forge_gpu/__main__.py": "from forge_gpu.cli import main\n",
@@ -295,6 +339,7 @@ def test_the_checker_passes_a_tree_that_keeps_the_rules(tmp_path):
     assert layer_violations(root) == []
     assert package_violations(root) == []
     assert import_cycles(root) == []
+    assert package_cycles(root) == []
     assert flat_modules(root) == []
 
 
@@ -333,8 +378,10 @@ def test_the_checker_resolves_relative_and_from_imports(tmp_path):
         # upward and across on the simulation side
         ("forge_gpu/_src/sim/up.py", "from forge_gpu._src.collect import collector\n", "not collect"),
         ("forge_gpu/_src/sim/across.py", "from forge_gpu._src.formats import registry\n", "not formats"),
+        ("forge_gpu/_src/sim/up2.py", "def f():\n    from forge_gpu._src.tasks import catalog\n", "not tasks"),
+        ("forge_gpu/_src/tasks/up.py", "from forge_gpu._src.collect.collector import x\n", "not collect"),
         ("forge_gpu/_src/collect/across.py", "from forge_gpu._src.reading import runs\n", "not reading"),
-        # the kernels from anywhere but sim
+        # the kernels from anywhere but the packages that launch them
         ("forge_gpu/_src/collect/k.py", "from forge_gpu.kernels import env\n", "not kernels"),
         ("forge_gpu/_src/export/k.py", "import forge_gpu.kernels.env\n", "not kernels"),
         ("kernels/up.py", "from forge_gpu._src.core import checks\n", "not core"),
@@ -382,6 +429,16 @@ def test_the_checker_reports_a_cycle_with_its_modules(tmp_path):
     a, b, c = (f"forge_gpu._src.reading.{name}" for name in "abc")
     assert import_cycles(root) == [[a, b, c, a]]
     assert f"{a} -> {b}" in _listing(" -> ".join(cycle) for cycle in import_cycles(root))
+
+
+def test_the_checker_reports_a_loop_between_packages_that_no_module_cycle_shows(tmp_path):
+    """tasks/catalog.py imports taskfile/task.py (GOOD); a task-file module importing another module of tasks closes
+    a loop between the two packages, though no module imports one that imports it back."""
+    root = tree(tmp_path, {**GOOD, "forge_gpu/_src/tasks/camera.py": "", "forge_gpu/_src/tasks/taskfile/plan.py":
+                           "from forge_gpu._src.tasks.camera import check_pose\n"})  # fmt: skip
+    assert import_cycles(root) == []
+    tasks, taskfile = "forge_gpu._src.tasks", "forge_gpu._src.tasks.taskfile"
+    assert package_cycles(root) == [[tasks, taskfile, tasks]]
 
 
 def test_the_checker_reports_a_flat_module(tmp_path):

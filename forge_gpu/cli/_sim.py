@@ -160,8 +160,8 @@ def cmd_collect(args) -> int:
 
     import forge_gpu
     from forge_gpu._src.collect.collector import collect
-    from forge_gpu._src.sim.overflow import SolverOverflowWarning
-    from forge_gpu._src.sim.tasks.catalog import resolve_task
+    from forge_gpu._src.sim.solver import SolverOverflowWarning
+    from forge_gpu._src.tasks.catalog import resolve_task
 
     try:
         task_id = resolve_task(args.task)  # an id, or a task file (*.toml) read and checked against its model
@@ -261,8 +261,8 @@ def cmd_evaluate(args) -> int:
         raise UsageError("the recording flags (--format, --compression, --codec, ...) apply with --record OUT only")
 
     import forge_gpu
-    from forge_gpu._src.collect.evaluate import evaluate
-    from forge_gpu._src.sim.tasks.catalog import resolve_task
+    from forge_gpu._src.evaluate.run import evaluate
+    from forge_gpu._src.tasks.catalog import resolve_task
 
     try:
         task_id = resolve_task(args.task)
@@ -348,7 +348,7 @@ def _print_evaluation(metrics: dict, result, make_seconds: float) -> None:
 def cmd_tasks(args) -> int:
     """``forge-gpu tasks``: the tasks (id, kind, instruction); ``forge-gpu tasks ID``: one task's model, terms
     and fields."""
-    from forge_gpu._src.sim.tasks.describe import describe_task, task_lines
+    from forge_gpu._src.tasks.describe import describe_task, task_lines
 
     try:
         lines = task_lines() if args.task is None else describe_task(args.task, variant=args.variant or "")
@@ -413,7 +413,7 @@ def _print_summary(summary, env, make_seconds: float = 0.0) -> None:
 
 
 def cmd_doctor(args) -> int:
-    from forge_gpu._src.sim.doctor import report, run_checks
+    from forge_gpu._src.machine.doctor import report, run_checks
 
     checks = run_checks()
     print(report(checks))
@@ -431,7 +431,7 @@ def cmd_collect_workers(args, config, overrides: dict, out: Path, options, polic
     """``forge-gpu collect --workers K`` (Ray workers, :func:`collect_distributed`): the checked arguments of
     ``cmd_collect`` -> exit status."""
     from forge_gpu._src.collect.distributed import collect_distributed, import_ray, start_ray
-    from forge_gpu._src.sim.overflow import SolverOverflowWarning
+    from forge_gpu._src.sim.solver import SolverOverflowWarning
 
     try:
         import_ray()
@@ -591,8 +591,8 @@ def cmd_replay(args) -> int:
 
 def cmd_precompile(args) -> int:
     """``forge-gpu precompile``: Warp's kernel cache of the tasks' modules, for each --arch, in --out."""
+    from forge_gpu._src.machine.precompile import CPU, check_writable, missing_files, parse_arch, precompile
     from forge_gpu._src.sim.names import shipped_tasks
-    from forge_gpu._src.sim.precompile import CPU, check_writable, missing_files, parse_arch, precompile
 
     try:
         archs = list(dict.fromkeys(parse_arch(a) for a in args.arch))

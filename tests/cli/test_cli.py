@@ -251,8 +251,8 @@ def test_doctor_solver_loop_on_cuda_counts_the_host_syncs_eager_stepping_would_m
     (4 substeps x (10 solver iterations + 1) = 44 waits a step); run here on the CPU as if it were CUDA."""
     import warp as wp
 
+    from forge_gpu._src.machine.doctor import _solver_loop_capture
     from forge_gpu._src.sim import capture
-    from forge_gpu._src.sim.doctor import _solver_loop_capture
     from forge_gpu.sim import task_config
 
     cpu = wp.get_device("cpu")

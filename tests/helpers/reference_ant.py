@@ -15,7 +15,7 @@ from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS
-from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.task import Task, TaskSpec
 from forge_gpu._src.sim.world import World
 
 FREE_COORDS = wp.constant(7)

@@ -10,11 +10,11 @@ import numpy as np
 import warp as wp
 from forge_gpu.kernels import arm as kernels
 
+from forge_gpu._src.sim.camera import BACKGROUND, WorldCameras, check_pose
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.taskfile.task import per_world
-from forge_gpu._src.sim.tasks.arm import ArmParams, joint_limits
-from forge_gpu._src.sim.tasks.base import Task
-from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, check_pose
+from forge_gpu._src.sim.task import Task
+from forge_gpu._src.tasks.arm import ArmParams, joint_limits
+from forge_gpu._src.tasks.taskfile.task import per_world
 
 __all__ = ["CAMERA_VISUALS", "ArmTask", "check_arm", "moves_camera", "per_world"]
 

@@ -2,7 +2,7 @@
 tests/sim/test_taskfile.py shows the file-based cartpole equal to, bit for bit (same observations, rewards and flags for
 the same seed and actions), and the hand-written task that the task API's tests (tests/sim/test_tasks.py) subclass.
 Registered only by :func:`register_handwritten`, as ``cartpole_handwritten``; the catalog does not hold it. Its LQR
-expert and model stayed in the package (``forge_gpu/_src/sim/tasks/cartpole.py``).
+expert and model stayed in the package (``forge_gpu/_src/tasks/cartpole.py``).
 
 One change from the package's kernel: the costs are ``angle_cost * (theta * theta)`` and ``action_cost * (u * u)``
 where it had ``angle_cost * theta * theta`` (``(angle_cost * theta) * theta``), the order in which a weighted term
@@ -20,7 +20,7 @@ from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS
-from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.task import Task, TaskSpec
 from forge_gpu._src.sim.world import World
 
 
@@ -267,7 +267,7 @@ action_cost = 0.01
 def register_handwritten(folder) -> dict[str, type[Task]]:
     """Register the hand-written ant and cartpole (once per process) as ``ant_handwritten`` and
     ``cartpole_handwritten``, their configs written into ``folder``; return the classes by task id."""
-    from forge_gpu._src.sim.tasks import catalog
+    from forge_gpu._src.tasks import catalog
     from helpers.reference_ant import CONFIG as ANT_CONFIG
     from helpers.reference_ant import AntTask
 

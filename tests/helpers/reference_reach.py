@@ -18,9 +18,9 @@ from forge_gpu.kernels.camera import jittered_camera
 
 from forge_gpu._src.sim.config import bounded
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter
-from forge_gpu._src.sim.tasks.arm import TABLE_COLOR, ArmParams, add_arm, add_table
-from forge_gpu._src.sim.tasks.base import TaskBinding, TaskSpec
+from forge_gpu._src.sim.task import TaskBinding, TaskSpec
 from forge_gpu._src.sim.world import World
+from forge_gpu._src.tasks.arm import TABLE_COLOR, ArmParams, add_arm, add_table
 from helpers.reference_arm import CAMERA_VISUALS, ArmTask, check_arm, moves_camera, per_world
 
 PROPRIO_EE = wp.constant(8)

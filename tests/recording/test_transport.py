@@ -10,7 +10,7 @@ from helpers.envtools import DEVICES
 
 import forge_gpu
 from forge_gpu._src.collect.transport import TransportClosed
-from forge_gpu._src.sim.pack import PACK_ALIGNMENT
+from forge_gpu._src.sim.env import PACK_ALIGNMENT
 from forge_gpu.recording import HostSnapshotTransport
 
 

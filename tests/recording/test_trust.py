@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.sim.taskfile.stored import model_files
-from forge_gpu._src.sim.trust import UntrustedCode, check_import, inside_forge_gpu, named_code, run_code
+from forge_gpu._src.tasks.taskfile.stored import model_files
+from forge_gpu._src.tasks.taskfile.trust import UntrustedCode, check_import, inside_forge_gpu, named_code, run_code
 from forge_gpu.cli import main
 
 ALL = forge_gpu.reading.EpisodeReadOptions(state=True)
@@ -201,7 +201,7 @@ def test_a_stored_file_edited_after_the_run_is_refused_in_one_line(copied, tmp_p
 
 
 def test_code_inside_forge_gpu_is_trusted_and_any_other_named(tmp_path):
-    assert inside_forge_gpu("forge_gpu._src.sim.tasks.cartpole:build") and inside_forge_gpu("forge_gpu.kernels.terms")
+    assert inside_forge_gpu("forge_gpu._src.tasks.cartpole:build") and inside_forge_gpu("forge_gpu.kernels.terms")
     assert not inside_forge_gpu("forge_gpu_evil:build") and not inside_forge_gpu("mypkg.forge_gpu:build")
     assert inside_forge_gpu(forge_gpu.__file__) and not inside_forge_gpu(str(tmp_path / "forge_gpu" / "terms.py"))
     shipped = forge_gpu.sim.task_config("cartpole").params
@@ -215,7 +215,7 @@ def test_code_inside_forge_gpu_is_trusted_and_any_other_named(tmp_path):
     ]
     check_import("expert.factory = 'pkg.x:make'", "pkg.x:make")  # outside a run: the user's own choice
     with run_code(str(tmp_path), trusted=False):
-        check_import("model.builder = 'forge_gpu._src.sim.tasks.cartpole:build'", "forge_gpu._src.sim.tasks.cartpole")
+        check_import("model.builder = 'forge_gpu._src.tasks.cartpole:build'", "forge_gpu._src.tasks.cartpole")
         with pytest.raises(UntrustedCode, match=r"expert.factory = 'pkg.x:make'.*--trust-code"):
             check_import("expert.factory = 'pkg.x:make'", "pkg.x:make")
     with run_code(str(tmp_path), trusted=True):

@@ -11,8 +11,8 @@ import pytest
 
 import forge_gpu
 from forge_gpu._src.core.cameras import MOUNT_KEY, mounted_camera_to_world
-from forge_gpu._src.sim.taskfile.plan import plan_task
-from forge_gpu._src.sim.taskfile.spec import resolved
+from forge_gpu._src.tasks.taskfile.plan import plan_task
+from forge_gpu._src.tasks.taskfile.spec import resolved
 
 PANDA = Path(__file__).resolve().parents[2] / "configs" / "robots" / "panda" / "panda.xml"
 

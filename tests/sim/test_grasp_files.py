@@ -35,7 +35,7 @@ def test_a_bad_scene_or_condition_is_refused_in_one_line_naming_file_and_key(tmp
 def test_the_grasping_scenes_have_the_floor_under_the_table(task):
     """The floor (a static box) of lift's scene, in stack's and place's by ``extends``: its top at the table's
     bottom, reaching beyond the table on every side."""
-    from forge_gpu._src.sim.taskfile.compose import compose
+    from forge_gpu._src.tasks.taskfile.compose import compose
 
     scene = compose(config_dir() / f"{task}.toml").table["model"]["scene"]
     table, floor = scene["table"], scene["floor"]

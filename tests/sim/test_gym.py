@@ -1,4 +1,4 @@
-"""GymVectorEnv: gymnasium's vector interface over the env, torch views of its buffers (sim/rl/gym.py)."""
+"""GymVectorEnv: gymnasium's vector interface over the env, torch views of its buffers (rl/gym.py)."""
 
 import numpy as np
 import pytest

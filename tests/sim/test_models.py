@@ -1,4 +1,4 @@
-"""Robot models as users bring them (sim/taskfile/: model, modelfile, actuators, penetration): meshes, the model's
+"""Robot models as users bring them (tasks/taskfile/: model, modelfile, actuators, penetration): meshes, the model's
 own actuators and keyframes, its options, floor and placement said at build, what it holds that is not simulated
 named in one warning, a body inside the ground reported after the first reset, and the two shipped robots
 (configs/robots/): servo_dog stands on its servos holding its keyframe, mesh_arm collects, replays and renders."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.sim.taskfile.modelfile import ModelWarning
+from forge_gpu._src.tasks.taskfile.modelfile import ModelWarning
 from forge_gpu.cli import main
 
 ROBOTS = Path(__file__).resolve().parents[2] / "configs" / "robots"
@@ -220,7 +220,7 @@ def test_mesh_arm_collects_replays_and_renders_its_meshes(tmp_path):
                     '<freejoint/><geom type="mesh" mesh="base"/></body></worldbody></mujoco>')  # fmt: skip
     import newton
 
-    from forge_gpu._src.sim.taskfile.model import add_model
+    from forge_gpu._src.tasks.taskfile.model import add_model
 
     builder = newton.ModelBuilder()
     add_model(builder, {"file": "arm.xml"}, str(tmp_path / "task.toml"))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.sim.overflow import FLAGS, MAX_LISTED, OverflowTally, overflow_lines
+from forge_gpu._src.sim.solver import FLAGS, MAX_LISTED, OverflowTally, overflow_lines
 from forge_gpu.cli import main
 from forge_gpu.recording import collect
 from forge_gpu.sim import SolverOverflowWarning, load_policy
@@ -117,7 +117,7 @@ def test_the_workers_reports_are_summed_and_said_once_for_the_dataset(capsys):
     """A distributed collection's summary sums its workers' reports (a clean worker's too, and none from a failed
     one) and the command line says each kind once, for all of them."""
     from forge_gpu._src.collect.distributed import DatasetSummary
-    from forge_gpu._src.sim.overflow import merge_reports
+    from forge_gpu._src.sim.solver import merge_reports
     from forge_gpu.cli._sim import print_dataset_summary
 
     a = _tally([([BROADPHASE, 0, LINESEARCH], [1, 1, 1], [1, 0, 0]), ([0, 0, 0], [0, 1, 1], [0, 0, 0])])

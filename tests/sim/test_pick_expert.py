@@ -88,7 +88,7 @@ BAD = [
 
 @pytest.mark.parametrize(("change", "expected"), BAD)
 def test_a_bad_setting_is_refused_in_one_line_naming_the_file_and_key(lift, change, expected):
-    from forge_gpu._src.sim.tasks.pick import pick_expert
+    from forge_gpu._src.tasks.pick import pick_expert
 
     settings = {k: v for k, v in lift.task.file.expert.items() if k != "factory"}
     settings.update(change)

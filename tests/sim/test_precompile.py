@@ -64,7 +64,7 @@ def test_cuda_binaries_are_where_warp_looks_them_up(tmp_path):
     """forge_gpu's own modules of cartpole's task file compiled for sm_90 and sm_80 (NVRTC, no GPU): for each, the
     .cubin at the arch and the .ptx at Warp's PTX arch, under the names Warp's loader computes. (Every module of
     the task, MuJoCo Warp's included, is a few minutes of NVRTC on two cores: the same code path, left out here.)"""
-    from forge_gpu._src.sim.precompile import precompile, ptx_arch
+    from forge_gpu._src.machine.precompile import precompile, ptx_arch
 
     cache = tmp_path / "cache"
     cache.mkdir()

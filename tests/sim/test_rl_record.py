@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import forge_gpu.reading  # noqa: E402
 import forge_gpu.recording  # noqa: E402
 import forge_gpu.sim  # noqa: E402
-from forge_gpu._src.sim.rl.rsl import default_train_config, track_policy_version  # noqa: E402
+from forge_gpu._src.rl.rsl import default_train_config, track_policy_version  # noqa: E402
 
 STEPS = 12  # per PPO iteration; episodes truncate one step sooner, so that the env's next-step reset makes the
 # first frames of the next episodes on a rollout's last step

@@ -1,4 +1,4 @@
-"""Robot files and task files (sim/taskfile/compose.py): a task names its robot, extends another file, offers
+"""Robot files and task files (tasks/taskfile/compose.py): a task names its robot, extends another file, offers
 variants; observation groups are fields of their own; a user term declares named parameters (forge_gpu.sim.terms)
 checked by ``forge-gpu tasks`` in one line before any kernel compiles; the moved quadruped and humanoid equal their
 single files bit for bit; servo_dog walks the quadruped's task from a three-line file, collected and replayed."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.sim.taskfile.spec import read_task_file
+from forge_gpu._src.tasks.taskfile.spec import read_task_file
 from forge_gpu.cli import main
 
 HERE = Path(__file__).parent / "robot_files"
@@ -196,7 +196,7 @@ def test_the_moved_task_equals_its_single_file_bit_for_bit(task):
     """configs/<task>.toml on configs/robots/<task>.toml steps as the single file it was (kept in
     tests/sim/robot_files): the same config sections, the same proprio, rewards, flags and joints."""
     moved, single = read_task_file(CONFIGS / f"{task}.toml"), read_task_file(HERE / f"{task}_single.toml")
-    from forge_gpu._src.sim.taskfile.spec import resolved
+    from forge_gpu._src.tasks.taskfile.spec import resolved
 
     a, b = resolved(moved.params, moved.params.file), resolved(single.params, single.params.file)
     for name in ("model", "action", "reset", "command", "observations", "rewards", "terminations", "expert"):

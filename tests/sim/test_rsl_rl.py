@@ -1,5 +1,5 @@
 """RslRlVecEnv: rsl_rl's PPO trains on the env; its exported policy runs as ``pt2:PATH`` (torch.export, the default)
-and ``torchscript:PATH`` (sim/rl/rsl.py, sim/policies.py)."""
+and ``torchscript:PATH`` (rl/rsl.py, sim/policies.py)."""
 
 import json
 
@@ -10,7 +10,7 @@ pytest.importorskip("rsl_rl", reason="rsl-rl-lib is not installed: pip install '
 torch = pytest.importorskip("torch")
 
 import forge_gpu.sim  # noqa: E402
-from forge_gpu._src.sim.rl.rsl import default_train_config, export_policy  # noqa: E402
+from forge_gpu._src.rl.rsl import default_train_config, export_policy  # noqa: E402
 
 
 def _env(n=16, **overrides):

@@ -1,4 +1,4 @@
-"""Sb3VecEnv: Stable-Baselines3's VecEnv over the env, its episode ends, and SB3's PPO on it (sim/rl/sb3.py)."""
+"""Sb3VecEnv: Stable-Baselines3's VecEnv over the env, its episode ends, and SB3's PPO on it (rl/sb3.py)."""
 
 import numpy as np
 import pytest

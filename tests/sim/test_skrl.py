@@ -1,5 +1,5 @@
 """SkrlVecEnv: skrl's environment wrapper over the env, torch tensors on its device, and skrl's PPO on it
-(sim/rl/skrl.py)."""
+(rl/skrl.py)."""
 
 import numpy as np
 import pytest

@@ -14,9 +14,9 @@ from helpers.reference_cartpole import CONFIG, CartpoleTask
 
 import forge_gpu
 from forge_gpu._src.sim.env import SHARED
-from forge_gpu._src.sim.tasks.base import TaskBinding
-from forge_gpu._src.sim.tasks.catalog import TASK_CONFIG_FILES
+from forge_gpu._src.sim.task import TaskBinding
 from forge_gpu._src.sim.world import World
+from forge_gpu._src.tasks.catalog import TASK_CONFIG_FILES
 from forge_gpu.sim import VectorEnv
 
 
@@ -111,15 +111,15 @@ def test_no_task_module_imports_the_env(path):
 def test_the_env_imports_the_task_interface_not_the_registry():
     """sim/env.py imports tasks.base (and world), never the registry package that imports every task."""
     names = imported_modules(SIM / "env.py")
-    assert "forge_gpu._src.sim.tasks.base" in names and "forge_gpu._src.sim.world" in names
-    tasks = {n for n in names if n.startswith("forge_gpu._src.sim.tasks")}
-    assert all(n.startswith("forge_gpu._src.sim.tasks.base") for n in tasks), sorted(tasks)
-    code = "import sys, forge_gpu._src.sim.tasks.catalog; assert 'forge_gpu._src.sim.env' not in sys.modules"
+    assert "forge_gpu._src.sim.task" in names and "forge_gpu._src.sim.world" in names
+    tasks = {n for n in names if n.startswith("forge_gpu._src.tasks")}
+    assert all(n.startswith("forge_gpu._src.sim.task") for n in tasks), sorted(tasks)
+    code = "import sys, forge_gpu._src.tasks.catalog; assert 'forge_gpu._src.sim.env' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
     code = (
         "import sys, forge_gpu._src.sim.env; "
-        "loaded = sorted(m for m in sys.modules if m.startswith('forge_gpu._src.sim.tasks.') and m != "
-        "'forge_gpu._src.sim.tasks.base'); assert not loaded, loaded"
+        "loaded = sorted(m for m in sys.modules if m.startswith('forge_gpu._src.tasks.') and m != "
+        "'forge_gpu._src.sim.task'); assert not loaded, loaded"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -390,7 +390,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
 
 
 def test_the_docs_term_tables_list_every_library_term():
-    from forge_gpu._src.sim.taskfile import terms
+    from forge_gpu._src.tasks.taskfile import terms
 
     text = DOCS.read_text()
     tables = text[text.index("### The term library") : text.index("**Roots.**")]

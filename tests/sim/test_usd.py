@@ -1,4 +1,4 @@
-"""USD models (sim/taskfile/: model, modelfile, stored): ``[model] file = "*.usda"`` imports a USD physics
+"""USD models (tasks/taskfile/: model, modelfile, stored): ``[model] file = "*.usda"`` imports a USD physics
 articulation with Newton's USD importer; the shipped usd_pendulum (configs/robots/usd_pendulum/) collects through
 its task file, replays from its actions with zero divergence from the run alone, and renders; ``position`` replaces
 the root body's pose as for MJCF; the run stores the stage with its sublayers and references; without usd-core a
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.sim.taskfile import stored
-from forge_gpu._src.sim.taskfile.model import add_model
+from forge_gpu._src.tasks.taskfile import stored
+from forge_gpu._src.tasks.taskfile.model import add_model
 from forge_gpu.cli import main
 
 pytest.importorskip("pxr")
@@ -150,7 +150,7 @@ def test_a_layered_stage_is_stored_with_its_sublayers_and_references_and_its_flo
     said; its scene's gravity and step rate are said where they differ from the task's."""
     import newton
 
-    from forge_gpu._src.sim.taskfile.modelfile import read_model_file, stepping
+    from forge_gpu._src.tasks.taskfile.modelfile import read_model_file, stepping
 
     (tmp_path / "scene").mkdir()
     (tmp_path / "parts").mkdir()

@@ -26,9 +26,9 @@ from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.manifest import RunDescription, check_description
 from forge_gpu._src.formats.registry import FORMATS, RecordingOptions, recording_options
 from forge_gpu._src.recording.base import Recorder
-from forge_gpu._src.sim.describe import describe_run
-from forge_gpu._src.sim.overflow import OverflowTally, overflow_lines, warn_dropped
-from forge_gpu._src.sim.taskfile import stored
+from forge_gpu._src.sim.run_description import describe_run
+from forge_gpu._src.sim.solver import OverflowTally, overflow_lines, warn_dropped
+from forge_gpu._src.tasks.taskfile import stored
 
 
 @dataclass
@@ -54,7 +54,7 @@ class CollectionSummary:
     warmup_seconds: float = 0.0
     """Before the first step, not in ``seconds``: reset, kernel compilation on first use, graph capture [s]."""
     solver_overflow: dict = field(default_factory=dict)
-    """MuJoCo-Warp's overflows over the collection (``sim/overflow.py``'s ``OverflowTally.report``, also run.json's
+    """MuJoCo-Warp's overflows over the collection (``sim/solver.py``'s ``OverflowTally.report``, also run.json's
     ``solver_overflow``); empty for the other solvers."""
 
     @property
@@ -274,7 +274,7 @@ def collect(
 
 
 def _store_task(env, recorder: Recorder) -> None:
-    """Write the task's files (a task file's: ``sim/taskfile/stored.py``) into the new run's ``task/`` folder, which
+    """Write the task's files (a task file's: ``tasks/taskfile/stored.py``) into the new run's ``task/`` folder, which
     run.json's ``scene_spec.stored`` lists; a failure closes the run as failed and is raised."""
     files = getattr(env.task, "stored_files", None)
     if files:

@@ -46,7 +46,7 @@ from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.registry import RecordingOptions, recording_options
 from forge_gpu._src.recording.progress import aggregate
 from forge_gpu._src.sim.output import is_verbose
-from forge_gpu._src.sim.overflow import SolverOverflowWarning, merge_reports, overflow_lines, warn_dropped
+from forge_gpu._src.sim.solver import SolverOverflowWarning, merge_reports, overflow_lines, warn_dropped
 
 RAY_HINT = "pip install 'forge-gpu[ray]'"
 
@@ -111,8 +111,8 @@ class _Worker:
         if not self.spec.verbose:
             wp.config.quiet = True
             wp.config.log_level = wp.LOG_WARNING
-        from forge_gpu._src.sim.make import make
         from forge_gpu._src.sim.policies import load_policy
+        from forge_gpu._src.tasks.make import make
 
         spec = self.spec
         try:

@@ -36,7 +36,7 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, encode_frames, field_codecs
-from forge_gpu._src.sim.pack import PACK_ALIGNMENT
+from forge_gpu._src.sim.env import PACK_ALIGNMENT
 
 WHERE = ("auto", "device", "host", "none")
 """Where :func:`make_encoder` encodes: ``auto`` (nvJPEG for JPEG fields on CUDA, nothing on the CPU), ``device``

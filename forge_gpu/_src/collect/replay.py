@@ -40,14 +40,14 @@ from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, initial_manifest
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
 from forge_gpu._src.sim.config import as_overrides
-from forge_gpu._src.sim.describe import describe_run
 from forge_gpu._src.sim.device import default_device
-from forge_gpu._src.sim.make import make, task_class, task_config
-from forge_gpu._src.sim.taskfile import stored
-from forge_gpu._src.sim.taskfile.stored import stored_task_file
-from forge_gpu._src.sim.taskfile.task import FileTask, file_task_class
-from forge_gpu._src.sim.tasks.catalog import TASKS, is_task_file
-from forge_gpu._src.sim.trust import check_run_code, named_code, run_code
+from forge_gpu._src.sim.run_description import describe_run
+from forge_gpu._src.tasks.catalog import TASKS, is_task_file
+from forge_gpu._src.tasks.make import make, task_class, task_config
+from forge_gpu._src.tasks.taskfile import stored
+from forge_gpu._src.tasks.taskfile.stored import stored_task_file
+from forge_gpu._src.tasks.taskfile.task import FileTask, file_task_class
+from forge_gpu._src.tasks.taskfile.trust import check_run_code, named_code, run_code
 
 SOURCES = ("state", "actions")
 #: The config keys replay never takes from the recorded run: the batch of worlds is replay's own.
@@ -87,7 +87,7 @@ def replay(
         tolerance: ``actions``: the largest absolute state difference that still counts as equal.
         task: when given, the run must be of this task.
         trust_code: import the code the run's task names outside forge_gpu (its term module, model builder, expert
-            factory); without it such a run is refused in one line naming that code (``sim/trust.py``).
+            factory); without it such a run is refused in one line naming that code (``tasks/taskfile/trust.py``).
         stop: set it to stop after the current batch; the output run holds the episodes done.
         progress: called after each batch with ``{"episodes", "total", "frames", "seconds"}``.
 

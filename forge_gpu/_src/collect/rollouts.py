@@ -2,7 +2,7 @@
 ``collect``'s transport and recorder, with the version of the policy that acted in each episode.
 
 ``collect`` owns its stepping loop; a trainer owns its own (rsl_rl's ``OnPolicyRunner`` calls ``env.step``). The
-wrappers of ``sim/rl`` (``GymVectorEnv``, ``RslRlVecEnv``) take a ``RolloutRecorder`` and call :meth:`before`
+wrappers of ``rl`` (``GymVectorEnv``, ``RslRlVecEnv``) take a ``RolloutRecorder`` and call :meth:`before`
 before each ``reset`` and ``step`` of the env and :meth:`after` after it; the recorder publishes the env's result
 into a :class:`HostSnapshotTransport` (one copy per step, as ``collect``'s), whose recorder thread appends it to
 the run format's recorder. Backpressure is ``collect``'s: slow writers make ``step`` wait for a free slot.
@@ -31,8 +31,8 @@ from forge_gpu._src.collect.encode import run_encoder
 from forge_gpu._src.collect.transport import HostSnapshotTransport, TransportClosed
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.formats.registry import recording_options
-from forge_gpu._src.sim.describe import describe_run
-from forge_gpu._src.sim.overflow import OverflowTally, warn_dropped
+from forge_gpu._src.sim.run_description import describe_run
+from forge_gpu._src.sim.solver import OverflowTally, warn_dropped
 
 POLICY_VERSION = "policy_version"
 """The per-episode param of a recorded training run: the version of the policy that chose the episode's first

@@ -12,14 +12,12 @@ from forge_gpu._src.core.fields import group_layout
 from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template
 from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_cost
 from forge_gpu._src.sim.config import TaskConfig
-from forge_gpu._src.sim.overflow import SolverOverflow
-from forge_gpu._src.sim.pack import packed_result
 from forge_gpu._src.sim.randomize import Randomizer
 from forge_gpu._src.sim.relabel import ExpertLabels
-from forge_gpu._src.sim.solver import check_solver, make_solver
+from forge_gpu._src.sim.solver import SolverOverflow, check_solver, make_solver
 from forge_gpu._src.sim.step_result import StepResult
 from forge_gpu._src.sim.streams import torch_stream_of, warp_stream_of
-from forge_gpu._src.sim.tasks.base import Task, bind_task
+from forge_gpu._src.sim.task import Task, bind_task
 from forge_gpu._src.sim.world import World
 from forge_gpu.kernels import env as kernels
 
@@ -499,3 +497,25 @@ SHARED = (
 """The :class:`World` attributes that :class:`VectorEnv` shows under the same names."""
 for _name in SHARED:
     setattr(VectorEnv, _name, _FromWorld(_name))
+
+#: Byte alignment of each field in ``VectorEnv.packed_result``.
+PACK_ALIGNMENT = 64
+
+
+def packed_result(result: StepResult, device) -> tuple[wp.array, list[tuple], list[tuple]]:
+    """One contiguous byte buffer for every array of ``result``, so that a publish is one copy.
+
+    Returns the buffer (uint8), its layout (``(name, offset, shape, numpy dtype)`` per array of
+    ``result.arrays()``, offsets aligned to PACK_ALIGNMENT bytes) and ``(typed view, source)`` pairs.
+    """
+    layout, offset = [], 0
+    for name, array in result.arrays().items():
+        offset = -(-offset // PACK_ALIGNMENT) * PACK_ALIGNMENT
+        layout.append((name, offset, tuple(array.shape), np.dtype(wp.dtype_to_numpy(array.dtype))))
+        offset += array.capacity
+    packed = wp.zeros(max(offset, 1), dtype=wp.uint8, device=device)
+    pairs = [
+        (wp.array(ptr=packed.ptr + at, dtype=a.dtype, shape=a.shape, capacity=a.capacity, device=device), a)
+        for (_, at, _, _), a in zip(layout, result.arrays().values(), strict=True)
+    ]
+    return packed, layout, pairs

@@ -28,7 +28,7 @@ class StepResult:
     ``executed_action`` float32 ``[N, A]`` (the action after clipping; zero on reset rows) and
     ``action_nonfinite`` bool ``[N]`` (the given action held a NaN or inf; zeros were executed) and
     ``solver_overflow`` int32 ``[N]`` (MuJoCo-Warp's overflow bits of the step's substeps, ORed; on rows with
-    ``active`` false they belong to no episode; zero for the other solvers: ``sim/overflow.py``)."""
+    ``active`` false they belong to no episode; zero for the other solvers: ``sim/solver.py``)."""
     state: dict[str, Any] = field(default_factory=dict)
     """The simulator state of each env after the step, each ``[N, ...]`` (``joint_q``, ``joint_qd`` and the
     task's own, e.g. ``target_pos``): what restores the world exactly (env.spec's ``state``); empty when the

@@ -3,7 +3,7 @@
 :class:`~forge_gpu._src.sim.env.VectorEnv` owns one and passes it to every hook of its task, so a task
 module imports this module (and ``tasks.base``), never the env. Arrays are indexed by world first
 (``[N, ...]``); a task reads and writes them only from kernels it launches. What a task adds itself (its
-observation fields, its calibration) it returns from ``bind`` (:class:`~forge_gpu._src.sim.tasks.base.TaskBinding`);
+observation fields, its calibration) it returns from ``bind`` (:class:`~forge_gpu._src.sim.task.TaskBinding`);
 the env then stores it here.
 """
 

@@ -20,7 +20,7 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.config import check_range
-from forge_gpu._src.sim.tasks.arm import _SCENE_ARGS, ArmParams, add_arm, add_table, arm_expert
+from forge_gpu._src.tasks.arm import _SCENE_ARGS, ArmParams, add_arm, add_table, arm_expert
 
 GOAL_THICKNESS = 0.001
 """Height of the goal marker (a flat square on the table top, visual only) [m]."""
@@ -33,7 +33,7 @@ _PAIRS = ("cube_position", "goal_position")
 def push_scene(builder, *, source: str = "", joint_lower, joint_upper, home_q, **sizes) -> None:
     """A task file's ``[model] builder`` (``forge_gpu.sim:push_scene``): the table (its top at z = 0, friction
     ``table_friction``), the pedestal, the goal square (shape ``goal``: half side ``goal_half_size`` [m], at
-    ``goal_position`` [x, y], visual only), the 4-joint arm of :func:`~forge_gpu._src.sim.tasks.arm.arm_scene`
+    ``goal_position`` [x, y], visual only), the 4-joint arm of :func:`~forge_gpu._src.tasks.arm.arm_scene`
     (friction ``pusher_friction``) at the pose ``home_q`` [rad] and the cube (body ``cube`` on a free joint, box
     shape ``cube_box``: edge ``cube_size`` [m], mass ``cube_mass`` [kg] with a solid cube's inertia, friction
     ``cube_friction``) resting at ``cube_position`` [x, y]. The cube touches the table and the pusher; nothing else

@@ -21,8 +21,8 @@ import numpy as np
 from forge_gpu._src.collect.collector import collect
 from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.instructions import TEMPLATE_KEY, episode_instructions
+from forge_gpu._src.evaluate.rows import EvaluationRows
 from forge_gpu._src.formats.registry import RecordingOptions
-from forge_gpu._src.sim.evaluate import EvaluationRows
 
 Z95 = 1.959963984540054
 """The normal quantile of a two-sided 95% interval."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import warp as wp
 
-from forge_gpu._src.sim.taskfile.numbers import finite_number
+from forge_gpu._src.tasks.taskfile.numbers import finite_number
 from forge_gpu.kernels.terms import TF_ARGS, TF_NOISE, TF_WEIGHT, TI_AXIS, TI_BODY, TI_BODY2, TI_COUNT, TI_LIST, Frame
 
 __all__ = ["Frame", "term", "param", "library", "TermDeclaration", "declaration",
@@ -111,7 +111,7 @@ def param(f: Frame, t: int, i: int) -> float:
 def library() -> dict[str, dict[str, str]]:
     """The library's terms: stage (``observations``, ``rewards``, ``conditions``: terminations and success) ->
     name -> what it is (docs/tasks.md lists them with their keys)."""
-    from forge_gpu._src.sim.taskfile import terms as index
+    from forge_gpu._src.tasks.taskfile import terms as index
 
     stages = {"observations": index.OBSERVATIONS, "rewards": index.REWARDS, "conditions": index.CONDITIONS}
     return {stage: {name: info.doc for name, info in table.items()} for stage, table in stages.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 
-from forge_gpu._src.sim.rl.gym import INSTALL, GymVectorEnv, network_fields
+from forge_gpu._src.rl.gym import INSTALL, GymVectorEnv, network_fields
 
 try:
     import torch

@@ -16,8 +16,8 @@ import math
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.sim.taskfile import ee_action
-from forge_gpu._src.sim.taskfile.model import probe
+from forge_gpu._src.tasks.taskfile import ee_action
+from forge_gpu._src.tasks.taskfile.model import probe
 
 SETTINGS = {
     # name: (default, lowest allowed); units in the docstring of pick_expert.
@@ -199,6 +199,6 @@ def _number(value) -> bool:
 
 
 def _sites(builder) -> dict:
-    from forge_gpu._src.sim.taskfile.plan import _sites as sites
+    from forge_gpu._src.tasks.taskfile.plan import _sites as sites
 
     return sites(builder)

@@ -28,7 +28,7 @@ def penetrations(model: dict, source: str, joint_q: np.ndarray) -> list[tuple[st
     import mujoco
     import newton
 
-    from forge_gpu._src.sim.taskfile.model import add_model
+    from forge_gpu._src.tasks.taskfile.model import add_model
 
     key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
     if key not in _WORLDS:

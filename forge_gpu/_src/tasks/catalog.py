@@ -1,10 +1,10 @@
 """The task catalog: task id -> Task class, for :func:`forge_gpu.sim.make` and ``forge-gpu collect``.
 
-A task file (a ``*.toml`` with a ``[model]`` section: a model file and its terms, ``sim/taskfile/``) needs no
+A task file (a ``*.toml`` with a ``[model]`` section: a model file and its terms, ``tasks/taskfile/``) needs no
 code: the shipped ones in ``configs/`` are registered below, another is registered by :func:`resolve_task` when
 ``make`` or ``forge-gpu collect`` is given its path. A task with its own code is one recipe (docs/ARCHITECTURE.md):
 a config ``configs/<id>.toml``, its Warp kernels in
-``kernels/<id>.py``, a module ``forge_gpu/_src/sim/tasks/<id>.py`` with a :class:`Task` subclass (its hooks
+``kernels/<id>.py``, a module ``forge_gpu/_src/tasks/<id>.py`` with a :class:`Task` subclass (its hooks
 take the :class:`~forge_gpu._src.sim.world.World`: see ``base.py``), and a registration: the tuple below for
 a task shipped with forge_gpu, or :func:`register_task` (with the config file's path) for a task that lives
 in another package. The env imports :mod:`tasks.base` alone, so it never loads this catalog or the tasks.
@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 
 from forge_gpu._src.sim.config import config_dir
-from forge_gpu._src.sim.taskfile.task import FileTask, file_task_class
-from forge_gpu._src.sim.tasks.base import Task, TaskSpec
+from forge_gpu._src.sim.task import Task, TaskSpec
+from forge_gpu._src.tasks.taskfile.task import FileTask, file_task_class
 
 TASKS: dict[str, type[Task]] = {}
 for _path in sorted(config_dir().glob("*.toml")):  # the shipped task files: a config with a [model] section

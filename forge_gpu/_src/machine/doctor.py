@@ -34,7 +34,7 @@ def run_checks() -> list[Check]:
 
     from forge_gpu._src.sim.capture import capture_unsupported, eager_cost
     from forge_gpu._src.sim.device import device_choice, gpu_present
-    from forge_gpu._src.sim.make import task_config
+    from forge_gpu._src.tasks.make import task_config
 
     checks = [Check("python", True, f"{platform.python_version()} on {platform.platform()}")]
     versions = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forge_gpu._src.sim.rl.gym import GymVectorEnv
+from forge_gpu._src.rl.gym import GymVectorEnv
 
 INSTALL_SKRL = "pip install 'forge-gpu[skrl]'"
 """What installs skrl."""

@@ -8,8 +8,8 @@ from forge_gpu._src.sim.config import load_config
 from forge_gpu._src.sim.device import default_device
 from forge_gpu._src.sim.env import VectorEnv
 from forge_gpu._src.sim.output import init_warp
-from forge_gpu._src.sim.tasks.base import Task
-from forge_gpu._src.sim.tasks.catalog import TASK_CONFIG_FILES, TASKS, resolve_task
+from forge_gpu._src.sim.task import Task
+from forge_gpu._src.tasks.catalog import TASK_CONFIG_FILES, TASKS, resolve_task
 
 
 def task_class(task: str | type[Task]) -> type[Task]:

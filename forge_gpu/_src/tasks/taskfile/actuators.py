@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from forge_gpu._src.sim.taskfile.modelfile import ModelFile, short_names
+from forge_gpu._src.tasks.taskfile.modelfile import ModelFile, short_names
 
 CTRL, TARGET, VELOCITY, EFFORT = 0, 1, 2, 3
 """How an action column reaches its actuator: MuJoCo's ``ctrl``, a position target, a velocity target, an effort."""

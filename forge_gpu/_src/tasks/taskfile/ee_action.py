@@ -16,8 +16,8 @@ the others), so ``replay --from state`` and ``--from actions`` both apply what t
 
 from __future__ import annotations
 
-from forge_gpu._src.sim.taskfile.modelfile import short_names
-from forge_gpu._src.sim.taskfile.numbers import finite_number
+from forge_gpu._src.tasks.taskfile.modelfile import short_names
+from forge_gpu._src.tasks.taskfile.numbers import finite_number
 
 KIND = "ee_delta"
 KEYS = ("site", "body", "offset", "frame", "ik_damping", "max_joint_step", "max_lag")

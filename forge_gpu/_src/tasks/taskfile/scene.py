@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from forge_gpu._src.sim.taskfile.numbers import finite_number
+from forge_gpu._src.tasks.taskfile.numbers import finite_number
 
 SHAPES = ("box", "cylinder", "sphere")
 SCENE_KEYS = ("shape", "size", "radius", "height", "static", "position", "rotation", "mass", "friction", "color")

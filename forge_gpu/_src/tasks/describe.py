@@ -6,10 +6,10 @@ import dataclasses
 from pathlib import Path
 
 from forge_gpu._src.core.cameras import FRONT, camera_fields
-from forge_gpu._src.sim.taskfile.model import model_file
-from forge_gpu._src.sim.taskfile.plan import POLICY
-from forge_gpu._src.sim.taskfile.task import FileTask
-from forge_gpu._src.sim.tasks.catalog import TASKS, resolve_task
+from forge_gpu._src.tasks.catalog import TASKS, resolve_task
+from forge_gpu._src.tasks.taskfile.model import model_file
+from forge_gpu._src.tasks.taskfile.plan import POLICY
+from forge_gpu._src.tasks.taskfile.task import FileTask
 
 
 def task_lines() -> list[str]:
@@ -27,9 +27,9 @@ def describe_task(name: str, variant: str = "") -> list[str]:
     """The lines that describe task ``name`` (an id or a task file; ``variant``: one of its variants): the robot
     (model, joints, bodies, action, reset, expert) and the task on it (command, observations by group, rewards,
     terminations, success), fields, params, variants."""
-    from forge_gpu._src.sim.make import task_config
     from forge_gpu._src.sim.output import init_warp
-    from forge_gpu._src.sim.taskfile.compose import compose
+    from forge_gpu._src.tasks.make import task_config
+    from forge_gpu._src.tasks.taskfile.compose import compose
 
     init_warp()
     task_id = resolve_task(name)

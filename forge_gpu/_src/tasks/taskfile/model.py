@@ -16,10 +16,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from forge_gpu._src.sim.taskfile.modelfile import ModelFile, read_model_file, short_names
-from forge_gpu._src.sim.taskfile.numbers import finite_number
-from forge_gpu._src.sim.taskfile.scene import add_scene, scene_entries
-from forge_gpu._src.sim.trust import check_import
+from forge_gpu._src.tasks.taskfile.modelfile import ModelFile, read_model_file, short_names
+from forge_gpu._src.tasks.taskfile.numbers import finite_number
+from forge_gpu._src.tasks.taskfile.scene import add_scene, scene_entries
+from forge_gpu._src.tasks.taskfile.trust import check_import
 
 MODEL_KEYS = (
     "asset", "file", "builder", "args", "position", "rotation", "floating", "ground", "contacts", "ignore_names",
@@ -299,7 +299,7 @@ def probe_actuators(model: dict, source: str):
     """The model's own actuators (``actuators.model_actuators``) of the :func:`probe` of ``[model]``."""
     import json
 
-    from forge_gpu._src.sim.taskfile.actuators import model_actuators
+    from forge_gpu._src.tasks.taskfile.actuators import model_actuators
 
     key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
     if key not in _ACTUATORS:

@@ -143,10 +143,10 @@ def precompile(tasks: list[str], archs: list, out: Path, only=None, say=print) -
     before is not loaded again, so not built."""
     import warp as wp
 
-    from forge_gpu._src.sim.evaluate import EvaluationRows
-    from forge_gpu._src.sim.make import make
+    from forge_gpu._src.evaluate.rows import EvaluationRows
     from forge_gpu._src.sim.output import init_warp
     from forge_gpu._src.sim.policies import make_policy
+    from forge_gpu._src.tasks.make import make
 
     init_warp()
     builder = _Builder(archs, out / wp.config.version, only, say)

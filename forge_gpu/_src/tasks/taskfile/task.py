@@ -19,12 +19,15 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, camera_fields
+from forge_gpu._src.sim.camera import BACKGROUND, WorldCameras, new_sensor, newton_transform
 from forge_gpu._src.sim.randomize import Parameter
-from forge_gpu._src.sim.taskfile import actuators, codegen, ee_action, modelfile, penetration, stored
-from forge_gpu._src.sim.taskfile.compose import compose
-from forge_gpu._src.sim.taskfile.model import add_model, model_file, model_info, probe_actuators
-from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
-from forge_gpu._src.sim.taskfile.spec import (
+from forge_gpu._src.sim.task import Task, TaskBinding, TaskSpec
+from forge_gpu._src.sim.world import World
+from forge_gpu._src.tasks.taskfile import actuators, codegen, ee_action, modelfile, penetration, stored
+from forge_gpu._src.tasks.taskfile.compose import compose
+from forge_gpu._src.tasks.taskfile.model import add_model, model_file, model_info, probe_actuators
+from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
+from forge_gpu._src.tasks.taskfile.spec import (
     CAMERA_OFFSETS,
     FileParams,
     catalog,
@@ -34,10 +37,7 @@ from forge_gpu._src.sim.taskfile.spec import (
     resolved,
     run_template,
 )
-from forge_gpu._src.sim.tasks.base import Task, TaskBinding, TaskSpec
-from forge_gpu._src.sim.tasks.camera import BACKGROUND, WorldCameras, new_sensor, newton_transform
-from forge_gpu._src.sim.trust import check_import
-from forge_gpu._src.sim.world import World
+from forge_gpu._src.tasks.taskfile.trust import check_import
 from forge_gpu.kernels import ik as ik_kernels
 from forge_gpu.kernels import taskfile as kernels
 from forge_gpu.kernels import terms
@@ -722,7 +722,7 @@ def camera_layout(cameras: list[dict]) -> dict:
 
 class FileCamera:
     """One camera of a task file (``[[observations]] term = "camera"``) in every world, its fields and its
-    calibration, rendered by the RGB-D machinery of the arm tasks (``tasks/camera.py``: one pinhole camera per
+    calibration, rendered by the RGB-D machinery of the arm tasks (``sim/camera.py``: one pinhole camera per
     world, all worlds in one ``SensorCamera`` call).
 
     It adds the fields ``rgb`` uint8 [S, S, 3] and (``depth = true``, the default) ``depth`` float32 [S, S] [m]

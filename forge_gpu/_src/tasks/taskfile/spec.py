@@ -23,9 +23,9 @@ import numpy as np
 from forge_gpu._src.core.cameras import FRONT, check_name
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
-from forge_gpu._src.sim.taskfile.compose import compose, merge
-from forge_gpu._src.sim.taskfile.numbers import plain_number
-from forge_gpu._src.sim.taskfile.plan import Plan, plan_task
+from forge_gpu._src.tasks.taskfile.compose import compose, merge
+from forge_gpu._src.tasks.taskfile.numbers import plain_number
+from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
@@ -304,7 +304,7 @@ OBJECT_KEYS = {
 def placements(params: FileParams) -> dict[str, Parameter]:
     """The parameters of ``[objects]`` (:data:`OBJECT_KEYS`) and of the ``[targets]`` placed by a parameter
     (``position = [x, y]``: ``NAME_position``), nominal the file's values (``params`` resolved)."""
-    from forge_gpu._src.sim.taskfile.plan import object_entries
+    from forge_gpu._src.tasks.taskfile.plan import object_entries
 
     offered = {}
     for entry in object_entries(params.objects, params.file, None):
@@ -335,7 +335,7 @@ def visuals(params: FileParams) -> dict[str, Parameter]:
     offered = {}
     colors = params.shape_colors
     if colors:
-        from forge_gpu._src.sim.taskfile.model import probe, short_names
+        from forge_gpu._src.tasks.taskfile.model import probe, short_names
 
         if not isinstance(colors, dict):
             raise ValueError(f"{params.file}: [shape_colors] must be a table of parameter name -> shape name")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forge_gpu._src.sim.rl.gym import GymVectorEnv, network_fields
+from forge_gpu._src.rl.gym import GymVectorEnv, network_fields
 
 INSTALL_SB3 = "pip install 'forge-gpu[sb3]'"
 """What installs Stable-Baselines3."""
