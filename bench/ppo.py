@@ -47,7 +47,7 @@ class Trainer:
         from rsl_rl.runners import OnPolicyRunner
 
         import forge_gpu
-        from forge_gpu._src.rl.rsl import default_train_config, track_policy_version
+        from forge_gpu.sim import default_train_config, track_policy_version
 
         settings = TASKS[task][1]
         self.steps_per_iteration = settings["num_steps_per_env"]
@@ -130,7 +130,7 @@ def train(task: str, args, overrides: dict) -> dict:
     import torch
 
     import forge_gpu
-    from forge_gpu._src.rl.rsl import export_policy
+    from forge_gpu.sim import export_policy
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.torch_threads)

@@ -1,5 +1,6 @@
 """forge_gpu.reading: reading runs (numpy alone; torch on first use of the torch datasets): episodes, training
-windows, and what checks or shows a run: ``inspect_run``, ``verify_run``, ``report``, ``view_run``."""
+windows, and what checks or shows a run: ``inspect_run``, ``verify_run``, ``report``, ``view_run``; ``mounted_camera_to_world``: a mounted
+camera's pose at each frame from the recorded state."""
 
 from forge_gpu._surface import lazy_names
 
@@ -19,6 +20,7 @@ NAMES = {
     "verify_run": "forge_gpu._src.reading.verify",
     "report": "forge_gpu._src.reading.report",
     "view_run": "forge_gpu._src.reading.view",
+    "mounted_camera_to_world": "forge_gpu._src.core.cameras",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)
