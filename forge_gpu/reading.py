@@ -1,6 +1,6 @@
 """forge_gpu.reading: reading runs (numpy alone; torch on first use of the torch datasets): episodes, training
-windows, and what checks or shows a run: ``inspect_run``, ``verify_run``, ``report``, ``view_run``; ``mounted_camera_to_world``: a mounted
-camera's pose at each frame from the recorded state."""
+windows, and what checks or shows a run: ``inspect_run``, ``verify_run``, ``report``, ``view_run``;
+``mounted_camera_to_world``: a mounted camera's pose at each frame from the recorded state."""
 
 from forge_gpu._surface import lazy_names
 
