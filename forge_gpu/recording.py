@@ -21,7 +21,7 @@ NAMES = {
     "PackedRecorder": "forge_gpu._src.formats.packed.write",
     "NpzRecorder": "forge_gpu._src.formats.npz.write",
     "evaluate": "forge_gpu._src.evaluate.run",
-    "Evaluation": "forge_gpu._src.evaluate.run",
+    "Evaluation": "forge_gpu._src.evaluate.figures",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

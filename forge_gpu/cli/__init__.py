@@ -7,13 +7,13 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
-The code is in six modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
-recording flags, one per ``RecordingOptions`` field), ``_sim`` (the commands that simulate: collect, evaluate, replay,
-tasks, doctor, precompile), ``_data`` (the commands that read runs: inspect, verify, render, repair, convert, export,
-stats),
-``_curate`` (the commands that write runs of other runs' episodes: select, merge, split) and ``_look`` (the
-commands that show a run to a person: report, view). Only ``_sim``'s commands import Warp and Newton, and only
-when they run.
+The code is in eleven modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
+recording flags, one per ``RecordingOptions`` field); the commands that simulate, one module each: ``_collect``,
+``_evaluate``, ``_replay``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy options) and
+``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect, verify, render,
+repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
+split) and ``_look`` (the commands that show a run to a person: report, view). Only the simulating commands import
+Warp and Newton, and only when they run.
 """
 
 from __future__ import annotations
@@ -27,12 +27,17 @@ import warnings
 from forge_gpu._src.formats.registry import FORMATS
 from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 
+from ._collect import cmd_collect
 from ._common import UsageError
 from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
+from ._evaluate import cmd_evaluate
 from ._look import add_look_commands
+from ._machine import cmd_doctor, cmd_precompile
+from ._policy import add_policy_options
 from ._recording import add_codec_option, add_recording_options, compression_choices
-from ._sim import add_policy_options, cmd_collect, cmd_doctor, cmd_evaluate, cmd_precompile, cmd_replay, cmd_tasks
+from ._replay import cmd_replay
+from ._tasks import cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.evaluate.run import mean_interval, wilson
+from forge_gpu._src.evaluate.figures import mean_interval, wilson
 from forge_gpu._src.sim.policies import load_policy
 from forge_gpu.cli import main
 

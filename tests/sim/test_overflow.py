@@ -118,7 +118,7 @@ def test_the_workers_reports_are_summed_and_said_once_for_the_dataset(capsys):
     one) and the command line says each kind once, for all of them."""
     from forge_gpu._src.collect.distributed import DatasetSummary
     from forge_gpu._src.sim.solver import merge_reports
-    from forge_gpu.cli._sim import print_dataset_summary
+    from forge_gpu.cli._collect import print_dataset_summary
 
     a = _tally([([BROADPHASE, 0, LINESEARCH], [1, 1, 1], [1, 0, 0]), ([0, 0, 0], [0, 1, 1], [0, 0, 0])])
     b = _tally([([0, LINESEARCH, 0], [1, 1, 1], [0, 1, 0])])

@@ -1,0 +1,48 @@
+"""Choosing a task: the task arguments ``collect``, ``evaluate`` and ``replay`` share (``TASK``, ``--task-file``,
+``--set``, ``--trust-code``), checked before Warp loads, and ``forge-gpu tasks``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._common import (
+    UsageError,
+    parse_set,
+)
+
+
+def task_arguments(args) -> tuple[dict, bool]:
+    """``collect``'s and ``evaluate``'s task, ``--set`` and ``--policy``, checked without Warp: the overrides and
+    whether the task is a task file."""
+    from forge_gpu._src.sim.names import check_policy_name, shipped_tasks
+
+    overrides = parse_set(args.set or [])
+    for reserved in ("num_envs", "seed", "device", "variant"):
+        if reserved in overrides:
+            raise UsageError(f"--set {reserved}=...: use the --{reserved.replace('num_', '')} option instead")
+    task_file = str(args.task).endswith(".toml")  # a task file: read and checked against its model below
+    if task_file and not Path(args.task).is_file():
+        raise UsageError(f"task file {args.task}: no such file")
+    if not task_file and args.task not in shipped_tasks():
+        known = ", ".join(shipped_tasks())
+        raise UsageError(f"unknown task {args.task!r}; known tasks are {known} (or the path of a task file *.toml)")
+    try:
+        check_policy_name(args.policy)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if getattr(args, "variant", None):
+        overrides["variant"] = args.variant
+    return overrides, task_file
+
+
+def cmd_tasks(args) -> int:
+    """``forge-gpu tasks``: the tasks (id, kind, instruction); ``forge-gpu tasks ID``: one task's model, terms
+    and fields."""
+    from forge_gpu._src.tasks.describe import describe_task, task_lines
+
+    try:
+        lines = task_lines() if args.task is None else describe_task(args.task, variant=args.variant or "")
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    print("\n".join(lines))
+    return 0
