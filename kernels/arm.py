@@ -1,5 +1,8 @@
 """Arm kernels shared by the arm tasks (``reach``, ``push``): joint position targets, the arm's inverse kinematics,
-a marker's place.
+a marker's place; and reach's expert (``forge_gpu/_src/tasks/arm.py``'s ``reach_expert``): the arm's IK of the target,
+approached a bounded step at a time. reach's ``proprio`` is ``[q (4), qd (4), end effector position (3), target
+position (3)]``: joint coordinates ``[yaw, shoulder, elbow, wrist]`` [rad], their velocities [rad/s], positions in
+the world frame [m].
 
 Per-world layout: the arm's joint coordinates come first, ``[yaw, shoulder, elbow, wrist]`` [rad] (yaw about
 +z, the three pitch joints about the link's +y, each link extending along its local +z). Launched by the arm
@@ -85,3 +88,38 @@ def place_marker_kernel(
     worldid = wp.tid()
     if reset_mask_in[worldid]:
         shape_transform_out[marker_shape[worldid]] = wp.transform(position_in[worldid] + offset, wp.quat_identity())
+
+PROPRIO_EE = wp.constant(8)
+"""Offset of the end effector position in ``proprio``."""
+PROPRIO_TARGET = wp.constant(11)
+"""Offset of the target position in ``proprio``."""
+
+
+@wp.kernel
+def reach_expert_kernel(
+    # Model:
+    shoulder_height: float,
+    upper_arm: float,
+    forearm: float,
+    hand: float,
+    max_step: float,
+    action_low: wp.array[float],
+    action_high: wp.array[float],
+    action_scale: wp.array[float],
+    # Data in:
+    proprio_in: wp.array2d[float],
+    # Data out:
+    action_out: wp.array2d[float],
+):
+    """Analytic IK of the target, approached at most ``max_step`` [rad] per step from the measured pose."""
+    worldid = wp.tid()
+    target = wp.vec3(
+        proprio_in[worldid, PROPRIO_TARGET],
+        proprio_in[worldid, PROPRIO_TARGET + 1],
+        proprio_in[worldid, PROPRIO_TARGET + 2],
+    )
+    goal = reach_ik(target, shoulder_height, upper_arm, forearm, hand)
+    for j in range(4):
+        q = proprio_in[worldid, j]
+        command = q + wp.clamp(goal[j] - q, -max_step, max_step)
+        action_out[worldid, j] = wp.clamp(command / action_scale[j], action_low[j], action_high[j])

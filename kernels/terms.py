@@ -1,8 +1,8 @@
 """The term library of file-based tasks: Warp functions over one world's :class:`Frame` (what each takes, and its
 TOML name: ``forge_gpu/_src/tasks/taskfile/terms.py``).
 
-A term is a ``@wp.func`` of a fixed signature, so that a task's generated kernels (``tasks/taskfile/codegen.py``) call its
-terms one after the other in one kernel per stage, whatever their number:
+A term is a ``@wp.func`` of a fixed signature, so that a task's generated kernels (``tasks/taskfile/codegen.py``) call
+its terms one after the other in one kernel per stage, whatever their number:
 
 - an observation writes its values into ``out[worldid, col:]`` and returns the next column:
   ``(f: Frame, worldid: int, t: int, out: wp.array2d[float], col: int) -> int``;

@@ -142,7 +142,7 @@ VISUALS = {
     "table_color": Parameter((3,), TABLE_COLOR, "the table top's colour (linear RGB in [0, 1])"),
     **CAMERA_VISUALS,
 }
-"""reach's own randomizable parameters (applied by ``kernels.reach.apply_params_kernel``). Newton's
+"""reach's own randomizable parameters (applied by ``apply_params_kernel`` above). Newton's
 ``SensorCamera`` shares its lights and its rays (hence the field of view) across worlds, so neither can vary
 per world."""
 

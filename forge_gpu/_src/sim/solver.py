@@ -18,7 +18,7 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.sim.config import TaskConfig
-from forge_gpu.kernels import env as kernels
+from forge_gpu.kernels import solver as kernels
 
 
 def check_solver(config: TaskConfig, has_contacts: bool) -> None:

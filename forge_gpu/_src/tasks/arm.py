@@ -245,7 +245,7 @@ def reach_expert(task, world, settings: dict):
     (the hand pointing down onto it), approached at most ``max_step`` [rad] per step from the measured pose.
     ``settings``: ``max_step`` and the arm's ``shoulder_height``, ``upper_arm_length``, ``forearm_length``,
     ``hand_length`` [m]. It reads ``proprio`` as ``[q (4), qd (4), tip (3), target (3)]``."""
-    from forge_gpu.kernels import reach as reach_kernels
+    from forge_gpu.kernels import arm as arm_kernels
 
     keys = ("shoulder_height", "upper_arm_length", "forearm_length", "hand_length", "max_step")
     file = task.config.params.file
@@ -254,4 +254,4 @@ def reach_expert(task, world, settings: dict):
     if task.spec.proprio_dim != 14 or task.spec.action_dim != 4:
         raise ValueError(f"{file}: [expert] reach_expert needs 4 joint targets and proprio [q, qd, tip, target] (14)")
     geometry = SimpleNamespace(**{k: float(settings[k]) for k in keys[:4]})
-    return arm_expert(world, geometry, reach_kernels.expert_kernel, [float(settings["max_step"])], ("proprio",))
+    return arm_expert(world, geometry, arm_kernels.reach_expert_kernel, [float(settings["max_step"])], ("proprio",))
