@@ -7,8 +7,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md", ROOT / "bench" / "README.md"]
-PRIVATE_IMPORT = re.compile(r"(?:\bfrom\s+|\bimport\s+|-m\s+|import_module\(\s*['\"])forge_gpu\._src\b")
-"""An import of a private module: ``from``/``import`` statements, ``python -m``, ``importlib.import_module``."""
+PRIVATE_IMPORT = re.compile(r"\bforge_gpu\._src\b")
+"""A private module named as Python names it (``from``/``import`` statements, ``python -m``, ``import_module``, or a
+dotted name in prose, which reads as one to import): a page names a file of the package as a path,
+``forge_gpu/_src/...``, where it says where something is done."""
 
 
 def private_imports(text: str) -> list[int]:
@@ -35,6 +37,7 @@ def test_the_check_sees_each_way_of_importing_and_not_a_file_path():
             "from forge_gpu.sim import make",
             "`forge_gpu/_src/sim/overflow.py` counts it",
             "import forge_gpu._srcs",
+            "`forge_gpu._src.core.cameras.mounted_camera_to_world` computes it",  # 8
         ]
     )
-    assert private_imports(text) == [1, 2, 3, 4]
+    assert private_imports(text) == [1, 2, 3, 4, 8]
