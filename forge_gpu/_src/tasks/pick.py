@@ -16,6 +16,7 @@ import math
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.checks import finite_number, number_list
 from forge_gpu._src.tasks.taskfile import ee_action
 from forge_gpu._src.tasks.taskfile.model import probe
 
@@ -115,7 +116,7 @@ def pick_expert(task, world, settings: dict):
             raise ValueError(f"{where}.place = {place!r}: expected a body or a [targets] name ({held}) or [x, y, z]")
         place_mode, place_body = kernels.PLACE_BODY, bodies.index(place)
     elif place is not None:
-        if not (isinstance(place, list) and len(place) == 3 and all(_number(v) for v in place)):
+        if not number_list(place, 3):
             raise ValueError(f"{where}.place = {place!r}: expected a body's name or [x, y, z] [m]")
         place_mode, place_point = kernels.PLACE_POINT, tuple(float(v) for v in place)
     numbers = {}
@@ -123,7 +124,7 @@ def pick_expert(task, world, settings: dict):
         value = settings.get(key, default)
         if value is None:
             raise ValueError(f"{where}: pick_expert needs {key} (the gripper column's value, action units)")
-        if not _number(value) or value < low:
+        if not finite_number(value) or value < low:
             raise ValueError(f"{where}.{key} = {value!r}: expected a number >= {low:g}")
         numbers[key] = float(value)
     dt = float(world.config.control_dt)
@@ -192,10 +193,6 @@ def pick_expert(task, world, settings: dict):
     act.phase = state["phase"]
     """The phase of each world (``kernels/pick.py``'s ``PHASES``), for tests and a look at where it stands."""
     return act
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _sites(builder) -> dict:

@@ -16,8 +16,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from forge_gpu._src.core.checks import finite_number, number_list
 from forge_gpu._src.tasks.taskfile.modelfile import ModelFile, read_model_file, short_names
-from forge_gpu._src.tasks.taskfile.numbers import finite_number
 from forge_gpu._src.tasks.taskfile.scene import add_scene, scene_entries
 from forge_gpu._src.tasks.taskfile.trust import check_import
 
@@ -86,7 +86,7 @@ def check_model_values(model: dict, source: str) -> None:
 
     def numbers(key: str, count: int) -> None:
         value = model[key]
-        if not (isinstance(value, list) and len(value) == count and all(finite_number(v) for v in value)):
+        if not number_list(value, count):
             raise ValueError(f"{source}: model.{key} = {value!r}: expected a list of {count} numbers")
 
     for key, count in (("position", 3), ("rotation", 4)):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_gpu._src.core.cameras import FRONT, camera_fields, check_name
+from forge_gpu._src.core.checks import finite_number, plain_number
 from forge_gpu._src.sim.camera import check_pose
 from forge_gpu._src.tasks.taskfile import ee_action, terms, user_terms
 from forge_gpu._src.tasks.taskfile.actuators import actuator_columns
@@ -30,7 +31,6 @@ from forge_gpu._src.tasks.taskfile.model import (
     short_names,
     user_module,
 )
-from forge_gpu._src.tasks.taskfile.numbers import finite_number, plain_number
 
 _ACTION_KEYS = ("kind", "joints", "scale", "low", "high", "stiffness", "damping", "clip_to_limits", "relative",
                 "follow", *ee_action.KEYS)  # fmt: skip

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from forge_gpu._src.core.cameras import FRONT, check_name
-from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
+from forge_gpu._src.core.checks import check_range, number_list, plain_number
+from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.tasks.taskfile.compose import compose, merge
-from forge_gpu._src.tasks.taskfile.numbers import plain_number
 from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
@@ -113,9 +113,7 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
             held = ", ".join(declared) or "none"
             raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
         if isinstance(declared[name], list):  # a list of numbers, of the declared length
-            if not (
-                isinstance(value, list) and len(value) == len(declared[name]) and all(plain_number(v) for v in value)
-            ):
+            if not number_list(value, len(declared[name]), finite=False):
                 raise ValueError(f"{source}: params.{name} = {value!r}: expected {len(declared[name])} numbers")
         elif (
             isinstance(declared[name], dict)
@@ -425,7 +423,7 @@ def run_template(template: dict, randomized: set[str], offered: dict[str, Parame
 
 
 def _per_joint(value, count: int, where: str) -> list[float]:
-    values = [value] * count if isinstance(value, int | float) and not isinstance(value, bool) else value
+    values = [value] * count if plain_number(value) else value
     if not isinstance(values, list) or len(values) != count or not all(isinstance(v, int | float) for v in values):
         raise ValueError(f"{where} = {value!r}: expected a number or a list of {count} numbers (one per action joint)")
     return [float(v) for v in values]
