@@ -10,7 +10,7 @@ import pytest
 
 import forge_gpu
 from forge_gpu._src.core.instructions import episode_instructions
-from forge_gpu._src.tasks.taskfile.task import per_world
+from forge_gpu._src.tasks.taskfile.model import per_world
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 # task file, variant, the steps the expert needs (its success first shows by step 139, 198, 201 and 210 at seed 2),

@@ -1,6 +1,6 @@
 """One pinhole RGB-D camera per world, all rendered in one call of Newton's ``SensorCamera``, and its
 calibration in OpenCV's conventions. Used by the camera tasks (``reach``, ``push``) and by a task file's camera
-(``tasks/taskfile/task.py``)."""
+(``tasks/taskfile/cameras.py``)."""
 
 from __future__ import annotations
 

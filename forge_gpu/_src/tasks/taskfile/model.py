@@ -307,6 +307,20 @@ def probe_actuators(model: dict, source: str):
     return _ACTUATORS[key]
 
 
+def per_world(labels, name: str, n: int, device):
+    """The index of the entry labelled ``name`` (its last path component) in each of the ``n`` worlds, int32 [N]
+    (the worlds are added in order, so the i-th match belongs to world i): a ``wp.array``."""
+    import numpy as np
+    import warp as wp
+
+    found = np.flatnonzero(np.array(short_names(labels)) == name)
+    if len(found) != n:
+        raise ValueError(
+            f"shape or body {name!r}: found {len(found)} in {n} worlds; give each world's one its own name"
+        )
+    return wp.array(found.astype(np.int32), device=device)
+
+
 def params_module_name(module) -> str:
     return getattr(module, "__forge_gpu_given__", module.__name__)
 
