@@ -128,7 +128,7 @@ CYLINDER = {"body": "can", "shape": "can", "mass": 0.2, "friction": 0.8, "positi
 )
 def test_a_bad_cylinder_is_refused_in_one_line(extra, message):
     """A cylinder object missing a dimension, with one <= 0 or not a number, or with a cube's size besides."""
-    from forge_gpu._src.tasks.taskfile.plan import object_entries
+    from forge_gpu._src.tasks.taskfile.objects import object_entries
 
     with pytest.raises(ValueError, match=message) as caught:
         object_entries({"can": {**CYLINDER, **extra}}, "f.toml", None)

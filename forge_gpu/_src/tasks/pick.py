@@ -19,6 +19,7 @@ import warp as wp
 from forge_gpu._src.core.checks import finite_number, number_list
 from forge_gpu._src.tasks.taskfile import ee_action
 from forge_gpu._src.tasks.taskfile.model import probe
+from forge_gpu._src.tasks.taskfile.model import sites as model_sites
 
 SETTINGS = {
     # name: (default, lowest allowed); units in the docstring of pick_expert.
@@ -88,7 +89,7 @@ def pick_expert(task, world, settings: dict):
         raise ValueError(f"{where}: pick_expert needs [action] kind = 'position' or '{ee_action.KIND}', not {kind!r}")
     builder = probe(task.file.model, file)
     bodies = plan.body_names
-    sites = {name: value for name, value in _sites(builder).items()}
+    found = model_sites(builder)
 
     def body(key: str) -> int:
         name = settings.get(key)
@@ -100,9 +101,9 @@ def pick_expert(task, world, settings: dict):
         raise ValueError(f'{where}: pick_expert needs object = "<the body it grasps>"')
     object_body = body("object")
     site = settings.get("site", "tcp")
-    if site not in sites:
-        raise ValueError(f"{where}.site = {site!r}: no such site; the model's sites are {', '.join(sites) or 'none'}")
-    point_body, offset = sites[site]
+    if site not in found:
+        raise ValueError(f"{where}.site = {site!r}: no such site; the model's sites are {', '.join(found) or 'none'}")
+    point_body, offset = found[site]
     place = settings.get("place")
     place_mode, place_body, place_point = kernels.PLACE_NONE, -1, (0.0, 0.0, 0.0)
     targets = [t["name"] for t in plan.targets]
@@ -195,7 +196,3 @@ def pick_expert(task, world, settings: dict):
     return act
 
 
-def _sites(builder) -> dict:
-    from forge_gpu._src.tasks.taskfile.plan import _sites as sites
-
-    return sites(builder)

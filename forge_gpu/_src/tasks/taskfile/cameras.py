@@ -1,13 +1,59 @@
-"""The cameras of a task file (``[[observations]] term = "camera"``): the fields they add, and
-:class:`FileCameras`, which renders them in every world each step."""
+"""The cameras of a task file (``[[observations]] term = "camera"``): :func:`camera_entry` checks one, the
+fields they add (:func:`camera_layout`), and :class:`FileCameras`, which renders them in every world each step."""
 
 from __future__ import annotations
 
 import warp as wp
 
-from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, camera_fields
-from forge_gpu._src.sim.camera import BACKGROUND, WorldCameras, new_sensor, newton_transform
+from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, camera_fields, check_name
+from forge_gpu._src.core.checks import plain_number
+from forge_gpu._src.sim.camera import BACKGROUND, WorldCameras, check_pose, new_sensor, newton_transform
+from forge_gpu._src.tasks.taskfile.entries import check_keys
 from forge_gpu.kernels import taskfile as kernels
+
+CAMERA_KEYS = ("term", "name", "size", "fov", "position", "look_at", "up", "follow", "mount", "depth", "enabled")
+SIZES = (8, 512)
+"""The square image sizes [px] a task file's camera takes."""
+
+
+def camera_entry(entry: dict, where: str, source: str, body) -> dict:
+    """The checked camera of ``entry`` (``body(name, key)`` resolves a body name to its index): its name (``front``
+    when unnamed), image size, field of view, pose (``position`` looking at ``look_at`` with ``up`` toward image
+    up; in the world frame, offsets from a ``follow`` body's position, or in a ``mount`` body's frame), depth on or
+    off."""
+    check_keys(entry, CAMERA_KEYS, where, "camera takes", source)
+    name = check_name(entry.get("name", FRONT), f"{source}: {where}.name")
+    size, fov, depth = entry.get("size", 64), entry.get("fov", 45.0), entry.get("depth", True)
+    if not isinstance(size, int) or isinstance(size, bool) or not SIZES[0] <= size <= SIZES[1]:
+        raise ValueError(f"{source}: {where}.size = {size!r}: expected a whole number of pixels in {list(SIZES)}")
+    if not plain_number(fov) or not 5.0 <= fov <= 120.0:
+        raise ValueError(f"{source}: {where}.fov = {fov!r}: expected a field of view in [5, 120] degrees")
+    if not isinstance(depth, bool):
+        raise ValueError(f"{source}: {where}.depth = {depth!r}: expected true or false")
+    enabled = entry.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"{source}: {where}.enabled = {enabled!r}: expected true or false")
+    for key in ("position", "look_at"):
+        if not isinstance(entry.get(key), list):
+            raise ValueError(f"{source}: {where}: camera needs {key} = [x, y, z] (metres)")
+    up = entry.get("up", [0.0, 0.0, 1.0])
+    if not isinstance(up, list):
+        raise ValueError(f"{source}: {where}.up = {up!r}: expected 3 values (a direction)")
+    check_pose(entry["position"], entry["look_at"], f"{source}: {where}.position", f"{where}.look_at", up=up,
+               up_key=f"{where}.up")  # fmt: skip
+    if "follow" in entry and "mount" in entry:
+        raise ValueError(
+            f"{source}: {where}: a camera takes follow (translates with a body) or mount (rides with "
+            f"its full pose), not both; got follow = {entry['follow']!r}, mount = {entry['mount']!r}"
+        )
+    follow = body(entry["follow"], f"{where}.follow") if "follow" in entry else -1
+    mount = body(entry["mount"], f"{where}.mount") if "mount" in entry else -1
+    return {
+        "name": name, "size": size, "fov": float(fov), "position": [float(v) for v in entry["position"]],
+        "look_at": [float(v) for v in entry["look_at"]], "up": [float(v) for v in up], "follow": follow,
+        "follow_name": entry.get("follow"), "mount": mount, "mount_name": entry.get("mount"), "depth": depth,
+        "enabled": enabled,
+    }  # fmt: skip
 
 
 def camera_layout(cameras: list[dict]) -> dict:

@@ -2,7 +2,8 @@
 example asset) or a model builder in code (``builder = "module:function"``, for a model made of parameters).
 
 :func:`add_model` adds it to a builder as ``[model]`` says; :func:`probe` builds one world of it, once per process,
-for ``plan.plan_task`` to bind the file's names to.
+for ``plan.plan_task`` to bind the file's names to; :func:`sites` and :func:`per_world` find its names (a site in a
+body, a shape or body in each world).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_gpu._src.core.checks import finite_number, number_list
+from forge_gpu._src.tasks.taskfile.entries import check_keys
 from forge_gpu._src.tasks.taskfile.modelfile import ModelFile, read_model_file, short_names
 from forge_gpu._src.tasks.taskfile.scene import add_scene, scene_entries
 from forge_gpu._src.tasks.taskfile.trust import check_import
@@ -280,9 +282,7 @@ def probe(model: dict, source: str):
     init_warp()  # quietly, before Newton's import starts Warp
     import newton
 
-    for key in model:
-        if key not in MODEL_KEYS:
-            raise ValueError(f"{source}: unknown key model.{key}; allowed keys are {', '.join(MODEL_KEYS)}")
+    check_keys(model, MODEL_KEYS, "model", "allowed keys are", source)
     check_model_values(model, source)
     key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
     if key not in _PROBES:
@@ -307,7 +307,21 @@ def probe_actuators(model: dict, source: str):
     return _ACTUATORS[key]
 
 
-def per_world(labels, name: str, n: int, device):
+def sites(builder) -> dict[str, tuple[int, list[float]]]:
+    """The model's sites (MJCF ``<site>``, kept by Newton as shapes flagged SITE): name -> (body, position and
+    quaternion xyzw in the body's frame)."""
+    import newton
+
+    found = {}
+    for label, body, flags, pose in zip(
+        short_names(builder.shape_label), builder.shape_body, builder.shape_flags, builder.shape_transform, strict=True
+    ):
+        if int(flags) & int(newton.ShapeFlags.SITE) and int(body) >= 0:
+            found[label] = (int(body), [float(v) for v in pose])
+    return found
+
+def per_world(labels
+, name: str, n: int, device):
     """The index of the entry labelled ``name`` (its last path component) in each of the ``n`` worlds, int32 [N]
     (the worlds are added in order, so the i-th match belongs to world i): a ``wp.array``."""
     import numpy as np

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from forge_gpu._src.core.checks import finite_number, number_list
+from forge_gpu._src.tasks.taskfile.entries import named_entries
 
 SHAPES = ("box", "cylinder", "sphere")
 SCENE_KEYS = ("shape", "size", "radius", "height", "static", "position", "rotation", "mass", "friction", "color")
@@ -31,14 +32,8 @@ def scene_entries(scene, source: str) -> list[dict]:
     if not isinstance(scene, dict):
         raise ValueError(f"{source}: model.scene = {scene!r}: expected tables [model.scene.NAME]")
     out = []
-    for name, entry in scene.items():
+    for name, entry in named_entries(scene, "model.scene", SCENE_KEYS, "allowed keys are", source, show=repr):
         where = f"{source}: model.scene.{name}"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where} = {entry!r}: expected a table of {', '.join(SCENE_KEYS)}")
-        for key in entry:
-            if key not in SCENE_KEYS:
-                raise ValueError(f"{source}: unknown key model.scene.{name}.{key}; allowed keys are "
-                                 f"{', '.join(SCENE_KEYS)}")  # fmt: skip
         shape = entry.get("shape")
         if shape not in SHAPES:
             raise ValueError(f"{where}.shape = {shape!r}: allowed values are {', '.join(map(repr, SHAPES))}")

@@ -25,6 +25,7 @@ from forge_gpu._src.core.checks import check_range, number_list, plain_number
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.tasks.taskfile.compose import compose, merge
+from forge_gpu._src.tasks.taskfile.objects import object_entries
 from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
@@ -71,7 +72,7 @@ class FileParams:
     """``observation_noise = false`` switches every observation's ``noise`` off (a ``play`` variant's evaluation
     without corruption); the ``noise`` values are still checked."""
     targets: dict = field(default_factory=dict)
-    """``[targets.NAME]``: points drawn at every reset (``plan.target_entries``), read by the target terms and
+    """``[targets.NAME]``: points drawn at every reset (``targets.target_entries``), read by the target terms and
     recorded as state ``NAME_pos``."""
     shape_colors: dict = field(default_factory=dict)
     """``[shape_colors]``: randomizable parameter name -> a shape's name; ``[randomize]`` may then draw that shape's
@@ -83,7 +84,7 @@ class FileParams:
     """``[objects.NAME]``: a free body (``body``) with a box shape (``shape``) whose edge ``size`` [m], ``mass``
     [kg], ``friction``, start centre ``position = [x, y]`` [m] and ``yaw`` [rad] are the randomizable parameters
     ``NAME_size``, ``NAME_mass``, ``NAME_friction``, ``NAME_position``, ``NAME_yaw``; placed at every reset resting
-    on the table top (z = 0), at rest (``plan.object_entries``)."""
+    on the table top (z = 0), at rest (``objects.object_entries``)."""
 
     def __getattr__(self, name: str):
         values = self.__dict__.get("values", {})
@@ -302,8 +303,6 @@ OBJECT_KEYS = {
 def placements(params: FileParams) -> dict[str, Parameter]:
     """The parameters of ``[objects]`` (:data:`OBJECT_KEYS`) and of the ``[targets]`` placed by a parameter
     (``position = [x, y]``: ``NAME_position``), nominal the file's values (``params`` resolved)."""
-    from forge_gpu._src.tasks.taskfile.plan import object_entries
-
     offered = {}
     for entry in object_entries(params.objects, params.file, None):
         for key, (shape, doc, notify) in OBJECT_KEYS.items():

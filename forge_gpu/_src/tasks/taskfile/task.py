@@ -26,6 +26,7 @@ from forge_gpu._src.tasks.taskfile.cameras import FileCameras, camera_layout
 from forge_gpu._src.tasks.taskfile.compose import compose
 from forge_gpu._src.tasks.taskfile.contacts import ContactTimers
 from forge_gpu._src.tasks.taskfile.model import add_model, model_file, model_info, per_world, probe_actuators
+from forge_gpu._src.tasks.taskfile.objects import dimensions
 from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 from forge_gpu._src.tasks.taskfile.spec import (
     CAMERA_OFFSETS,
@@ -248,7 +249,7 @@ class FileTask(Task):
         self.palette = self._palette_launches(world, randomized)
         self.objects = [
             (o, per_world(world.model.shape_label, o["shape"], n, device), per_world(world.model.body_label, o["body"],
-             n, device), bool(randomized & {f"{o['name']}_{k}" for k in (*_dimensions(o), "mass", "friction")}))
+             n, device), bool(randomized & {f"{o['name']}_{k}" for k in (*dimensions(o), "mass", "friction")}))
             for o in plan.objects
         ]  # fmt: skip
         self.moves_camera = bool(randomized & set(CAMERA_OFFSETS))
@@ -384,7 +385,7 @@ class FileTask(Task):
         model = world.model
         for o, shape, body, physics in self.objects:
             if physics:
-                values = [world.params[f"{o['name']}_{k}"] for k in (*_dimensions(o), "mass", "friction")]
+                values = [world.params[f"{o['name']}_{k}"] for k in (*dimensions(o), "mass", "friction")]
                 wp.launch(
                     kernels.object_cylinder_kernel if o["kind"] == "cylinder" else kernels.object_physics_kernel,
                     dim=world.num_envs,
@@ -459,11 +460,6 @@ class FileTask(Task):
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{self.config.params.file}: expert.factory = {factory!r}: cannot load it ({e})") from e
         return make(self, world, settings)
-
-
-def _dimensions(entry: dict) -> tuple[str, ...]:
-    """An ``[objects]`` entry's size parameters (suffixes): a cube's edge, a cylinder's radius and height."""
-    return ("radius", "height") if entry["kind"] == "cylinder" else ("size",)
 
 
 def _gains(value, columns: int, key: str, source: str) -> list[float]:
