@@ -60,7 +60,7 @@ def policy_row(task: str, name: str, num_envs: int, steps: int) -> dict:
     """Run ``name`` (random, expert, hold_pose) for ``steps`` steps from seed 0: the episodes' returns and the
     reward terms' means per active step."""
     import forge_gpu
-    from forge_gpu._src.tasks.taskfile.task import hold_pose
+    from forge_gpu._src.tasks.taskfile.gaits import hold_pose
 
     env = forge_gpu.sim.make(task, num_envs=num_envs, device="cpu", seed=0)
     policy = hold_pose(env.task, env.world, {}) if name == "hold_pose" else forge_gpu.sim.make_policy(name, env)

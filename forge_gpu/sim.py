@@ -35,11 +35,11 @@ NAMES = {
     "push_expert": "forge_gpu._src.tasks.push",
     "pick_expert": "forge_gpu._src.tasks.pick",
     "terms": "forge_gpu._src.tasks.taskfile.user_terms",
-    "hold_pose": "forge_gpu._src.tasks.taskfile.task",
+    "hold_pose": "forge_gpu._src.tasks.taskfile.gaits",
     "ant_trot": "forge_gpu._src.tasks.ant",
     "cartpole_model": "forge_gpu._src.tasks.cartpole",
     "cartpole_lqr": "forge_gpu._src.tasks.cartpole",
-    "sinusoid_gait": "forge_gpu._src.tasks.taskfile.task",
+    "sinusoid_gait": "forge_gpu._src.tasks.taskfile.gaits",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -1,6 +1,6 @@
-"""Kernels of every file-based task (``forge_gpu._src.tasks.taskfile.task``): the action onto the named joints and
-the randomized reset. Their observation, reward and termination kernel is generated from the task's terms
-(``tasks/taskfile/codegen.py``). World index first: ``worldid = wp.tid()``.
+"""Kernels of every file-based task (``forge_gpu._src.tasks.taskfile.task``, with its ``targets``, ``cameras`` and
+``gaits``): the action onto the named joints and the randomized reset. Their observation, reward and termination
+kernel is generated from the task's terms (``tasks/taskfile/codegen.py``). World index first: ``worldid = wp.tid()``.
 """
 
 import warp as wp

@@ -14,7 +14,7 @@ from forge_gpu._src.sim.camera import BACKGROUND, WorldCameras, check_pose
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.task import Task
 from forge_gpu._src.tasks.arm import ArmParams, joint_limits
-from forge_gpu._src.tasks.taskfile.task import per_world
+from forge_gpu._src.tasks.taskfile.model import per_world
 
 __all__ = ["CAMERA_VISUALS", "ArmTask", "check_arm", "moves_camera", "per_world"]
 

@@ -18,7 +18,7 @@ import newton
 import warp as wp
 from forge_gpu.kernels.rng import STREAM_RESET, env_rng
 
-from forge_gpu._src.sim.config import bounded
+from forge_gpu._src.core.checks import bounded
 from forge_gpu._src.sim.randomize import PHYSICS
 from forge_gpu._src.sim.task import Task, TaskSpec
 from forge_gpu._src.sim.world import World

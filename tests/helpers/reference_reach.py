@@ -16,7 +16,7 @@ from forge_gpu.kernels import arm as arm_kernels
 from forge_gpu.kernels.arm import reach_ik, reset_arm  # noqa: F401
 from forge_gpu.kernels.camera import jittered_camera
 
-from forge_gpu._src.sim.config import bounded
+from forge_gpu._src.core.checks import bounded
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter
 from forge_gpu._src.sim.task import TaskBinding, TaskSpec
 from forge_gpu._src.sim.world import World

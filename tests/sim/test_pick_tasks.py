@@ -10,7 +10,7 @@ import pytest
 
 import forge_gpu
 from forge_gpu._src.core.instructions import episode_instructions
-from forge_gpu._src.tasks.taskfile.task import per_world
+from forge_gpu._src.tasks.taskfile.model import per_world
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 # task file, variant, the steps the expert needs (its success first shows by step 139, 198, 201 and 210 at seed 2),
@@ -128,7 +128,7 @@ CYLINDER = {"body": "can", "shape": "can", "mass": 0.2, "friction": 0.8, "positi
 )
 def test_a_bad_cylinder_is_refused_in_one_line(extra, message):
     """A cylinder object missing a dimension, with one <= 0 or not a number, or with a cube's size besides."""
-    from forge_gpu._src.tasks.taskfile.plan import object_entries
+    from forge_gpu._src.tasks.taskfile.objects import object_entries
 
     with pytest.raises(ValueError, match=message) as caught:
         object_entries({"can": {**CYLINDER, **extra}}, "f.toml", None)

@@ -360,7 +360,7 @@ def _heading_vx(env) -> np.ndarray:
 def test_the_quadrupeds_gait_walks_forward_and_out_earns_random_and_standing():
     """At a commanded 0.5 m/s the expert's trot (sinusoid targets, amplitude from the command) moves the base
     forward in its heading frame and earns more of the task's reward than the random policy and than standing."""
-    from forge_gpu._src.tasks.taskfile.task import hold_pose
+    from forge_gpu._src.tasks.taskfile.gaits import hold_pose
 
     fixed = {"randomize.command": {"low": [0.5, 0.0, 0.0], "high": [0.5, 0.0, 0.0]}}
     earned, speed = {}, {}

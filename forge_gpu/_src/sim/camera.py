@@ -1,6 +1,6 @@
 """One pinhole RGB-D camera per world, all rendered in one call of Newton's ``SensorCamera``, and its
 calibration in OpenCV's conventions. Used by the camera tasks (``reach``, ``push``) and by a task file's camera
-(``tasks/taskfile/task.py``)."""
+(``tasks/taskfile/cameras.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import warp as wp
 from newton.sensors import SensorCamera
 
+from forge_gpu._src.core.checks import plain_number
 from forge_gpu.kernels import camera as kernels
 
 BACKGROUND = 0xFF << 24 | 52 << 16 | 44 << 8 | 40
@@ -24,7 +25,7 @@ def check_pose(position, look_at, position_key: str, look_at_key: str, *, up=UP,
     """ValueError (naming the keys) for a camera pose :func:`camera_to_world` cannot make: not 3 values each, the
     eye at the look-at point, a zero ``up`` or a view along ``up``."""
     for key, value in ((position_key, position), (look_at_key, look_at), (up_key, up)):
-        if len(value) != 3 or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        if len(value) != 3 or not all(plain_number(v) for v in value):
             raise ValueError(f"{key} = {value!r}: expected 3 values [m]")
     if np.allclose(position, look_at):
         raise ValueError(f"{position_key} must differ from {look_at_key}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forge_gpu._src.core.checks import bounded, check_range, plain_number
 from forge_gpu._src.core.labels import LABEL_SOURCES
 
 
@@ -26,10 +27,6 @@ def config_dir() -> Path:
 
 
 SOLVERS = ("mujoco", "featherstone", "semi_implicit", "xpbd")
-
-
-def bounded(lo: float | None = None, hi: float | None = None, *, choices: tuple | None = None) -> dict:
-    return {"min": lo, "max": hi, "choices": choices}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,13 +219,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return _coerce(value, inner[0], where)
     if origin is tuple:
         (item,) = typing.get_args(tp)[:1]
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if plain_number(value):
             value = [value]
         if not isinstance(value, list | tuple) or not value:
             raise ValueError(f"{where} = {value!r}: expected a non-empty list of {_type_name(item)}")
         return tuple(_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value))
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not plain_number(value):
             raise ValueError(f"{where} = {value!r}: expected a number")
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"{where} = {value!r}: expected a finite number")
@@ -248,24 +245,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     raise TypeError(f"unsupported config type {tp!r} at {where}")
 
 
-def check_range(value: Any, meta: dict, where: str) -> None:
-    choices = meta.get("choices")
-    if choices is not None and value not in choices:
-        raise ValueError(f"{where} = {value!r}: allowed values are {', '.join(map(repr, choices))}")
-    lo, hi = meta.get("min"), meta.get("max")
-    values = value if isinstance(value, tuple) else (value,)
-    for v in values:
-        if v is None:
-            continue
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise ValueError(f"{where} = {value!r}: allowed range is [{lo}, {hi}]")
-
-
 def param_bounds(name: str, entry: dict, source: str) -> dict:
     """The bounds (:func:`bounded`) of a task file's bounded ``[params]`` entry ``NAME = { value = V, low = L,
     high = H }`` (either bound may be left out): the file's value and every override must lie within them."""
     lo, hi, choices = entry.get("low"), entry.get("high"), entry.get("choices")
-    numbers = all(b is None or (isinstance(b, int | float) and not isinstance(b, bool)) for b in (lo, hi))
+    numbers = all(b is None or plain_number(b) for b in (lo, hi))
     listed = choices is None or (isinstance(choices, list) and choices and entry.get("value") in choices)
     if "value" not in entry or set(entry) - {"value", "low", "high", "choices"} or not numbers or not listed:
         raise ValueError(f"{source}: params.{name} = {entry!r}: a parameter is a number or "

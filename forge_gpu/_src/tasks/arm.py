@@ -16,7 +16,7 @@ import newton
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.sim.config import bounded, check_range
+from forge_gpu._src.core.checks import bounded, check_range, plain_number
 
 IMAGE_SIZES = (32, 64, 128, 256)
 """Square image sizes [px] the arm tasks accept. ``SensorCamera`` renders any size; the tasks keep to these
@@ -215,7 +215,7 @@ def arm_scene(builder, *, source: str = "", joint_lower, joint_upper, target_rad
                          f"{', '.join(_SCENE_ARGS)}, joint_lower, joint_upper, target_radius")  # fmt: skip
     for name, value in sizes.items():
         meta = next(f.metadata for f in fields(ArmParams) if f.name == name)
-        if not isinstance(value, int | float) or isinstance(value, bool):
+        if not plain_number(value):
             raise ValueError(f"{where}.{name} = {value!r}: expected a number")
         check_range(value, meta, f"{where}.{name}")
     for name, value in (("joint_lower", joint_lower), ("joint_upper", joint_upper)):

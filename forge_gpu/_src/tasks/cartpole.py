@@ -12,6 +12,7 @@ import newton
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.checks import plain_number
 from forge_gpu.kernels import cartpole as kernels
 
 _SIZES = {"cart_mass": (1e-3, 1e3), "pole_mass": (1e-3, 1e3), "pole_length": (1e-2, 10.0)}
@@ -23,7 +24,7 @@ def _sizes(given: dict, where: str) -> tuple[float, float, float]:
         raise ValueError(f"{where}: expected the numbers {', '.join(_SIZES)} (got {', '.join(given) or 'none'})")
     for name, (low, high) in _SIZES.items():
         value = given[name]
-        if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+        if not plain_number(value) or not low <= value <= high:
             raise ValueError(f"{where}.{name} = {value!r}: allowed range is [{low:g}, {high:g}]")
     return float(given["cart_mass"]), float(given["pole_mass"]), float(given["pole_length"])
 

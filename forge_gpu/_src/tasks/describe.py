@@ -8,8 +8,8 @@ from pathlib import Path
 from forge_gpu._src.core.cameras import FRONT, camera_fields
 from forge_gpu._src.tasks.catalog import TASKS, resolve_task
 from forge_gpu._src.tasks.taskfile.model import model_file
-from forge_gpu._src.tasks.taskfile.plan import POLICY
 from forge_gpu._src.tasks.taskfile.task import FileTask
+from forge_gpu._src.tasks.taskfile.term_rows import POLICY
 
 
 def task_lines() -> list[str]:

@@ -16,8 +16,10 @@ import math
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.checks import finite_number, number_list
 from forge_gpu._src.tasks.taskfile import ee_action
 from forge_gpu._src.tasks.taskfile.model import probe
+from forge_gpu._src.tasks.taskfile.model import sites as model_sites
 
 SETTINGS = {
     # name: (default, lowest allowed); units in the docstring of pick_expert.
@@ -87,7 +89,7 @@ def pick_expert(task, world, settings: dict):
         raise ValueError(f"{where}: pick_expert needs [action] kind = 'position' or '{ee_action.KIND}', not {kind!r}")
     builder = probe(task.file.model, file)
     bodies = plan.body_names
-    sites = {name: value for name, value in _sites(builder).items()}
+    found = model_sites(builder)
 
     def body(key: str) -> int:
         name = settings.get(key)
@@ -99,9 +101,9 @@ def pick_expert(task, world, settings: dict):
         raise ValueError(f'{where}: pick_expert needs object = "<the body it grasps>"')
     object_body = body("object")
     site = settings.get("site", "tcp")
-    if site not in sites:
-        raise ValueError(f"{where}.site = {site!r}: no such site; the model's sites are {', '.join(sites) or 'none'}")
-    point_body, offset = sites[site]
+    if site not in found:
+        raise ValueError(f"{where}.site = {site!r}: no such site; the model's sites are {', '.join(found) or 'none'}")
+    point_body, offset = found[site]
     place = settings.get("place")
     place_mode, place_body, place_point = kernels.PLACE_NONE, -1, (0.0, 0.0, 0.0)
     targets = [t["name"] for t in plan.targets]
@@ -115,7 +117,7 @@ def pick_expert(task, world, settings: dict):
             raise ValueError(f"{where}.place = {place!r}: expected a body or a [targets] name ({held}) or [x, y, z]")
         place_mode, place_body = kernels.PLACE_BODY, bodies.index(place)
     elif place is not None:
-        if not (isinstance(place, list) and len(place) == 3 and all(_number(v) for v in place)):
+        if not number_list(place, 3):
             raise ValueError(f"{where}.place = {place!r}: expected a body's name or [x, y, z] [m]")
         place_mode, place_point = kernels.PLACE_POINT, tuple(float(v) for v in place)
     numbers = {}
@@ -123,7 +125,7 @@ def pick_expert(task, world, settings: dict):
         value = settings.get(key, default)
         if value is None:
             raise ValueError(f"{where}: pick_expert needs {key} (the gripper column's value, action units)")
-        if not _number(value) or value < low:
+        if not finite_number(value) or value < low:
             raise ValueError(f"{where}.{key} = {value!r}: expected a number >= {low:g}")
         numbers[key] = float(value)
     dt = float(world.config.control_dt)
@@ -194,11 +196,3 @@ def pick_expert(task, world, settings: dict):
     return act
 
 
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _sites(builder) -> dict:
-    from forge_gpu._src.tasks.taskfile.plan import _sites as sites
-
-    return sites(builder)

@@ -19,7 +19,7 @@ import newton
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.sim.config import check_range
+from forge_gpu._src.core.checks import check_range, plain_number
 from forge_gpu._src.tasks.arm import _SCENE_ARGS, ArmParams, add_arm, add_table, arm_expert
 
 GOAL_THICKNESS = 0.001
@@ -46,7 +46,7 @@ def push_scene(builder, *, source: str = "", joint_lower, joint_upper, home_q, *
                          f"{', '.join(allowed)}, joint_lower, joint_upper, home_q")  # fmt: skip
     for name in (*_SCENE_ARGS, *_NUMBERS):
         value = sizes[name]
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        if not plain_number(value) or value < 0:
             raise ValueError(f"{where}.{name} = {value!r}: expected a number >= 0")
         if name in _SCENE_ARGS:
             check_range(value, next(f.metadata for f in fields(ArmParams) if f.name == name), f"{where}.{name}")

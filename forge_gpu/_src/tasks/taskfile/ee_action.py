@@ -16,8 +16,8 @@ the others), so ``replay --from state`` and ``--from actions`` both apply what t
 
 from __future__ import annotations
 
+from forge_gpu._src.core.checks import finite_number, number_list
 from forge_gpu._src.tasks.taskfile.modelfile import short_names
-from forge_gpu._src.tasks.taskfile.numbers import finite_number
 
 KIND = "ee_delta"
 KEYS = ("site", "body", "offset", "frame", "ik_damping", "max_joint_step", "max_lag")
@@ -54,7 +54,7 @@ def ee_columns(action: dict, builder, joints, sites: dict, body_names: list[str]
             raise ValueError(f"{key}.body = {name!r}: no such body; the model's bodies are {', '.join(body_names)}")
         body = body_names.index(name)
         value = action.get("offset", [0.0, 0.0, 0.0])
-        if not (isinstance(value, list) and len(value) == 3 and all(finite_number(v) for v in value)):
+        if not number_list(value, 3):
             raise ValueError(f"{key}.offset = {value!r}: expected [x, y, z] in metres, the body's frame")
         offset = [float(v) for v in value] + [0.0, 0.0, 0.0, 1.0]
     frame = action.get("frame", "world")

@@ -2,7 +2,8 @@
 example asset) or a model builder in code (``builder = "module:function"``, for a model made of parameters).
 
 :func:`add_model` adds it to a builder as ``[model]`` says; :func:`probe` builds one world of it, once per process,
-for ``plan.plan_task`` to bind the file's names to.
+for ``plan.plan_task`` to bind the file's names to; :func:`sites` and :func:`per_world` find its names (a site in a
+body, a shape or body in each world).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from forge_gpu._src.core.checks import finite_number, number_list
+from forge_gpu._src.tasks.taskfile.entries import check_keys
 from forge_gpu._src.tasks.taskfile.modelfile import ModelFile, read_model_file, short_names
-from forge_gpu._src.tasks.taskfile.numbers import finite_number
 from forge_gpu._src.tasks.taskfile.scene import add_scene, scene_entries
 from forge_gpu._src.tasks.taskfile.trust import check_import
 
@@ -86,7 +88,7 @@ def check_model_values(model: dict, source: str) -> None:
 
     def numbers(key: str, count: int) -> None:
         value = model[key]
-        if not (isinstance(value, list) and len(value) == count and all(finite_number(v) for v in value)):
+        if not number_list(value, count):
             raise ValueError(f"{source}: model.{key} = {value!r}: expected a list of {count} numbers")
 
     for key, count in (("position", 3), ("rotation", 4)):
@@ -280,9 +282,7 @@ def probe(model: dict, source: str):
     init_warp()  # quietly, before Newton's import starts Warp
     import newton
 
-    for key in model:
-        if key not in MODEL_KEYS:
-            raise ValueError(f"{source}: unknown key model.{key}; allowed keys are {', '.join(MODEL_KEYS)}")
+    check_keys(model, MODEL_KEYS, "model", "allowed keys are", source)
     check_model_values(model, source)
     key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
     if key not in _PROBES:
@@ -305,6 +305,34 @@ def probe_actuators(model: dict, source: str):
     if key not in _ACTUATORS:
         _ACTUATORS[key] = model_actuators(probe(model, source), model_info(model, source), source)
     return _ACTUATORS[key]
+
+
+def sites(builder) -> dict[str, tuple[int, list[float]]]:
+    """The model's sites (MJCF ``<site>``, kept by Newton as shapes flagged SITE): name -> (body, position and
+    quaternion xyzw in the body's frame)."""
+    import newton
+
+    found = {}
+    for label, body, flags, pose in zip(
+        short_names(builder.shape_label), builder.shape_body, builder.shape_flags, builder.shape_transform, strict=True
+    ):
+        if int(flags) & int(newton.ShapeFlags.SITE) and int(body) >= 0:
+            found[label] = (int(body), [float(v) for v in pose])
+    return found
+
+def per_world(labels
+, name: str, n: int, device):
+    """The index of the entry labelled ``name`` (its last path component) in each of the ``n`` worlds, int32 [N]
+    (the worlds are added in order, so the i-th match belongs to world i): a ``wp.array``."""
+    import numpy as np
+    import warp as wp
+
+    found = np.flatnonzero(np.array(short_names(labels)) == name)
+    if len(found) != n:
+        raise ValueError(
+            f"shape or body {name!r}: found {len(found)} in {n} worlds; give each world's one its own name"
+        )
+    return wp.array(found.astype(np.int32), device=device)
 
 
 def params_module_name(module) -> str:

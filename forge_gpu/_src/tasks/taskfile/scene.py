@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 
-from forge_gpu._src.tasks.taskfile.numbers import finite_number
+from forge_gpu._src.core.checks import finite_number, number_list
+from forge_gpu._src.tasks.taskfile.entries import named_entries
 
 SHAPES = ("box", "cylinder", "sphere")
 SCENE_KEYS = ("shape", "size", "radius", "height", "static", "position", "rotation", "mass", "friction", "color")
@@ -31,14 +32,8 @@ def scene_entries(scene, source: str) -> list[dict]:
     if not isinstance(scene, dict):
         raise ValueError(f"{source}: model.scene = {scene!r}: expected tables [model.scene.NAME]")
     out = []
-    for name, entry in scene.items():
+    for name, entry in named_entries(scene, "model.scene", SCENE_KEYS, "allowed keys are", source, show=repr):
         where = f"{source}: model.scene.{name}"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where} = {entry!r}: expected a table of {', '.join(SCENE_KEYS)}")
-        for key in entry:
-            if key not in SCENE_KEYS:
-                raise ValueError(f"{source}: unknown key model.scene.{name}.{key}; allowed keys are "
-                                 f"{', '.join(SCENE_KEYS)}")  # fmt: skip
         shape = entry.get("shape")
         if shape not in SHAPES:
             raise ValueError(f"{where}.shape = {shape!r}: allowed values are {', '.join(map(repr, SHAPES))}")
@@ -48,7 +43,7 @@ def scene_entries(scene, source: str) -> list[dict]:
         item = {"name": name, "shape": shape}
         if shape == "box":
             size = entry.get("size")
-            if not (isinstance(size, list) and len(size) == 3 and all(finite_number(v) and v > 0 for v in size)):
+            if not (number_list(size, 3) and all(v > 0 for v in size)):
                 raise ValueError(f"{where}.size = {size!r}: expected [x, y, z], the box's full edges > 0 [m]")
             item["half"] = [0.5 * float(v) for v in size]
         else:
@@ -70,7 +65,7 @@ def scene_entries(scene, source: str) -> list[dict]:
         for key, count, default in (("position", 3, [0.0, 0.0, 0.0]), ("rotation", 4, [0.0, 0.0, 0.0, 1.0]),
                                     ("color", 3, [0.7, 0.7, 0.7])):  # fmt: skip
             value = entry.get(key, default)
-            if not (isinstance(value, list) and len(value) == count and all(finite_number(v) for v in value)):
+            if not number_list(value, count):
                 raise ValueError(f"{where}.{key} = {value!r}: expected a list of {count} numbers")
             item[key] = [float(v) for v in value]
         norm = math.sqrt(sum(v * v for v in item["rotation"]))

@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from forge_gpu._src.core.cameras import FRONT, check_name
-from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, check_range, param_bounds, parse_randomize
+from forge_gpu._src.core.checks import check_range, number_list, plain_number
+from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
 from forge_gpu._src.tasks.taskfile.compose import compose, merge
-from forge_gpu._src.tasks.taskfile.numbers import plain_number
+from forge_gpu._src.tasks.taskfile.objects import object_entries
 from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 
 SECTIONS = (
@@ -71,7 +72,7 @@ class FileParams:
     """``observation_noise = false`` switches every observation's ``noise`` off (a ``play`` variant's evaluation
     without corruption); the ``noise`` values are still checked."""
     targets: dict = field(default_factory=dict)
-    """``[targets.NAME]``: points drawn at every reset (``plan.target_entries``), read by the target terms and
+    """``[targets.NAME]``: points drawn at every reset (``targets.target_entries``), read by the target terms and
     recorded as state ``NAME_pos``."""
     shape_colors: dict = field(default_factory=dict)
     """``[shape_colors]``: randomizable parameter name -> a shape's name; ``[randomize]`` may then draw that shape's
@@ -83,7 +84,7 @@ class FileParams:
     """``[objects.NAME]``: a free body (``body``) with a box shape (``shape``) whose edge ``size`` [m], ``mass``
     [kg], ``friction``, start centre ``position = [x, y]`` [m] and ``yaw`` [rad] are the randomizable parameters
     ``NAME_size``, ``NAME_mass``, ``NAME_friction``, ``NAME_position``, ``NAME_yaw``; placed at every reset resting
-    on the table top (z = 0), at rest (``plan.object_entries``)."""
+    on the table top (z = 0), at rest (``objects.object_entries``)."""
 
     def __getattr__(self, name: str):
         values = self.__dict__.get("values", {})
@@ -113,9 +114,7 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
             held = ", ".join(declared) or "none"
             raise ValueError(f"{source}: params.{name}: no such parameter; the file's [params] are {held}")
         if isinstance(declared[name], list):  # a list of numbers, of the declared length
-            if not (
-                isinstance(value, list) and len(value) == len(declared[name]) and all(plain_number(v) for v in value)
-            ):
+            if not number_list(value, len(declared[name]), finite=False):
                 raise ValueError(f"{source}: params.{name} = {value!r}: expected {len(declared[name])} numbers")
         elif (
             isinstance(declared[name], dict)
@@ -304,8 +303,6 @@ OBJECT_KEYS = {
 def placements(params: FileParams) -> dict[str, Parameter]:
     """The parameters of ``[objects]`` (:data:`OBJECT_KEYS`) and of the ``[targets]`` placed by a parameter
     (``position = [x, y]``: ``NAME_position``), nominal the file's values (``params`` resolved)."""
-    from forge_gpu._src.tasks.taskfile.plan import object_entries
-
     offered = {}
     for entry in object_entries(params.objects, params.file, None):
         for key, (shape, doc, notify) in OBJECT_KEYS.items():
@@ -425,7 +422,7 @@ def run_template(template: dict, randomized: set[str], offered: dict[str, Parame
 
 
 def _per_joint(value, count: int, where: str) -> list[float]:
-    values = [value] * count if isinstance(value, int | float) and not isinstance(value, bool) else value
+    values = [value] * count if plain_number(value) else value
     if not isinstance(values, list) or len(values) != count or not all(isinstance(v, int | float) for v in values):
         raise ValueError(f"{where} = {value!r}: expected a number or a list of {count} numbers (one per action joint)")
     return [float(v) for v in values]

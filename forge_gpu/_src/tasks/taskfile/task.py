@@ -4,13 +4,12 @@
 :func:`file_task_class` makes the :class:`FileTask` subclass of one file (its :class:`TaskSpec` from the resolved
 plan); the catalog registers it under the file's ``task`` id. Per step it launches three kernels whatever its
 number of terms: the action onto the named joints (``kernels/taskfile.py``), the reset of the worlds that end,
-and the generated observe kernel (``codegen.py``). :class:`FileCameras` renders a file's cameras;
-:func:`hold_pose` and :func:`sinusoid_gait` are the experts any task file may name.
+and the generated observe kernel (``codegen.py``); its targets (``targets.py``), contact timers (``contacts.py``)
+and cameras (``cameras.py``) add theirs.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +17,16 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
-from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, camera_fields
-from forge_gpu._src.sim.camera import BACKGROUND, WorldCameras, new_sensor, newton_transform
+from forge_gpu._src.core.checks import plain_number
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.task import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.world import World
 from forge_gpu._src.tasks.taskfile import actuators, codegen, ee_action, modelfile, penetration, stored
+from forge_gpu._src.tasks.taskfile.cameras import FileCameras, camera_layout
 from forge_gpu._src.tasks.taskfile.compose import compose
-from forge_gpu._src.tasks.taskfile.model import add_model, model_file, model_info, probe_actuators
+from forge_gpu._src.tasks.taskfile.contacts import ContactTimers
+from forge_gpu._src.tasks.taskfile.model import add_model, model_file, model_info, per_world, probe_actuators
+from forge_gpu._src.tasks.taskfile.objects import dimensions
 from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 from forge_gpu._src.tasks.taskfile.spec import (
     CAMERA_OFFSETS,
@@ -37,6 +38,7 @@ from forge_gpu._src.tasks.taskfile.spec import (
     resolved,
     run_template,
 )
+from forge_gpu._src.tasks.taskfile.targets import Targets
 from forge_gpu._src.tasks.taskfile.trust import check_import
 from forge_gpu.kernels import ik as ik_kernels
 from forge_gpu.kernels import taskfile as kernels
@@ -247,7 +249,7 @@ class FileTask(Task):
         self.palette = self._palette_launches(world, randomized)
         self.objects = [
             (o, per_world(world.model.shape_label, o["shape"], n, device), per_world(world.model.body_label, o["body"],
-             n, device), bool(randomized & {f"{o['name']}_{k}" for k in (*_dimensions(o), "mass", "friction")}))
+             n, device), bool(randomized & {f"{o['name']}_{k}" for k in (*dimensions(o), "mass", "friction")}))
             for o in plan.objects
         ]  # fmt: skip
         self.moves_camera = bool(randomized & set(CAMERA_OFFSETS))
@@ -383,7 +385,7 @@ class FileTask(Task):
         model = world.model
         for o, shape, body, physics in self.objects:
             if physics:
-                values = [world.params[f"{o['name']}_{k}"] for k in (*_dimensions(o), "mass", "friction")]
+                values = [world.params[f"{o['name']}_{k}"] for k in (*dimensions(o), "mass", "friction")]
                 wp.launch(
                     kernels.object_cylinder_kernel if o["kind"] == "cylinder" else kernels.object_physics_kernel,
                     dim=world.num_envs,
@@ -460,141 +462,13 @@ class FileTask(Task):
         return make(self, world, settings)
 
 
-def _dimensions(entry: dict) -> tuple[str, ...]:
-    """An ``[objects]`` entry's size parameters (suffixes): a cube's edge, a cylinder's radius and height."""
-    return ("radius", "height") if entry["kind"] == "cylinder" else ("size",)
-
-
 def _gains(value, columns: int, key: str, source: str) -> list[float]:
     """``[action] stiffness`` or ``damping``: one number for every action joint, or one per action column."""
     values = value if isinstance(value, list) else [value] * columns
-    if len(values) != columns or not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
-                                         for v in values):  # fmt: skip
+    if len(values) != columns or not all(plain_number(v) and v >= 0 for v in values):
         raise ValueError(f"{source}: action.{key} = {value!r}: expected a number >= 0 or {columns} of them (one per "
                          "action column)")  # fmt: skip
     return [float(v) for v in values]
-
-
-class Targets:
-    """The file's ``[targets]``: one point per target and world ([N, K] ``points``, ``Frame.target``), drawn at
-    every reset after the joints (``kernels.draw_targets_kernel``), each recorded as state ``NAME_pos`` [N, 3], its
-    marker shape moved to it (and back to the restored point after ``restore``)."""
-
-    def __init__(self, world: World, targets: list[dict]):
-        n, device, k = world.num_envs, world.device, len(targets)
-        self.count, self.placed = k, []
-        self.points = wp.zeros((n, k), dtype=wp.vec3, device=device)
-        self.state = {
-            f"{t['name']}_pos": wp.array(ptr=self.points.ptr + 12 * i, dtype=float, shape=(n, 3),
-                                         strides=(12 * k, 4), device=device)
-            for i, t in enumerate(targets)
-        }  # fmt: skip
-        if not k:
-            return
-        markers = np.full((n, k), -1, np.int32)
-        for i, t in enumerate(targets):
-            if t["marker"] is not None:
-                markers[:, i] = per_world(world.model.shape_label, t["marker"], n, device).numpy()
-        self.marker = wp.array(markers, dtype=wp.int32, device=device)
-        self.offset = wp.array([t["marker_offset"] for t in targets], dtype=wp.vec3, device=device)
-        self.yaw = wp.array([t["yaw"] for t in targets], dtype=float, device=device)
-        self.radius = wp.array([t["radius"] for t in targets], dtype=wp.vec2, device=device)
-        self.height = wp.array([t["height"] for t in targets], dtype=wp.vec2, device=device)
-        self.placed = [(i, f"{t['name']}_position") for i, t in enumerate(targets) if t["position"] is not None]
-        """The targets placed by a parameter (``position``): (index, the parameter's name)."""
-        flags = [int(t["position"] is not None) for t in targets]
-        self.placed_flags = wp.array(flags, dtype=int, device=device)
-
-    def draw(self, world: World, joint_draws: int) -> None:
-        if self.count > len(self.placed):
-            wp.launch(
-                kernels.draw_targets_kernel,
-                dim=world.num_envs,
-                inputs=[world.seed, joint_draws, self.yaw, self.radius, self.height, self.marker, self.offset]
-                + [self.placed_flags, world.reset_mask, world.draw_episode, world.draw_env],
-                outputs=[self.points, world.model.shape_transform],
-                device=world.device,
-            )
-        for k, name in self.placed:
-            wp.launch(
-                kernels.place_target_kernel,
-                dim=world.num_envs,
-                inputs=[k, self.marker, self.offset, world.reset_mask, world.params[name]],
-                outputs=[self.points, world.model.shape_transform],
-                device=world.device,
-            )
-
-    def place(self, world: World) -> None:
-        if self.count:
-            wp.launch(
-                kernels.place_markers_kernel,
-                dim=self.points.shape,
-                inputs=[self.marker, self.offset, world.reset_mask, self.points],
-                outputs=[world.model.shape_transform],
-                device=world.device,
-            )
-
-
-def per_world(labels, name: str, n: int, device) -> wp.array:
-    """The index of the entry labelled ``name`` (its last path component) in each of the ``n`` worlds, int32 [N]
-    (the worlds are added in order, so the i-th match belongs to world i)."""
-    found = np.flatnonzero(np.array([str(label).rsplit("/", 1)[-1] for label in labels]) == name)
-    if len(found) != n:
-        raise ValueError(
-            f"shape or body {name!r}: found {len(found)} in {n} worlds; give each world's one its own name"
-        )
-    return wp.array(found.astype(np.int32), device=device)
-
-
-class ContactTimers:
-    """Each body's air and contact timers (``kernels/terms.py``, ``Frame.contact``), advanced before every
-    observe from the solver's contacts with the ground (MuJoCo Warp's ``contact`` list): two launches per step,
-    whatever the number of contacts or terms; and, where ``bodies_touch`` terms name pairs of bodies, each pair's
-    flag (``Frame.touch``: a clear and one launch). The task records them (state ``contact_timers``,
-    ``contact_pairs``), so a restored frame observes as recorded."""
-
-    def __init__(self, world: World, plan: Plan, bodies: int):
-        solver = getattr(world, "solver", None)
-        data = getattr(solver, "mjw_data", None)
-        if data is None:
-            name = world.config.solver.name
-            raise ValueError(
-                f"{world.config.params.file}: a contact term reads MuJoCo Warp's contacts; [solver] name = {name!r} "
-                "has none: use name = 'mujoco'"
-            )
-        n, device = world.num_envs, world.device
-        self.timers = wp.zeros((n, bodies, 3), dtype=float, device=device)
-        """[N, B, 3]: time in the air, time on the ground, the last flight's length [s]."""
-        self.touching = wp.zeros((n, bodies), dtype=int, device=device)
-        self.restored = False
-        c = data.contact
-        self.inputs = [data.nacon, c.dist, c.includemargin, c.geom, c.worldid, solver.mjc_geom_to_newton_shape]
-        self.inputs += [world.model.shape_body, bodies]
-        self.size = data.naconmax
-        self.touch = wp.zeros((n, max(len(plan.pairs), 1)), dtype=float, device=device)
-        """[N, P]: 1 while the pair's two bodies touch (``plan.pairs``)."""
-        self.pairs = wp.array(plan.pairs, dtype=wp.vec2i, device=device) if plan.pairs else None
-
-    def update(self, world: World) -> None:
-        kernel = terms.contact_flags_kernel
-        wp.launch(kernel, dim=self.size, inputs=self.inputs, outputs=[self.touching], device=world.device)
-        restored, self.restored = int(self.restored), False
-        if self.pairs is not None and not restored:  # a restored frame keeps the recorded flags
-            self.touch.zero_()
-            wp.launch(
-                terms.contact_pairs_kernel,
-                dim=self.size,
-                inputs=[*self.inputs, self.pairs, world.reset_mask],
-                outputs=[self.touch],
-                device=world.device,
-            )
-        wp.launch(
-            terms.contact_timers_kernel,
-            dim=self.touching.shape,
-            inputs=[float(world.config.control_dt), restored, world.reset_mask],
-            outputs=[self.touching, self.timers],
-            device=world.device,
-        )
 
 
 def _spec(config, plan: Plan) -> TaskSpec:
@@ -630,181 +504,3 @@ def file_task_class(path, *, check: bool = True) -> type[FileTask]:
     else:
         task = compose(path).table["task"]
     return type(f"FileTask_{task}", (FileTask,), {"path": path, "task_id": task})
-
-
-def hold_pose(task: FileTask, world: World, settings: dict):
-    """An ``[expert]`` factory for any task file: hold the default pose (``factory =
-    "forge_gpu.sim:hold_pose"``; effort actions take ``stiffness`` [N m / rad] and ``damping``
-    [N m s / rad]: PD torques; position actions: the pose itself, action 0)."""
-    if set(settings) - {"stiffness", "damping"}:
-        raise ValueError(f"{task.config.params.file}: [expert] hold_pose takes stiffness and damping")
-    gains = [float(settings.get("stiffness", 50.0)), float(settings.get("damping", 2.0))]
-    action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
-    kind, scale = task.plan.action_kind, world.action_scale
-    own = probe_actuators(task.file.model, task.file.file) if kind == "actuators" else None
-    servos = own is not None and set(own.modes) == {actuators.TARGET}
-    if own is not None and set(own.modes) == {actuators.EFFORT}:  # URDF efforts: action units of scale * effort
-        scale = wp.array(world.action_scale.numpy() * np.asarray(own.gear, np.float32), device=world.device)
-    elif own is not None and not servos:
-        raise ValueError(f"{task.config.params.file}: [expert] hold_pose needs effort or position actions, or the "
-                         "model's position servos or URDF efforts; the model's actuators are a mix")  # fmt: skip
-    mode = int(kind == "position" or servos)
-
-    def act(observation: dict) -> wp.array:
-        wp.launch(
-            kernels.hold_pose_kernel,
-            dim=action.shape,
-            inputs=[*gains, mode, scale, task.action_coord, task.action_dof, world.action_low]
-            + [world.action_high, task.default_q, world.joint_q, world.joint_qd],
-            outputs=[action],
-            device=world.device,
-        )
-        return action
-
-    return act
-
-
-def sinusoid_gait(task: FileTask, world: World, settings: dict):
-    """An ``[expert]`` factory for position actions: a gait of sinusoid joint targets around the default pose
-    (``factory = "forge_gpu.sim:sinusoid_gait"``; ``frequency`` [Hz]; ``joints``: a table of
-    joint pattern -> [amplitude (rad), phase (cycles)], unlisted joints hold the pose; ``command`` (optional): a
-    command name whose value, times ``command_scale``, scales every amplitude)."""
-    file = task.config.params.file
-    if task.plan.action_kind != "position" or set(settings) - {"frequency", "joints", "command", "command_scale"}:
-        raise ValueError(f"{file}: [expert] sinusoid_gait takes frequency, joints, command, command_scale and "
-                         "needs position actions")  # fmt: skip
-    amplitude, phase = [0.0] * task.spec.action_dim, [0.0] * task.spec.action_dim
-    for pattern, pair in settings.get("joints", {}).items():
-        hits = [k for k, name in enumerate(task.plan.action_joints) if fnmatch.fnmatchcase(name, pattern)]
-        if not hits or not isinstance(pair, list) or len(pair) != 2:
-            raise ValueError(f"{file}: expert.joints.{pattern} = {pair!r}: expected [amplitude, phase] of an "
-                             f"action joint ({', '.join(task.plan.action_joints)})")  # fmt: skip
-        for k in hits:
-            amplitude[k], phase[k] = float(pair[0]), float(pair[1])
-    name = settings.get("command")
-    if name is not None and name not in task.plan.command_names:
-        raise ValueError(f"{file}: expert.command = {name!r}: not in [command] names {task.plan.command_names}")
-    column = task.plan.command_names.index(name) if name is not None else -1
-    command = world.params.get("command", task.frame.command)
-    gait = [float(settings.get("frequency", 1.0)), wp.array(amplitude, dtype=float, device=world.device)]
-    gait += [wp.array(phase, dtype=float, device=world.device), column, float(settings.get("command_scale", 1.0))]
-    action = wp.zeros((world.num_envs, task.spec.action_dim), dtype=float, device=world.device)
-
-    def act(observation: dict) -> wp.array:
-        wp.launch(
-            kernels.sinusoid_gait_kernel,
-            dim=action.shape,
-            inputs=[world.config.control_dt, *gait, world.action_scale, world.action_low, world.action_high]
-            + [command, observation["step_id"]],
-            outputs=[action],
-            device=world.device,
-        )
-        return action
-
-    return act
-
-
-# -- the camera --------------------------------------------------------------------------------------------------
-
-
-def camera_layout(cameras: list[dict]) -> dict:
-    """The fields the cameras add: each camera's rgb and, with depth, its depth field (``core/cameras.py``: the
-    ``front`` camera's ``rgb`` and ``depth``, another's ``NAME_rgb`` and ``NAME_depth``)."""
-    fields = {}
-    for camera in cameras:
-        rgb, depth = camera_fields(camera["name"])
-        s = camera["size"]
-        fields[rgb] = ((s, s, 3), "uint8")
-        if camera["depth"]:
-            fields[depth] = ((s, s), "float32")
-    return fields
-
-
-class FileCamera:
-    """One camera of a task file (``[[observations]] term = "camera"``) in every world, its fields and its
-    calibration, rendered by the RGB-D machinery of the arm tasks (``sim/camera.py``: one pinhole camera per
-    world, all worlds in one ``SensorCamera`` call).
-
-    It adds the fields ``rgb`` uint8 [S, S, 3] and (``depth = true``, the default) ``depth`` float32 [S, S] [m]
-    (a camera ``name = "NAME"``: ``NAME_rgb`` and ``NAME_depth``) instead of proprio columns, and its calibration
-    (``calibration["cameras"][name]``, the unnamed camera's name ``front``). The camera sits at ``position``
-    looking at ``look_at`` with ``up`` toward image up (world frame [m]); with ``follow = "<body>"``, at those
-    offsets from the body's position (its orientation ignored: the view keeps its direction while the robot
-    walks); with ``mount = "<body>"``, at that pose in the body's frame (it rides with the body's position and
-    orientation: a wrist camera). It renders after the observe kernel, each step and reset (and again on replay,
-    from the restored state)."""
-
-    def __init__(self, camera: dict, world, *, jittered: bool = False, sensor=None):
-        self.camera = camera
-        self.name = camera["name"]
-        mounted = camera["mount"] >= 0
-        self.cameras = WorldCameras(
-            world.model, world.num_envs, camera["size"], camera["fov"], camera["position"], camera["look_at"],
-            up=camera["up"], background=BACKGROUND, sensor=sensor,
-        )  # fmt: skip
-        self.local = newton_transform(self.cameras.pose) if mounted else None
-        """A mounted camera's pose in its body's frame, Newton's convention."""
-        rgb, depth = camera_fields(self.name)
-        self.fields = {rgb: self.cameras.rgb}
-        if camera["depth"]:
-            self.fields[depth] = self.cameras.depth
-        entry = self.cameras.calibration(randomized=camera["follow"] >= 0 or mounted or jittered)
-        if jittered:
-            entry["randomized"] = (
-                "camera_to_world of an episode: the camera at position + its camera_position_offset looking at "
-                "look_at + its camera_look_at_offset"
-            )
-        if camera["follow"] >= 0:
-            entry["follows"] = (
-                f"body {camera['follow_name']!r}: camera_to_world is the nominal pose translated by the body's "
-                "position at each frame"
-            )
-        if mounted:
-            entry["camera_to_body"] = entry.pop("camera_to_world")
-            entry[MOUNT_KEY] = {"body": camera["mount_name"], "body_index": camera["mount"]}
-            entry["moves"] = (
-                f"mounted on body {camera['mount_name']!r}: camera_to_world of frame t is the body's pose (recorded "
-                "state body_q[t, body_index]: position, quaternion xyzw) times camera_to_body"
-            )
-        self.calibration = entry
-
-    def place(self, world, body_q: wp.array2d) -> None:
-        """Move the camera of every world with its body (``follow`` or ``mount``); a fixed camera stays."""
-        c = self.camera
-        if c["follow"] >= 0:
-            wp.launch(
-                kernels.follow_camera_kernel,
-                dim=world.num_envs,
-                inputs=[c["follow"], wp.vec3(*c["position"]), wp.vec3(*c["look_at"]), wp.vec3(*c["up"]), body_q],
-                outputs=[self.cameras.transforms],
-                device=world.device,
-            )
-        elif c["mount"] >= 0:
-            wp.launch(
-                kernels.mount_camera_kernel,
-                dim=world.num_envs,
-                inputs=[c["mount"], self.local, body_q],
-                outputs=[self.cameras.transforms],
-                device=world.device,
-            )
-
-
-class FileCameras:
-    """Every camera of a task file (:class:`FileCamera` each, sharing one ``SensorCamera``): their fields, their
-    calibration (``{"cameras": {name: ...}}``) and one render of them all per step (a refit of the shapes' bounds,
-    then per camera at most one placing launch and one ``SensorCamera`` call with its colour unpacking)."""
-
-    def __init__(self, cameras: list[dict], world, *, jittered: bool = False):
-        sensor = new_sensor(world.model, background=BACKGROUND)
-        self.all = [FileCamera(c, world, jittered=jittered and c["name"] == FRONT, sensor=sensor) for c in cameras]
-        self.fields = {name: a for c in self.all for name, a in c.fields.items()}
-        self.calibration = {"cameras": {c.name: c.calibration for c in self.all}}
-        self.front = next((c for c in self.all if c.name == FRONT), None)
-        """The ``front`` camera (the one the camera offsets of ``[randomize]`` move), or None."""
-
-    def render(self, world, body_q: wp.array2d) -> None:
-        """Move the cameras that follow or ride a body, then render every camera of every world."""
-        world.model.bvh_refit_shapes(world.state_0)
-        for camera in self.all:
-            camera.place(world, body_q)
-            camera.cameras.render(world, refit=False)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import warp as wp
 
-from forge_gpu._src.tasks.taskfile.numbers import finite_number
+from forge_gpu._src.core.checks import finite_number
 from forge_gpu.kernels.terms import TF_ARGS, TF_NOISE, TF_WEIGHT, TI_AXIS, TI_BODY, TI_BODY2, TI_COUNT, TI_LIST, Frame
 
 __all__ = ["Frame", "term", "param", "library", "TermDeclaration", "declaration",
