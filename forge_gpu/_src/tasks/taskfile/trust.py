@@ -24,7 +24,7 @@ from pathlib import Path
 TRUST_FLAG = "--trust-code"
 """The command line's flag (``trust_code=True`` in Python)."""
 
-_PACKAGE = Path(__file__).resolve().parents[2]
+_PACKAGE = Path(__file__).resolve().parents[3]
 """The installed forge_gpu package's directory (this file is ``forge_gpu/_src/tasks/taskfile/trust.py``)."""
 #: The run whose code is being built without trust (its directory), or None: everything may be imported.
 _UNTRUSTED_RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("forge_gpu_untrusted_run", default=None)
