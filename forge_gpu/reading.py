@@ -11,6 +11,7 @@ NAMES = {
     "Episode": "forge_gpu._src.core.episode",
     "EpisodeReadOptions": "forge_gpu._src.core.episode",
     "Windows": "forge_gpu._src.reading.windows",
+    "WindowSpec": "forge_gpu._src.reading.windows",
     "WindowDataset": "forge_gpu._src.reading.torch_data",
     "WindowMapDataset": "forge_gpu._src.reading.torch_data",
     "device_batch": "forge_gpu._src.reading.torch_data",

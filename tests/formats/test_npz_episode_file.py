@@ -11,9 +11,9 @@ from helpers.synthetic import make_episode
 
 from forge_gpu._src.core.episode import episode_stem, parse_episode_stem
 from forge_gpu._src.core.files import write_json_atomic
-from forge_gpu._src.formats.npz import write as npz_writer
+from forge_gpu._src.formats.npz import zipwriter as npz_writer
 from forge_gpu._src.formats.npz.files import encode_marker, make_marker, validate_marker
-from forge_gpu._src.formats.npz.write import write_episode_file
+from forge_gpu._src.formats.npz.zipwriter import write_episode_file
 from forge_gpu.formats import validate_episode
 
 

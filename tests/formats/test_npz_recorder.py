@@ -507,10 +507,12 @@ for name, sub in (('forge_gpu', 'forge_gpu'), ('forge_gpu._src', 'forge_gpu/_src
     sys.modules[name] = module
 import forge_gpu._src.formats.npz.files
 import forge_gpu._src.formats.npz.write
+import forge_gpu._src.formats.npz.zipwriter
 import forge_gpu._src.reading.runs
 import forge_gpu._src.reading.shared_batches
 import forge_gpu._src.reading.verify
 import forge_gpu._src.reading.report
+import forge_gpu._src.reading.charts
 import forge_gpu._src.reading.view
 import forge_gpu._src.formats.packed.write
 import forge_gpu._src.formats.packed.read

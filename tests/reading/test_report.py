@@ -16,17 +16,9 @@ from helpers.synthetic import LOSSLESS, SyntheticSim, make_batches, record, synt
 
 import forge_gpu
 from forge_gpu._src.core.episode import episode_stem
+from forge_gpu._src.reading.charts import chart, histogram
 from forge_gpu._src.reading.inspection import format_report
-from forge_gpu._src.reading.report import (
-    HOLD_MS,
-    MAX_FRAMES,
-    MAX_SIDE,
-    SECTIONS,
-    animation,
-    chart,
-    histogram,
-    key_frame,
-)
+from forge_gpu._src.reading.report import HOLD_MS, MAX_FRAMES, MAX_SIDE, SECTIONS, animation, key_frame
 from forge_gpu._src.recording.progress import PROGRESS_COLUMNS, ProgressSeries
 from forge_gpu.cli import main
 from forge_gpu.recording import PackedRecorder, write_dataset_manifest

@@ -300,7 +300,7 @@ def test_the_torch_datasets_are_classes_of_torch_datasets(run):
     assert type(copy) is WindowMapDataset and copy._windows is None and len(copy) == count
     iterable.set_epoch(3)
     again = pickle.loads(pickle.dumps(iterable))
-    assert type(again) is WindowDataset and (again.epoch, again.shuffle, again.history) == (3, True, 2)
+    assert type(again) is WindowDataset and (again.epoch, again.shuffle, again.spec.history) == (3, True, 2)
     with pytest.raises(ValueError, match="history"):
         WindowMapDataset(directory, history=0)
 
@@ -357,7 +357,7 @@ def test_window_dataset_splits_episodes_across_workers(run):
 
     directory, _ = run
     dataset = WindowDataset(directory, history=1, horizon=2, observation_keys=["time"])
-    assert pickle.loads(pickle.dumps(dataset)).horizon == 2
+    assert pickle.loads(pickle.dumps(dataset)).spec.horizon == 2
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
     seen = sorted((int(w["env_id"]), int(w["episode_id"]), int(w["t"])) for w in loader)
     expected = sorted(

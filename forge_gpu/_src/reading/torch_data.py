@@ -12,48 +12,36 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from forge_gpu._src.core.episode import EpisodeReadOptions
 from forge_gpu._src.core.labels import ACTION_TARGET
 from forge_gpu._src.reading.runs import episode_index
 from forge_gpu._src.reading.shared_batches import worker_slots
-from forge_gpu._src.reading.windows import CHUNK, Windows, check_flags, check_target, check_window
+from forge_gpu._src.reading.windows import CHUNK, Windows, WindowSpec, check_target, window_spec
 
 
 class _WindowSource:
-    """What both datasets hold: the arguments of their :class:`Windows`, checked when the dataset is made (not in a
-    worker), and picklable (a DataLoader worker under spawn gets a copy and opens its own windows)."""
+    """What both datasets hold: the directory and the :class:`WindowSpec` of their :class:`Windows`, checked when the
+    dataset is made (not in a worker), and picklable (a DataLoader worker under spawn gets a copy and opens its own
+    windows)."""
 
-    def _keep(self, directory, history, horizon, observation_keys, pad, mmap, state, params, target) -> None:
-        check_window(history, horizon)
-        EpisodeReadOptions(observation_keys=observation_keys, state=state)
-        check_flags(pad=pad, mmap=mmap, params=params)
-        if target != ACTION_TARGET:  # a label field of every run (reads the manifests)
-            check_target(episode_index(directory), target)
+    def _keep(self, directory, spec: WindowSpec) -> None:
+        if spec.target != ACTION_TARGET:  # a label field of every run (reads the manifests)
+            check_target(episode_index(directory), spec.target)
         self.directory = os.fspath(directory)
-        self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
-        self.observation_keys = None if observation_keys is None else list(observation_keys)
-        self.extras = {"state": state, "params": params, "target": target}
+        self.spec = spec
+        """The :class:`WindowSpec` of the dataset's windows."""
 
     def _open_windows(self, **shard: int) -> Windows:
         """The :class:`Windows` of the dataset, of the ``shard`` (``shard_index``, ``num_shards``) where given."""
-        return Windows(
-            self.directory,
-            self.history,
-            self.horizon,
-            observation_keys=self.observation_keys,
-            pad=self.pad,
-            mmap=self.mmap,
-            **self.extras,
-            **shard,
-        )
+        return Windows(self.directory, spec=self.spec, **shard)
 
 
 class WindowDataset(_WindowSource, torch.utils.data.IterableDataset):
-    """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root
-    (see :class:`Windows`; ``pad`` adds the windows at episode edges with ``*_is_pad`` masks; ``mmap`` leaves
-    uncompressed packed runs in their memory-mapped files instead of loading each shard; ``state`` and ``params``
-    add ``state/<S>`` ``[history, ...]`` and ``params/<P>`` to each item; ``target`` = a label field, e.g.
-    ``"expert_action"``, makes ``action`` the label of the frames t..t+horizon-1 instead of the recorded actions).
+    """A ``torch.utils.data.IterableDataset`` over the training windows of a run directory or a dataset root, those
+    of a :class:`WindowSpec` (its fields as keywords, or ``spec=``; see :class:`Windows`: ``pad`` adds the windows at
+    episode edges with ``*_is_pad`` masks; ``mmap`` leaves uncompressed packed runs in their memory-mapped files
+    instead of loading each shard; ``state`` and ``params`` add ``state/<S>`` ``[history, ...]`` and ``params/<P>``
+    to each item; ``target`` = a label field, e.g. ``"expert_action"``, makes ``action`` the label of the frames
+    t..t+horizon-1 instead of the recorded actions).
 
     Each item is a dict of torch tensors (``obs/<F>`` ``[history, ...]``, ``action`` ``[horizon, A]``,
     int64 scalars ``env_id``, ``episode_id``, ``t``) plus the ``instruction`` string. Episodes are split
@@ -69,19 +57,13 @@ class WindowDataset(_WindowSource, torch.utils.data.IterableDataset):
         self,
         directory: str | os.PathLike,
         *,
-        history: int = 1,
-        horizon: int = 1,
-        observation_keys: Sequence[str] | None = None,
+        spec: WindowSpec | None = None,
         shuffle: bool = False,
         seed: int = 0,
-        pad: bool = False,
-        mmap: bool = False,
-        state: bool | Sequence[str] = False,
-        params: bool = False,
-        target: str = ACTION_TARGET,
+        **window: Any,
     ):
         super().__init__()
-        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params, target)
+        self._keep(directory, window_spec(spec, (), window))
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -106,8 +88,9 @@ class WindowDataset(_WindowSource, torch.utils.data.IterableDataset):
 
 
 class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
-    """A map-style ``torch.utils.data.Dataset`` of every training window (see :class:`Windows`, and
-    :class:`WindowDataset` for ``state``, ``params`` and ``target``).
+    """A map-style ``torch.utils.data.Dataset`` of every training window of a :class:`WindowSpec` (its fields as
+    keywords, or ``spec=``; see :class:`Windows`, and :class:`WindowDataset` for ``state``, ``params`` and
+    ``target``).
 
     ``dataset[i]`` is one window (tensors as in :class:`WindowDataset`); ``dataset[indices]`` with a list
     of indices is a whole batch in one vectorized call (``obs/<F>`` ``[B, history, ...]``, ...), so
@@ -124,21 +107,9 @@ class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
     runs) they stay in the files, whose pages the workers share.
     """
 
-    def __init__(
-        self,
-        directory: str | os.PathLike,
-        *,
-        history: int = 1,
-        horizon: int = 1,
-        observation_keys: Sequence[str] | None = None,
-        pad: bool = False,
-        mmap: bool = False,
-        state: bool | Sequence[str] = False,
-        params: bool = False,
-        target: str = ACTION_TARGET,
-    ):
+    def __init__(self, directory: str | os.PathLike, *, spec: WindowSpec | None = None, **window: Any):
         super().__init__()
-        self._keep(directory, history, horizon, observation_keys, pad, mmap, state, params, target)
+        self._keep(directory, window_spec(spec, (), window))
         self._windows: Windows | None = None
 
     @property

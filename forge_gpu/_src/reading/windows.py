@@ -32,8 +32,76 @@ from forge_gpu._src.reading.runs import episode_index
 CHUNK = 256
 
 
+@dataclasses.dataclass(frozen=True)
+class WindowSpec:
+    """What a training window is: the arguments :class:`Windows`, :func:`action_windows` and the torch datasets
+    (``WindowDataset``, ``WindowMapDataset``) share, checked once, as the spec is made (ValueError naming the field).
+
+    Every one of them takes these as keywords, as torch and LeRobot datasets take theirs (``Windows(run, 2, 8,
+    pad=True)``, ``WindowMapDataset(run, history=2, horizon=8)``): the keywords are built into a spec, the one place
+    they are checked. ``spec=`` gives a spec made once instead, to describe the same windows to several readers (the
+    ``Windows`` an evaluation indexes and the dataset a DataLoader trains on) or to keep beside a trained policy;
+    keywords given with it replace its fields (``WindowMapDataset(run, spec=spec, mmap=True)``). A spec is frozen,
+    hashable and picklable (a DataLoader worker gets a copy)."""
+
+    history: int = 1
+    """Observation frames per window: ``t-history+1 .. t``."""
+    horizon: int = 1
+    """Actions per window: ``t .. t+horizon-1``."""
+    _: dataclasses.KW_ONLY
+    observation_keys: Sequence[str] | None = None
+    """Observation fields to read (``None``: all), kept as a tuple."""
+    pad: bool = False
+    """Also the windows at episode edges, the frames and actions past an edge repeating it, with ``*_is_pad``."""
+    mmap: bool = False
+    """Leave the frames in the runs' files (uncompressed packed runs) instead of loading them."""
+    state: bool | Sequence[str] = False
+    """``state/<S>`` at the observation's frames: none, every entry (``True``) or the named ones (a tuple)."""
+    params: bool = False
+    """``params/<P>``: each window's episode's params."""
+    verify: bool = True
+    """Check every block's checksum once, as the table is made (:class:`EpisodeReadOptions`)."""
+    target: str = ACTION_TARGET
+    """What ``action`` holds: ``"action"`` (the recorded actions) or a label field of the runs (whether the runs
+    have it is checked where a reader opens them)."""
+
+    def __post_init__(self):
+        check_int("history", self.history, minimum=1)
+        check_int("horizon", self.horizon, minimum=1)
+        for name in ("pad", "mmap", "params"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.target, str):
+            raise ValueError(f"target must be 'action' or the name of a label field, got {self.target!r}")
+        read = self.read_options()  # checks observation_keys, state and verify, and makes the sequences tuples
+        object.__setattr__(self, "observation_keys", read.observation_keys)
+        object.__setattr__(self, "state", read.state)
+
+    def read_options(self, options: EpisodeReadOptions | None = None, **shard: int) -> EpisodeReadOptions:
+        """``options`` (default: the defaults) reading what the spec reads, of the ``shard`` (``shard_index``,
+        ``num_shards``) where given."""
+        read = {"observation_keys": self.observation_keys, "state": self.state, "verify": self.verify}
+        return dataclasses.replace(options or EpisodeReadOptions(), **read, **shard)
+
+
+def window_spec(spec: WindowSpec | None, args: tuple, keywords: dict) -> WindowSpec:
+    """The spec a reader was given: ``WindowSpec(*args, **keywords)``, or ``spec`` with ``keywords`` replacing its
+    fields."""
+    if spec is None:
+        return WindowSpec(*args, **keywords)
+    if not isinstance(spec, WindowSpec):
+        raise TypeError(f"spec must be a WindowSpec, got {spec!r}")
+    if args:
+        raise TypeError("history and horizon go in the spec, or as keywords beside it, not positionally")
+    return dataclasses.replace(spec, **keywords) if keywords else spec
+
+
 class Windows:
     """Every training window of one shard of a run directory or a dataset root, by index.
+
+    The windows are those of a :class:`WindowSpec`: its fields as keywords (``history`` and ``horizon`` also
+    positionally: ``Windows(run, 2, 8, pad=True)``), or ``spec=``; ``shard_index`` and ``num_shards`` choose the
+    shard (as :class:`EpisodeReadOptions`'s do).
 
     Window ``i`` is ``(episode, t)``: the observation frames ``t-history+1 .. t`` and the actions
     ``t .. t+horizon-1`` of the episode, in episode order and then by ``t``. Without ``pad``, ``t`` runs over
@@ -73,52 +141,35 @@ class Windows:
     def __init__(
         self,
         directory: str | os.PathLike,
-        history: int = 1,
-        horizon: int = 1,
-        *,
-        observation_keys: Sequence[str] | None = None,
-        pad: bool = False,
+        *args: Any,
+        spec: WindowSpec | None = None,
         shard_index: int = 0,
         num_shards: int = 1,
-        mmap: bool = False,
-        state: bool | Sequence[str] = False,
-        params: bool = False,
-        verify: bool = True,
-        target: str = ACTION_TARGET,
+        **window: Any,
     ):
-        check_flags(pad=pad, mmap=mmap, params=params, verify=verify)
-        options = EpisodeReadOptions(
-            observation_keys=observation_keys,
-            shard_index=shard_index,
-            num_shards=num_shards,
-            state=state,
-            verify=verify,
-        )
+        spec = window_spec(spec, args, window)
+        options = spec.read_options(shard_index=shard_index, num_shards=num_shards)
         index = episode_index(directory)
-        check_target(index, target)  # every run of the directory, whichever shard holds its episodes
-        index = index[options.shard_index :: options.num_shards]
-        self._load(index, history, horizon, options, pad=pad, mmap=mmap, params=params, target=target)
+        check_target(index, spec.target)  # every run of the directory, whichever shard holds its episodes
+        self._load(index[options.shard_index :: options.num_shards], spec, options)
 
     @classmethod
-    def _of_index(
-        cls, index: list, history: int, horizon: int, options: EpisodeReadOptions, target: str = ACTION_TARGET
-    ) -> Windows:
-        """The unpadded windows of the episodes of ``index`` (``(run, k)`` pairs, :func:`runs.episode_index`), read
-        with ``options`` (its shard fields aside: ``index`` is the shard)."""
+    def _of_index(cls, index: list, spec: WindowSpec, options: EpisodeReadOptions) -> Windows:
+        """The windows of the episodes of ``index`` (``(run, k)`` pairs, :func:`runs.episode_index`), read with
+        ``options`` (its shard fields aside: ``index`` is the shard)."""
         windows = cls.__new__(cls)
-        windows._load(index, history, horizon, options, pad=False, mmap=False, params=False, target=target)
+        windows._load(index, spec, options)
         return windows
 
-    def _load(
-        self, index: list, history: int, horizon: int, options: EpisodeReadOptions, *, target: str, **flags: bool
-    ) -> None:
-        check_window(history, horizon)
-        pad, mmap = flags["pad"], flags["mmap"]
+    def _load(self, index: list, spec: WindowSpec, options: EpisodeReadOptions) -> None:
+        history, horizon, pad, mmap, target = spec.history, spec.horizon, spec.pad, spec.mmap, spec.target
+        self.spec = spec
+        """The :class:`WindowSpec` of the windows."""
         self.history, self.horizon, self.pad, self.mmap = history, horizon, pad, mmap
         self.target = target
         """What ``action`` holds: ``"action"`` (the recorded actions) or a label field (see the class doc)."""
         column, options, hidden = _target_reading(target, options)
-        self.fields, blocks, episodes = _frame_table(index, options, mmap, flags["params"])
+        self.fields, blocks, episodes = _frame_table(index, options, mmap, spec.params)
         self.fields = [f for f in self.fields if f"obs/{f}" != hidden]
         # The table as blocks (first row, columns), split by the rows they are gathered at: frames, actions (or the
         # target label's rows: transition k's action is stored on frame k+1, the label of its state on frame k).
@@ -271,36 +322,50 @@ class Windows:
 
 def action_windows(
     directory: str | os.PathLike,
-    history: int = 1,
-    horizon: int = 1,
-    *,
+    *args: Any,
+    spec: WindowSpec | None = None,
     options: EpisodeReadOptions | None = None,
-    target: str = ACTION_TARGET,
+    **window: Any,
 ) -> Iterator[dict[str, Any]]:
     """Yield the training windows (docs/FORMAT-v1.md, "Training windows") of the episodes of one shard, one dict each:
-    the windows of :class:`Windows` (unpadded), in its order, a run at a time.
+    the windows of :class:`Windows` of the same spec (:class:`WindowSpec`: ``history``, ``horizon`` and the other
+    keywords, or ``spec=``), in its order, a run at a time.
 
     ``directory`` is a run directory or a dataset root; episodes and shards are as in :func:`runs.read_episodes`.
-    For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]``, a dict
-    with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where
-    ``options.state`` asks for it), ``action`` = ``action[t : t+horizon]`` (``[horizon, A]``), the episode's
-    ``instruction`` (``Episode.instruction``) and the ints ``env_id``, ``episode_id`` and ``t``. The arrays are
-    read-only views of a batch of windows (copy one to change it). Memory holds the selected fields of one run's
-    episodes of the shard at a time. The manifests and indexes are read and checked at the call. ``target``: what
-    ``action`` holds, ``"action"`` or a label field (:class:`Windows`).
+    For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]`` (without ``pad``), a
+    dict with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where ``state``
+    asks for it), ``action`` = ``action[t : t+horizon]`` (``[horizon, A]``), the episode's ``instruction``
+    (``Episode.instruction``) and the ints ``env_id``, ``episode_id`` and ``t``. The arrays are read-only views of a
+    batch of windows (copy one to change it). Memory holds the selected fields of one run's episodes of the shard at
+    a time. The manifests and indexes are read and checked at the call.
+
+    ``options`` (:class:`EpisodeReadOptions`) gives the shard (and ``max_member_bytes``); its ``observation_keys``,
+    ``state`` and ``verify`` are the spec's where the spec leaves them unset (ValueError where both set one,
+    differently).
     """
-    check_window(history, horizon)
-    options = options or EpisodeReadOptions()
+    spec = window_spec(spec, args, window)
+    if options is not None:
+        spec = _with_reading(spec, options)
+    options = spec.read_options(options)
     index = episode_index(directory)
-    check_target(index, target)
-    return _each_window(index[options.shard_index :: options.num_shards], history, horizon, options, target)
+    check_target(index, spec.target)
+    return _each_window(index[options.shard_index :: options.num_shards], spec, options)
 
 
-def _each_window(
-    index: list, history: int, horizon: int, options: EpisodeReadOptions, target: str
-) -> Iterator[dict[str, Any]]:
+def _with_reading(spec: WindowSpec, options: EpisodeReadOptions) -> WindowSpec:
+    """``spec`` reading what ``options`` reads (its ``observation_keys``, ``state`` and ``verify``), where the spec
+    leaves that at its default; ValueError where both set one, differently."""
+    unset = WindowSpec()
+    read = {name: getattr(options, name) for name in ("observation_keys", "state", "verify")}
+    clash = [n for n, v in read.items() if getattr(spec, n) not in (v, getattr(unset, n))]
+    if clash:
+        raise ValueError(f"{', '.join(clash)} set both in the window spec and in options, differently")
+    return dataclasses.replace(spec, **read)
+
+
+def _each_window(index: list, spec: WindowSpec, options: EpisodeReadOptions) -> Iterator[dict[str, Any]]:
     for _, group in itertools.groupby(index, key=lambda entry: entry[0]):
-        windows = Windows._of_index(list(group), history, horizon, options, target)
+        windows = Windows._of_index(list(group), spec, options)
         for start in range(0, len(windows), CHUNK):
             batch = windows.batch(np.arange(start, min(start + CHUNK, len(windows))))
             for values in batch.values():
@@ -315,18 +380,11 @@ def one_window(batch: dict[str, Any], i: int) -> dict[str, Any]:
     return {k: v[i] if k == "instruction" or v.ndim > 1 else v[i].item() for k, v in batch.items()}
 
 
-def check_window(history: int, horizon: int) -> None:
-    for name, value in (("history", history), ("horizon", horizon)):
-        check_int(name, value, minimum=1)
-
-
-def check_target(index: list, target: Any) -> None:
+def check_target(index: list, target: str) -> None:
     """ValueError (one line, naming the run, its label and observation fields) unless ``target`` is ``"action"`` or
     a label field of every run of ``index`` (``(run, k)`` pairs, :func:`runs.episode_index`)."""
     if target == ACTION_TARGET:
         return
-    if not isinstance(target, str):
-        raise ValueError(f"target must be 'action' or the name of a label field, got {target!r}")
     for run in dict.fromkeys(run for run, _ in index):
         target_column(run.manifest["env_spec"], target, name=run.directory)
 
@@ -340,13 +398,6 @@ def _target_reading(target: str, options: EpisodeReadOptions) -> tuple[str, Epis
     if keys is None or target in keys:
         return f"obs/{target}", options, None
     return f"obs/{target}", dataclasses.replace(options, observation_keys=[*keys, target]), f"obs/{target}"
-
-
-def check_flags(**flags: Any) -> None:
-    """Each keyword must be True or False (ValueError naming it)."""
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def _frame_table(index: list, options: EpisodeReadOptions, mmap: bool, params: bool) -> tuple[list[str], list, dict]:

@@ -6,9 +6,9 @@ the file's members must pass (their names, shapes and dtypes; their values: the 
 keeps, :mod:`core.rules`, and schema 1's continuity).
 
 The episode's file stem is :func:`core.episode.episode_stem`; run.json, which both formats share, is
-:mod:`core.manifest`'s; the writer of episode files and markers is :mod:`formats.npz.write`, the reader (with
-the checks of untrusted member sizes) :mod:`formats.npz.read`. numpy and the standard library; shared by the
-recorder (which writes) and the reader (which checks).
+:mod:`core.manifest`'s; the writer of episode files is :mod:`formats.npz.zipwriter`, of markers
+:mod:`formats.npz.write`, the reader (with the checks of untrusted member sizes) :mod:`formats.npz.read`. numpy and
+the standard library; shared by the recorder (which writes) and the reader (which checks).
 
 forge_gpu's per-episode instructions beside a schema-1 run (docs/FORMAT.md "Instructions"): ``instructions.jsonl``,
 one JSON line ``{"env_id": E, "episode_id": K, "instruction": "..."}`` per published episode, appended before the
