@@ -519,7 +519,6 @@ import forge_gpu._src.reading.windows
 import forge_gpu._src.curation.convert
 import forge_gpu._src.curation.repair
 import forge_gpu._src.curation.curate
-import forge_gpu._src.curation.statistics
 import forge_gpu._src.reading.inspection
 import forge_gpu._src.core.manifest
 import forge_gpu._src.formats.registry
