@@ -11,8 +11,8 @@ NAMES = {
     "episode_values": "forge_gpu._src.curation.curate",
     "ExpressionError": "forge_gpu._src.curation.where",
     "repair_run": "forge_gpu._src.curation.repair",
-    "run_statistics": "forge_gpu._src.curation.statistics",
-    "compute_statistics": "forge_gpu._src.curation.statistics",
+    "run_statistics": "forge_gpu._src.recording.stats",
+    "compute_statistics": "forge_gpu._src.curation.curate",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

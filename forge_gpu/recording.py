@@ -18,7 +18,7 @@ NAMES = {
     "Recorder": "forge_gpu._src.recording.base",
     "RunDescription": "forge_gpu._src.core.manifest",
     "RecordingOptions": "forge_gpu._src.formats.registry",
-    "PackedRecorder": "forge_gpu._src.formats.packed.write",
+    "PackedRecorder": "forge_gpu._src.formats.packed.recorder",
     "NpzRecorder": "forge_gpu._src.formats.npz.write",
     "evaluate": "forge_gpu._src.evaluate.run",
     "Evaluation": "forge_gpu._src.evaluate.figures",

@@ -229,7 +229,7 @@ def cmd_export(args) -> int:
 def cmd_stats(args) -> int:
     import json
 
-    from forge_gpu._src.curation.statistics import compute_statistics
+    from forge_gpu._src.curation.curate import compute_statistics
     from forge_gpu._src.reading.inspection import format_statistics
     from forge_gpu._src.recording.stats import load_statistics
 

@@ -521,7 +521,7 @@ import forge_gpu._src.reading.windows
 import forge_gpu._src.curation.convert
 import forge_gpu._src.curation.repair
 import forge_gpu._src.curation.curate
-import forge_gpu._src.curation.statistics
+import forge_gpu._src.formats.packed.recorder
 import forge_gpu._src.reading.inspection
 import forge_gpu._src.core.manifest
 import forge_gpu._src.formats.registry

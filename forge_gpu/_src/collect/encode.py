@@ -14,13 +14,18 @@ Two encoders, one interface:
   (the next step is not queued ahead of it), and O(envs) Python over that list (the sizes and one ``torch.cat``).
   The bytes are JPEG: the CPU codec decodes them. Not yet run on a GPU
   (``bench/gpu.py`` checks it).
-- :class:`HostEncoder`: the CPU codec (``core/codecs.encode_frames``) on the producer's side, for any codec. The
-  CPU path does not use it by default (there the recorder's writer pool encodes); tests and
-  ``bench/gpu.py --smoke`` run the transport's variable-length plumbing through it.
+- :class:`HostEncoder`: the CPU codec (``core/codecs.encode_frames``) on the producer's side, for any codec, with
+  the frames' values as a reader decodes them (what the run's statistics count, taken before or, for a lossy image
+  codec, by the encode: the recorder then decodes nothing to count them). The CPU path does not use it by default
+  (there the recorder's writer pool encodes); tests and ``bench/gpu.py --smoke`` run the transport's
+  variable-length plumbing through it.
 
-:func:`make_encoder` chooses: on CUDA the JPEG fields get nvJPEG (the others, depth included, stay raw through the
-copy and are compressed by the writer pool: no lossless GPU codec is used, nvCOMP is not a dependency); on the CPU
-none.
+The device encoder hands the payloads alone (the frames never leave the device), so the recorder decodes them to
+count its statistics.
+
+:func:`make_encoder` chooses: on CUDA the fields whose codec nvJPEG makes (``Codec.nvjpeg``: JPEG) get it (the
+others, depth included, stay raw through the copy and are compressed by the writer pool: no lossless GPU codec is
+used, nvCOMP is not a dependency); on the CPU none.
 
 The simulation half of ``forge_gpu.recording`` (``_src/collect``: it drives the env, with Warp); the data half,
 ``_src/recording``, never imports Warp.
@@ -47,11 +52,13 @@ WHERE = ("auto", "device", "host", "none")
 class Encoded:
     """One field's frames of one step, encoded: frame ``i`` is ``sizes[i]`` bytes, all ``nbytes`` of them end to end
     where the encoder left them; ``copy_to(area)`` copies them to the start of a host buffer (a numpy uint8 array,
-    or a page-locked Warp array, into which the copy is issued on the env's stream without waiting)."""
+    or a page-locked Warp array, into which the copy is issued on the env's stream without waiting). ``values``: the
+    frames as a reader decodes them, on the host, where the encoder has them (``EncodedFrames.values``)."""
 
     sizes: np.ndarray
     nbytes: int
     copy_to: Callable[[object], None]
+    values: np.ndarray | None = None
 
 
 class FrameEncoder(Protocol):
@@ -69,7 +76,8 @@ def _host_view(area) -> np.ndarray:
 
 
 class HostEncoder:
-    """The CPU codec on the producer's side (over ``pool`` where given): the same payloads the writer pool makes."""
+    """The CPU codec on the producer's side (over ``pool`` where given): the same payloads the writer pool makes, and
+    the frames' values as a reader decodes them (a copy: the env's frames change with the next step)."""
 
     name = "host"
 
@@ -82,18 +90,19 @@ class HostEncoder:
         for name, spec in self.fields.items():
             frames = observation[name]
             frames = frames.numpy() if isinstance(frames, wp.array) else np.asarray(frames)
-            encoded = encode_frames(spec, frames, pool=self.pool)
+            encoded = encode_frames(spec, frames, pool=self.pool, values=True)
+            values = encoded.values.copy() if np.may_share_memory(encoded.values, frames) else encoded.values
 
             def copy_to(area, payload=encoded.payload) -> None:
                 np.copyto(_host_view(area)[: payload.size], payload)
 
-            out[name] = Encoded(np.diff(encoded.offsets), encoded.nbytes, copy_to)
+            out[name] = Encoded(np.diff(encoded.offsets), encoded.nbytes, copy_to, values)
         return out
 
 
 class NvjpegEncoder:
     """JPEG on the GPU (nvJPEG through ``torchvision.io.encode_jpeg`` of CUDA tensors), for uint8 [n, H, W, 3]
-    fields whose codec is ``jpeg`` (its ``quality``). Not yet run on a GPU."""
+    fields whose codec nvJPEG makes (``Codec.nvjpeg``: ``jpeg``, its ``quality``). Not yet run on a GPU."""
 
     name = "nvjpeg"
 
@@ -102,7 +111,7 @@ class NvjpegEncoder:
         if not device.is_cuda:
             raise ValueError(f"encode on the device needs CUDA; Warp's device is {device} (use the CPU writer pool)")
         for name, spec in fields.items():
-            if spec.name != "jpeg":
+            if not spec.codec.nvjpeg:
                 raise ValueError(f"field {name!r}: the GPU encoder makes jpeg, not {spec.name!r}")
         try:
             import torch
@@ -151,7 +160,7 @@ def make_encoder(env, codecs: Mapping[str, CodecSpec], *, where: str = "auto", p
         return None
     if where == "host":
         return HostEncoder(codecs, pool=pool)
-    jpeg = {name: spec for name, spec in codecs.items() if spec.name == "jpeg"}
+    jpeg = {name: spec for name, spec in codecs.items() if spec.codec.nvjpeg}
     if where == "device":
         return NvjpegEncoder(jpeg or codecs, env.device)
     if env.device.is_cuda and jpeg:
@@ -238,17 +247,17 @@ class PayloadAreas:
             frames.copy_to(area)
             offsets = np.zeros(frames.sizes.size + 1, np.int64)
             np.cumsum(frames.sizes, out=offsets[1:])
-            self._held[slot][name] = (area, offsets)
+            self._held[slot][name] = (area, offsets, frames.values)
             self.payload_bytes += frames.nbytes
 
     def frames(self, slot: int) -> dict[str, EncodedFrames]:
         """``slot``'s encoded fields, once its copies are complete. Each owns its bytes (one host copy of the
         compressed payloads, a fraction of the raw frames' bytes): a recorder may keep them past the slot's
-        release, until its writer has written them."""
+        release, until its writer has written them. With their values where the encoder gave them."""
         fields = self.encoder.fields
         return {
-            name: EncodedFrames(fields[name], _host_view(area)[: offsets[-1]].copy(), offsets)
-            for name, (area, offsets) in self._held[slot].items()
+            name: EncodedFrames(fields[name], _host_view(area)[: offsets[-1]].copy(), offsets, values)
+            for name, (area, offsets, values) in self._held[slot].items()
         }
 
     def release(self, slot: int) -> None:

@@ -36,6 +36,13 @@ class Codec:
     """The stated error bound, in words (docs/FORMAT.md)."""
     min_psnr: float | None = None
     """A lossy image codec's promise at quality >= 75: every frame's PSNR [dB] at least this (peak 255)."""
+    nvjpeg: bool = False
+    """Whether nvJPEG encodes and decodes its payloads on a CUDA device (the device encoder and ``device_batch``)."""
+
+    @property
+    def lossy(self) -> bool:
+        """Whether a frame may decode to other values than were encoded (what a reader gets is what is stored)."""
+        return not self.lossless
 
 
 def _zstd_level(default: int) -> dict:
@@ -66,6 +73,7 @@ CODECS: dict[str, Codec] = {
             {"quality": (90, 1, 100)},
             bound="lossy: every frame's PSNR >= 25 dB at quality >= 75 on the tasks' rendered frames (32 px and up)",
             min_psnr=25.0,
+            nvjpeg=True,
         ),
         Codec(
             "webp",

@@ -1,4 +1,7 @@
-"""Image codecs: how a packed run stores one image field's frames (docs/FORMAT.md "Encoded fields").
+"""Image codecs: how a packed run stores one image field's frames (docs/FORMAT.md "Encoded fields"), in one place.
+Every other module asks a codec what it can do, never its name: ``spec.codec.lossless``/``lossy``, ``nvjpeg`` (a
+CUDA device encodes and decodes its payloads), ``min_psnr``; :func:`stored_values` (the values a reader decodes from
+given frames: what a run's statistics count) and the ``values`` :func:`encode_frames` gives with the payloads.
 
 A codec turns each frame of a field (an ``[H, W]`` or ``[H, W, C]`` array) into one self-contained payload, so a
 frame is one row of its column and any frame decodes without its neighbours. :data:`CODECS` registers them by name; a
@@ -24,7 +27,7 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,6 +56,10 @@ class EncodedFrames:
     spec: CodecSpec
     payload: np.ndarray
     offsets: np.ndarray
+    values: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """The frames' values as a reader decodes them (``[n, *shape]``), where the encoder that made the payloads gave
+    them (:func:`encode_frames` with ``values``): what a run's statistics count, so nothing decodes the payloads
+    again to count them. None where the encoder kept none (the payloads alone travelled)."""
 
     def __post_init__(self) -> None:
         payload, offsets = np.asarray(self.payload), np.asarray(self.offsets)
@@ -90,11 +97,11 @@ class EncodedFrames:
         # each byte's source: its frame's start plus its position within the frame (whole-array, no per-frame loop)
         within = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], sizes)
         payload = self.payload[np.repeat(self.offsets[rows], sizes) + within]
-        return EncodedFrames(self.spec, payload, offsets)
+        return EncodedFrames(self.spec, payload, offsets, None if self.values is None else self.values[rows])
 
     @staticmethod
     def concatenate(parts: Sequence[EncodedFrames]) -> EncodedFrames:
-        """The frames of ``parts`` (all of one spec) end to end."""
+        """The frames of ``parts`` (all of one spec) end to end, with their values where every part has them."""
         if not parts:
             raise ValueError("EncodedFrames.concatenate needs at least one part")
         spec = parts[0].spec
@@ -104,7 +111,8 @@ class EncodedFrames:
             return parts[0]
         starts = np.cumsum([0] + [p.nbytes for p in parts[:-1]])
         offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, starts, strict=True)])
-        return EncodedFrames(spec, np.concatenate([p.payload for p in parts]), offsets.astype(np.int64))
+        values = None if any(p.values is None for p in parts) else np.concatenate([p.values for p in parts])
+        return EncodedFrames(spec, np.concatenate([p.payload for p in parts]), offsets.astype(np.int64), values)
 
 
 # -- the codecs' byte formats (docs/FORMAT.md "Encoded fields") -----------------------------------------------
@@ -150,7 +158,7 @@ def transform(spec: CodecSpec, frame: np.ndarray) -> np.ndarray:
     ``q = rint(value / (step_um * 1e-6))`` as a signed 32-bit integer, then the same differences and planes."""
     frame = np.ascontiguousarray(frame)
     if spec.name == "quantized":
-        q = np.rint(frame.astype(np.float64) / (spec.param("step_um") * 1e-6))
+        q = _steps(spec, frame)
         if np.abs(q).max(initial=0) >= 1 << 31:
             raise ValueError(f"codec {spec}: a value of {np.abs(frame).max()} is out of its range (2**31 steps)")
         return _planes(_zigzag_delta(q.astype(np.int64), frame.shape[0], 32).astype(np.uint32))
@@ -159,6 +167,11 @@ def transform(spec: CodecSpec, frame: np.ndarray) -> np.ndarray:
     bits = 8 * frame.dtype.itemsize
     words = frame.reshape(-1).view(_UNSIGNED[frame.dtype.itemsize]).astype(np.int64)
     return _planes(_zigzag_delta(words, frame.shape[0], bits).astype(_UNSIGNED[frame.dtype.itemsize]))
+
+
+def _steps(spec: CodecSpec, values: np.ndarray) -> np.ndarray:
+    """``quantized``: each value as its count of ``step_um`` steps, ``rint(value / (step_um * 1e-6))`` (float64)."""
+    return np.rint(values.astype(np.float64) / (spec.param("step_um") * 1e-6))
 
 
 def untransform(spec: CodecSpec, data: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -309,18 +322,27 @@ def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
 
 
-def encode_frames(spec: CodecSpec, frames: np.ndarray, *, pool=None) -> EncodedFrames:
+def encode_frames(spec: CodecSpec, frames: np.ndarray, *, pool=None, values: bool = False) -> EncodedFrames:
     """Encode ``frames`` ([n, H, W, C]) with ``spec``, one payload per frame; over ``pool`` (a
     ``concurrent.futures.Executor``; its workers each take a run of frames) where given. The frames must be of a
-    dtype and shape the codec takes (:meth:`CodecSpec.check`)."""
+    dtype and shape the codec takes (:meth:`CodecSpec.check`). With ``values``, the result's ``values`` are what a
+    reader decodes (:func:`stored_values`): a lossy image codec's each frame decoded by the worker that encoded it,
+    right after its encode; the others' from the frames, whole-array, without their payloads."""
     frames = np.asarray(frames)
     if spec.raw:
         raise ValueError("encode_frames: codec 'none' stores frames raw; there is nothing to encode")
     spec.check(frames.shape[1:], frames.dtype, field="frames")
     encode = _encoder(spec)
+    round_trip = values and _WHOLE_ARRAY.get(spec.name) is None and spec.codec.lossy
+    decode = _decoder(spec, frames.shape[1:], frames.dtype) if round_trip else None
+    decoded = np.empty_like(frames) if round_trip else None
 
     def run(bounds: tuple[int, int]) -> list[bytes]:
-        return [encode(np.ascontiguousarray(frames[i])) for i in range(*bounds)]
+        payloads = [encode(np.ascontiguousarray(frames[i])) for i in range(*bounds)]
+        if decode is not None:
+            for i, data in zip(range(*bounds), payloads, strict=True):
+                decoded[i] = decode(data)
+        return payloads
 
     chunks = _chunks(len(frames), getattr(pool, "_max_workers", 1) if pool is not None else 1)
     parts = list(pool.map(run, chunks)) if pool is not None and len(chunks) > 1 else [run(c) for c in chunks]
@@ -328,7 +350,38 @@ def encode_frames(spec: CodecSpec, frames: np.ndarray, *, pool=None) -> EncodedF
     offsets = np.zeros(len(payloads) + 1, np.int64)
     np.cumsum([len(p) for p in payloads], out=offsets[1:])
     payload = np.frombuffer(b"".join(payloads), np.uint8) if payloads else np.zeros(0, np.uint8)
-    return EncodedFrames(spec, payload, offsets)
+    if values and decoded is None:
+        decoded = stored_values(spec, frames)
+    return EncodedFrames(spec, payload, offsets, decoded)
+
+
+def _quantized_values(spec: CodecSpec, frames: np.ndarray) -> np.ndarray:
+    """``quantized``'s decoded values, whole-array: ``float32(rint(value / step) * step)`` (:func:`untransform`)."""
+    return (_steps(spec, frames) * (spec.param("step_um") * 1e-6)).astype(np.float32)
+
+
+#: The lossy codecs whose decoded values follow from the frames whole-array, without their payloads.
+_WHOLE_ARRAY = {"quantized": _quantized_values}
+
+
+def stored_values(spec: CodecSpec, frames: np.ndarray, *, pool=None) -> np.ndarray:
+    """The values a reader decodes from ``frames`` ([n, ...]) once encoded with ``spec``: the frames themselves for a
+    lossless codec (no copy), ``quantized``'s rounding whole-array (``float32(rint(value / step) * step)``, the
+    decoder's arithmetic, bit for bit), and a lossy image codec's frames encoded and decoded (over ``pool``)."""
+    if spec.raw or spec.codec.lossless:
+        return frames
+    whole_array = _WHOLE_ARRAY.get(spec.name)
+    if whole_array is not None:
+        return whole_array(spec, np.asarray(frames))
+    return encode_frames(spec, frames, pool=pool, values=True).values
+
+
+def frame_values(encoded: EncodedFrames, shape: Sequence[int], dtype: Any, *, pool=None) -> np.ndarray:
+    """What a reader decodes from ``encoded``: the ``values`` its encoder gave, else its payloads decoded (frames a
+    producer encoded where their values did not travel with them: nvJPEG's, on the device)."""
+    if encoded.values is not None:
+        return encoded.values
+    return decode_frames(encoded.spec, encoded, shape, dtype, pool=pool)
 
 
 def decode_frames(

@@ -3,7 +3,9 @@
 - :func:`select_run`: the episodes of a run (or dataset root) that a ``--where`` expression (:mod:`where`) keeps,
   over per-episode values (:func:`episode_values`);
 - :func:`merge_runs`: the episodes of runs of one task and one env_spec as one run;
-- :func:`split_run`: a deterministic train/validation split by episode, as two runs.
+- :func:`split_run`: a deterministic train/validation split by episode, as two runs;
+- :func:`compute_statistics`: a closed run's statistics counted again from its published episodes (``forge-gpu
+  stats``; the counting is :mod:`recording.stats`'s).
 
 Each writes a packed run (episodes end to end, statistics recomputed from what it holds) through ``convert``'s
 :func:`writing.write_run`. The episodes keep their values, state, params and instruction; their ids are kept but
@@ -25,10 +27,10 @@ from forge_gpu._src.core.dataset import run_directories
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_return, episode_succeeded
 from forge_gpu._src.core.fields import without_groups
 from forge_gpu._src.core.files import new_partial, publish
-from forge_gpu._src.curation.statistics import new_statistics
 from forge_gpu._src.curation.where import Where
 from forge_gpu._src.curation.writing import check_target, new_manifest, now, open_closed_run, write_run
 from forge_gpu._src.formats.registry import FORMATS, RunReader, format_of
+from forge_gpu._src.recording.stats import StatsAccumulator, count_episodes, new_statistics
 
 #: The per-episode values every run has, beside its params (each by its name).
 BUILT_IN = ("success", "return", "length", "env", "episode", "instruction")
@@ -316,3 +318,20 @@ def _moved(episode: Episode, offset: int) -> Episode:
         if "env_id" in fields:
             fields["env_id"] = np.full_like(fields["env_id"], env_id)
     return dataclasses.replace(episode, env_id=env_id, obs=obs, next=following)
+
+
+def compute_statistics(path: str | os.PathLike, *, write: bool = True) -> StatsAccumulator:
+    """Compute the statistics of a closed run from its published episodes (one read of the run,
+    :func:`recording.stats.count_episodes`) and, with ``write``, store them as its ``stats.json``. A dataset root:
+    each run in turn; the merged statistics are returned."""
+    merged = None
+    for run_dir in run_directories(path):
+        run = open_closed_run(run_dir)
+        stats = count_episodes(run.manifest["env_spec"], run.read(list(range(len(run))), EpisodeReadOptions()))
+        if write:
+            stats.write(run_dir, "computed from the published episodes")
+        if merged is None:
+            merged = stats
+        else:
+            merged.merge(stats)
+    return merged

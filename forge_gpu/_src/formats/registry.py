@@ -217,7 +217,7 @@ class PackedFormat:
         return all(manifest.get(key) == value for key, value in self.identity.items())
 
     def recorder(self, directory: str, run: RunDescription, options: RecordingOptions) -> Recorder:
-        from forge_gpu._src.formats.packed.write import PackedRecorder
+        from forge_gpu._src.formats.packed.recorder import PackedRecorder
 
         budget = _budget(options)
         return PackedRecorder(

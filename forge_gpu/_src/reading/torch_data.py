@@ -203,15 +203,15 @@ def device_batch(windows: Windows, indices: Sequence[int] | np.ndarray, device: 
 
 def decode_on_device(frames, shape: Sequence[int], dtype: Any, device: Any = "cuda") -> Any:
     """The frames of ``frames`` (an :class:`~forge_gpu._src.core.codecs.EncodedFrames`) as one torch tensor
-    ``[n, *shape]`` on the CUDA ``device``: JPEG decoded there, every frame in one batched nvJPEG call
-    (``torchvision.io.decode_jpeg(..., device=device)``); any other codec decoded on the CPU (``core/codecs``) and
-    copied over from page-locked memory. ValueError (one line) for a device that is not CUDA or a machine where
-    torch sees none. Unverified on CUDA."""
+    ``[n, *shape]`` on the CUDA ``device``: a codec nvJPEG decodes (``Codec.nvjpeg``: JPEG) decoded there, every frame
+    in one batched nvJPEG call (``torchvision.io.decode_jpeg(..., device=device)``); any other codec decoded on the
+    CPU (``core/codecs``) and copied over from page-locked memory. ValueError (one line) for a device that is not
+    CUDA or a machine where torch sees none. Unverified on CUDA."""
     from forge_gpu._src.core.codecs import decode_frames
 
     target = check_decode_device(device)
     shape, n = tuple(int(s) for s in shape), len(frames)
-    if frames.spec.name != "jpeg" or n == 0:
+    if not frames.spec.codec.nvjpeg or n == 0:
         decoded = torch.from_numpy(decode_frames(frames.spec, frames, shape, dtype))
         return decoded.pin_memory().to(target, non_blocking=True)
     import torchvision.io

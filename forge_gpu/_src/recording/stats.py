@@ -1,24 +1,37 @@
-"""Normalization statistics of a run: count, mean, std, min, max and the 1st/99th percentiles, per channel.
+"""Normalization statistics of runs, in one place: count, mean, std, min, max and the 1st/99th percentiles, per
+channel; what the recorders count while recording, the per-episode extremes, the stored file, the normalization
+training takes from it, and the count of a closed run's episodes that ``forge-gpu stats`` recomputes.
+
+  - :class:`ChannelStats` (one field) and :class:`StatsAccumulator` (a run's fields) count, merge, subtract and
+    store (``stats.json``, :meth:`StatsAccumulator.write`); :func:`new_statistics` makes an empty one of a run's
+    env_spec, :func:`count_rows` counts step-major rows, :func:`count_episodes` read episodes.
+  - :class:`BlockStatistics`: the running statistics of a recorder that writes blocks of step-major rows and
+    publishes an episode with the block that holds its last row (the packed recorder), with each env's current
+    episode's min and max.
+  - :func:`load_statistics` and :func:`run_statistics` read them back; :func:`normalization` gives the center and
+    scale of a list of fields (:class:`Normalization`).
 
 The recorders count the episodes they publish, and only those, whole-array numpy, and write ``stats.json`` into
 the run directory when they close:
   - the npz recorder's writers add each episode as they publish it, from its buffer;
-  - the packed recorder's writer thread adds every block of rows as it writes it (one pass over the ring's raw
-    rows; frames a producer handed encoded are decoded for it, and a lossy codec's field is counted as stored:
-    ``quantized`` quantized whole-array, ``jpeg``/``webp`` the block's payloads decoded), and at close subtracts
-    the rows of the episodes never published (still running when the run stopped, lost to a write failure,
-    abandoned by a reset: about one episode per env), read back from the segments for just those rows (or from
-    the ring, for a block counted but never committed): counts and sketch buckets subtract exactly, mean and m2
-    un-merge (:meth:`ChannelStats.subtract`). Min and max cannot be subtracted: the writer keeps each env's running
-    min and max of its current episode ([envs, channels] per field, whole-array per step) and merges them into the
-    run's when the block that ends the episode is published.
-So ``stats.json`` equals what ``compute_statistics`` computes from the run's published episodes.
-``forge-gpu stats RUN`` computes the same file from the published episodes of a run recorded before
-statistics existed (or one closed by ``repair``).
+  - the packed recorder's writer thread adds every block of rows as it writes it (:class:`BlockStatistics`: one
+    pass over the ring's rows, an encoded field's values as its encoder gave them, :func:`core.codecs.encode_frames`
+    with ``values``), and at close subtracts the rows of the episodes never published (still running when the run
+    stopped, lost to a write failure, abandoned by a reset: about one episode per env), read back from the segments
+    for just those rows (or from the ring, for a block counted but never committed): counts and sketch buckets
+    subtract exactly, mean and m2 un-merge (:meth:`ChannelStats.subtract`). Min and max cannot be subtracted:
+    :class:`BlockStatistics` keeps each env's running min and max of its current episode ([envs, channels] per
+    field, whole-array per step) and merges them into the run's when the block that ends the episode is published.
+So ``stats.json`` equals what :func:`count_episodes` computes from the run's published episodes (``forge-gpu stats
+RUN``, for a run recorded before statistics existed or one closed by ``repair``).
 
 What is counted:
   - observation fields other than the ids and ``time`` (``obs/proprio``, ``obs/rgb``, ``obs/depth``):
-    the T + 1 frames of each published episode;
+    the T + 1 frames of each published episode, as a reader decodes them: the recorded values where the field is
+    stored raw or with a lossless codec; what is stored where the codec is lossy (``quantized``: the values rounded
+    to its step, taken whole-array from the frames before they are encoded; ``jpeg``/``webp``: each frame as its
+    encoder's own decode gives it back, in the worker that encoded it), so that a run's statistics equal their
+    recomputation from the run whatever its codecs;
   - ``action`` and ``reward``: its T transitions.
 Channels: the last axis of a field with 3 or more axes per row counts as channels (``rgb`` [H, W, 3]:
 3 channels, each over all its pixels); ``depth`` [H, W] is one channel; a vector [P] has P channels; a
@@ -33,18 +46,25 @@ bucket's midpoint, clipped to [min, max]) is within a relative 2^-8 (0.39%) of t
 range (|x| < 1.2e-38) are within 1.2e-38 absolute. Mean and std are exact up to float64 rounding
 (per-batch means and squared deviations merged with Chan's formula); std is the population std (ddof 0).
 
+Normalization (:func:`normalization`): ``"std"`` centers on the mean and divides by the population std;
+``"minmax"`` centers on the middle of [min, max] and divides by half its width, so the recorded values land in
+[-1, 1]. A channel whose spread is at most ``floor`` (a constant, e.g. push's goal height) gets scale 1, so it is
+centered and never divided by zero, and is named in ``notes``.
+
 numpy and the standard library.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS
+from forge_gpu._src.core.dataset import run_directories
+from forge_gpu._src.core.fields import BOOKKEEPING_FIELDS, observation_layout
 from forge_gpu._src.core.files import write_json_atomic
 
 #: The file in a run directory.
@@ -367,8 +387,6 @@ def load_statistics(path: str | os.PathLike) -> StatsAccumulator:
     Raises LookupError when a run has none (recorded before statistics existed, or not closed by its
     recorder) with the command that computes them, and ValueError for a malformed file.
     """
-    from forge_gpu._src.core.dataset import run_directories
-
     merged = None
     for run_dir in run_directories(path):
         file = os.path.join(run_dir, STATS_FILE)
@@ -390,3 +408,226 @@ def load_statistics(path: str | os.PathLike) -> StatsAccumulator:
     if merged is None:
         raise LookupError(f"{os.fspath(path)}: a dataset without runs has no statistics")
     return merged
+
+
+def run_statistics(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
+    """Normalization statistics of a run directory or a dataset root, for training code.
+
+    Returns key -> {``count``, ``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``} with keys
+    ``obs/<field>`` (``proprio``, and ``rgb``/``depth`` where the task has a camera; per channel),
+    ``action`` [A] and ``reward`` [1]. Percentiles: see this module's docstring for their accuracy.
+    Raises LookupError when a run has none stored (``forge-gpu stats RUN`` computes them).
+    """
+    return load_statistics(path).summary()
+
+
+def new_statistics(spec: Mapping) -> StatsAccumulator:
+    """An empty accumulator of the statistics of runs of the env_spec ``spec``."""
+    return StatsAccumulator(observation_layout(spec), int(spec["action_shape"][0]))
+
+
+def count_episodes(spec: Mapping, episodes: Iterable) -> StatsAccumulator:
+    """The statistics of read episodes (:class:`forge_gpu.reading.Episode`) of a run of the env_spec ``spec``: what
+    its recorder wrote if they are its published episodes."""
+    stats = new_statistics(spec)
+    for episode in episodes:
+        stats.update_episode(episode)
+    return stats
+
+
+def count_rows(into: StatsAccumulator, rows: Mapping[str, np.ndarray]) -> None:
+    """Count step-major rows of a run into ``into``: every row's frame (``obs/<field>``, as a reader decodes it), the
+    transitions (``action``, ``reward``) of the rows that hold one (``obs/step_id`` not 0: a reset row has none)."""
+    into.update_frames({f: rows[f"obs/{f}"] for f in into.fields})
+    active = rows["obs/step_id"] != 0
+    if active.all():
+        into.update_transitions(rows["action"], rows["reward"])
+    else:
+        into.update_transitions(rows["action"][active], rows["reward"][active])
+
+
+class BlockStatistics:
+    """The statistics of a recorder that writes blocks of step-major rows (``num_envs`` rows a step) and publishes an
+    episode with the block that holds its last row (the packed recorder).
+
+    :meth:`count_block` counts a block's rows and follows each env's current episode's min and max; :meth:`published`
+    merges the min and max of the episodes the block ended into the run's once it is committed; :meth:`finish` takes
+    out the rows of the episodes never published (counted into :meth:`new_removed` by the caller, who knows where
+    they are stored) and gives the run the published episodes' min and max. ``accumulator`` is then what
+    :func:`count_episodes` computes from the published episodes.
+
+    Args:
+        fields: observation field -> (per-row shape, dtype), as ``EpisodeTracker.fields``.
+        action_dim: A.
+        num_envs: rows per step.
+    """
+
+    def __init__(self, fields: Mapping[str, tuple[tuple[int, ...], np.dtype]], action_dim: int, num_envs: int):
+        self.accumulator = StatsAccumulator(fields, action_dim)
+        self.num_envs = num_envs
+        self._layout = (dict(fields), action_dim)
+        channels = {key: stats.channels for key, stats in self.accumulator.stats.items()}
+        # key -> [envs, channels]: each env's current episode; key -> [channels]: the published episodes'.
+        self._episode_lo = {k: np.full((num_envs, c), np.inf) for k, c in channels.items()}
+        self._episode_hi = {k: np.full((num_envs, c), -np.inf) for k, c in channels.items()}
+        self._published_lo = {k: np.full(c, np.inf) for k, c in channels.items()}
+        self._published_hi = {k: np.full(c, -np.inf) for k, c in channels.items()}
+        self._pending: dict | None = None  # the block being written: its ended episodes' extremes
+
+    @property
+    def fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The observation fields counted (the ids and ``time`` left out)."""
+        return self.accumulator.fields
+
+    def new_removed(self) -> StatsAccumulator:
+        """An empty accumulator of the same fields, for the rows :meth:`finish` takes out."""
+        return StatsAccumulator(*self._layout)
+
+    def count_block(self, rows: Mapping[str, np.ndarray], count: int) -> None:
+        """Count a block of ``count`` steps (:func:`count_rows`: ``rows`` holds ``obs/step_id``, ``obs/<field>``,
+        ``action``, ``reward``, ``terminated`` and ``truncated``, ``[count * num_envs, ...]`` each) and follow each
+        env's current episode's min and max; the min and max of the episodes that end in the block wait for
+        :meth:`published`."""
+        n = self.num_envs
+        count_rows(self.accumulator, rows)
+        reset = (rows["obs/step_id"] == 0).reshape(count, n)  # a reset row has no transition
+        ended = (rows["terminated"] | rows["truncated"]).reshape(count, n)
+        pending = {}
+        for key, stats in self.accumulator.stats.items():
+            lo, hi = _row_extremes(rows[key].reshape(count, n, -1, stats.channels))  # [count, n, channels]
+            if key in ("action", "reward"):
+                lo[reset], hi[reset] = np.inf, -np.inf
+            episode_lo, episode_hi = self._episode_lo[key], self._episode_hi[key]
+            ended_lo, ended_hi = np.full(stats.channels, np.inf), np.full(stats.channels, -np.inf)
+            for k in range(count):  # per step, whole-array over the envs
+                episode_lo[reset[k]], episode_hi[reset[k]] = np.inf, -np.inf
+                np.minimum(episode_lo, lo[k], out=episode_lo)
+                np.maximum(episode_hi, hi[k], out=episode_hi)
+                if ended[k].any():
+                    ended_lo = np.minimum(ended_lo, episode_lo[ended[k]].min(axis=0))
+                    ended_hi = np.maximum(ended_hi, episode_hi[ended[k]].max(axis=0))
+            pending[key] = (ended_lo, ended_hi)
+        self._pending = pending
+
+    def published(self) -> None:
+        """The last counted block is committed: merge the min and max of the episodes it ended into the run's."""
+        if self._pending is None:
+            return
+        for key, (lo, hi) in self._pending.items():
+            np.minimum(self._published_lo[key], lo, out=self._published_lo[key])
+            np.maximum(self._published_hi[key], hi, out=self._published_hi[key])
+        self._pending = None
+
+    def finish(self, removed: StatsAccumulator) -> None:
+        """Take ``removed`` (the counted rows of the episodes never published) out, and give every field the min and
+        max of the published episodes."""
+        self.accumulator.subtract(removed)
+        for key, stats in self.accumulator.stats.items():
+            stats.min, stats.max = self._published_lo[key].copy(), self._published_hi[key].copy()
+
+
+def _row_extremes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Min and max of ``rows`` [count, n, values, channels] over its values axis, as float64 [count, n, channels].
+    Several channels: halving the values axis, each pass whole contiguous runs (numpy's reduction down a middle axis
+    of a few interleaved channels runs one tiny inner loop per value: 40x slower on an [H*W, 3] image)."""
+    count, n, _, channels = rows.shape
+    if channels == 1:
+        flat = rows.reshape(count, n, -1)
+        return flat.min(axis=2, keepdims=True).astype(np.float64), flat.max(axis=2, keepdims=True).astype(np.float64)
+    out = []
+    for op in (np.minimum, np.maximum):
+        x = rows.reshape(count * n, -1, channels)
+        while x.shape[1] > 1:
+            half = x.shape[1] // 2
+            y = op(x[:, :half], x[:, half : 2 * half])
+            if x.shape[1] % 2:
+                y[:, :1] = op(y[:, :1], x[:, 2 * half :])
+            x = y
+        out.append(x[:, 0].reshape(count, n, channels).astype(np.float64))
+    return out[0], out[1]
+
+
+#: The ways to scale, by name.
+METHODS = ("std", "minmax")
+
+
+@dataclasses.dataclass(frozen=True)
+class Normalization:
+    """The center and scale of ``fields`` concatenated in order: ``normalize(x) = (x - center) / scale``.
+
+    Attributes:
+        fields: the statistics' keys, in order (``obs/<field>``, ``action``, ``reward``).
+        channels: each channel's name, ``<key>[<i>]``, shape (D,).
+        center: float32, shape (D,): the mean (``"std"``) or the middle of [min, max] (``"minmax"``).
+        scale: float32, shape (D,): the std or half of max - min; 1 where the spread is at most the floor.
+        method: ``"std"`` or ``"minmax"``.
+        notes: one line per channel given scale 1 for its spread, naming it.
+    """
+
+    fields: tuple[str, ...]
+    channels: tuple[str, ...]
+    center: np.ndarray
+    scale: np.ndarray
+    method: str
+    notes: tuple[str, ...]
+
+    def normalize(self, values: np.ndarray) -> np.ndarray:
+        """``(values - center) / scale`` over the last axis (D channels)."""
+        return (np.asarray(values) - self.center) / self.scale
+
+    def denormalize(self, values: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`normalize`: ``values * scale + center``."""
+        return np.asarray(values) * self.scale + self.center
+
+
+def normalization(
+    path: str | os.PathLike, fields: Sequence[str], *, method: str = "std", floor: float = 1e-6
+) -> Normalization:
+    """The :class:`Normalization` of ``fields`` (the statistics' keys: ``obs/<field>``, ``action``, ``reward``),
+    concatenated in the order given, from the statistics stored with the run directory or dataset root ``path``.
+
+    ``method``: ``"std"`` (mean and std) or ``"minmax"`` (to [-1, 1]). ``floor``: a spread (std, or half of
+    max - min) at most this gets scale 1 and a line in ``notes``. Raises LookupError when the run has no
+    statistics (with the command that computes them) and ValueError naming a field, method or floor not allowed.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is not a normalization; use one of {', '.join(METHODS)}")
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not floor >= 0:
+        raise ValueError(f"floor={floor!r} must be a number >= 0")
+    if isinstance(fields, str) or not fields:
+        raise ValueError(f"fields={fields!r} must be a non-empty list of statistics keys, e.g. ['obs/proprio']")
+    summary = run_statistics(path)
+    for field in fields:
+        if field not in summary:
+            raise ValueError(
+                f"field {field!r} has no statistics in {os.fspath(path)}; it has: {', '.join(sorted(summary))}"
+            )
+    if len(set(fields)) != len(fields):
+        raise ValueError(f"fields={list(fields)!r} names a field twice")
+    centers, scales, channels = [], [], []
+    for field in fields:
+        figures = summary[field]
+        if method == "std":
+            center, spread = figures["mean"], figures["std"]
+        else:
+            center, spread = (figures["max"] + figures["min"]) / 2, (figures["max"] - figures["min"]) / 2
+        centers.append(center)
+        scales.append(spread)
+        channels += [f"{field}[{i}]" for i in range(center.shape[0])]
+    center = np.concatenate(centers)
+    spread = np.concatenate(scales)
+    flat = spread <= floor
+    what = "std" if method == "std" else "half of max - min"
+    notes = tuple(
+        f"{channels[i]}: {what} {spread[i]:.3g} is at most the floor {floor:g}; scale 1 (centered only)"
+        for i in np.flatnonzero(flat)
+    )
+    scale = np.where(flat, 1.0, spread)
+    return Normalization(
+        fields=tuple(fields),
+        channels=tuple(channels),
+        center=center.astype(np.float32),
+        scale=scale.astype(np.float32),
+        method=method,
+        notes=notes,
+    )
