@@ -12,8 +12,9 @@ Two encoders, one interface:
   over the envs, on the env's stream. torchvision returns one tensor per frame whose length it learnt by waiting
   for its encode to finish, so an encoded step costs one wait of the stepping thread for the step and the encode
   (the next step is not queued ahead of it), and O(envs) Python over that list (the sizes and one ``torch.cat``).
-  The bytes are JPEG: the CPU codec decodes them. Not yet run on a GPU
-  (``bench/gpu.py`` checks it).
+  The bytes are JPEG: the CPU codec decodes them (min PSNR 39.8 dB at quality 90). On an H200 (``bench/gpu.py``,
+  reach 128 px x512): 5,261 frames/s, 97 ms a step against the step's own 5 ms, so an encoded step runs at 0.05 of
+  a raw one: torchvision's batched call is not the rate nvJPEG is known for.
 - :class:`HostEncoder`: the CPU codec (``core/codecs.encode_frames``) on the producer's side, for any codec, with
   the frames' values as a reader decodes them (what the run's statistics count, taken before or, for a lossy image
   codec, by the encode: the recorder then decodes nothing to count them). The CPU path does not use it by default
@@ -102,7 +103,8 @@ class HostEncoder:
 
 class NvjpegEncoder:
     """JPEG on the GPU (nvJPEG through ``torchvision.io.encode_jpeg`` of CUDA tensors), for uint8 [n, H, W, 3]
-    fields whose codec nvJPEG makes (``Codec.nvjpeg``: ``jpeg``, its ``quality``). Not yet run on a GPU."""
+    fields whose codec nvJPEG makes (``Codec.nvjpeg``: ``jpeg``, its ``quality``); its measured rate is in the
+    module's docstring."""
 
     name = "nvjpeg"
 
