@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from forge_gpu._src.core.cameras import cameras, frame_layout
+from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu._src.core.files import write_text_atomic
 from forge_gpu._src.reading.charts import binned, chart, fmt, histogram
@@ -51,10 +52,8 @@ def report(
     ``{"out", "bytes", "seconds", "episodes", "gallery", "no_frames"}`` (``no_frames``: why the gallery shows no
     camera frames, or None). Raises ValueError for a damaged run (naming it) or a bad argument, ImportError when
     Pillow is needed and missing."""
-    if not isinstance(gallery, int) or isinstance(gallery, bool) or not 0 <= gallery <= 16:
-        raise ValueError(f"gallery must be an integer in [0, 16], got {gallery!r}")
-    if not isinstance(side, int) or isinstance(side, bool) or not 8 <= side <= 512:
-        raise ValueError(f"side (the gallery frames' longest side) must be an integer in [8, 512], got {side!r}")
+    check_int("gallery", gallery, minimum=0, maximum=16)
+    check_int("side (the gallery frames' longest side)", side, minimum=8, maximum=512)
     start = time.perf_counter()
     facts = gather(path)
     episodes = facts["episodes"]

@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, cameras, frame_layout, mounted_camera_to_world
+from forge_gpu._src.core.checks import check_int
 from forge_gpu._src.core.episode import Episode, EpisodeReadOptions, episode_stem
 from forge_gpu._src.reading.runs import open_run
 from forge_gpu._src.reading.summary import run_identity
@@ -72,8 +73,7 @@ def view_run(
     "frames", "save"}``. Raises LookupError for an episode the run does not hold, ValueError for a damaged run or a
     bad ``limit``, ImportError without rerun-sdk, ConnectionError (before anything is read) when no viewer can be
     reached."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+    check_int("limit", limit, minimum=1)
     rr = _rerun()
     if save is None:
         check_viewer()

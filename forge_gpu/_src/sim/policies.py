@@ -22,6 +22,7 @@ import warnings
 
 import warp as wp
 
+from forge_gpu._src.core.checks import is_int
 from forge_gpu._src.sim.names import (
     BUILTIN_POLICIES,
     EXECUTIONS,
@@ -284,7 +285,7 @@ def _int_attribute(fn, attribute: str, label: str) -> int | None:
     value = getattr(fn, attribute, None)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{label}: its {attribute} attribute is {value!r}; expected an int >= 1 (or no attribute)")
     return int(value)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from forge_gpu._src.core.checks import is_int
 from forge_gpu._src.core.labels import EXPERT_EXECUTED, LABEL_SOURCES
 from forge_gpu.kernels import relabel as kernels
 
@@ -130,7 +131,7 @@ def expert_chunks(env, state: dict, params: dict | None, horizon: int, fields: t
     ended (a terminal state or the restarted clock's ``max_steps``: those actions belong to the next episode);
     ``obs/<F>`` ``[N, horizon, ...]`` for each name in ``fields``, the observation each action was taken in
     (step 0: the restored frame). ValueError (one line) for a ``horizon`` below 1 or a task without an expert."""
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+    if not is_int(horizon) or horizon < 1:
         raise ValueError(f"expert_chunks: horizon is {horizon!r}; expected an integer >= 1")
     expert = env.task.expert(env.world)
     if expert is None:

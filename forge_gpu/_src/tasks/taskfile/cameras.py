@@ -6,7 +6,7 @@ from __future__ import annotations
 import warp as wp
 
 from forge_gpu._src.core.cameras import FRONT, MOUNT_KEY, camera_fields, check_name
-from forge_gpu._src.core.checks import plain_number
+from forge_gpu._src.core.checks import is_int, plain_number
 from forge_gpu._src.sim.camera import BACKGROUND, WorldCameras, check_pose, new_sensor, newton_transform
 from forge_gpu._src.tasks.taskfile.entries import check_keys
 from forge_gpu.kernels import taskfile as kernels
@@ -24,7 +24,7 @@ def camera_entry(entry: dict, where: str, source: str, body) -> dict:
     check_keys(entry, CAMERA_KEYS, where, "camera takes", source)
     name = check_name(entry.get("name", FRONT), f"{source}: {where}.name")
     size, fov, depth = entry.get("size", 64), entry.get("fov", 45.0), entry.get("depth", True)
-    if not isinstance(size, int) or isinstance(size, bool) or not SIZES[0] <= size <= SIZES[1]:
+    if not is_int(size) or not SIZES[0] <= size <= SIZES[1]:
         raise ValueError(f"{source}: {where}.size = {size!r}: expected a whole number of pixels in {list(SIZES)}")
     if not plain_number(fov) or not 5.0 <= fov <= 120.0:
         raise ValueError(f"{source}: {where}.fov = {fov!r}: expected a field of view in [5, 120] degrees")

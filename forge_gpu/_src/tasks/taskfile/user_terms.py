@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import warp as wp
 
-from forge_gpu._src.core.checks import finite_number
+from forge_gpu._src.core.checks import finite_number, is_int
 from forge_gpu.kernels.terms import TF_ARGS, TF_NOISE, TF_WEIGHT, TI_AXIS, TI_BODY, TI_BODY2, TI_COUNT, TI_LIST, Frame
 
 __all__ = ["Frame", "term", "param", "library", "TermDeclaration", "declaration",
@@ -84,7 +84,7 @@ def term(func=None, *, params: dict | None = None, width: int | None = None):
             declared[name] = (type(spec), spec)
         else:
             raise ValueError(f"term(params=...): {name} = {spec!r}: expected float, int, bool or a default of one")
-    if width is not None and (not isinstance(width, int) or isinstance(width, bool) or width < 1):
+    if width is not None and (not is_int(width) or width < 1):
         raise ValueError(f"term(width={width!r}): expected a whole number of columns >= 1")
     declaration = TermDeclaration(params=declared, width=width)
 
