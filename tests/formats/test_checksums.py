@@ -474,25 +474,69 @@ def small_run(tmp_path_factory):
     return run
 
 
+@pytest.mark.parametrize("length", [-1, 1 << 40])
+def test_a_segments_first_block_is_read_no_further_than_its_file(tmp_path, monkeypatch, length):
+    """A run whose log is one line, its length past the segment's size (or negative): refused before the read (a
+    read of 2**40 bytes allocates them first: a MemoryError where memory is not overcommitted). Every read of the
+    segment is watched: none asks for more than the file holds."""
+    from forge_gpu._src.formats.packed import read as packed_read
+
+    env = synthetic_description(num_envs=3, max_steps=4, state=True, params=True)
+    run = tmp_path / "run"
+    record(run, env, make_batches(SyntheticSim(env, seed=5), 14), recorder=PackedRecorder, block_bytes=1 << 20)
+    (line,) = (run / LOG).read_text().splitlines()  # one block: no next line's offset bounds its length
+    first = json.loads(line)
+    first["length"] = length
+    (run / LOG).write_text(json.dumps(first, separators=(",", ":")) + "\n")
+    asked = []
+
+    class Watched:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def read(self, n=-1):
+            asked.append((n, os.fstat(self.f.fileno()).st_size))
+            return self.f.read(n)
+
+    monkeypatch.setattr(packed_read, "open", lambda *a, **k: Watched(open(*a, **k)), raising=False)
+    with pytest.raises(ValueError, match=re.escape(str(run))):
+        forge_gpu.reading.open_run(run)
+        list(forge_gpu.reading.read_episodes(run))
+    assert all(0 <= n <= size for n, size in asked), asked
+
+
+@pytest.mark.parametrize("which", [0, -1], ids=["first", "last"])
 @pytest.mark.parametrize("value", [0, -1, 1 << 40])
 @pytest.mark.parametrize("field", numeric_fields(written_line()), ids=lambda path: ".".join(map(str, path)))
-def test_every_count_and_offset_of_a_commit_line_is_checked_before_allocation(small_run, tmp_path, field, value):
-    """Each integer of the last commit line (a block's segment, offset, length, checksum, first row and rows; an
-    episode's ids, steps, first row and stride; an instruction's index) set to 0, -1 or 2**40: opening the run
-    refuses it or reading it does, and verify reports it, each with a ValueError or a report, never a MemoryError
-    or another exception; salvage empties the block or refuses."""
+def test_every_count_and_offset_of_a_commit_line_is_checked_before_allocation(small_run, tmp_path, field, value, which):
+    """Each integer of the first or the last commit line (a block's segment, offset, length, checksum, first row
+    and rows; an episode's ids, steps, first row and stride; an instruction's index) set to 0, -1 or 2**40: opening
+    the run refuses it or reading it does, and verify reports it, each with a ValueError or a report, never a
+    MemoryError or another exception; salvage empties the block or refuses. The first line is its segment's first
+    block, whose checksum opening the run reads from the file."""
     run = tmp_path / "run"
     shutil.copytree(small_run, run)
     lines = (run / LOG).read_text().splitlines()
-    line = json.loads(lines[-1])
+    line = json.loads(lines[which])
     *parents, key = field
     parent = line
     for step in parents:
         parent = parent[step]
+    if isinstance(parent, list) and key >= len(parent):
+        pytest.skip("the line publishes no episode")  # a segment's first block here: its block fields are checked
     if parent[key] == value:
         pytest.skip(f"the line already holds {value} there")
     parent[key] = value
-    lines[-1] = json.dumps(line, separators=(",", ":"))
+    lines[which] = json.dumps(line, separators=(",", ":"))
     (run / LOG).write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=re.escape(str(run))):
         forge_gpu.reading.open_run(run)

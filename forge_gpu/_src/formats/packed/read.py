@@ -261,14 +261,17 @@ class PackedRun:
 
 def _check_first_block(run_dir: str, commit: dict) -> None:
     """The checksum of a segment's first block (``commit``), read from the file; ValueError naming it otherwise."""
-    path = os.path.join(run_dir, segment_name(commit["segment"]))
+    path, length = os.path.join(run_dir, segment_name(commit["segment"])), commit["length"]
     try:
         with open(path, "rb") as f:
-            data = f.read(commit["length"])
+            size = os.fstat(f.fileno()).st_size  # the length is bounded by the file before anything is read
+            if not 0 <= length <= size:
+                raise ValueError(f"{path}: holds {size} bytes; the commit log says at least {length}")
+            data = f.read(length)
     except OSError as exc:
         raise ValueError(f"{path}: cannot open segment: {exc}") from exc
-    if len(data) < commit["length"]:
-        raise ValueError(f"{path}: holds {len(data)} bytes; the commit log says at least {commit['length']}")
+    if len(data) < length:
+        raise ValueError(f"{path}: holds {len(data)} bytes; the commit log says at least {length}")
     check_checksum(crc32c(data), commit, path=path)
 
 
