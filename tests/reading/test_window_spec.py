@@ -92,6 +92,9 @@ def test_action_windows_read_what_options_read_unless_the_spec_says_otherwise(ru
     _same(same, first)
     with pytest.raises(ValueError, match="observation_keys"):
         action_windows(run, 2, 2, observation_keys=["time"], options=options)
+    # options that leave a field at its default leave the spec's: a shard of the spec's fields
+    shard = EpisodeReadOptions(shard_index=1, num_shards=2)
+    _same(next(action_windows(run, 2, 2, observation_keys=["proprio"], options=shard)), first)
 
 
 def test_the_torch_datasets_take_the_spec_or_its_fields_as_keywords(run):

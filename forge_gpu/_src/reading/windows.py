@@ -355,8 +355,9 @@ def action_windows(
 def _with_reading(spec: WindowSpec, options: EpisodeReadOptions) -> WindowSpec:
     """``spec`` reading what ``options`` reads (its ``observation_keys``, ``state`` and ``verify``), where the spec
     leaves that at its default; ValueError where both set one, differently."""
-    unset = WindowSpec()
-    read = {name: getattr(options, name) for name in ("observation_keys", "state", "verify")}
+    unset, unread = WindowSpec(), EpisodeReadOptions()
+    names = ("observation_keys", "state", "verify")
+    read = {n: getattr(options, n) for n in names if getattr(options, n) != getattr(unread, n)}
     clash = [n for n, v in read.items() if getattr(spec, n) not in (v, getattr(unset, n))]
     if clash:
         raise ValueError(f"{', '.join(clash)} set both in the window spec and in options, differently")
