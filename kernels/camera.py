@@ -1,4 +1,5 @@
-"""Camera kernels: a camera pose from its eye and look-at point, and Newton's packed colours as RGB bytes.
+"""Camera kernels: a camera pose from its eye and look-at point, Newton's packed colours as RGB bytes, and each
+frame's per-channel histogram of its bytes (what the statistics count of frames encoded on the device).
 
 Launched by ``forge_gpu._src.sim.camera`` (and, through ``jittered_camera``, by the tasks whose
 randomization moves a camera).
@@ -52,3 +53,17 @@ def unpack_color_kernel(
     rgb_out[worldid, y, x, 0] = wp.uint8(c & wp.uint32(0xFF))
     rgb_out[worldid, y, x, 1] = wp.uint8((c >> wp.uint32(8)) & wp.uint32(0xFF))
     rgb_out[worldid, y, x, 2] = wp.uint8((c >> wp.uint32(16)) & wp.uint32(0xFF))
+
+
+@wp.kernel
+def frame_counts_kernel(
+    # Data in:
+    frames_in: wp.array4d[wp.uint8],
+    # Data out:
+    counts_out: wp.array3d[wp.int32],
+):
+    """Add each pixel's channel values to its frame's histogram: ``counts_out[world, channel, value] += 1``
+    (``counts_out`` zeroed before the launch; one thread per pixel of ``frames_in`` [N, H, W, C])."""
+    worldid, y, x = wp.tid()
+    for c in range(frames_in.shape[3]):
+        wp.atomic_add(counts_out, worldid, c, int(frames_in[worldid, y, x, c]), 1)

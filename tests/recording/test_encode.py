@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import pytest
+from helpers.envtools import DEVICES
 
 import forge_gpu
 from forge_gpu._src.collect.encode import HostEncoder, make_encoder, split_layout
@@ -208,3 +209,57 @@ def test_a_device_batch_decodes_the_payloads_of_the_right_frames(env, tmp_path, 
         got = b[key].numpy() if isinstance(b[key], torch.Tensor) else b[key]
         assert np.array_equal(np.asarray(a[key]), np.asarray(got)), key
     assert isinstance(b["obs/rgb"], torch.Tensor) and not isinstance(b["obs/proprio"], torch.Tensor)
+
+
+class CountingHostEncoder(HostEncoder):
+    """The device encoder's contract on the CPU: payloads and each frame's histogram counted before the encode
+    (``count_frames``), no values."""
+
+    name = "counting"
+
+    def encode(self, observation):
+        from forge_gpu._src.sim.camera import count_frames
+
+        out = super().encode(observation)
+        for name, encoded in out.items():
+            encoded.values, encoded.counts = None, count_frames(observation[name]).numpy().copy()
+        return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_frames_counted_where_rendered_are_counted_as_rendered_without_a_decode(tmp_path, monkeypatch, device):
+    """On CUDA, collect encodes JPEG fields with nvJPEG and counts each frame's histogram on the device before the
+    encode (on the CPU an encoder that hands counts the same way stands in for it): the run's rgb statistics equal
+    those of the same frames recorded losslessly, and nothing decodes a payload to count them."""
+    import forge_gpu._src.collect.collector as collector_module
+    import forge_gpu._src.core.codecs as codecs_module
+    import forge_gpu._src.formats.packed.read as readers  # they bind decode_frames when imported: before the patch
+    from forge_gpu._src.collect.encode import NvjpegEncoder, run_encoder
+
+    assert readers.PackedRun
+
+    stats = {}
+    for name, rgb in (("jpeg", "jpeg:90"), ("lossless", "zstd")):
+        env = forge_gpu.sim.make("reach", num_envs=4, device=device, seed=5, max_steps=6, **{"params.image_size": 32})
+        options = forge_gpu.recording.RecordingOptions(codecs={"rgb": rgb, "depth": "zstd"})
+        encoder = run_encoder(env, options, recording=True)
+        assert isinstance(encoder, NvjpegEncoder) == (name == "jpeg" and device != "cpu")
+        with monkeypatch.context() as patch:
+            if name == "jpeg":
+                real = codecs_module.decode_frames
+
+                def decode(spec, *args, real=real, **kwargs):  # depth (zstd) is read back at close, rgb never
+                    assert not spec.codec.nvjpeg, "JPEG frames decoded to count them"
+                    return real(spec, *args, **kwargs)
+
+                patch.setattr(codecs_module, "decode_frames", decode)
+                if device == "cpu":
+                    stand_in = CountingHostEncoder({"rgb": CodecSpec.parse(rgb)})
+                    patch.setattr(collector_module, "run_encoder", lambda *a, stand_in=stand_in, **k: stand_in)
+            policy = forge_gpu.sim.make_policy("random", env)
+            forge_gpu.recording.collect(env, policy, str(tmp_path / name), steps=20, options=options)
+        stats[name] = forge_gpu.curation.run_statistics(tmp_path / name)
+        assert len(list(forge_gpu.reading.read_episodes(tmp_path / name))) > 0
+    for key in ("obs/rgb", "obs/proprio", "action"):
+        for figure, value in stats["lossless"][key].items():
+            np.testing.assert_allclose(stats["jpeg"][key][figure], value, rtol=1e-12, err_msg=f"{key} {figure}")

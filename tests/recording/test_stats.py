@@ -334,3 +334,126 @@ def test_stats_command_computes_them_from_the_published_episodes(tmp_path, capsy
     assert "obs/proprio" in format_report(report)
     again = compute_statistics(tmp_path / "run", write=False).summary()
     np.testing.assert_array_equal(again["obs/proprio"]["mean"], stats["obs/proprio"]["mean"])
+
+
+def counted(observation: dict, fields: dict) -> dict:
+    """``observation`` with ``fields`` (field -> codec) handed as a device encoder hands them: the payloads, and each
+    frame's byte histogram counted before the encode (``count_frames`` on Warp's CPU device), no values."""
+    import warp as wp
+
+    from forge_gpu._src.core.codecs import encode_frames
+    from forge_gpu._src.sim.camera import count_frames
+
+    out = dict(observation)
+    for field, spec in fields.items():
+        payloads = encode_frames(spec, observation[field])
+        counts = count_frames(wp.array(observation[field], dtype=wp.uint8, device="cpu")).numpy().copy()
+        out[field] = type(payloads)(payloads.spec, payloads.payload, payloads.offsets, counts=counts)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(5, 6, 3), (4, 7)])
+def test_count_frames_counts_each_frames_channels(shape):
+    """The device counter gives each frame's per-channel histogram of its bytes, as numpy counts it."""
+    import warp as wp
+
+    from forge_gpu._src.sim.camera import count_frames
+
+    frames = np.random.default_rng(2).integers(0, 256, (3, *shape), dtype=np.uint8)
+    counts = count_frames(wp.array(frames, dtype=wp.uint8, device="cpu")).numpy()
+    channels = frames.reshape(3, -1, 1 if len(shape) == 2 else 3)
+    want = [[np.bincount(channels[i, :, c], minlength=256) for c in range(channels.shape[2])] for i in range(3)]
+    np.testing.assert_array_equal(counts, np.array(want))
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_frames_handed_with_counts_are_counted_as_rendered(tmp_path, monkeypatch, fail):
+    """Frames a producer encoded where they were rendered come with their histograms: the run's statistics count
+    those (the frames before the JPEG loss), nothing is decoded to count them, and the rows of the episodes never
+    published (left running, abandoned by a reset, lost to a write failure) come off from each env's counts, not
+    read back decoded. So the JPEG run's statistics equal those of the same frames recorded lossless, field by
+    field, exactly (mean and std to float64 rounding)."""
+    import forge_gpu._src.core.codecs as codecs_module
+    import forge_gpu._src.formats.packed.write as packed_module
+    from forge_gpu._src.core.codecs import CodecSpec
+
+    env = synthetic_description(num_envs=5, max_steps=7, images=True)
+    batches = make_batches(SyntheticSim(env, seed=11), 41, resets_at=(17,))
+    runs = {}
+    for name, codecs in (("lossless", LOSSLESS), ("jpeg", {"rgb": "jpeg:75", "depth": "zstd"})):
+        if fail:  # the fourth block's write fails: its episodes and every later one are dropped
+            real, calls = packed_module.PackedWriter.write, []
+
+            def failing(*args, real=real, calls=calls, **kwargs):
+                calls.append(1)
+                if len(calls) == 4:
+                    raise OSError("the disk went away")
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(packed_module.PackedWriter, "write", failing)
+        recorder = PackedRecorder(tmp_path / name, env, codecs=codecs, block_bytes=1, segment_bytes=1 << 14)
+        if name == "jpeg":  # nothing decodes a payload to count it
+            monkeypatch.setattr(codecs_module, "decode_frames", lambda *a, **k: pytest.fail("decoded to count"))
+        try:
+            for observation, result in batches:
+                if name == "jpeg":
+                    observation = counted(observation, {"rgb": CodecSpec.parse("jpeg:75")})
+                recorder.append(observation, result)
+        except RuntimeError as exc:
+            assert fail and "disk went away" in str(exc)
+        try:
+            recorder.close()
+        except RuntimeError as exc:
+            assert fail and "disk went away" in str(exc)
+        monkeypatch.undo()
+        assert json.loads((tmp_path / name / "run.json").read_text())["status"] == ("failed" if fail else "closed")
+        runs[name] = run_statistics(tmp_path / name)
+    assert runs["jpeg"]["obs/rgb"]["count"] < sum(b[0]["rgb"][..., 0].size for b in batches)  # some left out
+    for key, figures in runs["lossless"].items():
+        for figure, value in figures.items():  # mean and std up to float64 rounding (merged in another order)
+            check = np.testing.assert_allclose if figure in ("mean", "std") else np.testing.assert_array_equal
+            check(
+                runs["jpeg"][key][figure],
+                value,
+                err_msg=f"{key} {figure}",
+                **({"rtol": 1e-12} if figure in ("mean", "std") else {}),
+            )
+    assert_published_statistics(tmp_path / "lossless")
+
+
+def test_a_field_is_handed_with_counts_in_every_batch_or_none(tmp_path):
+    """The first batch decides; a batch that hands a field the other way, or counts of the wrong shape or sum, is
+    refused in one line and changes nothing."""
+    from forge_gpu._src.core.codecs import CodecSpec, encode_frames
+
+    env = synthetic_description(num_envs=3, max_steps=6, images=True)
+    batches = make_batches(SyntheticSim(env, seed=4), 4)
+    jpeg = CodecSpec.parse("jpeg:80")
+    recorder = PackedRecorder(tmp_path / "run", env, codecs={"rgb": "jpeg:80", "depth": "zstd"})
+    recorder.append(counted(batches[0][0], {"rgb": jpeg}), batches[0][1])
+    plain = {**batches[1][0], "rgb": encode_frames(jpeg, batches[1][0]["rgb"])}
+    with pytest.raises(ValueError, match=r"observation\['rgb'\]: the run's first batch handed its frames with counts"):
+        recorder.append(plain, batches[1][1])
+    wrong = counted(batches[1][0], {"rgb": jpeg})
+    bad = type(wrong["rgb"])(
+        wrong["rgb"].spec, wrong["rgb"].payload, wrong["rgb"].offsets, counts=wrong["rgb"].counts[:, :2]
+    )
+    with pytest.raises(ValueError, match=r"counts must be an integer array \[3, 3, 256\]"):
+        recorder.append({**wrong, "rgb": bad}, batches[1][1])
+    bad = type(bad)(bad.spec, bad.payload, bad.offsets, counts=wrong["rgb"].counts * 2)
+    with pytest.raises(ValueError, match="each frame's channel must count its 20 pixels once"):
+        recorder.append({**wrong, "rgb": bad}, batches[1][1])
+    for observation, result in batches[1:]:
+        recorder.append(counted(observation, {"rgb": jpeg}), result)
+    recorder.close()
+    record(
+        tmp_path / "same",
+        env,
+        [(counted(o, {"rgb": jpeg}), r) for o, r in batches],
+        recorder=PackedRecorder,
+        codecs={"rgb": "jpeg:80", "depth": "zstd"},
+    )  # the refused batches changed nothing
+    assert (tmp_path / "run" / STATS_FILE).read_text() == (tmp_path / "same" / STATS_FILE).read_text()
+    assert [e.obs["proprio"].tolist() for e in read_episodes(tmp_path / "run")] == [
+        e.obs["proprio"].tolist() for e in read_episodes(tmp_path / "same")
+    ]

@@ -21,8 +21,11 @@ Two encoders, one interface:
   (there the recorder's writer pool encodes); tests and ``bench/gpu.py --smoke`` run the transport's
   variable-length plumbing through it.
 
-The device encoder hands the payloads alone (the frames never leave the device), so the recorder decodes them to
-count its statistics.
+The device encoder's frames never leave the device: before it encodes them it counts each frame's per-channel
+histogram of its byte values there (``sim/camera.count_frames``: one launch, atomic adds into
+``[n, channels, 256]``) and hands those with the payloads (``EncodedFrames.counts``), so the recorder decodes nothing
+to count its statistics. Those statistics are of the frames as rendered, before JPEG's loss (``forge-gpu stats RUN``,
+which recounts the decoded frames, differs by it); the CPU path counts the decoded values.
 
 :func:`make_encoder` chooses: on CUDA the fields whose codec nvJPEG makes (``Codec.nvjpeg``: JPEG) get it (the
 others, depth included, stay raw through the copy and are compressed by the writer pool: no lossless GPU codec is
@@ -42,6 +45,7 @@ import numpy as np
 import warp as wp
 
 from forge_gpu._src.core.codecs import CodecSpec, EncodedFrames, encode_frames, field_codecs
+from forge_gpu._src.sim.camera import count_frames
 from forge_gpu._src.sim.env import PACK_ALIGNMENT
 
 WHERE = ("auto", "device", "host", "none")
@@ -54,12 +58,14 @@ class Encoded:
     """One field's frames of one step, encoded: frame ``i`` is ``sizes[i]`` bytes, all ``nbytes`` of them end to end
     where the encoder left them; ``copy_to(area)`` copies them to the start of a host buffer (a numpy uint8 array,
     or a page-locked Warp array, into which the copy is issued on the env's stream without waiting). ``values``: the
-    frames as a reader decodes them, on the host, where the encoder has them (``EncodedFrames.values``)."""
+    frames as a reader decodes them, on the host, where the encoder has them (``EncodedFrames.values``); else
+    ``counts``: each frame's byte histogram, counted before the encode (``EncodedFrames.counts``)."""
 
     sizes: np.ndarray
     nbytes: int
     copy_to: Callable[[object], None]
     values: np.ndarray | None = None
+    counts: np.ndarray | None = None
 
 
 class FrameEncoder(Protocol):
@@ -121,6 +127,7 @@ class NvjpegEncoder:
         except ImportError as exc:
             raise ValueError(f"encode on the device needs torch and torchvision with CUDA: {exc}") from exc
         self.fields, self.device, self._torch = dict(fields), device, torch
+        self._counts: dict[str, wp.array] = {}  # field -> its frames' histograms, on the device
 
     def encode(self, observation: Mapping[str, wp.array]) -> dict[str, Encoded]:
         import torchvision.io
@@ -131,6 +138,8 @@ class NvjpegEncoder:
         out = {}
         with torch.cuda.stream(torch_stream_of(wp.get_stream(self.device))):  # ordered after the step
             for name, spec in self.fields.items():
+                # What the statistics count, before the encode: each frame's histogram (read once it has waited).
+                counts = self._counts[name] = count_frames(observation[name], self._counts.get(name))
                 frames = wp.to_torch(observation[name])  # [n, H, W, 3] uint8, zero-copy
                 chw = frames.permute(0, 3, 1, 2).contiguous()
                 # One batched nvJPEG call; torchvision waits for it to learn each payload's length.
@@ -144,7 +153,7 @@ class NvjpegEncoder:
                     else:  # a spill buffer (pageable): a copy the thread waits for
                         torch.from_numpy(area[: joined.numel()]).copy_(joined)
 
-                out[name] = Encoded(sizes, int(sizes.sum()), copy_to)
+                out[name] = Encoded(sizes, int(sizes.sum()), copy_to, counts=counts.numpy())  # after the wait
         return out
 
 
@@ -249,17 +258,17 @@ class PayloadAreas:
             frames.copy_to(area)
             offsets = np.zeros(frames.sizes.size + 1, np.int64)
             np.cumsum(frames.sizes, out=offsets[1:])
-            self._held[slot][name] = (area, offsets, frames.values)
+            self._held[slot][name] = (area, offsets, frames.values, frames.counts)
             self.payload_bytes += frames.nbytes
 
     def frames(self, slot: int) -> dict[str, EncodedFrames]:
         """``slot``'s encoded fields, once its copies are complete. Each owns its bytes (one host copy of the
         compressed payloads, a fraction of the raw frames' bytes): a recorder may keep them past the slot's
-        release, until its writer has written them. With their values where the encoder gave them."""
+        release, until its writer has written them. With their values, or counts, where the encoder gave them."""
         fields = self.encoder.fields
         return {
-            name: EncodedFrames(fields[name], _host_view(area)[: offsets[-1]].copy(), offsets, values)
-            for name, (area, offsets, values) in self._held[slot].items()
+            name: EncodedFrames(fields[name], _host_view(area)[: offsets[-1]].copy(), offsets, values, counts)
+            for name, (area, offsets, values, counts) in self._held[slot].items()
         }
 
     def release(self, slot: int) -> None:

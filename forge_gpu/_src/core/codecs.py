@@ -60,6 +60,10 @@ class EncodedFrames:
     """The frames' values as a reader decodes them (``[n, *shape]``), where the encoder that made the payloads gave
     them (:func:`encode_frames` with ``values``): what a run's statistics count, so nothing decodes the payloads
     again to count them. None where the encoder kept none (the payloads alone travelled)."""
+    counts: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """Where the frames' values did not travel (a device encoder's): each frame's per-channel histogram of its byte
+    values, ``[n, channels, 256]``, counted where the frames were rendered, before the encode
+    (``sim/camera.count_frames``): what a run's statistics count for a one-byte field instead of its values."""
 
     def __post_init__(self) -> None:
         payload, offsets = np.asarray(self.payload), np.asarray(self.offsets)
@@ -97,11 +101,13 @@ class EncodedFrames:
         # each byte's source: its frame's start plus its position within the frame (whole-array, no per-frame loop)
         within = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], sizes)
         payload = self.payload[np.repeat(self.offsets[rows], sizes) + within]
-        return EncodedFrames(self.spec, payload, offsets, None if self.values is None else self.values[rows])
+        values, counts = (None if a is None else a[rows] for a in (self.values, self.counts))
+        return EncodedFrames(self.spec, payload, offsets, values, counts)
 
     @staticmethod
     def concatenate(parts: Sequence[EncodedFrames]) -> EncodedFrames:
-        """The frames of ``parts`` (all of one spec) end to end, with their values where every part has them."""
+        """The frames of ``parts`` (all of one spec) end to end, with their values (and counts) where every part has
+        them."""
         if not parts:
             raise ValueError("EncodedFrames.concatenate needs at least one part")
         spec = parts[0].spec
@@ -112,7 +118,9 @@ class EncodedFrames:
         starts = np.cumsum([0] + [p.nbytes for p in parts[:-1]])
         offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, starts, strict=True)])
         values = None if any(p.values is None for p in parts) else np.concatenate([p.values for p in parts])
-        return EncodedFrames(spec, np.concatenate([p.payload for p in parts]), offsets.astype(np.int64), values)
+        counts = None if any(p.counts is None for p in parts) else np.concatenate([p.counts for p in parts])
+        payload = np.concatenate([p.payload for p in parts])
+        return EncodedFrames(spec, payload, offsets.astype(np.int64), values, counts)
 
 
 # -- the codecs' byte formats (docs/FORMAT.md "Encoded fields") -----------------------------------------------

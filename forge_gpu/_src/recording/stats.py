@@ -31,7 +31,9 @@ What is counted:
     stored raw or with a lossless codec; what is stored where the codec is lossy (``quantized``: the values rounded
     to its step, taken whole-array from the frames before they are encoded; ``jpeg``/``webp``: each frame as its
     encoder's own decode gives it back, in the worker that encoded it), so that a run's statistics equal their
-    recomputation from the run whatever its codecs;
+    recomputation from the run whatever its codecs; but for frames a device encoded (nvJPEG on CUDA), which never
+    reach the host raw: counted on the device before the encode, as rendered (each frame's per-channel byte
+    histogram, ``EncodedFrames.counts``), so their recomputation from the decoded frames differs by JPEG's error;
   - ``action`` and ``reward``: its T transitions.
 Channels: the last axis of a field with 3 or more axes per row counts as channels (``rgb`` [H, W, 3]:
 3 channels, each over all its pixels); ``depth`` [H, W] is one channel; a vector [P] has P channels; a
@@ -142,6 +144,29 @@ class ChannelStats:
             self._pending, self._pending_values = [], 0
             self._add(values)
 
+    def add_counts(self, counts: np.ndarray) -> None:
+        """Add values of a one-byte field given by their histogram: ``counts`` [channels, 256], bucket = value +
+        ``offset`` (the frames' values counted where they were made: ``EncodedFrames.counts``). Exact, as
+        :meth:`update` of the values themselves."""
+        if self.kind == "float":
+            raise ValueError("a float field's values cannot be counted from byte histograms")
+        counts = np.asarray(counts, np.int64).reshape(self.channels, 256)
+        if counts[0].sum():
+            self.flush()
+            self._add_histogram(counts)
+
+    def _add_histogram(self, counts: np.ndarray) -> None:
+        """Add the values whose per-channel histogram is ``counts`` [channels, 256] (a byte kind)."""
+        rows = int(counts[0].sum())
+        self.hist += counts
+        levels = np.arange(256, dtype=np.float64) - self.offset
+        mean = counts @ levels / rows
+        m2 = (counts * (levels[None, :] - mean[:, None]) ** 2).sum(axis=1)
+        seen = counts > 0
+        lo = levels[np.argmax(seen, axis=1)]
+        hi = levels[255 - np.argmax(seen[:, ::-1], axis=1)]
+        self._merge(rows, mean, m2, lo, hi)
+
     def _add(self, values: np.ndarray) -> None:
         rows = values.shape[0]
         if self.kind != "float":
@@ -149,30 +174,24 @@ class ChannelStats:
             counts = np.stack([np.bincount(c.view(np.uint8), minlength=256) for c in by_channel])
             if self.offset:  # int8 viewed as uint8: -128..-1 sit at 128..255
                 counts = np.roll(counts, 128, axis=1)
-            self.hist += counts
-            levels = np.arange(256, dtype=np.float64) - self.offset
-            mean = counts @ levels / rows
-            m2 = (counts * (levels[None, :] - mean[:, None]) ** 2).sum(axis=1)
-            seen = counts > 0
-            lo = levels[np.argmax(seen, axis=1)]
-            hi = levels[255 - np.argmax(seen[:, ::-1], axis=1)]
-        else:
-            # Channel-major (one contiguous row per channel): every reduction then runs along contiguous memory,
-            # several times faster than down the columns of a [rows, channels] array, and releases the GIL.
-            by_channel = np.ascontiguousarray(values.reshape(rows, -1).T)  # its own dtype: float64 stays exact
-            mean = by_channel.mean(axis=1, dtype=np.float64)
-            deviation = by_channel - mean[:, None]  # float64
-            m2 = np.einsum("ij,ij->i", deviation, deviation)
-            lo = by_channel.min(axis=1).astype(np.float64)
-            hi = by_channel.max(axis=1).astype(np.float64)
-            # Bucket = the float32's top 16 bits (sign, exponent, 7 mantissa bits); counted per channel over
-            # the range of buckets the batch spans, which is narrow for real data.
-            keys = by_channel.astype(np.float32, copy=False).view(np.uint32) >> np.uint32(_SHIFT)
-            for c in range(self.channels):
-                key = keys[c]
-                first = int(key.min())
-                counts = np.bincount(key - np.uint32(first))
-                self.hist[c, first : first + counts.size] += counts
+            self._add_histogram(counts)
+            return
+        # Channel-major (one contiguous row per channel): every reduction then runs along contiguous memory,
+        # several times faster than down the columns of a [rows, channels] array, and releases the GIL.
+        by_channel = np.ascontiguousarray(values.reshape(rows, -1).T)  # its own dtype: float64 stays exact
+        mean = by_channel.mean(axis=1, dtype=np.float64)
+        deviation = by_channel - mean[:, None]  # float64
+        m2 = np.einsum("ij,ij->i", deviation, deviation)
+        lo = by_channel.min(axis=1).astype(np.float64)
+        hi = by_channel.max(axis=1).astype(np.float64)
+        # Bucket = the float32's top 16 bits (sign, exponent, 7 mantissa bits); counted per channel over
+        # the range of buckets the batch spans, which is narrow for real data.
+        keys = by_channel.astype(np.float32, copy=False).view(np.uint32) >> np.uint32(_SHIFT)
+        for c in range(self.channels):
+            key = keys[c]
+            first = int(key.min())
+            counts = np.bincount(key - np.uint32(first))
+            self.hist[c, first : first + counts.size] += counts
         self._merge(rows, mean, m2, lo, hi)
 
     def _merge(self, count, mean, m2, lo, hi) -> None:
@@ -435,15 +454,26 @@ def count_episodes(spec: Mapping, episodes: Iterable) -> StatsAccumulator:
     return stats
 
 
-def count_rows(into: StatsAccumulator, rows: Mapping[str, np.ndarray]) -> None:
-    """Count step-major rows of a run into ``into``: every row's frame (``obs/<field>``, as a reader decodes it), the
-    transitions (``action``, ``reward``) of the rows that hold one (``obs/step_id`` not 0: a reset row has none)."""
-    into.update_frames({f: rows[f"obs/{f}"] for f in into.fields})
+def count_rows(
+    into: StatsAccumulator, rows: Mapping[str, np.ndarray], counts: Mapping[str, np.ndarray] = {}, skip=frozenset()
+) -> None:
+    """Count step-major rows of a run into ``into``: every row's frame (``obs/<field>``, as a reader decodes it, or,
+    for the keys of ``counts``, each row's byte histogram ``[rows, channels, 256]``: ``EncodedFrames.counts``), but
+    the fields ``skip`` names, and the transitions (``action``, ``reward``) of the rows that hold one
+    (``obs/step_id`` not 0: a reset row has none)."""
+    skip = set(skip) | _fields(counts)
+    into.update_frames({f: rows[f"obs/{f}"] for f in into.fields if f not in skip}, skip=skip)
+    for key, per_row in counts.items():
+        into.stats[key].add_counts(per_row.sum(axis=0))
     active = rows["obs/step_id"] != 0
     if active.all():
         into.update_transitions(rows["action"], rows["reward"])
     else:
         into.update_transitions(rows["action"][active], rows["reward"][active])
+
+
+def _fields(keys: Iterable[str]) -> set[str]:
+    return {key[len("obs/") :] for key in keys}
 
 
 class BlockStatistics:
@@ -455,6 +485,12 @@ class BlockStatistics:
     out the rows of the episodes never published (counted into :meth:`new_removed` by the caller, who knows where
     they are stored) and gives the run the published episodes' min and max. ``accumulator`` is then what
     :func:`count_episodes` computes from the published episodes.
+
+    A field whose rows come as byte histograms (``count_block``'s ``counts``: frames counted where they were
+    rendered, before a lossy encode on the device) is followed per env as well: each env's current episode's
+    histogram ([envs, channels, 256]), so :meth:`finish` takes out its unpublished rows from those (the episodes
+    still running, those a reset abandoned, those of blocks never published) and the caller reads none of them
+    back: read back, they would be the decoded values, not the counted ones.
 
     Args:
         fields: observation field -> (per-row shape, dtype), as ``EpisodeTracker.fields``.
@@ -473,6 +509,12 @@ class BlockStatistics:
         self._published_lo = {k: np.full(c, np.inf) for k, c in channels.items()}
         self._published_hi = {k: np.full(c, -np.inf) for k, c in channels.items()}
         self._pending: dict | None = None  # the block being written: its ended episodes' extremes
+        # key -> [envs, channels, 256]: each env's current episode's histogram, for the keys counted from histograms;
+        # key -> [channels, 256]: the counted rows that no published episode holds (abandoned, or ended in a block
+        # not yet published: ``_pending_counts``).
+        self._episode_counts: dict[str, np.ndarray] = {}
+        self._unpublished_counts: dict[str, np.ndarray] = {}
+        self._pending_counts: dict[str, np.ndarray] = {}
 
     @property
     def fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -483,18 +525,29 @@ class BlockStatistics:
         """An empty accumulator of the same fields, for the rows :meth:`finish` takes out."""
         return StatsAccumulator(*self._layout)
 
-    def count_block(self, rows: Mapping[str, np.ndarray], count: int) -> None:
+    @property
+    def counted_fields(self) -> set[str]:
+        """The observation fields whose rows came as byte histograms: their unpublished rows are taken out by
+        :meth:`finish` itself (the caller counts none of them into ``removed``)."""
+        return _fields(self._episode_counts)
+
+    def count_block(self, rows: Mapping[str, np.ndarray], count: int, counts: Mapping[str, np.ndarray] = {}) -> None:
         """Count a block of ``count`` steps (:func:`count_rows`: ``rows`` holds ``obs/step_id``, ``obs/<field>``,
-        ``action``, ``reward``, ``terminated`` and ``truncated``, ``[count * num_envs, ...]`` each) and follow each
-        env's current episode's min and max; the min and max of the episodes that end in the block wait for
-        :meth:`published`."""
+        ``action``, ``reward``, ``terminated`` and ``truncated``, ``[count * num_envs, ...]`` each; ``counts``: key ->
+        ``[count * num_envs, channels, 256]``, the byte histograms of the fields counted so, whose ``rows`` are not
+        read) and follow each env's current episode's min and max; the min and max of the episodes that end in the
+        block wait for :meth:`published`."""
         n = self.num_envs
-        count_rows(self.accumulator, rows)
+        count_rows(self.accumulator, rows, counts)
         reset = (rows["obs/step_id"] == 0).reshape(count, n)  # a reset row has no transition
         ended = (rows["terminated"] | rows["truncated"]).reshape(count, n)
+        self._follow_counts(counts, count, reset, ended)
         pending = {}
         for key, stats in self.accumulator.stats.items():
-            lo, hi = _row_extremes(rows[key].reshape(count, n, -1, stats.channels))  # [count, n, channels]
+            if key in counts:
+                lo, hi = _histogram_extremes(counts[key].reshape(count, n, stats.channels, 256), stats.offset)
+            else:
+                lo, hi = _row_extremes(rows[key].reshape(count, n, -1, stats.channels))  # [count, n, channels]
             if key in ("action", "reward"):
                 lo[reset], hi[reset] = np.inf, -np.inf
             episode_lo, episode_hi = self._episode_lo[key], self._episode_hi[key]
@@ -509,8 +562,33 @@ class BlockStatistics:
             pending[key] = (ended_lo, ended_hi)
         self._pending = pending
 
+    def _follow_counts(
+        self, counts: Mapping[str, np.ndarray], count: int, reset: np.ndarray, ended: np.ndarray
+    ) -> None:
+        """Each env's current episode's histogram, per step whole-array over the envs: a reset row starts a new one
+        (the one it replaces, never ended, is unpublished), an ended episode's waits for :meth:`published`."""
+        n = self.num_envs
+        for key in self._pending_counts:  # the last block was never published: its ended episodes are not
+            self._unpublished_counts[key] += self._pending_counts[key]
+        for key, per_row in counts.items():
+            per_row = per_row.reshape(count, n, *per_row.shape[1:])
+            if key not in self._episode_counts:
+                self._episode_counts[key] = np.zeros((n, *per_row.shape[2:]), np.int64)
+                self._unpublished_counts[key] = np.zeros(per_row.shape[2:], np.int64)
+            episode, pending = self._episode_counts[key], np.zeros(per_row.shape[2:], np.int64)
+            for k in range(count):
+                if reset[k].any():
+                    self._unpublished_counts[key] += episode[reset[k]].sum(axis=0)
+                    episode[reset[k]] = 0
+                episode += per_row[k]
+                if ended[k].any():
+                    pending += episode[ended[k]].sum(axis=0)
+                    episode[ended[k]] = 0
+            self._pending_counts[key] = pending
+
     def published(self) -> None:
         """The last counted block is committed: merge the min and max of the episodes it ended into the run's."""
+        self._pending_counts = {}
         if self._pending is None:
             return
         for key, (lo, hi) in self._pending.items():
@@ -519,11 +597,25 @@ class BlockStatistics:
         self._pending = None
 
     def finish(self, removed: StatsAccumulator) -> None:
-        """Take ``removed`` (the counted rows of the episodes never published) out, and give every field the min and
-        max of the published episodes."""
+        """Take ``removed`` (the counted rows of the episodes never published, but for :attr:`counted_fields`) out,
+        with the unpublished rows of the fields counted from histograms, and give every field the min and max of the
+        published episodes."""
+        for key, episode in self._episode_counts.items():
+            unpublished = self._unpublished_counts[key] + episode.sum(axis=0)
+            unpublished += self._pending_counts.get(key, 0)
+            removed.stats[key].add_counts(unpublished)
+        self._pending_counts = {}
         self.accumulator.subtract(removed)
         for key, stats in self.accumulator.stats.items():
             stats.min, stats.max = self._published_lo[key].copy(), self._published_hi[key].copy()
+
+
+def _histogram_extremes(counts: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """Min and max of the values whose histograms are ``counts`` [count, n, channels, 256] (bucket = value +
+    ``offset``), as float64 [count, n, channels]."""
+    seen = counts > 0
+    levels = np.arange(256, dtype=np.float64) - offset
+    return levels[np.argmax(seen, axis=-1)], levels[255 - np.argmax(seen[..., ::-1], axis=-1)]
 
 
 def _row_extremes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -92,7 +92,7 @@ class EpisodeTracker:
         ``core.codecs.EncodedFrames`` of N frames of that codec (their values are checked when decoded)."""
         n = self.num_envs
         if encoded:
-            observation = _without_encoded(observation, encoded, n)
+            observation = _without_encoded(observation, encoded, n, self.fields)
         groups = {"observation": observation, **result_groups(result)}
         layouts = self._batch_layouts
         if encoded:  # the encoded fields the batch holds were checked above
@@ -195,8 +195,10 @@ class EpisodeTracker:
         return self.abandoned + in_progress
 
 
-def _without_encoded(observation: Any, encoded: Mapping, n: int) -> dict:
-    """The observation without the encoded fields it holds, those checked: N frames each, of the run's codec."""
+def _without_encoded(observation: Any, encoded: Mapping, n: int, fields: Mapping) -> dict:
+    """The observation without the encoded fields it holds, those checked: N frames each, of the run's codec, and
+    their ``counts`` where given: each frame's histogram of a one-byte field, ``[N, channels, 256]``, every channel's
+    counts adding up to the frame's pixels."""
     if not isinstance(observation, Mapping):
         raise ValueError(f"observation must be a dict of arrays, got {type(observation).__name__}")
     out = {}
@@ -209,9 +211,25 @@ def _without_encoded(observation: Any, encoded: Mapping, n: int) -> dict:
                     f"observation[{key!r}]: encoded frames must be {n} frames of codec {encoded[key]}, got "
                     f"{len(value)} of {value.spec}"
                 )
+            if value.counts is not None:
+                _check_counts(key, np.asarray(value.counts), n, *fields[key])
         else:
             out[key] = value
     return out
+
+
+def _check_counts(key: str, counts: np.ndarray, n: int, shape: tuple, dtype: np.dtype) -> None:
+    channels = shape[-1] if len(shape) >= 3 else 1
+    pixels = int(np.prod(shape)) // channels
+    if np.dtype(dtype).itemsize != 1:
+        raise ValueError(f"observation[{key!r}].counts: byte histograms count one-byte fields, not {dtype}")
+    if counts.shape != (n, channels, 256) or counts.dtype.kind not in "iu":
+        raise ValueError(
+            f"observation[{key!r}].counts must be an integer array [{n}, {channels}, 256], got "
+            f"{counts.dtype}{list(counts.shape)}"
+        )
+    if (counts < 0).any() or (counts.sum(axis=2) != pixels).any():
+        raise ValueError(f"observation[{key!r}].counts: each frame's channel must count its {pixels} pixels once")
 
 
 def _check_group(group: str, arrays: Any, layout: Mapping) -> None:

@@ -1,6 +1,7 @@
 """One pinhole RGB-D camera per world, all rendered in one call of Newton's ``SensorCamera``, and its
 calibration in OpenCV's conventions. Used by the camera tasks (``reach``, ``push``) and by a task file's camera
-(``tasks/taskfile/cameras.py``)."""
+(``tasks/taskfile/cameras.py``). :func:`count_frames`: each rendered frame's byte histogram, where it was rendered
+(what the recorder's statistics count of frames a device encoder encodes)."""
 
 from __future__ import annotations
 
@@ -131,3 +132,19 @@ class WorldCameras:
             outputs=[self.rgb],
             device=world.device,
         )
+
+
+def count_frames(frames: wp.array, out: wp.array | None = None) -> wp.array:
+    """Each frame's per-channel histogram of its byte values, where ``frames`` (uint8 ``[n, H, W]`` or ``[n, H, W,
+    C]``, a Warp array on any device) are: ``[n, C, 256]`` int32 on their device (into ``out`` where given), one
+    launch on the device's current stream, issued and not waited for."""
+    grid = frames if frames.ndim == 4 else frames.reshape((*frames.shape, 1))
+    n, height, width, channels = grid.shape
+    if out is None:
+        out = wp.zeros((n, channels, 256), dtype=wp.int32, device=frames.device)
+    else:
+        out.zero_()
+    wp.launch(
+        kernels.frame_counts_kernel, dim=(n, height, width), inputs=[grid], outputs=[out], device=grid.device
+    )
+    return out

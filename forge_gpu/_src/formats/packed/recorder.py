@@ -9,8 +9,10 @@ episode in Python on either side. When the ring is full, ``append`` waits (backp
 ``stall_seconds``). Each episode's instruction is made from its params as its block is written (layout 4:
 ``episodes.instruction``). The statistics are :class:`recording.stats.BlockStatistics`, fed each block's values as
 its encoder gave them (:func:`core.codecs.encode_frames` with ``values``; a producer that hands encoded frames hands
-their values with them): nothing decodes a payload to count it, but a device encoder's (nvJPEG's, whose frames stay
-on the device) and, at close, the rows of the episodes never published, read back from the segments.
+their values with them, or, a device encoder whose frames stay on the device, each frame's byte histogram counted
+before it encoded them: ``EncodedFrames.counts``): nothing decodes a payload to count it, but, at close, the rows of
+the episodes never published, read back from the segments (not those of counted fields: ``BlockStatistics``
+follows each env's episode's counts and takes them out itself).
 
 numpy, pyarrow and the standard library: the env is only read as a description.
 """
@@ -135,6 +137,7 @@ class PackedRecorder(RecorderBase):
         self._statistics = BlockStatistics(tracker.fields, tracker.action_dim, num_envs) if statistics else None
         self._stats = self._statistics.accumulator if statistics else None  # what the base writes at close
         self._counted = 0  # steps the statistics counted (the writer's)
+        self._counted_fields: set[str] | None = None  # the encoded fields handed with counts (the first batch's)
         self._tail = 0  # steps written and published (both under the base's lock)
         # The step held by the ring's first slot: step k lives in slot (k - origin) % capacity. ``append`` moves it
         # to the next step whenever the ring is empty, so a writer that keeps up reuses the ring's first slots,
@@ -184,6 +187,7 @@ class PackedRecorder(RecorderBase):
         tracker = self._tracker
         active, reward, terminated, truncated, action = tracker.check(observation, result, encoded=self._codecs)
         handed = {f for f in self._codecs if isinstance(observation.get(f), EncodedFrames)}
+        self._check_counted(observation, handed)
         groups = result_groups(result)
         with self._cond:
             if self._head - self._tail >= self._capacity:
@@ -216,6 +220,22 @@ class PackedRecorder(RecorderBase):
             self._head += 1
             if self._head - self._tail >= self._wake_at:  # else the writer is waiting for more, with a timeout
                 self._work.notify()
+
+    def _check_counted(self, observation: Mapping, handed: set[str]) -> None:
+        """A field's frames come counted (with ``EncodedFrames.counts``) in every batch or in none: its first batch
+        decides, since its statistics then follow each env's episode from those counts (``BlockStatistics``)."""
+        if self._statistics is None:
+            return
+        counted = {f for f in handed if observation[f].counts is not None}
+        if self._head == 0 and self._counted_fields is None:
+            self._counted_fields = counted
+        if counted != self._counted_fields:
+            field = sorted(counted ^ self._counted_fields)[0]
+            had = "with" if field in self._counted_fields else "without"
+            raise ValueError(
+                f"observation[{field!r}]: the run's first batch handed its frames {had} counts; a producer hands "
+                "a field's counts in every batch or in none"
+            )
 
     # -- the writer -----------------------------------------------------------------------------
 
@@ -268,8 +288,10 @@ class PackedRecorder(RecorderBase):
         columns = {name: ring[start : start + count].reshape(-1, *ring.shape[2:]) for name, ring in self._ring.items()}
         encoded = {f"obs/{field}": self._encode(field, spec, start, count) for field, spec in self._codecs.items()}
         if self._statistics is not None:  # the block's rows, whole-column, an encoded field's as a reader decodes them
-            values = {column: frames.values for column, frames in encoded.items()}
-            self._statistics.count_block({**columns, **values}, count)
+            counted = {f"obs/{f}" for f in self._counted_fields or ()}  # or its counts, taken before it was encoded
+            values = {column: frames.values for column, frames in encoded.items() if column not in counted}
+            counts = {column: encoded[column].counts for column in counted}
+            self._statistics.count_block({**columns, **values}, count, counts)
             self._counted = first_step + count
         columns.update(encoded)
         episodes = ended_episodes(columns, first_step * self._num_envs, self._num_envs)
@@ -293,7 +315,8 @@ class PackedRecorder(RecorderBase):
         k = start
         while k < start + count:
             if handed[k] is not None:
-                parts.append(self._with_values(field, handed[k]) if counted else handed[k])
+                counted_here = counted and field not in (self._counted_fields or ())
+                parts.append(self._with_values(field, handed[k]) if counted_here else handed[k])
                 k += 1
                 continue
             end = k
@@ -306,7 +329,8 @@ class PackedRecorder(RecorderBase):
 
     def _with_values(self, field: str, frames: EncodedFrames) -> EncodedFrames:
         """Frames a producer handed encoded, with their values: those it handed with them (counted before they were
-        encoded), else (a device encoder's, whose frames stayed on the device) their payloads decoded."""
+        encoded), else (a producer that handed the payloads alone, neither values nor counts) their payloads
+        decoded."""
         if frames.values is not None:
             return frames
         return dataclasses.replace(frames, values=frame_values(frames, *self._tracker.fields[field], pool=self._pool))
@@ -382,8 +406,9 @@ class PackedRecorder(RecorderBase):
             at = np.searchsorted(starts, keys, side="right") - 1
             return np.flatnonzero((at < 0) | (keys > ends[np.maximum(at, 0)]))
 
-        removed = self._statistics.new_removed()
-        names = ["obs/step_id", *(f"obs/{f}" for f in self._statistics.fields), "action", "reward"]
+        removed, skip = self._statistics.new_removed(), self._statistics.counted_fields  # those it subtracts itself
+        fields = [f for f in self._statistics.fields if f not in skip]
+        names = ["obs/step_id", *(f"obs/{f}" for f in fields), "action", "reward"]
         takes = {}  # commit index -> the rows it holds that are not published
         for k, commit in enumerate(run.commits):
             take = unpublished(commit["first_row"] + np.arange(commit["rows"]))
@@ -394,12 +419,12 @@ class PackedRecorder(RecorderBase):
         read = read_blocks(run, [run.commits[k] for k in indices], names, verify=False)
         for k, (_, arrays) in zip(indices, read, strict=True):
             if k in takes:
-                count_rows(removed, {name: arrays[name][takes[k]] for name in names})
+                count_rows(removed, {name: arrays[name][takes[k]] for name in names}, skip=skip)
         for step in range(committed, counted):  # counted, never committed: still in the ring
             slot, envs = self._slot(step), unpublished(step * n + np.arange(n))
             rows = {name: self._ring[name][slot][envs] for name in ("obs/step_id", "action", "reward")}
-            rows.update({f"obs/{f}": self._ring_values(f, slot)[envs] for f in self._statistics.fields})
-            count_rows(removed, rows)
+            rows.update({f"obs/{f}": self._ring_values(f, slot)[envs] for f in fields})
+            count_rows(removed, rows, skip=skip)
         self._statistics.finish(removed)
 
 
