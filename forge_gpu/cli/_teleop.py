@@ -32,10 +32,14 @@ def add_teleop_parser(sub) -> None:
 
 
 def cmd_teleop(args) -> int:
+    import importlib.util
+
     from forge_gpu._src.teleop.keys import load_keymap
     from forge_gpu._src.teleop.server import listen
 
     overrides, task_file = task_arguments(args)
+    if importlib.util.find_spec("websockets") is None:
+        raise UsageError("teleop serves its page with websockets, which is not installed: pip install 'forge-gpu[cli]'")
     try:
         keymap = load_keymap(args.keys)
     except ValueError as e:

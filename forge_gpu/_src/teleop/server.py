@@ -85,9 +85,12 @@ class TeleopServer:
         self.camera = camera or (description["cameras"][0] if description["cameras"] else "")
         self.token = token or secrets.token_urlsafe(24)
         host, port = sock.getsockname()[:2]
-        self.host, self.port = host, port
+        self.port = port
         self.loopback = is_loopback(host)
+        if ipaddress.ip_address(host).is_unspecified:  # every address: the machine's name reaches it
+            host = socket.gethostname()
         shown = f"[{host}]" if ":" in host else host
+        self.host = host
         self.url = f"http://{shown}:{port}/?token={self.token}"
         """The page's address, with the token it needs."""
         self.pages = 0
