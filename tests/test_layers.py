@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The rule. Each layer with the layers its modules may import: its own and the ones below it. Two branches
 # grow from core: the data side (core < recording < formats < reading < curation, export; curation and export,
 # side by side, both read runs and neither takes the other) and the simulation side (core < sim < tasks < collect <
-# evaluate < machine; rl beside tasks, on sim alone). sim is the engine (the env, the step, the solver, cameras,
+# evaluate < machine; rl beside tasks, on sim alone; teleop on collect: a person's episodes recorded as collect
+# records a policy's). sim is the engine (the env, the step, the solver, cameras,
 # policies' execution) and the Task interface it steps; tasks are what it steps (the task-file system, the shipped
 # tasks and their experts, the catalog, make). collect is where the two branches meet (it makes the recorder its
 # stepping loop appends to), so it also takes recording and formats; nothing on the data side takes the simulation
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # top and may import anything.
 LAYERS = (
     *("core", "recording", "formats", "reading", "curation", "export", "testing"),
-    *("kernels", "sim", "tasks", "rl", "collect", "evaluate", "machine", "cli", "public"),
+    *("kernels", "sim", "tasks", "rl", "collect", "evaluate", "machine", "teleop", "cli", "public"),
 )
 READING = {"core", "recording", "formats", "reading"}
 SIMULATION = {"core", "sim", "tasks", "kernels"}
@@ -49,6 +50,7 @@ MAY_IMPORT = {
     "collect": COLLECT,
     "evaluate": COLLECT | {"evaluate", "kernels"},
     "machine": COLLECT | {"evaluate", "machine", "kernels"},
+    "teleop": COLLECT | {"teleop"},
     "cli": set(LAYERS),
     "public": set(LAYERS),
 }

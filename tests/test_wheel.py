@@ -1,7 +1,7 @@
 """The wheel installs what it imports: built from a copy of the source tree, installed (not editable) into a fresh
 virtual environment, it resolves every name of every public module's ``__all__`` from its own files, ships every
 file of configs/, collects a shipped task through its console script and builds the robot-file tasks (meshes, an
-MJCF) from the installed task files.
+MJCF) from the installed task files, and ships the teleoperation page and its key map.
 
 The fresh environment reaches the dependencies (Warp, Newton, torch, ...) through a ``.pth`` line naming this
 interpreter's site-packages: a path line adds the folder without running the ``.pth`` files inside it, so the
@@ -97,6 +97,10 @@ CHECK = textwrap.dedent(
         result = env.step(np.zeros((1, env.task.spec.action_dim), np.float32))
         assert np.isfinite(result.observation["proprio"].numpy()).all(), task
         assert result.observation["rgb"].numpy().any(), task  # the camera sees the robot's shapes
+    from forge_gpu._src.teleop.keys import load_keymap  # teleop's package data: its key map and its page
+    from forge_gpu._src.teleop.server import FILES, PAGE_DIR
+
+    assert load_keymap().moves and all((PAGE_DIR / name).is_file() for name, _ in FILES.values())
     outside = {
         name: module.__file__
         for name, module in list(sys.modules.items())

@@ -1,8 +1,10 @@
-"""A real browser for the report's tests (test_report.py) and for its screenshot (bench/report.py): Debian's
-``chromium``, headless, driven over the DevTools protocol on a pipe (no driver, no extra package). :func:`load` opens
-a page from disk, waits until the page's own check has run (``forge_gpu/_src/reading/report.py``), and reads
-back from the rendered DOM what it wrote there (the errors it caught, each image's decoding), every console message
-and uncaught exception the browser reports, and, on request, a screenshot."""
+"""A real browser for the report's tests (test_report.py) and for its screenshot (bench/report.py), and for the
+teleoperation page's tests (tests/teleop/test_browser.py): Debian's ``chromium``, headless, driven over the DevTools
+protocol on a pipe (no driver, no extra package). :func:`load` opens a page from disk, waits until the page's own
+check has run (``forge_gpu/_src/reading/report.py``), and reads back from the rendered DOM what it wrote there (the
+errors it caught, each image's decoding), every console message and uncaught exception the browser reports, and, on
+request, a screenshot. :class:`LivePage` opens a served page and drives it: JavaScript evaluated in it, keys pressed
+and released as a person's keyboard would."""
 
 from __future__ import annotations
 
@@ -236,3 +238,93 @@ def _load(path, screenshot, size, timeout) -> Page:
         sections=reader.sections,
         console=console,
     )
+
+
+#: What Chromium needs to type a key, by its ``KeyboardEvent.code``: the ``key`` it produces and its Windows virtual
+#: key code.
+_KEYS = {
+    **{f"Key{c}": (c.lower(), ord(c)) for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"},
+    **{f"Digit{d}": (str(d), 48 + d) for d in range(10)},
+    "Space": (" ", 32), "Enter": ("Enter", 13), "Escape": ("Escape", 27),
+    "ArrowLeft": ("ArrowLeft", 37), "ArrowUp": ("ArrowUp", 38), "ArrowRight": ("ArrowRight", 39),
+    "ArrowDown": ("ArrowDown", 40),
+}  # fmt: skip
+
+
+class LivePage:
+    """A page served over HTTP (``url``), open in headless Chromium until :meth:`close` (or the ``with`` block's
+    end). :meth:`evaluate` runs JavaScript in it and returns the value; :meth:`key` presses or releases a key;
+    :meth:`text` is the page's text; :meth:`console` what the browser reported (console messages, uncaught
+    exceptions)."""
+
+    def __init__(self, url: str, *, size=(1200, 900), timeout: float = 30):
+        if chromium() is None:
+            raise FileNotFoundError(f"no browser: install one of {', '.join(NAMES)} (apt-get install chromium)")
+        self.browser = _DevTools(timeout)
+        try:
+            for method in ("Runtime.enable", "Page.enable"):
+                self.browser.page(method)
+            self.browser.page("Emulation.setDeviceMetricsOverride", width=size[0], height=size[1],
+                              deviceScaleFactor=1, mobile=False)  # fmt: skip
+            self.browser.page("Emulation.setFocusEmulationEnabled", enabled=True)  # keys reach the page headless
+            self.navigate(url)
+        except BaseException:
+            self.browser.close()
+            raise
+
+    def navigate(self, url: str, timeout: float = 30) -> None:
+        """Open ``url`` and wait until its document has loaded."""
+        self.browser.page("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout
+        while self.evaluate("document.readyState") != "complete":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not load in {timeout:g} s")
+            time.sleep(0.05)
+
+    def evaluate(self, expression: str):
+        found = self.browser.page("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in found:
+            raise RuntimeError(f"{expression}: {found['exceptionDetails'].get('text', 'an exception')}")
+        return found.get("result", {}).get("value")
+
+    def wait_for(self, expression: str, timeout: float = 30, every: float = 0.02):
+        """Evaluate ``expression`` until it is truthy; its value. TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not (value := self.evaluate(expression)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{expression!r} stayed false for {timeout:g} s")
+            time.sleep(every)
+        return value
+
+    def key(self, code: str, down: bool = True) -> None:
+        """Press (``down``) or release the key ``code`` (a ``KeyboardEvent.code``: KeyW, Digit1, Space, ...)."""
+        key, vk = _KEYS[code]
+        self.browser.page("Input.dispatchKeyEvent", type="keyDown" if down else "keyUp", code=code, key=key,
+                          windowsVirtualKeyCode=vk, nativeVirtualKeyCode=vk)  # fmt: skip
+
+    def tap(self, code: str) -> None:
+        self.key(code, True)
+        self.key(code, False)
+
+    def text(self) -> str:
+        return self.evaluate("document.body ? document.body.innerText : ''") or ""
+
+    def console(self) -> list[str]:
+        out = []
+        for event in self.browser.events:
+            params = event.get("params", {})
+            if event.get("method") == "Runtime.consoleAPICalled":
+                out.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            elif event.get("method") == "Runtime.exceptionThrown":
+                details = params.get("exceptionDetails", {})
+                out.append(details.get("exception", {}).get("description") or details.get("text", "exception"))
+        return out
+
+    def close(self) -> None:
+        self.browser.close()
+
+    def __enter__(self) -> LivePage:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,19 +1,19 @@
-"""The ``forge-gpu`` command, its eighteen subcommands: collect, evaluate, replay, tasks, doctor, precompile (simulate);
+"""The ``forge-gpu`` command, its nineteen subcommands: collect, evaluate, replay, tasks, doctor, precompile (simulate);
 inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split (write runs of other
-runs' episodes); report, view (show a run to a person). tests/cli/test_cli.py checks that this list names every
-subcommand.
+runs' episodes); report, view (show a run to a person); teleop (a person drives a task; the episodes kept are a
+run). tests/cli/test_cli.py checks that this list names every subcommand.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
-The code is in eleven modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
+The code is in twelve modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
 recording flags, one per ``RecordingOptions`` field); the commands that simulate, one module each: ``_collect``,
 ``_evaluate``, ``_replay``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy options) and
 ``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect, verify, render,
 repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
-split) and ``_look`` (the commands that show a run to a person: report, view). Only the simulating commands import
-Warp and Newton, and only when they run.
+split), ``_look`` (the commands that show a run to a person: report, view) and ``_teleop`` (teleop). Only the
+simulating commands import Warp and Newton, and only when they run.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ._policy import add_policy_options
 from ._recording import add_codec_option, add_recording_options, compression_choices
 from ._replay import cmd_replay
 from ._tasks import cmd_tasks
+from ._teleop import add_teleop_parser
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -238,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_curate_parsers(sub)  # select, merge, split (cli/_curate.py)
     add_look_commands(sub)  # report, view (cli/_look.py)
+    add_teleop_parser(sub)  # teleop (cli/_teleop.py)
 
     for command in sub.choices.values():
         command.add_argument(
