@@ -40,6 +40,9 @@ _KINDS = (
 
 
 _ENGINES = ("newton", "mujoco_warp")
+_REGISTRY: dict = {}
+"""The warnings registry of what :func:`said_once` passes on: Python's filters see each once per place, as they
+would have seen it raised there."""
 
 
 def _is_engine(caught: warnings.WarningMessage) -> bool:
@@ -85,6 +88,6 @@ def said_once() -> Iterator[None]:
     engine = [str(w.message) for w in caught if _is_engine(w)]
     for w in caught:
         if not _is_engine(w):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_REGISTRY, source=w.source)
     for line in lines(engine):
         warnings.warn(f"forge_gpu: {line}", BuildWarning, stacklevel=3)

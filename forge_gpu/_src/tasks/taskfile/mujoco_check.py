@@ -93,7 +93,7 @@ def check_model(target: str, steps: int = 200) -> ModelCheck:
     found.differences += _tendons(reference, ours, names)
     found.differences += _counts(reference, ours, info)
     start = _start(reference, model, placement)
-    lines, found.rollout = _rollout(reference, ours, names, start, steps)
+    lines, found.rollout = _rollout(reference, ours, names, start, steps, found.notes)
     found.differences += lines
     return found
 
@@ -121,7 +121,7 @@ def _reference(path: str, model: dict, info, ours, notes: list[str]):
                          "fixed; the reference floats it too)")  # fmt: skip
     planes = [g for g in range(ours.ngeom) if int(ours.geom_type[g]) == int(mujoco.mjtGeom.mjGEOM_PLANE)]
     if not model.get("ground", True) or not planes:
-        return spec.compile()
+        return _quiet_compile(spec)
     named = info.floors if info is not None and info.kind == "mjcf" else []
     floors = [g for g in spec.geoms if g.name in named]
     ground = planes[-1]  # added last
@@ -142,14 +142,24 @@ def _reference(path: str, model: dict, info, ours, notes: list[str]):
         notes.append("a ground plane at z = 0 added (the file names no floor; model.ground = false leaves it out)")
     for floor in floors:
         spec.delete(floor)
-    return spec.compile()
+    return _quiet_compile(spec)
+
+
+def _quiet_compile(spec):
+    """``spec.compile()`` without MuJoCo's deprecation warnings (``settotalmass``: the model file's, not the user's
+    command's)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*deprecated.*", category=UserWarning)
+        return spec.compile()
 
 
 def _compiled(spec, notes: list[str]):
     """``spec`` compiled; where MuJoCo refuses it for a sensor (which forge_gpu does not simulate), compiled without
     its sensors, and that noted."""
     try:
-        return spec.compile()
+        return _quiet_compile(spec)
     except ValueError as e:
         if not spec.sensors or "sensor" not in str(e):
             raise
@@ -158,7 +168,7 @@ def _compiled(spec, notes: list[str]):
             spec.delete(sensor)
         notes.append(f"MuJoCo refuses the file's sensors ({reason}); compared without them (forge_gpu does not "
                      "simulate sensors)")  # fmt: skip
-        return spec.compile()
+        return _quiet_compile(spec)
 
 
 def _shown(value: np.ndarray):
@@ -412,10 +422,13 @@ def _start(reference, model: dict, placement: dict) -> np.ndarray:
     return start
 
 
-def _rollout(reference, ours, names: _Names, start: np.ndarray, steps: int) -> tuple[list[str], str]:
+def _rollout(
+    reference, ours, names: _Names, start: np.ndarray, steps: int, notes: list[str]
+) -> tuple[list[str], str]:
     """Both models from the same joint positions (mapped by joint name; a merged joint's coordinates by its body's
     joints in Newton's order: slides, then hinges), zero control, ``steps`` steps; the largest distance between
-    one body's positions in the two, at the first frame and over the rollout."""
+    one body's positions in the two, at the first frame and over the rollout. The contacts one model makes at the
+    first frame and the other does not are differences where the rollouts differ, notes where they agree."""
     import mujoco
 
     ref_data, our_data = mujoco.MjData(reference), mujoco.MjData(ours)
@@ -442,9 +455,9 @@ def _rollout(reference, ours, names: _Names, start: np.ndarray, steps: int) -> t
         distance = np.linalg.norm(ref_data.xpos[a] - our_data.xpos[b], axis=1)
         if step == 0:
             first = float(distance.max())
-            lines += _contacts(reference, ref_data, names.ref_bodies, ours, our_data, names.our_bodies)
+            contacts = _contacts(reference, ref_data, names.ref_bodies, ours, our_data, names.our_bodies)
         if not np.all(np.isfinite(distance)):
-            return [*lines, f"zero-control rollout: forge_gpu's model diverged (not finite) at step {step}"], ""
+            return [*contacts, f"zero-control rollout: forge_gpu's model diverged (not finite) at step {step}"], ""
         if distance.max() > worst[0]:
             worst = (float(distance.max()), int(a[int(distance.argmax())]), step)
     seconds = steps * reference.opt.timestep
@@ -456,6 +469,10 @@ def _rollout(reference, ours, names: _Names, start: np.ndarray, steps: int) -> t
         lines.append(f"first frame: body positions differ from MuJoCo's by up to {first:.3g} m")
     if worst[0] > POSITION_TOLERANCE:
         lines.append(summary)
+    if lines:
+        lines = contacts + lines
+    else:
+        notes += [f"{line} (the rollouts agree)" for line in contacts]
     return lines, summary
 
 
