@@ -187,7 +187,8 @@ def test_meshdir_set_in_an_included_file_replays_from_the_run_alone(tmp_path, la
 </mujoco>
 """)
     top = '<compiler meshdir="assets"/>' if later else ""
-    (folder / "robot.xml").write_text(f'<mujoco model="robot">\n  <include file="parts/body.xml"/>\n  {top}\n</mujoco>\n')
+    main_file = f'<mujoco model="robot">\n  <include file="parts/body.xml"/>\n  {top}\n</mujoco>\n'
+    (folder / "robot.xml").write_text(main_file)
     task = _task(folder, "robot.xml")
     found = check_model(str(folder / "robot.xml"), steps=10)
     assert found.differences == [], found.differences

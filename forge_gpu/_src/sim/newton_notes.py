@@ -32,6 +32,11 @@ _KINDS = (
         None,  # the model's build names the tendon and its merged joints (tasks/taskfile/model.py)
     ),
     (
+        re.compile(r"friction\[0\] \(\S+\) < MJ_MINMU"),
+        "the sliding friction of {n} geom(s) is below MuJoCo's minimum (1e-5) with condim 3, which can make a step "
+        "NaN: give them a friction, or condim 1 if they slide freely",
+    ),
+    (
         re.compile(r"Inertia validation corrected (\d+) bodies"),
         "the inertia of {count} body(ies) corrected to a physical one (a principal moment below the minimum or "
         "above the sum of the other two): check their mass and <inertial> in the model file",
@@ -56,7 +61,7 @@ def lines(messages: list[str]) -> list[str]:
     """One line per kind of engine warning among ``messages`` (each kind counted once), in forge_gpu's words;
     a kind it does not know is its first line, without a path."""
     counts: dict[int, list[str]] = {}
-    other: list[str] = []
+    other: dict[str, list[str]] = {}  # one kind (its text with the numbers taken out) -> its messages
     for message in messages:
         for k, (pattern, _) in enumerate(_KINDS):
             match = pattern.search(message)
@@ -65,14 +70,16 @@ def lines(messages: list[str]) -> list[str]:
                 break
         else:
             first = message.strip().splitlines()[0] if message.strip() else ""
-            if first and first not in other:
-                other.append(first)
+            if first:
+                other.setdefault(re.sub(r"\d+(\.\d+)?", "#", first), []).append(first)
     said = []
     for k, found in sorted(counts.items()):
         text = _KINDS[k][1]
         if text is not None:
             said.append(text.format(n=len(found), count=max(int(v) for v in found) if found[0] else len(found)))
-    return said + [f"Newton: {line}" for line in other]
+    for found in other.values():
+        said.append(f"Newton: {found[0]}" + (f" (and {len(found) - 1} more like it)" if len(found) > 1 else ""))
+    return said
 
 
 @contextlib.contextmanager

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from forge_gpu._src.tasks.taskfile.modelfile import short_names
-
 MASS_TOLERANCE = 1e-4
 """Relative difference of a body's mass (or of an inertia's principal moment) counted as different."""
 RANGE_TOLERANCE = 1e-4
 """Difference of a joint's range bound [rad or m], a gain or a control bound counted as different."""
 POSITION_TOLERANCE = 1e-3
 """Distance between a body's positions in the two rollouts counted as different [m]."""
+LISTED = 6
+"""Names listed in one line at most (the rest counted)."""
 
 
 @dataclass
@@ -187,7 +187,11 @@ def _ours(model: dict, source: str):
     with said_once():
         add_model(builder, model, source)
         built = builder.finalize(device="cpu")
-        solver = newton.solvers.SolverMuJoCo(built, disable_contacts=False)
+        try:
+            solver = newton.solvers.SolverMuJoCo(built, disable_contacts=False)
+        except (ValueError, RuntimeError) as e:
+            reason = " ".join(str(e).split())
+            raise ValueError(f"{source}: Newton cannot convert the model for MuJoCo Warp ({reason})") from None
     return solver.mj_model, solver, builder
 
 
@@ -209,13 +213,14 @@ class _Names:
 
     def __init__(self, reference, ours, solver):
         model = solver.model
-        body_labels, joint_labels = short_names(model.body_label), short_names(model.joint_label)
         to_body = solver.mjc_body_to_newton.numpy().reshape(-1)[: ours.nbody]
         to_joint = solver.mjc_jnt_to_newton_jnt.numpy().reshape(-1)[: ours.njnt]
         self.ref_bodies = [reference.body(i).name for i in range(reference.nbody)]
-        self.our_bodies = ["world" if b < 0 else body_labels[b] for b in to_body]
         self.ref_joints = [reference.joint(i).name for i in range(reference.njnt)]
-        labels = [joint_labels[j] if j >= 0 else "" for j in to_joint]
+        # Newton's labels are paths (model/worldbody/.../name); a file's name may hold "/" itself (a prefix)
+        body_paths = ["world" if b < 0 else str(model.body_label[b]) for b in to_body]
+        self.our_bodies = _named(body_paths, self.ref_bodies)
+        labels = _named([str(model.joint_label[j]) if j >= 0 else "" for j in to_joint], self.ref_joints)
         self.ref_tendons = [reference.tendon(i).name for i in range(reference.ntendon)]
         self.our_tendons = [ours.tendon(i).name for i in range(ours.ntendon)]
         self.joint_of: dict[int, int] = {}
@@ -243,11 +248,22 @@ class _Names:
             self.our_joints[k] = self.ref_joints[i]
 
     def body(self, name: str) -> int:
-        return self.our_bodies.index(name) if name in self.our_bodies else -1
+        return self.our_bodies.index(name) if name and self.our_bodies.count(name) == 1 else -1
 
     def joint(self, i: int) -> int:
         """forge_gpu's MuJoCo joint of the file's joint ``i``, or -1."""
         return self.joint_of.get(i, -1)
+
+
+def _named(paths: list[str], names: list[str]) -> list[str]:
+    """Each of Newton's label ``paths`` as the file's name it ends with (``.../vx300s_left/waist`` is the file's
+    ``vx300s_left/waist``), the longest that matches; else its last component."""
+    by_length = sorted({n for n in names if n}, key=len, reverse=True)
+    out = []
+    for path in paths:
+        found = next((n for n in by_length if path == n or path.endswith("/" + n)), None)
+        out.append(found if found is not None else path.rsplit("/", 1)[-1])
+    return out
 
 
 def _relative(a: float, b: float) -> float:
@@ -260,7 +276,8 @@ def _bodies(reference, ours, names: _Names) -> list[str]:
         name = names.ref_bodies[i]
         k = names.body(name)
         if k < 0:
-            missing.append(name)
+            if name:  # an unnamed body has no name to find it by (the rollout compares the named ones)
+                missing.append(name)
             continue
         a, b = float(reference.body_mass[i]), float(ours.body_mass[k])
         if _relative(a, b) > MASS_TOLERANCE:
@@ -382,8 +399,9 @@ def _counts(reference, ours, info) -> list[str]:
     our_excluded = {int(v) for v in ours.exclude_signature}
     if len(ref_excluded) > len(our_excluded):
         lines.append(f"{len(our_excluded)} excluded contact pair(s), MuJoCo {len(ref_excluded)}")
-    if reference.nmesh != ours.nmesh:
-        lines.append(f"{ours.nmesh} mesh(es), MuJoCo {reference.nmesh}")
+    used, our_used = _meshes(reference), _meshes(ours)
+    if used != our_used:
+        lines.append(f"{our_used} mesh(es) in geoms, MuJoCo {used} (a mesh file not found or not loaded)")
     keys = [reference.key(i).name or f"key {i}" for i in range(reference.nkey)]
     read = list(info.keyframes) if info is not None else []
     if info is not None and info.kind == "mjcf" and len(keys) != len(read):
@@ -392,9 +410,26 @@ def _counts(reference, ours, info) -> list[str]:
         if info is not None and key in info.keyframes and len(info.keyframes[key]) != reference.nq:
             lines.append(f"keyframe {key!r}: {len(info.keyframes[key])} qpos values, MuJoCo's model has "
                          f"{reference.nq} coordinates")  # fmt: skip
-    if np.abs(reference.opt.gravity - ours.opt.gravity).max() > 1e-5:
-        lines.append(f"gravity {ours.opt.gravity.round(6).tolist()}, MuJoCo {reference.opt.gravity.tolist()}")
+    gravity, our_gravity = _gravity(reference), _gravity(ours)
+    if np.abs(gravity - our_gravity).max() > 1e-5:
+        lines.append(f"gravity {our_gravity.round(6).tolist()}, MuJoCo {gravity.tolist()}")
     return lines
+
+
+def _meshes(model) -> int:
+    """How many meshes a model's geoms use (an asset no geom names is not compared)."""
+    import mujoco
+
+    return len({int(d) for t, d in zip(model.geom_type, model.geom_dataid, strict=True)
+                if int(t) == int(mujoco.mjtGeom.mjGEOM_MESH) and d >= 0})  # fmt: skip
+
+
+def _gravity(model) -> np.ndarray:
+    """The gravity a model steps with: none where its ``<flag gravity="disable">`` says so."""
+    import mujoco
+
+    off = int(model.opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_GRAVITY)
+    return np.zeros(3) if off else np.asarray(model.opt.gravity, dtype=float)
 
 
 def _start(reference, model: dict, placement: dict) -> np.ndarray:
@@ -422,9 +457,7 @@ def _start(reference, model: dict, placement: dict) -> np.ndarray:
     return start
 
 
-def _rollout(
-    reference, ours, names: _Names, start: np.ndarray, steps: int, notes: list[str]
-) -> tuple[list[str], str]:
+def _rollout(reference, ours, names: _Names, start: np.ndarray, steps: int, notes: list[str]) -> tuple[list[str], str]:
     """Both models from the same joint positions (mapped by joint name; a merged joint's coordinates by its body's
     joints in Newton's order: slides, then hinges), zero control, ``steps`` steps; the largest distance between
     one body's positions in the two, at the first frame and over the rollout. The contacts one model makes at the
@@ -490,10 +523,11 @@ def _contacts(reference, ref_data, ref_bodies, ours, our_data, our_bodies) -> li
 
     theirs, mine = pairs(reference, ref_data, ref_bodies), pairs(ours, our_data, our_bodies)
     lines = []
-    if theirs - mine:
-        said = ", ".join(f"{a!r} with {b!r}" for a, b in sorted(theirs - mine))
-        lines.append(f"contacts at the first frame that MuJoCo makes and forge_gpu does not: {said}")
-    if mine - theirs:
-        said = ", ".join(f"{a!r} with {b!r}" for a, b in sorted(mine - theirs))
-        lines.append(f"contacts at the first frame that forge_gpu makes and MuJoCo does not: {said}")
+    for found, who in ((theirs - mine, "MuJoCo makes and forge_gpu does not"),
+                       (mine - theirs, "forge_gpu makes and MuJoCo does not")):  # fmt: skip
+        if found:
+            listed = sorted(found)
+            said = ", ".join(f"{a!r} with {b!r}" for a, b in listed[:LISTED])
+            more = f" and {len(listed) - LISTED} more" if len(listed) > LISTED else ""
+            lines.append(f"contacts at the first frame that {who}: {said}{more}")
     return lines
