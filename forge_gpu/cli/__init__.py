@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tasks", help="list the tasks, or describe one: its model, terms and fields")
     t.add_argument("task", nargs="?", default=None, help="a task id or task file (default: list every task)")
     t.add_argument("--variant", default=None, metavar="NAME", help="describe the task file's variant NAME")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
     t.set_defaults(func=cmd_tasks)
 
     m = sub.add_parser(

@@ -40,8 +40,15 @@ def cmd_tasks(args) -> int:
     and fields."""
     from forge_gpu._src.tasks.describe import describe_task, task_lines
 
+    overrides = parse_set(args.set or [])
+    if overrides and args.task is None:
+        raise UsageError("--set: name the task it changes (forge-gpu tasks TASK --set KEY=VALUE)")
     try:
-        lines = task_lines() if args.task is None else describe_task(args.task, variant=args.variant or "")
+        lines = (
+            task_lines()
+            if args.task is None
+            else describe_task(args.task, variant=args.variant or "", overrides=overrides)
+        )
     except ValueError as e:
         raise UsageError(str(e)) from e
     print("\n".join(lines))

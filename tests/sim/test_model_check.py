@@ -318,3 +318,15 @@ def test_newtons_warnings_become_one_line_each_in_forge_gpus_words(tmp_path, cap
         "the contact margin of 52 geom(s) or pair(s) set to 0: MuJoCo Warp's convex collision takes none, so their "
         "contacts start at touch (a model's margin has no effect here)"
     ]
+
+
+def test_tasks_takes_set_as_collect_does(tmp_path, capsys):
+    """``forge-gpu tasks FILE --set KEY=VALUE`` describes the task with the change; an unknown key is one line
+    naming the file; ``--set`` without a task is refused."""
+    (tmp_path / "arm.xml").write_text(ARM.format(compiler="", elbow="-150 150"))
+    task = _task(tmp_path, "arm.xml")
+    assert main(["tasks", str(task), "--set", "max_steps=77", "--set", "reset.joint_position=0.5"]) == 0
+    assert main(["tasks", str(task), "--set", "bogus=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(task) in err[0] and "unknown key bogus" in err[0], err
+    assert main(["tasks", "--set", "max_steps=5"]) == 2

@@ -399,9 +399,9 @@ def _counts(reference, ours, info) -> list[str]:
     our_excluded = {int(v) for v in ours.exclude_signature}
     if len(ref_excluded) > len(our_excluded):
         lines.append(f"{len(our_excluded)} excluded contact pair(s), MuJoCo {len(ref_excluded)}")
-    used, our_used = _meshes(reference), _meshes(ours)
+    used, our_used = _meshes(reference, colliding=True), _meshes(ours)
     if used != our_used:
-        lines.append(f"{our_used} mesh(es) in geoms, MuJoCo {used} (a mesh file not found or not loaded)")
+        lines.append(f"{our_used} mesh(es) in colliding geoms, MuJoCo {used} (a mesh file not found or not loaded)")
     keys = [reference.key(i).name or f"key {i}" for i in range(reference.nkey)]
     read = list(info.keyframes) if info is not None else []
     if info is not None and info.kind == "mjcf" and len(keys) != len(read):
@@ -416,12 +416,15 @@ def _counts(reference, ours, info) -> list[str]:
     return lines
 
 
-def _meshes(model) -> int:
-    """How many meshes a model's geoms use (an asset no geom names is not compared)."""
+def _meshes(model, colliding: bool = False) -> int:
+    """How many meshes a model's geoms use (an asset no geom names is not compared); ``colliding``: only geoms that
+    collide (the file's visual geoms are drawn by forge_gpu's camera, not stepped)."""
     import mujoco
 
-    return len({int(d) for t, d in zip(model.geom_type, model.geom_dataid, strict=True)
-                if int(t) == int(mujoco.mjtGeom.mjGEOM_MESH) and d >= 0})  # fmt: skip
+    mesh = int(mujoco.mjtGeom.mjGEOM_MESH)
+    return len({int(model.geom_dataid[g]) for g in range(model.ngeom) if int(model.geom_type[g]) == mesh
+                and model.geom_dataid[g] >= 0 and (not colliding or model.geom_contype[g] or
+                                                  model.geom_conaffinity[g])})  # fmt: skip
 
 
 def _gravity(model) -> np.ndarray:
