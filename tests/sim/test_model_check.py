@@ -322,7 +322,7 @@ def test_newtons_warnings_become_one_line_each_in_forge_gpus_words(tmp_path, cap
 
 def test_tasks_takes_set_as_collect_does(tmp_path, capsys):
     """``forge-gpu tasks FILE --set KEY=VALUE`` describes the task with the change; an unknown key is one line
-    naming the file; ``--set`` without a task is refused."""
+    naming the file; ``--set`` without a task is refused; an unknown ``[randomize]`` entry's line names the file."""
     (tmp_path / "arm.xml").write_text(ARM.format(compiler="", elbow="-150 150"))
     task = _task(tmp_path, "arm.xml")
     assert main(["tasks", str(task), "--set", "max_steps=77", "--set", "reset.joint_position=0.5"]) == 0
@@ -330,3 +330,8 @@ def test_tasks_takes_set_as_collect_does(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(task) in err[0] and "unknown key bogus" in err[0], err
     assert main(["tasks", "--set", "max_steps=5"]) == 2
+    capsys.readouterr()
+    task.write_text(task.read_text() + "\n[randomize]\nbogus_key = [0.1, 0.2]\n")
+    assert main(["tasks", str(task)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"forge-gpu: {task}: randomize.bogus_key: "), err
