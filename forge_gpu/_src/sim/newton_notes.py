@@ -89,12 +89,18 @@ def said_once() -> Iterator[None]:
     if is_verbose():
         yield
         return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:  # also when the build fails: what was said before the failure is said
+        _say(caught)
+
+
+def _say(caught: list[warnings.WarningMessage]) -> None:
     engine = [str(w.message) for w in caught if _is_engine(w)]
     for w in caught:
         if not _is_engine(w):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_REGISTRY, source=w.source)
     for line in lines(engine):
-        warnings.warn(f"forge_gpu: {line}", BuildWarning, stacklevel=3)
+        warnings.warn(f"forge_gpu: {line}", BuildWarning, stacklevel=4)
