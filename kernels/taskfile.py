@@ -144,6 +144,8 @@ def reset_kernel(
     draw_kind: wp.array[int],
     draw_index: wp.array[int],
     draw_range: wp.array[float],
+    draw_low: wp.array[float],
+    draw_high: wp.array[float],
     default_q: wp.array2d[float],
     # Data in:
     reset_mask_in: wp.array[wp.bool],
@@ -157,7 +159,8 @@ def reset_kernel(
     noise_key_out: wp.array2d[float],
 ):
     """The default pose (a free root at its start pose, at rest), then the draws in order, each uniform in
-    +-range from (seed, env, next episode): a coordinate's position (default + noise) or a dof's velocity."""
+    +-range from (seed, env, next episode): a coordinate's position (default + noise, clipped to the joint's range
+    ``draw_low``..``draw_high``, widened to the default where that lies outside) or a dof's velocity."""
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
@@ -173,7 +176,8 @@ def reset_kernel(
         noise = draw_range[k] * (2.0 * wp.randf(state) - 1.0)
         i = draw_index[k]
         if draw_kind[k] == 0:
-            joint_q_out[worldid, i] = default_q[worldid, i] + noise
+            q0 = default_q[worldid, i]
+            joint_q_out[worldid, i] = wp.clamp(q0 + noise, wp.min(draw_low[k], q0), wp.max(draw_high[k], q0))
         else:
             joint_qd_out[worldid, i] = noise
     for k in range(last_action_out.shape[1]):

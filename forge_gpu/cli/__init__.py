@@ -1,7 +1,7 @@
-"""The ``forge-gpu`` command, its nineteen subcommands: collect, evaluate, replay, tasks, doctor, precompile (simulate);
-inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split (write runs of other
-runs' episodes); report, view (show a run to a person); teleop (a person drives a task; the episodes kept are a
-run). tests/cli/test_cli.py checks that this list names every subcommand.
+"""The ``forge-gpu`` command, its twenty subcommands: collect, evaluate, replay, tasks, check-model, doctor,
+precompile (simulate); inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split
+(write runs of other runs' episodes); report, view (show a run to a person); teleop (a person drives a task; the
+episodes kept are a run). tests/cli/test_cli.py checks that this list names every subcommand.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
@@ -37,7 +37,7 @@ from ._machine import cmd_doctor, cmd_precompile
 from ._policy import add_policy_options
 from ._recording import add_codec_option, add_recording_options, compression_choices
 from ._replay import cmd_replay
-from ._tasks import cmd_tasks
+from ._tasks import cmd_check_model, cmd_tasks
 from ._teleop import add_teleop_parser
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -173,7 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tasks", help="list the tasks, or describe one: its model, terms and fields")
     t.add_argument("task", nargs="?", default=None, help="a task id or task file (default: list every task)")
     t.add_argument("--variant", default=None, metavar="NAME", help="describe the task file's variant NAME")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, e.g. max_steps=200")
     t.set_defaults(func=cmd_tasks)
+
+    m = sub.add_parser(
+        "check-model",
+        help="compare a model file (or a task or robot file's model) as forge_gpu builds it with MuJoCo's own load of "
+        "it; exit 1 on any difference",
+    )
+    m.add_argument("file", help="an MJCF or URDF file, or a task or robot file path/to/task.toml")
+    m.add_argument("--steps", type=int, default=200, help="steps of the zero-control rollout compared (default 200)")
+    m.set_defaults(func=cmd_check_model)
 
     d = sub.add_parser("doctor", help="check that this machine can collect as designed (GPU, capture, pinned memory)")
     d.set_defaults(func=cmd_doctor)

@@ -1,5 +1,5 @@
 """Choosing a task: the task arguments ``collect``, ``evaluate`` and ``replay`` share (``TASK``, ``--task-file``,
-``--set``, ``--trust-code``), checked before Warp loads, and ``forge-gpu tasks``."""
+``--set``, ``--trust-code``), checked before Warp loads, ``forge-gpu tasks`` and ``forge-gpu check-model``."""
 
 from __future__ import annotations
 
@@ -40,9 +40,41 @@ def cmd_tasks(args) -> int:
     and fields."""
     from forge_gpu._src.tasks.describe import describe_task, task_lines
 
+    overrides = parse_set(args.set or [])
+    if overrides and args.task is None:
+        raise UsageError("--set: name the task it changes (forge-gpu tasks TASK --set KEY=VALUE)")
     try:
-        lines = task_lines() if args.task is None else describe_task(args.task, variant=args.variant or "")
+        lines = (
+            task_lines()
+            if args.task is None
+            else describe_task(args.task, variant=args.variant or "", overrides=overrides)
+        )
     except ValueError as e:
         raise UsageError(str(e)) from e
     print("\n".join(lines))
     return 0
+
+
+def cmd_check_model(args) -> int:
+    """``forge-gpu check-model FILE``: the model file (or a task or robot file's model) as forge_gpu builds it
+    against MuJoCo's own load of it: each difference one line; exit 1 with differences, 0 without."""
+    import mujoco
+
+    from forge_gpu._src.tasks.taskfile.mujoco_check import check_model
+
+    if args.steps < 0:
+        raise UsageError(f"--steps {args.steps}: expected a number of steps >= 0")
+    try:
+        found = check_model(args.file, steps=args.steps)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    print(f"{found.path}: forge_gpu's model against MuJoCo {mujoco.__version__}'s")
+    for line in found.notes:
+        print(f"  said: {line}")
+    for line in found.differences:
+        print(f"  differs: {line}")
+    if found.rollout and found.rollout not in found.differences:
+        print(f"  same: {found.rollout}")
+    count = len(found.differences)
+    print(f"{count} difference(s)" if count else "no differences")
+    return 1 if count else 0

@@ -12,6 +12,7 @@ from forge_gpu._src.core.fields import group_layout
 from forge_gpu._src.core.instructions import TEMPLATE_KEY, check_template
 from forge_gpu._src.sim.capture import capture_step, capture_unsupported, eager_cost
 from forge_gpu._src.sim.config import TaskConfig
+from forge_gpu._src.sim.newton_notes import said_once
 from forge_gpu._src.sim.randomize import Randomizer
 from forge_gpu._src.sim.relabel import ExpertLabels
 from forge_gpu._src.sim.solver import SolverOverflow, check_solver, make_solver
@@ -63,11 +64,12 @@ class VectorEnv:
             builder = newton.ModelBuilder()
             if config.solver.name == "mujoco":
                 newton.solvers.SolverMuJoCo.register_custom_attributes(builder)
-            task.build_world(builder)
-            scene = newton.ModelBuilder()
-            scene.replicate(builder, n)
-            model = scene.finalize(device=device)
-            self.solver = make_solver(model, config, task.spec.has_contacts)
+            with said_once():  # Newton's and MuJoCo Warp's warnings: one line of each kind
+                task.build_world(builder)
+                scene = newton.ModelBuilder()
+                scene.replicate(builder, n)
+                model = scene.finalize(device=device)
+                self.solver = make_solver(model, config, task.spec.has_contacts)
             self.solver_overflow = SolverOverflow(self.solver, n, device)
             self.world = World(config, model, proprio_dim=task.spec.proprio_dim, action_dim=task.spec.action_dim)
             """What the task's hooks read and write: model, state, control, action and observation buffers."""

@@ -23,17 +23,17 @@ def task_lines() -> list[str]:
     return lines
 
 
-def describe_task(name: str, variant: str = "") -> list[str]:
+def describe_task(name: str, variant: str = "", overrides: dict | None = None) -> list[str]:
     """The lines that describe task ``name`` (an id or a task file; ``variant``: one of its variants): the robot
     (model, joints, bodies, action, reset, expert) and the task on it (command, observations by group, rewards,
-    terminations, success), fields, params, variants."""
+    terminations, success), fields, params, variants; ``overrides`` are ``--set``'s dotted keys."""
     from forge_gpu._src.sim.output import init_warp
     from forge_gpu._src.tasks.make import task_config
     from forge_gpu._src.tasks.taskfile.compose import compose
 
     init_warp()
     task_id = resolve_task(name)
-    config = task_config(task_id, variant=variant)
+    config = task_config(task_id, variant=variant, **(overrides or {}))
     task = TASKS[task_id](config)
     spec = task.spec
     lines = [f"task {task_id}: {config.instruction!r}", f"  defined by {_origin(TASKS[task_id])}"]

@@ -40,6 +40,12 @@ class Actuators:
     """The value's bounds: a servo's ``ctrlrange`` (target) or the effort limit; +-inf where the model has none."""
     gain: list[int] = field(default_factory=list)
     """1 where ``actuator_gain_scale`` multiplies the column (a force actuator: motors, URDF efforts)."""
+    others: list[str] = field(default_factory=list)
+    """The model's actuators that drive something other than a joint (a tendon, a site, a body), each as a phrase
+    (``'lift' drives a tendon``): the default action cannot drive them; an explicit ``[action]`` switches them
+    off."""
+    other_index: list[int] = field(default_factory=list)
+    """Their indices among the model's actuators (MuJoCo's order)."""
 
     def __len__(self) -> int:
         return len(self.names)
@@ -83,9 +89,9 @@ def model_actuators(builder, info: ModelFile | None, source: str) -> Actuators:
         dof = int(trnid[k][0])
         if int(trntype[k]) not in (0, 1) or not 0 <= dof < dofs:
             what = {2: "a tendon", 3: "a site", 4: "a body"}.get(int(trntype[k]), "no joint")
-            raise ValueError(f"{source}: model actuator {label[k] or k!r} drives {what}; the default action (the "
-                             "model's joint actuators) cannot drive it: set [action] kind = \"effort\" or "
-                             "\"position\" and its joints")  # fmt: skip
+            out.others.append(f"model actuator {label[k] or k!r} drives {what}")
+            out.other_index.append(k)
+            continue
         j = joint_of(dof)
         coord = qs[j] + (dof - ds[j])
         bounded = int(limited[k]) == 1 or (int(limited[k]) == 2 and int(has_range[k]))
@@ -122,6 +128,10 @@ def describe(actuators: Actuators) -> str:
 def actuator_columns(action: dict, actuators: Actuators, source: str) -> tuple[list[int], list[int], list[str]]:
     """``[action] kind = "actuators"``: the plan's action coordinates, dofs and joint names, one per actuator;
     keys that choose joints or gains (the model's own) are refused."""
+    if actuators.others:
+        raise ValueError(f"{source}: {actuators.others[0]}; the default action (the model's joint actuators) cannot "
+                         'drive it: set [action] kind = "effort" or "position" and its joints (which switches the '
+                         "model's actuators off)")  # fmt: skip
     if not len(actuators):
         raise ValueError(f'{source}: action.kind = "actuators": the model has no actuators; set kind = "effort" '
                          'or "position" and its joints')  # fmt: skip

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_gpu._src.core.checks import finite_number, number_list
+from forge_gpu._src.sim.newton_notes import said_once
 from forge_gpu._src.tasks.taskfile.entries import check_keys
 from forge_gpu._src.tasks.taskfile.modelfile import ModelFile, read_model_file, short_names
 from forge_gpu._src.tasks.taskfile.scene import add_scene, scene_entries
@@ -127,6 +128,7 @@ def add_model(builder, model: dict, source: str) -> list[str]:
     xform = wp.transform(position, tuple(float(v) for v in model.get("rotation", (0, 0, 0, 1))))
     ground = model.get("ground", True)
     name = Path(path).name
+    first_joint = len(builder.joint_type)
     if kind == "code":
         function, args = _builder(model, source)
         function(builder, source=source, **args)
@@ -140,10 +142,16 @@ def add_model(builder, model: dict, source: str) -> list[str]:
                              "model.ground = false keeps the model's floor)")  # fmt: skip
         elif ground and info.unnamed_floors:
             notes.append("its own floor (an unnamed plane) kept besides the ground plane; name it to replace it")
-        _imported(lambda: builder.add_mjcf(path, xform=xform if placed else None, override_root_xform=placed,
+        _height_fields(info, ignore, source)
+        bodies, joints = builder.body_count, len(builder.joint_type)
+        given = info.source or path  # the file as MuJoCo reads it, where its includes' asset folders need that
+        _imported(lambda: builder.add_mjcf(given, xform=xform if placed else None, override_root_xform=placed,
                                            ignore_names=ignore), path, source)  # fmt: skip
         if info.gravity is not None:
             builder.gravity = info.gravity
+        _massless(builder, bodies, joints, model, source)
+        notes += _total_mass(builder, bodies, info, source)
+        notes += _merged_tendons(info)
     elif kind == "usd":
         notes += _add_usd(builder, model, path, info, xform if placed else None, source)
     else:
@@ -154,10 +162,101 @@ def add_model(builder, model: dict, source: str) -> list[str]:
         _keyframe(builder, info, pose, placed, source)
     else:
         _pose_table(builder, pose, source)
+    notes += outside_ranges(builder, 0 if kind == "code" else first_joint, source)
     add_scene(builder, model.get("scene", {}), source)
     if ground:
         builder.add_ground_plane()
     return [f"{name}: {n}" for n in notes]
+
+
+def _height_fields(info: ModelFile, ignore: list[str], source: str) -> None:
+    """A floor that is a height field is refused in one line: Newton imports it but MuJoCo Warp's worlds built
+    from it do not hold a body up (it falls through)."""
+    kept = [h for h in info.height_fields if not any(re.match(p, h) for p in ignore)]
+    if kept:
+        raise ValueError(f"{source}: model file {Path(info.path).name}: its floor {kept[0]!r} is a height field "
+                         "(<geom type=\"hfield\">), which forge_gpu does not simulate (bodies fall through it): "
+                         f'set model.ignore_names = ["{kept[0]}"] to stand on the ground plane instead')  # fmt: skip
+
+
+def _massless(builder, bodies: int, joints: int, model: dict, source: str) -> None:
+    """A body the import kept that moves (its joint is not fixed) but has no mass, because ``ignore_names``
+    removed its geoms: refused in one line (MuJoCo refuses a massless moving body)."""
+    if not model.get("ignore_names"):
+        return
+    names = short_names(builder.body_label)
+    for j in range(joints, len(builder.joint_type)):
+        child = builder.joint_child[j]
+        if child >= bodies and int(builder.joint_type[j]) != FIXED and builder.body_mass[child] <= 0.0:
+            shapes = [s for s in range(len(builder.shape_body)) if builder.shape_body[s] == child]
+            if shapes:
+                continue
+            body = names[child]
+            raise ValueError(f"{source}: model.ignore_names = {model['ignore_names']!r} removes every geom of body "
+                             f"{body!r}, which moves on a joint and so has no mass left (MuJoCo refuses a massless "
+                             f"moving body): ignore the body itself ('{body}$') or keep a geom")  # fmt: skip
+
+
+def _total_mass(builder, bodies: int, info: ModelFile, source: str) -> list[str]:
+    """``<compiler settotalmass>``: every body's mass and inertia scaled so that the bodies weigh it, as MuJoCo
+    does. Returns the note to say."""
+    given = info.compiler.get("settotalmass")
+    if given is None:
+        return []
+    try:
+        total = float(given)
+    except ValueError:
+        raise ValueError(f"{source}: model file {Path(info.path).name}: <compiler settotalmass={given!r}>: expected "
+                         "a number") from None  # fmt: skip
+    if total <= 0:  # MuJoCo: a value <= 0 leaves the masses as computed
+        return []
+    mass = sum(builder.body_mass[b] for b in range(bodies, builder.body_count))
+    if mass <= 0:
+        return []
+    scale = total / mass
+    for b in range(bodies, builder.body_count):
+        builder.body_mass[b] *= scale
+        builder.body_inertia[b] = builder.body_inertia[b] * scale
+        builder.body_inv_mass[b] = 1.0 / builder.body_mass[b] if builder.body_mass[b] > 0 else 0.0
+        inverse = builder.body_inv_inertia[b]
+        builder.body_inv_inertia[b] = inverse * (1.0 / scale)
+    return [f"<compiler settotalmass=\"{given}\"> applied: its bodies' masses and inertias scaled by {scale:.4g} "
+            f"(from {mass:.4g} kg)"]  # fmt: skip
+
+
+def _merged_tendons(info: ModelFile) -> list[str]:
+    """Fixed tendons on a joint of a body that has several: Newton imports such a body's joints as one joint of
+    several axes, which a tendon cannot couple; the tendon acts without that joint. Returns the note to say."""
+    merged = {j: body for body, joints in info.body_joints.items() if len(joints) > 1 for j in joints}
+    lost = [(t, j) for t, joints in info.tendons.items() for j in joints if j in merged]
+    if not lost:
+        return []
+    said = ", ".join(f"tendon {t!r} loses joint {j!r} (body {merged[j]!r} has joints "
+                     f"{', '.join(repr(k) for k in info.body_joints[merged[j]])}, imported as one joint)"
+                     for t, j in lost)  # fmt: skip
+    return [f"{said}: the tendon couples the rest (forge-gpu check-model compares it with MuJoCo)"]
+
+
+def outside_ranges(builder, first: int, source: str) -> list[str]:
+    """The default pose's hinge and slide coordinates outside their joint's range (joints from ``first`` on), as
+    one note naming each joint, its value and its range; the episode starts there (reset noise stays within the
+    range or at the pose)."""
+    import newton
+
+    names, found = short_names(builder.joint_label), []
+    for j in range(first, len(builder.joint_type)):
+        if int(builder.joint_type[j]) not in (int(newton.JointType.REVOLUTE), int(newton.JointType.PRISMATIC)):
+            continue
+        q, d = builder.joint_q[builder.joint_q_start[j]], builder.joint_qd_start[j]
+        low, high = builder.joint_limit_lower[d], builder.joint_limit_upper[d]
+        if q < low - 1e-6 or q > high + 1e-6:
+            found.append(f"{names[j]!r} at {q:.4g} against [{low:.4g}, {high:.4g}]")
+    if not found:
+        return []
+    return [
+        f"its default pose is outside a joint's range: {', '.join(found)} (the episodes start there; set "
+        "model.pose to a pose within the ranges)"
+    ]
 
 
 def _add_usd(builder, model: dict, path: str, info: ModelFile, xform, source: str) -> list[str]:
@@ -248,8 +347,9 @@ def _keyframe(builder, info: ModelFile | None, pose: str, placed: bool, source: 
         width = {"free": 7, "ball": 4}.get(kind, 1)
         coords.append(width)
     if sum(coords) != len(qpos) or len(qpos) != len(builder.joint_q):
-        raise ValueError(f"{source}: model.pose = {pose!r}: the keyframe has {len(qpos)} qpos values; the model as "
-                         f"loaded has {len(builder.joint_q)} coordinates")  # fmt: skip
+        raise ValueError(f"{source}: model.pose = {pose!r}: the keyframe has {len(qpos)} qpos values; the model file's "
+                         f"joints have {sum(coords)} and the model as built has {len(builder.joint_q)} coordinates "
+                         "(a keyframe gives one value per coordinate of every joint, in the file's order)")  # fmt: skip
     if placed and info.joints and info.joints[0][1] == "free":
         raise ValueError(f"{source}: model.position: keyframe {pose!r} places the free root itself; give one of them")
     q, i = [], 0
@@ -287,7 +387,8 @@ def probe(model: dict, source: str):
     key = json.dumps(model, sort_keys=True) + source.split(" (")[0]
     if key not in _PROBES:
         builder = newton.ModelBuilder()
-        add_model(builder, model, source)
+        with said_once():
+            add_model(builder, model, source)
         _PROBES[key] = builder
     return _PROBES[key]
 
@@ -320,8 +421,8 @@ def sites(builder) -> dict[str, tuple[int, list[float]]]:
             found[label] = (int(body), [float(v) for v in pose])
     return found
 
-def per_world(labels
-, name: str, n: int, device):
+
+def per_world(labels, name: str, n: int, device):
     """The index of the entry labelled ``name`` (its last path component) in each of the ``n`` worlds, int32 [N]
     (the worlds are added in order, so the i-th match belongs to world i): a ``wp.array``."""
     import numpy as np

@@ -74,6 +74,20 @@ class ModelFile:
     """What the file holds that is not simulated, each as a short phrase."""
     meshes: list[str] = field(default_factory=list)
     """The mesh files the model names."""
+    compiler: dict[str, str] = field(default_factory=dict)
+    """MJCF: every ``<compiler>``'s attributes (of the file and its includes), merged in document order, the later
+    winning, as MuJoCo merges them."""
+    tendons: dict[str, list[str]] = field(default_factory=dict)
+    """MJCF: each fixed tendon's joints, by the tendon's name."""
+    body_joints: dict[str, list[str]] = field(default_factory=dict)
+    """MJCF: each body's joints (hinge and slide), by the body's name; a body of two or more Newton imports as one
+    joint of several axes."""
+    height_fields: list[str] = field(default_factory=list)
+    """MJCF: the world body's height-field geoms (a floor of ``type="hfield"``)."""
+    source: str | None = None
+    """MJCF: the file as MuJoCo reads it, its includes in place and every asset path resolved as MuJoCo resolves it
+    (its merged ``<compiler>`` directories), where a ``<compiler>`` setting asset directories comes from an included
+    file or after an include; None otherwise (the file itself is imported)."""
 
 
 _READ: dict[tuple[str, float], ModelFile] = {}
@@ -169,17 +183,64 @@ def _parse(path: str, source: str) -> ET.Element:
         raise ValueError(f"{source}: model file {path}: cannot read it ({e.strerror})") from None
 
 
-def _expanded(path: str, root: ET.Element, source: str, depth: int = 0) -> ET.Element:
-    """``root`` with every ``<include file=...>`` replaced by the included file's children."""
+def _expanded(path: str, root: ET.Element, source: str, depth: int = 0, main: str | None = None) -> ET.Element:
+    """``root`` with every ``<include file=...>`` replaced by the included file's children (a file named relative
+    to the main file's folder, as MuJoCo reads it, or else to the including file's)."""
+    main = main or str(Path(path).parent)
     for parent in list(root.iter()):
         for i, child in enumerate(list(parent)):
             if child.tag == "include" and depth < 8:
-                included = str(Path(path).parent / child.get("file", ""))
-                sub = _expanded(included, _parse(included, source), source, depth + 1)
+                given = child.get("file", "")
+                included = str(Path(main) / given)
+                if not Path(included).is_file():
+                    included = str(Path(path).parent / given)
+                sub = _expanded(included, _parse(included, source), source, depth + 1, main)
+                for compiler in sub.iter("compiler"):
+                    compiler.set(_INCLUDED, "1")
                 parent.remove(child)
                 for k, grandchild in enumerate(list(sub)):
                     parent.insert(i + k, grandchild)
     return root
+
+
+_ASSET_DIRS = ("meshdir", "texturedir", "assetdir")
+_ASSET_DIR_OF = {"mesh": "meshdir", "hfield": "meshdir", "skin": "meshdir", "texture": "texturedir"}
+
+
+_INCLUDED = "forge_gpu_included"
+"""The mark :func:`_expanded` puts on a ``<compiler>`` read from an included file (taken off again)."""
+
+
+def _asset_dirs_apart(own: ET.Element, expanded: ET.Element) -> bool:
+    """Whether MuJoCo's reading of the asset directories can differ from a per-file one: the file (``own``, as
+    written; ``expanded``, its includes in place) includes others and a ``<compiler>`` that sets an asset directory
+    is in an included file, or after an include in the file itself."""
+    children = list(own.iter())
+    includes = [i for i, e in enumerate(children) if e.tag == "include"]
+    if not includes:
+        return False
+    own_dirs = [i for i, e in enumerate(children) if e.tag == "compiler" and set(e.attrib) & set(_ASSET_DIRS)]
+    included = [c for c in expanded.iter("compiler") if c.attrib.pop(_INCLUDED, None)]
+    return any(i > includes[0] for i in own_dirs) or any(set(c.attrib) & set(_ASSET_DIRS) for c in included)
+
+
+def _as_mujoco_reads(path: str, root: ET.Element) -> str:
+    """The expanded ``root`` as one MJCF text whose asset files are absolute paths resolved as MuJoCo resolves them:
+    the main file's folder, then the merged ``<compiler>``'s directory of the asset's kind (``meshdir``, else
+    ``assetdir``; ``texturedir`` for textures), then the file."""
+    merged: dict[str, str] = {}
+    for compiler in root.iter("compiler"):
+        merged.update(compiler.attrib)
+        for key in _ASSET_DIRS:
+            compiler.attrib.pop(key, None)
+    main = Path(path).parent
+    for element in root.iter():
+        given = element.get("file")
+        if element.tag not in _ASSET_DIR_OF or not given or Path(given).is_absolute():
+            continue
+        folder = merged.get(_ASSET_DIR_OF[element.tag], merged.get("assetdir", ""))
+        element.set("file", str((main / folder / given).resolve()))
+    return ET.tostring(root, encoding="unicode")
 
 
 def _floats(text: str | None, count: int | None = None) -> list[float] | None:
@@ -193,8 +254,14 @@ def _floats(text: str | None, count: int | None = None) -> list[float] | None:
 
 
 def _mjcf(path: str, root: ET.Element, source: str) -> ModelFile:
-    root = _expanded(path, root, source)
+    own = root
+    root = _expanded(path, ET.fromstring(ET.tostring(own)), source)
+    apart = _asset_dirs_apart(own, root)
     info = ModelFile(path=path, kind="mjcf")
+    for compiler in root.iter("compiler"):
+        info.compiler.update(compiler.attrib)
+    if apart:
+        info.source = _as_mujoco_reads(path, ET.fromstring(ET.tostring(root)))
     for option in root.iter("option"):
         if "timestep" in option.attrib:
             info.timestep = float(option.get("timestep"))
@@ -206,31 +273,41 @@ def _mjcf(path: str, root: ET.Element, source: str) -> ModelFile:
         qpos = _floats(key.get("qpos"))
         if qpos is not None:
             info.keyframes[key.get("name", f"key {len(info.keyframes)}")] = qpos
-    world = root.find("worldbody")
-    if world is not None:
+    worlds = root.findall("worldbody")  # one per included file that has one: MuJoCo reads them all
+    for world in worlds:
         for geom in world.findall("geom"):
             if geom.get("type") == "plane":
                 if geom.get("name"):
                     info.floors.append(geom.get("name"))
                 else:
                     info.unnamed_floors += 1
-        first = world.find("body")
-        if first is not None:
-            info.root = first.get("name", "")
-            position = _floats(first.get("pos"), 3)
-            info.root_position = tuple(position) if position else (0.0, 0.0, 0.0)
+            elif geom.get("type") == "hfield":
+                info.height_fields.append(geom.get("name") or geom.get("hfield") or "hfield")
+    first = next((b for world in worlds for b in world.findall("body")), None)
+    if first is not None:
+        info.root = first.get("name", "")
+        position = _floats(first.get("pos"), 3)
+        info.root_position = tuple(position) if position else (0.0, 0.0, 0.0)
 
-        def walk(body: ET.Element) -> None:
-            for child in body:
-                if child.tag == "freejoint":
-                    info.joints.append((child.get("name", ""), "free"))
-                elif child.tag == "joint":
-                    info.joints.append((child.get("name", ""), child.get("type", "hinge")))
-            for child in body.findall("body"):
-                walk(child)
+    def walk(body: ET.Element) -> None:
+        for child in body:
+            if child.tag == "freejoint":
+                info.joints.append((child.get("name", ""), "free"))
+            elif child.tag == "joint":
+                kind = child.get("type", "hinge")
+                info.joints.append((child.get("name", ""), kind))
+                if kind in ("hinge", "slide"):
+                    info.body_joints.setdefault(body.get("name", ""), []).append(child.get("name", ""))
+        for child in body.findall("body"):
+            walk(child)
 
+    for world in worlds:
         for body in world.findall("body"):
             walk(body)
+    for tendon in root.iter("fixed"):
+        info.tendons[tendon.get("name", f"tendon {len(info.tendons)}")] = [
+            j.get("joint", "") for j in tendon.findall("joint")
+        ]
     for tag, phrase in NOT_SIMULATED_MJCF.items():
         found = [e.get("name") or e.get("file") or tag for e in root.iter(tag)]
         if found:

@@ -138,7 +138,8 @@ def plan_task(params, source: str) -> Plan:
     action = params.action
     check_keys(action, _ACTION_KEYS, "action", "allowed keys are", source)
     actuators = probe_actuators(params.model, source)
-    kind = action.get("kind", "actuators" if len(actuators) and "joints" not in action else "effort")
+    own = len(actuators) or actuators.others
+    kind = action.get("kind", "actuators" if own and "joints" not in action else "effort")
     if kind not in ("actuators", "effort", "position", ee_action.KIND):
         raise ValueError(f"{source}: action.kind = {kind!r}: allowed values are 'actuators', 'effort', 'position', "
                          f"'{ee_action.KIND}'")  # fmt: skip

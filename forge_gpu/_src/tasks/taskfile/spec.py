@@ -155,7 +155,10 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
                        for key, default in (("low", -1.0), ("high", 1.0), ("scale", 1.0))}  # fmt: skip
     randomize = parse_randomize(table.pop("randomize", {}), source)
     offered = catalog(params)
-    check_ranges(randomize, offered, f"{table.get('task')}")
+    try:
+        check_ranges(randomize, offered, f"{table.get('task')}")
+    except ValueError as e:  # the line names the file, as every other line of the task file's
+        raise ValueError(f"{source}: {e}") from None
     check_color_pairs(params, {r.name for r in randomize}, source)
     config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
     if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):

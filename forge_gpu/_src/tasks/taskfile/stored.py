@@ -109,12 +109,13 @@ def model_files(path: Path, kind: str) -> list[Path]:
                 found.append((path.parent / given).resolve())
         return [p for p in dict.fromkeys(found) if p.is_file()]
     main = path.parent
-    compiler = _parse(path).find("compiler")
+    found += _mujoco_assets(path)
     folders = {}
-    if compiler is not None:
-        assetdir = compiler.get("assetdir")
-        folders["meshdir"] = compiler.get("meshdir", assetdir)
-        folders["texturedir"] = compiler.get("texturedir", assetdir)
+    for compiler in _expanded_compilers(path):  # every file's, the later winning, as MuJoCo merges them
+        assetdir = compiler.get("assetdir", folders.get("assetdir"))
+        folders["assetdir"] = assetdir
+        folders["meshdir"] = compiler.get("meshdir", folders.get("meshdir", assetdir))
+        folders["texturedir"] = compiler.get("texturedir", folders.get("texturedir", assetdir))
     pending, seen = [path], set()
     while pending:
         current = pending.pop()
@@ -133,6 +134,41 @@ def model_files(path: Path, kind: str) -> list[Path]:
                 for base in ([main / folder] if folder else []) + [main, current.parent]:
                     found.append((base / given).resolve())
     return [p for p in dict.fromkeys(found) if p.is_file()]
+
+
+def _mujoco_assets(path: Path) -> list[Path]:
+    """The asset files MuJoCo itself reads for the MJCF ``path`` (meshes, height fields, textures, skins): its
+    parser resolves the includes and merges their ``<compiler>`` folders; none where MuJoCo cannot parse it (the
+    file walk of :func:`model_files` finds them then)."""
+    try:
+        import mujoco
+
+        spec = mujoco.MjSpec.from_file(str(path))
+    except Exception:  # MuJoCo's own refusal is said when the model is built
+        return []
+    found = []
+    for items, folder in ((spec.meshes, spec.meshdir), (spec.hfields, spec.meshdir), (spec.skins, spec.meshdir),
+                          (spec.textures, spec.texturedir)):  # fmt: skip
+        for item in items:
+            given = getattr(item, "file", "")
+            if given:
+                found.append((path.parent / (folder or "") / given).resolve())
+    return found
+
+
+def _expanded_compilers(path: Path, main: Path | None = None, depth: int = 0) -> list[ET.Element]:
+    """The ``<compiler>`` elements of ``path`` and the files it includes (named relative to the main file's folder,
+    else to the including file's), in document order."""
+    main, found = main or path.parent, []
+    for element in _parse(path).iter():
+        if element.tag == "compiler":
+            found.append(element)
+        elif element.tag == "include" and element.get("file") and depth < 8:
+            included = next((p for p in (main / element.get("file"), path.parent / element.get("file"))
+                             if p.is_file()), None)  # fmt: skip
+            if included is not None:
+                found += _expanded_compilers(included.resolve(), main, depth + 1)
+    return found
 
 
 def usd_files(path: Path) -> list[Path]:

@@ -134,6 +134,12 @@ class FileTask(Task):
                 raise ValueError(f"{p.file}: the model's motors act through MuJoCo's ctrl: solver.name = {solver!r} "
                                  "does not read it; use 'mujoco' or an [action] kind")  # fmt: skip
             return
+        attrs = builder.custom_attributes  # an explicit [action] switches the tendon, site and body actuators off
+        for key in ("mujoco:actuator_gainprm", "mujoco:actuator_biasprm"):
+            values = attrs[key].values if key in attrs else None
+            for k in own.other_index if values else ():
+                if (k in values) if isinstance(values, dict) else k < len(values):
+                    values[k] = type(values[k])(*([0.0] * len(values[k])))
         for d, mode in zip(own.dofs, own.modes, strict=True):  # an explicit [action] replaces the model's servos
             if mode in (actuators.TARGET, actuators.VELOCITY):
                 builder.joint_target_mode[d] = int(newton.JointTargetMode.NONE)
@@ -165,6 +171,7 @@ class FileTask(Task):
         draws = np.asarray(plan.draws, np.float64).reshape(-1, 3)
         self.draw_kind, self.draw_index = ints(draws[:, 0]), ints(draws[:, 1])
         self.draw_range = floats(draws[:, 2])
+        self.draw_low, self.draw_high = (floats(v) for v in _draw_limits(world.model, draws))
         self.lower, self.upper = floats(plan.lower), floats(plan.upper)
         self.last_action = wp.zeros_like(world.executed_action)
         self.previous_action = wp.zeros_like(world.executed_action)
@@ -336,6 +343,8 @@ class FileTask(Task):
                 self.draw_kind,
                 self.draw_index,
                 self.draw_range,
+                self.draw_low,
+                self.draw_high,
                 self.default_q,
                 world.reset_mask,
                 world.draw_episode,
@@ -504,3 +513,21 @@ def file_task_class(path, *, check: bool = True) -> type[FileTask]:
     else:
         task = compose(path).table["task"]
     return type(f"FileTask_{task}", (FileTask,), {"path": path, "task_id": task})
+
+
+def _draw_limits(model, draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each reset draw's bounds: a hinge or slide coordinate's joint range (world 0's, the same in every world), no
+    bound for a velocity or another joint's coordinate."""
+    import newton
+
+    low = np.full(len(draws), -np.inf)
+    high = np.full(len(draws), np.inf)
+    starts, dof_starts = model.joint_q_start.numpy(), model.joint_qd_start.numpy()
+    types, lower, upper = model.joint_type.numpy(), model.joint_limit_lower.numpy(), model.joint_limit_upper.numpy()
+    ranged = (int(newton.JointType.REVOLUTE), int(newton.JointType.PRISMATIC))
+    for k, (kind, index, _) in enumerate(draws):
+        j = int(np.searchsorted(starts[:-1], index, side="right")) - 1
+        if int(kind) == 0 and 0 <= j < len(types) and int(types[j]) in ranged:
+            d = dof_starts[j] + int(index) - starts[j]
+            low[k], high[k] = lower[d], upper[d]
+    return np.maximum(low, -3.0e38), np.minimum(high, 3.0e38)
