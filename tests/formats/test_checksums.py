@@ -399,7 +399,7 @@ def cartpole_run(tmp_path_factory):
 
 def test_mutants_of_a_real_run_are_refused_or_read_back_exactly(cartpole_run, tmp_path, capsys):
     """A seeded fuzz over a real run's files (every kind of FUZZ_KINDS: segments, commit log, run.json, stats.json;
-    bit flips, truncation, zeroed ranges, each integer of a line set to 0, -1, 2**40 or one off, lines dropped,
+    bit flips, truncation, zeroed ranges, each integer of a line set to 0, -1, 2**40, 2**63 or one off, lines dropped,
     duplicated and swapped), 16 mutants a kind: for each, reading refuses with a ValueError or gives exactly the
     original episodes (a subset of them, each exact); the statistics read back as they were or are refused; verify
     raises nothing and finds a problem exactly where the read refused (or beyond the last episode); repair and
@@ -630,6 +630,27 @@ def test_a_segments_first_block_is_read_no_further_than_its_file(tmp_path, monke
         forge_gpu.reading.open_run(run)
         list(forge_gpu.reading.read_episodes(run))
     assert all(0 <= n <= size for n, size in asked), asked
+
+
+@pytest.mark.parametrize("key", ["segment", "offset", "length", "first_row", "rows"])
+def test_a_block_field_past_a_file_offset_is_refused_by_every_reader(recorded, tmp_path, key):
+    """A block field of a segment's last line set to 2**63 (past a C long: a file offset, a read-ahead hint; the
+    next line begins a segment, so no offset after it contradicts the length): opening the run refuses it naming
+    the line, verify reports it, repair and salvage refuse it; no OverflowError anywhere."""
+    run = copy(recorded, tmp_path)
+    lines = (run / LOG).read_text().splitlines()
+    k = next(i for i, c in enumerate(commits(run)) if c["segment"] == 1) - 1
+    line = json.loads(lines[k])
+    line[key] = 1 << 63
+    lines[k] = json.dumps(line, separators=(",", ":"))
+    (run / LOG).write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=f"{re.escape(LOG)}:{k + 1}: {key} must be an integer in"):
+        forge_gpu.reading.open_run(run)
+    report = forge_gpu.reading.verify_run(run)["runs"][0]
+    assert not report["ok"] and f"{key} must be an integer" in report["error"]
+    for salvage in (False, True):
+        with pytest.raises(ValueError, match=key):
+            repair_run(run, salvage=salvage)
 
 
 def line_id(x) -> str:

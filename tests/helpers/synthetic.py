@@ -182,8 +182,8 @@ def downgrade_packed_run(directory, version):
 
 
 #: The ways :func:`mutate_packed_run` damages a run: segments (bit flips, truncation, zeroed ranges anywhere and
-#: inside a block's payload), commit lines (a changed value; one integer of a line set to 0, -1, 2**40 or one off;
-#: a line dropped, duplicated or two swapped; a changed byte; the last lines cut off; the log cut at a byte),
+#: inside a block's payload), commit lines (a changed value; one integer of a line set to 0, -1, 2**40, 2**63 or
+#: one off; a line dropped, duplicated or two swapped; a changed byte; the last lines cut off; the log cut at a byte),
 #: run.json (a changed byte, truncation, a key changed or dropped), stats.json (a changed byte, truncation, a value
 #: changed or dropped) and any file's zeroed range.
 FUZZ_KINDS = (
@@ -196,8 +196,9 @@ FUZZ_KINDS = (
 LINES_REMOVED = ("line_drop", "log_tail", "log_truncate")
 #: Values a changed JSON value takes.
 _ODD_VALUES = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63, 2**62, [], {}, True, 1e39]
-#: Values ``line_int`` gives an integer of a commit line (besides one more and one less than it).
-INT_VALUES = (0, -1, 1 << 40)
+#: Values ``line_int`` gives an integer of a commit line (besides one more and one less than it): 2**63 is past
+#: a C long (a file offset).
+INT_VALUES = (0, -1, 1 << 40, 1 << 63)
 
 
 def mutate_packed_run(files: dict, kind: str, rng) -> dict:
