@@ -637,6 +637,7 @@ def test_relabel_smoke(out):
         (mode, variant) for mode in ("no recording", "recorded") for variant in ("plain", "label", "label+mix")
     ]
     for row in rows:
-        check_figures(row, {"env_steps_per_s": True, "ratio": True})
+        check_figures(row, {"env_steps_per_s": True, "ratio": True, "ratio_median": True})
         plain = next(r for r in rows if r["mode"] == row["mode"] and r["variant"] == "plain")
         assert row["ratio"] == pytest.approx(row["env_steps_per_s"] / plain["env_steps_per_s"]), row
+        assert row["ratio_low"] <= row["ratio_median"] <= row["ratio_high"], row
