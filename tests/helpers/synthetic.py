@@ -312,10 +312,19 @@ def run_files(directory) -> dict:
     return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def write_run_files(directory, files: dict) -> None:
-    """Make ``directory`` hold exactly ``files`` (name -> bytes; names as :func:`run_files` gives them)."""
+def write_run_files(directory, files: dict, *, held: dict | None = None) -> None:
+    """Make ``directory`` hold exactly ``files`` (name -> bytes; names as :func:`run_files` gives them). ``held``:
+    what it holds now, where the caller knows (a file it holds already is not written again)."""
     directory = Path(directory)
     directory.mkdir(exist_ok=True)
+    if held is not None:
+        for name in held.keys() - files.keys():
+            (directory / name).unlink()
+        for name, data in files.items():
+            if held.get(name) != data:
+                (directory / name).parent.mkdir(parents=True, exist_ok=True)
+                (directory / name).write_bytes(data)
+        return
     for path in sorted(directory.rglob("*"), reverse=True):  # a folder's files before the folder
         name = path.relative_to(directory).as_posix()
         if path.is_dir():
