@@ -17,6 +17,8 @@ episodes', not the relabel's.
 the observation, the copy into ``expert_action``, the mix's choice) are captured as a graph of their own, as they run
 inside the step, and its replays are timed against the env's own steps, alternated in short bursts (median of each):
 the share of a step's time they take, free of the physics' and the machine's variation between the envs.
+``label_step_ratio``: in the same alternation, a label env's step rate over a plain env's (the same physics, no
+collect around them): what the label does to a whole step.
 
 python bench/relabel.py                          # push, state only, 64 and 256 envs, on the default device
 python bench/relabel.py --smoke                  # seconds-long check that every figure is produced
@@ -87,7 +89,9 @@ def measure(task: str, num_envs: int, steps: int, device: str, overrides: dict, 
 
 def own_share(task: str, num_envs: int, device: str, overrides: dict, bursts: int = 15, burst: int = 20) -> dict:
     """The relabel launches of one step (label + mix), captured alone, against the whole step: median seconds of
-    ``burst`` replays of each, alternated ``bursts`` times."""
+    ``burst`` replays of each, alternated ``bursts`` times. In the same alternation, bursts of a plain env's steps
+    and of a label env's (no mix: the same physics as plain's): ``label_step_ratio``, plain's median step time over
+    label's, is what the label does to a step's rate, without collect's threads around it."""
     import time
 
     import warp as wp
@@ -107,22 +111,34 @@ def own_share(task: str, num_envs: int, device: str, overrides: dict, bursts: in
         labels.observe(env.observation)
 
     graph = capture_step(env.device, relabel)
-    step_times, relabel_times = [], []
+    others = {
+        name: forge_gpu.sim.make(task, num_envs=num_envs, device=device, **overrides, **extra)
+        for name, extra in (("plain", {}), ("label", {"label": "expert"}))
+    }
+    others_policy = {name: forge_gpu.sim.make_policy("random", other) for name, other in others.items()}
+    for name, other in others.items():
+        other.reset()
+        for _ in range(3):
+            other.step(others_policy[name](other.observation))
+
+    def timed_burst(call) -> float:
+        wp.synchronize_device(env.device)
+        began = time.perf_counter()
+        for _ in range(burst):
+            call()
+        wp.synchronize_device(env.device)
+        return (time.perf_counter() - began) / burst
+
+    times: dict[str, list[float]] = {"step": [], "relabel": [], "plain": [], "label": []}
     for _ in range(bursts):
-        wp.synchronize_device(env.device)
-        began = time.perf_counter()
-        for _ in range(burst):
-            env.step(policy(env.observation))
-        wp.synchronize_device(env.device)
-        step_times.append((time.perf_counter() - began) / burst)
-        began = time.perf_counter()
-        for _ in range(burst):
-            wp.capture_launch(graph)
-        wp.synchronize_device(env.device)
-        relabel_times.append((time.perf_counter() - began) / burst)
-    step, own = float(np.median(step_times)), float(np.median(relabel_times))
+        times["step"].append(timed_burst(lambda: env.step(policy(env.observation))))
+        times["relabel"].append(timed_burst(lambda: wp.capture_launch(graph)))
+        for name, other in others.items():
+            times[name].append(timed_burst(lambda o=other, p=others_policy[name]: o.step(p(o.observation))))
+    step, own, plain, label = (float(np.median(times[k])) for k in ("step", "relabel", "plain", "label"))
     return {"task": task, "device": str(env.device), "num_envs": num_envs, "step_ms": step * 1e3,
-            "relabel_ms": own * 1e3, "own_share": own / step}  # fmt: skip
+            "relabel_ms": own * 1e3, "own_share": own / step, "plain_step_ms": plain * 1e3,
+            "label_step_ms": label * 1e3, "label_step_ratio": plain / label}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -155,7 +171,8 @@ def main(argv=None) -> int:
     columns += ["ratio_low", "ratio_high"]
     md = "## Relabeling with the expert against plain collection\n\n" + table(rows, columns)
     md += "\n\n## The relabel's own share of a step (label + mix, timed alone)\n\n"
-    md += table(shares, ["task", "device", "num_envs", "step_ms", "relabel_ms", "own_share"])
+    md += table(shares, ["task", "device", "num_envs", "step_ms", "relabel_ms", "own_share", "plain_step_ms",
+                         "label_step_ms", "label_step_ratio"])  # fmt: skip
     payload = {"machine": machine(), "overrides": overrides, "rows": rows, "own_share": shares}
     path = save("relabel", payload, md, args.out)
     print(md)

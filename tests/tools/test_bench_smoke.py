@@ -632,7 +632,10 @@ def test_grasp_condim_smoke(out):
 def test_relabel_smoke(out):
     """bench/relabel.py --smoke: push stepped plain, with the expert's labels, and with labels and the per-episode
     mix, each unrecorded and recorded, against the plain row of its mode."""
-    rows = run_bench("relabel", out)["rows"]
+    payload = run_bench("relabel", out)
+    rows = payload["rows"]
+    (share,) = payload["own_share"]
+    check_figures(share, dict.fromkeys(["own_share", "plain_step_ms", "label_step_ms", "label_step_ratio"], True))
     assert [(r["mode"], r["variant"]) for r in rows] == [
         (mode, variant) for mode in ("no recording", "recorded") for variant in ("plain", "label", "label+mix")
     ]
