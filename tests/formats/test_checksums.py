@@ -422,15 +422,8 @@ def test_mutants_of_a_real_run_are_refused_or_read_back_exactly(cartpole_run, tm
         write_run_files(run, mutant, held=held)
         held = mutant
         judged = judge(run, original, copy_, mutant)
-        if mutant.get("stats.json") == files["stats.json"]:
-            try:
-                got = forge_gpu.curation.run_statistics(run)
-                if not same_statistics(got, statistics):
-                    judged["statistics"] = "changed"
-            except (ValueError, LookupError):
-                judged["statistics"] = "refused"
-        else:
-            judged["statistics"] = stats_outcome(run)
+        kept = mutant.get("stats.json") == files["stats.json"]
+        judged["statistics"] = stats_outcome(run, statistics if kept else None)
         for step, outcome in judged.items():
             outcomes[kind][f"{step} {outcome.split(':')[0]}"] += 1
             if outcome.startswith(("escaped", "changed", "served", "disagrees")):
@@ -492,15 +485,16 @@ def episodes_outcome(run, original) -> str:
     return "served changed values"
 
 
-def stats_outcome(run) -> str:
-    """A run's statistics read back (``read``) or refused (ValueError; LookupError: no file), else ``escaped``."""
+def stats_outcome(run, expected=None) -> str:
+    """A run's statistics read back (``read``; ``changed`` where they differ from ``expected``, the original's,
+    given where its stats.json is the original's) or refused (ValueError; LookupError: no file), else ``escaped``."""
     try:
-        forge_gpu.curation.run_statistics(run)
-        return "read"
+        got = forge_gpu.curation.run_statistics(run)
     except (ValueError, LookupError):
         return "refused"
     except Exception as exc:
         return f"escaped: {type(exc).__name__}: {exc}"
+    return "changed" if expected is not None and not same_statistics(got, expected) else "read"
 
 
 def same_statistics(a: dict, b: dict) -> bool:
