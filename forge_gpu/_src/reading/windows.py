@@ -390,8 +390,8 @@ def action_windows(
     dict with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where ``state``
     asks for it), ``action`` = ``action[t : t+horizon]`` (``[horizon, A]``), the episode's ``instruction``
     (``Episode.instruction``) and the ints ``env_id``, ``episode_id`` and ``t``. The arrays are read-only views of the
-    frames in memory, or of a batch of windows (copy one to change it). Memory holds the selected fields of one run's episodes of the shard at
-    a time. The manifests and indexes are read and checked at the call.
+    frames in memory, or of a batch of windows (copy one to change it). Memory holds the selected fields of one
+    run's episodes of the shard at a time. The manifests and indexes are read and checked at the call.
 
     ``options`` (:class:`EpisodeReadOptions`) gives the shard (and ``max_member_bytes``); its ``observation_keys``,
     ``state`` and ``verify`` are the spec's where the spec leaves them unset (ValueError where both set one,
