@@ -21,6 +21,11 @@ Sections (one row per figure):
   frames          reach with RGB-D: bytes moved per step raw and with rgb as JPEG encoded where the step ran
                   (nvJPEG on CUDA), encode frames/s, env-steps/s raw vs encoded, overflows, and the last batch
                   decoded on the CPU within the codec's PSNR bound
+  transport       bench/transport.py's measurement (its methods: a synchronous copy per field, the host snapshot
+                  ring, torch non-blocking copies into pinned tensors, nothing) per layout and env count: bytes,
+                  time per step, overlap with stepping, copy-only GB/s against the page-locked device-to-host peak
+                  (ratio). Its rows also in DIR/transport-cuda.json (the CPU's: bench/results/transport.json).
+                  torch_pinned is left out, with a row saying so, where torch has no CUDA
   syncs           does the stepping loop (policy + step) wait on the device? A burst of steps queued behind a
                   delay kernel: the host returns while the device is still on the delay kernel exactly when no
                   step synchronized. Not meaningful on the CPU, whose launches run synchronously
@@ -53,6 +58,10 @@ FULL = {
     "bandwidth": {"num_envs": 1024, "publishes": 50},
     "frames": {"num_envs": 512, "image_size": 128, "steps": 20},
     "syncs": {"num_envs": 64, "burst": 32, "delay_s": 0.25},
+    "transport": {
+        "envs": {"cartpole": [1024, 16384], "reach_rgbd64": [1024, 4096], "reach_rgbd128": [1024]},
+        "seconds": 0.5,
+    },
 }
 SMOKE = {
     "pipeline": {"cartpole": 16},
@@ -60,6 +69,7 @@ SMOKE = {
     "bandwidth": {"num_envs": 4, "publishes": 3},
     "frames": {"num_envs": 4, "image_size": 32, "steps": 4},
     "syncs": {"num_envs": 16, "burst": 8, "delay_s": 0.05},
+    "transport": {"envs": {"cartpole": [8], "reach_rgbd64": [4]}, "seconds": 0.05},
 }
 TIMEOUT_S = {"full": 300.0, "smoke": 600.0}
 """One section's timeout: a cold kernel cache compiles every module a task loads in its first section."""
@@ -384,11 +394,41 @@ def syncs(ctx):
                "ratio": queued / total, "target": "well below 1", "ok": pending}  # fmt: skip
 
 
+def transport(ctx):
+    """bench/transport.py's rows on the device, at the sizes of ``ctx.sizes["transport"]``."""
+    import torch
+    import transport as bench_transport
+    import warp as wp
+
+    device, size = device_of(ctx), ctx.sizes["transport"]
+    methods = list(bench_transport.MAKERS)
+    if device.is_cuda and not torch.cuda.is_available():
+        methods.remove("torch_pinned")
+        yield {"figure": "torch_pinned", "value": f"left out: torch {torch.__version__} has no CUDA", "ok": True}
+    cuda, smoke = device.is_cuda, size["seconds"] < 0.1
+    peak = bench_transport.reference_gb_per_s(bench_transport.CUDA_PEAK_BYTES, device, 1.0) if cuda else None
+    rows = []
+    for layout, envs in size["envs"].items():
+        args = SimpleNamespace(layouts=[layout], envs=envs, smoke=smoke, policy="random", slots=4, methods=methods)
+        for row in bench_transport.measure_all(args, str(device), cuda, size["seconds"], 3 if smoke else 8, peak):
+            rows.append(row)
+            figure = f"{row['layout']} x{row['num_envs']}, {row['method']} ({row['mb_per_step']:.2f} MB per step)"
+            value = f"step {row['step_median_ms']:.3f} ms, overlap {row['overlap']:.3f}"
+            if row["method"] == "none":
+                yield {"figure": figure, "value": value}
+                continue
+            value += f"; copy {row['copy_median_ms']:.3f} ms, {row['gb_per_s']:.2f} GB/s ({row['reference']})"
+            yield {"figure": figure, "value": value, "ratio": row["vs_reference"]}
+    wp.synchronize_device(device)
+    out = Path(ctx.out or RESULTS) / "transport-cuda.json"
+    out.write_text(json.dumps({"device": str(device), "slots": 4, "rows": rows}, indent=2))
+
+
 def sections(sizes: dict) -> dict:
     """Section name -> generator function of the context."""
     found = {"machine": machine, "bandwidth": bandwidth}
     found |= {f"pipeline_{task}": functools.partial(pipeline, task) for task in sizes["pipeline"]}
-    return found | {"frames": frames, "syncs": syncs}
+    return found | {"frames": frames, "syncs": syncs, "transport": transport}
 
 
 # -- one section, in its own process ------------------------------------------------------------------------------
@@ -396,7 +436,8 @@ def sections(sizes: dict) -> dict:
 
 def run_section_here(args) -> int:
     """The child: one section's rows, written to --rows-file after each one."""
-    ctx = SimpleNamespace(device=args.device, sizes=SMOKE if args.smoke else FULL, record_dir=args.record_dir)
+    sizes = SMOKE if args.smoke else FULL
+    ctx = SimpleNamespace(device=args.device, sizes=sizes, record_dir=args.record_dir, out=args.out)
     path, rows, done = Path(args.rows_file), [], False
 
     def write() -> None:
@@ -426,7 +467,7 @@ def run_child(name: str, args, logs: Path, timeout: float) -> list[dict]:
     log, rows_file = logs / f"{name}.log", logs / f"{name}.rows.json"
     rows_file.unlink(missing_ok=True)
     command = [sys.executable, "-u", str(Path(__file__).resolve()), "--section", name, "--rows-file", str(rows_file)]
-    command += ["--record-dir", args.record_dir] + (["--smoke"] if args.smoke else [])
+    command += ["--record-dir", args.record_dir, "--out", str(logs.parent)] + (["--smoke"] if args.smoke else [])
     command += ["--device", args.device] if args.device else []
     env = dict(os.environ, PYTHONFAULTHANDLER="1", FORGE_GPU_VERBOSE="1")
     with open(log, "w") as out:

@@ -38,8 +38,11 @@ python bench/packed.py --only reader     # one section: checksum, ingest, pipeli
   reader_TASK       the same episodes in both layouts (recorded packed, converted to npz), one process:
                     read_episodes episodes/s; windows/s (history 2, horizon 8) of schema-1 action_windows
                     against Windows.batch over all windows in batches of 256 (in order, and shuffled: random
-                    batches of 256 from a global permutation); Windows' load time is given apart. Each rate is
-                    the median of 3 repeats, after os.sync(), from the page cache.
+                    batches of 256 from a global permutation); Windows' load time is given apart. Per-item
+                    windows: the packed run's action_windows (one dict a window, in order: iterating a Windows,
+                    its load included), against schema 1's and against the batches in order
+                    (action_windows_vs_batch_in_order). Each rate is the median of 3 repeats, after os.sync(),
+                    from the page cache.
                     cartpole: 1024 episodes of 200 steps; reach: 256 episodes of ~50 steps, 64x64 RGB-D.
                     Then packed read_episodes with verification (the default) and without
                     (EpisodeReadOptions(verify=False)), 5 alternated pairs: packed_unverified_episodes_per_s and
@@ -254,9 +257,10 @@ def reader(sizes: dict, parent: str) -> list[dict]:
                 figure[f"{name}_episodes_per_s"] = median_rate(
                     lambda run=run: sum(1 for _ in forge_gpu.reading.read_episodes(run))
                 )
-            figure["npz_action_windows_per_s"] = median_rate(
-                lambda npz=npz: sum(1 for _ in forge_gpu.reading.action_windows(npz, 2, 8))
-            )
+            for name, run in (("npz", npz), ("packed", packed)):
+                figure[f"{name}_action_windows_per_s"] = median_rate(
+                    lambda run=run: sum(1 for _ in forge_gpu.reading.action_windows(run, 2, 8))
+                )
             for name, run in (("npz", npz), ("packed", packed)):
                 start = time.perf_counter()
                 windows = Windows(run, 2, 8)
@@ -290,6 +294,9 @@ def reader(sizes: dict, parent: str) -> list[dict]:
             figure["packed_windows_load_unverified_s"] = float(np.median(loads[False]))
         figure["episodes_vs_npz"] = figure["packed_episodes_per_s"] / figure["npz_episodes_per_s"]
         figure["windows_vs_npz"] = figure["packed_batch_in_order_per_s"] / figure["npz_action_windows_per_s"]
+        figure["action_windows_vs_npz"] = figure["packed_action_windows_per_s"] / figure["npz_action_windows_per_s"]
+        per_item = figure["packed_action_windows_per_s"] / figure["packed_batch_in_order_per_s"]
+        figure["action_windows_vs_batch_in_order"] = per_item
         rows.append(figure)
     return rows
 

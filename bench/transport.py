@@ -232,7 +232,8 @@ def measure(layout: str, num_envs: int, device: str, seconds: float, min_steps: 
             "gb_per_s": 0.0,
         }
     ]
-    for name, make in MAKERS.items():
+    for name in args.methods:
+        make = MAKERS[name]
         times, loop = run_loop(env, policy, make(env, slots), steps, warmup, True)
         row = {**base, "method": name, **_prefixed("step_", summary_ms(times)), "loop_s": loop}
         row["overlap"] = loop / none_loop
@@ -284,6 +285,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=1.0, help="target time per stepped measurement")
     parser.add_argument("--slots", type=int, default=4, help="ring slots K of host_snapshot and torch_pinned")
     parser.add_argument("--policy", default="random", choices=["random", "expert"])
+    parser.add_argument("--methods", nargs="+", default=list(MAKERS), choices=list(MAKERS), help="besides none")
     parser.add_argument(
         "--torch-threads", type=int, default=1, help="torch intra-op threads while measuring (CPU copies)"
     )

@@ -15,6 +15,7 @@ from helpers.synthetic import (
     FUZZ_KINDS,
     SyntheticSim,
     downgrade_packed_run,
+    integer_paths,
     make_batches,
     mutate_packed_run,
     record,
@@ -377,6 +378,131 @@ def test_2000_mutants_are_refused_or_read_back_exactly(tmp_path, capsys):
     assert outcomes["refused"] > 1000 and outcomes["read back exactly"] > 0
 
 
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    """A real run: ``collect`` of cartpole on the CPU (8 envs, 12-step episodes, random policy), its run.json,
+    stats.json, commit log and segments as collect writes them, its blocks and segments made small (the packed
+    recorder's ``block_bytes`` and ``segment_bytes``) so that the log has many lines over several segments."""
+    from forge_gpu._src.collect import collector
+    from forge_gpu._src.core.manifest import check_description
+
+    def small_blocks(directory, run, options=None):
+        return PackedRecorder(directory, check_description(run), block_bytes=1500, segment_bytes=24000)
+
+    run = tmp_path_factory.mktemp("fuzz") / "cartpole"
+    env = forge_gpu.sim.make("cartpole", num_envs=8, device="cpu", seed=2, max_steps=12)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(collector, "make_recorder", small_blocks)
+        forge_gpu.recording.collect(env, forge_gpu.sim.make_policy("random", env), str(run), steps=40)
+    return run
+
+
+def test_mutants_of_a_real_run_are_refused_or_read_back_exactly(cartpole_run, tmp_path, capsys):
+    """A seeded fuzz over a real run's files (every kind of FUZZ_KINDS: segments, commit log, run.json, stats.json;
+    bit flips, truncation, zeroed ranges, each integer of a line set to 0, -1, 2**40, 2**63 or one off, lines dropped,
+    duplicated and swapped), 12 mutants a kind: for each, reading refuses with a ValueError or gives exactly the
+    original episodes (a subset of them, each exact); the statistics read back as they were or are refused; verify
+    raises nothing and finds a problem exactly where the read refused (or beyond the last episode); repair and
+    repair --salvage (each on a copy) refuse with a ValueError or leave a run that reads exactly the original
+    episodes or a subset of them. The count of mutants per kind and what became of them is printed."""
+    files = run_files(cartpole_run)
+    assert {"run.json", "stats.json", "commits.jsonl"} <= set(files) and len(commits(cartpole_run)) >= 10
+    assert len([name for name in files if name.startswith("segment-")]) >= 3
+    original = read(cartpole_run)
+    statistics = forge_gpu.curation.run_statistics(cartpole_run)
+    assert len(original) >= 16
+    outcomes = collections.defaultdict(collections.Counter)
+    bad = []
+    run, copy_ = tmp_path / "mutant", tmp_path / "repaired"
+    write_run_files(run, files)
+    held = files  # what ``run`` holds: the readers do not write, so only a mutant's changed files are written
+    for seed in range(12 * len(FUZZ_KINDS)):
+        kind = FUZZ_KINDS[seed % len(FUZZ_KINDS)]
+        mutant = mutate_packed_run(files, kind, np.random.default_rng([7, seed]))
+        write_run_files(run, mutant, held=held)
+        held = mutant
+        judged = judge(run, original, copy_, mutant)
+        kept = mutant.get("stats.json") == files["stats.json"]
+        judged["statistics"] = stats_outcome(run, statistics if kept else None)
+        for step, outcome in judged.items():
+            outcomes[kind][f"{step} {outcome.split(':')[0]}"] += 1
+            if outcome.startswith(("escaped", "changed", "served", "disagrees")):
+                bad.append((seed, kind, step, outcome))
+    with capsys.disabled():
+        total = sum(
+            counts["read refused"] + counts["read exact"] + counts["read subset"] for counts in outcomes.values()
+        )
+        print(f"\n{total} mutants of a cartpole run ({len(commits(cartpole_run))} commit lines), per kind:")
+        for kind, counts in outcomes.items():
+            print(f"  {kind}: {dict(sorted(counts.items()))}")
+    assert not bad, bad[:10]
+    assert sum(c["read refused"] for c in outcomes.values()) > 100
+    assert sum(c["read exact"] for c in outcomes.values()) > 10
+
+
+def judge(run, original, copy_, files) -> dict[str, str]:
+    """What each reader makes of the mutant ``run`` (its ``files``): ``read`` (refused, exact, subset, or changed
+    values served), ``verify`` (agrees, or disagrees with the read), ``repair`` and ``salvage`` (each on ``copy_``:
+    refused, or what the run reads after it); an outcome starting ``escaped`` names an exception other than
+    ValueError."""
+    judged = {"read": episodes_outcome(run, original)}
+    try:
+        found = forge_gpu.reading.verify_run(run)["runs"][0]
+        # refused: verify finds something; read: none of its episodes is bad (a damaged block after the last
+        # episode's, which readers never reach, is verify's alone)
+        refused = judged["read"] == "refused"
+        disagrees = found["ok"] if refused else (found["bad_episodes"] or found["error"])
+        judged["verify"] = f"disagrees: the read was {judged['read']}" if disagrees else "agrees"
+    except Exception as exc:
+        judged["verify"] = f"escaped: {type(exc).__name__}: {exc}"
+    for step, salvage in (("repair", False), ("salvage", True)):
+        write_run_files(copy_, files)
+        try:
+            repair_run(copy_, salvage=salvage)
+            judged[step] = episodes_outcome(copy_, original)
+        except ValueError:
+            judged[step] = "refused"
+        except Exception as exc:
+            judged[step] = f"escaped: {type(exc).__name__}: {exc}"
+    return judged
+
+
+def episodes_outcome(run, original) -> str:
+    """``refused`` (a ValueError), ``exact`` (the original episodes), ``subset`` (some of them, each exactly, none
+    twice), ``served changed values``, or ``escaped: ...`` (any other exception)."""
+    try:
+        got = read(run)
+    except ValueError:
+        return "refused"
+    except Exception as exc:
+        return f"escaped: {type(exc).__name__}: {exc}"
+    if len(got) == len(original) and all(same(a, b) for a, b in zip(got, original, strict=True)):
+        return "exact"
+    by_id = {(e.env_id, e.episode_id): e for e in original}
+    ids = [(e.env_id, e.episode_id) for e in got]
+    if len(set(ids)) == len(ids) and all(k in by_id and same(e, by_id[k]) for k, e in zip(ids, got, strict=True)):
+        return "subset"
+    return "served changed values"
+
+
+def stats_outcome(run, expected=None) -> str:
+    """A run's statistics read back (``read``; ``changed`` where they differ from ``expected``, the original's,
+    given where its stats.json is the original's) or refused (ValueError; LookupError: no file), else ``escaped``."""
+    try:
+        got = forge_gpu.curation.run_statistics(run)
+    except (ValueError, LookupError):
+        return "refused"
+    except Exception as exc:
+        return f"escaped: {type(exc).__name__}: {exc}"
+    return "changed" if expected is not None and not same_statistics(got, expected) else "read"
+
+
+def same_statistics(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].keys() == b[k].keys() and all(np.array_equal(a[k][s], b[k][s]) for s in a[k]) for k in a
+    )
+
+
 def test_verify_reads_a_schema_1_run_episode_by_episode(recorded, tmp_path, capsys):
     """An npz run: verify reads each episode (its members' zip CRC-32 and the rules) and names a damaged one."""
     import zipfile
@@ -436,17 +562,6 @@ def test_the_checksum_is_crc32c_without_the_packages_command_line():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
-
-
-def numeric_fields(entry, path=()) -> list[tuple]:
-    """The path of every integer in a parsed commit line (a key, or a key and an index into its list)."""
-    if type(entry) is int:
-        return [path]
-    if isinstance(entry, dict):
-        return [p for key, value in entry.items() for p in numeric_fields(value, (*path, key))]
-    if isinstance(entry, list):
-        return [p for k, value in enumerate(entry) for p in numeric_fields(value, (*path, k))]
-    return []
 
 
 def written_line() -> dict:
@@ -514,13 +629,34 @@ def test_a_segments_first_block_is_read_no_further_than_its_file(tmp_path, monke
     assert all(0 <= n <= size for n, size in asked), asked
 
 
+@pytest.mark.parametrize("key", ["segment", "offset", "length", "first_row", "rows"])
+def test_a_block_field_past_a_file_offset_is_refused_by_every_reader(recorded, tmp_path, key):
+    """A block field of a segment's last line set to 2**63 (past a C long: a file offset, a read-ahead hint; the
+    next line begins a segment, so no offset after it contradicts the length): opening the run refuses it naming
+    the line, verify reports it, repair and salvage refuse it; no OverflowError anywhere."""
+    run = copy(recorded, tmp_path)
+    lines = (run / LOG).read_text().splitlines()
+    k = next(i for i, c in enumerate(commits(run)) if c["segment"] == 1) - 1
+    line = json.loads(lines[k])
+    line[key] = 1 << 63
+    lines[k] = json.dumps(line, separators=(",", ":"))
+    (run / LOG).write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=f"{re.escape(LOG)}:{k + 1}: {key} must be an integer in"):
+        forge_gpu.reading.open_run(run)
+    report = forge_gpu.reading.verify_run(run)["runs"][0]
+    assert not report["ok"] and f"{key} must be an integer" in report["error"]
+    for salvage in (False, True):
+        with pytest.raises(ValueError, match=key):
+            repair_run(run, salvage=salvage)
+
+
 def line_id(x) -> str:
     """A test id: a field's path, or which line (0: the first, -1: the last)."""
     return ".".join(map(str, x)) if isinstance(x, tuple) else ("first" if x == 0 else "last")
 
 
 # The last line's every integer; the first line's block fields (it publishes no episode here: a segment's first block).
-LINE_FIELDS = [(path, -1) for path in numeric_fields(written_line())]
+LINE_FIELDS = [(path, -1) for path in integer_paths(written_line())]
 LINE_FIELDS += [(path, 0) for path, _ in LINE_FIELDS if path[0] != "episodes"]
 
 

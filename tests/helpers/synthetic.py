@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -181,15 +182,23 @@ def downgrade_packed_run(directory, version):
 
 
 #: The ways :func:`mutate_packed_run` damages a run: segments (bit flips, truncation, zeroed ranges anywhere and
-#: inside a block's payload), commit lines (a changed value, a line dropped, duplicated or two swapped; a changed
-#: byte; the last lines cut off) and run.json (a changed byte, truncation, a key changed or dropped).
+#: inside a block's payload), commit lines (a changed value; one integer of a line set to 0, -1, 2**40, 2**63 or
+#: one off; a line dropped, duplicated or two swapped; a changed byte; the last lines cut off; the log cut at a byte),
+#: run.json (a changed byte, truncation, a key changed or dropped), stats.json (a changed byte, truncation, a value
+#: changed or dropped) and any file's zeroed range.
 FUZZ_KINDS = (
     *("flip", "truncate", "zero", "zero_payload"),
-    *("line_value", "line_drop", "line_dup", "line_swap", "log_tail", "log_bytes"),
+    *("line_value", "line_int", "line_drop", "line_dup", "line_swap", "log_tail", "log_bytes", "log_truncate"),
     *("manifest_bytes", "manifest_truncate", "manifest_key"),
+    *("stats_bytes", "stats_truncate", "stats_value", "zero_any"),
 )
+#: The kinds that remove commit lines: a reader may then give a subset of the episodes (each exactly).
+LINES_REMOVED = ("line_drop", "log_tail", "log_truncate")
 #: Values a changed JSON value takes.
 _ODD_VALUES = [None, -1, 10**12, 0, 1, "x", 3.5, 2**63, 2**62, [], {}, True, 1e39]
+#: Values ``line_int`` gives an integer of a commit line (besides one more and one less than it): 2**63 is past
+#: a C long (a file offset).
+INT_VALUES = (0, -1, 1 << 40, 1 << 63)
 
 
 def mutate_packed_run(files: dict, kind: str, rng) -> dict:
@@ -207,8 +216,8 @@ def mutate_packed_run(files: dict, kind: str, rng) -> dict:
         elif kind == "truncate":
             data = data[: rng.integers(len(data))]
         else:
-            start = int(rng.integers(len(data)))
-            data[start : start + int(rng.integers(1, 4097))] = bytes(len(data[start : start + 4096]))
+            start, size = int(rng.integers(len(data))), int(rng.integers(1, 4097))
+            data[start : start + size] = bytes(len(data[start : start + size]))  # the same length: zeroed, not cut
         files[victim] = bytes(data)
     elif kind == "zero_payload":  # a range inside one committed block, past its message's first 64 bytes
         commit = json.loads(lines[rng.integers(len(lines))])
@@ -224,6 +233,16 @@ def mutate_packed_run(files: dict, kind: str, rng) -> dict:
             commit = json.loads(lines[k])
             _change_value(commit, rng)
             lines[k] = json.dumps(commit).encode()
+        elif kind == "line_int":
+            commit = json.loads(lines[k])
+            paths = integer_paths(commit)
+            *parents, key = paths[rng.integers(len(paths))]
+            parent = commit
+            for step in parents:
+                parent = parent[step]
+            values = (*INT_VALUES, parent[key] + 1, parent[key] - 1)
+            parent[key] = values[rng.integers(len(values))]
+            lines[k] = json.dumps(commit, separators=(",", ":")).encode()
         elif kind == "line_drop":
             del lines[k]
         elif kind == "line_dup":
@@ -234,21 +253,37 @@ def mutate_packed_run(files: dict, kind: str, rng) -> dict:
         files["commits.jsonl"] = b"".join(line + b"\n" for line in lines)
     elif kind == "log_tail":  # the last lines lost, as after a crash before their writes reached the disk
         files["commits.jsonl"] = b"".join(line + b"\n" for line in lines[: -1 - int(rng.integers(3))])
-    elif kind == "log_bytes":
-        data = bytearray(files["commits.jsonl"])
+    elif kind in ("log_bytes", "manifest_bytes", "stats_bytes"):
+        name = {"log": "commits.jsonl", "manifest": "run.json", "stats": "stats.json"}[kind.split("_")[0]]
+        data = bytearray(files[name])
         data[rng.integers(len(data))] = int(rng.integers(256))
-        files["commits.jsonl"] = bytes(data)
-    elif kind == "manifest_bytes":
-        data = bytearray(files["run.json"])
-        data[rng.integers(len(data))] = int(rng.integers(256))
-        files["run.json"] = bytes(data)
-    elif kind == "manifest_truncate":
-        files["run.json"] = files["run.json"][: rng.integers(len(files["run.json"]))]
-    else:
-        manifest = json.loads(files["run.json"])
-        _change_value(manifest, rng, drop=True)
-        files["run.json"] = json.dumps(manifest).encode()
+        files[name] = bytes(data)
+    elif kind in ("log_truncate", "manifest_truncate", "stats_truncate"):
+        name = {"log": "commits.jsonl", "manifest": "run.json", "stats": "stats.json"}[kind.split("_")[0]]
+        files[name] = files[name][: rng.integers(len(files[name]))]
+    elif kind == "zero_any":
+        name = sorted(files)[rng.integers(len(files))]
+        data = bytearray(files[name])
+        start, size = int(rng.integers(max(len(data), 1))), int(rng.integers(1, 257))
+        data[start : start + size] = bytes(len(data[start : start + size]))
+        files[name] = bytes(data)
+    else:  # manifest_key, stats_value
+        name = "run.json" if kind == "manifest_key" else "stats.json"
+        content = json.loads(files[name])
+        _change_value(content, rng, drop=True)
+        files[name] = json.dumps(content).encode()
     return files
+
+
+def integer_paths(entry, path=()) -> list[tuple]:
+    """The path of every integer (not bool) in a parsed JSON value: a key, or a key and an index into its list."""
+    if type(entry) is int:
+        return [path]
+    if isinstance(entry, dict):
+        return [p for key, value in entry.items() for p in integer_paths(value, (*path, key))]
+    if isinstance(entry, list):
+        return [p for k, value in enumerate(entry) for p in integer_paths(value, (*path, k))]
+    return []
 
 
 def _change_value(tree, rng, *, drop=False):
@@ -271,18 +306,34 @@ def _change_value(tree, rng, *, drop=False):
 
 
 def run_files(directory) -> dict:
-    """A run directory's files, name -> bytes."""
-    return {p.name: p.read_bytes() for p in Path(directory).iterdir()}
+    """A run directory's files, name -> bytes (a file in a folder of the run, as a real run's ``task/``: its path
+    relative to the run, ``task/cartpole.toml``)."""
+    directory = Path(directory)
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def write_run_files(directory, files: dict) -> None:
-    """Make ``directory`` hold exactly ``files`` (name -> bytes)."""
+def write_run_files(directory, files: dict, *, held: dict | None = None) -> None:
+    """Make ``directory`` hold exactly ``files`` (name -> bytes; names as :func:`run_files` gives them). ``held``:
+    what it holds now, where the caller knows (a file it holds already is not written again)."""
     directory = Path(directory)
     directory.mkdir(exist_ok=True)
-    for path in directory.iterdir():
-        if path.name not in files:
+    if held is not None:
+        for name in held.keys() - files.keys():
+            (directory / name).unlink()
+        for name, data in files.items():
+            if held.get(name) != data:
+                (directory / name).parent.mkdir(parents=True, exist_ok=True)
+                (directory / name).write_bytes(data)
+        return
+    for path in sorted(directory.rglob("*"), reverse=True):  # a folder's files before the folder
+        name = path.relative_to(directory).as_posix()
+        if path.is_dir():
+            if not any(other.startswith(name + "/") for other in files):
+                shutil.rmtree(path)
+        elif name not in files:
             path.unlink()
     for name, data in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_bytes(data)
 
 

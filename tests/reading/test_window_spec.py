@@ -112,3 +112,39 @@ def test_the_torch_datasets_take_the_spec_or_its_fields_as_keywords(run):
     assert WindowMapDataset(run, spec=spec, mmap=True).spec == dataclasses.replace(spec, mmap=True)
     with pytest.raises(ValueError, match="history"):
         WindowDataset(run, history=0)
+
+
+@pytest.fixture(scope="module")
+def state_run(synthetic_run):
+    env = synthetic_description(num_envs=3, max_steps=8, state=True, params=True)
+    return synthetic_run(env, 30, seed=7, end_prob=0.2, recorder=PackedRecorder, block_bytes=800)[0]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        WindowSpec(2, 3, state=True, params=True),  # one block in memory: each episode's windows strided views
+        WindowSpec(1, 1),
+        WindowSpec(3, 2, pad=True, params=True),  # padded: batches split
+        WindowSpec(2, 3, mmap=True, state=True, params=True),  # the mapped blocks: batches split
+        WindowSpec(2, 2, observation_keys=["proprio"]),
+    ],
+    ids=["views", "one-by-one", "pad", "mmap", "one-field"],
+)
+def test_iterating_windows_gives_each_window_in_order_read_only(state_run, spec):
+    """Iterating a Windows (what action_windows does) gives windows[i] for every i in order, its keys in the same
+    order and equal values of the same types, the arrays read-only; and action_windows gives the same windows."""
+    windows = Windows(state_run, spec=spec)
+    assert len(windows) > 20
+    listed = list(windows)
+    assert len(listed) == len(windows)
+    for i, window in enumerate(listed):
+        expected = windows[i]
+        assert list(window) == list(expected)
+        for key, value in window.items():
+            assert type(value) is type(expected[key]), key
+            np.testing.assert_array_equal(np.asarray(value), np.asarray(expected[key]))
+            if isinstance(value, np.ndarray):
+                assert not value.flags.writeable, key
+    for mine, theirs in zip(action_windows(state_run, spec=spec), listed, strict=True):
+        _same(mine, theirs)

@@ -176,6 +176,7 @@ def test_packed_smoke(out):
         figures = ["npz_episodes_per_s", "packed_episodes_per_s", "npz_action_windows_per_s"]
         figures += ["packed_batch_in_order_per_s", "packed_batch_shuffled_per_s", "episodes_vs_npz", "windows_vs_npz"]
         figures += ["packed_unverified_episodes_per_s", "verify_cost", "packed_windows_load_unverified_s"]
+        figures += ["packed_action_windows_per_s", "action_windows_vs_npz", "action_windows_vs_batch_in_order"]
         check_figures(rows[name], dict.fromkeys(figures, True))
     crc = ["crc32c_gb_per_s", "zlib_crc32_gb_per_s", "isal_crc32_gb_per_s", "crc32c_vs_zlib"]
     check_figures(rows["checksum"], dict.fromkeys(crc, True))
@@ -220,7 +221,7 @@ def test_gpu_smoke(out):
     payload = run_bench("gpu", out)
     rows = payload["rows"]
     sections = list(dict.fromkeys(r["section"] for r in rows))
-    assert sections == ["machine", "bandwidth", "pipeline_cartpole", "frames", "syncs", "kernels"], rows
+    assert sections == ["machine", "bandwidth", "pipeline_cartpole", "frames", "syncs", "transport", "kernels"], rows
     assert all(r.get("ok", True) for r in rows), rows
     assert not [r for r in rows if r["figure"] in ("error", "timeout")], rows
     for row in rows:
@@ -237,6 +238,13 @@ def test_gpu_smoke(out):
     assert row("bytes moved per step, rgb as jpeg")["ratio"] > 1
     assert row("overflows")["value"] == "0"
     assert row("the last batch decodes with the CPU codec")["ok"] is True
+    transport = json.loads((out / "transport-cuda.json").read_text())["rows"]
+    assert {(r["layout"], r["method"]) for r in transport} == {
+        (layout, method)
+        for layout in ("cartpole", "reach_rgbd64")
+        for method in ("none", "sync", "host_snapshot", "torch_pinned")
+    }
+    assert row("cartpole x8, host_snapshot")["ratio"] > 0
 
 
 def test_a_failing_section_keeps_its_rows_and_gives_one_error_row(tmp_path):
@@ -624,11 +632,15 @@ def test_grasp_condim_smoke(out):
 def test_relabel_smoke(out):
     """bench/relabel.py --smoke: push stepped plain, with the expert's labels, and with labels and the per-episode
     mix, each unrecorded and recorded, against the plain row of its mode."""
-    rows = run_bench("relabel", out)["rows"]
+    payload = run_bench("relabel", out)
+    rows = payload["rows"]
+    (share,) = payload["own_share"]
+    check_figures(share, dict.fromkeys(["own_share", "plain_step_ms", "label_step_ms", "label_step_ratio"], True))
     assert [(r["mode"], r["variant"]) for r in rows] == [
         (mode, variant) for mode in ("no recording", "recorded") for variant in ("plain", "label", "label+mix")
     ]
     for row in rows:
-        check_figures(row, {"env_steps_per_s": True, "ratio": True})
+        check_figures(row, {"env_steps_per_s": True, "ratio": True, "ratio_median": True})
         plain = next(r for r in rows if r["mode"] == row["mode"] and r["variant"] == "plain")
         assert row["ratio"] == pytest.approx(row["env_steps_per_s"] / plain["env_steps_per_s"]), row
+        assert row["ratio_low"] <= row["ratio_median"] <= row["ratio_high"], row

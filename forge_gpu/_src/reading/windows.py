@@ -1,5 +1,5 @@
 """Training windows: every window of a run or dataset by index, many at once (:class:`Windows`), or one after
-another (:func:`action_windows`, which walks a :class:`Windows`).
+another (iterating a :class:`Windows`, as :func:`action_windows` does).
 
 The selected episodes are read and checked once, into a frame table (:mod:`core.frames`): each observation
 column with one row per frame, and the actions on the frame each transition leads to, as every run's reader
@@ -198,6 +198,7 @@ class Windows:
             counts = np.maximum(self._steps - horizon - history + 2, 0)
             first_t = np.full_like(self._steps, history - 1)
         starts = np.concatenate([[0], np.cumsum(counts)])
+        self._episode_windows = starts  # episode e's windows: starts[e] .. starts[e+1]-1
         self._window_episode = np.repeat(np.arange(counts.size), counts)
         self._window_t = np.arange(starts[-1]) - np.repeat(starts[:-1] - first_t, counts)
         # Without padding and with one stride (a table in memory), a window's rows are its frame t's row plus fixed
@@ -210,6 +211,59 @@ class Windows:
 
     def __len__(self) -> int:
         return int(self._window_t.size)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Every window in index order, one dict each: ``windows[i]``'s keys and values, its arrays read-only views
+        (copy one to change it). Where :meth:`batch` adds fixed offsets to each window's row of one block (in
+        memory, no padding, one stride), an episode's windows are made at once as strided views of that block, no
+        gather; otherwise batches of :data:`CHUNK` windows are gathered and split."""
+        table = self._one_block()
+        if table is None:
+            for low in range(0, len(self), CHUNK):
+                batch = self.batch(np.arange(low, min(low + CHUNK, len(self))))
+                for values in batch.values():
+                    if isinstance(values, np.ndarray):
+                        values.flags.writeable = False
+                for i in range(len(batch["t"])):
+                    yield one_window(batch, i)
+            return
+        start, columns = table
+        for e in range(self.episodes):
+            low, high = int(self._episode_windows[e]), int(self._episode_windows[e + 1])
+            if low == high:
+                continue
+            count, step = high - low, int(self._stride[e])
+            row = int(self._window_row[low]) - start  # the first window's frame t
+            keys, views = list(columns), []
+            for offsets, names in ((self._offsets[0], keys[:-1]), (self._offsets[1], keys[-1:])):
+                for name in names:  # window k's rows: row + offsets + k * step, as ``batch`` gathers them
+                    values = columns[name][row + int(offsets[0]) :]
+                    shape = (count, offsets.size, *values.shape[1:])
+                    strides = (step * values.strides[0], step * values.strides[0], *values.strides[1:])
+                    views.append(np.lib.stride_tricks.as_strided(values, shape, strides, writeable=False))
+            # Each window a copy of one dict in batch's key order, its arrays and t then set.
+            base: dict[str, Any] = dict.fromkeys(keys)
+            base.update({name: _episode_value(values, e) for name, values in self._params.items()})
+            base.update(env_id=int(self._env_id[e]), episode_id=int(self._episode_id[e]), t=0)
+            base["instruction"] = self.instructions[self._instruction[e]]
+            first_t = int(self._window_t[low])
+            for t, values in zip(range(first_t, first_t + count), zip(*views, strict=True), strict=True):
+                window = base.copy()
+                window.update(zip(keys, values, strict=True))
+                window["t"] = t
+                yield window
+
+    def _one_block(self) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The table as one block's first row and columns (observation columns in the batches' order, then
+        ``action``), where windows can be views of it: one block of plain arrays, no padding, one stride; else
+        None."""
+        if self._offsets is None or len(self._obs) != 1 or self.encoded_fields:
+            return None
+        start, observation = self._obs[0]
+        columns = {**observation, "action": self._action[0][1]["action"]}
+        if not all(type(values) is np.ndarray for values in columns.values()):
+            return None
+        return start, columns
 
     @property
     def episodes(self) -> int:
@@ -329,15 +383,15 @@ def action_windows(
 ) -> Iterator[dict[str, Any]]:
     """Yield the training windows (docs/FORMAT-v1.md, "Training windows") of the episodes of one shard, one dict each:
     the windows of :class:`Windows` of the same spec (:class:`WindowSpec`: ``history``, ``horizon`` and the other
-    keywords, or ``spec=``), in its order, a run at a time.
+    keywords, or ``spec=``), in its order, a run at a time (iterating each run's :class:`Windows`).
 
     ``directory`` is a run directory or a dataset root; episodes and shards are as in :func:`runs.read_episodes`.
     For an episode of T transitions there is one window per ``t`` in ``[history-1, T-horizon]`` (without ``pad``), a
     dict with ``obs/<F>`` = ``obs[F][t-history+1 : t+1]`` (``[history, ...]``; ``state/<S>`` alike, where ``state``
     asks for it), ``action`` = ``action[t : t+horizon]`` (``[horizon, A]``), the episode's ``instruction``
-    (``Episode.instruction``) and the ints ``env_id``, ``episode_id`` and ``t``. The arrays are read-only views of a
-    batch of windows (copy one to change it). Memory holds the selected fields of one run's episodes of the shard at
-    a time. The manifests and indexes are read and checked at the call.
+    (``Episode.instruction``) and the ints ``env_id``, ``episode_id`` and ``t``. The arrays are read-only views of the
+    frames in memory, or of a batch of windows (copy one to change it). Memory holds the selected fields of one
+    run's episodes of the shard at a time. The manifests and indexes are read and checked at the call.
 
     ``options`` (:class:`EpisodeReadOptions`) gives the shard (and ``max_member_bytes``); its ``observation_keys``,
     ``state`` and ``verify`` are the spec's where the spec leaves them unset (ValueError where both set one,
@@ -366,14 +420,17 @@ def _with_reading(spec: WindowSpec, options: EpisodeReadOptions) -> WindowSpec:
 
 def _each_window(index: list, spec: WindowSpec, options: EpisodeReadOptions) -> Iterator[dict[str, Any]]:
     for _, group in itertools.groupby(index, key=lambda entry: entry[0]):
-        windows = Windows._of_index(list(group), spec, options)
-        for start in range(0, len(windows), CHUNK):
-            batch = windows.batch(np.arange(start, min(start + CHUNK, len(windows))))
-            for values in batch.values():
-                if isinstance(values, np.ndarray):
-                    values.flags.writeable = False
-            for i in range(len(batch["t"])):
-                yield one_window(batch, i)
+        yield from Windows._of_index(list(group), spec, options)
+
+
+def _episode_value(values: np.ndarray, e: int) -> Any:
+    """Episode ``e``'s entry of a per-episode array, as :func:`one_window` gives a window's: a read-only row, or a
+    Python scalar where the entry is one value."""
+    if values.ndim == 1:
+        return values[e].item()
+    row = values[e]
+    row.flags.writeable = False
+    return row
 
 
 def one_window(batch: dict[str, Any], i: int) -> dict[str, Any]:

@@ -170,9 +170,9 @@ def read_commits(
         if not isinstance(commit, dict) or commit.keys() - {DROPPED} != keys or (DROPPED in commit and not checksums):
             raise ValueError(f"{where}: a commit must be an object with keys {sorted(keys)}")
         for key in ("segment", "offset", "length", "first_row", "rows", *([CHECKSUM] if checksums else [])):
-            value, least = commit[key], int(key in ("length", "rows"))
-            if type(value) is not int or value < least or (key == CHECKSUM and value >= 1 << 32):
-                raise ValueError(f"{where}: {key} must be an integer >= {least}, got {value!r}")
+            value, least, limit = commit[key], int(key in ("length", "rows")), _BLOCK_LIMITS.get(key, 1 << 62)
+            if type(value) is not int or not least <= value < limit:
+                raise ValueError(f"{where}: {key} must be an integer in [{least}, {limit}), got {value!r}")
         segment, offset = commit["segment"], commit["offset"]
         if (segment, offset) != previous and (segment, offset) != (previous[0] + 1, 0):
             raise ValueError(
@@ -196,6 +196,9 @@ def read_commits(
 
 # first_row + steps * stride stays below 2**63: int64 arithmetic on the commit log never overflows.
 _EPISODE_LIMITS = {"first_row": 1 << 62}  # the other keys: below 2**31 (ids, lengths and strides are int32)
+# A block's fields: offset + length, and first_row + rows, stay below 2**63 (a file offset, a C long, an int64 row);
+# the others below 2**62; a segment's number has six digits or more in its name, an int32.
+_BLOCK_LIMITS = {"segment": 1 << 31, CHECKSUM: 1 << 32}
 
 
 _DROPPED_KEYS = ("env_id", "episode_id")

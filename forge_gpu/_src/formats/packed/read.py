@@ -480,7 +480,8 @@ def _read_ahead(fd: int, blocks: list[dict], prefix: bytes) -> Iterator[tuple[di
         view = memoryview(buffer)[: head + commit["length"]]
         view[:head] = prefix[:head]
         for after in blocks[k + 1 : k + 1 + _AHEAD]:  # queued while this one is read and checked
-            os.posix_fadvise(fd, after["offset"], after["length"], os.POSIX_FADV_WILLNEED)
+            if after["offset"] + after["length"] <= size:  # only bytes the segment holds
+                os.posix_fadvise(fd, after["offset"], after["length"], os.POSIX_FADV_WILLNEED)
         yield commit, view, _read_at(fd, view[head:], commit["offset"])
 
 
