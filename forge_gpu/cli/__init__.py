@@ -1,15 +1,15 @@
-"""The ``forge-gpu`` command, its eighteen subcommands: collect, evaluate, replay, tasks, doctor, precompile (simulate);
-inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split (write runs of other
-runs' episodes); report, view (show a run to a person). tests/cli/test_cli.py checks that this list names every
-subcommand.
+"""The ``forge-gpu`` command, its nineteen subcommands: collect, evaluate, replay, generate, tasks, doctor,
+precompile (simulate); inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split
+(write runs of other runs' episodes); report, view (show a run to a person). tests/cli/test_cli.py checks that this
+list names every subcommand.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
-The code is in eleven modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
+The code is in twelve modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
 recording flags, one per ``RecordingOptions`` field); the commands that simulate, one module each: ``_collect``,
-``_evaluate``, ``_replay``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy options) and
+``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy options) and
 ``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect, verify, render,
 repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
 split) and ``_look`` (the commands that show a run to a person: report, view). Only the simulating commands import
@@ -37,6 +37,7 @@ from ._machine import cmd_doctor, cmd_precompile
 from ._policy import add_policy_options
 from ._recording import add_codec_option, add_recording_options, compression_choices
 from ._replay import cmd_replay
+from ._generate import add_generate_parser
 from ._tasks import cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -168,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         "factory); without it such a run is refused, naming that code",
     )
     y.set_defaults(func=cmd_replay)
+
+    add_generate_parser(sub)  # generate (cli/_generate.py)
 
     t = sub.add_parser("tasks", help="list the tasks, or describe one: its model, terms and fields")
     t.add_argument("task", nargs="?", default=None, help="a task id or task file (default: list every task)")

@@ -433,7 +433,7 @@ def test_collect_has_one_flag_per_recording_option_and_builds_them_from_it():
 
 
 def test_the_command_lines_docstring_names_every_subcommand():
-    """forge_gpu/cli/__init__.py's docstring lists the subcommands: each one the parser has (eighteen)."""
+    """forge_gpu/cli/__init__.py's docstring lists the subcommands: each one the parser has (nineteen)."""
     import re
 
     import forge_gpu.cli
@@ -442,4 +442,4 @@ def test_the_command_lines_docstring_names_every_subcommand():
     commands = set(build_parser()._subparsers._group_actions[0].choices)
     listed = forge_gpu.cli.__doc__.split("\n\n")[0]
     named = set(re.findall(r"[a-z]+", listed)) & commands
-    assert named == commands and len(commands) == 18, sorted(commands - named)
+    assert named == commands and len(commands) == 19, sorted(commands - named)
