@@ -9,11 +9,11 @@ when the reader of its output stopped early (``forge-gpu inspect RUN | head``), 
 
 The code is in twelve modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
 recording flags, one per ``RecordingOptions`` field); the commands that simulate, one module each: ``_collect``,
-``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy options) and
-``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect, verify, render,
-repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
-split) and ``_look`` (the commands that show a run to a person: report, view). Only the simulating commands import
-Warp and Newton, and only when they run.
+``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy
+options) and ``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect,
+verify, render, repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes:
+select, merge, split) and ``_look`` (the commands that show a run to a person: report, view). Only the simulating
+commands import Warp and Newton, and only when they run.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from ._common import UsageError
 from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._evaluate import cmd_evaluate
+from ._generate import add_generate_parser
 from ._look import add_look_commands
 from ._machine import cmd_doctor, cmd_precompile
 from ._policy import add_policy_options
 from ._recording import add_codec_option, add_recording_options, compression_choices
 from ._replay import cmd_replay
-from ._generate import add_generate_parser
 from ._tasks import cmd_tasks
 
 __all__ = ["UsageError", "build_parser", "main"]

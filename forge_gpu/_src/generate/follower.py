@@ -24,7 +24,7 @@ at its start is nearest the object's pose now."""
 class Motion:
     """How the follower moves the tcp (units as the pick expert's)."""
 
-    gain: float = 1.0
+    gain: float = 0.5
     """The share of the pose error to the next transformed pose commanded per step."""
     max_speed: float = 1.0
     """The largest tcp speed commanded [m/s]."""
