@@ -122,6 +122,7 @@ def follow_kernel(
     seed: int,
     select: int,
     interpolation_steps: int,
+    first_attempt: int,
     attempts: int,
     # Data in:
     draw_env_in: wp.array[int],
@@ -147,10 +148,11 @@ def follow_kernel(
     """One step of attempt ``j = draw_env[world]``: at its first frame (``step_id`` 0) subtask 0 begins; a subtask
     whose segment has been followed to its end hands over to the next (its segment chosen and transformed from the
     object's pose at that frame); the last one's final pose is held until the episode ends. ``reached`` counts the
-    subtasks whose conditions held in order (``subtask_flags``). Rows ``j < attempts`` get the attempt's choices,
-    transforms and reached count."""
+    subtasks whose conditions held in order (``subtask_flags``). Row ``j - first_attempt`` (where in
+    ``0 .. attempts - 1``) gets the attempt's choices, transforms and reached count."""
     worldid = wp.tid()
     j = draw_env_in[worldid]
+    row = j - first_attempt
     step = step_id_in[worldid]
     subtasks = seg_first.shape[1]
     tcp = point_transform(body_q_in, worldid, point_body, point_offset)
@@ -196,10 +198,10 @@ def follow_kernel(
         goal = wp.transform_multiply(x, src_pose[wp.min(i + 1, last)])
         grip = src_grip[i]
     count[worldid] = k + 1
-    if j < attempts:
-        row_reached[j] = reached[worldid]
-        row_choice[j, s] = e
-        row_transform[j, s] = x
+    if row >= 0 and row < attempts:
+        row_reached[row] = reached[worldid]
+        row_choice[row, s] = e
+        row_transform[row, s] = x
     p = wp.transform_get_translation(tcp)
     move = (wp.transform_get_translation(goal) - p) * numbers[N_GAIN]
     if wp.length(move) > numbers[N_MAX_SPEED]:
@@ -234,3 +236,18 @@ def follow_kernel(
             )
     if gripper_column >= 0:
         action_out[worldid, gripper_column] = wp.clamp(grip, action_low[gripper_column], action_high[gripper_column])
+
+
+@wp.kernel
+def attempt_keys_kernel(
+    # Model:
+    first_attempt: int,
+    # Data in:
+    draw_env_in: wp.array[wp.int32],
+    # Data out:
+    keys_out: wp.array[wp.int32],
+):
+    """Each world's attempt index: its evaluation row's (``draw_env``, 0 .. count - 1) plus the block's first
+    attempt, the key its reset, draws and choices are made from."""
+    worldid = wp.tid()
+    keys_out[worldid] = draw_env_in[worldid] + first_attempt

@@ -51,6 +51,15 @@ def add_generate_parser(sub) -> None:
     )
     g.add_argument("--max-attempts", type=int, default=None, help="give up after this many (default 20 N + envs)")
     g.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="K Ray actors, each with its own env, stepping blocks of attempts in index order; merged into one run, "
+        "the same whatever K",
+    )
+    g.add_argument("--chunk", type=int, default=None, help="--workers: attempts per block (default max(16, 4 envs))")
+    g.add_argument("--ray-address", default=None, help="--workers: the Ray cluster to join (default: a local one)")
+    g.add_argument(
         "--trust-code",
         action="store_true",
         help="import the code the run's task names outside forge_gpu; without it such a run is refused",
@@ -62,7 +71,7 @@ def cmd_generate(args) -> int:
     from forge_gpu._src.generate.run import generate
 
     overrides = parse_set(args.set or [])
-    for name in ("episodes", "envs", "max_attempts"):
+    for name in ("episodes", "envs", "max_attempts", "workers", "chunk"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1")
@@ -108,6 +117,9 @@ def cmd_generate(args) -> int:
                 source_episodes=chosen,
                 keep_failures=args.keep_failures,
                 max_attempts=args.max_attempts,
+                workers=args.workers,
+                chunk=args.chunk,
+                ray_address=args.ray_address,
                 trust_code=args.trust_code,
                 stop=stop,
                 progress=show,
@@ -116,7 +128,7 @@ def cmd_generate(args) -> int:
             name, status = signal_exit(caught[0]) if caught else ("a stop", 130)
             print(f"stopped by {name}: {e}")
             return status
-        except (ValueError, FileNotFoundError, FileExistsError) as e:
+        except (ValueError, FileNotFoundError, FileExistsError, ImportError) as e:
             raise UsageError(str(e)) from e
     for line in summary.lines():
         print(line)

@@ -180,3 +180,23 @@ def test_bad_arguments_are_refused_in_one_line(lift_source, tmp_path, capsys, ar
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_the_same_seed_gives_the_same_episodes_with_1_and_2_ray_workers(generated, lift_source, tmp_path):
+    """On Ray, blocks of attempts handed out in index order and merged: with 1 worker and with 2 (2 envs each, blocks
+    of 3) the run is the one process's, episode for episode."""
+    ray = pytest.importorskip("ray")
+    out, summary = generated
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        for workers in (1, 2):
+            path = tmp_path / f"workers-{workers}"
+            other = forge_gpu.recording.generate(lift_source, path, episodes=3, num_envs=2, seed=3, device="cpu",
+                                                 workers=workers, chunk=3)  # fmt: skip
+            assert (other.attempts, other.successes, other.episodes) == (summary.attempts, summary.successes, 3)
+            for a, b in zip(_episodes(out), _episodes(path), strict=True):
+                assert (a.episode_id, a.steps) == (b.episode_id, b.steps)
+                np.testing.assert_array_equal(a.action, b.action)
+                np.testing.assert_array_equal(a.params["generate_transform"], b.params["generate_transform"])
+    finally:
+        ray.shutdown()

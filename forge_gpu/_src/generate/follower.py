@@ -85,11 +85,12 @@ def task_arm(task, site: str = "tcp") -> Arm:
 class Follower:
     """The generation's policy: ``follower(observation) -> action`` on the env's device, one kernel launch per step.
 
-    Rows ``j < attempts`` (attempt ``j``, the world's draw key ``World.draw_env``) get the attempt's segment choice
-    and transform per subtask and the number of subtasks whose conditions held in order."""
+    Attempt ``j`` (the world's draw key ``World.draw_env``) writes row ``j - first`` of a block of ``attempts``
+    (:meth:`block`): its segment choice and transform per subtask and the number of subtasks whose conditions held
+    in order."""
 
     def __init__(self, env, sources: Sources, arm: Arm, *, attempts: int, select: str, interpolation_steps: int,
-                 action_noise: float, motion: Motion | None = None):  # fmt: skip
+                 action_noise: float, motion: Motion | None = None, first: int = 0):  # fmt: skip
         from forge_gpu.kernels import generate as kernels
 
         self.kernels = kernels
@@ -121,7 +122,7 @@ class Follower:
             wp.transform(wp.vec3(*arm.offset[:3]), wp.quat(*arm.offset[3:])), arm.gripper_column, int(arm.ee_mode),
             wp.array(np.asarray(numbers, np.float32), dtype=float, device=device),
             task.lower, task.upper, task.action_origin, world.action_scale, world.action_low, world.action_high,
-            int(env.seed), SELECTIONS.index(select), int(interpolation_steps), int(attempts),
+            int(env.seed), SELECTIONS.index(select), int(interpolation_steps),
         ]  # fmt: skip
         self.state = {
             "subtask": wp.zeros(n, dtype=int, device=device),
@@ -132,21 +133,29 @@ class Follower:
             "start_pose": wp.zeros(n, dtype=wp.transform, device=device),
             "joint_target": wp.zeros((n, len(arm.coords)), dtype=float, device=device),
         }
-        self.row_reached = wp.zeros(attempts, dtype=int, device=device)
-        """Per attempt: how many subtasks' conditions held in order."""
-        self.row_choice = wp.zeros((attempts, count), dtype=int, device=device)
-        """Per attempt and subtask: the chosen source episode (an index into ``Sources.indices``)."""
-        self.row_transform = wp.zeros((attempts, count), dtype=wp.transform, device=device)
-        """Per attempt and subtask: the transform applied to its segment (``T_obj_now * inv(T_obj_src)``)."""
+        self.count = count
+        self.block(first, attempts)
         self.action = wp.zeros((n, task.spec.action_dim), dtype=float, device=device)
         self.points = task.targets.points if task.targets.count else wp.zeros((n, 1), dtype=wp.vec3, device=device)
+
+    def block(self, first: int, attempts: int) -> None:
+        """Rows for the attempts ``first .. first + attempts - 1`` (zeroed)."""
+        device = self.env.device
+        self.first, self.attempts = first, attempts
+        self.row_reached = wp.zeros(attempts, dtype=int, device=device)
+        """Per attempt: how many subtasks' conditions held in order."""
+        self.row_choice = wp.zeros((attempts, self.count), dtype=int, device=device)
+        """Per attempt and subtask: the chosen source episode (an index into ``Sources.indices``)."""
+        self.row_transform = wp.zeros((attempts, self.count), dtype=wp.transform, device=device)
+        """Per attempt and subtask: the transform applied to its segment (``T_obj_now * inv(T_obj_src)``)."""
 
     def __call__(self, observation: dict) -> wp.array:
         env, world = self.env, self.env.world
         wp.launch(
             self.kernels.follow_kernel,
             dim=env.num_envs,
-            inputs=[*self.model, world.draw_env, observation["step_id"], world.joint_q, env.task.frame.body_q]
+            inputs=[*self.model, self.first, self.attempts, world.draw_env, observation["step_id"], world.joint_q]
+            + [env.task.frame.body_q]
             + [self.points, env.task.subtask_flags],
             outputs=[*self.state.values(), self.row_reached, self.row_choice, self.row_transform, self.action],
             device=env.device,

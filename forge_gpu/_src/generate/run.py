@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import warp as wp
 
 from forge_gpu._src.collect.collector import collect
 from forge_gpu._src.collect.replay import _check_compatible, _config, _open, _task_of
@@ -109,16 +110,6 @@ class GenerationSummary:
         return out
 
 
-@dataclass
-class _Progress:
-    """Where the attempts stand: the first ``cutoff`` attempts hold the first N successes (0: not yet)."""
-
-    cutoff: int = 0
-    ended: int = 0
-    successes: int = 0
-    extra: dict = field(default_factory=dict)
-
-
 def generate(
     source: str | os.PathLike,
     out: str | os.PathLike,
@@ -136,6 +127,9 @@ def generate(
     keep_failures: str | os.PathLike | None = None,
     max_attempts: int | None = None,
     motion: Motion | None = None,
+    workers: int | None = None,
+    chunk: int | None = None,
+    ray_address: str | None = None,
     trust_code: bool = False,
     options: RecordingOptions | None = None,
     stop: threading.Event | None = None,
@@ -158,22 +152,21 @@ def generate(
         keep_failures: a new run directory for the failed attempts before the last one written.
         max_attempts: give up after this many attempts (default ``20 * episodes + num_envs``).
         motion: how the tcp follows the segments (:class:`Motion`).
+        workers: K Ray actors, each with its own env (``generate/distributed.py``): blocks of ``chunk`` attempts
+            (default ``max(16, 4 * num_envs)``) handed out in index order, merged into the one run; the same seed
+            gives the same run whatever K. None: this process alone.
+        ray_address: the Ray cluster to join (default: a local one).
         options: how the scratch run of every attempt is written (``collect``'s); the output run is packed.
 
     ValueError (one line, nothing written) for a bad argument, a source run of another task, a task without
     ``[[subtasks]]``, a run without state, or a source in which no episode cuts into every subtask.
     """
     check_int("episodes", episodes, minimum=1)
-    check_int("seed", seed, minimum=0)
-    check_int("interpolation_steps", interpolation_steps, minimum=0)
-    if num_envs is not None:
-        check_int("num_envs", num_envs, minimum=1)
-    if select not in SELECTIONS:
-        raise ValueError(f"select = {select!r}: expected one of {', '.join(SELECTIONS)}")
-    if isinstance(action_noise, bool) or not isinstance(action_noise, int | float) or not math.isfinite(
-        action_noise
-    ) or action_noise < 0:  # fmt: skip
-        raise ValueError(f"action_noise = {action_noise!r}: expected a number >= 0 [m]")
+    settings = Settings(task=task, overrides=dict(overrides or {}), num_envs=num_envs, seed=seed, device=device,
+                        select=select, interpolation_steps=interpolation_steps, action_noise=action_noise,
+                        source_episodes=source_episodes, motion=motion, trust_code=trust_code,
+                        options=options)  # fmt: skip
+    settings.check()
     source, out = os.fspath(source), os.fspath(out)
     if os.path.exists(out):
         raise ValueError(f"{out}: already exists; generate writes a new run")
@@ -181,110 +174,197 @@ def generate(
         keep_failures = os.fspath(keep_failures)
         if os.path.exists(keep_failures) or os.path.abspath(keep_failures) == os.path.abspath(out):
             raise ValueError(f"keep_failures = {keep_failures}: already exists or is the output; name a new run")
-    manifest = read_manifest(source)
-    if task is None:
-        built, _ = _task_of(source, manifest, overrides or {}, trust_code)
-    else:  # the task as this forge_gpu (or the file) has it now, not the copy the run stored
-        built = file_task_class(task) if is_task_file(str(task)) else TASKS[resolve_task(task)]
-        named = getattr(built, "task_id", None) or task
-        if manifest["task"] != named:
-            raise ValueError(f"{source}: the run is of task {manifest['task']!r}, not {named!r}")
-    for key in overrides or {}:
-        if key.split(".")[0] in ("num_envs", "seed"):
-            raise ValueError(f"--set {key}: give --envs or --seed")
-    reader = _open(source, manifest, built)
-    config = _config(built, _without_subtasks(manifest), dict(overrides or {}), device)
-    n = num_envs or int(manifest["config"].get("num_envs", 1))
-    settings = {k: v for k, v in config.to_overrides().items() if k not in ("task", "num_envs", "seed")}
-    env = make(built, **settings, num_envs=n, seed=seed)
-    if not isinstance(env.task, FileTask) or not env.task.plan.subtasks:
-        raise ValueError(f"task {manifest['task']!r} has no [[subtasks]]; generation cuts demonstrations by them "
-                         "(docs/generate.md)")  # fmt: skip
-    _check_compatible(manifest, env, source)
-    arm = task_arm(env.task)
-    count = len(reader)
-    selected = list(range(count)) if source_episodes is None else sorted(set(source_episodes))
-    for k in selected:
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < count:
-            raise ValueError(f"source episode {k!r}: the run {source} holds episodes 0..{count - 1}")
+    if workers is not None:
+        check_int("workers", workers, minimum=1)
+        from forge_gpu._src.generate.distributed import generate_distributed
+
+        return generate_distributed(source, out, settings, episodes=episodes, workers=workers, chunk=chunk,
+                                    keep_failures=keep_failures, max_attempts=max_attempts, address=ray_address,
+                                    stop=stop, progress=progress, progress_interval=progress_interval)  # fmt: skip
+    generation = Generation(source, settings)
+    n = generation.env.num_envs
     attempts = max_attempts if max_attempts is not None else 20 * episodes + n
     check_int("max_attempts", attempts, minimum=episodes)
-    sources = cut_sources(env, reader, source, selected, arm.gripper_column, (arm.point_body, arm.offset))
-    follower = Follower(env, sources, arm, attempts=attempts, select=select,
-                        interpolation_steps=interpolation_steps, action_noise=float(action_noise),
-                        motion=motion)  # fmt: skip
-    rows = EvaluationRows(env, attempts)
-    stop = stop or threading.Event()
-    done = threading.Event()
-    state = _Progress()
-    began = time.perf_counter()
-    last = [began]
-
-    def check() -> None:
-        lengths = rows.lengths.numpy()
-        success = rows.success_once.numpy().astype(bool)
-        ended = lengths > 0
-        state.ended = int(ended.sum())
-        state.cutoff = _cutoff(ended, success, episodes)
-        state.successes = int((success & ended).sum())
-        if state.cutoff or state.ended >= attempts:
-            done.set()
-
-    calls = [0]
-
-    def policy(observation):
-        calls[0] += 1
-        if calls[0] % EvaluationRows.CHECK_EVERY == 0:
-            check()
-            now = time.perf_counter()
-            if progress is not None and now - last[0] >= progress_interval:
-                last[0] = now
-                progress(_counters(state, episodes, calls[0] * n, now - began))
-        return follower(observation)
-
-    both = _Either(stop, done)
     scratch = partial_path(out + ".attempts")
-    env.extend_step(rows.launch, draw_env=rows.draw_env, draw_episode=rows.draw_episode, idle=rows.idle)
     try:
-        summary = collect(env, policy, scratch, episodes=attempts, stop=both, options=options)
-        if summary.status == "failed":
-            raise RuntimeError(f"{scratch}: the recording of the attempts failed")
-        if stop.is_set() and not done.is_set():
-            raise InterruptedError(f"stopped after {state.ended} attempts; nothing written")
-        check()
-        cutoff = state.cutoff or attempts
-        figures = _figures(rows, follower, cutoff, len(env.task.plan.subtasks))
-        written = _write(env, manifest, source, scratch, out, figures, sources, cutoff, success=True,
-                         settings=dict(select=select, interpolation_steps=interpolation_steps,
-                                       action_noise=float(action_noise), seed=seed))  # fmt: skip
+        figures, summary = generation.block(0, attempts, scratch, target=episodes, stop=stop, progress=progress,
+                                            progress_interval=progress_interval)  # fmt: skip
+        written = generation.write(scratch, out, figures, success=True)
         failures = ""
         if keep_failures is not None:
-            _write(env, manifest, source, scratch, keep_failures, figures, sources, cutoff, success=False,
-                   settings=dict(select=select, interpolation_steps=interpolation_steps,
-                                 action_noise=float(action_noise), seed=seed))  # fmt: skip
+            generation.write(scratch, keep_failures, figures, success=False)
             failures = keep_failures
     finally:
-        env.extend_step()
         shutil.rmtree(scratch, ignore_errors=True)
-    result = GenerationSummary(
+    used, skipped = len(generation.sources.indices), [s.line(source) for s in generation.sources.skipped]
+    result = summarize(figures, generation.subtasks, out, written, episodes, summary.env_steps, summary.seconds,
+                       used, skipped, failures)  # fmt: skip
+    result.warmup_seconds = summary.warmup_seconds
+    if progress is not None:
+        progress(_counters(figures["attempts"], int(figures["success"].sum()), episodes, summary.env_steps,
+                           summary.seconds))  # fmt: skip
+    return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """A generation's settings but its target and output (``generate``'s arguments of the same names)."""
+
+    task: str | None = None
+    overrides: dict = field(default_factory=dict)
+    num_envs: int | None = None
+    seed: int = 0
+    device: str | None = None
+    select: str = "random"
+    interpolation_steps: int = 5
+    action_noise: float = 0.0
+    source_episodes: list | None = None
+    motion: Motion | None = None
+    trust_code: bool = False
+    options: RecordingOptions | None = None
+
+    def check(self) -> None:
+        """ValueError (one line) naming the first bad setting."""
+        check_int("seed", self.seed, minimum=0)
+        check_int("interpolation_steps", self.interpolation_steps, minimum=0)
+        if self.num_envs is not None:
+            check_int("num_envs", self.num_envs, minimum=1)
+        if self.select not in SELECTIONS:
+            raise ValueError(f"select = {self.select!r}: expected one of {', '.join(SELECTIONS)}")
+        noise = self.action_noise
+        if isinstance(noise, bool) or not isinstance(noise, int | float) or not math.isfinite(noise) or noise < 0:
+            raise ValueError(f"action_noise = {noise!r}: expected a number >= 0 [m]")
+        for key in self.overrides:
+            if key.split(".")[0] in ("num_envs", "seed"):
+                raise ValueError(f"--set {key}: give --envs or --seed")
+
+    def recorded(self) -> dict:
+        """What run.json's ``generated_from`` records of them."""
+        return {"select": self.select, "interpolation_steps": self.interpolation_steps,
+                "action_noise": float(self.action_noise), "seed": self.seed}  # fmt: skip
+
+
+class Generation:
+    """One env generating attempts from the source run: built once (the env, the cut sources, the follower), then
+    stepped over blocks of attempt indices (:meth:`block`), whose attempts are written as runs (:meth:`write`)."""
+
+    def __init__(self, source: str, settings: Settings):
+        self.source, self.settings = source, settings
+        manifest = self.manifest = read_manifest(source)
+        task, overrides = settings.task, settings.overrides
+        if task is None:
+            built, _ = _task_of(source, manifest, overrides, settings.trust_code)
+        else:  # the task as this forge_gpu (or the file) has it now, not the copy the run stored
+            built = file_task_class(task) if is_task_file(str(task)) else TASKS[resolve_task(task)]
+            named = getattr(built, "task_id", None) or task
+            if manifest["task"] != named:
+                raise ValueError(f"{source}: the run is of task {manifest['task']!r}, not {named!r}")
+        reader = _open(source, manifest, built)
+        config = _config(built, _without_subtasks(manifest), dict(overrides), settings.device)
+        n = settings.num_envs or int(manifest["config"].get("num_envs", 1))
+        given = {k: v for k, v in config.to_overrides().items() if k not in ("task", "num_envs", "seed")}
+        env = self.env = make(built, **given, num_envs=n, seed=settings.seed)
+        if not isinstance(env.task, FileTask) or not env.task.plan.subtasks:
+            raise ValueError(f"task {manifest['task']!r} has no [[subtasks]]; generation cuts demonstrations by "
+                             "them (docs/generate.md)")  # fmt: skip
+        _check_compatible(manifest, env, source)
+        arm = task_arm(env.task)
+        count = len(reader)
+        chosen = settings.source_episodes
+        selected = list(range(count)) if chosen is None else sorted(set(chosen))
+        for k in selected:
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < count:
+                raise ValueError(f"source episode {k!r}: the run {source} holds episodes 0..{count - 1}")
+        self.sources = cut_sources(env, reader, source, selected, arm.gripper_column, (arm.point_body, arm.offset))
+        self.subtasks = [s.name for s in env.task.plan.subtasks]
+        self.follower = Follower(env, self.sources, arm, attempts=1, select=settings.select,
+                                 interpolation_steps=settings.interpolation_steps,
+                                 action_noise=float(settings.action_noise), motion=settings.motion)  # fmt: skip
+
+    def block(self, first: int, count: int, scratch: str, *, target: int | None = None, stop=None, progress=None,
+              progress_interval: float = 1.0):  # fmt: skip
+        """Step the attempts ``first .. first + count - 1``, each recorded into the new scratch run ``scratch``;
+        with ``target``, stop once the first ``target`` successes among them are known. Returns the figures of the
+        attempts counted (all ``count``, or those up to the target-th success: ``figures["attempts"]``) and
+        ``collect``'s summary. InterruptedError when ``stop`` is set before that."""
+        from forge_gpu.kernels import generate as kernels
+
+        env, follower = self.env, self.follower
+        n = env.num_envs
+        rows = EvaluationRows(env, count)
+        keys = wp.array(np.arange(n, dtype=np.int32) + first, dtype=wp.int32, device=env.device)
+        follower.block(first, count)
+
+        def launch() -> None:
+            rows.launch()
+            wp.launch(kernels.attempt_keys_kernel, dim=n, inputs=[first, rows.draw_env], outputs=[keys],
+                      device=env.device)  # fmt: skip
+
+        stop = stop or threading.Event()
+        done = threading.Event()
+        state = {"ended": 0, "successes": 0, "cutoff": 0}
+        began = time.perf_counter()
+        last = [began]
+        calls = [0]
+
+        def check() -> None:
+            ended = rows.lengths.numpy() > 0
+            success = rows.success_once.numpy().astype(bool) & ended
+            state["ended"], state["successes"] = int(ended.sum()), int(success.sum())
+            state["cutoff"] = _cutoff(ended, success, target) if target is not None else 0
+            if state["cutoff"] or state["ended"] >= count:
+                done.set()
+
+        def policy(observation):
+            calls[0] += 1
+            if calls[0] % EvaluationRows.CHECK_EVERY == 0:
+                check()
+                now = time.perf_counter()
+                if progress is not None and now - last[0] >= progress_interval:
+                    last[0] = now
+                    progress(_counters(state["ended"], state["successes"], target or count, calls[0] * n,
+                                       now - began))  # fmt: skip
+            return follower(observation)
+
+        env.extend_step(launch, draw_env=keys, draw_episode=rows.draw_episode, idle=rows.idle)
+        try:
+            summary = collect(env, policy, scratch, episodes=count, stop=_Either(stop, done),
+                              options=self.settings.options)  # fmt: skip
+        finally:
+            env.extend_step()
+        if summary.status == "failed":
+            raise RuntimeError(f"{scratch}: the recording of the attempts failed")
+        check()
+        if stop.is_set() and not done.is_set():
+            raise InterruptedError(f"stopped after {state['ended']} attempts; nothing written")
+        return _figures(rows, follower, state["cutoff"] or count, len(self.subtasks), first), summary
+
+    def write(self, scratch: str, out: str, figures: dict, *, success: bool) -> int:
+        """The successful (or failed) attempts of ``figures`` from the scratch run into the new run ``out``."""
+        return _write(self.env, self.manifest, self.source, scratch, out, figures, self.sources, success=success,
+                      settings=self.settings.recorded())  # fmt: skip
+
+
+def summarize(figures: dict, subtasks: list[str], out: str, written: int, episodes: int, env_steps: int,
+              seconds: float, used: int, skipped: list[str], failures: str) -> GenerationSummary:  # fmt: skip
+    """The :class:`GenerationSummary` of the attempts in ``figures``."""
+    count = len(subtasks)
+    success, reached = figures["success"], figures["reached"]
+    return GenerationSummary(
         directory=out,
         episodes=written,
-        attempts=cutoff,
-        successes=int(figures["success"].sum()),
-        subtasks=[s.name for s in env.task.plan.subtasks],
-        reached=figures["reached_counts"],
-        failed_in=figures["failed_in"],
-        sources=len(sources.indices),
-        skipped=[s.line(source) for s in sources.skipped],
-        env_steps=summary.env_steps,
-        seconds=summary.seconds,
+        attempts=int(figures["attempts"]),
+        successes=int(success.sum()),
+        subtasks=subtasks,
+        reached=[int((reached > s).sum()) for s in range(count)],
+        failed_in=[int(((reached == s) & ~success).sum()) for s in range(count)],
+        sources=used,
+        skipped=skipped,
+        env_steps=env_steps,
+        seconds=seconds,
         complete=written == episodes,
         failures=failures,
-        warmup_seconds=summary.warmup_seconds,
     )
-    if progress is not None:
-        progress(_counters(state, episodes, summary.env_steps, summary.seconds))
-    return result
 
 
 def _without_subtasks(manifest: dict) -> dict:
@@ -317,40 +397,42 @@ def _cutoff(ended: np.ndarray, success: np.ndarray, episodes: int) -> int:
     return last + 1 if ended[: last + 1].all() else 0
 
 
-def _counters(state: _Progress, target: int, env_steps: int, seconds: float) -> dict:
-    ended = state.ended
+def _counters(ended: int, successes: int, target: int, env_steps: int, seconds: float) -> dict:
     return {
         "unit": "generated episodes",
         "target": target,
         "attempts": ended,
-        "successes": state.successes,
-        "yield": state.successes / ended if ended else 0.0,
+        "successes": successes,
+        "yield": successes / ended if ended else 0.0,
         "env_steps": env_steps,
         "seconds": seconds,
         "env_steps_per_s": env_steps / seconds if seconds > 0 else 0.0,
     }
 
 
-def _figures(rows: EvaluationRows, follower: Follower, cutoff: int, count: int) -> dict:
-    """The first ``cutoff`` attempts' outcomes and traces, host arrays."""
+def _figures(rows: EvaluationRows, follower: Follower, cutoff: int, count: int, first: int) -> dict:
+    """The outcomes and traces of the first ``cutoff`` attempts of a block starting at attempt ``first``: host
+    arrays, row ``k`` attempt ``first + k``."""
     success = rows.success_once.numpy()[:cutoff].astype(bool)
     reached = follower.row_reached.numpy()[:cutoff]
-    reached = np.where(success, count, np.minimum(reached, count))
     return {
+        "first": first,
+        "attempts": cutoff,
         "success": success,
         "ended": rows.lengths.numpy()[:cutoff] > 0,
+        "reached": np.where(success, count, np.minimum(reached, count)),
         "worlds": rows.worlds.numpy()[:cutoff],
         "episode_ids": rows.episode_ids.numpy()[:cutoff],
         "choice": follower.row_choice.numpy()[:cutoff],
         "transform": follower.row_transform.numpy()[:cutoff].reshape(cutoff, count, 7),
-        "reached_counts": [int((reached > s).sum()) for s in range(count)],
-        "failed_in": [int(((reached == s) & ~success).sum()) for s in range(count)],
     }
 
 
-def _traced(episode: Episode, j: int, figures: dict, sources: Sources) -> Episode:
-    """The episode of attempt ``j`` as the output run holds it: env 0, episode ``j``, its trace in its params."""
-    choice = figures["choice"][j]
+def _traced(episode: Episode, k: int, figures: dict, sources: Sources) -> Episode:
+    """The episode of row ``k`` (attempt ``j = first + k``) as the output run holds it: env 0, episode ``j``, its
+    trace in its params."""
+    j = figures["first"] + k
+    choice = figures["choice"][k]
     cuts = sources.cuts[choice]
     count = len(choice)
     trace = {
@@ -358,7 +440,7 @@ def _traced(episode: Episode, j: int, figures: dict, sources: Sources) -> Episod
         "generate_source": sources.ids[choice].astype(np.float32),
         "generate_frames": np.stack([cuts[np.arange(count), np.arange(count)],
                                      cuts[np.arange(count), np.arange(count) + 1]], -1).astype(np.float32),
-        "generate_transform": figures["transform"][j].astype(np.float32),
+        "generate_transform": figures["transform"][k].astype(np.float32),
     }  # fmt: skip
     ids = {"env_id": 0, "episode_id": j}
     obs, nxt = dict(episode.obs), dict(episode.next)
@@ -370,14 +452,15 @@ def _traced(episode: Episode, j: int, figures: dict, sources: Sources) -> Episod
                                params={**episode.params, **trace})  # fmt: skip
 
 
-def _write(env, source_manifest: dict, source: str, scratch: str, out: str, figures: dict, sources: Sources,
-           cutoff: int, *, success: bool, settings: dict) -> int:  # fmt: skip
-    """Write the successful (or failed) attempts below ``cutoff`` of the scratch run into the new run ``out``, in
+def _write(env, source_manifest: dict, source: str, scratch: str, out: str, figures: dict, sources: Sources, *,
+           success: bool, settings: dict) -> int:  # fmt: skip
+    """Write the successful (or failed) attempts of ``figures`` from the scratch run into the new run ``out``, in
     attempt order; the count written."""
     manifest = read_manifest(scratch)
     reader = format_of(manifest).open(scratch, manifest)
     index = {tuple(reader.ids(k)[:2]): k for k in range(len(reader))}
-    chosen = [j for j in range(cutoff) if figures["ended"][j] and bool(figures["success"][j]) == success]
+    cutoff = figures["attempts"]
+    chosen = [k for k in range(cutoff) if figures["ended"][k] and bool(figures["success"][k]) == success]
     keys = [index[(int(figures["worlds"][j]), int(figures["episode_ids"][j]))] for j in chosen]
     options = EpisodeReadOptions(state=True)
     by_key = dict(zip(keys, chosen, strict=True))
@@ -413,6 +496,7 @@ def _write(env, source_manifest: dict, source: str, scratch: str, out: str, figu
                 "source_episodes": sources.indices,
                 "skipped": [s.line(source) for s in sources.skipped],
                 "subtasks": [s.name for s in env.task.plan.subtasks],
+                "first_attempt": figures["first"],
                 "attempts": cutoff,
                 "successes": int(figures["success"].sum()),
                 "outcome": "success" if success else "failure",
