@@ -24,7 +24,7 @@ NAMES = {
     "evaluate": "forge_gpu._src.evaluate.run",
     "Evaluation": "forge_gpu._src.evaluate.figures",
     "generate": "forge_gpu._src.generate.run",
-    "GenerationSummary": "forge_gpu._src.generate.run",
+    "GenerationSummary": "forge_gpu._src.generate.generation",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -31,7 +31,7 @@ from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.files import new_partial, partial_path, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
-from forge_gpu._src.generate.run import GenerationSummary, Settings, summarize
+from forge_gpu._src.generate.generation import GenerationSummary, Settings, summarize
 from forge_gpu._src.tasks.taskfile import stored
 
 _POLL = 0.2
@@ -53,7 +53,7 @@ class _Worker:
     def prepare(self) -> dict:
         """Build the generation (the env, the cut sources): what the summary needs of it."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the actors
-        from forge_gpu._src.generate.run import Generation
+        from forge_gpu._src.generate.generation import Generation
 
         g = self.generation = Generation(self.source, self.settings)
         return {
