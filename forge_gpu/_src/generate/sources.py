@@ -160,16 +160,18 @@ def _cut_batch(env, batch: list[Episode], count: int) -> np.ndarray:
     never ends), from the flags of every restored frame."""
     n = env.num_envs
     index = np.minimum(np.arange(n), len(batch) - 1)  # worlds past the batch repeat its last episode
-    lengths = np.array([batch[i].steps + 1 for i in index])
+    lengths = np.array([e.steps + 1 for e in batch])
+    longest = int(lengths.max())
     own = env.spec.get("params") or {}
     params = {name: np.stack([np.asarray(batch[i].params[name], np.float32) for i in index]) for name in own}
-    flags = np.zeros((int(lengths.max()), n, count), bool)
+    # Each state entry as [episode, frame, ...], an episode's last frame repeated past its end.
+    frames = np.minimum(np.arange(longest)[None, :], lengths[:, None] - 1)
+    states = {name: np.stack([e.state[name][f] for e, f in zip(batch, frames, strict=True)])
+              for name in env.state_fields}  # fmt: skip
+    flags = np.zeros((longest, n, count), bool)
     env.task.subtask_hold.zero_()
-    for f in range(int(lengths.max())):
-        at = np.minimum(f, lengths - 1)
-        state = {name: np.stack([batch[i].state[name][t] for i, t in zip(index, at, strict=True)])
-                 for name in env.state_fields}  # fmt: skip
-        env.restore(state, params if f == 0 else None)
+    for f in range(longest):
+        env.restore({name: array[index, f] for name, array in states.items()}, params if f == 0 else None)
         flags[f] = env.task.subtask_flags.numpy()[:, :count]
     cuts = np.full((len(batch), count + 1), -1, np.int64)
     cuts[:, 0] = 0
