@@ -49,9 +49,9 @@ def _tcp_and_cube(episode):
 
 
 def test_a_source_episode_is_cut_where_its_conditions_first_hold(generated, lift_source):
-    """Each source episode's grasp ends at the first frame the tcp has been within 2 cm of the cube's centre for
-    0.3 s (lift.toml's condition, computed here from the recorded state), lift at the episode's last frame (the
-    task's success); the run records where it cut each of its sources."""
+    """Each source episode's grasp ends at the first frame the cube's centre has been above 4.5 cm for 0.1 s
+    (lift.toml's condition, computed here from the recorded state), lift at the episode's last frame (the task's
+    success); the run records where it cut each of its sources."""
     out, summary = generated
     manifest = forge_gpu.reading.open_run(out).manifest
     assert summary.sources == 4 and not summary.skipped
@@ -62,12 +62,12 @@ def test_a_source_episode_is_cut_where_its_conditions_first_hold(generated, lift
     assert frames
     assert manifest["generated_from"]["source_episodes"] == [0, 1, 2, 3]
     for e in _episodes(lift_source):
-        tcp, cube = _tcp_and_cube(e)
-        near = np.linalg.norm(tcp[:, :3] - cube[:, :3], axis=1) < 0.02
-        run = np.zeros(len(near), int)
-        for f in range(len(near)):
-            run[f] = (run[f - 1] + 1 if f else 1) if near[f] else 0
-        grasp = int(np.flatnonzero(run * 0.02 >= 0.3 - 0.01)[0])
+        _, cube = _tcp_and_cube(e)
+        above = cube[:, 2] > 0.045
+        run = np.zeros(len(above), int)
+        for f in range(len(above)):
+            run[f] = (run[f - 1] + 1 if f else 1) if above[f] else 0
+        grasp = int(np.flatnonzero(run * 0.02 >= 0.1 - 0.01)[0])
         for s, expected in enumerate([[0, grasp], [grasp, e.steps]]):
             assert all(cut == expected for cut in frames.get((e.env_id, e.episode_id, s), []))
 

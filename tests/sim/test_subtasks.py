@@ -25,14 +25,14 @@ def test_the_grasping_tasks_ship_their_subtasks(task, expected):
     config = forge_gpu.sim.task_config(task)
     plan = TASKS[task](config).plan
     assert [(s.name, s.kind, s.object, s.count) for s in plan.subtasks] == expected
-    assert [r.stage for r in plan.subtask_rows] == ["subtasks"] and plan.subtask_rows[0].hold == pytest.approx(0.3)
+    assert [r.stage for r in plan.subtask_rows] == ["subtasks"] and plan.subtask_rows[0].hold == pytest.approx(0.1)
 
 
 def test_forge_gpu_tasks_shows_the_subtasks(capsys):
     """One line per subtask: its name, what it is relative to and what ends it."""
     assert main(["tasks", "place"]) == 0
     out = capsys.readouterr().out
-    assert "subtask grasp (relative to body cube): ends when body_distance_below [0.02] held 0.3 s" in out
+    assert "subtask grasp (relative to body cube): ends when body_above [0.045] held 0.1 s" in out
     assert "subtask carry_and_release (relative to target region): ends when the task's success" in out
 
 

@@ -93,7 +93,7 @@ class GenerationSummary:
         ]
         for name, reached, failed in zip(self.subtasks, self.reached, self.failed_in, strict=True):
             share = reached / self.attempts if self.attempts else 0.0
-            out.append(f"{'  subtask ' + name:<22}reached {reached} ({share:.1%}); failed in it {failed}")
+            out.append(f"  subtask {name}: reached {reached} ({share:.1%}), failed in it {failed}")
         out += [
             f"{'sources':<22}{self.sources} used, {len(self.skipped)} skipped",
             *[f"  {line}" for line in self.skipped],
