@@ -1,6 +1,7 @@
 """forge_gpu.recording: collecting and writing runs: ``collect`` (and on Ray ``collect_distributed``, which writes
 a dataset root), the recorders and their one options object, the transport, the re-simulation ``replay``, and
-``evaluate`` (a policy scored over exactly N keyed episodes)."""
+``evaluate`` (a policy scored over exactly N keyed episodes), and ``generate`` (many demonstrations from a few, by
+their subtasks)."""
 
 from forge_gpu._surface import lazy_names
 
@@ -22,6 +23,8 @@ NAMES = {
     "NpzRecorder": "forge_gpu._src.formats.npz.write",
     "evaluate": "forge_gpu._src.evaluate.run",
     "Evaluation": "forge_gpu._src.evaluate.figures",
+    "generate": "forge_gpu._src.generate.run",
+    "GenerationSummary": "forge_gpu._src.generate.generation",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -20,17 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # The rule. Each layer with the layers its modules may import: its own and the ones below it. Two branches
 # grow from core: the data side (core < recording < formats < reading < curation, export; curation and export,
 # side by side, both read runs and neither takes the other) and the simulation side (core < sim < tasks < collect <
-# evaluate < machine; rl beside tasks, on sim alone; teleop on collect: a person's episodes recorded as collect
-# records a policy's). sim is the engine (the env, the step, the solver, cameras,
-# policies' execution) and the Task interface it steps; tasks are what it steps (the task-file system, the shipped
-# tasks and their experts, the catalog, make). collect is where the two branches meet (it makes the recorder its
-# stepping loop appends to), so it also takes recording and formats; nothing on the data side takes the simulation
-# side. The Warp kernels (forge_gpu.kernels) are launched by the packages of the same concept names: sim, tasks,
-# evaluate and machine (doctor). The command line and the public surface (forge_gpu's __init__ and __main__) are on
-# top and may import anything.
+# evaluate < generate < machine; rl beside tasks, on sim alone; teleop on collect: a person's episodes recorded as
+# collect records a policy's). sim is the engine (the env, the step, the solver, cameras, policies' execution) and the
+# Task interface it steps; tasks are what it steps (the task-file system, the shipped tasks and their experts, the
+# catalog, make). collect is where the two branches meet (it makes the recorder its stepping loop appends to), so it
+# also takes recording and formats; nothing on the data side takes the simulation side. The Warp kernels
+# (forge_gpu.kernels) are launched by the packages of the same concept names: sim, tasks, evaluate, generate and
+# machine (doctor). The command line and the public surface (forge_gpu's __init__ and __main__) are on top and may
+# import anything.
 LAYERS = (
     *("core", "recording", "formats", "reading", "curation", "export", "testing"),
-    *("kernels", "sim", "tasks", "rl", "collect", "evaluate", "machine", "teleop", "cli", "public"),
+    *("kernels", "sim", "tasks", "rl", "collect", "evaluate", "generate", "machine", "teleop", "cli", "public"),
 )
 READING = {"core", "recording", "formats", "reading"}
 SIMULATION = {"core", "sim", "tasks", "kernels"}
@@ -49,6 +49,8 @@ MAY_IMPORT = {
     "rl": {"core", "sim", "rl"},
     "collect": COLLECT,
     "evaluate": COLLECT | {"evaluate", "kernels"},
+    # generation's attempts are an evaluation's keyed episodes, recorded through collect; its kernel is its own
+    "generate": COLLECT | {"evaluate", "generate", "kernels"},
     "machine": COLLECT | {"evaluate", "machine", "kernels"},
     "teleop": COLLECT | {"teleop"},
     "cli": set(LAYERS),

@@ -1,7 +1,7 @@
-"""The ``forge-gpu`` command, its twenty subcommands: collect, evaluate, replay, tasks, check-model, doctor,
-precompile (simulate); inspect, verify, render, repair, convert, export, stats (read runs); select, merge, split
-(write runs of other runs' episodes); report, view (show a run to a person); teleop (a person drives a task; the
-episodes kept are a run). tests/cli/test_cli.py checks that this list names every subcommand.
+"""The ``forge-gpu`` command, its twenty-one subcommands: collect, evaluate, replay, generate, tasks, check-model,
+doctor, precompile (simulate); inspect, verify, render, repair, convert, export, stats (read runs); select, merge,
+split (write runs of other runs' episodes); report, view (show a run to a person); teleop (a person drives a task;
+the episodes kept are a run). tests/cli/test_cli.py checks that this list names every subcommand.
 
 Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (nothing is created),
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
@@ -9,11 +9,11 @@ when the reader of its output stopped early (``forge-gpu inspect RUN | head``), 
 
 The code is in twelve modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
 recording flags, one per ``RecordingOptions`` field); the commands that simulate, one module each: ``_collect``,
-``_evaluate``, ``_replay``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy options) and
-``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect, verify, render,
-repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes: select, merge,
-split), ``_look`` (the commands that show a run to a person: report, view) and ``_teleop`` (teleop). Only the
-simulating commands import Warp and Newton, and only when they run.
+``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy
+options) and ``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect,
+verify, render, repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes:
+select, merge, split), ``_look`` (the commands that show a run to a person: report, view) and ``_teleop`` (teleop).
+Only the simulating commands import Warp and Newton, and only when they run.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ._common import UsageError
 from ._curate import add_curate_parsers
 from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
 from ._evaluate import cmd_evaluate
+from ._generate import add_generate_parser
 from ._look import add_look_commands
 from ._machine import cmd_doctor, cmd_precompile
 from ._policy import add_policy_options
@@ -169,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         "factory); without it such a run is refused, naming that code",
     )
     y.set_defaults(func=cmd_replay)
+
+    add_generate_parser(sub)  # generate (cli/_generate.py)
 
     t = sub.add_parser("tasks", help="list the tasks, or describe one: its model, terms and fields")
     t.add_argument("task", nargs="?", default=None, help="a task id or task file (default: list every task)")

@@ -440,4 +440,4 @@ def test_the_command_lines_docstring_names_every_subcommand():
     commands = set(build_parser()._subparsers._group_actions[0].choices)
     listed = forge_gpu.cli.__doc__.split("\n\n")[0]
     named = set(re.findall(r"[a-z][a-z-]*", listed)) & commands
-    assert named == commands and len(commands) == 20, sorted(commands - named)
+    assert named == commands and len(commands) == 21, sorted(commands - named)

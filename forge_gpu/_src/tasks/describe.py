@@ -7,6 +7,7 @@ from pathlib import Path
 
 from forge_gpu._src.core.cameras import FRONT, camera_fields
 from forge_gpu._src.tasks.catalog import TASKS, resolve_task
+from forge_gpu._src.tasks.taskfile import subtasks
 from forge_gpu._src.tasks.taskfile.model import model_file
 from forge_gpu._src.tasks.taskfile.task import FileTask
 from forge_gpu._src.tasks.taskfile.term_rows import POLICY
@@ -75,6 +76,8 @@ def describe_task(name: str, variant: str = "", overrides: dict | None = None) -
             for row in plan.rows:
                 if row.stage == stage:
                     lines.append(f"    {stage[:-1] if stage == 'terminations' else stage}: {_term(row)}")
+        for subtask in plan.subtasks:
+            lines.append(subtasks.describe(subtask, plan.subtask_rows, _term))
         if p.values:
             lines.append("  params: " + ", ".join(f"{k} = {v!r}" for k, v in p.values.items()))
         offered = compose(p.file).variants

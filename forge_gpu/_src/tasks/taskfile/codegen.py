@@ -36,7 +36,7 @@ def cache_dir() -> Path:
 def source_of(plan: Plan) -> str:
     """The Python source of the plan's observe kernel."""
     imports, aliases = [], {}
-    for row in plan.rows:
+    for row in plan.all_rows:
         key = (row.func.func.__module__, row.func.key)
         if key not in aliases:
             aliases[key] = f"term_{len(aliases)}"
@@ -91,19 +91,51 @@ def source_of(plan: Plan) -> str:
     for stage, flag in (("terminations", "done"), ("success", "ok")):
         if required[stage]:
             body.append(f"    {flag} = {'(' + flag + ') and ' if optional[stage] else ''}all_{flag}")
+    body += _subtask_lines(plan, aliases)
     body += [
         "    reward_out[worldid] = reward",
         "    terminated_out[worldid] = done or ok",
         "    success_out[worldid] = ok",
     ]
     groups = "".join(f"    group_{g}: wp.array2d[float],\n" for g in plan.groups)
+    subtasks = "    subtask_hold: wp.array2d[float],\n    subtask_out: wp.array2d[wp.bool],\n" if plan.subtasks else ""
     signature = (
         "@wp.kernel\ndef observe_kernel(\n    f: Frame,\n    reset_mask: wp.array[wp.bool],\n"
         f"    proprio: wp.array2d[float],\n{groups}    reward_terms: wp.array2d[float],\n"
         "    reward_out: wp.array[float],\n"
-        "    terminated_out: wp.array[wp.bool],\n    success_out: wp.array[wp.bool],\n):"
+        f"    terminated_out: wp.array[wp.bool],\n    success_out: wp.array[wp.bool],\n{subtasks}):"
     )
     return "\n".join([_HEADER, *imports, "", "", signature, *body, ""])
+
+
+def _subtask_lines(plan: Plan, aliases: dict) -> list[str]:
+    """Each subtask's flag ``subtask_out[worldid, s]``: all its conditions hold (each with its ``hold`` timer in
+    ``subtask_hold[worldid, k]``), or, for a last subtask without conditions, the task's success. The timers are
+    not the task's recorded state: 0 at a reset, and a restored frame counts as the next one (a source episode
+    restored frame by frame advances them as its steps did)."""
+    lines = []
+    offset = len(plan.rows)
+    for s, subtask in enumerate(plan.subtasks):
+        if subtask.count == 0:
+            lines.append(f"    subtask_out[worldid, {s}] = ok")
+            continue
+        lines.append("    all_sub = bool(True)")
+        for k in range(subtask.first, subtask.first + subtask.count):
+            row = plan.subtask_rows[k]
+            lines.append(f"    held = {aliases[(row.func.func.__module__, row.func.key)]}(f, worldid, {offset + k})")
+            if row.hold > 0.0:
+                lines += [
+                    "    if reset_mask[worldid] and f.hold_keep == 0:",
+                    f"        subtask_hold[worldid, {k}] = 0.0",
+                    "    elif held:",
+                    f"        subtask_hold[worldid, {k}] = subtask_hold[worldid, {k}] + f.dt",
+                    "    else:",
+                    f"        subtask_hold[worldid, {k}] = 0.0",
+                    f"    held = held and subtask_hold[worldid, {k}] >= {row.hold!r} - 0.5 * f.dt",
+                ]
+            lines.append("    all_sub = all_sub and held")
+        lines.append(f"    subtask_out[worldid, {s}] = all_sub")
+    return lines
 
 
 def observe_kernel(plan: Plan):

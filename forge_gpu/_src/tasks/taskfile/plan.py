@@ -32,6 +32,7 @@ from forge_gpu._src.tasks.taskfile.model import (
     user_module,
 )
 from forge_gpu._src.tasks.taskfile.objects import object_entries
+from forge_gpu._src.tasks.taskfile.subtasks import Subtask, subtask_entries
 from forge_gpu._src.tasks.taskfile.targets import target_entries
 from forge_gpu._src.tasks.taskfile.term_rows import POLICY, Row, Scope, term_row
 
@@ -97,6 +98,16 @@ class Plan:
     float32 field of that name, e.g. ``critic``)."""
     ik: dict | None = None
     """``[action] kind = "ee_delta"``: the IK's tables (``ee_action.ee_columns``); None for the other kinds."""
+    subtasks: list[Subtask] = field(default_factory=list)
+    """``[[subtasks]]`` in order (``subtasks.subtask_entries``)."""
+    subtask_rows: list[Row] = field(default_factory=list)
+    """The subtasks' conditions, in order (stage ``subtasks``); the observe kernel reads them after ``rows`` in the
+    term tables (row ``len(rows) + k``)."""
+
+    @property
+    def all_rows(self) -> list[Row]:
+        """``rows`` then ``subtask_rows``: the term tables' rows."""
+        return [*self.rows, *self.subtask_rows]
 
 
 def plan_task(params, source: str) -> Plan:
@@ -208,8 +219,11 @@ def plan_task(params, source: str) -> Plan:
             if r.func is terms.REWARDS["energy"].func:
                 raise ValueError(f"{source}: {r.stage}: term 'energy' reads joint torques; kind = "
                                  f"'{ee_action.KIND}' has none (its columns are a pose change)")  # fmt: skip
+    has_success = any(r.stage == "success" for r in rows)
+    target_names = [t["name"] for t in targets]
+    subtasks, subtask_rows = subtask_entries(getattr(params, "subtasks", []), scope, target_names, has_success)
     pairs: list[tuple[int, int]] = []
-    for row in rows:  # each pair of bodies that a contact-pair term reads: one column of Frame.touch
+    for row in [*rows, *subtask_rows]:  # each pair of bodies that a contact-pair term reads: one column of Frame.touch
         if row.pair:
             key = tuple(sorted(row.ints[1:3]))
             if key not in pairs:
@@ -237,8 +251,9 @@ def plan_task(params, source: str) -> Plan:
         zero_on_termination=reward.get("zero_on_termination", False), action_state=action_state,
         noise_state=any(r.noise for r in rows), cameras=[c for c in cameras if c["enabled"]], root_body=root_body,
         partial_root=partial,
-        contact=any(r.contact for r in rows), targets=targets, action_relative=relative, groups=groups,
-        objects=objects, follow=follow, ik=ik, pairs=pairs,
+        contact=any(r.contact for r in [*rows, *subtask_rows]), targets=targets, action_relative=relative,
+        groups=groups,
+        objects=objects, follow=follow, ik=ik, pairs=pairs, subtasks=subtasks, subtask_rows=subtask_rows,
     )  # fmt: skip
 
 

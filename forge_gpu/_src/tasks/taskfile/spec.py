@@ -31,7 +31,7 @@ from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
     "instruction_template", "expert", "module", "environment_state", "targets", "shape_colors", "palette", "objects",
-    "observation_noise",
+    "observation_noise", "subtasks",
 )  # fmt: skip
 """The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
@@ -61,6 +61,10 @@ class FileParams:
     ``zero_on_termination`` (default false: a step that a ``[[terminations]]`` condition ends pays 0)."""
     terminations: list = field(default_factory=list)
     success: list = field(default_factory=list)
+    subtasks: list = field(default_factory=list)
+    """``[[subtasks]]``: the task's object-centric subtasks in order (``subtasks.subtask_entries``): each a name,
+    the object its motion is relative to and the conditions that end it; demonstration generation cuts and
+    moves source episodes by them."""
     instruction_template: dict = field(default_factory=dict)
     expert: dict = field(default_factory=dict)
     module: str = ""

@@ -178,6 +178,9 @@ class FileTask(Task):
         self.noise_key = wp.zeros((n, 2), dtype=float, device=device)
         self.reward_terms = wp.zeros((n, max(len(plan.reward_names), 1)), dtype=float, device=device)
         self.success = wp.zeros(n, dtype=wp.bool, device=device)
+        self.subtask_flags = wp.zeros((n, max(len(plan.subtasks), 1)), dtype=wp.bool, device=device)
+        """Per world and subtask: its conditions hold this frame (``[[subtasks]]``; bool [N, S])."""
+        self.subtask_hold = wp.zeros((n, max(len(plan.subtask_rows), 1)), dtype=float, device=device)
         self.groups = {g: wp.zeros((n, width), dtype=float, device=device) for g, width in plan.groups.items()}
         """Each observation group beyond ``policy`` (``proprio``): its own field."""
         ti, tf = term_tables(plan)
@@ -195,7 +198,7 @@ class FileTask(Task):
         frame.ti, frame.tf = wp.array(ti, dtype=int, device=device), wp.array(tf, dtype=float, device=device)
         frame.seed, frame.noise_key = world.seed, self.noise_key
         frame.body_com = world.model.body_com.reshape((n, bodies))
-        points = np.asarray([r.point for r in plan.rows], np.float32).reshape(-1, terms.TP_WIDTH)
+        points = np.asarray([r.point for r in plan.all_rows], np.float32).reshape(-1, terms.TP_WIDTH)
         frame.tp, frame.root_body = wp.array(points, dtype=float, device=device), plan.root_body
         frame.dt = float(world.config.control_dt)
         self.contacts = ContactTimers(world, plan, bodies) if plan.contact else None
@@ -446,7 +449,8 @@ class FileTask(Task):
             dim=world.num_envs,
             inputs=[self.frame, world.reset_mask],
             outputs=[world.proprio, *self.groups.values(), self.reward_terms, world.task_reward, world.task_terminated]
-            + [self.success],
+            + [self.success]
+            + ([self.subtask_hold, self.subtask_flags] if self.plan.subtasks else []),
             device=world.device,
         )
         if self.file_cameras is not None:
@@ -493,12 +497,13 @@ def _spec(config, plan: Plan) -> TaskSpec:
 
 
 def term_tables(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """The ``ti`` and ``tf`` tables of the plan's rows (one row per term), zero-padded."""
-    ni = max(len(r.ints) for r in plan.rows)
-    nf = max(len(r.floats) for r in plan.rows)
-    ti = np.zeros((len(plan.rows), ni), np.int32)
-    tf = np.zeros((len(plan.rows), nf), np.float32)
-    for t, r in enumerate(plan.rows):
+    """The ``ti`` and ``tf`` tables of the plan's rows, then its subtasks' (one row per term), zero-padded."""
+    rows = plan.all_rows
+    ni = max(len(r.ints) for r in rows)
+    nf = max(len(r.floats) for r in rows)
+    ti = np.zeros((len(rows), ni), np.int32)
+    tf = np.zeros((len(rows), nf), np.float32)
+    for t, r in enumerate(rows):
         ti[t, : len(r.ints)] = r.ints
         tf[t, : len(r.floats)] = r.floats
     return ti, tf

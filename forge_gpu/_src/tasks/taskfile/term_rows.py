@@ -105,10 +105,10 @@ class _Term:
     declared: Any = None
 
 
-def term_row(stage: str, i: int, entry, library: dict, scope: Scope) -> Row:
+def term_row(stage: str, i: int, entry, library: dict, scope: Scope, where: str = "") -> Row:
     """The :class:`Row` of the ``i``-th entry of ``stage``: a term of ``library`` or of the user's module, every
-    key checked, every name bound to the model."""
-    source, where = scope.source, f"{stage}[{i}]"
+    key checked, every name bound to the model; ``where`` names the entry in messages (default ``STAGE[i]``)."""
+    source, where = scope.source, where or f"{stage}[{i}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("term"), str):
         raise ValueError(f'{source}: {where} = {entry!r}: expected a table with term = "<name>"')
     name = entry["term"]

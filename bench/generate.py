@@ -1,0 +1,108 @@
+"""Demonstration generation: yield and rate from 10 source demonstrations, against the expert's collection.
+
+Per task (lift, stack, place): 10 source episodes of the scripted expert with extra noise (a stand-in for human
+demonstrations: a grasp point off by up to 8 mm, 3 mm of noise on each step's move), then
+``forge_gpu.recording.generate`` of N successful episodes from them at E envs; the yield (successes per attempt),
+per subtask the attempts that reached it and the failures in it, attempts/s and the generation's env-steps/s; and
+the expert's own collection of N episodes at the same E envs (env-steps/s, episodes/s). Cameras off.
+
+python bench/generate.py                               # lift, stack, place: 1,000 each at 16 envs, on the CPU
+python bench/generate.py --smoke                       # seconds-long check that every figure is produced
+python bench/generate.py --episodes 1000 --envs 1024 --device cuda:0
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import add_set_option, machine, save, table
+
+SOURCE_NOISE = {"params.expert.position_noise": 0.008, "params.expert.action_noise": 0.003}
+"""The expert's extra noise for the source demonstrations (the shipped files: 4 mm and 1 mm)."""
+
+
+def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str) -> dict:
+    import forge_gpu
+
+    folder = Path(tempfile.mkdtemp(prefix=f"generate-{task}-", dir=parent))
+    try:
+        source = folder / "source"
+        env = forge_gpu.sim.make(task, num_envs=min(num_envs, sources), device=device, seed=100,
+                                 **overrides, **SOURCE_NOISE)  # fmt: skip
+        forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(source), episodes=sources)
+        del env
+        summary = forge_gpu.recording.generate(source, folder / "generated", episodes=episodes, num_envs=num_envs,
+                                               device=device, task=task, overrides=overrides)  # fmt: skip
+        env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, seed=7, **overrides)
+        expert = forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(folder / "expert"),
+                                             episodes=episodes)  # fmt: skip
+        generation_rate = summary.env_steps / summary.seconds
+        expert_rate = expert.env_steps / expert.seconds
+        row = {
+            "task": task,
+            "device": str(env.device),
+            "num_envs": num_envs,
+            "sources_used": summary.sources,
+            "episodes": summary.episodes,
+            "attempts": summary.attempts,
+            "yield": summary.yield_,
+            "attempts_per_s": summary.attempts_per_s,
+            "generate_env_steps_per_s": generation_rate,
+            "expert_env_steps_per_s": expert_rate,
+            "expert_episodes_per_s": expert.episodes / expert.seconds,
+            "rate_ratio": generation_rate / expert_rate,
+        }
+        for name, reached, failed in zip(summary.subtasks, summary.reached, summary.failed_in, strict=True):
+            row[f"reached_{name}"] = reached / summary.attempts
+            row[f"failed_in_{name}"] = failed
+        return row
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    import warp as wp
+
+    import forge_gpu
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["lift", "stack", "place"])
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--episodes", type=int, default=1000, help="successful episodes generated per task")
+    parser.add_argument("--sources", type=int, default=10, help="source demonstrations per task")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
+    parser.add_argument("--record-dir", default=None, help="where the runs are written (removed after)")
+    add_set_option(parser, "config override passed to make and generate (default params.render=false)")
+    parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    args = parser.parse_args(argv)
+    wp.config.quiet = True
+    device = args.device or forge_gpu.sim.default_device()
+    if args.smoke:
+        args.envs, args.episodes, args.sources = 4, 4, 4
+    overrides = dict(args.overrides) or {"params.render": False}
+    parent = args.record_dir or tempfile.gettempdir()
+    rows = []
+    for task in args.tasks:
+        began = time.perf_counter()
+        rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent))
+        print(table(rows[-1:], list(rows[-1])), f"\n({time.perf_counter() - began:.0f} s)", flush=True)
+    columns = ["task", "device", "num_envs", "sources_used", "episodes", "attempts", "yield", "attempts_per_s",
+               "generate_env_steps_per_s", "expert_env_steps_per_s", "rate_ratio"]  # fmt: skip
+    subtask_columns = sorted({k for r in rows for k in r if k.startswith(("reached_", "failed_in_"))})
+    md = "## Demonstration generation against the expert's collection\n\n" + table(rows, columns)
+    md += "\n\n### Per subtask\n\n" + table(rows, ["task", *subtask_columns])
+    path = save("generate", {"machine": machine(), "overrides": overrides, "source_noise": SOURCE_NOISE,
+                             "rows": rows}, md, args.out)  # fmt: skip
+    print(md)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""generate: source episodes cut at the frames their subtasks' conditions first hold, segments moved into the frame
+of the object where it is now, attempts keyed by index whatever the number of envs, every generated episode traced
+to its source, failures kept out of the run, and bad arguments refused in one line."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import forge_gpu
+from forge_gpu._src.generate.follower import Follower, task_arm
+from forge_gpu._src.generate.sources import Sources, compose, inverse
+from forge_gpu._src.tasks.taskfile.model import probe, sites
+from forge_gpu.cli import main
+
+ALL = forge_gpu.reading.EpisodeReadOptions(state=True)
+SMALL = {"params.render": False, "max_steps": 250}
+
+
+def _episodes(path):
+    run = forge_gpu.reading.open_run(path)
+    return list(run.read(list(range(len(run))), ALL))
+
+
+@pytest.fixture(scope="module")
+def lift_source(tmp_path_factory):
+    """Four lift demonstrations of the scripted expert (the source), without cameras, at most 250 steps."""
+    path = tmp_path_factory.mktemp("lift") / "source"
+    env = forge_gpu.sim.make("lift", num_envs=4, device="cpu", seed=1, **SMALL)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(path), episodes=4)
+    return path
+
+
+@pytest.fixture(scope="module")
+def generated(lift_source, tmp_path_factory):
+    """Three lift demonstrations generated from the source at 4 envs."""
+    out = tmp_path_factory.mktemp("gen") / "run"
+    summary = forge_gpu.recording.generate(lift_source, out, episodes=3, num_envs=4, seed=3, device="cpu")
+    return out, summary
+
+
+def _tcp_and_cube(episode):
+    """The tcp's world pose and the cube's at every frame of ``episode`` (from its recorded body state)."""
+    task = forge_gpu.sim.make("lift", num_envs=1, device="cpu", **SMALL).task
+    body, offset = sites(probe(task.file.model, task.file.file))["tcp"]
+    body_q = episode.state["body_q"].astype(np.float64)
+    tcp = compose(body_q[:, body], np.broadcast_to(np.asarray(offset, np.float64), body_q[:, body].shape))
+    return tcp, body_q[:, task.plan.body_names.index("cube")]
+
+
+def test_a_source_episode_is_cut_where_its_conditions_first_hold(generated, lift_source):
+    """Each source episode's grasp ends at the first frame the cube's centre has been above 4.5 cm for 0.1 s
+    (lift.toml's condition, computed here from the recorded state), lift at the episode's last frame (the task's
+    success); the run records where it cut each of its sources."""
+    out, summary = generated
+    manifest = forge_gpu.reading.open_run(out).manifest
+    assert summary.sources == 4 and not summary.skipped
+    frames = {}  # (source, subtask) -> the frames its segment spans
+    for e in _episodes(out):
+        for s, (ids, cut) in enumerate(zip(e.params["generate_source"], e.params["generate_frames"], strict=True)):
+            frames.setdefault((*ids.astype(int).tolist(), s), []).append(cut.astype(int).tolist())
+    assert frames
+    assert manifest["generated_from"]["source_episodes"] == [0, 1, 2, 3]
+    for e in _episodes(lift_source):
+        _, cube = _tcp_and_cube(e)
+        above = cube[:, 2] > 0.045
+        run = np.zeros(len(above), int)
+        for f in range(len(above)):
+            run[f] = (run[f - 1] + 1 if f else 1) if above[f] else 0
+        grasp = int(np.flatnonzero(run * 0.02 >= 0.1 - 0.01)[0])
+        for s, expected in enumerate([[0, grasp], [grasp, e.steps]]):
+            assert all(cut == expected for cut in frames.get((e.env_id, e.episode_id, s), []))
+
+
+def test_a_segment_moved_into_the_objects_frame_lands_on_the_object(generated, lift_source):
+    """A segment that holds the tcp 3 cm above the source's cube, moved into the frame of each world's cube (placed
+    elsewhere at every reset), brings the tcp within 3 mm of that pose above the cube once the IK has settled; the
+    generated run's recorded transforms are the cube's pose now against its pose at the segment's start."""
+    out, _ = generated
+    source = _episodes(lift_source)[0]
+    s_tcp, s_cube = _tcp_and_cube(source)
+    hover = s_tcp[0].copy()
+    hover[:3] = s_cube[0, :3] + [0.0, 0.0, 0.03]
+    frames = 60
+    sources = Sources(run="synthetic", indices=[0], ids=np.zeros((1, 2), np.int64),
+                      cuts=np.array([[0, frames - 1, frames]]), starts=np.zeros(1, np.int64),
+                      poses=np.tile(hover, (frames + 1, 1)).astype(np.float32),
+                      grip=np.full(frames + 1, 0.08, np.float32),
+                      objects=np.stack([s_cube[0], s_cube[0]])[None].astype(np.float32))  # fmt: skip
+    env = forge_gpu.sim.make("lift", num_envs=4, device="cpu", seed=5, **SMALL)
+    follower = Follower(env, sources, task_arm(env.task), attempts=4, select="random", interpolation_steps=20,
+                        action_noise=0.0)  # fmt: skip
+    env.reset()
+    for _ in range(2 * frames):  # the segment, then its last pose held while the drives settle
+        env.step(follower(env.observation))
+    task = env.task
+    body, offset = sites(probe(task.file.model, task.file.file))["tcp"]
+    body_q = task.frame.body_q.numpy().astype(np.float64)
+    tcp = compose(body_q[:, body], np.broadcast_to(np.asarray(offset, np.float64), (4, 7)))
+    cube = body_q[:, task.plan.body_names.index("cube")]
+    goal = compose(compose(cube, np.broadcast_to(inverse(s_cube[0]), (4, 7))), np.broadcast_to(hover, (4, 7)))
+    assert np.ptp(cube[:, 0]) > 0.02  # the cubes are in different places
+    assert np.linalg.norm(tcp[:, :3] - goal[:, :3], axis=1).max() < 0.003
+    sources_by_id = {(e.env_id, e.episode_id): e for e in _episodes(lift_source)}
+    for e in _episodes(out):
+        _, g_cube = _tcp_and_cube(e)
+        _, their_cube = _tcp_and_cube(sources_by_id[tuple(int(v) for v in e.params["generate_source"][0])])
+        expected = compose(g_cube[0], inverse(their_cube[0]))
+        np.testing.assert_allclose(e.params["generate_transform"][0][:3], expected[:3], atol=1e-4)
+
+
+def test_the_trace_reproduces_the_path(generated, lift_source):
+    """A generated episode's recorded source, frames and transform give the path its tcp followed: the source's tcp
+    poses moved by the transform, within 2 cm at the median step of each segment (the drives lag the commanded
+    poses, most right after the interpolation)."""
+    out, _ = generated
+    sources = {(e.env_id, e.episode_id): e for e in _episodes(lift_source)}
+    for e in _episodes(out):
+        tcp, _ = _tcp_and_cube(e)
+        at = 0
+        trace = zip(e.params["generate_source"], e.params["generate_frames"].astype(int),
+                    e.params["generate_transform"].astype(np.float64), strict=True)  # fmt: skip
+        for ids, (first, last), transform in trace:
+            s_tcp, _ = _tcp_and_cube(sources[tuple(int(v) for v in ids)])
+            path = compose(np.broadcast_to(transform, (last - first + 1, 7)), s_tcp[first : last + 1])
+            steps = min(last - first, e.steps - at - 5)
+            followed = tcp[at + 5 : at + 5 + steps + 1, :3]
+            error = np.linalg.norm(followed - path[: steps + 1, :3], axis=1)
+            assert np.median(error) < 0.02
+            at += 5 + last - first
+
+
+def test_the_same_seed_gives_the_same_episodes_at_4_and_16_envs(generated, lift_source, tmp_path):
+    """The run holds the first N successful attempts by index, each keyed by (seed, its index): at 16 envs the
+    episodes are those of 4 envs, action for action."""
+    out, summary = generated
+    other = forge_gpu.recording.generate(lift_source, tmp_path / "wide", episodes=3, num_envs=16, seed=3, device="cpu")
+    assert (other.attempts, other.successes) == (summary.attempts, summary.successes)
+    for a, b in zip(_episodes(out), _episodes(tmp_path / "wide"), strict=True):
+        assert (a.env_id, a.episode_id, a.steps) == (b.env_id, b.episode_id, b.steps)
+        np.testing.assert_array_equal(a.action, b.action)
+        for name in a.params:
+            np.testing.assert_array_equal(a.params[name], b.params[name])
+
+
+def test_failed_attempts_never_reach_the_run(lift_source, tmp_path):
+    """With noisy actions some attempts fail: the run holds only successes, in attempt order, the failures run the
+    others before the last success, and together they are every attempt counted."""
+    out, failures = tmp_path / "run", tmp_path / "failures"
+    summary = forge_gpu.recording.generate(lift_source, out, episodes=3, num_envs=4, seed=0, device="cpu",
+                                           action_noise=0.02, keep_failures=failures)  # fmt: skip
+    kept, failed = _episodes(out), _episodes(failures)
+    assert len(kept) == 3 and summary.successes == 3 and failed, "noise this large fails some attempts"
+    assert all(e.next["success"][-1] for e in kept)
+    assert not any(e.next["success"].any() for e in failed)
+    attempts = sorted(int(e.params["generate_attempt"]) for e in kept + failed)
+    assert attempts == list(range(summary.attempts))
+    assert [int(e.params["generate_attempt"]) for e in kept] == sorted(int(e.params["generate_attempt"]) for e in kept)
+    assert sum(summary.failed_in) == len(failed)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--episodes", "0"], "--episodes 0: must be >= 1"),
+        (["--interpolation-steps", "-1"], "--interpolation-steps -1: must be >= 0"),
+        (["--action-noise", "-0.1"], "--action-noise -0.1: must be a number >= 0"),
+        (["--source-episodes", "a,b"], "--source-episodes 'a,b': expected indices"),
+        (["--source-episodes", "9"], "source episode 9: the run"),
+        (["--select", "best"], "argument --select: invalid choice"),
+        (["--task", "stack"], "the run is of task 'lift', not 'stack'"),
+        (["--set", "seed=3"], "--set seed: give --envs or --seed"),
+    ],
+)
+def test_bad_arguments_are_refused_in_one_line(lift_source, tmp_path, capsys, args, message):
+    """Every bad argument, and a source run of another task, exits 2 with one line naming it; nothing is written."""
+    out = tmp_path / "out"
+    base = ["generate", str(lift_source), "--out", str(out), "--device", "cpu", "--envs", "2"]
+    if "--episodes" not in args:
+        base += ["--episodes", "1"]
+    assert main([*base, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_the_same_seed_gives_the_same_episodes_with_1_and_2_ray_workers(generated, lift_source, tmp_path):
+    """On Ray, blocks of attempts handed out in index order and merged: with 1 worker and with 2 (2 envs each, blocks
+    of 3) the run is the one process's, episode for episode."""
+    ray = pytest.importorskip("ray")
+    out, summary = generated
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        for workers in (1, 2):
+            path = tmp_path / f"workers-{workers}"
+            other = forge_gpu.recording.generate(lift_source, path, episodes=3, num_envs=2, seed=3, device="cpu",
+                                                 workers=workers, chunk=3)  # fmt: skip
+            assert (other.attempts, other.successes, other.episodes) == (summary.attempts, summary.successes, 3)
+            for a, b in zip(_episodes(out), _episodes(path), strict=True):
+                assert (a.episode_id, a.steps) == (b.episode_id, b.steps)
+                np.testing.assert_array_equal(a.action, b.action)
+                np.testing.assert_array_equal(a.params["generate_transform"], b.params["generate_transform"])
+    finally:
+        ray.shutdown()
+
+
+def test_an_ee_delta_task_records_its_pose_changes_and_they_replay(tmp_path):
+    """On a task whose action is the tcp's pose change (``kind = "ee_delta"``), the generated run's action is that
+    change (within the action's bounds) and the gripper's width, and replaying the run from its actions gives back
+    its states bit for bit: the run is in the task's own action space."""
+    task = Path(__file__).parent / "generate_files" / "lift_ee.toml"
+    env = forge_gpu.sim.make(str(task), num_envs=2, device="cpu", seed=1)
+    forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(tmp_path / "source"), episodes=2)
+    summary = forge_gpu.recording.generate(tmp_path / "source", tmp_path / "run", episodes=2, num_envs=2, device="cpu")
+    assert summary.episodes == 2
+    for e in _episodes(tmp_path / "run"):
+        assert e.action.shape[1] == 7 and np.abs(e.action[:, :6]).max() <= 1.0
+        assert np.isin(e.action[:, 6], np.float32([0.0, 0.08])).all() and e.next["success"][-1]
+    report = forge_gpu.recording.replay(tmp_path / "run", tmp_path / "replayed", from_="actions", device="cpu")
+    assert report["episodes"] == 2 and report["diverged"] == 0
