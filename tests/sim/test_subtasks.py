@@ -54,3 +54,10 @@ def test_a_bad_subtask_is_refused_in_one_line(subtasks, message):
     with pytest.raises(ValueError) as e:
         forge_gpu.sim.task_config("lift", **{"params.subtasks": subtasks})
     assert message in str(e.value) and "lift.toml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_last_subtask_without_conditions_needs_the_tasks_success():
+    """A file that drops lift's success keeps a last subtask nothing ends: refused, saying to drop the subtasks."""
+    with pytest.raises(ValueError, match=r"subtasks\[1\] \(lift\): no conditions, and the task has no \[\[success\]\]"):
+        forge_gpu.sim.task_config("lift", success=[])
+    assert forge_gpu.sim.task_config("lift", success=[], subtasks=[]).params.subtasks == []

@@ -84,7 +84,8 @@ def subtask_entries(entries, scope: Scope, targets: list[str], has_success: bool
             raise ValueError(f"{source}: {where} ({name}): no conditions; only the last subtask may leave them out "
                              "(it ends with the task's success)")  # fmt: skip
         if not conditions and not has_success:
-            raise ValueError(f"{source}: {where} ({name}): no conditions, and the task has no [[success]] to end it")
+            raise ValueError(f"{source}: {where} ({name}): no conditions, and the task has no [[success]] to end it; "
+                             "give it conditions, or subtasks = [] for none")  # fmt: skip
         first = len(rows)
         for k, condition in enumerate(conditions):
             at = f"{where}.conditions[{k}]"
