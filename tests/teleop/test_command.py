@@ -10,11 +10,13 @@ import sys
 import time
 
 import pytest
-from websockets.sync.client import connect
 
 import forge_gpu
 from forge_gpu._src.teleop.server import listen
 from forge_gpu.cli import main
+
+pytest.importorskip("websockets", reason="websockets is the cli extra: pip install 'forge-gpu[cli]'")
+from websockets.sync.client import connect
 
 
 def refused(capsys, *args: str) -> str:

@@ -12,12 +12,14 @@ import urllib.request
 import numpy as np
 import pytest
 from PIL import Image
-from websockets.exceptions import InvalidStatus
-from websockets.sync.client import connect
 
 from forge_gpu._src.teleop.keys import Inputs, load_keymap
 from forge_gpu._src.teleop.server import TeleopServer, listen
 from forge_gpu._src.teleop.session import Frame
+
+pytest.importorskip("websockets", reason="websockets is the cli extra: pip install 'forge-gpu[cli]'")
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 DESCRIPTION = {"task": "lift", "action": ["dx"], "cameras": ["front", "wrist"], "keys": [], "deadzone": 0.15,
                "inputs": ["KeyW", "Enter"], "directory": "run"}  # fmt: skip
