@@ -109,7 +109,7 @@ def approach(page, axis: int, target: float, fine: float = 0.006) -> None:
 def test_a_person_at_the_page_lifts_the_cube_and_keeps_the_episode(tmp_path):
     """Refused without the token; frames shown; a scripted key sequence lifts the cube (success), kept; a second
     episode discarded; the page's close closes the run: one episode, successful, teleoperated, its actions the key
-    map's values at the speeds used, and verify ok."""
+    map's values at the speeds used, and verify ok; the run is a source for generation as it is."""
     out = tmp_path / "run"
     command = Command("lift", "--variant", "ee", "--out", str(out), "--port", "0", "--device", "cpu", "--seed", "0",
                       "--set", "params.image_size=128", "--set", "max_steps=1500")  # fmt: skip
@@ -171,3 +171,7 @@ def test_a_person_at_the_page_lifts_the_cube_and_keeps_the_episode(tmp_path):
     gripper = episode.action[:, 6]
     closed = int(np.argmax(gripper == 0.0))
     assert closed > 0 and (gripper[:closed] == 0.08).all() and (gripper[closed:] == 0.0).all()
+    # the kept run is a source for generation as it is: its one episode cut into lift's subtasks, a success made
+    generated = forge_gpu.recording.generate(out, tmp_path / "generated", episodes=1, num_envs=2, device="cpu",
+                                             overrides={"params.render": False})  # fmt: skip
+    assert (generated.episodes, generated.sources) == (1, 1)
