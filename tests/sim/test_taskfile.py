@@ -279,6 +279,21 @@ def test_a_bad_task_file_is_refused_in_one_line_naming_the_key(tmp_path, capsys,
     assert all(getattr(cls, "path", "") != str(tmp_path / "bad.toml") for cls in forge_gpu.sim.TASKS.values())
 
 
+def test_a_user_term_reading_a_field_a_frame_lacks_is_refused_when_the_file_is_read(tmp_path, monkeypatch):
+    """A term whose source reads ``f.joint_pos`` (a Frame has ``joint_q``) is refused in one line naming the entry,
+    the field and the Frame's fields, before any kernel is built."""
+    import forge_gpu._src.sim.env as env_module
+
+    (tmp_path / "user_terms.py").write_text(USER_TERMS.replace("f.joint_q[worldid, 9]", "f.joint_pos[worldid, 9]"))
+    (tmp_path / "bad.toml").write_text(TASK.replace('task = "walker_test"', 'task = "walker_frame"'))
+    monkeypatch.setattr(env_module.wp, "launch", lambda *a, **k: pytest.fail("a kernel launched"))
+    with pytest.raises(ValueError) as error:
+        forge_gpu.sim.make(str(tmp_path / "bad.toml"), num_envs=2, device="cpu")
+    message = str(error.value)
+    assert "\n" not in message and "rewards[2].term = 'hips_apart'" in message, message
+    assert "hips_apart reads f.joint_pos, which a Frame does not have; its fields: joint_q, joint_qd" in message
+
+
 def test_a_params_override_reaches_every_use_and_an_unknown_one_is_refused(task_file):
     """``params.hip_gain`` set on make is the user term's argument; a name the file's [params] lacks is refused."""
     env = forge_gpu.sim.make(str(task_file), num_envs=2, device="cpu", **{"params.hip_gain": 2.0})

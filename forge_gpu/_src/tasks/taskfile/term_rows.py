@@ -402,7 +402,36 @@ def _user_term(func, stage: str, where: str, module):
         signature = ", ".join(f"{n}: {_type_name(t)}" for n, t in zip(names, given, strict=True))
         raise ValueError(f"{where}: {params_module_name(module)}.{func.key} has signature ({signature}) -> "
                          f"{_type_name(returned)}; {expected}")  # fmt: skip
+    missing = _missing_frame_fields(func)
+    if missing:
+        fields = ", ".join(Frame.vars)
+        raise ValueError(f"{where}: {params_module_name(module)}.{func.key} reads {missing[0]}, which a Frame does "
+                         f"not have; its fields: {fields} (forge_gpu.kernels.terms.Frame)")  # fmt: skip
     return func
+
+
+def _missing_frame_fields(func) -> list[str]:
+    """The attributes ``func``'s source reads from its Frame argument (its first) that a Frame does not have, as
+    ``f.name``, in source order: read from the source when the file is read, so the build never meets them. Empty
+    where the source is not to be had (Warp's own build then says it)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from forge_gpu.kernels.terms import Frame
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func.func)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    defined = next((node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)), None)
+    if defined is None or not defined.args.args:
+        return []
+    frame = defined.args.args[0].arg
+    reads = [node for node in ast.walk(defined) if isinstance(node, ast.Attribute)]
+    reads = [node for node in reads if isinstance(node.value, ast.Name) and node.value.id == frame]
+    reads.sort(key=lambda node: (node.lineno, node.col_offset))
+    return [f"{frame}.{node.attr}" for node in reads if node.attr not in Frame.vars]
 
 
 def _type_name(t) -> str:
