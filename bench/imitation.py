@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, add_set_option, machine, save, table
+from common import RESULTS, add_set_option, machine, parse_override, save, table
 
 FIELDS = ("proprio", "cube_pose", "cube_velocity", "goal_position")
 """push's state observation fields: what a checkpoint without its ``fields`` reads."""
@@ -740,8 +740,10 @@ def success_figures(evaluation, prefix: str) -> dict:
     return out
 
 
-def score(eval_env, checkpoint: dict, args) -> dict:
-    """The checkpoint's success over ``args.episodes`` keyed episodes, for each execution asked for."""
+def score(eval_env, checkpoint: dict, args, shifts: dict | None = None) -> dict:
+    """The checkpoint's success over ``args.episodes`` keyed episodes, for each execution asked for; then, executed
+    as the first, in each env of ``shifts`` (name -> env: the evaluation's distribution shifted, ``--shift``), its
+    figures under ``<name>_``."""
     import forge_gpu
 
     row = {}
@@ -749,7 +751,26 @@ def score(eval_env, checkpoint: dict, args) -> dict:
         policy = torch_policy(eval_env, checkpoint, execution, args.steps_per_chunk)
         evaluation = forge_gpu.recording.evaluate(eval_env, policy, episodes=args.episodes)
         row |= success_figures(evaluation, f"{execution}_")
+    for name, env in (shifts or {}).items():
+        policy = torch_policy(env, checkpoint, args.execution[0], args.steps_per_chunk)
+        row |= success_figures(forge_gpu.recording.evaluate(env, policy, episodes=args.episodes), f"{name}_")
     return row
+
+
+def parse_shifts(shifts: list[list[str]]) -> dict[str, dict]:
+    """``--shift NAME KEY=VALUE ...`` (repeatable) as name -> overrides; ValueError (one line) naming a bad entry."""
+    out = {}
+    for entry in shifts:
+        name, settings = entry[0], entry[1:]
+        if not name.isidentifier() or "=" in name or name in out:
+            raise ValueError(f"--shift {name!r}: expected a new name (letters, digits, _) and then KEY=VALUE overrides")
+        if not settings:
+            raise ValueError(f"--shift {name}: expected at least one KEY=VALUE override after the name")
+        try:
+            out[name] = dict(parse_override(text) for text in settings)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"--shift {name}: {e}") from None
+    return out
 
 
 def record_demos(directory: Path, episodes: int, args, overrides: dict) -> dict:
@@ -890,6 +911,16 @@ def main(argv=None) -> int:
     parser.add_argument("--train-seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     add_set_option(parser, "config override of every env, e.g. max_steps=100 (repeatable)")
+    parser.add_argument(
+        "--shift",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="NAME KEY=VALUE",
+        help="an evaluation of every policy beyond its training's distribution: a name, then config overrides on top "
+        "of the run's (as --set), e.g. --shift held_out 'randomize.cube_color={low=2, high=3, dist=\"integer\"}'; "
+        "each row gets NAME_success (repeatable)",
+    )
     parser.add_argument("--work", default=str(RESULTS / "tmp" / "imitation"), help="where runs are written")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     parser.add_argument(
@@ -898,6 +929,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     wp.config.quiet = True
     overrides = dict(args.overrides)
+    try:
+        shifted = parse_shifts(args.shift)
+    except ValueError as e:
+        parser.error(str(e))
     if args.obs != "state":  # the cameras render (the task's param render), at --image-size
         overrides = {"params.render": True, "params.image_size": args.image_size} | overrides
     try:  # the task and its expert, from a world of it: bad input is one line before anything runs
@@ -963,6 +998,9 @@ def main(argv=None) -> int:
     success, seconds = collection["expert_success"], collection["demo_s"]
     print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
     eval_env = make_env(args.task, args.eval_envs, args.eval_seed, overrides)
+    shift_envs = {
+        name: make_env(args.task, args.eval_envs, args.eval_seed, overrides | s) for name, s in shifted.items()
+    }
 
     loaded = {}
 
@@ -991,7 +1029,7 @@ def main(argv=None) -> int:
         row = {"method": kind, **row, "labelled_steps": labelled, **figures}
         row["checkpoint"] = str(work / f"{kind}-{row['demos']}-{row.get('round', 0)}.pt")
         torch.save(checkpoint, row["checkpoint"])  # for make_policy
-        row |= score(eval_env, checkpoint, args)
+        row |= score(eval_env, checkpoint, args, shift_envs)
         print(table([row], columns(args)), flush=True)
         return row, checkpoint
 
@@ -1012,6 +1050,7 @@ def main(argv=None) -> int:
             md += f" (cpu, {args.episodes} episodes a point, the policy reads {reads})\n\n"
         md += table(rows, columns(args)) + "\n\n" + verdict["text"]
         settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)} | {"task_id": task_id}
+        settings["shift"] = shifted
         payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
         payload |= {"rows": rows, "verdict": verdict, "complete": done}
         path = save(args.name, payload, md, args.out)
@@ -1107,7 +1146,7 @@ def columns(args) -> list[str]:
         cols += ["wait_share", "windows_per_s"]
     for execution in args.execution:
         cols += [f"{execution}_success", f"{execution}_success_once"]
-    return cols
+    return cols + [f"{entry[0]}_success" for entry in args.shift]
 
 
 if __name__ == "__main__":

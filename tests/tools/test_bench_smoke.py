@@ -637,21 +637,28 @@ def test_relabel_smoke(out):
 def test_imitation_smoke_from_pixels(tmp_path):
     """bench/imitation.py --smoke --obs rgb: a visuomotor policy (front camera and proprio, no object or goal state)
     trained a few steps from WindowMapDataset batches decoded in a DataLoader worker, with the loader's wait share
-    and windows/s; its checkpoint is a MODULE:FACTORY policy that acts through evaluate at 2 envs rendering the
-    camera; a camera the task does not render is refused in one line before anything runs."""
+    and windows/s, and scored again under a --shift (held-out cube colours); its checkpoint is a MODULE:FACTORY
+    policy that acts through evaluate at 2 envs rendering the camera; a camera the task does not render is refused
+    in one line before anything runs."""
     torch = pytest.importorskip("torch")
     module = load_script(BENCH / "imitation.py", "bench_imitation_pixels")
     with pytest.raises(SystemExit) as refused:
         module.main(["--smoke", "--obs", "rgb", "--cameras", "wrist", "--out", str(tmp_path), "--name", "pixels"])
     assert refused.value.code == 2 and not (tmp_path / "pixels.json").exists()
-    assert module.main(["--smoke", "--obs", "rgb", "--out", str(tmp_path), "--name", "pixels"]) == 0
+    held_out = ["--shift", "held_out", 'randomize.cube_color={low = 2, high = 3, dist = "integer"}']
+    assert module.main(["--smoke", "--obs", "rgb", "--out", str(tmp_path), "--name", "pixels", *held_out]) == 0
     payload = json.loads((tmp_path / "pixels.json").read_text())
+    assert payload["settings"]["shift"] == {
+        "held_out": {"randomize.cube_color": {"low": 2, "high": 3, "dist": "integer"}}
+    }
     assert payload["settings"]["fields"] == ["proprio"] and payload["settings"]["cameras"] == ["front"]
     assert [(r["method"], r["demos"]) for r in payload["rows"]] == [("bc", 4), ("bc", 6)]
     for row in payload["rows"]:
         check_figures(row, {"windows": True, "train_s": True, "windows_per_s": True, "first_batch_s": True})
         assert 0.0 <= row["wait_share"] <= 1.0 and row["workers"] == 1, row
         assert row["windows"] == row["labelled_steps"], row  # a padded window per demo transition
+        low, high = row["held_out_success_at_end_low"], row["held_out_success_at_end_high"]
+        assert low <= row["held_out_success_at_end"] <= high and row["held_out_eval_s"] > 0, row
     path = payload["rows"][0]["checkpoint"]
     checkpoint = torch.load(path, weights_only=False)
     assert checkpoint["cameras"] == {"front": ["rgb"]} and checkpoint["image_size"] == 32, checkpoint["cameras"]
