@@ -6,6 +6,8 @@ python bench/imitation.py --smoke          # tiny sizes: seconds of training, ev
 python bench/imitation.py --demos 50 200 --dagger-rounds 0 --execution open_loop
 python bench/imitation.py --task configs/lift.toml --demos 25 50 100 200 --episodes 200 --dagger-rounds 0 \
     --execution open_loop --no-matched-bc   # behaviour cloning on lift (its expert keeps state: no DAgger)
+python bench/imitation.py --obs rgb --cameras front --demos 200 --dagger-rounds 0 --execution open_loop \
+    --batch 64 --episodes 200 --eval-envs 100 --name imitation-pixels-push   # from the front camera and the proprio
 
 Demos: one recorded evaluation of the expert (``forge_gpu.recording.evaluate(..., record=...)``) over the largest N
 episodes, one world each (seed ``--demo-seed``), so episode j is world j's first episode; the first N demos are the
@@ -24,6 +26,20 @@ diagonal covariances over the whole flattened chunk, fit by negative log likelih
 component's density; its ``final_loss`` is that likelihood per real value, not comparable with the squared error),
 executed as the mean of the most probable component, so that the expert's several modes at one state are not averaged
 (``--log-std-min``: the floor of the components' log standard deviations in training).
+
+From pixels (``--obs rgb`` or ``rgbd``, ``--cameras`` by name, ``front`` the task's own camera): the demos and the
+evaluations render the cameras at ``--image-size`` px (the param ``render`` on, ``image_size`` set) and the policy reads
+each camera's frames and the ``proprio`` field alone, no object or goal state. Per camera a small convolutional
+encoder (two stride-2 3x3 convolutions, a third, a 1x1 to 32 keypoint maps and a spatial softmax: each map's expected
+image coordinates), shared over the history's frames, its keypoints beside the normalized proprio into the same MLP
+and chunk; pixels normalized per channel by the run's statistics; each training window randomly cropped to 7/8 of
+its side (the same crop in each of its frames), the centre crop at evaluation. Trained by squared error on
+``WindowMapDataset(pad=True)`` batches drawn with replacement by a ``BatchSampler`` and gathered and decoded in
+``--workers`` DataLoader workers; each row reports the loader: ``wait_share`` (the share of the training's time after
+the first batch spent waiting for the next batch), ``windows_per_s`` trained and ``first_batch_s`` (the workers'
+start and their first load of the run). No DAgger from pixels. ``--shift NAME KEY=VALUE ...`` scores every policy
+again in envs whose config overrides those of the run (held-out colours, the camera beyond its training range), as
+``NAME_success``.
 
 Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
 the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
@@ -52,7 +68,8 @@ many expert-labelled steps (a labelled step: a transition whose action, or exper
 
 Each policy is saved under ``--work`` (the row's ``checkpoint``, with the fields it reads); from bench/, ``forge-gpu
 evaluate push --policy imitation:make_policy --policy-arg checkpoint=PATH --chunk-steps 4`` scores it again (on lift:
-``forge-gpu evaluate ../configs/lift.toml --set params.render=false ...``).
+``forge-gpu evaluate ../configs/lift.toml --set params.render=false ...``; a policy from pixels with the cameras
+rendering at its size: ``forge-gpu evaluate push --set params.image_size=64 --policy imitation:make_policy ...``).
 
 Figures per row: the number of demos and rollouts, the expert-labelled steps, training seconds and final loss,
 success (once and at the end, with Wilson's 95% interval) per execution.
