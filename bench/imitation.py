@@ -457,6 +457,9 @@ def train_pixels(run: str, args, seed: int) -> tuple[dict, dict]:
         optimizer.step()
         schedule.step()
         losses.append(loss.item())
+        if args.train_steps >= 100 and (step + 1) % (args.train_steps // 10) == 0:  # a line every tenth of the budget
+            spent = time.perf_counter() - steady
+            print(f"  step {step + 1}: loss {np.mean(losses[-100:]):.4g}, waited {waited / spent:.1%}", flush=True)
     ended = time.perf_counter()
     del batches
     steady_s = ended - steady
