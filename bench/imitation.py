@@ -6,6 +6,8 @@ python bench/imitation.py --smoke          # tiny sizes: seconds of training, ev
 python bench/imitation.py --demos 50 200 --dagger-rounds 0 --execution open_loop
 python bench/imitation.py --task configs/lift.toml --demos 25 50 100 200 --episodes 200 --dagger-rounds 0 \
     --execution open_loop --no-matched-bc   # behaviour cloning on lift (its expert keeps state: no DAgger)
+python bench/imitation.py --obs rgb --cameras front --demos 200 --dagger-rounds 0 --execution open_loop \
+    --batch 64 --episodes 200 --eval-envs 100 --name imitation-pixels-push   # from the front camera and the proprio
 
 Demos: one recorded evaluation of the expert (``forge_gpu.recording.evaluate(..., record=...)``) over the largest N
 episodes, one world each (seed ``--demo-seed``), so episode j is world j's first episode; the first N demos are the
@@ -24,6 +26,20 @@ diagonal covariances over the whole flattened chunk, fit by negative log likelih
 component's density; its ``final_loss`` is that likelihood per real value, not comparable with the squared error),
 executed as the mean of the most probable component, so that the expert's several modes at one state are not averaged
 (``--log-std-min``: the floor of the components' log standard deviations in training).
+
+From pixels (``--obs rgb`` or ``rgbd``, ``--cameras`` by name, ``front`` the task's own camera): the demos and the
+evaluations render the cameras at ``--image-size`` px (the param ``render`` on, ``image_size`` set) and the policy reads
+each camera's frames and the ``proprio`` field alone, no object or goal state. Per camera a small convolutional
+encoder (two stride-2 3x3 convolutions, a third, a 1x1 to 32 keypoint maps and a spatial softmax: each map's expected
+image coordinates), shared over the history's frames, its keypoints beside the normalized proprio into the same MLP
+and chunk; pixels normalized per channel by the run's statistics; each training window randomly cropped to 7/8 of
+its side (the same crop in each of its frames), the centre crop at evaluation. Trained by squared error on
+``WindowMapDataset(pad=True)`` batches drawn with replacement by a ``BatchSampler`` and gathered and decoded in
+``--workers`` DataLoader workers; each row reports the loader: ``wait_share`` (the share of the training's time after
+the first batch spent waiting for the next batch), ``windows_per_s`` trained and ``first_batch_s`` (the workers'
+start and their first load of the run). No DAgger from pixels. ``--shift NAME KEY=VALUE ...`` scores every policy
+again in envs whose config overrides those of the run (held-out colours, the camera beyond its training range), as
+``NAME_success``.
 
 Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
 the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
@@ -52,7 +68,8 @@ many expert-labelled steps (a labelled step: a transition whose action, or exper
 
 Each policy is saved under ``--work`` (the row's ``checkpoint``, with the fields it reads); from bench/, ``forge-gpu
 evaluate push --policy imitation:make_policy --policy-arg checkpoint=PATH --chunk-steps 4`` scores it again (on lift:
-``forge-gpu evaluate ../configs/lift.toml --set params.render=false ...``).
+``forge-gpu evaluate ../configs/lift.toml --set params.render=false ...``; a policy from pixels with the cameras
+rendering at its size: ``forge-gpu evaluate push --set params.image_size=64 --policy imitation:make_policy ...``).
 
 Figures per row: the number of demos and rollouts, the expert-labelled steps, training seconds and final loss,
 success (once and at the end, with Wilson's 95% interval) per execution.
@@ -68,7 +85,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, add_set_option, machine, save, table
+from common import RESULTS, add_set_option, machine, parse_override, save, table
 
 FIELDS = ("proprio", "cube_pose", "cube_velocity", "goal_position")
 """push's state observation fields: what a checkpoint without its ``fields`` reads."""
@@ -190,10 +207,295 @@ class Chunker:
 
 def make_policy(spec, device, checkpoint: str):
     """The policy factory (``--policy imitation:make_policy --policy-arg checkpoint=PATH``, run from bench/): the
-    :class:`Chunker` that ``checkpoint`` (a file this script saved) holds."""
+    :class:`Chunker` or :class:`ImageChunker` that ``checkpoint`` (a file this script saved) holds."""
     import torch
 
-    return Chunker(torch.load(checkpoint, map_location=device, weights_only=False), device)
+    return chunker(torch.load(checkpoint, map_location=device, weights_only=False), device)
+
+
+def chunker(checkpoint: dict, device):
+    """The torch policy a checkpoint holds: an :class:`ImageChunker` for a visuomotor one, else a :class:`Chunker`."""
+    if checkpoint.get("kind") == "pixels":
+        return ImageChunker(checkpoint, device)
+    return Chunker(checkpoint, device)
+
+
+# --- the image policy --------------------------------------------------------------------------------------------
+
+
+OBS_KINDS = ("state", "rgb", "rgbd")
+"""``--obs``: the task's state vectors, or each camera's RGB (``rgb``), or its RGB and depth (``rgbd``) beside the
+proprio."""
+PROPRIO = "proprio"
+"""The one state field an image policy reads: the robot's own joints and end effector, no object or goal state."""
+KEYPOINTS = 32
+"""Each camera encoder's keypoints (the spatial softmax's channels): 2 coordinates each."""
+
+
+def image_fields(cameras: list[str], obs: str) -> list[str]:
+    """The observation fields an image policy reads for ``cameras`` (names, ``front`` the task's unnamed camera): each
+    camera's rgb field, then (``rgbd``) its depth field."""
+    from forge_gpu._src.core.cameras import camera_fields
+
+    fields = []
+    for name in cameras:
+        rgb, depth = camera_fields(name)
+        fields += [rgb, depth] if obs == "rgbd" else [rgb]
+    return fields
+
+
+def check_cameras(spec: dict, cameras: list[str], obs: str, where: str) -> None:
+    """ValueError (one line) naming a camera that ``spec``'s observation does not render (with the ones it does), or
+    the missing depth field of ``rgbd``, or a task without the :data:`PROPRIO` field."""
+    from forge_gpu._src.core.cameras import cameras as cameras_of
+
+    layout = {k: (tuple(v["shape"]), v["dtype"]) for k, v in spec["observation"].items()}
+    rendered = cameras_of(layout)
+    for name in cameras:
+        if name not in rendered:
+            have = ", ".join(rendered) or "none (rendering off?)"
+            raise ValueError(f"--cameras {name!r}: {where} renders no camera of that name; its cameras: {have}")
+        if obs == "rgbd" and rendered[name]["depth"] is None:
+            raise ValueError(f"--obs rgbd: camera {name!r} of {where} records no depth; use --obs rgb")
+    if PROPRIO not in spec["observation"]:
+        raise ValueError(f"--obs {obs}: {where} has no {PROPRIO!r} observation field for the image policy to read")
+
+
+def crop_size(size: int) -> int:
+    """The random crop's side for ``size`` px frames: 7/8 of it (robomimic and Diffusion Policy crop about 90%)."""
+    return size - size // 8
+
+
+def pixel_input(frames: list, center, scale, crop: int, offsets=None):
+    """One camera's frames as the encoder's input ``[B, T, C, crop, crop]``: ``frames`` its fields' tensors (rgb
+    ``[B, T, H, W, 3]`` uint8, then depth ``[B, T, H, W]`` float32 where read), normalized per channel by ``center``
+    and ``scale`` (``[C]``), cropped at ``offsets`` (``(rows, cols)``, ``[B]`` each: one crop per window, the same in
+    each of its frames) or, without them, at the centre (evaluation)."""
+    import torch
+
+    channels = [f.float() if f.dim() == 5 else f.float().unsqueeze(-1) for f in frames]
+    x = (torch.cat(channels, -1) - center) / scale  # [B, T, H, W, C]
+    batch, history, height, width, depth = x.shape
+    if offsets is None:
+        top, left = (height - crop) // 2, (width - crop) // 2
+        x = x[:, :, top : top + crop, left : left + crop]
+    else:  # a gather per window: rows and columns indexed from each window's offsets
+        steps = torch.arange(crop, device=x.device)
+        rows, cols = offsets[0][:, None] + steps, offsets[1][:, None] + steps
+        x = x.permute(0, 2, 3, 1, 4).reshape(batch, height, width, history * depth)
+        index = torch.arange(batch, device=x.device)[:, None, None]
+        x = (
+            x[index, rows[:, :, None], cols[:, None, :]]
+            .reshape(batch, crop, crop, history, depth)
+            .permute(0, 3, 1, 2, 4)
+        )
+    return x.permute(0, 1, 4, 2, 3).contiguous()
+
+
+def build_visual_model(cameras: int, channels: int, proprio: int, history: int, outputs: int, hidden: int):
+    """The visuomotor network: per camera a convolutional encoder (two stride-2 3x3 convolutions, a third, a 1x1 to
+    :data:`KEYPOINTS` maps and a spatial softmax: each map's expected image coordinates in [-1, 1]) applied to every
+    frame of the history, its keypoints beside the normalized proprio of every frame, into the MLP of the state
+    policy (two ``hidden`` layers) that outputs the flat action chunk."""
+    import torch
+
+    class SpatialSoftmax(torch.nn.Module):
+        def forward(self, maps):  # [B, K, H, W] -> [B, 2K]: the expected (x, y) of each map's softmax
+            batch, keys, height, width = maps.shape
+            weights = torch.softmax(maps.flatten(2), -1).view(batch, keys, height, width)
+            xs = torch.linspace(-1.0, 1.0, width, device=maps.device)
+            ys = torch.linspace(-1.0, 1.0, height, device=maps.device)
+            return torch.cat([(weights.sum(2) * xs).sum(-1), (weights.sum(3) * ys).sum(-1)], -1)
+
+    def encoder():
+        conv = torch.nn.Conv2d
+        return torch.nn.Sequential(
+            conv(channels, 16, 3, stride=2, padding=1),
+            torch.nn.ReLU(),
+            conv(16, 32, 3, stride=2, padding=1),
+            torch.nn.ReLU(),
+            conv(32, 32, 3, padding=1),
+            torch.nn.ReLU(),
+            conv(32, KEYPOINTS, 1),
+            SpatialSoftmax(),
+        )
+
+    class Visuomotor(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoders = torch.nn.ModuleList(encoder() for _ in range(cameras))
+            self.head = build_model(history * (proprio + 2 * KEYPOINTS * cameras), outputs, hidden)
+
+        def forward(self, pixels: list, state):  # pixels: per camera [B, T, C, h, w]; state: [B, T, D] normalized
+            batch, history = state.shape[:2]
+            keys = [enc(p.flatten(0, 1)).view(batch, history, -1) for enc, p in zip(self.encoders, pixels, strict=True)]
+            return self.head(torch.cat([*keys, state], -1).flatten(1))
+
+    return Visuomotor()
+
+
+class ImageChunker:
+    """The trained visuomotor network as a torch policy: ``fn(observation) -> [N, horizon, A]`` actions from
+    ``history`` frames of the checkpoint's cameras (centre-cropped as in training's random crops) and proprio,
+    normalized as in training. ``history`` and ``chunk`` are the attributes forge_gpu's torch policies read; the env
+    must render the checkpoint's cameras at its image size (``--set params.image_size=...``)."""
+
+    def __init__(self, checkpoint: dict, device):
+        import torch
+
+        self.history, self.chunk, self.actions = checkpoint["history"], checkpoint["horizon"], checkpoint["actions"]
+        self.fields, self.cameras = tuple(checkpoint["fields"]), checkpoint["cameras"]
+        self.crop = checkpoint["crop"]
+        outputs = self.chunk * self.actions
+        channels = len(checkpoint["pixel_center"][0])
+        self.model = build_visual_model(
+            len(self.cameras), channels, checkpoint["proprio"], self.history, outputs, checkpoint["hidden"]
+        ).to(device)
+        self.model.load_state_dict(checkpoint["model"])
+        self.model.eval()
+        as_tensor = lambda value: torch.as_tensor(value, dtype=torch.float32, device=device)  # noqa: E731
+        self.center, self.scale = as_tensor(checkpoint["center"]), as_tensor(checkpoint["scale"])
+        self.action_center, self.action_scale = (
+            as_tensor(checkpoint["action_center"]),
+            as_tensor(checkpoint["action_scale"]),
+        )
+        self.pixel_center = [as_tensor(c) for c in checkpoint["pixel_center"]]
+        self.pixel_scale = [as_tensor(s) for s in checkpoint["pixel_scale"]]
+
+    def frames(self, observation: dict, field: str):
+        """``field``'s frames with a history axis (``[N, history, ...]``; a history of 1 has none in the env's
+        views)."""
+        value = observation[field]
+        return value.unsqueeze(1) if self.history == 1 else value
+
+    def __call__(self, observation: dict):
+        import torch
+
+        state = torch.cat(
+            [self.frames(observation, f).reshape(len(observation[f]), self.history, -1) for f in self.fields], -1
+        )
+        pixels = [
+            pixel_input([self.frames(observation, f) for f in fields], center, scale, self.crop)
+            for fields, center, scale in zip(self.cameras.values(), self.pixel_center, self.pixel_scale, strict=True)
+        ]
+        out = self.model(pixels, (state.float() - self.center) / self.scale)
+        return out.view(-1, self.chunk, self.actions) * self.action_scale + self.action_center
+
+
+def pixel_normalization(run: str, fields: list[str]) -> tuple[list, list]:
+    """Per channel centre and scale of one camera's ``fields`` (rgb, then depth where read) from ``run``'s
+    statistics: the pixels' mean and standard deviation."""
+    import forge_gpu
+
+    norm = forge_gpu.reading.normalization(run, [f"obs/{f}" for f in fields])
+    return norm.center.astype(np.float32).ravel(), norm.scale.astype(np.float32).ravel()
+
+
+def train_pixels(run: str, args, seed: int) -> tuple[dict, dict]:
+    """The visuomotor network trained from scratch on ``run``'s padded windows for ``args.train_steps`` Adam steps:
+    batches of ``args.batch`` windows drawn with replacement by a ``BatchSampler`` over ``WindowMapDataset`` (the
+    frames decoded per batch, in ``args.workers`` DataLoader workers), each window randomly cropped. Returns the
+    checkpoint and its figures, the loader's among them: ``wait_share``, the share of the steps' time (after the
+    first batch, which starts the workers: ``first_batch_s``) spent waiting for the next batch, and
+    ``windows_per_s`` trained."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    import forge_gpu
+
+    torch.manual_seed(seed)
+    cameras = {name: image_fields([name], args.obs) for name in args.cameras}
+    keys = list(args.fields) + [f for fields in cameras.values() for f in fields]
+    dataset = forge_gpu.reading.WindowMapDataset(
+        run, history=args.history, horizon=args.horizon, pad=True, observation_keys=keys
+    )
+    norm = forge_gpu.reading.normalization(run, [f"obs/{f}" for f in args.fields])
+    target = forge_gpu.reading.normalization(run, ["action"])
+    pixels = [pixel_normalization(run, fields) for fields in cameras.values()]
+    center, scale = torch.from_numpy(norm.center), torch.from_numpy(norm.scale)
+    action_center, action_scale = torch.from_numpy(target.center), torch.from_numpy(target.scale)
+    pixel_center = [torch.from_numpy(c) for c, _ in pixels]
+    pixel_scale = [torch.from_numpy(s) for _, s in pixels]
+    spec = forge_gpu.reading.open_run(run).manifest["env_spec"]["observation"]
+    size = int(spec[next(iter(cameras.values()))[0]]["shape"][0])
+    crop = crop_size(size)
+    generator = torch.Generator().manual_seed(seed)
+    draws = RandomSampler(dataset, replacement=True, num_samples=args.train_steps * args.batch, generator=generator)
+    loader = DataLoader(
+        dataset, sampler=BatchSampler(draws, args.batch, drop_last=True), batch_size=None, num_workers=args.workers
+    )
+    actions = len(action_center)
+    outputs = args.horizon * actions
+    model = build_visual_model(len(cameras), len(pixel_center[0]), len(center), args.history, outputs, args.hidden)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.train_steps)
+    losses, waited = [], 0.0
+    began = time.perf_counter()
+    batches = iter(loader)
+    first_batch = 0.0
+    for step in range(args.train_steps):
+        asked = time.perf_counter()
+        batch = next(batches)
+        got = time.perf_counter()
+        if step == 0:
+            first_batch, steady = got - asked, got
+        else:
+            waited += got - asked
+        count = len(batch["action"])
+        state = torch.cat([batch[f"obs/{f}"].reshape(count, args.history, -1).float() for f in args.fields], -1)
+        offsets = torch.randint(size - crop + 1, (2, count), generator=generator)
+        inputs = [
+            pixel_input([batch[f"obs/{f}"] for f in fields], c, s, crop, offsets)
+            for fields, c, s in zip(cameras.values(), pixel_center, pixel_scale, strict=True)
+        ]
+        y = (batch["action"].float() - action_center) / action_scale
+        mask = (~batch["action_is_pad"]).float()
+        error = (model(inputs, (state - center) / scale).view(count, args.horizon, actions) - y).square().mean(-1)
+        loss = (error * mask).sum() / mask.sum().clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        if args.train_steps >= 100 and (step + 1) % (args.train_steps // 10) == 0:  # a line every tenth of the budget
+            spent = time.perf_counter() - steady
+            print(f"  step {step + 1}: loss {np.mean(losses[-100:]):.4g}, waited {waited / spent:.1%}", flush=True)
+    ended = time.perf_counter()
+    del batches
+    steady_s = ended - steady
+    checkpoint = {
+        "kind": "pixels",
+        "model": model.state_dict(),
+        "fields": list(args.fields),
+        "cameras": cameras,
+        "obs": args.obs,
+        "image_size": size,
+        "crop": crop,
+        "proprio": len(center),
+        "hidden": args.hidden,
+        "history": args.history,
+        "horizon": args.horizon,
+        "actions": actions,
+        "center": norm.center,
+        "scale": norm.scale,
+        "action_center": target.center,
+        "action_scale": target.scale,
+        "pixel_center": [c.numpy() for c in pixel_center],
+        "pixel_scale": [s.numpy() for s in pixel_scale],
+    }
+    tail = losses[-max(1, len(losses) // 20) :]
+    later = max(1, args.train_steps - 1)
+    figures = {
+        "windows": len(dataset),
+        "train_s": ended - began,
+        "final_loss": float(np.mean(tail)),
+        "workers": args.workers,
+        "first_batch_s": first_batch,
+        "wait_share": waited / steady_s if steady_s > 0 else 0.0,
+        "windows_per_s": later * args.batch / steady_s if steady_s > 0 else 0.0,
+        "step_ms": 1e3 * steady_s / later,
+    }
+    return checkpoint, figures
 
 
 # --- training ----------------------------------------------------------------------------------------------------
@@ -395,7 +697,7 @@ def torch_policy(env, checkpoint: dict, execution: str, steps_per_chunk: int):
     import forge_gpu
 
     chunk = {"steps_per_chunk": steps_per_chunk} if execution == "open_loop" else {}  # ensemble: its default decay
-    fn = Chunker(checkpoint, "cpu")
+    fn = chunker(checkpoint, "cpu")
     return forge_gpu.sim.TorchPolicy(env, fn, name=f"imitation ({execution})", execution=execution, **chunk)
 
 
@@ -458,8 +760,10 @@ def success_figures(evaluation, prefix: str) -> dict:
     return out
 
 
-def score(eval_env, checkpoint: dict, args) -> dict:
-    """The checkpoint's success over ``args.episodes`` keyed episodes, for each execution asked for."""
+def score(eval_env, checkpoint: dict, args, shifts: dict | None = None) -> dict:
+    """The checkpoint's success over ``args.episodes`` keyed episodes, for each execution asked for; then, executed
+    as the first, in each env of ``shifts`` (name -> env: the evaluation's distribution shifted, ``--shift``), its
+    figures under ``<name>_``."""
     import forge_gpu
 
     row = {}
@@ -467,7 +771,26 @@ def score(eval_env, checkpoint: dict, args) -> dict:
         policy = torch_policy(eval_env, checkpoint, execution, args.steps_per_chunk)
         evaluation = forge_gpu.recording.evaluate(eval_env, policy, episodes=args.episodes)
         row |= success_figures(evaluation, f"{execution}_")
+    for name, env in (shifts or {}).items():
+        policy = torch_policy(env, checkpoint, args.execution[0], args.steps_per_chunk)
+        row |= success_figures(forge_gpu.recording.evaluate(env, policy, episodes=args.episodes), f"{name}_")
     return row
+
+
+def parse_shifts(shifts: list[list[str]]) -> dict[str, dict]:
+    """``--shift NAME KEY=VALUE ...`` (repeatable) as name -> overrides; ValueError (one line) naming a bad entry."""
+    out = {}
+    for entry in shifts:
+        name, settings = entry[0], entry[1:]
+        if not name.isidentifier() or "=" in name or name in out:
+            raise ValueError(f"--shift {name!r}: expected a new name (letters, digits, _) and then KEY=VALUE overrides")
+        if not settings:
+            raise ValueError(f"--shift {name}: expected at least one KEY=VALUE override after the name")
+        try:
+            out[name] = dict(parse_override(text) for text in settings)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"--shift {name}: {e}") from None
+    return out
 
 
 def record_demos(directory: Path, episodes: int, args, overrides: dict) -> dict:
@@ -526,6 +849,22 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-envs", type=int, default=250)
     parser.add_argument("--execution", nargs="+", default=["open_loop", "ensemble"], choices=["open_loop", "ensemble"])
     parser.add_argument("--steps-per-chunk", type=int, default=4)
+    parser.add_argument(
+        "--obs",
+        choices=OBS_KINDS,
+        default="state",
+        help="what the policy reads: the task's state vectors, or the cameras' RGB (rgbd: and depth) beside the "
+        "proprio (no object or goal state)",
+    )
+    parser.add_argument(
+        "--cameras", nargs="+", default=["front"], help="--obs rgb|rgbd: the cameras by name (front: the task's own)"
+    )
+    parser.add_argument(
+        "--image-size", type=int, choices=[32, 64, 128], default=64, help="--obs rgb|rgbd: the rendered frames' side"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="--obs rgb|rgbd: DataLoader workers decoding the training batches"
+    )
     parser.add_argument("--history", type=int, default=2)
     parser.add_argument("--horizon", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=256)
@@ -592,6 +931,16 @@ def main(argv=None) -> int:
     parser.add_argument("--train-seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     add_set_option(parser, "config override of every env, e.g. max_steps=100 (repeatable)")
+    parser.add_argument(
+        "--shift",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="NAME KEY=VALUE",
+        help="an evaluation of every policy beyond its training's distribution: a name, then config overrides on top "
+        "of the run's (as --set), e.g. --shift held_out 'randomize.cube_color={low=2, high=3, dist=\"integer\"}'; "
+        "each row gets NAME_success (repeatable)",
+    )
     parser.add_argument("--work", default=str(RESULTS / "tmp" / "imitation"), help="where runs are written")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     parser.add_argument(
@@ -600,6 +949,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     wp.config.quiet = True
     overrides = dict(args.overrides)
+    try:
+        shifted = parse_shifts(args.shift)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.obs != "state":  # the cameras render (the task's param render), at --image-size
+        overrides = {"params.render": True, "params.image_size": args.image_size} | overrides
     try:  # the task and its expert, from a world of it: bad input is one line before anything runs
         probe = make_env(args.task, 1, args.demo_seed, overrides)
     except (ValueError, KeyError, FileNotFoundError) as e:
@@ -608,12 +963,21 @@ def main(argv=None) -> int:
     if probe.task.expert(probe.world) is None:
         parser.error(f"--task {args.task!r}: task {task_id!r} has no expert to give the demos")
     args.fields, memory = policy_fields(probe.spec), expert_memory(probe)
+    if args.obs != "state":
+        try:
+            check_cameras(probe.spec, args.cameras, args.obs, f"task {task_id!r}")
+        except ValueError as e:
+            parser.error(str(e))
+        args.fields = (PROPRIO,)
     if args.name is None:
         args.name = "imitation" if task_id == "push" else f"imitation-{task_id}"
     if args.smoke:
         rounds = 0 if memory else 1  # a stateful expert: behaviour cloning alone (no DAgger labels)
         args.demos, args.dagger_from, args.dagger_rounds, args.dagger_episodes = [4, 6], 4, rounds, 2
         args.episodes, args.eval_envs, args.train_steps, args.batch, args.hidden = 4, 4, 20, 32, 32
+        if args.obs != "state":  # no DAgger from pixels; the smallest frames
+            args.dagger_rounds, args.batch = 0, 8
+            overrides["params.image_size"] = 32
         args.execution, args.relabel_envs = ["open_loop", "ensemble"], 8
         overrides.setdefault("max_steps", 20)
         if args.out:
@@ -624,6 +988,10 @@ def main(argv=None) -> int:
             f"({', '.join(memory)}), so its label for a learner's frame is not a function of that frame (a restored "
             "frame restarts its machine, a learner's frames drive its phases); use --dagger-rounds 0"
         )
+    if args.dagger_rounds and args.obs != "state":
+        parser.error(f"--dagger-rounds {args.dagger_rounds}: DAgger runs from the state (--obs state); use 0")
+    if args.workers < 0:
+        parser.error(f"--workers {args.workers}: expected an integer >= 0")
     if args.dagger_rounds and args.dagger_from not in args.demos:
         parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
     if args.label_steps == "expert" and args.mix:
@@ -650,6 +1018,9 @@ def main(argv=None) -> int:
     success, seconds = collection["expert_success"], collection["demo_s"]
     print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
     eval_env = make_env(args.task, args.eval_envs, args.eval_seed, overrides)
+    shift_envs = {
+        name: make_env(args.task, args.eval_envs, args.eval_seed, overrides | s) for name, s in shifted.items()
+    }
 
     loaded = {}
 
@@ -668,12 +1039,17 @@ def main(argv=None) -> int:
         return loaded[run]
 
     def point(kind: str, runs: list[tuple[Path, str]], norm_run: Path, **row) -> tuple[dict, dict]:
-        sources = [load(r, t) for r, t in runs]
-        checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
-        row = {"method": kind, **row, "labelled_steps": sum(s["labelled"] for s in sources), **figures}
+        if args.obs == "state":
+            sources = [load(r, t) for r, t in runs]
+            checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
+            labelled = sum(s["labelled"] for s in sources)
+        else:  # the demos alone (no DAgger from pixels), their windows decoded per batch by the loader
+            checkpoint, figures = train_pixels(str(norm_run), args, args.train_seed)
+            labelled = figures["windows"]
+        row = {"method": kind, **row, "labelled_steps": labelled, **figures}
         row["checkpoint"] = str(work / f"{kind}-{row['demos']}-{row.get('round', 0)}.pt")
         torch.save(checkpoint, row["checkpoint"])  # for make_policy
-        row |= score(eval_env, checkpoint, args)
+        row |= score(eval_env, checkpoint, args, shift_envs)
         print(table([row], columns(args)), flush=True)
         return row, checkpoint
 
@@ -687,9 +1063,14 @@ def main(argv=None) -> int:
         if args.dagger_rounds:
             md += f", then DAgger (cpu, {args.episodes} episodes a point, rollout labels: {labels})\n\n"
         else:
-            md += f" (cpu, {args.episodes} episodes a point, the policy reads {', '.join(args.fields)})\n\n"
+            reads = ", ".join(args.fields)
+            if args.obs != "state":
+                size = overrides["params.image_size"]
+                reads += f" and {args.obs} of the cameras {', '.join(args.cameras)} at {size} px"
+            md += f" (cpu, {args.episodes} episodes a point, the policy reads {reads})\n\n"
         md += table(rows, columns(args)) + "\n\n" + verdict["text"]
         settings = {k: v for k, v in vars(args).items() if k not in ("overrides",)} | {"task_id": task_id}
+        settings["shift"] = shifted
         payload = {"machine": machine(), "settings": settings, "overrides": overrides, "collection": collection}
         payload |= {"rows": rows, "verdict": verdict, "complete": done}
         path = save(args.name, payload, md, args.out)
@@ -781,9 +1162,11 @@ def dagger_verdict(rows: list[dict], execution: str) -> dict:
 def columns(args) -> list[str]:
     """The table's columns: per execution, success at the end with its 95% interval, and success once."""
     cols = ["method", "round", "demos", "rollouts", "labelled_steps", "train_s", "final_loss"]
+    if args.obs != "state":  # the loader: the steps' share spent waiting for a batch, windows trained per second
+        cols += ["wait_share", "windows_per_s"]
     for execution in args.execution:
         cols += [f"{execution}_success", f"{execution}_success_once"]
-    return cols
+    return cols + [f"{entry[0]}_success" for entry in args.shift]
 
 
 if __name__ == "__main__":

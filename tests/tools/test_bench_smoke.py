@@ -644,3 +644,59 @@ def test_relabel_smoke(out):
         plain = next(r for r in rows if r["mode"] == row["mode"] and r["variant"] == "plain")
         assert row["ratio"] == pytest.approx(row["env_steps_per_s"] / plain["env_steps_per_s"]), row
         assert row["ratio_low"] <= row["ratio_median"] <= row["ratio_high"], row
+
+
+def test_imitation_smoke_from_pixels(tmp_path):
+    """bench/imitation.py --smoke --obs rgb: a visuomotor policy (front camera and proprio, no object or goal state)
+    trained a few steps from WindowMapDataset batches decoded in a DataLoader worker, with the loader's wait share
+    and windows/s, and scored again under a --shift (held-out cube colours); its checkpoint is a MODULE:FACTORY
+    policy that acts through evaluate at 2 envs rendering the camera; a camera the task does not render is refused
+    in one line before anything runs."""
+    torch = pytest.importorskip("torch")
+    module = load_script(BENCH / "imitation.py", "bench_imitation_pixels")
+    with pytest.raises(SystemExit) as refused:
+        module.main(["--smoke", "--obs", "rgb", "--cameras", "wrist", "--out", str(tmp_path), "--name", "pixels"])
+    assert refused.value.code == 2 and not (tmp_path / "pixels.json").exists()
+    held_out = ["--shift", "held_out", 'randomize.cube_color={low = 2, high = 3, dist = "integer"}']
+    assert module.main(["--smoke", "--obs", "rgb", "--out", str(tmp_path), "--name", "pixels", *held_out]) == 0
+    payload = json.loads((tmp_path / "pixels.json").read_text())
+    assert payload["settings"]["shift"] == {
+        "held_out": {"randomize.cube_color": {"low": 2, "high": 3, "dist": "integer"}}
+    }
+    assert payload["settings"]["fields"] == ["proprio"] and payload["settings"]["cameras"] == ["front"]
+    assert [(r["method"], r["demos"]) for r in payload["rows"]] == [("bc", 4), ("bc", 6)]
+    for row in payload["rows"]:
+        check_figures(row, {"windows": True, "train_s": True, "windows_per_s": True, "first_batch_s": True})
+        assert 0.0 <= row["wait_share"] <= 1.0 and row["workers"] == 1, row
+        assert row["windows"] == row["labelled_steps"], row  # a padded window per demo transition
+        low, high = row["held_out_success_at_end_low"], row["held_out_success_at_end_high"]
+        assert low <= row["held_out_success_at_end"] <= high and row["held_out_eval_s"] > 0, row
+    path = payload["rows"][0]["checkpoint"]
+    checkpoint = torch.load(path, weights_only=False)
+    assert checkpoint["cameras"] == {"front": ["rgb"]} and checkpoint["image_size"] == 32, checkpoint["cameras"]
+    env = forge_gpu.sim.make("push", num_envs=2, device="cpu", max_steps=10, **{"params.image_size": 32})
+    policy = forge_gpu.sim.load_policy("imitation:make_policy", env, {"checkpoint": path}, steps_per_chunk=4)
+    evaluation = forge_gpu.recording.evaluate(env, policy, episodes=2)
+    assert evaluation.episodes == 2 and ((evaluation.lengths > 0) & (evaluation.lengths <= 10)).all(), evaluation
+
+
+def test_imitation_random_crop_takes_each_windows_own_offset():
+    """bench/imitation.py's pixel_input: rgb and depth normalized per channel and cropped at each window's own
+    offset (the same in each of its frames), against numpy slicing; no offsets: the centre crop."""
+    torch = pytest.importorskip("torch")
+    module = load_script(BENCH / "imitation.py", "bench_imitation_crop")
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (3, 2, 8, 8, 3), dtype=np.uint8)
+    depth = rng.random((3, 2, 8, 8), dtype=np.float32)
+    center, scale = np.array([1, 2, 3, 0.5], np.float32), np.array([2, 4, 8, 0.25], np.float32)
+    expected = (np.concatenate([rgb, depth[..., None]], -1) - center) / scale  # [B, T, H, W, C]
+    frames = [torch.from_numpy(rgb), torch.from_numpy(depth)]
+    rows, cols = np.array([0, 1, 2]), np.array([2, 0, 1])
+    offsets = (torch.from_numpy(rows), torch.from_numpy(cols))
+    got = module.pixel_input(frames, torch.from_numpy(center), torch.from_numpy(scale), 6, offsets).numpy()
+    assert got.shape == (3, 2, 4, 6, 6)
+    for b in range(3):
+        window = expected[b, :, rows[b] : rows[b] + 6, cols[b] : cols[b] + 6].transpose(0, 3, 1, 2)
+        np.testing.assert_allclose(got[b], window, rtol=1e-6)
+    centred = module.pixel_input(frames, torch.from_numpy(center), torch.from_numpy(scale), 6).numpy()
+    np.testing.assert_allclose(centred, expected[:, :, 1:7, 1:7].transpose(0, 1, 4, 2, 3), rtol=1e-6)
