@@ -9,6 +9,11 @@ the expert's own collection of N episodes at the same E envs (env-steps/s, episo
 python bench/generate.py                               # lift, stack, place: 1,000 each at 16 envs, on the CPU
 python bench/generate.py --smoke                       # seconds-long check that every figure is produced
 python bench/generate.py --episodes 1000 --envs 1024 --device cuda:0
+python bench/generate.py --new-task --episodes 500 --envs 32   # bench/tasks/tray.toml: no expert, scripted sources
+
+``--new-task`` measures a task with no expert instead (bench/tasks/tray.toml, the Panda dropping a cube into a
+tray): its 10 sources are bench/tasks/tray_sources.py's scripted episodes (a stand-in for a person's), there is no
+expert collection to compare with; written to bench/results/generate-tray.json.
 """
 
 from __future__ import annotations
@@ -65,6 +70,56 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def measure_new_task(num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str) -> dict:
+    """Generate ``episodes`` of bench/tasks/tray.toml from ``sources`` scripted episodes (no expert to compare)."""
+    sys.path.insert(0, str(Path(__file__).parent / "tasks"))
+    import tray_sources
+
+    import forge_gpu
+
+    folder = Path(tempfile.mkdtemp(prefix="generate-tray-", dir=parent))
+    try:
+        source = folder / "source"
+        tray_sources.record(str(source), episodes=sources, num_envs=sources, device=device, **overrides)
+        summary = forge_gpu.recording.generate(source, folder / "generated", episodes=episodes, num_envs=num_envs,
+                                               device=device, overrides=overrides)  # fmt: skip
+        print("\n".join(summary.lines()), flush=True)
+        row = {
+            "task": "tray (bench/tasks/tray.toml)",
+            "device": device,
+            "num_envs": num_envs,
+            "sources_recorded": sources,
+            "sources_used": summary.sources,
+            "episodes": summary.episodes,
+            "attempts": summary.attempts,
+            "yield": summary.yield_,
+            "attempts_per_s": summary.attempts_per_s,
+            "generate_env_steps_per_s": summary.env_steps / summary.seconds,
+            "seconds": summary.seconds,
+        }
+        for name, reached, failed in zip(summary.subtasks, summary.reached, summary.failed_in, strict=True):
+            row[f"reached_{name}"] = reached / summary.attempts
+            row[f"failed_in_{name}"] = failed
+        return row
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main_new_task(args, device: str, overrides: dict, parent: str) -> int:
+    began = time.perf_counter()
+    row = measure_new_task(args.envs, args.episodes, args.sources, device, overrides, parent)
+    print(f"({time.perf_counter() - began:.0f} s)", flush=True)
+    columns = ["task", "device", "num_envs", "sources_recorded", "sources_used", "episodes", "attempts", "yield",
+               "attempts_per_s", "generate_env_steps_per_s"]  # fmt: skip
+    subtask_columns = sorted(k for k in row if k.startswith(("reached_", "failed_in_")))
+    md = "## Demonstration generation for a task with no expert\n\n" + table([row], columns)
+    md += "\n\n### Per subtask\n\n" + table([row], ["task", *subtask_columns])
+    path = save("generate-tray", {"machine": machine(), "overrides": overrides, "rows": [row]}, md, args.out)
+    print(md)
+    print(f"\nwrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
     import warp as wp
 
@@ -77,6 +132,8 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=1000, help="successful episodes generated per task")
     parser.add_argument("--sources", type=int, default=10, help="source demonstrations per task")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
+    parser.add_argument("--new-task", action="store_true",
+                        help="bench/tasks/tray.toml (no expert), its scripted sources; not --tasks")  # fmt: skip
     parser.add_argument("--record-dir", default=None, help="where the runs are written (removed after)")
     add_set_option(parser, "config override passed to make and generate (default params.render=false)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
@@ -87,6 +144,8 @@ def main(argv=None) -> int:
         args.envs, args.episodes, args.sources = 4, 4, 4
     overrides = dict(args.overrides) or {"params.render": False}
     parent = args.record_dir or tempfile.gettempdir()
+    if args.new_task:
+        return main_new_task(args, device, overrides, parent)
     rows = []
     for task in args.tasks:
         began = time.perf_counter()
