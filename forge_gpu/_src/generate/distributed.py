@@ -31,7 +31,7 @@ from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.files import new_partial, partial_path, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
-from forge_gpu._src.generate.generation import GenerationSummary, Settings, summarize
+from forge_gpu._src.generate.generation import GenerationSummary, Settings, counters, summarize
 from forge_gpu._src.tasks.taskfile import stored
 
 _POLL = 0.2
@@ -200,19 +200,8 @@ def _ended(done: dict) -> int:
 
 
 def _counters(done: dict, target: int, seconds: float) -> dict:
-    ended = _ended(done)
     successes = int(sum(int((b["figures"]["success"] & b["figures"]["ended"]).sum()) for b in done.values()))
-    env_steps = sum(b["env_steps"] for b in done.values())
-    return {
-        "unit": "generated episodes",
-        "target": target,
-        "attempts": ended,
-        "successes": successes,
-        "yield": successes / ended if ended else 0.0,
-        "env_steps": env_steps,
-        "seconds": seconds,
-        "env_steps_per_s": env_steps / seconds if seconds > 0 else 0.0,
-    }
+    return counters(_ended(done), successes, target, sum(b["env_steps"] for b in done.values()), seconds)
 
 
 def _merged_figures(done: dict, cutoff: int) -> dict:
