@@ -25,13 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from common import add_set_option, machine, save, table
 
 SOURCE_NOISE = {"params.expert.position_noise": 0.008, "params.expert.action_noise": 0.003}
 """The expert's extra noise for the source demonstrations (the shipped files: 4 mm and 1 mm)."""
 
 
-def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str) -> dict:
+def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str,
+            bc=None) -> dict:  # fmt: skip
+    """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs."""
     import forge_gpu
 
     folder = Path(tempfile.mkdtemp(prefix=f"generate-{task}-", dir=parent))
@@ -65,9 +68,60 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         for name, reached, failed in zip(summary.subtasks, summary.reached, summary.failed_in, strict=True):
             row[f"reached_{name}"] = reached / summary.attempts
             row[f"failed_in_{name}"] = failed
+        print(table([row], list(row)), flush=True)
+        if bc is not None:
+            row["bc"] = bc({"sources": source, "generated": folder / "generated", "expert": folder / "expert"})
         return row
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def behaviour_cloning(task: str, runs: dict, args, overrides: dict, done: list) -> list[dict]:
+    """``bench/imitation.py``'s policy (its defaults, ``--bc-head``) trained on each run of ``runs`` (name -> run)
+    with each of ``args.bc_seeds``, scored with ``forge_gpu.recording.evaluate`` over ``args.bc_episodes`` keyed
+    episodes (seed ``args.bc_eval_seed``, ``args.bc_envs`` worlds on the CPU). ``done(row)`` after each row."""
+    import imitation
+    import torch
+
+    import forge_gpu
+
+    bc = imitation.build_parser().parse_args(["--task", task, "--episodes", str(args.bc_episodes),
+                                              "--execution", "open_loop", "--head", args.bc_head])  # fmt: skip
+    if args.smoke:
+        bc.train_steps, bc.batch, bc.hidden = 20, 32, 32
+    torch.set_num_threads(bc.threads)
+    eval_env = imitation.make_env(task, args.bc_envs, args.bc_eval_seed, overrides)
+    bc.fields = imitation.policy_fields(eval_env.spec)
+    rows = []
+    for name, run in runs.items():
+        windows = imitation.load_windows(str(run), bc.history, bc.horizon, "action", fields=bc.fields)
+        episodes = len(forge_gpu.reading.open_run(str(run)))
+        for seed in args.bc_seeds:
+            checkpoint, figures = imitation.train([windows], str(run), bc, seed)
+            row = {"task": task, "trained_on": name, "episodes": episodes, "seed": seed, **figures}
+            row |= imitation.score(eval_env, checkpoint, bc)
+            rows.append(row)
+            print(table([row], BC_COLUMNS), flush=True)
+            done(row)
+    return rows
+
+
+BC_COLUMNS = ["task", "trained_on", "episodes", "seed", "windows", "train_s", "open_loop_success", "open_loop_eval_s"]
+
+
+def bc_summary(rows: list[dict]) -> list[dict]:
+    """Per task and training run: the mean success at the end over the seeds, and its spread."""
+    out = {}
+    for r in rows:
+        out.setdefault((r["task"], r["trained_on"]), []).append(r)
+    summary = []
+    for (task, name), group in out.items():
+        rates = np.asarray([r["open_loop_success_at_end"] for r in group])
+        summary.append({"task": task, "trained_on": name, "episodes": group[0]["episodes"], "seeds": len(group),
+                        "success_mean": float(rates.mean()), "success_min": float(rates.min()),
+                        "success_max": float(rates.max()),
+                        "success": f"{rates.mean():.1%} ({', '.join(f'{v:.1%}' for v in rates)})"})  # fmt: skip
+    return summary
 
 
 def measure_new_task(num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str) -> dict:
@@ -135,30 +189,66 @@ def main(argv=None) -> int:
     parser.add_argument("--new-task", action="store_true",
                         help="bench/tasks/tray.toml (no expert), its scripted sources; not --tasks")  # fmt: skip
     parser.add_argument("--record-dir", default=None, help="where the runs are written (removed after)")
+    parser.add_argument("--bc-seeds", type=int, nargs="*", default=[0, 1, 2],
+                        help="behaviour cloning's training seeds per run (none: no behaviour cloning)")  # fmt: skip
+    parser.add_argument("--bc-tasks", nargs="*", default=None, help="the tasks behaviour cloning runs on (default all)")
+    parser.add_argument("--bc-episodes", type=int, default=200, help="keyed evaluation episodes per policy")
+    parser.add_argument("--bc-envs", type=int, default=200, help="worlds of the evaluation")
+    parser.add_argument("--bc-eval-seed", type=int, default=2)
+    parser.add_argument("--bc-head", default="gmm", choices=["mse", "gmm"], help="bench/imitation.py's --head")
     add_set_option(parser, "config override passed to make and generate (default params.render=false)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
+    parser.add_argument("--name", default="generate", help="the results' file name without .json")
     args = parser.parse_args(argv)
     wp.config.quiet = True
     device = args.device or forge_gpu.sim.default_device()
     if args.smoke:
-        args.envs, args.episodes, args.sources = 4, 4, 4
+        args.envs, args.episodes, args.sources, args.bc_episodes, args.bc_envs = 4, 4, 4, 4, 4
+        args.bc_seeds = args.bc_seeds[:1]
+    for flag in ("envs", "episodes", "sources", "bc_episodes", "bc_envs"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")
     overrides = dict(args.overrides) or {"params.render": False}
     parent = args.record_dir or tempfile.gettempdir()
     if args.new_task:
         return main_new_task(args, device, overrides, parent)
-    rows = []
-    for task in args.tasks:
-        began = time.perf_counter()
-        rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent))
-        print(table(rows[-1:], list(rows[-1])), f"\n({time.perf_counter() - began:.0f} s)", flush=True)
+    bc_tasks = args.tasks if args.bc_tasks is None else args.bc_tasks
+    if set(bc_tasks) - set(args.tasks):
+        parser.error(f"--bc-tasks {' '.join(bc_tasks)}: expected tasks of --tasks ({' '.join(args.tasks)})")
+    rows, bc_rows = [], []
     columns = ["task", "device", "num_envs", "sources_used", "episodes", "attempts", "yield", "attempts_per_s",
                "generate_env_steps_per_s", "expert_env_steps_per_s", "rate_ratio"]  # fmt: skip
-    subtask_columns = sorted({k for r in rows for k in r if k.startswith(("reached_", "failed_in_"))})
-    md = "## Demonstration generation against the expert's collection\n\n" + table(rows, columns)
-    md += "\n\n### Per subtask\n\n" + table(rows, ["task", *subtask_columns])
-    path = save("generate", {"machine": machine(), "overrides": overrides, "source_noise": SOURCE_NOISE,
-                             "rows": rows}, md, args.out)  # fmt: skip
-    print(md)
+
+    def write(done: bool) -> Path:
+        subtask_columns = sorted({k for r in rows for k in r if k.startswith(("reached_", "failed_in_"))})
+        md = "## Demonstration generation against the expert's collection\n\n" + table(rows, columns)
+        md += "\n\n### Per subtask\n\n" + table(rows, ["task", *subtask_columns])
+        summary = bc_summary(bc_rows)
+        if bc_rows:
+            md += (f"\n\n### Behaviour cloning ({args.bc_head} head, {args.bc_episodes} keyed episodes a policy, "
+                   f"success at the end: the mean over the seeds, then each seed's)\n\n")  # fmt: skip
+            md += table(summary, ["task", "trained_on", "episodes", "seeds", "success"])
+        payload = {"machine": machine(), "overrides": overrides, "source_noise": SOURCE_NOISE,
+                   "rows": [{k: v for k, v in r.items() if k != "bc"} for r in rows], "bc_rows": bc_rows,
+                   "bc_summary": summary, "complete": done}  # fmt: skip
+        path = save(args.name, payload, md, args.out)
+        if done:
+            print(md)
+        return path
+
+    def record(row: dict) -> None:
+        bc_rows.append(row)
+        write(done=False)
+
+    for task in args.tasks:
+        began = time.perf_counter()
+        bc = None
+        if args.bc_seeds and task in bc_tasks:
+            bc = lambda runs, task=task: behaviour_cloning(task, runs, args, overrides, record)  # noqa: E731
+        rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent, bc))
+        write(done=False)
+        print(f"({time.perf_counter() - began:.0f} s)", flush=True)
+    path = write(done=True)
     print(f"\nwrote {path}")
     return 0
 

@@ -836,10 +836,8 @@ def labelled_steps(run: Path) -> int:
     return int(forge_gpu.curation.episode_values(run, ["length"])["length"].sum())
 
 
-def main(argv=None) -> int:
-    import torch
-    import warp as wp
-
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's arguments (``bench/generate.py`` trains its policies with their defaults)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--task", default="push", help="a task id or a task file (*.toml) whose expert gives the demos (default push)"
@@ -946,6 +944,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--name", default=None, help="the results' file name without .json (default imitation, imitation-<task>)"
     )
+    return parser
+
+
+def main(argv=None) -> int:
+    import torch
+    import warp as wp
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     wp.config.quiet = True
     overrides = dict(args.overrides)

@@ -143,6 +143,25 @@ def test_the_same_seed_gives_the_same_episodes_at_4_and_16_envs(generated, lift_
             np.testing.assert_array_equal(a.params[name], b.params[name])
 
 
+def _same_statistics(run):
+    """The run's stats.json against its episodes counted again: every field's figures equal."""
+    stored = forge_gpu.curation.run_statistics(run)
+    counted = forge_gpu.curation.compute_statistics(run, write=False).summary()
+    assert set(stored) == set(counted) and "action" in stored
+    for name, figures in counted.items():
+        for key, value in figures.items():
+            np.testing.assert_allclose(stored[name][key], value, rtol=1e-6, err_msg=f"{name} {key}")
+
+
+def test_a_generated_run_carries_its_statistics(generated):
+    """A generated run has the stats.json a recorder writes (normalization reads it), equal to its episodes'
+    statistics counted again."""
+    out, _ = generated
+    _same_statistics(out)
+    norm = forge_gpu.reading.normalization(out, ["action"])
+    assert norm.center.shape == norm.scale.shape and np.isfinite(norm.scale).all()
+
+
 def test_failed_attempts_never_reach_the_run(lift_source, tmp_path):
     """With noisy actions some attempts fail: the run holds only successes, in attempt order, the failures run the
     others before the last success, and together they are every attempt counted."""
@@ -200,6 +219,7 @@ def test_the_same_seed_gives_the_same_episodes_with_1_and_2_ray_workers(generate
                 assert (a.episode_id, a.steps) == (b.episode_id, b.steps)
                 np.testing.assert_array_equal(a.action, b.action)
                 np.testing.assert_array_equal(a.params["generate_transform"], b.params["generate_transform"])
+            _same_statistics(path)  # the merged run counts its episodes as one process's run does
     finally:
         ray.shutdown()
 

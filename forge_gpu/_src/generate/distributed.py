@@ -31,7 +31,15 @@ from forge_gpu._src.core.episode import Episode, EpisodeReadOptions
 from forge_gpu._src.core.files import new_partial, partial_path, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST
 from forge_gpu._src.formats.registry import FORMATS, format_of, read_manifest
-from forge_gpu._src.generate.generation import GenerationSummary, Settings, counters, summarize
+from forge_gpu._src.generate.generation import (
+    STATS_SOURCE,
+    GenerationSummary,
+    Settings,
+    counted,
+    counters,
+    summarize,
+)
+from forge_gpu._src.recording.stats import new_statistics
 from forge_gpu._src.tasks.taskfile import stored
 
 _POLL = 0.2
@@ -227,15 +235,18 @@ def _merge(root: str, out: str, done: dict, facts: dict, *, success: bool) -> in
                 if int(episode.params["generate_attempt"]) < cutoff:
                     yield episode
 
+    written = read_manifest(runs[0])
+    stats = new_statistics(written["env_spec"])
     work = new_partial(out)
     try:
-        count, keys = FORMATS["packed"].write(work, episodes(), "none")
-        written = read_manifest(runs[0])
+        count, keys = FORMATS["packed"].write(work, counted(episodes(), stats), "none")
         written.update(keys, run_id=uuid.uuid4().hex, completed_episodes=count)
         written["generated_from"] = {**written["generated_from"], "first_attempt": 0, **facts}
         folder = os.path.join(runs[0], stored.FOLDER)
         if os.path.isdir(folder):
             shutil.copytree(folder, os.path.join(work, stored.FOLDER))
+        if count:
+            stats.write(work, STATS_SOURCE)
         write_json_atomic(os.path.join(work, RUN_MANIFEST), written)
         publish(work, out)
     except BaseException:

@@ -35,6 +35,7 @@ from forge_gpu._src.evaluate.rows import EvaluationRows
 from forge_gpu._src.formats.registry import FORMATS, RecordingOptions, format_of, read_manifest
 from forge_gpu._src.generate.follower import SELECTIONS, Follower, Motion, task_arm
 from forge_gpu._src.generate.sources import Sources, cut_sources
+from forge_gpu._src.recording.stats import StatsAccumulator, new_statistics
 from forge_gpu._src.sim.run_description import describe_run
 from forge_gpu._src.tasks.catalog import TASKS, is_task_file, resolve_task
 from forge_gpu._src.tasks.make import make
@@ -328,6 +329,17 @@ def _figures(rows: EvaluationRows, follower: Follower, cutoff: int, count: int, 
     }
 
 
+STATS_SOURCE = "counted from the generated episodes as they were written"
+"""stats.json's ``source`` of a generated run."""
+
+
+def counted(episodes, stats: StatsAccumulator):
+    """``episodes`` passed on, each counted into ``stats`` (the run's stats.json, as a recorder counts its own)."""
+    for episode in episodes:
+        stats.update_episode(episode)
+        yield episode
+
+
 def _traced(episode: Episode, k: int, figures: dict, sources: Sources) -> Episode:
     """The episode of row ``k`` (attempt ``j = first + k``) as the output run holds it: env 0, episode ``j``, its
     trace in its params."""
@@ -374,16 +386,17 @@ def _write(env, source_manifest: dict, source: str, scratch: str, out: str, figu
             yield _traced(got.pop(j), j, figures, sources)
 
     count_s = len(env.task.plan.subtasks)
+    run = describe_run(env, transport="generate")
+    trace_spec = {"generate_attempt": [], "generate_source": [count_s, 2], "generate_frames": [count_s, 2],
+                  "generate_transform": [count_s, 7]}  # fmt: skip
+    spec = run.spec
+    params = {**(spec.get("params") or {}),
+              **{k: {"shape": shape, "dtype": "float32"} for k, shape in trace_spec.items()}}  # fmt: skip
+    spec = {**spec, "params": params, PARAM_SOURCES_KEY: {**param_sources(spec), **dict.fromkeys(TRACE, SOURCE)}}
+    stats = new_statistics(spec)
     work = new_partial(out)
     try:
-        count, format_keys = FORMATS["packed"].write(work, episodes(), "none")
-        run = describe_run(env, transport="generate")
-        trace_spec = {"generate_attempt": [], "generate_source": [count_s, 2], "generate_frames": [count_s, 2],
-                      "generate_transform": [count_s, 7]}  # fmt: skip
-        spec = run.spec
-        params = {**(spec.get("params") or {}),
-                  **{k: {"shape": shape, "dtype": "float32"} for k, shape in trace_spec.items()}}  # fmt: skip
-        spec = {**spec, "params": params, PARAM_SOURCES_KEY: {**param_sources(spec), **dict.fromkeys(TRACE, SOURCE)}}
+        count, format_keys = FORMATS["packed"].write(work, counted(episodes(), stats), "none")
         written = initial_manifest(dataclasses.replace(run, spec=spec), 0, FORMATS["packed"].identity)
         written.update(
             format_keys,
@@ -405,6 +418,8 @@ def _write(env, source_manifest: dict, source: str, scratch: str, out: str, figu
             },
         )
         stored.write(work, getattr(env.task, "stored_files", None) or {})
+        if count:
+            stats.write(work, STATS_SOURCE)
         write_json_atomic(os.path.join(work, RUN_MANIFEST), written)
         publish(work, out)
     except BaseException:
