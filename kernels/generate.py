@@ -11,7 +11,7 @@ step of ``kernels/ik.py``.
 
 import warp as wp
 
-from .ik import dls_step, point_transform, rotation_error
+from .ik import clamp_length, point_transform, rotation_error, tcp_action
 from .rng import env_rng
 
 STREAM_CHOICE = wp.constant(5)
@@ -203,37 +203,17 @@ def follow_kernel(
         row_choice[row, s] = e
         row_transform[row, s] = x
     p = wp.transform_get_translation(tcp)
-    move = (wp.transform_get_translation(goal) - p) * numbers[N_GAIN]
-    if wp.length(move) > numbers[N_MAX_SPEED]:
-        move = move * (numbers[N_MAX_SPEED] / wp.length(move))
+    move = clamp_length((wp.transform_get_translation(goal) - p) * numbers[N_GAIN], numbers[N_MAX_SPEED])
     if numbers[N_ACTION_NOISE] > 0.0:
         rng = env_rng(seed, j, 0, step + 1, STREAM_NOISE)
         for c in range(3):
             move[c] = move[c] + wp.randf(rng, -1.0, 1.0) * numbers[N_ACTION_NOISE]
     turn = rotation_error(wp.transform_get_rotation(tcp), wp.transform_get_rotation(goal)) * numbers[N_GAIN]
-    if wp.length(turn) > numbers[N_MAX_TURN]:
-        turn = turn * (numbers[N_MAX_TURN] / wp.length(turn))
-    if ee_mode != 0:
-        for c in range(3):
-            action_out[worldid, c] = wp.clamp(move[c] / action_scale[c], action_low[c], action_high[c])
-            action_out[worldid, 3 + c] = wp.clamp(turn[c] / action_scale[3 + c], action_low[3 + c], action_high[3 + c])
-    else:
-        error = wp.spatial_vector(move, turn)
-        step_limit = numbers[N_MAX_JOINT_STEP]
-        lag = numbers[N_MAX_LAG]
-        for n in range(joint_coord.shape[0]):
-            dq = dls_step(
-                body_q_in, worldid, joint_child, joint_xc, joint_axis, joint_slide, p, error, numbers[N_IK_DAMPING], n
-            )
-            c = joint_coord[n]
-            qn = joint_q_in[worldid, c]
-            target = joint_target[worldid, n] + wp.clamp(dq, -step_limit, step_limit)
-            target = wp.clamp(wp.clamp(target, qn - lag, qn + lag), lower[c], upper[c])
-            joint_target[worldid, n] = target
-            col = joint_column[n]
-            action_out[worldid, col] = wp.clamp(
-                (target - action_origin[worldid, c]) / action_scale[col], action_low[col], action_high[col]
-            )
+    turn = clamp_length(turn, numbers[N_MAX_TURN])
+    tcp_action(worldid, move, turn, p, ee_mode, body_q_in, joint_q_in, joint_coord, joint_child, joint_xc,
+               joint_axis, joint_slide, joint_column, numbers[N_IK_DAMPING], numbers[N_MAX_JOINT_STEP],
+               numbers[N_MAX_LAG], lower, upper, action_origin, action_scale, action_low, action_high, joint_target,
+               action_out)  # fmt: skip
     if gripper_column >= 0:
         action_out[worldid, gripper_column] = wp.clamp(grip, action_low[gripper_column], action_high[gripper_column])
 

@@ -69,7 +69,7 @@ def cholesky_solve(m: wp.spatial_matrix, b: wp.spatial_vector) -> wp.spatial_vec
 
 
 @wp.func
-def dls_step(
+def dls_solve(
     body_q: wp.array2d[wp.transform],
     worldid: int,
     joint_child: wp.array[int],
@@ -79,19 +79,103 @@ def dls_step(
     point: wp.vec3,
     error: wp.spatial_vector,
     damping: float,
-    k: int,
-) -> float:
-    """Joint ``k``'s share of the damped least squares step toward the pose change ``error`` (linear [m], then a
-    rotation vector [rad], world frame) of ``point``: ``J_k^T (J J^T + damping^2 I)^-1 error``."""
+) -> wp.spatial_vector:
+    """``(J J^T + damping^2 I)^-1 error`` for the pose change ``error`` (linear [m], then a rotation vector [rad],
+    world frame) of ``point``: joint ``k``'s damped least squares step is its Jacobian column dotted with it."""
     m = wp.spatial_matrix()
     for j in range(joint_child.shape[0]):
         c = joint_column(body_q, worldid, joint_child[j], joint_xc[j], joint_axis[j], joint_slide[j], point)
         m = m + wp.outer(c, c)
     for i in range(6):
         m[i, i] = m[i, i] + damping * damping
-    y = cholesky_solve(m, error)
-    c = joint_column(body_q, worldid, joint_child[k], joint_xc[k], joint_axis[k], joint_slide[k], point)
-    return wp.dot(c, y)
+    return cholesky_solve(m, error)
+
+
+@wp.func
+def step_targets(
+    body_q: wp.array2d[wp.transform],
+    joint_q: wp.array2d[float],
+    worldid: int,
+    joint_coord: wp.array[int],
+    joint_child: wp.array[int],
+    joint_xc: wp.array[wp.transform],
+    joint_axis: wp.array[wp.vec3],
+    joint_slide: wp.array[int],
+    point: wp.vec3,
+    error: wp.spatial_vector,
+    damping: float,
+    max_joint_step: float,
+    max_lag: float,
+    lower: wp.array[float],
+    upper: wp.array[float],
+    joint_target: wp.array2d[float],
+):
+    """The chain's joint targets ``joint_target[worldid, :K]`` moved by the damped least squares step toward the
+    pose change ``error`` of ``point`` (one solve for all joints): each by at most ``max_joint_step`` [rad or m],
+    at most ``max_lag`` from its measured position (the drives' lag does not wind the targets up), clipped to its
+    limits."""
+    y = dls_solve(body_q, worldid, joint_child, joint_xc, joint_axis, joint_slide, point, error, damping)
+    for k in range(joint_coord.shape[0]):
+        column = joint_column(body_q, worldid, joint_child[k], joint_xc[k], joint_axis[k], joint_slide[k], point)
+        c = joint_coord[k]
+        target = joint_target[worldid, k] + wp.clamp(wp.dot(column, y), -max_joint_step, max_joint_step)
+        q = joint_q[worldid, c]
+        joint_target[worldid, k] = wp.clamp(wp.clamp(target, q - max_lag, q + max_lag), lower[c], upper[c])
+
+
+@wp.func
+def clamp_length(v: wp.vec3, most: float) -> wp.vec3:
+    """``v`` scaled down to length ``most`` where it is longer."""
+    n = wp.length(v)
+    if n > most:
+        return v * (most / n)
+    return v
+
+
+@wp.func
+def tcp_action(
+    worldid: int,
+    move: wp.vec3,
+    turn: wp.vec3,
+    point: wp.vec3,
+    ee_mode: int,
+    body_q: wp.array2d[wp.transform],
+    joint_q: wp.array2d[float],
+    joint_coord: wp.array[int],
+    joint_child: wp.array[int],
+    joint_xc: wp.array[wp.transform],
+    joint_axis: wp.array[wp.vec3],
+    joint_slide: wp.array[int],
+    columns: wp.array[int],
+    damping: float,
+    max_joint_step: float,
+    max_lag: float,
+    lower: wp.array[float],
+    upper: wp.array[float],
+    action_origin: wp.array2d[float],
+    action_scale: wp.array[float],
+    action_low: wp.array[float],
+    action_high: wp.array[float],
+    joint_target: wp.array2d[float],
+    action_out: wp.array2d[float],
+):
+    """The action that moves the tcp at ``point`` by ``move`` [m] and turns it by ``turn`` [rad] (world frame) this
+    step, in the task's action space: with ``ee_mode``, the pose change itself (columns 0..5, divided by their
+    scales); otherwise the chain's joint targets (:func:`step_targets`), each written to its action column
+    ``columns[k]`` as ``(target - origin) / scale``. Clipped to the action's bounds. The expert of the pick tasks
+    and the generation's follower act through it."""
+    if ee_mode != 0:
+        for i in range(3):
+            action_out[worldid, i] = wp.clamp(move[i] / action_scale[i], action_low[i], action_high[i])
+            action_out[worldid, 3 + i] = wp.clamp(turn[i] / action_scale[3 + i], action_low[3 + i], action_high[3 + i])
+    else:
+        step_targets(body_q, joint_q, worldid, joint_coord, joint_child, joint_xc, joint_axis, joint_slide, point,
+                     wp.spatial_vector(move, turn), damping, max_joint_step, max_lag, lower, upper,
+                     joint_target)  # fmt: skip
+        for k in range(joint_coord.shape[0]):
+            col = columns[k]
+            value = (joint_target[worldid, k] - action_origin[worldid, joint_coord[k]]) / action_scale[col]
+            action_out[worldid, col] = wp.clamp(value, action_low[col], action_high[col])
 
 
 @wp.func
@@ -158,16 +242,11 @@ def ee_delta_kernel(
         r = wp.transform_get_rotation(body_q_in[worldid, base_body])
         dp = wp.quat_rotate(r, dp)
         dr = wp.quat_rotate(r, dr)
-    error = wp.spatial_vector(dp, dr)
+    step_targets(body_q_in, joint_q_in, worldid, joint_coord, joint_child, joint_xc, joint_axis, joint_slide, point,
+                 wp.spatial_vector(dp, dr), damping, max_joint_step, max_lag, lower, upper, joint_target)  # fmt: skip
     arm = joint_coord.shape[0]
     for k in range(arm):
-        dq = dls_step(body_q_in, worldid, joint_child, joint_xc, joint_axis, joint_slide, point, error, damping, k)
-        c = joint_coord[k]
-        target = joint_target[worldid, k] + wp.clamp(dq, -max_joint_step, max_joint_step)
-        q = joint_q_in[worldid, c]
-        target = wp.clamp(wp.clamp(target, q - max_lag, q + max_lag), lower[c], upper[c])
-        joint_target[worldid, k] = target
-        joint_target_q_out[worldid, c] = target
+        joint_target_q_out[worldid, joint_coord[k]] = joint_target[worldid, k]
     for g in range(gripper_coord.shape[0]):
         c = gripper_coord[g]
         col = POSE + g

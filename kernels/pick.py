@@ -5,7 +5,7 @@ one launch per step for every world. World index first: ``worldid = wp.tid()``.
 
 import warp as wp
 
-from .ik import dls_step, point_transform, rotation_error
+from .ik import clamp_length, point_transform, rotation_error, tcp_action
 from .rng import env_rng
 
 STREAM_EXPERT = wp.constant(6)
@@ -208,37 +208,16 @@ def pick_expert_kernel(
         goal = wp.vec3(place[0], place[1], held + numbers[N_RETREAT])
     phase[worldid] = ph
     timer[worldid] = t
-    move = (goal - p) * numbers[N_GAIN]
-    speed = wp.length(move)
-    if speed > numbers[N_MAX_SPEED]:
-        move = move * (numbers[N_MAX_SPEED] / speed)
+    move = clamp_length((goal - p) * numbers[N_GAIN], numbers[N_MAX_SPEED])
     if numbers[N_ACTION_NOISE] > 0.0:
         rng = env_rng(seed, draw_env_in[worldid], draw_episode_in[worldid], step + 1, STREAM_EXPERT)
         for i in range(3):
             move[i] = move[i] + wp.randf(rng, -1.0, 1.0) * numbers[N_ACTION_NOISE]
-    turn = rotation_error(r, goal_q) * numbers[N_GAIN]
-    if wp.length(turn) > numbers[N_MAX_TURN]:
-        turn = turn * (numbers[N_MAX_TURN] / wp.length(turn))
-    if ee_mode != 0:
-        for i in range(3):
-            action_out[worldid, i] = wp.clamp(move[i] / action_scale[i], action_low[i], action_high[i])
-            action_out[worldid, 3 + i] = wp.clamp(turn[i] / action_scale[3 + i], action_low[3 + i], action_high[3 + i])
-    else:
-        error = wp.spatial_vector(move, turn)
-        step_limit = numbers[N_MAX_JOINT_STEP]
-        lag = numbers[N_MAX_LAG]
-        for k in range(joint_coord.shape[0]):
-            dq = dls_step(
-                body_q_in, worldid, joint_child, joint_xc, joint_axis, joint_slide, p, error, numbers[N_IK_DAMPING], k
-            )
-            c = joint_coord[k]
-            q = joint_q_in[worldid, c]
-            target = joint_target[worldid, k] + wp.clamp(dq, -step_limit, step_limit)
-            target = wp.clamp(wp.clamp(target, q - lag, q + lag), lower[c], upper[c])
-            joint_target[worldid, k] = target
-            col = joint_column[k]
-            value = (target - action_origin[worldid, c]) / action_scale[col]
-            action_out[worldid, col] = wp.clamp(value, action_low[col], action_high[col])
+    turn = clamp_length(rotation_error(r, goal_q) * numbers[N_GAIN], numbers[N_MAX_TURN])
+    tcp_action(worldid, move, turn, p, ee_mode, body_q_in, joint_q_in, joint_coord, joint_child, joint_xc,
+               joint_axis, joint_slide, joint_column, numbers[N_IK_DAMPING], numbers[N_MAX_JOINT_STEP],
+               numbers[N_MAX_LAG], lower, upper, action_origin, action_scale, action_low, action_high, joint_target,
+               action_out)  # fmt: skip
     if gripper_column >= 0:
         g = numbers[N_OPEN]
         if closed != 0:
