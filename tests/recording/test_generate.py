@@ -130,6 +130,19 @@ def test_the_trace_reproduces_the_path(generated, lift_source):
             at += 5 + last - first
 
 
+def test_a_selection_of_a_run_is_a_source(lift_source, tmp_path):
+    """A run ``select`` wrote from the source serves as one: every generated episode's segments come from the
+    selected episodes alone."""
+    picked = tmp_path / "picked"
+    forge_gpu.curation.select_run(lift_source, picked, "env < 2")
+    kept = {(e.env_id, e.episode_id) for e in _episodes(picked)}
+    assert len(kept) == 2
+    summary = forge_gpu.recording.generate(picked, tmp_path / "run", episodes=2, num_envs=2, seed=3, device="cpu")
+    assert summary.sources == 2 and summary.episodes == 2
+    used = {tuple(int(v) for v in ids) for e in _episodes(tmp_path / "run") for ids in e.params["generate_source"]}
+    assert used and used <= kept
+
+
 def test_the_same_seed_gives_the_same_episodes_at_4_and_16_envs(generated, lift_source, tmp_path):
     """The run holds the first N successful attempts by index, each keyed by (seed, its index): at 16 envs the
     episodes are those of 4 envs, action for action."""
