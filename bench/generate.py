@@ -6,7 +6,15 @@ demonstrations: a grasp point off by up to 8 mm, 3 mm of noise on each step's mo
 per subtask the attempts that reached it and the failures in it, attempts/s and the generation's env-steps/s; and
 the expert's own collection of N episodes at the same E envs (env-steps/s, episodes/s). Cameras off.
 
+Then behaviour cloning, the comparison a user makes: ``bench/imitation.py``'s policy (its defaults: an MLP from 2
+frames of the state fields to a chunk of 8 actions, 10,000 Adam steps; ``--bc-head gmm``, the default, its mixture
+head) trained on the source run, on the N generated and on the N expert episodes, once per training seed
+(``--bc-seeds``), each scored by ``forge_gpu.recording.evaluate`` over ``--bc-episodes`` keyed episodes (seed
+``--bc-eval-seed``, ``--bc-envs`` worlds on the CPU, the chunk run open loop 4 steps). Rows are written as they come
+(``complete`` false until the end). ``--bc-tasks`` names the tasks it runs on; ``--bc-seeds`` with no value skips it.
+
 python bench/generate.py                               # lift, stack, place: 1,000 each at 16 envs, on the CPU
+python bench/generate.py --envs 32 --tasks stack place lift --bc-tasks lift   # behaviour cloning on lift alone
 python bench/generate.py --smoke                       # seconds-long check that every figure is produced
 python bench/generate.py --episodes 1000 --envs 1024 --device cuda:0
 python bench/generate.py --new-task --episodes 500 --envs 32   # bench/tasks/tray.toml: no expert, scripted sources
