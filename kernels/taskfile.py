@@ -354,6 +354,17 @@ def object_cylinder_kernel(
     set_mass(body[worldid], mass, inertia, body_mass_out, body_inv_mass_out, body_inertia_out, body_inv_inertia_out)
 
 
+@wp.func
+def next_allowed(index: wp.int32, allowed: wp.array[wp.int32]) -> wp.int32:
+    """The first palette index after ``index`` (wrapping) that ``allowed`` marks 1; ``index`` where none is."""
+    count = allowed.shape[0]
+    for step in range(1, count):
+        c = (index + step) % count
+        if allowed[c] != 0:
+            return c
+    return index
+
+
 @wp.kernel
 def palette_color_kernel(
     # Model:
@@ -361,6 +372,7 @@ def palette_color_kernel(
     other_shape: wp.array[wp.int32],
     palette: wp.array[wp.vec3],
     resolve: int,
+    allowed: wp.array[wp.int32],
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     # Data in and out:
@@ -371,19 +383,19 @@ def palette_color_kernel(
 ):
     """Palette colours (indices) of a shape and of the shape it must differ from (``differs_from``; the same shape
     and value for an entry alone) in the worlds that reset. Where they are equal, ``resolve`` moves one to the next
-    colour: 1 this one, 2 the other (the drawn one), written back into the drawn value, which the episode records
-    (applied again, nothing changes: a restored episode keeps its colours)."""
+    colour its draw allows (``allowed[c]`` 1, in palette order, wrapping): 1 this one, 2 the other (the drawn one),
+    written back into the drawn value, which the episode records (applied again, nothing changes: a restored
+    episode keeps its colours)."""
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    count = palette.shape[0]
     other = wp.int32(other_color_io[worldid])
     index = wp.int32(color_io[worldid])
     if other == index and resolve == 1:
-        index = (index + 1) % count
+        index = next_allowed(index, allowed)
         color_io[worldid] = float(index)
     if other == index and resolve == 2:
-        other = (other + 1) % count
+        other = next_allowed(other, allowed)
         other_color_io[worldid] = float(other)
     shape_color_out[other_shape[worldid]] = palette[other]
     shape_color_out[shape[worldid]] = palette[index]

@@ -163,7 +163,7 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         check_ranges(randomize, offered, f"{table.get('task')}")
     except ValueError as e:  # the line names the file, as every other line of the task file's
         raise ValueError(f"{source}: {e}") from None
-    check_color_pairs(params, {r.name for r in randomize}, source)
+    check_color_pairs(params, randomize, source)
     config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
     if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
         raise ValueError(f"{source}: action.low {list(config.action.low)} must be below action.high")
@@ -391,14 +391,28 @@ def color_entries(params: FileParams) -> dict[str, dict]:
     return out
 
 
-def check_color_pairs(params: FileParams, randomized: set[str], source: str) -> None:
-    """ValueError where two palette colours that must differ (``differs_from``) are equal and neither is drawn."""
-    raw = params.shape_colors
-    for name, entry in color_entries(resolved(params, source)).items():
+def check_color_pairs(params: FileParams, ranges, source: str) -> None:
+    """ValueError where two palette colours that must differ (``differs_from``) are equal and neither is drawn, or
+    where the one that moves on a clash (the drawn one; this one where both are) draws one colour alone that the
+    other can take: it has nowhere to move within its draw (``ranges``: the run's ``[randomize]``)."""
+    raw, ranges = params.shape_colors, {r.name: r for r in ranges}
+    entries = color_entries(resolved(params, source))
+    count = len(params.palette)
+    for name, entry in entries.items():
         other = entry["differs_from"]
-        if other is None or {name, other} & randomized:
+        if other is None:
             continue
-        if entry["color"] == color_entries(resolved(params, source))[other]["color"]:
+        if {name, other} & set(ranges):
+            moving, still = (name, other) if name in ranges else (other, name)
+            own = ranges[moving].allowed(count)
+            held = ranges[still].allowed(count) if still in ranges else [entries[still]["color"]]
+            if len(own) == 1 and own[0] in held:
+                color = list(params.palette)[own[0]]
+                raise ValueError(f"{source}: randomize.{moving} = {ranges[moving].to_table()}: its one colour "
+                                 f"{color!r} can equal {still}'s, and shape_colors.{name} differs_from {other}: "
+                                 "allow a second colour to move to")  # fmt: skip
+            continue
+        if entry["color"] == entries[other]["color"]:
             color = list(params.palette)[entry["color"]]
             a, b = raw[other]["color"], raw[name]["color"]
             raise ValueError(f"{source}: {a} and {b} are both {color!r}: shape_colors.{name} differs_from {other} "

@@ -85,7 +85,7 @@ class FileTask(Task):
         self.file: FileParams = resolved(config.params, config.params.file)
         """The sections with their ``params.NAME`` references replaced by numbers."""
         self.plan: Plan = plan_task(self.file, config.params.file)
-        check_color_pairs(config.params, {r.name for r in config.randomize}, config.params.file)
+        check_color_pairs(config.params, config.randomize, config.params.file)
         self.__dict__["spec"] = _spec(config, self.plan)
         super().__init__(config)
 
@@ -281,6 +281,7 @@ class FileTask(Task):
         colors = np.asarray(list(self.file.palette.values()), np.float32)
         self.palette_colors = wp.array(colors, dtype=wp.vec3, device=device)
         paired = {e["differs_from"] for e in entries.values()}
+        ranges = {r.name: r for r in self.config.randomize}
         launches = []
         for name, e in entries.items():
             other = e["differs_from"]
@@ -290,7 +291,10 @@ class FileTask(Task):
             # An entry alone (other is itself) keeps its value: nothing to differ from.
             resolve = 0 if other == name else 1 if name in randomized else 2 if other in randomized else 0
             shapes = [per_world(world.model.shape_label, entries[k]["shape"], n, device) for k in (name, other)]
-            launches.append((name, other, *shapes, resolve))
+            moving = ranges.get((name, name, other)[resolve])  # the drawn one moves, within its draw's colours
+            allowed = np.zeros(len(colors), np.int32)
+            allowed[moving.allowed(len(colors)) if moving is not None else slice(None)] = 1
+            launches.append((name, other, *shapes, resolve, wp.array(allowed, dtype=wp.int32, device=device)))
         return launches
 
     def apply_action(self, world: World) -> None:
@@ -386,11 +390,11 @@ class FileTask(Task):
         """The drawn visuals: ``[shape_colors]`` colours and the camera's offsets (those ``[randomize]`` names),
         palette colours (every reset) and the ``[objects]``' drawn size (a cube's edge, a cylinder's radius and height),
         mass and friction."""
-        for name, other, shape, other_shape, resolve in self.palette:
+        for name, other, shape, other_shape, resolve, allowed in self.palette:
             wp.launch(
                 kernels.palette_color_kernel,
                 dim=world.num_envs,
-                inputs=[shape, other_shape, self.palette_colors, resolve, world.reset_mask],
+                inputs=[shape, other_shape, self.palette_colors, resolve, allowed, world.reset_mask],
                 outputs=[world.params[name], world.params[other], world.model.shape_color],
                 device=world.device,
             )

@@ -1,0 +1,93 @@
+"""What a pixel policy's generalization table varies per world: palette draws restricted to a set of colours
+(``choices``) that stay in it, the pair that must differ included; the table's colour drawn per world and
+recorded per episode; distractor boxes on the table; bad entries refused in one line."""
+
+import numpy as np
+import pytest
+from helpers.envtools import DEVICES
+
+import forge_gpu
+
+FAST = {"params.render": False}
+
+
+def _params(env, resets: int) -> dict[str, np.ndarray]:
+    """The recorded params of ``resets`` resets of every world, stacked: name -> [resets * N, ...]."""
+    out = {}
+    for _ in range(resets):
+        params = env.reset().params
+        for name, value in params.items():
+            out.setdefault(name, []).append(value.numpy().copy())
+    return {name: np.concatenate(values) for name, values in out.items()}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("cube", "goal"),
+    [([0, 1], [0, 1]), ([4, 5, 6, 7], [4, 5, 6, 7]), ([2], [1, 2, 3])],
+)
+def test_a_restricted_draw_stays_in_its_set_where_the_colours_must_differ(device, cube, goal):
+    """Over 64 worlds and 4 resets, cube and goal colours drawn with choices never leave their sets and never
+    match: the goal moves to the next colour of its own set on a clash."""
+    overrides = {"randomize.cube_color": {"choices": cube}, "randomize.goal_color": {"choices": goal}}
+    env = forge_gpu.sim.make("push", num_envs=64, device=device, seed=5, **FAST, **overrides)
+    params = _params(env, 4)
+    assert set(np.unique(params["cube_color"])) == set(map(float, cube))
+    assert set(np.unique(params["goal_color"])) <= set(map(float, goal))
+    assert (params["cube_color"] != params["goal_color"]).all()
+    assert env.config.to_dict()["randomize"]["goal_color"] == {"choices": goal}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_integer_range_resolves_its_clash_within_the_range(device):
+    """{ low = 4, high = 5 } for both colours: every clash moves the goal to the other of 4, 5, never 6 (the old
+    rule took the palette's next colour)."""
+    both = {"low": 4, "high": 5, "dist": "integer"}
+    env = forge_gpu.sim.make("push", num_envs=64, device=device, seed=2, **FAST,
+                             **{"randomize.cube_color": both, "randomize.goal_color": both})  # fmt: skip
+    params = _params(env, 2)
+    assert set(np.unique(params["goal_color"])) == {4.0, 5.0}
+    assert (params["cube_color"] != params["goal_color"]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_table_colour_differs_per_world_and_is_recorded_per_episode(device):
+    """table_color drawn among the table tops: the worlds' recorded values differ, and each world's table pixels
+    (the image's bottom corner, table only) take its palette colour."""
+    overrides = {"randomize.table_color": {"choices": [8, 9, 10, 11]}, "params.image_size": 32}
+    env = forge_gpu.sim.make("push", num_envs=8, device=device, seed=1, **overrides)
+    result = env.reset()
+    drawn = result.params["table_color"].numpy()
+    assert env.spec["params"]["table_color"] == {"shape": [], "dtype": "float32"}
+    assert len(np.unique(drawn)) > 1 and set(np.unique(drawn)) <= {8.0, 9.0, 10.0, 11.0}
+    corner = result.observation["rgb"].numpy()[:, -2, 2].astype(float)  # the table top near the camera
+    for a in range(8):
+        for b in range(8):
+            same = np.abs(corner[a] - corner[b]).max() < 3
+            assert same == (drawn[a] == drawn[b]), (a, b, drawn, corner)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (
+            {"randomize.cube_color": {"choices": [0, 12]}},
+            r"push.toml \(with overrides\): randomize.cube_color = "
+            r"\{'choices': \[0.0, 12.0\]\}: an index into",
+        ),
+        ({"randomize.cube_color": {"choices": [0, 0.5]}}, "or { choices = .* } of such indices"),
+        ({"randomize.cube_color": {"choices": []}}, r"randomize.cube_color.choices = \[\]: expected a non-empty"),
+        ({"randomize.cube_color": {"choices": [1, 1]}}, r"choices = \[1, 1\]: each value once"),
+        ({"randomize.cube_position": {"choices": [0.2, 0.3]}}, "choices draws single numbers; cube_position has 2"),
+        (
+            {"randomize.cube_color": {"choices": [2]}, "randomize.goal_color": {"choices": [2]}},
+            r"randomize.goal_color = \{'choices': \[2.0\]\}: its one colour 'blue' can equal cube_color's",
+        ),
+        ({"randomize.goal_color": {"choices": [0]}}, "its one colour 'red' can equal cube_color's"),
+    ],
+)
+def test_bad_restricted_draws_are_refused_in_one_line(overrides, words):
+    """A choice out of the palette, not whole, empty, repeated, on a vector, or one colour with nowhere to move."""
+    with pytest.raises(ValueError, match=words) as e:
+        forge_gpu.sim.make("push", num_envs=1, device="cpu", **FAST, **overrides)
+    assert "\n" not in str(e.value)
