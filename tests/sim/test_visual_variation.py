@@ -91,3 +91,77 @@ def test_bad_restricted_draws_are_refused_in_one_line(overrides, words):
     with pytest.raises(ValueError, match=words) as e:
         forge_gpu.sim.make("push", num_envs=1, device="cpu", **FAST, **overrides)
     assert "\n" not in str(e.value)
+
+
+DISTRACTED = {
+    "params.distractor_count": 3,
+    "randomize.distractor_position": {"low": [0.15, -0.25], "high": [0.55, 0.25]},
+    "randomize.distractor_color": {"choices": [4, 5, 6, 7]},
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_distractors_keep_clear_of_the_cube_and_the_goal_and_take_other_colours(device):
+    """Over 64 worlds and 3 resets every distractor rests on the table at least the clearance from the cube's start
+    and the goal, apart from the others, in a colour of its draw that is neither the cube's nor the goal's; the
+    recorded values are where the boxes are."""
+    overrides = {**DISTRACTED, "randomize.cube_color": {"choices": [4, 5]}, "randomize.goal_color": {"choices": [6, 7]}}
+    env = forge_gpu.sim.make("push", num_envs=64, device=device, seed=3, **FAST, **overrides)
+    clearance = env.config.params.distractor_clearance
+    assert env.spec["params"]["distractor_position"]["shape"] == [3, 2]
+    for _ in range(3):
+        result = env.reset()
+        p = {k: v.numpy() for k, v in result.params.items()}
+        where = p["distractor_position"]
+        for point in ("cube_position", "goal_position"):
+            assert (np.linalg.norm(where - p[point][:, None], axis=-1) >= clearance - 1e-6).all()
+        for a, b in ((0, 1), (0, 2), (1, 2)):
+            assert (np.linalg.norm(where[:, a] - where[:, b], axis=-1) >= 1.5 * env.config.params.distractor_size).all()
+        colors = p["distractor_color"]
+        assert set(np.unique(colors)) <= {4.0, 5.0, 6.0, 7.0}
+        assert (colors != p["cube_color"][:, None]).all() and (colors != p["goal_color"][:, None]).all()
+        labels = np.array([str(s).rsplit("/", 1)[-1] for s in env.world.model.shape_label])
+        shapes = np.stack([np.flatnonzero(labels == f"distractor_{d}") for d in range(3)], axis=1)
+        placed = env.world.model.shape_transform.numpy()[shapes]
+        np.testing.assert_allclose(placed[..., :2], where, atol=1e-6)
+        assert (placed[..., 2] > 0).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_distractors_appear_in_the_image_where_they_were_placed(device):
+    """The same worlds with and without two distractors: the frames differ, only in a small part, and the changed
+    pixels hold the distractors' colours; the cube's and the goal's draws are the same in both."""
+    fixed = {"params.image_size": 32, "randomize.camera_position_offset": {"low": [0.0] * 3, "high": [0.0] * 3},
+             "randomize.camera_look_at_offset": {"low": [0.0] * 3, "high": [0.0] * 3}}  # fmt: skip
+    two = {**DISTRACTED, "params.distractor_count": 2, "randomize.distractor_color": {"choices": [6]},
+           "params.distractor_size": 0.05}  # fmt: skip
+    plain = forge_gpu.sim.make("push", num_envs=4, device=device, seed=8, **fixed).reset()
+    busy = forge_gpu.sim.make("push", num_envs=4, device=device, seed=8, **fixed, **two).reset()
+    for name in ("cube_position", "goal_position", "cube_color", "goal_color"):
+        np.testing.assert_array_equal(plain.params[name].numpy(), busy.params[name].numpy())
+    a, b = plain.observation["rgb"].numpy().astype(int), busy.observation["rgb"].numpy().astype(int)
+    changed = (a != b).any(axis=-1)
+    assert changed.any(axis=(1, 2)).all() and changed.mean() < 0.1
+    cyan = (b[..., 1] > b[..., 0] + 40) & (b[..., 2] > b[..., 0] + 40)  # palette 6 (0.08, 0.75, 0.8)
+    assert (cyan & changed).sum() > 0.5 * changed.sum()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"params.distractor_count": 2}, "distractors.count = 2: their places are drawn per episode: .*distractor_pos"),
+        ({**DISTRACTED, "distractors.count": 9}, r"distractors.count = 9: expected a whole number in 0 \.\. 8"),
+        ({**DISTRACTED, "distractors.away_from": ["cube"]}, "distractors.away_from: 'cube' is not a place"),
+        ({**DISTRACTED, "distractors.differs_from": ["table"]}, "distractors.differs_from: 'table' is not a"),
+        ({**DISTRACTED, "distractors.color": "teal"}, r"distractors.color = \"teal\": not a \[palette\] colour"),
+        ({**DISTRACTED, "distractors.shape": "ball"}, "unknown key distractors.shape; allowed keys are count"),
+        ({"randomize.distractor_position": [0.1, 0.2]}, "task 'push' cannot randomize it"),
+        ({**DISTRACTED, "randomize.distractor_position": [0.1, 0.2]}, r"expected 6 value\(s\) \(or 2, one row's"),
+    ],
+)
+def test_bad_distractor_entries_are_refused_in_one_line(overrides, words):
+    """A count without drawn places or beyond 8, a point or colour the task lacks, an unknown key or colour, a
+    range of the wrong size."""
+    with pytest.raises(ValueError, match=words) as e:
+        forge_gpu.sim.make("push", num_envs=1, device="cpu", **FAST, **overrides)
+    assert "push.toml" in str(e.value) and "\n" not in str(e.value)

@@ -24,6 +24,7 @@ from forge_gpu._src.core.cameras import FRONT, check_name
 from forge_gpu._src.core.checks import check_range, number_list, plain_number
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
+from forge_gpu._src.tasks.taskfile import distractors
 from forge_gpu._src.tasks.taskfile.compose import compose, merge
 from forge_gpu._src.tasks.taskfile.objects import object_entries
 from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
@@ -31,7 +32,7 @@ from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
     "instruction_template", "expert", "module", "environment_state", "targets", "shape_colors", "palette", "objects",
-    "observation_noise", "subtasks",
+    "observation_noise", "subtasks", "distractors",
 )  # fmt: skip
 """The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
@@ -84,6 +85,9 @@ class FileParams:
     ``differs_from = "<another such entry>"``): ``[randomize]`` then draws a palette index (``dist = "integer"``)."""
     palette: dict = field(default_factory=dict)
     """``[palette]``: colour name -> linear RGB, the colours ``[shape_colors]`` tables choose from, in order."""
+    distractors: dict = field(default_factory=dict)
+    """``[distractors]``: ``count`` small boxes on the table, seen and untouched, placed and coloured per episode
+    (``distractors.py``: the randomizable ``distractor_position`` and ``distractor_color``)."""
     objects: dict = field(default_factory=dict)
     """``[objects.NAME]``: a free body (``body``) with a box shape (``shape``) whose edge ``size`` [m], ``mass``
     [kg], ``friction``, start centre ``position = [x, y]`` [m] and ``yaw`` [rad] are the randomizable parameters
@@ -164,6 +168,9 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
     except ValueError as e:  # the line names the file, as every other line of the task file's
         raise ValueError(f"{source}: {e}") from None
     check_color_pairs(params, randomize, source)
+    resolved_params = resolved(params, source)
+    entry = distractors.distractor_entry(resolved_params.distractors, params.palette, source)
+    distractors.check(entry, randomize, offered, color_entries(resolved_params), source)
     config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
     if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
         raise ValueError(f"{source}: action.low {list(config.action.low)} must be below action.high")
@@ -288,6 +295,8 @@ def catalog(params: FileParams) -> dict[str, Parameter]:
         raise ValueError(f"{params.file}: model.randomizable = {listed!r}: expected a list of {', '.join(PHYSICS)}")
     offered.update(visuals(params))
     offered.update(placements(resolved(params, params.file)))
+    entry = distractors.distractor_entry(resolved(params, params.file).distractors, params.palette, params.file)
+    offered.update(distractors.offered(entry, params.palette))
     names = params.command.get("names")
     if names:
         nominal = tuple(float(v) for v in params.command.get("default", [0.0] * len(names)))

@@ -21,7 +21,7 @@ from forge_gpu._src.core.checks import plain_number
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.task import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.world import World
-from forge_gpu._src.tasks.taskfile import actuators, codegen, ee_action, modelfile, penetration, stored
+from forge_gpu._src.tasks.taskfile import actuators, codegen, distractors, ee_action, modelfile, penetration, stored
 from forge_gpu._src.tasks.taskfile.cameras import FileCameras, camera_layout
 from forge_gpu._src.tasks.taskfile.compose import compose
 from forge_gpu._src.tasks.taskfile.contacts import ContactTimers
@@ -87,6 +87,8 @@ class FileTask(Task):
         self.plan: Plan = plan_task(self.file, config.params.file)
         check_color_pairs(config.params, config.randomize, config.params.file)
         self.__dict__["spec"] = _spec(config, self.plan)
+        self.distractor_entry = distractors.distractor_entry(self.file.distractors, self.file.palette, self.file.file)
+        """The checked ``[distractors]``, or None."""
         super().__init__(config)
 
     def make_scene(self) -> FileScene:
@@ -119,6 +121,7 @@ class FileTask(Task):
     def build_world(self, builder) -> None:
         p = self.file
         notes = add_model(builder, p.model, p.file)
+        distractors.add_distractors(builder, self.distractor_entry, p.palette)
         info = model_info(p.model, p.file)
         notes += modelfile.stepping(info, self.config, p.file)
         if info is not None and info.not_simulated:
@@ -257,6 +260,11 @@ class FileTask(Task):
                        for name, shape in self.file.shape_colors.items()
                        if name in randomized and isinstance(shape, str)}  # fmt: skip
         self.palette = self._palette_launches(world, randomized)
+        self.distractors = None
+        if self.distractor_entry is not None:
+            colors = np.asarray(list(self.file.palette.values()), np.float32)
+            palette = wp.array(colors, dtype=wp.vec3, device=world.device)
+            self.distractors = distractors.Distractors(world, self.distractor_entry, self.config.randomize, palette)
         self.objects = [
             (o, per_world(world.model.shape_label, o["shape"], n, device), per_world(world.model.body_label, o["body"],
              n, device), bool(randomized & {f"{o['name']}_{k}" for k in (*dimensions(o), "mass", "friction")}))
@@ -398,6 +406,8 @@ class FileTask(Task):
                 outputs=[world.params[name], world.params[other], world.model.shape_color],
                 device=world.device,
             )
+        if self.distractors is not None:  # after the colours they differ from
+            self.distractors.apply(world)
         model = world.model
         for o, shape, body, physics in self.objects:
             if physics:
