@@ -2,6 +2,8 @@
 (``choices``) that stay in it, the pair that must differ included; the table's colour drawn per world and
 recorded per episode; distractor boxes on the table; bad entries refused in one line."""
 
+import json
+
 import numpy as np
 import pytest
 from helpers.envtools import DEVICES
@@ -165,3 +167,25 @@ def test_bad_distractor_entries_are_refused_in_one_line(overrides, words):
     with pytest.raises(ValueError, match=words) as e:
         forge_gpu.sim.make("push", num_envs=1, device="cpu", **FAST, **overrides)
     assert "push.toml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_evaluation_alone_sets_the_camera_beyond_its_training_range_and_records_it(tmp_path):
+    """``forge-gpu evaluate --set`` a camera offset of 5 to 6 cm (push trains within 3): the recorded run's config
+    holds the evaluation's range, and each episode the offset it drew, inside it; held-out colours alike."""
+    from forge_gpu.cli import main
+
+    run = tmp_path / "far"
+    far = "randomize.camera_position_offset={low=[0.05, 0.05, 0.05], high=[0.06, 0.06, 0.06]}"
+    held_out = "randomize.cube_color={choices=[4, 5, 6, 7]}"
+    args = ["evaluate", "push", "--policy", "expert", "--episodes", "3", "--envs", "3", "--device", "cpu"]
+    sets = ["--set", "max_steps=3", "--set", "params.render=false", "--set", far, "--set", held_out]
+    assert main([*args, *sets, "--record", str(run)]) == 0
+    episodes = list(forge_gpu.reading.read_episodes(str(run)))
+    assert len(episodes) == 3
+    for e in episodes:
+        offset = np.asarray(e.params["camera_position_offset"]).reshape(-1)
+        assert ((offset >= 0.05 - 1e-6) & (offset <= 0.06 + 1e-6)).all(), offset
+        assert float(np.asarray(e.params["cube_color"]).reshape(-1)[0]) in (4.0, 5.0, 6.0, 7.0)
+    config = forge_gpu.formats.read_manifest(run)
+    text = json.dumps(config)
+    assert '"choices": [4.0, 5.0, 6.0, 7.0]' in text and "0.06" in text
