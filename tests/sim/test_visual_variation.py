@@ -127,6 +127,13 @@ def test_distractors_keep_clear_of_the_cube_and_the_goal_and_take_other_colours(
         placed = env.world.model.shape_transform.numpy()[shapes]
         np.testing.assert_allclose(placed[..., :2], where, atol=1e-6)
         assert (placed[..., 2] > 0).all()
+    # A restored episode (replay --from state) stands its distractors where they were, in their colours.
+    state = {k: v.numpy().copy() for k, v in result.state.items()}
+    env.reset()
+    again = env.restore(state, p)
+    np.testing.assert_array_equal(again.params["distractor_position"].numpy(), p["distractor_position"])
+    np.testing.assert_array_equal(again.params["distractor_color"].numpy(), p["distractor_color"])
+    np.testing.assert_allclose(env.world.model.shape_transform.numpy()[shapes][..., :2], where, atol=1e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)
