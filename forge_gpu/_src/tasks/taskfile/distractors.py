@@ -6,7 +6,8 @@ colours and places (and the camera's pose). The count is the model's (``count``:
 model); their places and colours are the randomizable parameters ``distractor_position`` (shape (D, 2): x, y on
 the table top [m]) and ``distractor_color`` (shape (D,): palette indices), recorded per episode. A ``[randomize]``
 range of one row (``distractor_position = { low = [x, y], high = [x, y] }``) draws every distractor's row from
-it. At every reset a drawn place closer than ``clearance`` to a point the section keeps clear (``away_from``: the
+it (a range of every row's values draws each row from its own, and a place drawn again comes from the first
+row's). At every reset a drawn place closer than ``clearance`` to a point the section keeps clear (``away_from``: the
 cube's start, the goal) or overlapping an earlier distractor is drawn again (up to :data:`TRIES` times; one that
 finds no room is put out of view under the table), and a colour equal to a colour it must differ from
 (``differs_from``: the cube's, the goal's) moves to the next colour its draw allows; the settled values are
