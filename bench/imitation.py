@@ -39,7 +39,8 @@ its side (the same crop in each of its frames), the centre crop at evaluation. T
 the first batch spent waiting for the next batch), ``windows_per_s`` trained and ``first_batch_s`` (the workers'
 start and their first load of the run). No DAgger from pixels. ``--shift NAME KEY=VALUE ...`` scores every policy
 again in envs whose config overrides those of the run (held-out colours, the camera beyond its training range), as
-``NAME_success``.
+``NAME_success``: push's generalization table is docs/performance.md "How far it generalizes" (its palette split in
+two, ``--set variant=visual`` for its visual randomization).
 
 Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
 the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
@@ -936,7 +937,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME KEY=VALUE",
         help="an evaluation of every policy beyond its training's distribution: a name, then config overrides on top "
-        "of the run's (as --set), e.g. --shift held_out 'randomize.cube_color={low=2, high=3, dist=\"integer\"}'; "
+        "of the run's (as --set), e.g. --shift held_out 'randomize.cube_color={choices=[4, 5, 6, 7]}'; "
         "each row gets NAME_success (repeatable)",
     )
     parser.add_argument("--work", default=str(RESULTS / "tmp" / "imitation"), help="where runs are written")

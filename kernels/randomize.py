@@ -19,6 +19,7 @@ def draw_kernel(
     low: wp.array[float],
     high: wp.array[float],
     dist: int,
+    choices: wp.array[float],
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     episode_id_in: wp.array[wp.int32],
@@ -27,13 +28,18 @@ def draw_kernel(
     values_out: wp.array2d[float],
 ):
     """Component ``k`` of the world's value: ``dist`` 0 uniform in [low[k], high[k]], 1 log-uniform (low > 0),
-    2 a whole number uniform among low[k], low[k] + 1, ..., high[k] (a palette index)."""
+    2 a whole number uniform among low[k], low[k] + 1, ..., high[k] (a palette index), 3 one of ``choices``, each
+    equally likely. ``low`` and ``high`` shorter than the value (one row's, of a value of rows) repeat."""
     worldid, k = wp.tid()
     if not reset_mask_in[worldid]:
         return
     state = env_rng(seed, draw_env_in[worldid], episode_id_in[worldid] + 1, key + k, STREAM_RANDOMIZE)
     u = wp.randf(state)
-    lo, hi = low[k], high[k]
+    lo, hi = low[k % low.shape[0]], high[k % high.shape[0]]
+    if dist == 3:
+        count = choices.shape[0]
+        values_out[worldid, k] = choices[wp.min(wp.int32(u * float(count)), count - 1)]
+        return
     if dist == 1:
         value = wp.exp(wp.log(lo) + u * (wp.log(hi) - wp.log(lo)))
     elif dist == 2:

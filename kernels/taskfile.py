@@ -7,7 +7,7 @@ import warp as wp
 
 from .camera import look_at_up_transform
 from .randomize import set_mass
-from .rng import STREAM_RESET, env_rng
+from .rng import STREAM_RANDOMIZE, STREAM_RESET, env_rng
 
 STREAM_NOISE_SEED = wp.constant(5)
 """The stream of each episode's observation noise seed (``kernels/rng.py`` keeps 1 to 3, ``terms.py`` 4)."""
@@ -354,6 +354,17 @@ def object_cylinder_kernel(
     set_mass(body[worldid], mass, inertia, body_mass_out, body_inv_mass_out, body_inertia_out, body_inv_inertia_out)
 
 
+@wp.func
+def next_allowed(index: wp.int32, allowed: wp.array[wp.int32]) -> wp.int32:
+    """The first palette index after ``index`` (wrapping) that ``allowed`` marks 1; ``index`` where none is."""
+    count = allowed.shape[0]
+    for step in range(1, count):
+        c = (index + step) % count
+        if allowed[c] != 0:
+            return c
+    return index
+
+
 @wp.kernel
 def palette_color_kernel(
     # Model:
@@ -361,6 +372,7 @@ def palette_color_kernel(
     other_shape: wp.array[wp.int32],
     palette: wp.array[wp.vec3],
     resolve: int,
+    allowed: wp.array[wp.int32],
     # Data in:
     reset_mask_in: wp.array[wp.bool],
     # Data in and out:
@@ -371,19 +383,19 @@ def palette_color_kernel(
 ):
     """Palette colours (indices) of a shape and of the shape it must differ from (``differs_from``; the same shape
     and value for an entry alone) in the worlds that reset. Where they are equal, ``resolve`` moves one to the next
-    colour: 1 this one, 2 the other (the drawn one), written back into the drawn value, which the episode records
-    (applied again, nothing changes: a restored episode keeps its colours)."""
+    colour its draw allows (``allowed[c]`` 1, in palette order, wrapping): 1 this one, 2 the other (the drawn one),
+    written back into the drawn value, which the episode records (applied again, nothing changes: a restored
+    episode keeps its colours)."""
     worldid = wp.tid()
     if not reset_mask_in[worldid]:
         return
-    count = palette.shape[0]
     other = wp.int32(other_color_io[worldid])
     index = wp.int32(color_io[worldid])
     if other == index and resolve == 1:
-        index = (index + 1) % count
+        index = next_allowed(index, allowed)
         color_io[worldid] = float(index)
     if other == index and resolve == 2:
-        other = (other + 1) % count
+        other = next_allowed(other, allowed)
         other_color_io[worldid] = float(other)
     shape_color_out[other_shape[worldid]] = palette[other]
     shape_color_out[shape[worldid]] = palette[index]
@@ -553,3 +565,107 @@ def sinusoid_gait_kernel(
     t = float(step_id_in[worldid]) * control_dt
     angle = gain * amplitude[actid] * wp.sin(2.0 * wp.pi * (frequency * t + phase[actid]))
     action_out[worldid, actid] = wp.clamp(angle / action_scale[actid], action_low[actid], action_high[actid])
+
+
+@wp.kernel
+def gather_columns_kernel(
+    # Model:
+    column: int,
+    # Data in:
+    reset_mask_in: wp.array[wp.bool],
+    source_in: wp.array2d[float],
+    # Data out:
+    target_out: wp.array2d[float],
+):
+    """``target[w, column + j] = source[w, j]`` in the worlds that reset (the points and colours a task's
+    distractors keep away from, gathered into one table)."""
+    worldid, j = wp.tid()
+    if reset_mask_in[worldid]:
+        target_out[worldid, column + j] = source_in[worldid, j]
+
+
+@wp.func
+def distractor_room(
+    point: wp.vec2,
+    d: int,
+    worldid: int,
+    away_count: int,
+    clearance: float,
+    half: float,
+    away_in: wp.array3d[float],
+    position_io: wp.array2d[float],
+) -> bool:
+    """Whether distractor ``d`` at ``point`` keeps ``clearance`` from every kept-clear point and does not overlap
+    an earlier distractor (their centres at least three half edges apart)."""
+    for k in range(away_count):
+        if wp.length(point - wp.vec2(away_in[worldid, k, 0], away_in[worldid, k, 1])) < clearance:
+            return False
+    for e in range(d):
+        other = wp.vec2(position_io[worldid, 2 * e], position_io[worldid, 2 * e + 1])
+        if wp.length(point - other) < 3.0 * half:
+            return False
+    return True
+
+
+@wp.kernel
+def place_distractors_kernel(
+    # Model:
+    seed: int,
+    key: int,
+    low: wp.vec2,
+    high: wp.vec2,
+    away_count: int,
+    clearance: float,
+    half: float,
+    tries: int,
+    shape: wp.array2d[wp.int32],
+    palette: wp.array[wp.vec3],
+    allowed: wp.array[wp.int32],
+    avoid_count: int,
+    # Data in:
+    away_in: wp.array3d[float],
+    avoid_in: wp.array2d[float],
+    reset_mask_in: wp.array[wp.bool],
+    episode_id_in: wp.array[wp.int32],
+    draw_env_in: wp.array[wp.int32],
+    # Data in and out:
+    position_io: wp.array2d[float],
+    color_io: wp.array2d[float],
+    # Data out:
+    shape_transform_out: wp.array[wp.transform],
+    shape_color_out: wp.array[wp.vec3],
+):
+    """Each distractor of a world that resets, in order: its drawn place kept if it has room (``distractor_room``),
+    else drawn again uniformly in [low, high] up to ``tries`` times from its own stream (one that finds no room is
+    shown under the table); its colour moved to the next allowed one while it equals a colour of ``avoid_in``. The
+    settled place and colour are written back (applied again, nothing changes: a restored episode keeps them)."""
+    worldid = wp.tid()
+    if not reset_mask_in[worldid]:
+        return
+    for d in range(shape.shape[1]):
+        point = wp.vec2(position_io[worldid, 2 * d], position_io[worldid, 2 * d + 1])
+        room = distractor_room(point, d, worldid, away_count, clearance, half, away_in, position_io)
+        state = env_rng(seed, draw_env_in[worldid], episode_id_in[worldid] + 1, key + d, STREAM_RANDOMIZE)
+        attempt = int(0)
+        while not room and attempt < tries:
+            u = wp.randf(state)
+            v = wp.randf(state)
+            point = wp.vec2(low[0] + u * (high[0] - low[0]), low[1] + v * (high[1] - low[1]))
+            room = distractor_room(point, d, worldid, away_count, clearance, half, away_in, position_io)
+            attempt += 1
+        position_io[worldid, 2 * d] = point[0]
+        position_io[worldid, 2 * d + 1] = point[1]
+        z = wp.where(room, half, -1.0)
+        color = wp.int32(color_io[worldid, d])
+        for _step in range(palette.shape[0]):
+            clash = int(0)
+            for c in range(avoid_count):
+                if wp.int32(avoid_in[worldid, c]) == color:
+                    clash = 1
+            if clash == 0:
+                break
+            color = next_allowed(color, allowed)
+        color_io[worldid, d] = float(color)
+        s = shape[worldid, d]
+        shape_transform_out[s] = wp.transform(wp.vec3(point[0], point[1], z), wp.quat_identity())
+        shape_color_out[s] = palette[color]

@@ -10,8 +10,8 @@ from helpers.envtools import DEVICES
 
 import forge_gpu
 
-COLOR_NAMES = ("red", "green", "blue", "yellow")
-"""push's [palette], in order."""
+COLOR_NAMES = ("red", "green", "blue", "yellow", "purple", "orange", "cyan", "magenta")
+"""push's [palette] colours of the cube and the goal, in order."""
 
 FAST = {"params.render": False}
 # One fixed scene in every world (the cube at (0.3, 0), the goal at (0.43, 0), the arm at home), whose drawn mass,
@@ -280,10 +280,10 @@ def test_replay_from_actions_reproduces_a_push_run_and_its_instructions(device, 
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
-        ({"randomize.cube_color": [0, 3]}, r"cube_color .*an index into \(0 red, 1 green, 2 blue, 3 yellow\)"),
-        ({"randomize.goal_color": {"low": 0, "high": 4, "dist": "integer"}}, "0 <= low <= high <= 3"),
+        ({"randomize.cube_color": [0, 3]}, r"cube_color .*an index into \(0 red, 1 green, 2 blue, 3 yellow, 4 pur"),
+        ({"randomize.goal_color": {"low": 0, "high": 12, "dist": "integer"}}, "0 <= low <= high <= 11"),
         ({"randomize.cube_color": {"low": 0.5, "high": 2, "dist": "integer"}}, "an integer range needs whole"),
-        ({"params.cube_color": "purple"}, "allowed values are 'red', 'green', 'blue', 'yellow'"),
+        ({"params.cube_color": "grey"}, "allowed values are 'red', 'green', 'blue', 'yellow', 'purple'"),
         ({"randomize.friction": [0.2, 0.4]}, "task 'push' cannot randomize it"),
     ],
 )

@@ -81,16 +81,29 @@ class RandomRange:
     high: tuple[float, ...]
     """Upper bound per component (>= low)."""
     dist: str = "uniform"
-    """``uniform``, ``log_uniform`` (uniform in log space; needs low > 0), or ``integer`` (a whole number, each of
-    low, low + 1, ..., high equally likely; low and high whole numbers: a palette index)."""
+    """``uniform``, ``log_uniform`` (uniform in log space; needs low > 0), ``integer`` (a whole number, each of
+    low, low + 1, ..., high equally likely; low and high whole numbers: a palette index), or ``choice`` (one of
+    ``choices``, each equally likely; low and high are then their least and greatest)."""
+    choices: tuple[float, ...] = ()
+    """With ``dist = "choice"``: the values allowed (a palette's indices held in or out of a training set), each
+    component drawn among them."""
 
     def to_table(self) -> dict:
-        """The TOML/JSON form: ``{"low": ..., "high": ..., "dist": ...}`` (scalars for one component)."""
+        """The TOML/JSON form: ``{"low": ..., "high": ..., "dist": ...}`` (scalars for one component), or
+        ``{"choices": [...]}``."""
 
         def plain(values):
             return values[0] if len(values) == 1 else list(values)
 
+        if self.dist == "choice":
+            return {"choices": list(self.choices)}
         return {"low": plain(self.low), "high": plain(self.high), "dist": self.dist}
+
+    def allowed(self, count: int) -> list[int]:
+        """The whole numbers in ``0 .. count - 1`` this range can draw (a palette entry's set of colours)."""
+        if self.dist == "choice":
+            return sorted({int(v) for v in self.choices if 0 <= v < count})
+        return [i for i in range(count) if min(self.low) <= i <= max(self.high)]
 
 
 def parse_randomize(table: Any, source: str) -> tuple[RandomRange, ...]:
@@ -102,6 +115,9 @@ def parse_randomize(table: Any, source: str) -> tuple[RandomRange, ...]:
     out = []
     for name, entry in table.items():
         where = f"{source}: randomize.{name}"
+        if isinstance(entry, dict) and "choices" in entry:
+            out.append(_choices(name, entry, where))
+            continue
         if isinstance(entry, list) and len(entry) == 2:
             entry = {"low": entry[0], "high": entry[1]}
         if not isinstance(entry, dict) or not {"low", "high"} <= entry.keys() <= {"low", "high", "dist"}:
@@ -122,6 +138,21 @@ def parse_randomize(table: Any, source: str) -> tuple[RandomRange, ...]:
             raise ValueError(f"{where}: an integer range needs whole numbers, got low {list(low)}, high {list(high)}")
         out.append(RandomRange(name=name, low=low, high=high, dist=dist))
     return tuple(out)
+
+
+def _choices(name: str, entry: dict, where: str) -> RandomRange:
+    """A ``{ choices = [...] }`` entry: a non-empty list of distinct numbers, nothing else beside it."""
+    values = entry["choices"]
+    if set(entry) != {"choices"}:
+        others = ", ".join(sorted(set(entry) - {"choices"}))
+        raise ValueError(f"{where} = {entry!r}: choices stands alone (drop {others}); each listed value is equally "
+                         "likely")  # fmt: skip
+    if not (isinstance(values, list) and values and all(plain_number(v) for v in values)):
+        raise ValueError(f"{where}.choices = {values!r}: expected a non-empty list of numbers")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{where}.choices = {values!r}: each value once (they are equally likely)")
+    choices = tuple(float(v) for v in values)
+    return RandomRange(name=name, low=(min(choices),), high=(max(choices),), dist="choice", choices=choices)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,7 +327,10 @@ def build_dataclass(cls: type, table: dict, source: str, prefix: str = "") -> An
 
 def _merge(base: dict, dotted: dict, source: str) -> dict:
     """Return ``base`` with ``{"a.b": v}`` overrides written into its nested tables. A table given for a key whose
-    value is not a table (``randomize.x = {low, high}`` over the file's ``x = [low, high]``) replaces it."""
+    value is not a table (``randomize.x = {low, high}`` over the file's ``x = [low, high]``) replaces it, and so
+    does a table given for a ``[randomize]`` entry (``randomize.x = { choices = [0, 1] }`` over the file's
+    ``x = { low = 0, high = 3, dist = "integer" }``: one entry is one draw); ``randomize.x.high = v`` edits one
+    key."""
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
     for key, value in dotted.items():
         *parents, leaf = key.split(".")
@@ -306,7 +340,7 @@ def _merge(base: dict, dotted: dict, source: str) -> dict:
             if not isinstance(sub, dict):
                 raise ValueError(f"{source}: {key}: {p} is not a table")
             table[p] = table = dict(sub)
-        if isinstance(value, dict) and isinstance(table.get(leaf, {}), dict):
+        if isinstance(value, dict) and isinstance(table.get(leaf, {}), dict) and parents != ["randomize"]:
             for sub, v in value.items():
                 merged = _merge(merged, {f"{key}.{sub}": v}, source)
             continue

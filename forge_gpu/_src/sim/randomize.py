@@ -58,7 +58,15 @@ class Parameter:
     them (once per step, in the graph) when the config randomizes it."""
     names: tuple[str, ...] = ()
     """A discrete choice: the value is an index into ``names`` (a palette's colours), drawn with ``dist =
-    "integer"`` between low and high, both in 0 .. len(names) - 1, and recorded as that index (float32)."""
+    "integer"`` between low and high, both in 0 .. len(names) - 1, or among ``choices`` of such indices, and
+    recorded as that index (float32)."""
+    rows: bool = False
+    """One row per item (shape (D, ...): D distractors): a ``[randomize]`` range may give one row's values, which
+    every row draws from (each row its own draw)."""
+
+    def row_size(self) -> int:
+        """The numbers of one row (of a ``rows`` parameter), or of the whole value."""
+        return int(np.prod(self.shape[1:])) if self.rows else int(np.prod(self.shape))
 
 
 PHYSICS = {
@@ -82,7 +90,7 @@ PHYSICS = {
 """The physics parameters the env applies (tasks choose which of them they offer). A task's own parameter that
 writes the model (``push``'s cube mass, size and friction) names its flags in ``Parameter.notify`` alike."""
 
-DIST_CODES = {"uniform": 0, "log_uniform": 1, "integer": 2}
+DIST_CODES = {"uniform": 0, "log_uniform": 1, "integer": 2, "choice": 3}
 """``RandomRange.dist`` -> the draw kernel's code (``kernels/randomize.py``)."""
 
 
@@ -99,15 +107,23 @@ def check_ranges(ranges, catalog: dict[str, Parameter], task: str) -> None:
         if r.name not in catalog:
             allowed = ", ".join(sorted(catalog)) or "none"
             raise ValueError(f"randomize.{r.name}: task {task!r} cannot randomize it; allowed: {allowed}")
-        size = int(np.prod(catalog[r.name].shape))
-        if len(r.low) != size:
-            raise ValueError(f"randomize.{r.name}: expected {size} value(s) for low and high, got {len(r.low)}")
-        names = catalog[r.name].names
-        if names and (r.dist != "integer" or min(r.low) < 0 or max(r.high) > len(names) - 1):
+        p = catalog[r.name]
+        size, row = int(np.prod(p.shape)), p.row_size()
+        if r.dist == "choice" and row != 1:
+            raise ValueError(f"randomize.{r.name} = {r.to_table()}: choices draws single numbers; {r.name} has "
+                             f"{row} per value: give {{ low = [...], high = [...] }}")  # fmt: skip
+        if len(r.low) not in (size, row) and r.dist != "choice":
+            each = f" (or {row}, one row's, for every row)" if p.rows and row != size else ""
+            raise ValueError(f"randomize.{r.name}: expected {size} value(s){each} for low and high, got {len(r.low)}")
+        names = p.names
+        whole = r.dist == "choice" and all(v == int(v) for v in r.choices)
+        if names and (r.dist not in ("integer", "choice") or (r.dist == "choice" and not whole)
+                      or min(r.low) < 0 or max(r.high) > len(names) - 1):  # fmt: skip
             choices = ", ".join(f"{i} {name}" for i, name in enumerate(names))
             raise ValueError(
                 f"randomize.{r.name} = {r.to_table()}: an index into ({choices}); expected "
-                f'{{ low = ..., high = ..., dist = "integer" }} with 0 <= low <= high <= {len(names) - 1}'
+                f'{{ low = ..., high = ..., dist = "integer" }} with 0 <= low <= high <= {len(names) - 1}, or '
+                f"{{ choices = [...] }} of such indices"
             )
 
 
@@ -129,9 +145,10 @@ class Randomizer:
             self.values[name] = wp.array(np.ascontiguousarray(nominal), dtype=float, device=device)
         self.recorded = {name: self.values[name] for name in self.ranges}
         self._bounds = {
-            name: (wp.array(np.float32(r.low), device=device), wp.array(np.float32(r.high), device=device))
+            name: (wp.array(np.float32(r.low), device=device), wp.array(np.float32(r.high), device=device),
+                   wp.array(np.float32(r.choices or (0.0,)), device=device))
             for name, r in self.ranges.items()
-        }
+        }  # fmt: skip
         model = world.model
         self._per_world = {
             "body": model.body_count // n,
@@ -164,13 +181,23 @@ class Randomizer:
         world's draw keys (``World.draw_env``, ``World.draw_episode``)."""
         w = self.world
         for name, r in self.ranges.items():
-            low, high = self._bounds[name]
+            low, high, choices = self._bounds[name]
+            values = _rows(self.values[name])
             wp.launch(
                 kernels.draw_kernel,
-                dim=(w.num_envs, len(r.low)),
-                inputs=[w.seed, stream_key(name), low, high, DIST_CODES[r.dist], reset_mask, w.draw_episode,
-                        w.draw_env],  # fmt: skip
-                outputs=[_rows(self.values[name])],
+                dim=values.shape,
+                inputs=[
+                    w.seed,
+                    stream_key(name),
+                    low,
+                    high,
+                    DIST_CODES[r.dist],
+                    choices,
+                    reset_mask,
+                    w.draw_episode,
+                    w.draw_env,
+                ],  # fmt: skip
+                outputs=[values],
                 device=w.device,
             )
 

@@ -24,6 +24,7 @@ from forge_gpu._src.core.cameras import FRONT, check_name
 from forge_gpu._src.core.checks import check_range, number_list, plain_number
 from forge_gpu._src.sim.config import TaskConfig, _merge, build_dataclass, param_bounds, parse_randomize
 from forge_gpu._src.sim.randomize import PHYSICS, Parameter, check_ranges
+from forge_gpu._src.tasks.taskfile import distractors
 from forge_gpu._src.tasks.taskfile.compose import compose, merge
 from forge_gpu._src.tasks.taskfile.objects import object_entries
 from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
@@ -31,7 +32,7 @@ from forge_gpu._src.tasks.taskfile.plan import Plan, plan_task
 SECTIONS = (
     "model", "action", "reset", "command", "observations", "rewards", "reward", "terminations", "success",
     "instruction_template", "expert", "module", "environment_state", "targets", "shape_colors", "palette", "objects",
-    "observation_noise", "subtasks",
+    "observation_noise", "subtasks", "distractors",
 )  # fmt: skip
 """The file's task sections, which become ``params`` (with ``[params]`` itself, as ``values``)."""
 _REFERENCE = re.compile(r"-?params\.([A-Za-z_]\w*)")
@@ -84,6 +85,9 @@ class FileParams:
     ``differs_from = "<another such entry>"``): ``[randomize]`` then draws a palette index (``dist = "integer"``)."""
     palette: dict = field(default_factory=dict)
     """``[palette]``: colour name -> linear RGB, the colours ``[shape_colors]`` tables choose from, in order."""
+    distractors: dict = field(default_factory=dict)
+    """``[distractors]``: ``count`` small boxes on the table, seen and untouched, placed and coloured per episode
+    (``distractors.py``: the randomizable ``distractor_position`` and ``distractor_color``)."""
     objects: dict = field(default_factory=dict)
     """``[objects.NAME]``: a free body (``body``) with a box shape (``shape``) whose edge ``size`` [m], ``mass``
     [kg], ``friction``, start centre ``position = [x, y]`` [m] and ``yaw`` [rad] are the randomizable parameters
@@ -163,7 +167,10 @@ def read_task_file(path: str | Path, overrides: dict | None = None) -> TaskConfi
         check_ranges(randomize, offered, f"{table.get('task')}")
     except ValueError as e:  # the line names the file, as every other line of the task file's
         raise ValueError(f"{source}: {e}") from None
-    check_color_pairs(params, {r.name for r in randomize}, source)
+    check_color_pairs(params, randomize, source)
+    resolved_params = resolved(params, source)
+    entry = distractors.distractor_entry(resolved_params.distractors, params.palette, source)
+    distractors.check(entry, randomize, offered, color_entries(resolved_params), source)
     config = dataclasses.replace(build_dataclass(TaskConfig, table, source), randomize=randomize, params=params)
     if any(lo >= hi for lo, hi in zip(config.action.low, config.action.high, strict=True)):
         raise ValueError(f"{source}: action.low {list(config.action.low)} must be below action.high")
@@ -288,6 +295,8 @@ def catalog(params: FileParams) -> dict[str, Parameter]:
         raise ValueError(f"{params.file}: model.randomizable = {listed!r}: expected a list of {', '.join(PHYSICS)}")
     offered.update(visuals(params))
     offered.update(placements(resolved(params, params.file)))
+    entry = distractors.distractor_entry(resolved(params, params.file).distractors, params.palette, params.file)
+    offered.update(distractors.offered(entry, params.palette))
     names = params.command.get("names")
     if names:
         nominal = tuple(float(v) for v in params.command.get("default", [0.0] * len(names)))
@@ -391,14 +400,28 @@ def color_entries(params: FileParams) -> dict[str, dict]:
     return out
 
 
-def check_color_pairs(params: FileParams, randomized: set[str], source: str) -> None:
-    """ValueError where two palette colours that must differ (``differs_from``) are equal and neither is drawn."""
-    raw = params.shape_colors
-    for name, entry in color_entries(resolved(params, source)).items():
+def check_color_pairs(params: FileParams, ranges, source: str) -> None:
+    """ValueError where two palette colours that must differ (``differs_from``) are equal and neither is drawn, or
+    where the one that moves on a clash (the drawn one; this one where both are) draws one colour alone that the
+    other can take: it has nowhere to move within its draw (``ranges``: the run's ``[randomize]``)."""
+    raw, ranges = params.shape_colors, {r.name: r for r in ranges}
+    entries = color_entries(resolved(params, source))
+    count = len(params.palette)
+    for name, entry in entries.items():
         other = entry["differs_from"]
-        if other is None or {name, other} & randomized:
+        if other is None:
             continue
-        if entry["color"] == color_entries(resolved(params, source))[other]["color"]:
+        if {name, other} & set(ranges):
+            moving, still = (name, other) if name in ranges else (other, name)
+            own = ranges[moving].allowed(count)
+            held = ranges[still].allowed(count) if still in ranges else [entries[still]["color"]]
+            if len(own) == 1 and own[0] in held:
+                color = list(params.palette)[own[0]]
+                raise ValueError(f"{source}: randomize.{moving} = {ranges[moving].to_table()}: its one colour "
+                                 f"{color!r} can equal {still}'s, and shape_colors.{name} differs_from {other}: "
+                                 "allow a second colour to move to")  # fmt: skip
+            continue
+        if entry["color"] == entries[other]["color"]:
             color = list(params.palette)[entry["color"]]
             a, b = raw[other]["color"], raw[name]["color"]
             raise ValueError(f"{source}: {a} and {b} are both {color!r}: shape_colors.{name} differs_from {other} "

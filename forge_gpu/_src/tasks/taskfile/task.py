@@ -21,7 +21,7 @@ from forge_gpu._src.core.checks import plain_number
 from forge_gpu._src.sim.randomize import Parameter
 from forge_gpu._src.sim.task import Task, TaskBinding, TaskSpec
 from forge_gpu._src.sim.world import World
-from forge_gpu._src.tasks.taskfile import actuators, codegen, ee_action, modelfile, penetration, stored
+from forge_gpu._src.tasks.taskfile import actuators, codegen, distractors, ee_action, modelfile, penetration, stored
 from forge_gpu._src.tasks.taskfile.cameras import FileCameras, camera_layout
 from forge_gpu._src.tasks.taskfile.compose import compose
 from forge_gpu._src.tasks.taskfile.contacts import ContactTimers
@@ -85,8 +85,10 @@ class FileTask(Task):
         self.file: FileParams = resolved(config.params, config.params.file)
         """The sections with their ``params.NAME`` references replaced by numbers."""
         self.plan: Plan = plan_task(self.file, config.params.file)
-        check_color_pairs(config.params, {r.name for r in config.randomize}, config.params.file)
+        check_color_pairs(config.params, config.randomize, config.params.file)
         self.__dict__["spec"] = _spec(config, self.plan)
+        self.distractor_entry = distractors.distractor_entry(self.file.distractors, self.file.palette, self.file.file)
+        """The checked ``[distractors]``, or None."""
         super().__init__(config)
 
     def make_scene(self) -> FileScene:
@@ -119,6 +121,7 @@ class FileTask(Task):
     def build_world(self, builder) -> None:
         p = self.file
         notes = add_model(builder, p.model, p.file)
+        distractors.add_distractors(builder, self.distractor_entry, p.palette)
         info = model_info(p.model, p.file)
         notes += modelfile.stepping(info, self.config, p.file)
         if info is not None and info.not_simulated:
@@ -257,6 +260,11 @@ class FileTask(Task):
                        for name, shape in self.file.shape_colors.items()
                        if name in randomized and isinstance(shape, str)}  # fmt: skip
         self.palette = self._palette_launches(world, randomized)
+        self.distractors = None
+        if self.distractor_entry is not None:
+            colors = np.asarray(list(self.file.palette.values()), np.float32)
+            palette = wp.array(colors, dtype=wp.vec3, device=world.device)
+            self.distractors = distractors.Distractors(world, self.distractor_entry, self.config.randomize, palette)
         self.objects = [
             (o, per_world(world.model.shape_label, o["shape"], n, device), per_world(world.model.body_label, o["body"],
              n, device), bool(randomized & {f"{o['name']}_{k}" for k in (*dimensions(o), "mass", "friction")}))
@@ -281,6 +289,7 @@ class FileTask(Task):
         colors = np.asarray(list(self.file.palette.values()), np.float32)
         self.palette_colors = wp.array(colors, dtype=wp.vec3, device=device)
         paired = {e["differs_from"] for e in entries.values()}
+        ranges = {r.name: r for r in self.config.randomize}
         launches = []
         for name, e in entries.items():
             other = e["differs_from"]
@@ -290,7 +299,10 @@ class FileTask(Task):
             # An entry alone (other is itself) keeps its value: nothing to differ from.
             resolve = 0 if other == name else 1 if name in randomized else 2 if other in randomized else 0
             shapes = [per_world(world.model.shape_label, entries[k]["shape"], n, device) for k in (name, other)]
-            launches.append((name, other, *shapes, resolve))
+            moving = ranges.get((name, name, other)[resolve])  # the drawn one moves, within its draw's colours
+            allowed = np.zeros(len(colors), np.int32)
+            allowed[moving.allowed(len(colors)) if moving is not None else slice(None)] = 1
+            launches.append((name, other, *shapes, resolve, wp.array(allowed, dtype=wp.int32, device=device)))
         return launches
 
     def apply_action(self, world: World) -> None:
@@ -386,14 +398,16 @@ class FileTask(Task):
         """The drawn visuals: ``[shape_colors]`` colours and the camera's offsets (those ``[randomize]`` names),
         palette colours (every reset) and the ``[objects]``' drawn size (a cube's edge, a cylinder's radius and height),
         mass and friction."""
-        for name, other, shape, other_shape, resolve in self.palette:
+        for name, other, shape, other_shape, resolve, allowed in self.palette:
             wp.launch(
                 kernels.palette_color_kernel,
                 dim=world.num_envs,
-                inputs=[shape, other_shape, self.palette_colors, resolve, world.reset_mask],
+                inputs=[shape, other_shape, self.palette_colors, resolve, allowed, world.reset_mask],
                 outputs=[world.params[name], world.params[other], world.model.shape_color],
                 device=world.device,
             )
+        if self.distractors is not None:  # after the colours they differ from
+            self.distractors.apply(world)
         model = world.model
         for o, shape, body, physics in self.objects:
             if physics:
