@@ -9,6 +9,12 @@ import uuid
 from typing import Any
 
 
+def cache_folder(name: str) -> str:
+    """forge_gpu's cache folder ``name``: ``$XDG_CACHE_HOME/forge_gpu/NAME`` (default ``~/.cache``), not made."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "forge_gpu", name)
+
+
 def load_json(path: str) -> Any:
     """The JSON value in ``path``; ValueError naming the file when it cannot be read or parsed."""
     try:
