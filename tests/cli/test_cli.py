@@ -307,7 +307,8 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
 
 def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     """A run with no image field (params.render = false) and a run whose rgb is all zero (an older forge_gpu's
-    state-only run): render and report say there are no frames, in one line, and plot instead (exit 0)."""
+    state-only run): render --plot and report say there are no frames, in one line, and plot instead (exit 0);
+    render without --plot refuses such a run that records no simulator state in one line (exit 2)."""
     from helpers.synthetic import SyntheticSim, make_batches, record, synthetic_description
 
     class BlackFrames(SyntheticSim):
@@ -323,7 +324,10 @@ def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     record(str(tmp_path / "camera"), camera, make_batches(SyntheticSim(camera, seed=0, end_prob=0.5), 10))
     for name, why in (("state", "stores no camera frames"), ("black", "rgb frames are all zero")):
         run = tmp_path / name
-        assert main(["render", str(run), "--out", str(tmp_path / f"{name}.png")]) == 0
+        assert main(["render", str(run), "--out", str(tmp_path / f"{name}.png")]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "records no simulator state" in err[0] and "render --plot" in err[0], err
+        assert main(["render", str(run), "--plot", "--out", str(tmp_path / f"{name}.png")]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == 2 and why in lines[0] and "plotted proprio" in lines[0], lines
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
