@@ -7,11 +7,12 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
-The code is in twelve modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
+The code is in fourteen modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
 recording flags, one per ``RecordingOptions`` field); the commands that simulate, one module each: ``_collect``,
-``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy
-options) and ``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect,
-verify, render, repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes:
+``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_render`` (render: a run
+without camera frames is drawn from its state), ``_policy`` (the policy options) and ``_machine`` (doctor,
+precompile, the device line); ``_data`` (the commands that read runs: inspect, verify, repair, convert, export,
+stats), ``_curate`` (the commands that write runs of other runs' episodes:
 select, merge, split), ``_look`` (the commands that show a run to a person: report, view) and ``_teleop`` (teleop).
 Only the simulating commands import Warp and Newton, and only when they run.
 """
