@@ -136,11 +136,12 @@ def test_check_model_names_a_pose_outside_a_range_and_a_contact_mujoco_makes(tmp
 @pytest.mark.parametrize(
     "target",
     ["ant.toml", "robots/servo_dog.toml", "robots/panda.toml", "robots/hopper2d/task.toml",
-     "robots/quadruped.toml", "robots/mesh_arm/task.toml"],
+     "robots/quadruped.toml", "robots/mesh_arm/task.toml", "lift.toml"],
 )  # fmt: skip
 def test_check_model_says_nothing_on_the_shipped_models(target):
     """The shipped robots' models (the ant's and the quadruped's Newton assets, servo_dog, the Panda, hopper2d, the
-    mesh arm's URDF) have no difference from MuJoCo's load of the same file, their rollouts agree within 1 mm."""
+    mesh arm's URDF) have no difference from MuJoCo's load of the same file, their rollouts agree within 1 mm; a
+    task file's model too (lift's: its [model.scene] names params, and is the task's, left out)."""
     if target.startswith("robots/mesh_arm"):
         pytest.importorskip("trimesh")
     found = check_model(str(CONFIGS / target), steps=60)
