@@ -358,6 +358,7 @@ def test_collect_and_tasks_say_the_checks_differences_once_and_keep_the_check(tm
         assert main(["collect", str(task), "--envs", "2", "--steps", "2", "--device", "cpu", "--out", str(run)]) == 0
         out, err = capfd.readouterr()
         assert err.splitlines().count(line) == 1 and (out + err).count("couples 1 of its 2") == 1, err
+        assert err.count("loses joint 'rootz'") == 1, err  # the build's own note, not said again by the check
         assert len(computed) == 1  # the second command read the kept check
     assert len(list((tmp_path / "cache" / "model_check").glob("*.json"))) == 1
     assert main(["tasks", str(task)]) == 0
