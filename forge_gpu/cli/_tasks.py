@@ -59,7 +59,7 @@ def say_model_check(config) -> None:
     if is_verbose():
         for note in found.notes:
             print(f"forge-gpu: {found.model} checked against MuJoCo: said: {note}", file=sys.stderr)
-        if found.rollout:
+        if found.rollout and found.rollout not in found.differences:
             print(f"forge-gpu: {found.model} checked against MuJoCo: {found.rollout}", file=sys.stderr)
     sys.stderr.flush()
 
