@@ -24,9 +24,7 @@ def load_json(path: str) -> Any:
         raise ValueError(f"{path}: cannot read JSON: {exc}") from exc
 
 
-def write_json_atomic(
-    path: str | os.PathLike, obj: Any, *, durable: bool = False, levels: int | None = None
-) -> None:
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, durable: bool = False, levels: int | None = None) -> None:
     """Write ``obj`` as indented UTF-8 JSON to ``path`` (:func:`write_text_atomic`); ``levels``: indent only the
     outer ``levels`` levels of objects and lists, each value below on one line (:func:`json_text`)."""
     text = json.dumps(obj, indent=2) if levels is None else json_text(obj, levels)
