@@ -7,11 +7,12 @@ Exit status: 0 on success, 1 on a failed run or invalid data, 2 on bad input (no
 130 after SIGINT and 143 after SIGTERM (completed episodes are kept and the manifest is closed); 141, quietly,
 when the reader of its output stopped early (``forge-gpu inspect RUN | head``), as a shell pipeline expects.
 
-The code is in twelve modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
+The code is in fourteen modules: ``_common`` (bad input, checks, signals, progress), ``_recording`` (``collect``'s
 recording flags, one per ``RecordingOptions`` field); the commands that simulate, one module each: ``_collect``,
-``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_policy`` (the policy
-options) and ``_machine`` (doctor, precompile, the device line); ``_data`` (the commands that read runs: inspect,
-verify, render, repair, convert, export, stats), ``_curate`` (the commands that write runs of other runs' episodes:
+``_evaluate``, ``_replay``, ``_generate``, ``_tasks`` (with the task arguments they share), ``_render`` (render: a run
+without camera frames is drawn from its state), ``_policy`` (the policy options) and ``_machine`` (doctor,
+precompile, the device line); ``_data`` (the commands that read runs: inspect, verify, repair, convert, export,
+stats), ``_curate`` (the commands that write runs of other runs' episodes:
 select, merge, split), ``_look`` (the commands that show a run to a person: report, view) and ``_teleop`` (teleop).
 Only the simulating commands import Warp and Newton, and only when they run.
 """
@@ -30,13 +31,14 @@ from forge_gpu._src.sim.output import VERBOSE_ENV, set_verbose
 from ._collect import cmd_collect
 from ._common import UsageError
 from ._curate import add_curate_parsers
-from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_render, cmd_repair, cmd_stats, cmd_verify
+from ._data import cmd_convert, cmd_export, cmd_inspect, cmd_repair, cmd_stats, cmd_verify
 from ._evaluate import cmd_evaluate
 from ._generate import add_generate_parser
 from ._look import add_look_commands
 from ._machine import cmd_doctor, cmd_precompile
 from ._policy import add_policy_options
 from ._recording import add_codec_option, add_recording_options, compression_choices
+from ._render import cmd_render
 from ._replay import cmd_replay
 from ._tasks import cmd_check_model, cmd_tasks
 from ._teleop import add_teleop_parser
@@ -129,10 +131,26 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--json", action="store_true", help="machine-readable output")
     w.set_defaults(func=cmd_verify)
 
-    r = sub.add_parser("render", help="draw an episode: a GIF of its frames, or a plot of proprio, actions, reward")
+    r = sub.add_parser(
+        "render",
+        help="draw an episode: a GIF of its camera frames, or of the robot drawn from the recorded state (a run "
+        "without a camera), or a plot of proprio, actions, reward (--plot)",
+    )
     r.add_argument("run")
     r.add_argument("--episode", default=None, metavar="ENV:EPISODE", help="default: the first episode")
     r.add_argument("--out", default=None, help="output file (default next to the run)")
+    r.add_argument(
+        "--plot",
+        action="store_true",
+        help="a run without camera frames: plot proprio, action and reward instead of drawing the robot",
+    )
+    r.add_argument("--size", type=int, default=128, help="a run without camera frames: the image size [px]")
+    r.add_argument("--device", default=None, help="Warp device drawing the robot (default cuda:0 if present, else cpu)")
+    r.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import the code the run's task names outside forge_gpu to draw its robot (as replay --trust-code)",
+    )
     r.set_defaults(func=cmd_render)
 
     v = sub.add_parser("convert", help="write a closed run's episodes as a new run in another format")

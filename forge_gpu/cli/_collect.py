@@ -19,7 +19,7 @@ from ._common import (
 from ._machine import device_line
 from ._policy import load_policy_of, policy_options_of
 from ._recording import recording_options_of
-from ._tasks import task_arguments
+from ._tasks import say_model_check, task_arguments
 
 
 def cmd_collect(args) -> int:
@@ -50,6 +50,7 @@ def cmd_collect(args) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from e
     if args.workers > 1:  # scale-out: one Ray actor per device, each running what follows
+        say_model_check(config)  # once, here: the workers say nothing of it
         return cmd_collect_workers(args, config, overrides, out, options, policy_options)
     try:
         began = time.perf_counter()
@@ -58,6 +59,7 @@ def cmd_collect(args) -> int:
         make_seconds = time.perf_counter() - began
     except ValueError as e:
         raise UsageError(str(e)) from e
+    say_model_check(config)  # after the build's own notes, before the first step
     print(device_line(args.device, env), flush=True)
     episodes = args.episodes if args.steps is None else None
     if episodes is None and args.steps is None:

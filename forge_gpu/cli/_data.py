@@ -1,6 +1,6 @@
-"""The commands that read or rewrite runs on disk: ``inspect``, ``verify``, ``render``, ``repair``, ``convert``,
-``export``, ``stats``. None of them imports Warp, Newton or torch (a test checks it), so they run on a machine that only
-trains."""
+"""The commands that read or rewrite runs on disk: ``inspect``, ``verify``, ``repair``, ``convert``, ``export``,
+``stats``. None of them imports Warp, Newton or torch (a test checks it), so they run on a machine that only trains
+(``render`` is ``_render``'s: it simulates to draw a run without camera frames)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from ._common import (
     check_compression,
     check_new,
     check_run,
-    check_writable,
-    parse_episode,
 )
 from ._recording import codec_options
 
@@ -55,28 +53,6 @@ def cmd_verify(args) -> int:
         return 1
     print(json.dumps(report, indent=2) if args.json else "\n".join(format_verify(report)))
     return 0 if report["ok"] else 1
-
-
-def cmd_render(args) -> int:
-    from forge_gpu._src.reading.inspection import render_episode
-
-    episode = parse_episode(args.episode) if args.episode else None
-    check_run(args.run)
-    if args.out is not None:
-        if Path(args.out).is_dir():
-            raise UsageError(f"--out {args.out}: is a directory; give a file name, e.g. episode.png")
-        check_writable(args.out, "--out ")
-    try:
-        path, drawn = render_episode(args.run, episode=episode, out=args.out)
-    except LookupError as e:
-        raise UsageError(str(e)) from e
-    except ValueError as e:
-        print(f"forge-gpu: invalid run: {e}", file=sys.stderr)
-        return 1
-    if drawn != "frames":
-        print(f"{args.run}: no frames to draw: {drawn}; plotted proprio, action and reward instead")
-    print(f"wrote {path}")
-    return 0
 
 
 def cmd_repair(args) -> int:

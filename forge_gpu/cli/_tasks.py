@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ._common import (
@@ -33,6 +34,34 @@ def task_arguments(args) -> tuple[dict, bool]:
     if getattr(args, "variant", None):
         overrides["variant"] = args.variant
     return overrides, task_file
+
+
+def say_model_check(config) -> None:
+    """``collect``'s lines of its task's model against MuJoCo's load of it (``check_cache.kept_check``: computed
+    once per model files, then kept): each difference one ``forge-gpu: warning:`` line on stderr, where the build's
+    other notes go; with ``--verbose`` also what the check noted and its rollout. Nothing for a task with no model
+    file (a model builder) or a model MuJoCo has no reference for (USD)."""
+    from forge_gpu._src.sim.output import is_verbose
+    from forge_gpu._src.tasks.taskfile.check_cache import kept_check
+    from forge_gpu._src.tasks.taskfile.spec import FileParams, resolved
+
+    params = config.params
+    if not isinstance(params, FileParams):
+        return
+    try:
+        found = kept_check(resolved(params, params.file).model, params.file)
+    except ValueError:  # a model the build refuses: the build said why
+        return
+    if found is None:
+        return
+    for line in found.lines():
+        print(f"forge-gpu: warning: {line}", file=sys.stderr)
+    if is_verbose():
+        for note in found.notes:
+            print(f"forge-gpu: {found.model} checked against MuJoCo: said: {note}", file=sys.stderr)
+        if found.rollout and found.rollout not in found.differences:
+            print(f"forge-gpu: {found.model} checked against MuJoCo: {found.rollout}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 def cmd_tasks(args) -> int:

@@ -30,7 +30,8 @@ def run_cli(*args, cwd=None, timeout=300):
 
 @pytest.mark.parametrize("layout", [["--compression", "lz4"], ["--format", "npz", "--compression", "deflate"]])
 def test_collect_inspect_render_end_to_end(tmp_path, layout):
-    """collect through a subprocess writes a valid run (either layout) that inspect checks and render draws."""
+    """collect through a subprocess writes a valid run (either layout) that inspect checks and render draws (the
+    packed run's cartpole from its state, the npz run's numbers)."""
     out = tmp_path / "run"
     done = run_cli(
         "collect", "cartpole", "--envs", "4", "--episodes", "6", "--set", "max_steps=15", *layout, "--out", str(out)
@@ -46,7 +47,8 @@ def test_collect_inspect_render_end_to_end(tmp_path, layout):
     assert summary["episodes"] == manifest["completed_episodes"]
     assert summary["episode_length"]["max"] <= 15 and summary["fields"]["proprio"]["shape"] == [4]
     picture = tmp_path / "ep.png"
-    drawn = run_cli("render", str(out), "--episode", "0:0", "--out", str(picture))
+    plot = ["--plot"] if "npz" in layout else []  # an npz run records no state to draw the cartpole from
+    drawn = run_cli("render", str(out), "--episode", "0:0", *plot, "--out", str(picture))
     assert drawn.returncode == 0, drawn.stderr
     assert picture.stat().st_size > 1000 and picture.read_bytes()[:4] == b"\x89PNG"
 
@@ -307,7 +309,8 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
 
 def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     """A run with no image field (params.render = false) and a run whose rgb is all zero (an older forge_gpu's
-    state-only run): render and report say there are no frames, in one line, and plot instead (exit 0)."""
+    state-only run): render --plot and report say there are no frames, in one line, and plot instead (exit 0);
+    render without --plot refuses such a run that records no simulator state in one line (exit 2)."""
     from helpers.synthetic import SyntheticSim, make_batches, record, synthetic_description
 
     class BlackFrames(SyntheticSim):
@@ -323,7 +326,10 @@ def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
     record(str(tmp_path / "camera"), camera, make_batches(SyntheticSim(camera, seed=0, end_prob=0.5), 10))
     for name, why in (("state", "stores no camera frames"), ("black", "rgb frames are all zero")):
         run = tmp_path / name
-        assert main(["render", str(run), "--out", str(tmp_path / f"{name}.png")]) == 0
+        assert main(["render", str(run), "--out", str(tmp_path / f"{name}.png")]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "records no simulator state" in err[0] and "render --plot" in err[0], err
+        assert main(["render", str(run), "--plot", "--out", str(tmp_path / f"{name}.png")]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == 2 and why in lines[0] and "plotted proprio" in lines[0], lines
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"

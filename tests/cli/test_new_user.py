@@ -96,7 +96,7 @@ def test_an_output_under_a_regular_file_is_bad_input(packed, tmp_path, capsys, c
 def test_an_output_in_a_missing_directory_is_made(packed, tmp_path, capsys, monkeypatch):
     """render --out nodir/x.png: the directories above the file are made, as for every output directory."""
     monkeypatch.chdir(tmp_path)
-    assert main(["render", str(packed), "--out", "nodir/deeper/x.png"]) == 0
+    assert main(["render", str(packed), "--plot", "--out", "nodir/deeper/x.png"]) == 0
     assert (tmp_path / "nodir" / "deeper" / "x.png").stat().st_size > 0
     assert capsys.readouterr().out.splitlines()[-1] == "wrote nodir/deeper/x.png"  # after the no-frames line
 

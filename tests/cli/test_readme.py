@@ -127,7 +127,7 @@ def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
         _shape(line).split()[:2] for line in shown_inspect[:4]
     ]
     assert [_shape(line) for line in outputs[2] + outputs[3]] == [_shape(line) for line in shown_after]
-    assert (tmp_path / "episode.png").stat().st_size > 0
+    assert (tmp_path / "episode.gif").stat().st_size > 0
     run = tmp_path / "runs/cartpole-demo"
     assert sorted(p.name for p in run.iterdir()) == [
         "commits.jsonl", "run.json", "segment-000000.arrows", "stats.json", "task"

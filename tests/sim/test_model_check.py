@@ -136,11 +136,12 @@ def test_check_model_names_a_pose_outside_a_range_and_a_contact_mujoco_makes(tmp
 @pytest.mark.parametrize(
     "target",
     ["ant.toml", "robots/servo_dog.toml", "robots/panda.toml", "robots/hopper2d/task.toml",
-     "robots/quadruped.toml", "robots/mesh_arm/task.toml"],
+     "robots/quadruped.toml", "robots/mesh_arm/task.toml", "lift.toml"],
 )  # fmt: skip
 def test_check_model_says_nothing_on_the_shipped_models(target):
     """The shipped robots' models (the ant's and the quadruped's Newton assets, servo_dog, the Panda, hopper2d, the
-    mesh arm's URDF) have no difference from MuJoCo's load of the same file, their rollouts agree within 1 mm."""
+    mesh arm's URDF) have no difference from MuJoCo's load of the same file, their rollouts agree within 1 mm; a
+    task file's model too (lift's: its [model.scene] names params, and is the task's, left out)."""
     if target.startswith("robots/mesh_arm"):
         pytest.importorskip("trimesh")
     found = check_model(str(CONFIGS / target), steps=60)
@@ -335,3 +336,48 @@ def test_tasks_takes_set_as_collect_does(tmp_path, capsys):
     assert main(["tasks", str(task)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"forge-gpu: {task}: randomize.bogus_key: "), err
+
+
+def test_collect_and_tasks_say_the_checks_differences_once_and_keep_the_check(tmp_path, capfd, monkeypatch):
+    """``collect`` of a task file whose model differs from MuJoCo's load of it (a tendon that loses a merged joint)
+    prints that difference as one ``forge-gpu: warning:`` line before it steps, once; ``tasks FILE`` lists it. The
+    check runs once: a second command reads it from the cache (keyed by the model's files), and a changed model
+    file is checked again."""
+    from forge_gpu._src.tasks.taskfile import check_cache, mujoco_check
+
+    monkeypatch.setattr(check_cache, "cache_folder", lambda name: str(tmp_path / "cache" / name))
+    computed = []
+    real = mujoco_check.check_table
+    monkeypatch.setattr(mujoco_check, "check_table", lambda *a, **k: computed.append(1) or real(*a, **k))
+    (tmp_path / "chain.xml").write_text(HOPPER)
+    task = _task(tmp_path, "chain.xml")
+    line = ("forge-gpu: warning: chain.xml differs from MuJoCo's load of it: tendon 'lift': couples 1 of its 2 "
+            "joints (a joint merged with another of its body is dropped)")  # fmt: skip
+    for k in range(2):
+        run = tmp_path / f"run{k}"
+        assert main(["collect", str(task), "--envs", "2", "--steps", "2", "--device", "cpu", "--out", str(run)]) == 0
+        out, err = capfd.readouterr()
+        assert err.splitlines().count(line) == 1 and (out + err).count("couples 1 of its 2") == 1, err
+        assert err.count("loses joint 'rootz'") == 1, err  # the build's own note, not said again by the check
+        assert len(computed) == 1  # the second command read the kept check
+    assert len(list((tmp_path / "cache" / "model_check").glob("*.json"))) == 1
+    assert main(["tasks", str(task)]) == 0
+    out = capfd.readouterr().out.splitlines()
+    listed = [row for row in out if "MuJoCo" in row]
+    assert listed.count(f"    {line.removeprefix('forge-gpu: warning: chain.xml ')}") == 1, out
+    assert all(row.startswith("    differs from MuJoCo's load of it: ") for row in listed), listed  # and the rollout
+    (tmp_path / "chain.xml").write_text(HOPPER.replace('name="lift"><joint joint="rootz"', 'name="lift"><joint '
+                                                       'joint="knee"'))  # fmt: skip
+    assert main(["tasks", str(task)]) == 0
+    out = capfd.readouterr().out.splitlines()
+    assert len(computed) == 2 and [row for row in out if "MuJoCo" in row] == [
+        "    checked against MuJoCo's load of it: no differences"
+    ], out
+
+
+def test_a_shipped_task_says_no_difference(capfd):
+    """The shipped tasks' models have no difference from MuJoCo's (docs/robots.md): ``tasks`` says so in one line
+    and lists none."""
+    assert main(["tasks", "ant"]) == 0
+    out = capfd.readouterr().out.splitlines()
+    assert [row for row in out if "MuJoCo" in row] == ["    checked against MuJoCo's load of it: no differences"], out

@@ -9,6 +9,12 @@ import uuid
 from typing import Any
 
 
+def cache_folder(name: str) -> str:
+    """forge_gpu's cache folder ``name``: ``$XDG_CACHE_HOME/forge_gpu/NAME`` (default ``~/.cache``), not made."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "forge_gpu", name)
+
+
 def load_json(path: str) -> Any:
     """The JSON value in ``path``; ValueError naming the file when it cannot be read or parsed."""
     try:
@@ -18,9 +24,7 @@ def load_json(path: str) -> Any:
         raise ValueError(f"{path}: cannot read JSON: {exc}") from exc
 
 
-def write_json_atomic(
-    path: str | os.PathLike, obj: Any, *, durable: bool = False, levels: int | None = None
-) -> None:
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, durable: bool = False, levels: int | None = None) -> None:
     """Write ``obj`` as indented UTF-8 JSON to ``path`` (:func:`write_text_atomic`); ``levels``: indent only the
     outer ``levels`` levels of objects and lists, each value below on one line (:func:`json_text`)."""
     text = json.dumps(obj, indent=2) if levels is None else json_text(obj, levels)

@@ -313,10 +313,14 @@ def camera_strip(episode) -> np.ndarray:
     return np.concatenate(padded, axis=2)
 
 
-def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None) -> tuple[Path, str]:
-    """Draw one episode: a GIF of its cameras' frames side by side (:func:`camera_strip`), or, when it has none
-    (:func:`no_frames`), a PNG plot of proprio, actions and reward. Returns the path and what it drew
-    (``"frames"`` or why there are none).
+def render_episode(
+    run_dir: str | os.PathLike, *, episode: tuple[int, int] | None = None, out=None, draw=None
+) -> tuple[Path, str]:
+    """Draw one episode: a GIF of its cameras' frames side by side (:func:`camera_strip`); when it has none
+    (:func:`no_frames`), the frames ``draw((env_id, episode_id))`` returns (uint8 ``[T + 1, H, W, 3]``: the
+    command line draws the robot from the recorded state, which needs the simulator) as a GIF, or, without
+    ``draw``, a PNG plot of proprio, actions and reward. Returns the path and what it drew (``"frames"``,
+    ``"drawn"`` or why there are none).
 
     Raises ``LookupError`` when the episode is not in the run.
     """
@@ -339,14 +343,15 @@ def render_episode(run_dir: str | os.PathLike, *, episode: tuple[int, int] | Non
     from matplotlib import pyplot as plt
 
     missing = no_frames(ep)
-    if missing is None:
+    if missing is None or draw is not None:
         from PIL import Image
 
+        frames = camera_strip(ep) if missing is None else draw((ep.env_id, ep.episode_id))
         out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.gif")
         out.parent.mkdir(parents=True, exist_ok=True)
-        images = [Image.fromarray(f) for f in camera_strip(ep)]
+        images = [Image.fromarray(f) for f in frames]
         images[0].save(out, save_all=True, append_images=images[1:], duration=40, loop=0)
-        return out, "frames"
+        return out, "frames" if missing is None else "drawn"
     out = Path(out or Path(run_dir).parent / f"{Path(run_dir).name}-{stem}.png")
     t = ep.obs["time"]
     fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)

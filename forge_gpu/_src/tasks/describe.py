@@ -46,6 +46,7 @@ def describe_task(name: str, variant: str = "", overrides: dict | None = None) -
         else:
             lines.append("  robot: in the task file")
         lines.append(f"    model: {model_file(task.file.model, p.file)[0]}")
+        lines += _checked(task.file.model, p.file)
         lines.append(f"    joints: {', '.join(plan.joint_names)}")
         lines.append(f"    bodies: {', '.join(plan.body_names)}")
         lines.append(f"    action: {plan.action_kind} on {', '.join(plan.action_joints)} (A = {spec.action_dim})")
@@ -93,6 +94,21 @@ def describe_task(name: str, variant: str = "", overrides: dict | None = None) -
     lines.append(f"  randomizable: {', '.join(sorted(task.randomizable())) or 'none'}")
     lines.append(f"  contacts: {spec.has_contacts}; success: {spec.has_success}; max_steps: {config.max_steps}")
     return lines
+
+
+def _checked(model: dict, source: str) -> list[str]:
+    """The model against MuJoCo's load of it (``check_cache.kept_check``: once per model files, then kept): each
+    difference one line, or that there is none; nothing for a model with no MuJoCo reference (a builder, USD)."""
+    from forge_gpu._src.tasks.taskfile.check_cache import kept_check
+
+    found = kept_check(model, source)
+    if found is None:
+        return []
+    if found.refused:
+        return [f"    not compared with MuJoCo's load of it: {found.refused}"]
+    if not found.differences:
+        return ["    checked against MuJoCo's load of it: no differences"]
+    return [f"    differs from MuJoCo's load of it: {line}" for line in found.differences]
 
 
 def _origin(cls) -> str:

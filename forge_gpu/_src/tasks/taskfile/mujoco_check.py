@@ -25,6 +25,8 @@ POSITION_TOLERANCE = 1e-3
 """Distance between a body's positions in the two rollouts counted as different [m]."""
 LISTED = 6
 """Names listed in one line at most (the rest counted)."""
+ROLLOUT_STEPS = 200
+"""Steps of the zero-control rollout compared, unless told."""
 
 
 @dataclass
@@ -50,23 +52,35 @@ def model_of(target: str) -> tuple[dict, str]:
     if path.suffix.lower() != ".toml":
         return {"file": path.name}, str(path.resolve())
     from forge_gpu._src.tasks.taskfile.compose import compose
+    from forge_gpu._src.tasks.taskfile.spec import resolve_references
 
+    source = str(path.resolve())
     table = compose(path.resolve()).table
     if not isinstance(table.get("model"), dict):
         raise ValueError(f"{target}: no [model] (a task or robot file names its model there)")
-    return dict(table["model"]), str(path.resolve())
+    params = table.get("params") if isinstance(table.get("params"), dict) else {}
+    values = {name: v["value"] if isinstance(v, dict) and "value" in v else v for name, v in params.items()}
+    return dict(resolve_references(table["model"], values, "model", source)), source
 
 
-def check_model(target: str, steps: int = 200) -> ModelCheck:
+def check_model(target: str, steps: int = ROLLOUT_STEPS) -> ModelCheck:
     """The differences between MuJoCo's model of ``target`` (a model file, or the ``[model]`` of a task or robot
-    file) and forge_gpu's, and a zero-control rollout of ``steps`` steps of both. ``ValueError`` (one line) for a
-    file neither can load, or one MuJoCo does not read (USD, a model builder)."""
+    file, its ``params.NAME`` references replaced) and forge_gpu's, and a zero-control rollout of ``steps`` steps of
+    both. ``ValueError`` (one line) for a file neither can load, or one MuJoCo does not read (USD, a model
+    builder)."""
+    model, source = model_of(target)
+    return check_table(model, source, steps)
+
+
+def check_table(model: dict, source: str, steps: int = ROLLOUT_STEPS) -> ModelCheck:
+    """:func:`check_model` of a ``[model]`` table read from ``source`` (a task's, its references replaced). Its
+    ``scene`` shapes are the task's, not the model file's: the check leaves them out."""
     import mujoco
 
     from forge_gpu._src.sim.output import init_warp
     from forge_gpu._src.tasks.taskfile.model import check_model_values, model_file, model_info
 
-    model, source = model_of(target)
+    model = {k: v for k, v in model.items() if k != "scene"}
     check_model_values(model, source)
     placement = {k: model[k] for k in ("position", "rotation") if k in model}  # the task's: a free root's start
     model = {k: v for k, v in model.items() if k not in placement}
