@@ -9,6 +9,9 @@ from pathlib import Path
 
 from ._common import UsageError, check_run, check_writable, parse_episode
 
+OUT_SUFFIXES = (".gif", ".png")
+"""What ``--out`` may end in: frames are saved as an animated GIF or PNG, a plot as a PNG."""
+
 
 def cmd_render(args) -> int:
     from forge_gpu._src.reading.inspection import render_episode
@@ -18,6 +21,9 @@ def cmd_render(args) -> int:
     if args.out is not None:
         if Path(args.out).is_dir():
             raise UsageError(f"--out {args.out}: is a directory; give a file name, e.g. episode.png")
+        if Path(args.out).suffix.lower() not in OUT_SUFFIXES:
+            raise UsageError(f"--out {args.out}: expected a file name ending in {' or '.join(OUT_SUFFIXES)} (frames "
+                             "are written as an animation, a plot as an image)")  # fmt: skip
         check_writable(args.out, "--out ")
     if not 8 <= args.size <= 2048:
         raise UsageError(f"--size {args.size}: expected a number of pixels in [8, 2048]")

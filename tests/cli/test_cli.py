@@ -305,6 +305,11 @@ def test_render_of_a_run_without_episodes_says_so(tmp_path, capsys):
     record(str(tmp_path / "run"), env, make_batches(SyntheticSim(env, seed=0, end_prob=0.5), 10))
     assert main(["render", str(tmp_path / "run"), "--episode", "9:9"]) == 2
     assert "holds no published episode 9:9; it holds 0:0" in capsys.readouterr().err
+    for out in ("pics", "pics.mp4"):  # what render cannot write: refused before anything is drawn
+        assert main(["render", str(tmp_path / "run"), "--out", str(tmp_path / out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and f"--out {tmp_path / out}: expected a file name ending in .gif" in err
+        assert not (tmp_path / out).exists()
 
 
 def test_render_and_report_of_a_run_without_frames_say_so(tmp_path, capsys):
