@@ -18,9 +18,7 @@ def task_arguments(args) -> tuple[dict, bool]:
     from forge_gpu._src.sim.names import check_policy_name, shipped_tasks
 
     overrides = parse_set(args.set or [])
-    for reserved in ("num_envs", "seed", "device", "variant"):
-        if reserved in overrides:
-            raise UsageError(f"--set {reserved}=...: use the --{reserved.replace('num_', '')} option instead")
+    _refuse_options(overrides, ("num_envs", "seed", "device", "variant"))
     task_file = str(args.task).endswith(".toml")  # a task file: read and checked against its model below
     if task_file and not Path(args.task).is_file():
         raise UsageError(f"task file {args.task}: no such file")
@@ -34,6 +32,13 @@ def task_arguments(args) -> tuple[dict, bool]:
     if getattr(args, "variant", None):
         overrides["variant"] = args.variant
     return overrides, task_file
+
+
+def _refuse_options(overrides: dict, names: tuple[str, ...]) -> None:
+    """UsageError for a ``--set`` of what the command takes as an option of its own."""
+    for name in names:
+        if name in overrides:
+            raise UsageError(f"--set {name}=...: use the --{name.replace('num_', '')} option instead")
 
 
 def say_model_check(config) -> None:
@@ -72,6 +77,7 @@ def cmd_tasks(args) -> int:
     overrides = parse_set(args.set or [])
     if overrides and args.task is None:
         raise UsageError("--set: name the task it changes (forge-gpu tasks TASK --set KEY=VALUE)")
+    _refuse_options(overrides, ("variant",))
     try:
         lines = (
             task_lines()

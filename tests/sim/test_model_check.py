@@ -332,6 +332,8 @@ def test_tasks_takes_set_as_collect_does(tmp_path, capsys):
     assert len(err) == 1 and str(task) in err[0] and "unknown key bogus" in err[0], err
     assert main(["tasks", "--set", "max_steps=5"]) == 2
     capsys.readouterr()
+    assert main(["tasks", str(task), "--set", "variant=ee"]) == 2  # as collect: the option, not a --set
+    assert capsys.readouterr().err == "forge-gpu: --set variant=...: use the --variant option instead\n"
     task.write_text(task.read_text() + "\n[randomize]\nbogus_key = [0.1, 0.2]\n")
     assert main(["tasks", str(task)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
