@@ -6,7 +6,9 @@ Per world and subtask a segment of a source demonstration is chosen (uniformly, 
 start is nearest the object's pose now), its tcp poses are transformed by ``T_obj_now * inv(T_obj_src_start)``, the
 tcp is moved from where it is to the transformed first pose in ``interpolation_steps`` steps, then along the
 transformed poses, with the source's gripper column; the arm's joint targets come from the damped least squares
-step of ``kernels/ik.py``.
+step of ``kernels/ik.py``. A subtask that carries a body (``held``) moves its poses further by the body's offset in
+the hand: ``o_src - o_now`` in the tcp's frame, where ``o`` is the body's position in the tcp's frame at the segment's
+start (the source's, and the world's now), so the body, held where it is held now, follows the source's body.
 """
 
 import warp as wp
@@ -63,17 +65,20 @@ def begin_subtask(
     numbers: wp.array[float],
     seg_first: wp.array2d[int],
     seg_object: wp.array2d[wp.transform],
+    seg_held: wp.array2d[wp.vec3],
     object_kind: wp.array[int],
     object_index: wp.array[int],
+    held_index: wp.array[int],
     body_q: wp.array2d[wp.transform],
     target: wp.array2d[wp.vec3],
     tcp: wp.transform,
     choice: wp.array2d[int],
     xform: wp.array2d[wp.transform],
+    hold_fix: wp.array2d[wp.vec3],
     start_pose: wp.array[wp.transform],
 ):
-    """Choose subtask ``s``'s source segment for attempt ``j``, its transform from the object's pose now, and start
-    the interpolation from the tcp's pose ``tcp``."""
+    """Choose subtask ``s``'s source segment for attempt ``j``, its transform from the object's pose now and the held
+    body's offset correction, and start the interpolation from the tcp's pose ``tcp``."""
     sources = seg_first.shape[0]
     now = object_pose(object_kind[s], object_index[s], worldid, body_q, target)
     e = int(0)
@@ -89,6 +94,12 @@ def begin_subtask(
         e = wp.randi(rng, 0, sources)
     choice[worldid, s] = e
     xform[worldid, s] = wp.transform_multiply(now, wp.transform_inverse(seg_object[e, s]))
+    fix = wp.vec3(0.0)
+    if held_index[s] >= 0:
+        held = wp.transform_get_translation(body_q[worldid, held_index[s]])
+        in_hand = wp.transform_point(wp.transform_inverse(tcp), held)
+        fix = seg_held[e, s] - in_hand
+    hold_fix[worldid, s] = fix
     start_pose[worldid] = tcp
 
 
@@ -100,8 +111,10 @@ def follow_kernel(
     seg_first: wp.array2d[int],
     seg_last: wp.array2d[int],
     seg_object: wp.array2d[wp.transform],
+    seg_held: wp.array2d[wp.vec3],
     object_kind: wp.array[int],
     object_index: wp.array[int],
+    held_index: wp.array[int],
     joint_coord: wp.array[int],
     joint_child: wp.array[int],
     joint_xc: wp.array[wp.transform],
@@ -137,12 +150,14 @@ def follow_kernel(
     reached: wp.array[int],
     choice: wp.array2d[int],
     xform: wp.array2d[wp.transform],
+    hold_fix: wp.array2d[wp.vec3],
     start_pose: wp.array[wp.transform],
     joint_target: wp.array2d[float],
     # Data out:
     row_reached: wp.array[int],
     row_choice: wp.array2d[int],
     row_transform: wp.array2d[wp.transform],
+    row_hold: wp.array2d[wp.vec3],
     action_out: wp.array2d[float],
 ):
     """One step of attempt ``j = draw_env[world]``: at its first frame (``step_id`` 0) subtask 0 begins; a subtask
@@ -162,8 +177,9 @@ def follow_kernel(
         reached[worldid] = 0
         for k in range(joint_coord.shape[0]):
             joint_target[worldid, k] = joint_q_in[worldid, joint_coord[k]]
-        begin_subtask(worldid, 0, j, seed, select, numbers, seg_first, seg_object, object_kind, object_index,
-                      body_q_in, target_in, tcp, choice, xform, start_pose)  # fmt: skip
+        begin_subtask(worldid, 0, j, seed, select, numbers, seg_first, seg_object, seg_held, object_kind,
+                      object_index, held_index, body_q_in, target_in, tcp, choice, xform, hold_fix,
+                      start_pose)  # fmt: skip
     else:
         r = reached[worldid]
         if r < subtasks:
@@ -176,17 +192,19 @@ def follow_kernel(
         s = s + 1
         k = 0
         subtask[worldid] = s
-        begin_subtask(worldid, s, j, seed, select, numbers, seg_first, seg_object, object_kind, object_index,
-                      body_q_in, target_in, tcp, choice, xform, start_pose)  # fmt: skip
+        begin_subtask(worldid, s, j, seed, select, numbers, seg_first, seg_object, seg_held, object_kind,
+                      object_index, held_index, body_q_in, target_in, tcp, choice, xform, hold_fix,
+                      start_pose)  # fmt: skip
         e = choice[worldid, s]
     x = xform[worldid, s]
+    fix = wp.transform(hold_fix[worldid, s], wp.quat_identity())
     first = seg_first[e, s]
     last = seg_last[e, s]
     goal = wp.transform_identity()
     grip = float(0.0)
     if k < interpolation_steps:
         a = float(k + 1) / float(interpolation_steps)
-        aim = wp.transform_multiply(x, src_pose[first])
+        aim = wp.transform_multiply(wp.transform_multiply(x, src_pose[first]), fix)
         begin = start_pose[worldid]
         p0 = wp.transform_get_translation(begin)
         p1 = wp.transform_get_translation(aim)
@@ -195,13 +213,14 @@ def follow_kernel(
         grip = src_grip[first]
     else:
         i = wp.min(first + k - interpolation_steps, last)
-        goal = wp.transform_multiply(x, src_pose[wp.min(i + 1, last)])
+        goal = wp.transform_multiply(wp.transform_multiply(x, src_pose[wp.min(i + 1, last)]), fix)
         grip = src_grip[i]
     count[worldid] = k + 1
     if row >= 0 and row < attempts:
         row_reached[row] = reached[worldid]
         row_choice[row, s] = e
         row_transform[row, s] = x
+        row_hold[row, s] = hold_fix[worldid, s]
     p = wp.transform_get_translation(tcp)
     move = clamp_length((wp.transform_get_translation(goal) - p) * numbers[N_GAIN], numbers[N_MAX_SPEED])
     if numbers[N_ACTION_NOISE] > 0.0:

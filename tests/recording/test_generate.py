@@ -86,7 +86,8 @@ def test_a_segment_moved_into_the_objects_frame_lands_on_the_object(generated, l
                       cuts=np.array([[0, frames - 1, frames]]), starts=np.zeros(1, np.int64),
                       poses=np.tile(hover, (frames + 1, 1)).astype(np.float32),
                       grip=np.full(frames + 1, 0.08, np.float32),
-                      objects=np.stack([s_cube[0], s_cube[0]])[None].astype(np.float32))  # fmt: skip
+                      objects=np.stack([s_cube[0], s_cube[0]])[None].astype(np.float32),
+                      held=np.zeros((1, 2, 3), np.float32))  # fmt: skip
     env = forge_gpu.sim.make("lift", num_envs=4, device="cpu", seed=5, **SMALL)
     follower = Follower(env, sources, task_arm(env.task), attempts=4, select="random", interpolation_steps=20,
                         action_noise=0.0)  # fmt: skip
@@ -118,6 +119,7 @@ def test_the_trace_reproduces_the_path(generated, lift_source):
     for e in _episodes(out):
         tcp, _ = _tcp_and_cube(e)
         at = 0
+        np.testing.assert_array_equal(e.params["generate_hold"], 0.0)  # lift carries nothing: no correction
         trace = zip(e.params["generate_source"], e.params["generate_frames"].astype(int),
                     e.params["generate_transform"].astype(np.float64), strict=True)  # fmt: skip
         for ids, (first, last), transform in trace:

@@ -115,7 +115,8 @@ class Follower:
             transforms(sources.poses), wp.array(sources.grip, dtype=float, device=device),
             wp.array(sources.first, dtype=int, device=device), wp.array(sources.last, dtype=int, device=device),
             wp.array(sources.objects.reshape(-1, count, 7), dtype=wp.transform, device=device),
-            ints([s.kind for s in subtasks]), ints([s.index for s in subtasks]),
+            wp.array(sources.held.reshape(-1, count, 3), dtype=wp.vec3, device=device),
+            ints([s.kind for s in subtasks]), ints([s.index for s in subtasks]), ints([s.held_index for s in subtasks]),
             ints(arm.coords), ints(arm.tables["child"]), transforms(arm.tables["xc"]),
             wp.array(np.asarray(arm.tables["axis"], np.float32), dtype=wp.vec3, device=device),
             ints(arm.tables["slide"]), ints(arm.columns), arm.point_body,
@@ -130,6 +131,7 @@ class Follower:
             "reached": wp.zeros(n, dtype=int, device=device),
             "choice": wp.zeros((n, count), dtype=int, device=device),
             "xform": wp.zeros((n, count), dtype=wp.transform, device=device),
+            "hold_fix": wp.zeros((n, count), dtype=wp.vec3, device=device),
             "start_pose": wp.zeros(n, dtype=wp.transform, device=device),
             "joint_target": wp.zeros((n, len(arm.coords)), dtype=float, device=device),
         }
@@ -148,6 +150,8 @@ class Follower:
         """Per attempt and subtask: the chosen source episode (an index into ``Sources.indices``)."""
         self.row_transform = wp.zeros((attempts, self.count), dtype=wp.transform, device=device)
         """Per attempt and subtask: the transform applied to its segment (``T_obj_now * inv(T_obj_src)``)."""
+        self.row_hold = wp.zeros((attempts, self.count), dtype=wp.vec3, device=device)
+        """Per attempt and subtask: the held body's offset correction in the tcp's frame [m] (zero: none)."""
 
     def __call__(self, observation: dict) -> wp.array:
         env, world = self.env, self.env.world
@@ -157,7 +161,8 @@ class Follower:
             inputs=[*self.model, self.first, self.attempts, world.draw_env, observation["step_id"], world.joint_q]
             + [env.task.frame.body_q]
             + [self.points, env.task.subtask_flags],
-            outputs=[*self.state.values(), self.row_reached, self.row_choice, self.row_transform, self.action],
+            outputs=[*self.state.values(), self.row_reached, self.row_choice, self.row_transform, self.row_hold]
+            + [self.action],
             device=env.device,
         )
         return self.action

@@ -42,7 +42,7 @@ from forge_gpu._src.tasks.make import make
 from forge_gpu._src.tasks.taskfile import stored
 from forge_gpu._src.tasks.taskfile.task import FileTask, file_task_class
 
-TRACE = ("generate_attempt", "generate_source", "generate_frames", "generate_transform")
+TRACE = ("generate_attempt", "generate_source", "generate_frames", "generate_transform", "generate_hold")
 """The per-episode params of a generated episode: its attempt index; per subtask the source episode's (env_id,
 episode_id), the segment's first and last frame in it, and the transform [x, y, z, qx, qy, qz, qw] its tcp poses
 were moved by."""
@@ -326,6 +326,7 @@ def _figures(rows: EvaluationRows, follower: Follower, cutoff: int, count: int, 
         "episode_ids": rows.episode_ids.numpy()[:cutoff],
         "choice": follower.row_choice.numpy()[:cutoff],
         "transform": follower.row_transform.numpy()[:cutoff].reshape(cutoff, count, 7),
+        "hold": follower.row_hold.numpy()[:cutoff].reshape(cutoff, count, 3),
     }
 
 
@@ -353,6 +354,7 @@ def _traced(episode: Episode, k: int, figures: dict, sources: Sources) -> Episod
         "generate_frames": np.stack([cuts[np.arange(count), np.arange(count)],
                                      cuts[np.arange(count), np.arange(count) + 1]], -1).astype(np.float32),
         "generate_transform": figures["transform"][k].astype(np.float32),
+        "generate_hold": figures["hold"][k].astype(np.float32),
     }  # fmt: skip
     ids = {"env_id": 0, "episode_id": j}
     obs, nxt = dict(episode.obs), dict(episode.next)
@@ -388,7 +390,7 @@ def _write(env, source_manifest: dict, source: str, scratch: str, out: str, figu
     count_s = len(env.task.plan.subtasks)
     run = describe_run(env, transport="generate")
     trace_spec = {"generate_attempt": [], "generate_source": [count_s, 2], "generate_frames": [count_s, 2],
-                  "generate_transform": [count_s, 7]}  # fmt: skip
+                  "generate_transform": [count_s, 7], "generate_hold": [count_s, 3]}  # fmt: skip
     spec = run.spec
     params = {**(spec.get("params") or {}),
               **{k: {"shape": shape, "dtype": "float32"} for k, shape in trace_spec.items()}}  # fmt: skip

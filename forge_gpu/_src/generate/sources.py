@@ -7,7 +7,8 @@ after the previous one's end, where its conditions hold (the last one's without 
 success holds). An episode that does not cut into every subtask is named and skipped.
 
 What generation needs of a kept episode is laid out here once, whole-array numpy: its tcp poses and gripper column
-per frame, each segment's first and last frame and its object's pose at its first frame.
+per frame, each segment's first and last frame, its object's pose at its first frame and, for a subtask that carries a
+body (``held``), where that body sits in the tcp's frame there.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class Sources:
     """float32 [F]: the gripper column of the action taken at each frame (the last frame repeats the last)."""
     objects: np.ndarray
     """float32 [E, S, 7]: each subtask's object pose at its segment's first frame (the identity for none)."""
+    held: np.ndarray
+    """float32 [E, S, 3]: each subtask's held body's position in the tcp's frame at its segment's first frame [m]
+    (zeros for a subtask that carries none)."""
     skipped: list[Skipped] = field(default_factory=list)
 
     @property
@@ -97,6 +101,11 @@ def inverse(a: np.ndarray) -> np.ndarray:
     return np.concatenate([-rotate(q, a[..., :3]), q], -1)
 
 
+def in_tcp_frame(tcp: np.ndarray, point: np.ndarray) -> np.ndarray:
+    """World points ``[..., 3]`` in the frame of the tcp poses ``[..., 7]``."""
+    return rotate(inverse(tcp)[..., 3:], point - tcp[..., :3])
+
+
 def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int, point: tuple) -> Sources:
     """The episodes ``selected`` (reading-order indices) of the source run's ``reader``, cut into the subtasks of
     ``env``'s task (a file task with ``[[subtasks]]``), ``num_envs`` episodes at a time. ``point``: the tcp's
@@ -122,11 +131,12 @@ def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int,
         reasons = "; ".join(s.line(run) for s in skipped[:3])
         raise ValueError(f"{run}: no source episode cuts into every subtask ({reasons})")
     body, offset = point
-    poses, grips, objects, starts, all_cuts = [], [], [], [], []
+    poses, grips, objects, held, starts, all_cuts = [], [], [], [], [], []
     frames = 0
     for _, episode, cut in kept:
         body_q = np.asarray(episode.state["body_q"], np.float32)
-        poses.append(compose(body_q[:, body], np.broadcast_to(offset, body_q[:, body].shape)).astype(np.float32))
+        tcp = compose(body_q[:, body], np.broadcast_to(offset, body_q[:, body].shape)).astype(np.float32)
+        poses.append(tcp)
         column = np.asarray(episode.action[:, gripper_column], np.float32)
         grips.append(np.concatenate([column, column[-1:]]))
         at_start = []
@@ -139,6 +149,12 @@ def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int,
             else:
                 at_start.append(IDENTITY)
         objects.append(np.stack(at_start).astype(np.float32))
+        in_hand = np.zeros((len(subtasks), 3), np.float32)
+        for s, subtask in enumerate(subtasks):
+            if subtask.held_index >= 0:
+                f = cut[s]
+                in_hand[s] = in_tcp_frame(tcp[f], body_q[f, subtask.held_index, :3])
+        held.append(in_hand)
         starts.append(frames)
         all_cuts.append(cut)
         frames += episode.steps + 1
@@ -151,6 +167,7 @@ def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int,
         poses=np.concatenate(poses),
         grip=np.concatenate(grips),
         objects=np.stack(objects),
+        held=np.stack(held),
         skipped=skipped,
     )
 

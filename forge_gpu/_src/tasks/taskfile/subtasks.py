@@ -1,7 +1,8 @@
 """A task file's ``[[subtasks]]``: the object-centric steps a demonstration is made of, in order.
 
 Each names its ``name``, the ``object`` its motion is relative to (a body of the model, a ``[targets]`` name, or
-none for free motion) and ``conditions``: condition terms with the keys ``[[success]]`` takes (``bodies_touch``,
+none for free motion), optionally the body it carries (``held``: a body grasped in an earlier subtask) and
+``conditions``: condition terms with the keys ``[[success]]`` takes (``bodies_touch``,
 ``body_above``, ``joint_pos_beyond``, ``hold``, ...), all of which must hold for the subtask to end. The last
 subtask may leave its conditions out: it ends with the task's success. The conditions are bound by the same
 machinery as the success terms (``term_rows.term_row``) and evaluated by the same generated observe kernel, each
@@ -23,7 +24,7 @@ from forge_gpu._src.tasks.taskfile.term_rows import Row, Scope, term_row
 NONE, BODY, TARGET = 0, 1, 2
 """What a subtask's motion is relative to: nothing (the world frame), a body's pose, a ``[targets]`` point (its
 position; no rotation)."""
-KEYS = ("name", "object", "conditions")
+KEYS = ("name", "object", "held", "conditions")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class Subtask:
     """Its first condition's index in ``Plan.subtask_rows``."""
     count: int
     """Its number of conditions; 0: it ends with the task's success (the last subtask only)."""
+    held: str = ""
+    """The body it carries (its segment moved so that body, where the hand holds it now, follows the source's);
+    empty: none."""
+    held_index: int = -1
+    """That body's index in a world; -1 for none."""
 
 
 def subtask_entries(entries, scope: Scope, targets: list[str], has_success: bool) -> tuple[list[Subtask], list[Row]]:
@@ -75,6 +81,14 @@ def subtask_entries(entries, scope: Scope, targets: list[str], has_success: bool
                 raise ValueError(f"{source}: {where}.object = {thing!r}: no such body or [targets] name; the task has "
                                  f"{held}")  # fmt: skip
             kind, index = BODY, scope.body_names.index(thing)
+        held = entry.get("held", "")
+        if not isinstance(held, str) or (held and held not in scope.body_names):
+            bodies = ", ".join(scope.body_names)
+            raise ValueError(f"{source}: {where}.held = {shown(held)}: expected the name of a body the subtask "
+                             f"carries; the model's bodies: {bodies}")  # fmt: skip
+        if held and held == thing:
+            raise ValueError(f"{source}: {where}.held = {held!r}: the body it carries cannot be the object its motion "
+                             "is relative to")  # fmt: skip
         conditions = entry.get("conditions", [])
         last = i == len(entries) - 1
         if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
@@ -94,7 +108,8 @@ def subtask_entries(entries, scope: Scope, targets: list[str], has_success: bool
                                  "subtask must hold; drop the key")  # fmt: skip
             row = term_row("success", k, condition, terms.CONDITIONS, scope, where=at)
             rows.append(dataclasses.replace(row, stage="subtasks", require=True))
-        out.append(Subtask(name, thing, kind, index, first, len(conditions)))
+        held_index = scope.body_names.index(held) if held else -1
+        out.append(Subtask(name, thing, kind, index, first, len(conditions), held, held_index))
     return out, rows
 
 
@@ -103,6 +118,7 @@ def describe(subtask: Subtask, rows: list[Row], term) -> str:
     row)."""
     relative = {NONE: "free motion", BODY: f"relative to body {subtask.object}",
                 TARGET: f"relative to target {subtask.object}"}[subtask.kind]  # fmt: skip
+    relative += f", carrying body {subtask.held}" if subtask.held else ""
     chosen = rows[subtask.first : subtask.first + subtask.count]
     ends = " and ".join(term(r) + (f" held {r.hold:g} s" if r.hold else "") for r in chosen) or "the task's success"
     return f"    subtask {subtask.name} ({relative}): ends when {ends}"
