@@ -37,10 +37,11 @@ its side (the same crop in each of its frames), the centre crop at evaluation. T
 ``WindowMapDataset(pad=True)`` batches drawn with replacement by a ``BatchSampler`` and gathered and decoded in
 ``--workers`` DataLoader workers; each row reports the loader: ``wait_share`` (the share of the training's time after
 the first batch spent waiting for the next batch), ``windows_per_s`` trained and ``first_batch_s`` (the workers'
-start and their first load of the run). No DAgger from pixels. ``--shift NAME KEY=VALUE ...`` scores every policy
-again in envs whose config overrides those of the run (held-out colours, the camera beyond its training range), as
-``NAME_success``: push's generalization table is docs/performance.md "How far it generalizes" (its palette split in
-two, ``--set variant=visual`` for its visual randomization).
+start and their first load of the run). DAgger from pixels trains on the rollouts' chunks of expert labels
+(``--label-steps chunk``), the frames of every run decoded by the same loader. ``--shift NAME KEY=VALUE ...`` scores
+every policy again in envs whose config overrides those of the run (held-out colours, the camera beyond its training
+range), as ``NAME_success``: push's generalization table is docs/performance.md "How far it generalizes" (its
+palette split in two, ``--set variant=visual`` for its visual randomization).
 
 Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
 the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
@@ -392,13 +393,40 @@ def pixel_normalization(run: str, fields: list[str]) -> tuple[list, list]:
     return norm.center.astype(np.float32).ravel(), norm.scale.astype(np.float32).ravel()
 
 
-def train_pixels(run: str, args, seed: int) -> tuple[dict, dict]:
-    """The visuomotor network trained from scratch on ``run``'s padded windows for ``args.train_steps`` Adam steps:
-    batches of ``args.batch`` windows drawn with replacement by a ``BatchSampler`` over ``WindowMapDataset`` (the
-    frames decoded per batch, in ``args.workers`` DataLoader workers), each window randomly cropped. Returns the
-    checkpoint and its figures, the loader's among them: ``wait_share``, the share of the steps' time (after the
-    first batch, which starts the workers: ``first_batch_s``) spent waiting for the next batch, and
-    ``windows_per_s`` trained."""
+class RunWindows:
+    """The windows of several runs, each with its own target (the demos' ``action``, the DAgger rollouts' expert
+    labels), as one map-style dataset of batches: ``dataset[indices]`` gathers each run's share of ``indices`` (global,
+    the runs' windows end to end) in one vectorized call and stacks them."""
+
+    def __init__(self, datasets: list):
+        self.datasets = datasets
+        self.ends = np.cumsum([len(d) for d in datasets])
+
+    def __len__(self) -> int:
+        return int(self.ends[-1])
+
+    def __getitem__(self, indices):
+        import torch
+
+        indices = np.asarray(indices, dtype=np.int64)
+        parts, start = [], 0
+        for dataset, end in zip(self.datasets, self.ends, strict=True):
+            mine = indices[(indices >= start) & (indices < end)] - start
+            if len(mine):
+                parts.append(dataset.windows.batch(mine))
+            start = end
+        keys = [k for k in parts[0] if k != "instruction"]
+        return {k: torch.from_numpy(np.ascontiguousarray(np.concatenate([p[k] for p in parts]))) for k in keys}
+
+
+def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) -> tuple[dict, dict]:
+    """The visuomotor network trained from scratch on the padded windows of ``runs`` (``(run, target)`` pairs: the
+    demos with their ``action``, DAgger's rollouts with the expert's labels), normalized by ``norm_run``'s statistics,
+    for ``args.train_steps`` Adam steps: batches of ``args.batch`` windows drawn with replacement by a
+    ``BatchSampler`` over ``WindowMapDataset`` (the frames decoded per batch, in ``args.workers`` DataLoader workers;
+    several runs through :class:`RunWindows`), each window randomly cropped. Returns the checkpoint and its figures,
+    the loader's among them: ``wait_share``, the share of the steps' time (after the first batch, which starts the
+    workers: ``first_batch_s``) spent waiting for the next batch, and ``windows_per_s`` trained."""
     import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
@@ -407,9 +435,14 @@ def train_pixels(run: str, args, seed: int) -> tuple[dict, dict]:
     torch.manual_seed(seed)
     cameras = {name: image_fields([name], args.obs) for name in args.cameras}
     keys = list(args.fields) + [f for fields in cameras.values() for f in fields]
-    dataset = forge_gpu.reading.WindowMapDataset(
-        run, history=args.history, horizon=args.horizon, pad=True, observation_keys=keys
-    )
+    datasets = [
+        forge_gpu.reading.WindowMapDataset(
+            run, history=args.history, horizon=args.horizon, pad=True, observation_keys=keys, target=target
+        )
+        for run, target in runs
+    ]
+    dataset = datasets[0] if len(datasets) == 1 else RunWindows(datasets)
+    run = norm_run
     norm = forge_gpu.reading.normalization(run, [f"obs/{f}" for f in args.fields])
     target = forge_gpu.reading.normalization(run, ["action"])
     pixels = [pixel_normalization(run, fields) for fields in cameras.values()]
@@ -419,7 +452,7 @@ def train_pixels(run: str, args, seed: int) -> tuple[dict, dict]:
     pixel_scale = [torch.from_numpy(s) for _, s in pixels]
     spec = forge_gpu.reading.open_run(run).manifest["env_spec"]["observation"]
     size = int(spec[next(iter(cameras.values()))[0]]["shape"][0])
-    crop = crop_size(size)
+    crop = crop_size(size) if args.crop is None else args.crop
     generator = torch.Generator().manual_seed(seed)
     draws = RandomSampler(dataset, replacement=True, num_samples=args.train_steps * args.batch, generator=generator)
     loader = DataLoader(
@@ -862,6 +895,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-size", type=int, choices=[32, 64, 128], default=64, help="--obs rgb|rgbd: the rendered frames' side"
     )
     parser.add_argument(
+        "--crop",
+        type=int,
+        default=None,
+        help="--obs rgb|rgbd: the random crop's side in px (default 7/8 of --image-size; --image-size itself: none)",
+    )
+    parser.add_argument(
         "--workers", type=int, default=1, help="--obs rgb|rgbd: DataLoader workers decoding the training batches"
     )
     parser.add_argument("--history", type=int, default=2)
@@ -982,8 +1021,8 @@ def main(argv=None) -> int:
         rounds = 0 if memory else 1  # a stateful expert: behaviour cloning alone (no DAgger labels)
         args.demos, args.dagger_from, args.dagger_rounds, args.dagger_episodes = [4, 6], 4, rounds, 2
         args.episodes, args.eval_envs, args.train_steps, args.batch, args.hidden = 4, 4, 20, 32, 32
-        if args.obs != "state":  # no DAgger from pixels; the smallest frames
-            args.dagger_rounds, args.batch = 0, 8
+        if args.obs != "state":  # the smallest frames
+            args.batch = 8
             overrides["params.image_size"] = 32
         args.execution, args.relabel_envs = ["open_loop", "ensemble"], 8
         overrides.setdefault("max_steps", 20)
@@ -995,8 +1034,17 @@ def main(argv=None) -> int:
             f"({', '.join(memory)}), so its label for a learner's frame is not a function of that frame (a restored "
             "frame restarts its machine, a learner's frames drive its phases); use --dagger-rounds 0"
         )
-    if args.dagger_rounds and args.obs != "state":
-        parser.error(f"--dagger-rounds {args.dagger_rounds}: DAgger runs from the state (--obs state); use 0")
+    if args.dagger_rounds and args.obs != "state" and args.label_steps != "chunk":
+        parser.error(
+            f"--label-steps {args.label_steps}: DAgger from the cameras (--obs {args.obs}) trains on the rollouts' "
+            "chunks of expert labels; use --label-steps chunk"
+        )
+    if args.rollout_share is not None and args.obs != "state":
+        parser.error(f"--rollout-share {args.rollout_share}: applies to --obs state (from the cameras: uniform)")
+    if args.crop is not None and not (args.obs != "state" and 8 <= args.crop <= args.image_size):
+        parser.error(
+            f"--crop {args.crop}: expected a side from 8 to --image-size ({args.image_size}) px, with --obs rgb|rgbd"
+        )
     if args.workers < 0:
         parser.error(f"--workers {args.workers}: expected an integer >= 0")
     if args.dagger_rounds and args.dagger_from not in args.demos:
@@ -1050,8 +1098,8 @@ def main(argv=None) -> int:
             sources = [load(r, t) for r, t in runs]
             checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
             labelled = sum(s["labelled"] for s in sources)
-        else:  # the demos alone (no DAgger from pixels), their windows decoded per batch by the loader
-            checkpoint, figures = train_pixels(str(norm_run), args, args.train_seed)
+        else:  # the windows decoded per batch by the loader
+            checkpoint, figures = train_pixels([(str(r), t) for r, t in runs], str(norm_run), args, args.train_seed)
             labelled = figures["windows"]
         row = {"method": kind, **row, "labelled_steps": labelled, **figures}
         row["checkpoint"] = str(work / f"{kind}-{row['demos']}-{row.get('round', 0)}.pt")

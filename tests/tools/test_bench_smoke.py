@@ -649,9 +649,10 @@ def test_relabel_smoke(out):
 def test_imitation_smoke_from_pixels(tmp_path):
     """bench/imitation.py --smoke --obs rgb: a visuomotor policy (front camera and proprio, no object or goal state)
     trained a few steps from WindowMapDataset batches decoded in a DataLoader worker, with the loader's wait share
-    and windows/s, and scored again under a --shift (held-out cube colours); its checkpoint is a MODULE:FACTORY
-    policy that acts through evaluate at 2 envs rendering the camera; a camera the task does not render is refused
-    in one line before anything runs."""
+    and windows/s, and scored again under a --shift (held-out cube colours); a DAgger round from pixels trains on the
+    demos' actions and the rollouts' expert labels together (each batch gathers each run's windows with its own
+    target); its checkpoint is a MODULE:FACTORY policy that acts through evaluate at 2 envs rendering the camera; a
+    camera the task does not render is refused in one line before anything runs."""
     torch = pytest.importorskip("torch")
     module = load_script(BENCH / "imitation.py", "bench_imitation_pixels")
     with pytest.raises(SystemExit) as refused:
@@ -664,7 +665,17 @@ def test_imitation_smoke_from_pixels(tmp_path):
         "held_out": {"randomize.cube_color": {"low": 2, "high": 3, "dist": "integer"}}
     }
     assert payload["settings"]["fields"] == ["proprio"] and payload["settings"]["cameras"] == ["front"]
-    assert [(r["method"], r["demos"]) for r in payload["rows"]] == [("bc", 4), ("bc", 6)]
+    assert [(r["method"], r["demos"]) for r in payload["rows"]] == [("bc", 4), ("bc", 6), ("dagger", 4)]
+    work = tmp_path / "imitation-work"
+    window = {"history": 2, "horizon": 8, "pad": True, "observation_keys": ["proprio", "rgb"]}
+    demos = forge_gpu.reading.WindowMapDataset(work / "demos-4", **window)
+    rollouts = forge_gpu.reading.WindowMapDataset(work / "dagger-1", target="expert_action", **window)
+    assert payload["rows"][2]["windows"] == len(demos) + len(rollouts) == payload["rows"][0]["windows"] + len(rollouts)
+    both = module.RunWindows([demos, rollouts])[[len(demos) + 1, 0, len(demos)]]  # run by run, in order within each
+    for key in ("action", "action_is_pad", "obs/rgb", "obs/proprio"):
+        assert torch.equal(both[key], torch.cat([demos[[0]][key], rollouts[[1, 0]][key]])), key
+    executed = forge_gpu.reading.WindowMapDataset(work / "dagger-1", **window)  # the learner's own actions
+    assert not torch.equal(rollouts[[0, 1]]["action"], executed[[0, 1]]["action"])
     for row in payload["rows"]:
         check_figures(row, {"windows": True, "train_s": True, "windows_per_s": True, "first_batch_s": True})
         assert 0.0 <= row["wait_share"] <= 1.0 and row["workers"] == 1, row
