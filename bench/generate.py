@@ -11,7 +11,9 @@ frames of the state fields to a chunk of 8 actions, 10,000 Adam steps; ``--bc-he
 head) trained on the source run, on the N generated and on the N expert episodes, once per training seed
 (``--bc-seeds``), each scored by ``forge_gpu.recording.evaluate`` over ``--bc-episodes`` keyed episodes (seed
 ``--bc-eval-seed``, ``--bc-envs`` worlds on the CPU, the chunk run open loop 4 steps). Rows are written as they come
-(``complete`` false until the end). ``--bc-tasks`` names the tasks it runs on; ``--bc-seeds`` with no value skips it.
+(``complete`` false until the end). ``--bc-tasks`` names the tasks it runs on; ``--bc-seeds`` with no value skips it;
+``--bc-runs`` names the runs it trains on. ``--without-held`` generates with the task's subtasks but none carrying a
+body (each segment moved with its object alone: the comparison for the held body's correction).
 
 python bench/generate.py                               # lift, stack, place: 1,000 each at 16 envs, on the CPU
 python bench/generate.py --envs 32 --tasks stack place lift --bc-tasks lift   # behaviour cloning on lift alone
@@ -40,9 +42,19 @@ SOURCE_NOISE = {"params.expert.position_noise": 0.008, "params.expert.action_noi
 """The expert's extra noise for the source demonstrations (the shipped files: 4 mm and 1 mm)."""
 
 
+def without_held(task: str) -> dict:
+    """The override that generates ``task`` with its subtasks as shipped but none carrying a body (no ``held``: each
+    segment moved with its object alone, the hand's offset uncorrected)."""
+    import forge_gpu
+
+    subtasks = forge_gpu.sim.task_config(task).params.subtasks
+    return {"params.subtasks": [{k: v for k, v in s.items() if k != "held"} for s in subtasks]}
+
+
 def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str,
-            bc=None) -> dict:  # fmt: skip
-    """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs."""
+            bc=None, held: bool = True) -> dict:  # fmt: skip
+    """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs;
+    ``held`` false: without the held body's correction."""
     import forge_gpu
 
     folder = Path(tempfile.mkdtemp(prefix=f"generate-{task}-", dir=parent))
@@ -52,8 +64,9 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
                                  **overrides, **SOURCE_NOISE)  # fmt: skip
         forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(source), episodes=sources)
         del env
+        subtasks = {} if held else without_held(task)
         summary = forge_gpu.recording.generate(source, folder / "generated", episodes=episodes, num_envs=num_envs,
-                                               device=device, task=task, overrides=overrides)  # fmt: skip
+                                               device=device, task=task, overrides=overrides | subtasks)  # fmt: skip
         env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, seed=7, **overrides)
         expert = forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(folder / "expert"),
                                              episodes=episodes)  # fmt: skip
@@ -61,6 +74,7 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         expert_rate = expert.env_steps / expert.seconds
         row = {
             "task": task,
+            "held": held,
             "device": str(env.device),
             "num_envs": num_envs,
             "sources_used": summary.sources,
@@ -113,6 +127,9 @@ def behaviour_cloning(task: str, runs: dict, args, overrides: dict, done: list) 
             done(row)
     return rows
 
+
+RUNS = ("sources", "generated", "expert")
+"""The runs of a task that behaviour cloning trains on: the source demonstrations, the generated and the expert's."""
 
 BC_COLUMNS = ["task", "trained_on", "episodes", "seed", "windows", "train_s", "open_loop_success", "open_loop_eval_s"]
 
@@ -200,6 +217,10 @@ def main(argv=None) -> int:
     parser.add_argument("--bc-seeds", type=int, nargs="*", default=[0, 1, 2],
                         help="behaviour cloning's training seeds per run (none: no behaviour cloning)")  # fmt: skip
     parser.add_argument("--bc-tasks", nargs="*", default=None, help="the tasks behaviour cloning runs on (default all)")
+    parser.add_argument("--without-held", action="store_true",
+                        help="generate without the held body's correction (no subtask's held key)")  # fmt: skip
+    parser.add_argument("--bc-runs", nargs="+", default=list(RUNS), choices=RUNS,
+                        help="the runs behaviour cloning trains on (default all three)")  # fmt: skip
     parser.add_argument("--bc-episodes", type=int, default=200, help="keyed evaluation episodes per policy")
     parser.add_argument("--bc-envs", type=int, default=200, help="worlds of the evaluation")
     parser.add_argument("--bc-eval-seed", type=int, default=2)
@@ -252,8 +273,13 @@ def main(argv=None) -> int:
         began = time.perf_counter()
         bc = None
         if args.bc_seeds and task in bc_tasks:
-            bc = lambda runs, task=task: behaviour_cloning(task, runs, args, overrides, record)  # noqa: E731
-        rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent, bc))
+
+            def bc(runs, task=task):
+                chosen = {name: runs[name] for name in args.bc_runs}
+                return behaviour_cloning(task, chosen, args, overrides, record)
+
+        rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent, bc,
+                            held=not args.without_held))  # fmt: skip
         write(done=False)
         print(f"({time.perf_counter() - began:.0f} s)", flush=True)
     path = write(done=True)

@@ -33,15 +33,18 @@ each camera's frames and the ``proprio`` field alone, no object or goal state. P
 encoder (two stride-2 3x3 convolutions, a third, a 1x1 to 32 keypoint maps and a spatial softmax: each map's expected
 image coordinates), shared over the history's frames, its keypoints beside the normalized proprio into the same MLP
 and chunk; pixels normalized per channel by the run's statistics; each training window randomly cropped to 7/8 of
-its side (the same crop in each of its frames), the centre crop at evaluation. Trained by squared error on
-``WindowMapDataset(pad=True)`` batches drawn with replacement by a ``BatchSampler`` and gathered and decoded in
-``--workers`` DataLoader workers; each row reports the loader: ``wait_share`` (the share of the training's time after
-the first batch spent waiting for the next batch), ``windows_per_s`` trained and ``first_batch_s`` (the workers'
-start and their first load of the run). DAgger from pixels trains on the rollouts' chunks of expert labels
-(``--label-steps chunk``), the frames of every run decoded by the same loader. ``--shift NAME KEY=VALUE ...`` scores
-every policy again in envs whose config overrides those of the run (held-out colours, the camera beyond its training
-range), as ``NAME_success``: push's generalization table is docs/performance.md "How far it generalizes" (its
-palette split in two, ``--set variant=visual`` for its visual randomization).
+its side (the same crop in each of its frames; ``--crop`` sets the side), the centre crop at evaluation. ``--aux W``
+adds a training-only loss (weight ``W``): a head on each frame's keypoints alone regresses the task's object and goal
+positions (the first 3 values of each ``environment_state`` field, normalized), so the encoder must locate them; the
+row reports how far it located each (``located_<field>_m``), and the saved policy leaves the head out. Trained by
+squared error on ``WindowMapDataset(pad=True)`` batches drawn with replacement by a ``BatchSampler`` and gathered
+and decoded in ``--workers`` DataLoader workers; each row reports the loader: ``wait_share`` (the share of the
+training's time after the first batch spent waiting for the next batch), ``windows_per_s`` trained and
+``first_batch_s`` (the workers' start and their first load of the run). DAgger from pixels trains on the rollouts'
+chunks of expert labels (``--label-steps chunk``), the frames of every run decoded by the same loader. ``--shift NAME
+KEY=VALUE ...`` scores every policy again in envs whose config overrides those of the run (held-out colours, the
+camera beyond its training range), as ``NAME_success``: push's generalization table is docs/performance.md "How far it
+generalizes" (its palette split in two, ``--set variant=visual`` for its visual randomization).
 
 Evaluation: ``forge_gpu.recording.evaluate`` over ``--episodes`` keyed episodes of its own seed (``--eval-seed``),
 the chunk executed open loop ``--steps-per-chunk`` steps per env and, with ``--execution ensemble``, with ACT's
@@ -232,6 +235,8 @@ PROPRIO = "proprio"
 """The one state field an image policy reads: the robot's own joints and end effector, no object or goal state."""
 KEYPOINTS = 32
 """Each camera encoder's keypoints (the spatial softmax's channels): 2 coordinates each."""
+AUX_HIDDEN = 128
+"""``--aux``: the hidden width of the training-only head that reads the object and goal positions from the keypoints."""
 
 
 def image_fields(cameras: list[str], obs: str) -> list[str]:
@@ -294,11 +299,15 @@ def pixel_input(frames: list, center, scale, crop: int, offsets=None):
     return x.permute(0, 1, 4, 2, 3).contiguous()
 
 
-def build_visual_model(cameras: int, channels: int, proprio: int, history: int, outputs: int, hidden: int):
+def build_visual_model(
+    cameras: int, channels: int, proprio: int, history: int, outputs: int, hidden: int, aux: int = 0
+):
     """The visuomotor network: per camera a convolutional encoder (two stride-2 3x3 convolutions, a third, a 1x1 to
     :data:`KEYPOINTS` maps and a spatial softmax: each map's expected image coordinates in [-1, 1]) applied to every
     frame of the history, its keypoints beside the normalized proprio of every frame, into the MLP of the state
-    policy (two ``hidden`` layers) that outputs the flat action chunk."""
+    policy (two ``hidden`` layers) that outputs the flat action chunk. With ``aux`` > 0, a training-only head
+    (``aux.*``, an MLP of :data:`AUX_HIDDEN`) reads each frame's keypoints alone and outputs ``aux`` values: the
+    object and goal positions the auxiliary loss asks the encoder to locate (``forward(..., aux=True)``)."""
     import torch
 
     class SpatialSoftmax(torch.nn.Module):
@@ -327,11 +336,20 @@ def build_visual_model(cameras: int, channels: int, proprio: int, history: int, 
             super().__init__()
             self.encoders = torch.nn.ModuleList(encoder() for _ in range(cameras))
             self.head = build_model(history * (proprio + 2 * KEYPOINTS * cameras), outputs, hidden)
+            if aux:
+                self.aux = torch.nn.Sequential(
+                    torch.nn.Linear(2 * KEYPOINTS * cameras, AUX_HIDDEN),
+                    torch.nn.ReLU(),
+                    torch.nn.Linear(AUX_HIDDEN, aux),
+                )
 
-        def forward(self, pixels: list, state):  # pixels: per camera [B, T, C, h, w]; state: [B, T, D] normalized
+        def forward(
+            self, pixels: list, state, aux: bool = False
+        ):  # pixels: per camera [B, T, C, h, w]; state: [B, T, D]
             batch, history = state.shape[:2]
             keys = [enc(p.flatten(0, 1)).view(batch, history, -1) for enc, p in zip(self.encoders, pixels, strict=True)]
-            return self.head(torch.cat([*keys, state], -1).flatten(1))
+            out = self.head(torch.cat([*keys, state], -1).flatten(1))
+            return (out, self.aux(torch.cat(keys, -1))) if aux else out
 
     return Visuomotor()
 
@@ -435,6 +453,11 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
     torch.manual_seed(seed)
     cameras = {name: image_fields([name], args.obs) for name in args.cameras}
     keys = list(args.fields) + [f for fields in cameras.values() for f in fields]
+    manifest = forge_gpu.reading.open_run(norm_run).manifest
+    located = list(manifest["env_spec"].get("environment_state") or []) if args.aux > 0 else []
+    if args.aux > 0 and not located:
+        raise ValueError(f"--aux {args.aux}: {norm_run}'s task declares no environment_state fields to locate")
+    keys += located
     datasets = [
         forge_gpu.reading.WindowMapDataset(
             run, history=args.history, horizon=args.horizon, pad=True, observation_keys=keys, target=target
@@ -460,10 +483,18 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
     )
     actions = len(action_center)
     outputs = args.horizon * actions
-    model = build_visual_model(len(cameras), len(pixel_center[0]), len(center), args.history, outputs, args.hidden)
+    if located:  # each environment-state field's first 3 values (a pose's or velocity's linear part, a point)
+        places = forge_gpu.reading.normalization(norm_run, [f"obs/{f}" for f in located])
+        sizes = [int(np.prod(spec[f]["shape"])) for f in located]
+        pick = np.concatenate([np.arange(3) + start for start in np.cumsum([0, *sizes[:-1]])])
+        place_center = torch.from_numpy(places.center[pick].astype(np.float32))
+        place_scale = torch.from_numpy(places.scale[pick].astype(np.float32))
+    model = build_visual_model(
+        len(cameras), len(pixel_center[0]), len(center), args.history, outputs, args.hidden, 3 * len(located)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.train_steps)
-    losses, waited = [], 0.0
+    losses, waited, aux_errors = [], 0.0, []
     began = time.perf_counter()
     batches = iter(loader)
     first_batch = 0.0
@@ -484,22 +515,36 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
         ]
         y = (batch["action"].float() - action_center) / action_scale
         mask = (~batch["action_is_pad"]).float()
-        error = (model(inputs, (state - center) / scale).view(count, args.horizon, actions) - y).square().mean(-1)
+        if located:
+            out, guess = model(inputs, (state - center) / scale, aux=True)
+            where = torch.cat(
+                [batch[f"obs/{f}"].reshape(count, args.history, -1)[..., :3].float() for f in located], -1
+            )
+            missed = (guess - (where - place_center) / place_scale).detach() * place_scale
+            aux_errors.append(missed.view(count, args.history, -1, 3).norm(dim=-1).mean((0, 1)).numpy())
+        else:
+            out = model(inputs, (state - center) / scale)
+        error = (out.view(count, args.horizon, actions) - y).square().mean(-1)
         loss = (error * mask).sum() / mask.sum().clamp(min=1)
+        losses.append(loss.item())  # the actions' loss alone, as without --aux
+        if located:
+            loss = loss + args.aux * (guess - (where - place_center) / place_scale).square().mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         schedule.step()
-        losses.append(loss.item())
         if args.train_steps >= 100 and (step + 1) % (args.train_steps // 10) == 0:  # a line every tenth of the budget
             spent = time.perf_counter() - steady
-            print(f"  step {step + 1}: loss {np.mean(losses[-100:]):.4g}, waited {waited / spent:.1%}", flush=True)
+            seen = f", located within {1e3 * np.mean(aux_errors[-100:], 0).round(4)} mm" if located else ""
+            print(
+                f"  step {step + 1}: loss {np.mean(losses[-100:]):.4g}, waited {waited / spent:.1%}{seen}", flush=True
+            )
     ended = time.perf_counter()
     del batches
     steady_s = ended - steady
     checkpoint = {
         "kind": "pixels",
-        "model": model.state_dict(),
+        "model": {k: v for k, v in model.state_dict().items() if not k.startswith("aux.")},  # the aux head: training
         "fields": list(args.fields),
         "cameras": cameras,
         "obs": args.obs,
@@ -518,6 +563,11 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
         "pixel_scale": [s.numpy() for s in pixel_scale],
     }
     tail = losses[-max(1, len(losses) // 20) :]
+    if located:  # --aux: how far the training-only head's positions were from the recorded ones, the last 5% of steps
+        errors = np.mean(aux_errors[-max(1, len(aux_errors) // 20) :], 0)
+        aux_figures = {f"located_{f}_m": float(e) for f, e in zip(located, errors, strict=True)}
+    else:
+        aux_figures = {}
     later = max(1, args.train_steps - 1)
     figures = {
         "windows": len(dataset),
@@ -528,6 +578,8 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
         "wait_share": waited / steady_s if steady_s > 0 else 0.0,
         "windows_per_s": later * args.batch / steady_s if steady_s > 0 else 0.0,
         "step_ms": 1e3 * steady_s / later,
+        "aux": args.aux,
+        **aux_figures,
     }
     return checkpoint, figures
 
@@ -895,6 +947,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-size", type=int, choices=[32, 64, 128], default=64, help="--obs rgb|rgbd: the rendered frames' side"
     )
     parser.add_argument(
+        "--aux",
+        type=float,
+        default=0.0,
+        help="--obs rgb|rgbd: the weight of an auxiliary loss in training: a head on the keypoints alone locating the "
+        "task's object and goal (its environment_state fields' first 3 values, normalized); not part of the policy",
+    )
+    parser.add_argument(
         "--crop",
         type=int,
         default=None,
@@ -1045,6 +1104,8 @@ def main(argv=None) -> int:
         parser.error(
             f"--crop {args.crop}: expected a side from 8 to --image-size ({args.image_size}) px, with --obs rgb|rgbd"
         )
+    if args.aux < 0 or (args.aux > 0 and args.obs == "state"):
+        parser.error(f"--aux {args.aux}: expected a weight >= 0, with --obs rgb|rgbd")
     if args.workers < 0:
         parser.error(f"--workers {args.workers}: expected an integer >= 0")
     if args.dagger_rounds and args.dagger_from not in args.demos:

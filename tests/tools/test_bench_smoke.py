@@ -659,7 +659,11 @@ def test_imitation_smoke_from_pixels(tmp_path):
         module.main(["--smoke", "--obs", "rgb", "--cameras", "wrist", "--out", str(tmp_path), "--name", "pixels"])
     assert refused.value.code == 2 and not (tmp_path / "pixels.json").exists()
     held_out = ["--shift", "held_out", 'randomize.cube_color={low = 2, high = 3, dist = "integer"}']
-    assert module.main(["--smoke", "--obs", "rgb", "--out", str(tmp_path), "--name", "pixels", *held_out]) == 0
+    with pytest.raises(SystemExit) as refused:  # the auxiliary loss reads the cameras' keypoints
+        module.main(["--smoke", "--aux", "1", "--out", str(tmp_path), "--name", "pixels"])
+    assert refused.value.code == 2 and not (tmp_path / "pixels.json").exists()
+    args = ["--smoke", "--obs", "rgb", "--aux", "1", "--out", str(tmp_path), "--name", "pixels", *held_out]
+    assert module.main(args) == 0
     payload = json.loads((tmp_path / "pixels.json").read_text())
     assert payload["settings"]["shift"] == {
         "held_out": {"randomize.cube_color": {"low": 2, "high": 3, "dist": "integer"}}
@@ -679,12 +683,15 @@ def test_imitation_smoke_from_pixels(tmp_path):
     for row in payload["rows"]:
         check_figures(row, {"windows": True, "train_s": True, "windows_per_s": True, "first_batch_s": True})
         assert 0.0 <= row["wait_share"] <= 1.0 and row["workers"] == 1, row
+        located = [f"located_{f}_m" for f in ("cube_pose", "cube_velocity", "goal_position")]  # push's object state
+        assert row["aux"] == 1.0 and all(0.0 < row[k] < 1.0 for k in located), row
         assert row["windows"] == row["labelled_steps"], row  # a padded window per demo transition
         low, high = row["held_out_success_at_end_low"], row["held_out_success_at_end_high"]
         assert low <= row["held_out_success_at_end"] <= high and row["held_out_eval_s"] > 0, row
     path = payload["rows"][0]["checkpoint"]
     checkpoint = torch.load(path, weights_only=False)
     assert checkpoint["cameras"] == {"front": ["rgb"]} and checkpoint["image_size"] == 32, checkpoint["cameras"]
+    assert not [k for k in checkpoint["model"] if k.startswith("aux.")]  # the auxiliary head stays in training
     env = forge_gpu.sim.make("push", num_envs=2, device="cpu", max_steps=10, **{"params.image_size": 32})
     policy = forge_gpu.sim.load_policy("imitation:make_policy", env, {"checkpoint": path}, steps_per_chunk=4)
     evaluation = forge_gpu.recording.evaluate(env, policy, episodes=2)
@@ -711,3 +718,18 @@ def test_imitation_random_crop_takes_each_windows_own_offset():
         np.testing.assert_allclose(got[b], window, rtol=1e-6)
     centred = module.pixel_input(frames, torch.from_numpy(center), torch.from_numpy(scale), 6).numpy()
     np.testing.assert_allclose(centred, expected[:, :, 1:7, 1:7].transpose(0, 1, 4, 2, 3), rtol=1e-6)
+
+
+def test_generate_smoke(tmp_path):
+    """bench/generate.py --smoke on place: a generation row (the yield of its attempts, per subtask the attempts that
+    reached it) made without the held body's correction, and behaviour cloning on the generated run alone."""
+    module = load_script(BENCH / "generate.py", "bench_generate")
+    assert module.without_held("place")["params.subtasks"][1] == {"name": "carry_and_release", "object": "region"}
+    args = ["--smoke", "--tasks", "place", "--without-held", "--bc-runs", "generated", "--out", str(tmp_path)]
+    assert module.main(args) == 0
+    payload = json.loads((tmp_path / "generate.json").read_text())
+    (row,) = payload["rows"]
+    assert row["task"] == "place" and row["held"] is False and row["episodes"] == 4, row
+    assert 0.0 < row["yield"] <= 1.0 and row["attempts"] >= 4 and row["yield"] == pytest.approx(4 / row["attempts"])
+    assert row["reached_grasp"] >= row["reached_carry_and_release"] == pytest.approx(row["yield"])
+    assert [(r["trained_on"], r["seed"]) for r in payload["bc_rows"]] == [("generated", 0)]
