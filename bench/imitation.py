@@ -520,7 +520,8 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
             where = torch.cat(
                 [batch[f"obs/{f}"].reshape(count, args.history, -1)[..., :3].float() for f in located], -1
             )
-            missed = (guess - (where - place_center) / place_scale).detach() * place_scale
+            gap = guess - (where - place_center) / place_scale  # normalized, as the head's outputs
+            missed = gap.detach() * place_scale
             aux_errors.append(missed.view(count, args.history, -1, 3).norm(dim=-1).mean((0, 1)).numpy())
         else:
             out = model(inputs, (state - center) / scale)
@@ -528,7 +529,7 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
         loss = (error * mask).sum() / mask.sum().clamp(min=1)
         losses.append(loss.item())  # the actions' loss alone, as without --aux
         if located:
-            loss = loss + args.aux * (guess - (where - place_center) / place_scale).square().mean()
+            loss = loss + args.aux * gap.square().mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
