@@ -8,7 +8,8 @@ the expert's own collection of N episodes at the same E envs (env-steps/s, episo
 
 Then behaviour cloning, the comparison a user makes: ``bench/imitation.py``'s policy (its defaults: an MLP from 2
 frames of the state fields to a chunk of 8 actions, 10,000 Adam steps; ``--bc-head gmm``, the default, its mixture
-head) trained on the source run, on the N generated and on the N expert episodes, once per training seed
+head, its log standard deviations floored at ``--bc-log-std-min``, -3 by default) trained on the source run, on the
+N generated and on the N expert episodes, once per training seed
 (``--bc-seeds``), each scored by ``forge_gpu.recording.evaluate`` over ``--bc-episodes`` keyed episodes (seed
 ``--bc-eval-seed``, ``--bc-envs`` worlds on the CPU, the chunk run open loop 4 steps). Rows are written as they come
 (``complete`` false until the end). ``--bc-tasks`` names the tasks it runs on; ``--bc-seeds`` with no value skips it;
@@ -108,7 +109,8 @@ def behaviour_cloning(task: str, runs: dict, args, overrides: dict, done: list) 
     import forge_gpu
 
     bc = imitation.build_parser().parse_args(["--task", task, "--episodes", str(args.bc_episodes),
-                                              "--execution", "open_loop", "--head", args.bc_head])  # fmt: skip
+                                              "--execution", "open_loop", "--head", args.bc_head,
+                                              "--log-std-min", str(args.bc_log_std_min)])  # fmt: skip
     if args.smoke:
         bc.train_steps, bc.batch, bc.hidden = 20, 32, 32
     torch.set_num_threads(bc.threads)
@@ -225,6 +227,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bc-envs", type=int, default=200, help="worlds of the evaluation")
     parser.add_argument("--bc-eval-seed", type=int, default=2)
     parser.add_argument("--bc-head", default="gmm", choices=["mse", "gmm"], help="bench/imitation.py's --head")
+    parser.add_argument("--bc-log-std-min", type=float, default=-3.0,
+                        help="bench/imitation.py's --log-std-min (the mixture's floor; its default: -7)")  # fmt: skip
     add_set_option(parser, "config override passed to make and generate (default params.render=false)")
     parser.add_argument("--out", default=None, help="results folder (default bench/results)")
     parser.add_argument("--name", default="generate", help="the results' file name without .json")
@@ -234,6 +238,11 @@ def main(argv=None) -> int:
     if args.smoke:
         args.envs, args.episodes, args.sources, args.bc_episodes, args.bc_envs = 4, 4, 4, 4, 4
         args.bc_seeds = args.bc_seeds[:1]
+    import imitation
+
+    low, high = imitation.LOG_STD
+    if not low <= args.bc_log_std_min < high:
+        parser.error(f"--bc-log-std-min {args.bc_log_std_min}: expected a value in [{low}, {high})")
     for flag in ("envs", "episodes", "sources", "bc_episodes", "bc_envs"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")
@@ -254,10 +263,12 @@ def main(argv=None) -> int:
         md += "\n\n### Per subtask\n\n" + table(rows, ["task", *subtask_columns])
         summary = bc_summary(bc_rows)
         if bc_rows:
-            md += (f"\n\n### Behaviour cloning ({args.bc_head} head, {args.bc_episodes} keyed episodes a policy, "
-                   f"success at the end: the mean over the seeds, then each seed's)\n\n")  # fmt: skip
+            floor = f", log std >= {args.bc_log_std_min:g}" if args.bc_head == "gmm" else ""
+            md += (f"\n\n### Behaviour cloning ({args.bc_head} head{floor}, {args.bc_episodes} keyed episodes a "
+                   f"policy, success at the end: the mean over the seeds, then each seed's)\n\n")  # fmt: skip
             md += table(summary, ["task", "trained_on", "episodes", "seeds", "success"])
         payload = {"machine": machine(), "overrides": overrides, "source_noise": SOURCE_NOISE,
+                   "bc_head": args.bc_head, "bc_log_std_min": args.bc_log_std_min,
                    "rows": [{k: v for k, v in r.items() if k != "bc"} for r in rows], "bc_rows": bc_rows,
                    "bc_summary": summary, "complete": done}  # fmt: skip
         path = save(args.name, payload, md, args.out)

@@ -119,10 +119,12 @@ def test_bad_input_is_refused_in_one_line():
 def test_sb3_ppo_learns_a_few_hundred_steps_on_cartpole():
     import torch
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
 
     torch.manual_seed(0)
     vec = forge_gpu.sim.Sb3VecEnv(_env(8, max_steps=50))
     model = PPO("MlpPolicy", vec, n_steps=16, batch_size=32, n_epochs=2, seed=3, device="cpu")
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default logger makes a folder in /tmp
     before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(total_timesteps=8 * 16 * 3)
     assert model.num_timesteps == 8 * 16 * 3

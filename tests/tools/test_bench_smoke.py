@@ -722,12 +722,17 @@ def test_imitation_random_crop_takes_each_windows_own_offset():
 
 def test_generate_smoke(tmp_path):
     """bench/generate.py --smoke on place: a generation row (the yield of its attempts, per subtask the attempts that
-    reached it) made without the held body's correction, and behaviour cloning on the generated run alone."""
+    reached it) made without the held body's correction, and behaviour cloning on the generated run alone (the mixture
+    head floored at -3; a floor out of bounds refused)."""
     module = load_script(BENCH / "generate.py", "bench_generate")
     assert module.without_held("place")["params.subtasks"][1] == {"name": "carry_and_release", "object": "region"}
     args = ["--smoke", "--tasks", "place", "--without-held", "--bc-runs", "generated", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as refused:  # the mixture's floor outside bench/imitation.py's bounds
+        module.main([*args, "--bc-log-std-min", "2"])
+    assert refused.value.code == 2 and not (tmp_path / "generate.json").exists()
     assert module.main(args) == 0
     payload = json.loads((tmp_path / "generate.json").read_text())
+    assert (payload["bc_head"], payload["bc_log_std_min"]) == ("gmm", -3.0)
     (row,) = payload["rows"]
     assert row["task"] == "place" and row["held"] is False and row["episodes"] == 4, row
     assert 0.0 < row["yield"] <= 1.0 and row["attempts"] >= 4 and row["yield"] == pytest.approx(4 / row["attempts"])
