@@ -1,18 +1,22 @@
-"""The whole loop with the real LeRobot: push expert demos collected with forge_gpu, exported to LeRobot, ACT trained
-with ``lerobot-train``, and the trained policy scored by forge_gpu's evaluation (``lerobot:OUTDIR``).
+"""The whole loop with the real LeRobot: push expert demos collected with forge_gpu, exported to LeRobot, a policy
+trained with ``lerobot-train`` (``--recipe``: ACT or diffusion, the settings of :data:`RECIPES`), and the trained
+policy scored by forge_gpu's evaluation (``lerobot:OUTDIR``) over 200 keyed episodes of seed 2.
 
-Run it with an interpreter that has LeRobot (``lerobot[dataset]`` 0.6: Python >= 3.12, torch < 2.12) and
-forge_gpu; ``lerobot-train`` is taken from beside that interpreter.
+Run it with an interpreter that has LeRobot for training (``pip install "lerobot[dataset,training]==0.6.1"``, and
+``lerobot[diffusion]`` for the diffusion recipe: Python >= 3.12, torch < 2.12) and forge_gpu; ``lerobot-train`` is
+taken from beside that interpreter.
 
-/work/venvs/lerobot/bin/python bench/lerobot_loop.py            # 200 demos, ACT trained on the CPU, 200 episodes scored
-/work/venvs/lerobot/bin/python bench/lerobot_loop.py --smoke    # tiny sizes: every stage runs, every figure is produced
+LEROBOT_VENV/bin/python bench/lerobot_loop.py                       # 200 demos, ACT 10,000 steps on the CPU
+LEROBOT_VENV/bin/python bench/lerobot_loop.py --recipe diffusion    # the small diffusion policy, 6,000 steps
+LEROBOT_VENV/bin/python bench/lerobot_loop.py --smoke               # tiny sizes: every stage runs, every figure
 
 State only (rendering off): the policy sees ``observation.state`` (proprio) and ``observation.environment_state``
 (the push task's declared fields: cube pose, cube velocity, goal position). Only the expert's successful episodes are
-kept as demos. Figures: the demos (episodes kept of those collected, frames), each
-stage's seconds, ACT's training (steps, batch, final loss) and the evaluation's success rate with its 95% Wilson
-interval, return and length, and which of forge_gpu's policy paths ran it (``chunk``: ``predict_action_chunk`` and
-forge_gpu's executor; ``select_action``: LeRobot's queue, reset for every env when any env starts an episode).
+kept as demos. Figures: the demos (episodes kept of those collected, frames), each stage's seconds, the training
+(steps, batch, final loss) and the evaluation's success rate with its 95% Wilson interval, return and length, and
+which of forge_gpu's policy paths ran it (``chunk``: ``predict_action_chunk`` and forge_gpu's executor, each env's
+first ``n_action_steps`` actions open loop; ``select_action``: LeRobot's queue, reset for every env when any env
+starts an episode). Written to ``lerobot_loop.json`` (``lerobot_loop-diffusion.json`` for that recipe).
 """
 
 from __future__ import annotations
@@ -31,20 +35,41 @@ from pathlib import Path
 from common import machine, save, table
 
 SIZES = {
-    "full": {"demos": 200, "collect_envs": 50, "steps": 800, "batch": 64, "episodes": 200, "eval_envs": 50},
+    "full": {"demos": 200, "collect_envs": 50, "batch": 64, "episodes": 200, "eval_envs": 50},
     "smoke": {"demos": 8, "collect_envs": 8, "steps": 4, "batch": 4, "episodes": 8, "eval_envs": 4},
 }
-ACT = {  # a small ACT (122k parameters, no VAE) that trains in about 10 minutes on two shared CPU cores
-    "policy.chunk_size": 20,
-    "policy.n_action_steps": 10,
-    "policy.dim_model": 64,
-    "policy.dim_feedforward": 256,
-    "policy.n_heads": 4,
-    "policy.n_encoder_layers": 1,
-    "policy.n_decoder_layers": 1,
-    "policy.use_vae": "false",
-    "policy.optimizer_lr": 5e-4,
+RECIPES = {
+    # a small ACT (122k parameters, no VAE): a chunk of 20 trained, its first 4 run open loop; LeRobot's constant
+    # learning rate raised to 5e-4
+    "act": {
+        "steps": 10000,
+        "policy.type": "act",
+        "policy.chunk_size": 20,
+        "policy.n_action_steps": 4,
+        "policy.dim_model": 64,
+        "policy.dim_feedforward": 256,
+        "policy.n_heads": 4,
+        "policy.n_encoder_layers": 1,
+        "policy.n_decoder_layers": 1,
+        "policy.use_vae": "false",
+        "policy.optimizer_lr": 5e-4,
+    },
+    # a small diffusion policy (4.6M parameters): 2 observation steps, 16 actions denoised in 10 DDIM steps, the
+    # first 4 run open loop; LeRobot's own optimizer and cosine schedule
+    "diffusion": {
+        "steps": 6000,
+        "policy.type": "diffusion",
+        "policy.n_obs_steps": 2,
+        "policy.horizon": 16,
+        "policy.n_action_steps": 4,
+        "policy.drop_n_last_frames": 7,
+        "policy.down_dims": "[64,128,256]",
+        "policy.noise_scheduler_type": "DDIM",
+        "policy.num_inference_steps": 10,
+    },
 }
+"""``--recipe``: the training steps and ``lerobot-train``'s policy settings (docs/evaluation.md "Train with
+LeRobot" gives each one's figures)."""
 
 
 def collect_demos(work: Path, size: dict, device: str, max_steps: int) -> tuple[Path, dict]:
@@ -70,8 +95,8 @@ def collect_demos(work: Path, size: dict, device: str, max_steps: int) -> tuple[
     }
 
 
-def train(dataset: Path, out: Path, size: dict) -> dict:
-    """``lerobot-train`` of ACT on the CPU, state only, no hub, no wandb; its last logged loss."""
+def train(dataset: Path, out: Path, size: dict, recipe: dict) -> dict:
+    """``lerobot-train`` of ``recipe``'s policy on the CPU, state only, no hub, no wandb; its last logged loss."""
     binary = Path(sys.executable).parent / "lerobot-train"
     if not binary.exists():
         raise SystemExit(f"{binary} is missing: run this script with an interpreter that has LeRobot installed")
@@ -79,10 +104,9 @@ def train(dataset: Path, out: Path, size: dict) -> dict:
         str(binary),
         f"--dataset.repo_id=forge_gpu/{dataset.name}",
         f"--dataset.root={dataset}",
-        "--policy.type=act",
         "--policy.device=cpu",
         "--policy.push_to_hub=false",
-        *(f"--{k}={v}" for k, v in ACT.items()),
+        *(f"--{k}={v}" for k, v in recipe.items() if k != "steps"),
         f"--output_dir={out}",
         f"--steps={size['steps']}",
         f"--batch_size={size['batch']}",
@@ -114,7 +138,7 @@ def evaluate(out: Path, size: dict, device: str, max_steps: int) -> dict:
     from forge_gpu._src.sim.policies import TorchPolicy
 
     env = forge_gpu.sim.make(
-        "push", num_envs=size["eval_envs"], device=device, seed=7, **{"params.render": False, "max_steps": max_steps}
+        "push", num_envs=size["eval_envs"], device=device, seed=2, **{"params.render": False, "max_steps": max_steps}
     )
     try:
         policy = forge_gpu.sim.load_policy(f"lerobot:{out}", env)
@@ -145,14 +169,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: every stage runs in seconds")
     parser.add_argument("--device", default="cpu", help="forge_gpu's Warp device (collection and evaluation)")
-    parser.add_argument("--steps", type=int, help="training steps (default 800; smoke 4)")
+    parser.add_argument("--recipe", choices=list(RECIPES), default="act", help="the policy trained (RECIPES)")
+    parser.add_argument("--steps", type=int, help="training steps (default: the recipe's; smoke 4)")
     parser.add_argument("--batch", type=int, help="training batch (default 64)")
     parser.add_argument("--max-steps", type=int, default=200, help="push's episode limit (the config's: 200)")
     parser.add_argument("--work", help="keep the runs, the export and the trained policy here (default: a temp dir)")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results)")
     args = parser.parse_args(argv)
     size = dict(SIZES["smoke" if args.smoke else "full"])
-    size["steps"] = args.steps or size["steps"]
+    recipe = RECIPES[args.recipe]
+    size["steps"] = args.steps or size.get("steps", recipe["steps"])
     size["batch"] = args.batch or size["batch"]
     from forge_gpu.export import export_lerobot
 
@@ -165,11 +191,12 @@ def main(argv=None) -> int:
         report = export_lerobot(demos, work / "lerobot")
         row["export_s"] = time.perf_counter() - start
         row["environment_state"] = ",".join(report["environment_state"])
-        row |= train(work / "lerobot", work / "act", size)
-        print(f"ACT: {row['steps']} steps of {row['batch']} in {row['train_s']:.0f} s, loss {row['final_loss']}")
-        row |= evaluate(work / "act", size, args.device, args.max_steps)
+        row |= train(work / "lerobot", work / "policy", size, recipe)
+        trained = f"{row['steps']} steps of {row['batch']} in {row['train_s']:.0f} s"
+        print(f"{args.recipe}: {trained}, loss {row['final_loss']}")
+        row |= evaluate(work / "policy", size, args.device, args.max_steps)
         print(
-            f"ACT on push ({row['path']} path): success {100 * row['success_rate']:.1f}% "
+            f"{args.recipe} on push ({row['path']} path): success {100 * row['success_rate']:.1f}% "
             f"[95% CI {100 * row['success_low']:.1f}, {100 * row['success_high']:.1f}] over {row['episodes']} episodes"
         )
     finally:
@@ -179,8 +206,8 @@ def main(argv=None) -> int:
     columns += ["success_low", "success_high", "return", "length", "eval_s"]
     markdown = table([row], columns)
     print(markdown)
-    payload = {"sizes": size, "act": ACT, "rows": [row], "machine": machine()}
-    path = save("lerobot_loop", payload, markdown, args.out)
+    payload = {"sizes": size, "recipe": args.recipe, "settings": recipe, "rows": [row], "machine": machine()}
+    path = save("lerobot_loop" if args.recipe == "act" else f"lerobot_loop-{args.recipe}", payload, markdown, args.out)
     print(f"wrote {path}")
     print(json.dumps({k: row[k] for k in ("success_rate", "success_low", "success_high")}))
     return 0
