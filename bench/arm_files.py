@@ -10,7 +10,9 @@ python bench/arm_files.py --smoke    # seconds-long check that every figure is p
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,9 +21,9 @@ ROOT = Path(__file__).resolve().parent
 from common import machine, measure_stepping, save, table  # noqa: E402
 
 
-def register_reference(task: str, folder: str) -> str:
-    """Register the frozen code task ``task`` (``TASK_handwritten``), its config written into ``folder``, and return
-    its id."""
+def register_reference(task: str) -> str:
+    """Register the frozen code task ``task`` (``TASK_handwritten``) and return its id. Its config goes into a folder
+    that lives as long as the process (the registration does, and its config is read at each ``make``)."""
     tests = ROOT.parent / "tests"
     if str(tests) not in sys.path:  # the references import their shared part as ``helpers.reference_arm``
         sys.path.insert(0, str(tests))
@@ -30,6 +32,8 @@ def register_reference(task: str, folder: str) -> str:
     module = importlib.util.module_from_spec(spec)
     sys.modules[f"reference_{task}"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
+    folder = tempfile.mkdtemp(prefix="arm_files_")
+    atexit.register(shutil.rmtree, folder, True)
     getattr(module, f"register_handwritten_{task}")(folder)
     return f"{task}_handwritten"
 
@@ -42,9 +46,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes, seconds, rounds = ([4], 0.2, 1) if args.smoke else ([64, 1024], args.seconds, 3)
     rows = []
-    configs = tempfile.TemporaryDirectory(prefix="arm_files_")  # the references' configs, read until the end
     for task, render in [(t, r) for t in ("reach", "push") for r in (False, True)]:
-        reference = register_reference(task, configs.name)
+        reference = register_reference(task)
         overrides = {"max_steps": 50, "params.render": render} | ({"params.image_size": 32} if render else {})
         for n in sizes:
             if render and n > 64 and not args.smoke:
@@ -62,7 +65,6 @@ def main(argv=None) -> int:
     print(text)
     path = save("arm_files", {"rows": rows, "machine": machine(gpu=False), "smoke": args.smoke}, text, args.out)
     print(f"wrote {path}")
-    configs.cleanup()
     return 0
 
 

@@ -240,9 +240,7 @@ def main(argv=None) -> int:
         args.bc_seeds = args.bc_seeds[:1]
     import imitation
 
-    low, high = imitation.LOG_STD
-    if not low <= args.bc_log_std_min < high:
-        parser.error(f"--bc-log-std-min {args.bc_log_std_min}: expected a value in [{low}, {high})")
+    imitation.check_log_std_min(parser, "--bc-log-std-min", args.bc_log_std_min)
     for flag in ("envs", "episodes", "sources", "bc_episodes", "bc_envs"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")

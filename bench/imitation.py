@@ -131,6 +131,12 @@ LOG_STD = (-7.0, 2.0)
 finite."""
 
 
+def check_log_std_min(parser, flag: str, value: float) -> None:
+    """``parser.error`` (one line) for a mixture floor ``value`` (given as ``flag``) outside :data:`LOG_STD`."""
+    if not LOG_STD[0] <= value < LOG_STD[1]:
+        parser.error(f"{flag} {value}: expected a value in [{LOG_STD[0]}, {LOG_STD[1]})")
+
+
 def head_outputs(head: str, chunk: int, mixtures: int) -> int:
     """The MLP's outputs for a chunk of ``chunk`` flat action values: the chunk itself (``mse``), or per component
     of the mixture a mean, a log standard deviation per value and a logit (``gmm``)."""
@@ -1113,8 +1119,7 @@ def main(argv=None) -> int:
         parser.error(f"--dagger-from {args.dagger_from} is not one of --demos {args.demos}")
     if args.label_steps == "expert" and args.mix:
         parser.error(f"--mix {args.mix} does not apply to --label-steps expert (its rollouts are the learner's alone)")
-    if not LOG_STD[0] <= args.log_std_min < LOG_STD[1]:
-        parser.error(f"--log-std-min {args.log_std_min}: expected a value in [{LOG_STD[0]}, {LOG_STD[1]})")
+    check_log_std_min(parser, "--log-std-min", args.log_std_min)
     if args.rollout_share is not None and not 0.0 < args.rollout_share < 1.0:
         parser.error(f"--rollout-share {args.rollout_share}: expected a share strictly between 0 and 1")
     if args.label_steps == "takeover" and args.mix:
