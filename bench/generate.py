@@ -19,6 +19,7 @@ body (each segment moved with its object alone: the comparison for the held body
 python bench/generate.py                               # lift, stack, place: 1,000 each at 16 envs, on the CPU
 python bench/generate.py --envs 32 --tasks stack place lift --bc-tasks lift   # behaviour cloning on lift alone
 python bench/generate.py --smoke                       # seconds-long check that every figure is produced
+python bench/generate.py --envs 32 --gain 0.3           # the follower at 0.3 of the pose error a step
 python bench/generate.py --episodes 1000 --envs 1024 --device cuda:0
 python bench/generate.py --new-task --episodes 500 --envs 32   # bench/tasks/tray.toml: no expert, scripted sources
 
@@ -53,10 +54,11 @@ def without_held(task: str) -> dict:
 
 
 def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str,
-            bc=None, held: bool = True) -> dict:  # fmt: skip
+            bc=None, held: bool = True, gain: float = 0.5) -> dict:  # fmt: skip
     """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs;
     ``held`` false: without the held body's correction."""
     import forge_gpu
+    from forge_gpu._src.generate.follower import Motion
 
     folder = Path(tempfile.mkdtemp(prefix=f"generate-{task}-", dir=parent))
     try:
@@ -67,7 +69,8 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         del env
         subtasks = {} if held else without_held(task)
         summary = forge_gpu.recording.generate(source, folder / "generated", episodes=episodes, num_envs=num_envs,
-                                               device=device, task=task, overrides=overrides | subtasks)  # fmt: skip
+                                               device=device, task=task, overrides=overrides | subtasks,
+                                               motion=Motion(gain=gain))  # fmt: skip
         env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, seed=7, **overrides)
         expert = forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(folder / "expert"),
                                              episodes=episodes)  # fmt: skip
@@ -76,6 +79,7 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         row = {
             "task": task,
             "held": held,
+            "gain": gain,
             "device": str(env.device),
             "num_envs": num_envs,
             "sources_used": summary.sources,
@@ -221,6 +225,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bc-tasks", nargs="*", default=None, help="the tasks behaviour cloning runs on (default all)")
     parser.add_argument("--without-held", action="store_true",
                         help="generate without the held body's correction (no subtask's held key)")  # fmt: skip
+    parser.add_argument("--gain", type=float, default=0.5,
+                        help="the follower's share of the pose error per step (generate --gain)")  # fmt: skip
     parser.add_argument("--bc-runs", nargs="+", default=list(RUNS), choices=RUNS,
                         help="the runs behaviour cloning trains on (default all three)")  # fmt: skip
     parser.add_argument("--bc-episodes", type=int, default=200, help="keyed evaluation episodes per policy")
@@ -241,6 +247,8 @@ def main(argv=None) -> int:
     import imitation
 
     imitation.check_log_std_min(parser, "--bc-log-std-min", args.bc_log_std_min)
+    if not 0 < args.gain <= 1:
+        parser.error(f"--gain {args.gain}: expected a number in (0, 1]")
     for flag in ("envs", "episodes", "sources", "bc_episodes", "bc_envs"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")
@@ -288,7 +296,7 @@ def main(argv=None) -> int:
                 return behaviour_cloning(task, chosen, args, overrides, record)
 
         rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent, bc,
-                            held=not args.without_held))  # fmt: skip
+                            held=not args.without_held, gain=args.gain))  # fmt: skip
         write(done=False)
         print(f"({time.perf_counter() - began:.0f} s)", flush=True)
     path = write(done=True)

@@ -37,6 +37,13 @@ def add_generate_parser(sub) -> None:
     )
     g.add_argument("--action-noise", type=float, default=0.0, help="uniform noise on each step's tcp move, +- [m]")
     g.add_argument(
+        "--gain",
+        type=float,
+        default=0.5,
+        help="the share of the pose error to the next transformed pose commanded per step, in (0, 1] (default 0.5; "
+        "0.3 presses a held object less: a higher yield and rate)",
+    )
+    g.add_argument(
         "--source-episodes",
         default=None,
         metavar="I,J,...",
@@ -68,6 +75,7 @@ def add_generate_parser(sub) -> None:
 
 
 def cmd_generate(args) -> int:
+    from forge_gpu._src.generate.follower import Motion
     from forge_gpu._src.generate.run import generate
 
     overrides = parse_set(args.set or [])
@@ -81,6 +89,8 @@ def cmd_generate(args) -> int:
         raise UsageError(f"--seed {args.seed}: must be >= 0")
     if not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise UsageError(f"--action-noise {args.action_noise}: must be a number >= 0 [m]")
+    if not math.isfinite(args.gain) or not 0 < args.gain <= 1:
+        raise UsageError(f"--gain {args.gain}: must be a number in (0, 1]")
     chosen = None
     if args.source_episodes is not None:
         try:
@@ -114,6 +124,7 @@ def cmd_generate(args) -> int:
                 select=args.select,
                 interpolation_steps=args.interpolation_steps,
                 action_noise=args.action_noise,
+                motion=Motion(gain=args.gain),
                 source_episodes=chosen,
                 keep_failures=args.keep_failures,
                 max_attempts=args.max_attempts,

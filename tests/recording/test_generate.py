@@ -206,6 +206,7 @@ def test_failed_attempts_never_reach_the_run(lift_source, tmp_path):
         (["--episodes", "0"], "--episodes 0: must be >= 1"),
         (["--interpolation-steps", "-1"], "--interpolation-steps -1: must be >= 0"),
         (["--action-noise", "-0.1"], "--action-noise -0.1: must be a number >= 0"),
+        (["--gain", "0"], "--gain 0.0: must be a number in (0, 1]"),
         (["--source-episodes", "a,b"], "--source-episodes 'a,b': expected indices"),
         (["--source-episodes", "9"], "source episode 9: the run"),
         (["--select", "best"], "argument --select: invalid choice"),

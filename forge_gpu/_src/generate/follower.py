@@ -24,10 +24,10 @@ at its start is nearest the object's pose now."""
 class Motion:
     """How the follower moves the tcp (units as the pick expert's)."""
 
-    gain: float = 0.3
-    """The share of the pose error to the next transformed pose commanded per step. Lower than the pick expert's
-    0.5: the follower's goal moves every step, and at 0.5 a grasped object is pressed harder, the contact solver
-    iterates more and fewer attempts succeed (docs/generate.md "Following gain")."""
+    gain: float = 0.5
+    """The share of the pose error to the next transformed pose commanded per step (0 < gain <= 1), the pick
+    expert's. Lower (0.3) presses a grasped object less: the contact solver iterates less and more attempts succeed,
+    but behaviour cloning learned less from such runs (docs/generate.md "Following gain")."""
     max_speed: float = 1.0
     """The largest tcp speed commanded [m/s]."""
     max_turn: float = 4.0

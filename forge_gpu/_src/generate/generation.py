@@ -135,6 +135,9 @@ class Settings:
         noise = self.action_noise
         if isinstance(noise, bool) or not isinstance(noise, int | float) or not math.isfinite(noise) or noise < 0:
             raise ValueError(f"action_noise = {noise!r}: expected a number >= 0 [m]")
+        gain = self.motion.gain if self.motion is not None else None
+        if gain is not None and (isinstance(gain, bool) or not isinstance(gain, int | float) or not 0 < gain <= 1):
+            raise ValueError(f"gain = {gain!r}: expected a number in (0, 1]")
         for key in self.overrides:
             if key.split(".")[0] in ("num_envs", "seed"):
                 raise ValueError(f"--set {key}: give --envs or --seed")
@@ -142,7 +145,8 @@ class Settings:
     def recorded(self) -> dict:
         """What run.json's ``generated_from`` records of them."""
         return {"select": self.select, "interpolation_steps": self.interpolation_steps,
-                "action_noise": float(self.action_noise), "seed": self.seed}  # fmt: skip
+                "action_noise": float(self.action_noise), "seed": self.seed,
+                "gain": float((self.motion or Motion()).gain)}  # fmt: skip
 
 
 class Generation:
