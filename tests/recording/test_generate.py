@@ -110,15 +110,10 @@ def test_a_segment_moved_into_the_objects_frame_lands_on_the_object(generated, l
         np.testing.assert_allclose(e.params["generate_transform"][0][:3], expected[:3], atol=1e-4)
 
 
-LAG = 5
-"""Steps the tcp may trail the transformed path in the trace test."""
-
-
 def test_the_trace_reproduces_the_path(generated, lift_source):
     """A generated episode's recorded source, frames and transform give the path its tcp followed: the source's tcp
-    poses moved by the transform, within 2 cm at the median step of each segment of one of the path's poses up to
-    5 steps before (the follower commands a share of the error each step, so the tcp trails the path; the drives lag
-    most right after the interpolation)."""
+    poses moved by the transform, within 2 cm at the median step of each segment (the drives lag the commanded
+    poses, most right after the interpolation)."""
     out, _ = generated
     sources = {(e.env_id, e.episode_id): e for e in _episodes(lift_source)}
     for e in _episodes(out):
@@ -132,9 +127,7 @@ def test_the_trace_reproduces_the_path(generated, lift_source):
             path = compose(np.broadcast_to(transform, (last - first + 1, 7)), s_tcp[first : last + 1])
             steps = min(last - first, e.steps - at - 5)
             followed = tcp[at + 5 : at + 5 + steps + 1, :3]
-            trailing = [np.linalg.norm(followed - path[np.maximum(np.arange(steps + 1) - lag, 0), :3], axis=1)
-                        for lag in range(LAG + 1)]  # fmt: skip
-            error = np.min(trailing, axis=0)
+            error = np.linalg.norm(followed - path[: steps + 1, :3], axis=1)
             assert np.median(error) < 0.02
             at += 5 + last - first
 
