@@ -19,7 +19,8 @@ body (each segment moved with its object alone: the comparison for the held body
 python bench/generate.py                               # lift, stack, place: 1,000 each at 16 envs, on the CPU
 python bench/generate.py --envs 32 --tasks stack place lift --bc-tasks lift   # behaviour cloning on lift alone
 python bench/generate.py --smoke                       # seconds-long check that every figure is produced
-python bench/generate.py --envs 32 --gain 0.3           # the follower at 0.3 of the pose error a step
+python bench/generate.py --envs 32 --gain 0.3          # the follower at 0.3 of the pose error a step
+python bench/generate.py --envs 32 --follow command     # the follower carrying the sources' own commands
 python bench/generate.py --episodes 1000 --envs 1024 --device cuda:0
 python bench/generate.py --new-task --episodes 500 --envs 32   # bench/tasks/tray.toml: no expert, scripted sources
 
@@ -54,7 +55,7 @@ def without_held(task: str) -> dict:
 
 
 def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str,
-            bc=None, held: bool = True, gain: float = 0.5) -> dict:  # fmt: skip
+            bc=None, held: bool = True, gain: float = 0.5, follow: str = "pose") -> dict:  # fmt: skip
     """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs;
     ``held`` false: without the held body's correction."""
     import forge_gpu
@@ -70,7 +71,7 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         subtasks = {} if held else without_held(task)
         summary = forge_gpu.recording.generate(source, folder / "generated", episodes=episodes, num_envs=num_envs,
                                                device=device, task=task, overrides=overrides | subtasks,
-                                               motion=Motion(gain=gain))  # fmt: skip
+                                               motion=Motion(follow=follow, gain=gain))  # fmt: skip
         env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, seed=7, **overrides)
         expert = forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(folder / "expert"),
                                              episodes=episodes)  # fmt: skip
@@ -79,6 +80,7 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         row = {
             "task": task,
             "held": held,
+            "follow": follow,
             "gain": gain,
             "device": str(env.device),
             "num_envs": num_envs,
@@ -225,8 +227,10 @@ def main(argv=None) -> int:
     parser.add_argument("--bc-tasks", nargs="*", default=None, help="the tasks behaviour cloning runs on (default all)")
     parser.add_argument("--without-held", action="store_true",
                         help="generate without the held body's correction (no subtask's held key)")  # fmt: skip
+    parser.add_argument("--follow", default="pose", choices=["pose", "command"],
+                        help="how the follower makes joint targets (generate --follow)")  # fmt: skip
     parser.add_argument("--gain", type=float, default=0.5,
-                        help="the follower's share of the pose error per step (generate --gain)")  # fmt: skip
+                        help="--follow pose: the share of the pose error per step (generate --gain)")  # fmt: skip
     parser.add_argument("--bc-runs", nargs="+", default=list(RUNS), choices=RUNS,
                         help="the runs behaviour cloning trains on (default all three)")  # fmt: skip
     parser.add_argument("--bc-episodes", type=int, default=200, help="keyed evaluation episodes per policy")
@@ -260,8 +264,8 @@ def main(argv=None) -> int:
     if set(bc_tasks) - set(args.tasks):
         parser.error(f"--bc-tasks {' '.join(bc_tasks)}: expected tasks of --tasks ({' '.join(args.tasks)})")
     rows, bc_rows = [], []
-    columns = ["task", "device", "num_envs", "sources_used", "episodes", "attempts", "yield", "attempts_per_s",
-               "generate_env_steps_per_s", "expert_env_steps_per_s", "rate_ratio"]  # fmt: skip
+    columns = ["task", "device", "num_envs", "follow", "sources_used", "episodes", "attempts", "yield",
+               "attempts_per_s", "generate_env_steps_per_s", "expert_env_steps_per_s", "rate_ratio"]  # fmt: skip
 
     def write(done: bool) -> Path:
         subtask_columns = sorted({k for r in rows for k in r if k.startswith(("reached_", "failed_in_"))})
@@ -296,7 +300,7 @@ def main(argv=None) -> int:
                 return behaviour_cloning(task, chosen, args, overrides, record)
 
         rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent, bc,
-                            held=not args.without_held, gain=args.gain))  # fmt: skip
+                            held=not args.without_held, gain=args.gain, follow=args.follow))  # fmt: skip
         write(done=False)
         print(f"({time.perf_counter() - began:.0f} s)", flush=True)
     path = write(done=True)

@@ -6,9 +6,13 @@ Per world and subtask a segment of a source demonstration is chosen (uniformly, 
 start is nearest the object's pose now), its tcp poses are transformed by ``T_obj_now * inv(T_obj_src_start)``, the
 tcp is moved from where it is to the transformed first pose in ``interpolation_steps`` steps, then along the
 transformed poses, with the source's gripper column; the arm's joint targets come from the damped least squares
-step of ``kernels/ik.py``. A subtask that carries a body (``held``) moves its poses further by the body's offset in
-the hand: ``o_src - o_now`` in the tcp's frame, where ``o`` is the body's position in the tcp's frame at the segment's
-start (the source's, and the world's now), so the body, held where it is held now, follows the source's body.
+step of ``kernels/ik.py``: a share ``gain`` of the error to the next transformed pose added to the targets each
+step, or, with ``lead_mode`` (``follow = "command"``, joint-target actions), the measured joints moved by the error
+to the transformed frame's pose plus the source's lead at that frame (the pose change its own joint targets asked
+of its measured joints, turned by the transform's rotation), nothing integrated from step to step. A subtask that
+carries a body (``held``) moves its poses further by the body's offset in the hand: ``o_src - o_now`` in the tcp's
+frame, where ``o`` is the body's position in the tcp's frame at the segment's start (the source's, and the world's
+now), so the body, held where it is held now, follows the source's body.
 """
 
 import warp as wp
@@ -24,7 +28,7 @@ SELECT_RANDOM, SELECT_NEAREST = 0, 1
 OBJECT_NONE, OBJECT_BODY, OBJECT_TARGET = 0, 1, 2
 
 # Rows of the ``numbers`` table.
-N_GAIN = wp.constant(0)  # the share of the pose error commanded per step
+N_GAIN = wp.constant(0)  # follow "pose": the share of the pose error commanded per step
 N_MAX_SPEED = wp.constant(1)  # the largest position change per step [m]
 N_MAX_TURN = wp.constant(2)  # the largest rotation per step [rad]
 N_ACTION_NOISE = wp.constant(3)  # per-step noise on the position change, uniform in +- this [m]
@@ -108,6 +112,7 @@ def follow_kernel(
     # Model:
     src_pose: wp.array[wp.transform],
     src_grip: wp.array[float],
+    src_lead: wp.array[wp.spatial_vector],
     seg_first: wp.array2d[int],
     seg_last: wp.array2d[int],
     seg_object: wp.array2d[wp.transform],
@@ -135,6 +140,7 @@ def follow_kernel(
     seed: int,
     select: int,
     interpolation_steps: int,
+    lead_mode: int,
     first_attempt: int,
     attempts: int,
     # Data in:
@@ -202,6 +208,7 @@ def follow_kernel(
     last = seg_last[e, s]
     goal = wp.transform_identity()
     grip = float(0.0)
+    lead = wp.spatial_vector()
     if k < interpolation_steps:
         a = float(k + 1) / float(interpolation_steps)
         aim = wp.transform_multiply(wp.transform_multiply(x, src_pose[first]), fix)
@@ -213,7 +220,16 @@ def follow_kernel(
         grip = src_grip[first]
     else:
         i = wp.min(first + k - interpolation_steps, last)
-        goal = wp.transform_multiply(wp.transform_multiply(x, src_pose[wp.min(i + 1, last)]), fix)
+        if lead_mode != 0:  # the source's own frame and its commanded lead, turned with the transform
+            goal = wp.transform_multiply(wp.transform_multiply(x, src_pose[i]), fix)
+            turned = wp.transform_get_rotation(x)
+            source_lead = src_lead[i]
+            lead = wp.spatial_vector(
+                wp.quat_rotate(turned, wp.vec3(source_lead[0], source_lead[1], source_lead[2])),
+                wp.quat_rotate(turned, wp.vec3(source_lead[3], source_lead[4], source_lead[5])),
+            )
+        else:
+            goal = wp.transform_multiply(wp.transform_multiply(x, src_pose[wp.min(i + 1, last)]), fix)
         grip = src_grip[i]
     count[worldid] = k + 1
     if row >= 0 and row < attempts:
@@ -222,15 +238,23 @@ def follow_kernel(
         row_transform[row, s] = x
         row_hold[row, s] = hold_fix[worldid, s]
     p = wp.transform_get_translation(tcp)
-    move = clamp_length((wp.transform_get_translation(goal) - p) * numbers[N_GAIN], numbers[N_MAX_SPEED])
+    gain = numbers[N_GAIN]
+    step_most = numbers[N_MAX_JOINT_STEP]
+    if lead_mode != 0:  # targets from the measured joints: the error and the lead, no integration
+        gain = 1.0
+        step_most = numbers[N_MAX_LAG]
+        for c in range(joint_coord.shape[0]):
+            joint_target[worldid, c] = joint_q_in[worldid, joint_coord[c]]
+    move = clamp_length((wp.transform_get_translation(goal) - p) * gain, numbers[N_MAX_SPEED])
+    move = move + wp.vec3(lead[0], lead[1], lead[2])
     if numbers[N_ACTION_NOISE] > 0.0:
         rng = env_rng(seed, j, 0, step + 1, STREAM_NOISE)
         for c in range(3):
             move[c] = move[c] + wp.randf(rng, -1.0, 1.0) * numbers[N_ACTION_NOISE]
-    turn = rotation_error(wp.transform_get_rotation(tcp), wp.transform_get_rotation(goal)) * numbers[N_GAIN]
-    turn = clamp_length(turn, numbers[N_MAX_TURN])
+    turn = rotation_error(wp.transform_get_rotation(tcp), wp.transform_get_rotation(goal)) * gain
+    turn = clamp_length(turn, numbers[N_MAX_TURN]) + wp.vec3(lead[3], lead[4], lead[5])
     tcp_action(worldid, move, turn, p, ee_mode, body_q_in, joint_q_in, joint_coord, joint_child, joint_xc,
-               joint_axis, joint_slide, joint_column, numbers[N_IK_DAMPING], numbers[N_MAX_JOINT_STEP],
+               joint_axis, joint_slide, joint_column, numbers[N_IK_DAMPING], step_most,
                numbers[N_MAX_LAG], lower, upper, action_origin, action_scale, action_low, action_high, joint_target,
                action_out)  # fmt: skip
     if gripper_column >= 0:

@@ -37,11 +37,19 @@ def add_generate_parser(sub) -> None:
     )
     g.add_argument("--action-noise", type=float, default=0.0, help="uniform noise on each step's tcp move, +- [m]")
     g.add_argument(
+        "--follow",
+        default="pose",
+        metavar="pose|command",
+        help="pose (the default): --gain of the error to the next transformed pose a step, added to the joint targets; "
+        "command: each step's joint targets are the measured joints moved by the source's own commanded lead at the "
+        "frame and the error to its transformed pose (higher yield and rate; an end-effector action follows as pose)",
+    )
+    g.add_argument(
         "--gain",
         type=float,
         default=0.5,
-        help="the share of the pose error to the next transformed pose commanded per step, in (0, 1] (default 0.5; "
-        "0.3 presses a held object less: a higher yield and rate)",
+        help="--follow pose: the share of the pose error to the next transformed pose commanded per step, in (0, 1] "
+        "(default 0.5)",
     )
     g.add_argument(
         "--source-episodes",
@@ -124,7 +132,7 @@ def cmd_generate(args) -> int:
                 select=args.select,
                 interpolation_steps=args.interpolation_steps,
                 action_noise=args.action_noise,
-                motion=Motion(gain=args.gain),
+                motion=Motion(follow=args.follow, gain=args.gain),
                 source_episodes=chosen,
                 keep_failures=args.keep_failures,
                 max_attempts=args.max_attempts,

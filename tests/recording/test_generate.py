@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import forge_gpu
-from forge_gpu._src.generate.follower import Follower, task_arm
-from forge_gpu._src.generate.sources import Sources, compose, inverse
+from forge_gpu._src.generate.follower import Follower, Motion, lead_chain, task_arm
+from forge_gpu._src.generate.sources import Sources, compose, inverse, joint_lead, quat_multiply
 from forge_gpu._src.tasks.taskfile.model import probe, sites
 from forge_gpu.cli import main
 
@@ -36,6 +36,16 @@ def generated(lift_source, tmp_path_factory):
     """Three lift demonstrations generated from the source at 4 envs."""
     out = tmp_path_factory.mktemp("gen") / "run"
     summary = forge_gpu.recording.generate(lift_source, out, episodes=3, num_envs=4, seed=3, device="cpu")
+    return out, summary
+
+
+@pytest.fixture(scope="module")
+def generated_command(lift_source, tmp_path_factory):
+    """The same three, the follower carrying the sources' commands (``follow = "command"``)."""
+    out = tmp_path_factory.mktemp("gen-command") / "run"
+    motion = Motion(follow="command")
+    summary = forge_gpu.recording.generate(lift_source, out, episodes=3, num_envs=4, seed=3, device="cpu",
+                                           motion=motion)  # fmt: skip
     return out, summary
 
 
@@ -75,7 +85,9 @@ def test_a_source_episode_is_cut_where_its_conditions_first_hold(generated, lift
 def test_a_segment_moved_into_the_objects_frame_lands_on_the_object(generated, lift_source):
     """A segment that holds the tcp 3 cm above the source's cube, moved into the frame of each world's cube (placed
     elsewhere at every reset), brings the tcp within 3 mm of that pose above the cube once the IK has settled; the
-    generated run's recorded transforms are the cube's pose now against its pose at the segment's start."""
+    generated run's recorded transforms are the cube's pose now against its pose at the segment's start. The
+    synthetic segment was never commanded by a controller (it has no lead to carry), so it is followed as ``pose``
+    (integrating the error: the drives' sag under gravity is taken up as well)."""
     out, _ = generated
     source = _episodes(lift_source)[0]
     s_tcp, s_cube = _tcp_and_cube(source)
@@ -87,10 +99,10 @@ def test_a_segment_moved_into_the_objects_frame_lands_on_the_object(generated, l
                       poses=np.tile(hover, (frames + 1, 1)).astype(np.float32),
                       grip=np.full(frames + 1, 0.08, np.float32),
                       objects=np.stack([s_cube[0], s_cube[0]])[None].astype(np.float32),
-                      held=np.zeros((1, 2, 3), np.float32))  # fmt: skip
+                      held=np.zeros((1, 2, 3), np.float32), lead=np.zeros((frames + 1, 6), np.float32))  # fmt: skip
     env = forge_gpu.sim.make("lift", num_envs=4, device="cpu", seed=5, **SMALL)
     follower = Follower(env, sources, task_arm(env.task), attempts=4, select="random", interpolation_steps=20,
-                        action_noise=0.0)  # fmt: skip
+                        action_noise=0.0, motion=Motion(follow="pose"))  # fmt: skip
     env.reset()
     for _ in range(2 * frames):  # the segment, then its last pose held while the drives settle
         env.step(follower(env.observation))
@@ -110,11 +122,44 @@ def test_a_segment_moved_into_the_objects_frame_lands_on_the_object(generated, l
         np.testing.assert_allclose(e.params["generate_transform"][0][:3], expected[:3], atol=1e-4)
 
 
-def test_the_trace_reproduces_the_path(generated, lift_source):
+def test_a_sources_lead_is_where_its_joint_targets_put_the_tcp(lift_source):
+    """The lead of a source frame (the tcp's Jacobian times the joint targets minus the measured joints) is, to
+    first order, the pose change from the tcp's measured pose to its pose at the targets (forward kinematics of the
+    targets): within a fifth of the lead and 3 mm, over frames whose lead is over a centimetre."""
+    import newton
+    import warp as wp
+
+    env = forge_gpu.sim.make("lift", num_envs=1, device="cpu", **SMALL)
+    arm = task_arm(env.task)
+    chain = lead_chain(env, arm)
+    episode = _episodes(lift_source)[0]
+    body_q = episode.state["body_q"][:-1].astype(np.float32)
+    joint_q = episode.state["joint_q"][:-1].astype(np.float32)
+    tcp = compose(body_q[:, arm.point_body], np.broadcast_to(np.asarray(arm.offset, np.float32), (len(body_q), 7)))
+    lead = joint_lead(body_q, joint_q, episode.action.astype(np.float32), tcp[:, :3], chain)
+    moving = np.flatnonzero(np.linalg.norm(lead[:, :3], axis=1) > 0.01)
+    assert moving.size > 10  # the expert's targets lead its joints by more than a centimetre at the tcp
+    state = env.model.state()
+    for f in moving[:: max(1, moving.size // 12)]:
+        q = joint_q[f].copy()
+        for coord, column in zip(chain["coords"], chain["columns"], strict=True):
+            q[coord] = chain["origin"][coord] + episode.action[f, column] * chain["scale"][column]
+        newton.eval_fk(env.model, wp.array(q, dtype=float), wp.zeros(env.model.joint_dof_count, dtype=float), state)
+        at_targets = compose(state.body_q.numpy()[arm.point_body], np.asarray(arm.offset, np.float32))
+        moved = at_targets[:3] - tcp[f, :3]
+        assert np.linalg.norm(moved - lead[f, :3]) < 0.2 * np.linalg.norm(lead[f, :3]) + 0.003
+        turn = quat_multiply(at_targets[3:], inverse(tcp[f])[3:])
+        turned = 2.0 * np.sign(turn[3]) * turn[:3]  # the small rotation's vector
+        assert np.linalg.norm(turned - lead[f, 3:]) < 0.2 * np.linalg.norm(lead[f, 3:]) + 0.02
+
+
+@pytest.mark.parametrize("follow", ["pose", "command"])
+def test_the_trace_reproduces_the_path(generated, generated_command, lift_source, follow):
     """A generated episode's recorded source, frames and transform give the path its tcp followed: the source's tcp
     poses moved by the transform, within 2 cm at the median step of each segment (the drives lag the commanded
-    poses, most right after the interpolation)."""
-    out, _ = generated
+    poses, most right after the interpolation), whichever way the follower makes its joint targets."""
+    out, _ = generated if follow == "pose" else generated_command
+    assert forge_gpu.reading.open_run(out).manifest["generated_from"]["follow"] == follow
     sources = {(e.env_id, e.episode_id): e for e in _episodes(lift_source)}
     for e in _episodes(out):
         tcp, _ = _tcp_and_cube(e)
@@ -200,6 +245,7 @@ def test_failed_attempts_never_reach_the_run(lift_source, tmp_path):
         (["--interpolation-steps", "-1"], "--interpolation-steps -1: must be >= 0"),
         (["--action-noise", "-0.1"], "--action-noise -0.1: must be a number >= 0"),
         (["--gain", "0"], "--gain 0.0: must be a number in (0, 1]"),
+        (["--follow", "lead"], "follow = 'lead': expected one of pose, command"),
         (["--source-episodes", "a,b"], "--source-episodes 'a,b': expected indices"),
         (["--source-episodes", "9"], "source episode 9: the run"),
         (["--select", "best"], "argument --select: invalid choice"),

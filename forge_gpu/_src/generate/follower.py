@@ -20,14 +20,27 @@ SELECTIONS = ("random", "nearest")
 at its start is nearest the object's pose now."""
 
 
+FOLLOWS = ("pose", "command")
+"""How the follower turns a transformed segment into joint targets: ``pose``, a share (``gain``) of the error to the
+next transformed pose per step, added to the targets (the pick expert's way toward its waypoints); ``command``, each
+step's targets are the measured joints moved by the error to the transformed frame's pose and by the source's lead
+at that frame (the pose change its own joint targets asked of its measured joints, turned with the transform), one
+solve with nothing integrated, so the drives get the source's own commands carried into the new scene. An
+end-effector action has no joint targets to lead: it follows as ``pose`` either way. ``command`` does not overshoot
+where a path stops (``pose`` does: its targets run ahead of a goal that moves every step), so more attempts succeed
+and the contact solver iterates less; but behaviour cloning learned less from its runs (docs/generate.md "Following
+the source's commands")."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Motion:
     """How the follower moves the tcp (units as the pick expert's)."""
 
+    follow: str = "pose"
+    """One of :data:`FOLLOWS`."""
     gain: float = 0.5
-    """The share of the pose error to the next transformed pose commanded per step (0 < gain <= 1), the pick
-    expert's. Lower (0.3) presses a grasped object less: the contact solver iterates less and more attempts succeed,
-    but behaviour cloning learned less from such runs (docs/generate.md "Following gain")."""
+    """``follow = "pose"`` (and an end-effector action): the share of the pose error to the next transformed pose
+    commanded per step (0 < gain <= 1), the pick expert's."""
     max_speed: float = 1.0
     """The largest tcp speed commanded [m/s]."""
     max_turn: float = 4.0
@@ -49,6 +62,15 @@ class Arm:
     gripper_column: int
     ee_mode: bool
     tables: dict
+
+
+def lead_chain(env, arm: Arm) -> dict | None:
+    """What :func:`forge_gpu._src.generate.sources.joint_lead` needs of ``env``'s arm: its chain's coordinates,
+    action columns, the action's origin and scale and the Jacobian's tables; None for an end-effector action."""
+    if arm.ee_mode:
+        return None
+    return {"coords": arm.coords, "columns": arm.columns, **arm.tables, "origin": env.task.action_origin.numpy()[0],
+            "scale": env.world.action_scale.numpy()}  # fmt: skip
 
 
 def task_arm(task, site: str = "tcp") -> Arm:
@@ -115,6 +137,7 @@ class Follower:
                    ee_action.MAX_JOINT_STEP, ee_action.MAX_LAG, motion.angle_weight]  # fmt: skip
         self.model = [
             transforms(sources.poses), wp.array(sources.grip, dtype=float, device=device),
+            wp.array(sources.lead, dtype=wp.spatial_vector, device=device),
             wp.array(sources.first, dtype=int, device=device), wp.array(sources.last, dtype=int, device=device),
             wp.array(sources.objects.reshape(-1, count, 7), dtype=wp.transform, device=device),
             wp.array(sources.held.reshape(-1, count, 3), dtype=wp.vec3, device=device),
@@ -126,6 +149,7 @@ class Follower:
             wp.array(np.asarray(numbers, np.float32), dtype=float, device=device),
             task.lower, task.upper, task.action_origin, world.action_scale, world.action_low, world.action_high,
             int(env.seed), SELECTIONS.index(select), int(interpolation_steps),
+            int(motion.follow == "command" and not arm.ee_mode),
         ]  # fmt: skip
         self.state = {
             "subtask": wp.zeros(n, dtype=int, device=device),

@@ -62,6 +62,10 @@ class Sources:
     held: np.ndarray
     """float32 [E, S, 3]: each subtask's held body's position in the tcp's frame at its segment's first frame [m]
     (zeros for a subtask that carries none)."""
+    lead: np.ndarray
+    """float32 [F, 6]: the tcp's commanded lead at every frame: the pose change (linear [m], then a rotation vector
+    [rad], world frame) the source's joint targets asked of its measured joints, to first order (the Jacobian at
+    the frame times target minus position); zeros where the action is not joint targets and at the last frame."""
     skipped: list[Skipped] = field(default_factory=list)
 
     @property
@@ -106,7 +110,28 @@ def in_tcp_frame(tcp: np.ndarray, point: np.ndarray) -> np.ndarray:
     return rotate(inverse(tcp)[..., 3:], point - tcp[..., :3])
 
 
-def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int, point: tuple) -> Sources:
+def joint_lead(body_q, joint_q, action, tcp, chain: dict) -> np.ndarray:
+    """float32 [T, 6]: per frame, the Jacobian of the tcp (positions ``tcp`` [T, 3]) times each chain joint's target
+    minus its measured position (``chain``: the joints' ``coords`` in ``joint_q``, action ``columns``, ``origin``
+    and ``scale`` of the action's joint targets, and the Jacobian tables ``child``, ``xc``, ``axis``, ``slide``), as
+    ``kernels/ik.py``'s ``joint_column`` builds a column."""
+    lead = np.zeros((len(tcp), 6), np.float32)
+    for k, coord in enumerate(chain["coords"]):
+        column = chain["columns"][k]
+        target = chain["origin"][coord] + action[:, column] * chain["scale"][column]
+        gap = (target - joint_q[:, coord])[:, None]
+        frame = compose(body_q[:, chain["child"][k]], np.asarray(chain["xc"][k], np.float32))
+        axis = rotate(frame[:, 3:], np.asarray(chain["axis"][k], np.float32))
+        if chain["slide"][k]:
+            lead[:, :3] += axis * gap
+        else:
+            lead[:, :3] += np.cross(axis, tcp - frame[:, :3]) * gap
+            lead[:, 3:] += axis * gap
+    return lead
+
+
+def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int, point: tuple,
+                chain: dict | None = None) -> Sources:  # fmt: skip
     """The episodes ``selected`` (reading-order indices) of the source run's ``reader``, cut into the subtasks of
     ``env``'s task (a file task with ``[[subtasks]]``), ``num_envs`` episodes at a time. ``point``: the tcp's
     body and its offset pose [7] in that body's frame. ValueError (one line) where no episode cuts into every
@@ -131,7 +156,7 @@ def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int,
         reasons = "; ".join(s.line(run) for s in skipped[:3])
         raise ValueError(f"{run}: no source episode cuts into every subtask ({reasons})")
     body, offset = point
-    poses, grips, objects, held, starts, all_cuts = [], [], [], [], [], []
+    poses, grips, objects, held, starts, all_cuts, leads = [], [], [], [], [], [], []
     frames = 0
     for _, episode, cut in kept:
         body_q = np.asarray(episode.state["body_q"], np.float32)
@@ -139,6 +164,12 @@ def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int,
         poses.append(tcp)
         column = np.asarray(episode.action[:, gripper_column], np.float32)
         grips.append(np.concatenate([column, column[-1:]]))
+        lead = np.zeros((len(tcp), 6), np.float32)
+        if chain is not None:
+            joint_q = np.asarray(episode.state["joint_q"], np.float32)
+            lead[:-1] = joint_lead(body_q[:-1], joint_q[:-1], np.asarray(episode.action, np.float32), tcp[:-1, :3],
+                                   chain)  # fmt: skip
+        leads.append(lead)
         at_start = []
         for s, subtask in enumerate(subtasks):
             f = cut[s]
@@ -168,6 +199,7 @@ def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int,
         grip=np.concatenate(grips),
         objects=np.stack(objects),
         held=np.stack(held),
+        lead=np.concatenate(leads),
         skipped=skipped,
     )
 
