@@ -42,7 +42,7 @@ def add_generate_parser(sub) -> None:
         metavar="pose|command",
         help="pose (the default): --gain of the error to the next transformed pose a step, added to the joint targets; "
         "command: each step's joint targets are the measured joints moved by the source's own commanded lead at the "
-        "frame and the error to its transformed pose (higher yield and rate; an end-effector action follows as pose)",
+        "frame and the error to its transformed pose (higher yield and rate; joint-target actions only)",
     )
     g.add_argument(
         "--gain",

@@ -300,3 +300,8 @@ def test_an_ee_delta_task_records_its_pose_changes_and_they_replay(tmp_path):
         assert np.isin(e.action[:, 6], np.float32([0.0, 0.08])).all() and e.next["success"][-1]
     report = forge_gpu.recording.replay(tmp_path / "run", tmp_path / "replayed", from_="actions", device="cpu")
     assert report["episodes"] == 2 and report["diverged"] == 0
+    with pytest.raises(ValueError, match=r"^follow = 'command': .*lift_ee\.toml's action is the end-effector's pose "
+                                         r"change, with no joint targets to lead; follow = 'pose' follows it$"):
+        forge_gpu.recording.generate(tmp_path / "source", tmp_path / "command", episodes=2, num_envs=2, device="cpu",
+                                     motion=Motion(follow="command"))  # fmt: skip
+    assert not (tmp_path / "command").exists()

@@ -25,8 +25,8 @@ FOLLOWS = ("pose", "command")
 next transformed pose per step, added to the targets (the pick expert's way toward its waypoints); ``command``, each
 step's targets are the measured joints moved by the error to the transformed frame's pose and by the source's lead
 at that frame (the pose change its own joint targets asked of its measured joints, turned with the transform), one
-solve with nothing integrated, so the drives get the source's own commands carried into the new scene. An
-end-effector action has no joint targets to lead: it follows as ``pose`` either way. ``command`` does not overshoot
+solve with nothing integrated, so the drives get the source's own commands carried into the new scene (joint-target
+actions only: an end-effector action has no joint targets to lead). ``command`` does not overshoot
 where a path stops (``pose`` does: its targets run ahead of a goal that moves every step), so more attempts succeed
 and the contact solver iterates less; but behaviour cloning learned less from its runs (docs/generate.md "Following
 the source's commands")."""
@@ -122,6 +122,9 @@ class Follower:
         n, device = env.num_envs, env.device
         self.env, self.arm, self.attempts = env, arm, attempts
         motion = motion or Motion()
+        if motion.follow == "command" and arm.ee_mode:
+            raise ValueError(f"follow = 'command': {task.config.params.file}'s action is the end-effector's pose "
+                             "change, with no joint targets to lead; follow = 'pose' follows it")  # fmt: skip
         dt = float(env.config.control_dt)
         subtasks = task.plan.subtasks
         count = len(subtasks)
