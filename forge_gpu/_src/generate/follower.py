@@ -152,7 +152,7 @@ class Follower:
             wp.array(np.asarray(numbers, np.float32), dtype=float, device=device),
             task.lower, task.upper, task.action_origin, world.action_scale, world.action_low, world.action_high,
             int(env.seed), SELECTIONS.index(select), int(interpolation_steps),
-            int(motion.follow == "command" and not arm.ee_mode),
+            int(motion.follow == "command"),  # refused above for an end-effector action
         ]  # fmt: skip
         self.state = {
             "subtask": wp.zeros(n, dtype=int, device=device),
