@@ -38,8 +38,8 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--action-noise", type=float, default=0.0, help="uniform noise on each step's tcp move, +- [m]")
     g.add_argument(
         "--follow",
+        choices=["pose", "command"],
         default="pose",
-        metavar="pose|command",
         help="pose (the default): --gain of the error to the next transformed pose a step, added to the joint targets; "
         "command: each step's joint targets are the measured joints moved by the source's own commanded lead at the "
         "frame and the error to its transformed pose (higher yield and rate; joint-target actions only)",

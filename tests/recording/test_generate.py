@@ -9,7 +9,7 @@ import pytest
 
 import forge_gpu
 from forge_gpu._src.generate.follower import Follower, Motion, lead_chain, task_arm
-from forge_gpu._src.generate.sources import Sources, compose, inverse, joint_lead, quat_multiply
+from forge_gpu._src.generate.sources import Sources, compose, cut_sources, inverse, joint_lead, quat_multiply
 from forge_gpu._src.tasks.taskfile.model import probe, sites
 from forge_gpu.cli import main
 
@@ -151,6 +151,10 @@ def test_a_sources_lead_is_where_its_joint_targets_put_the_tcp(lift_source):
         turn = quat_multiply(at_targets[3:], inverse(tcp[f])[3:])
         turned = 2.0 * np.sign(turn[3]) * turn[:3]  # the small rotation's vector
         assert np.linalg.norm(turned - lead[f, 3:]) < 0.2 * np.linalg.norm(lead[f, 3:]) + 0.02
+    reader = forge_gpu.reading.open_run(lift_source)
+    sources = cut_sources(env, reader, str(lift_source), [0], arm.gripper_column, (arm.point_body, arm.offset), chain)
+    np.testing.assert_allclose(sources.lead[:-1], lead, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(sources.lead[-1], lead[-1])  # no action at the last frame: the lead that reached it
 
 
 @pytest.mark.parametrize("follow", ["pose", "command"])
@@ -245,7 +249,7 @@ def test_failed_attempts_never_reach_the_run(lift_source, tmp_path):
         (["--interpolation-steps", "-1"], "--interpolation-steps -1: must be >= 0"),
         (["--action-noise", "-0.1"], "--action-noise -0.1: must be a number >= 0"),
         (["--gain", "0"], "--gain 0.0: must be a number in (0, 1]"),
-        (["--follow", "lead"], "follow = 'lead': expected one of pose, command"),
+        (["--follow", "lead"], "argument --follow: invalid choice: 'lead'"),
         (["--source-episodes", "a,b"], "--source-episodes 'a,b': expected indices"),
         (["--source-episodes", "9"], "source episode 9: the run"),
         (["--select", "best"], "argument --select: invalid choice"),
@@ -263,6 +267,21 @@ def test_bad_arguments_are_refused_in_one_line(lift_source, tmp_path, capsys, ar
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("motion", "message"),
+    [
+        (Motion(follow="lead"), "follow = 'lead': expected one of pose, command"),
+        (Motion(gain=1.5), "gain = 1.5: expected a number in (0, 1]"),
+    ],
+)
+def test_bad_motions_are_refused_by_the_api(lift_source, tmp_path, motion, message):
+    """The API refuses a bad follower before anything is written, naming the field."""
+    with pytest.raises(ValueError) as refused:
+        forge_gpu.recording.generate(lift_source, tmp_path / "out", episodes=1, num_envs=2, device="cpu", motion=motion)
+    assert str(refused.value) == message
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_same_seed_gives_the_same_episodes_with_1_and_2_ray_workers(generated, lift_source, tmp_path):

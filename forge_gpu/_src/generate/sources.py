@@ -65,7 +65,8 @@ class Sources:
     lead: np.ndarray
     """float32 [F, 6]: the tcp's commanded lead at every frame: the pose change (linear [m], then a rotation vector
     [rad], world frame) the source's joint targets asked of its measured joints, to first order (the Jacobian at
-    the frame times target minus position); zeros where the action is not joint targets and at the last frame."""
+    the frame times target minus position); zeros where the action is not joint targets; an episode's last frame
+    (no action) repeats the one before, so its pose is held as it was reached."""
     skipped: list[Skipped] = field(default_factory=list)
 
     @property
@@ -169,6 +170,7 @@ def cut_sources(env, reader, run: str, selected: list[int], gripper_column: int,
             joint_q = np.asarray(episode.state["joint_q"], np.float32)
             lead[:-1] = joint_lead(body_q[:-1], joint_q[:-1], np.asarray(episode.action, np.float32), tcp[:-1, :3],
                                    chain)  # fmt: skip
+            lead[-1] = lead[-2]  # the last frame has no action: its pose is held with the lead that reached it
         leads.append(lead)
         at_start = []
         for s, subtask in enumerate(subtasks):
