@@ -55,7 +55,8 @@ def without_held(task: str) -> dict:
 
 
 def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str,
-            bc=None, held: bool = True, gain: float = 0.5, follow: str = "pose") -> dict:  # fmt: skip
+            bc=None, held: bool = True, gain: float = 0.5, follow: str = "pose",
+            select: str = "random") -> dict:  # fmt: skip
     """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs;
     ``held`` false: without the held body's correction."""
     import forge_gpu
@@ -71,7 +72,7 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
         subtasks = {} if held else without_held(task)
         summary = forge_gpu.recording.generate(source, folder / "generated", episodes=episodes, num_envs=num_envs,
                                                device=device, task=task, overrides=overrides | subtasks,
-                                               motion=Motion(follow=follow, gain=gain))  # fmt: skip
+                                               motion=Motion(follow=follow, gain=gain), select=select)  # fmt: skip
         env = forge_gpu.sim.make(task, num_envs=num_envs, device=device, seed=7, **overrides)
         expert = forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(folder / "expert"),
                                              episodes=episodes)  # fmt: skip
@@ -81,6 +82,7 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
             "task": task,
             "held": held,
             "follow": follow,
+            "select": select,
             "gain": gain,
             "device": str(env.device),
             "num_envs": num_envs,
@@ -229,6 +231,8 @@ def main(argv=None) -> int:
                         help="generate without the held body's correction (no subtask's held key)")  # fmt: skip
     parser.add_argument("--follow", default="pose", choices=["pose", "command"],
                         help="how the follower makes joint targets (generate --follow)")  # fmt: skip
+    parser.add_argument("--select", default="random", choices=["random", "nearest"],
+                        help="each subtask's source segment (generate --select)")  # fmt: skip
     parser.add_argument("--gain", type=float, default=0.5,
                         help="--follow pose: the share of the pose error per step (generate --gain)")  # fmt: skip
     parser.add_argument("--bc-runs", nargs="+", default=list(RUNS), choices=RUNS,
@@ -264,7 +268,7 @@ def main(argv=None) -> int:
     if set(bc_tasks) - set(args.tasks):
         parser.error(f"--bc-tasks {' '.join(bc_tasks)}: expected tasks of --tasks ({' '.join(args.tasks)})")
     rows, bc_rows = [], []
-    columns = ["task", "device", "num_envs", "follow", "sources_used", "episodes", "attempts", "yield",
+    columns = ["task", "device", "num_envs", "follow", "select", "sources_used", "episodes", "attempts", "yield",
                "attempts_per_s", "generate_env_steps_per_s", "expert_env_steps_per_s", "rate_ratio"]  # fmt: skip
 
     def write(done: bool) -> Path:
@@ -300,7 +304,8 @@ def main(argv=None) -> int:
                 return behaviour_cloning(task, chosen, args, overrides, record)
 
         rows.append(measure(task, args.envs, args.episodes, args.sources, device, overrides, parent, bc,
-                            held=not args.without_held, gain=args.gain, follow=args.follow))  # fmt: skip
+                            held=not args.without_held, gain=args.gain, follow=args.follow,
+                            select=args.select))  # fmt: skip
         write(done=False)
         print(f"({time.perf_counter() - began:.0f} s)", flush=True)
     path = write(done=True)
