@@ -122,6 +122,27 @@ def test_a_segment_moved_into_the_objects_frame_lands_on_the_object(generated, l
         np.testing.assert_allclose(e.params["generate_transform"][0][:3], expected[:3], atol=1e-4)
 
 
+def test_nearest_takes_the_source_whose_object_started_nearest(lift_source, tmp_path):
+    """With ``select = "nearest"`` each attempt's grasp follows the source whose cube, at its segment's first frame,
+    was nearest the attempt's cube (the distance in metres plus ``angle_weight`` metres a radian of rotation)."""
+    out = tmp_path / "run"
+    forge_gpu.recording.generate(lift_source, out, episodes=4, num_envs=4, seed=5, device="cpu", select="nearest")
+    sources = _episodes(lift_source)
+    start = np.stack([_tcp_and_cube(e)[1][0] for e in sources])  # the grasp segment starts at frame 0
+    ids = [(e.env_id, e.episode_id) for e in sources]
+    weight = Motion().angle_weight
+    chosen_sources = set()
+    for e in _episodes(out):
+        cube = _tcp_and_cube(e)[1][0]
+        turn = quat_multiply(start[:, 3:], np.broadcast_to(inverse(cube)[3:], (len(start), 4)))
+        angle = 2.0 * np.arctan2(np.linalg.norm(turn[:, :3], axis=1), np.abs(turn[:, 3]))
+        distance = np.linalg.norm(start[:, :3] - cube[:3], axis=1) + weight * angle
+        chosen = ids.index(tuple(int(v) for v in e.params["generate_source"][0]))
+        assert distance[chosen] <= distance.min() + 1e-4, (chosen, distance)
+        chosen_sources.add(chosen)
+    assert len(chosen_sources) > 1  # the cubes were in different places, nearest to different sources
+
+
 def test_a_sources_lead_is_where_its_joint_targets_put_the_tcp(lift_source):
     """The lead of a source frame (the tcp's Jacobian times the joint targets minus the measured joints) is, to
     first order, the pose change from the tcp's measured pose to its pose at the targets (forward kinematics of the
