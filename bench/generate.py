@@ -2,7 +2,8 @@
 
 Per task (lift, stack, place): 10 source episodes of the scripted expert with extra noise (a stand-in for human
 demonstrations: a grasp point off by up to 8 mm, 3 mm of noise on each step's move), then
-``forge_gpu.recording.generate`` of N successful episodes from them at E envs; the yield (successes per attempt),
+``forge_gpu.recording.generate`` of N successful episodes from them at E envs (generate's defaults for these tasks:
+``--follow command``, ``--select nearest``); the yield (successes per attempt),
 per subtask the attempts that reached it and the failures in it, attempts/s and the generation's env-steps/s; and
 the expert's own collection of N episodes at the same E envs (env-steps/s, episodes/s). Cameras off.
 
@@ -19,8 +20,8 @@ body (each segment moved with its object alone: the comparison for the held body
 python bench/generate.py                               # lift, stack, place: 1,000 each at 16 envs, on the CPU
 python bench/generate.py --envs 32 --tasks stack place lift --bc-tasks lift   # behaviour cloning on lift alone
 python bench/generate.py --smoke                       # seconds-long check that every figure is produced
-python bench/generate.py --envs 32 --gain 0.3          # the follower at 0.3 of the pose error a step
-python bench/generate.py --envs 32 --follow command     # the follower carrying the sources' own commands
+python bench/generate.py --envs 32 --follow pose --select random   # the gain follower, sources drawn uniformly
+python bench/generate.py --envs 32 --follow pose --gain 0.3          # the gain follower at 0.3 of the pose error
 python bench/generate.py --episodes 1000 --envs 1024 --device cuda:0
 python bench/generate.py --new-task --episodes 500 --envs 32   # bench/tasks/tray.toml: no expert, scripted sources
 
@@ -55,8 +56,8 @@ def without_held(task: str) -> dict:
 
 
 def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str,
-            bc=None, held: bool = True, gain: float = 0.5, follow: str = "pose",
-            select: str = "random") -> dict:  # fmt: skip
+            bc=None, held: bool = True, gain: float = 0.5, follow: str = "command",
+            select: str = "nearest") -> dict:  # fmt: skip
     """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs;
     ``held`` false: without the held body's correction."""
     import forge_gpu
@@ -229,9 +230,9 @@ def main(argv=None) -> int:
     parser.add_argument("--bc-tasks", nargs="*", default=None, help="the tasks behaviour cloning runs on (default all)")
     parser.add_argument("--without-held", action="store_true",
                         help="generate without the held body's correction (no subtask's held key)")  # fmt: skip
-    parser.add_argument("--follow", default="pose", choices=["pose", "command"],
+    parser.add_argument("--follow", default="command", choices=["command", "pose"],
                         help="how the follower makes joint targets (generate --follow)")  # fmt: skip
-    parser.add_argument("--select", default="random", choices=["random", "nearest"],
+    parser.add_argument("--select", default="nearest", choices=["nearest", "random"],
                         help="each subtask's source segment (generate --select)")  # fmt: skip
     parser.add_argument("--gain", type=float, default=0.5,
                         help="--follow pose: the share of the pose error per step (generate --gain)")  # fmt: skip

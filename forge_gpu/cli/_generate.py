@@ -24,10 +24,10 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--device", default=None, help="Warp device (default cuda:0 if present, else cpu)")
     g.add_argument(
         "--select",
-        choices=["random", "nearest"],
-        default="random",
-        help="each subtask's source segment: drawn uniformly per attempt, or the one whose object pose at its start "
-        "is nearest the object's pose now",
+        choices=["nearest", "random"],
+        default="nearest",
+        help="each subtask's source segment: the one whose object pose at its start is nearest the object's pose now "
+        "(the default), or drawn uniformly per attempt",
     )
     g.add_argument(
         "--interpolation-steps",
@@ -38,11 +38,12 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--action-noise", type=float, default=0.0, help="uniform noise on each step's tcp move, +- [m]")
     g.add_argument(
         "--follow",
-        choices=["pose", "command"],
-        default="pose",
-        help="pose (the default): --gain of the error to the next transformed pose a step, added to the joint targets; "
-        "command: each step's joint targets are the measured joints moved by the source's own commanded lead at the "
-        "frame and the error to its transformed pose (higher yield and rate; joint-target actions only)",
+        choices=["command", "pose"],
+        default=None,
+        help="command (the default where the action is joint targets): each step's joint targets are the measured "
+        "joints moved by the source's own commanded lead at the frame and the error to its transformed pose; pose "
+        "(the default for an end-effector action): --gain of the error to the next transformed pose a step, added "
+        "to the joint targets",
     )
     g.add_argument(
         "--gain",

@@ -33,19 +33,23 @@ def lift_source(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def generated(lift_source, tmp_path_factory):
-    """Three lift demonstrations generated from the source at 4 envs."""
+    """Three lift demonstrations generated from the source at 4 envs, as generation does by default (the nearest
+    source's segments, followed by their commands)."""
     out = tmp_path_factory.mktemp("gen") / "run"
     summary = forge_gpu.recording.generate(lift_source, out, episodes=3, num_envs=4, seed=3, device="cpu")
     return out, summary
 
 
+RANDOM_POSE = {"select": "random", "motion": Motion(follow="pose")}
+"""The other way to generate: each segment drawn uniformly per attempt, followed by a share of the pose error."""
+
+
 @pytest.fixture(scope="module")
-def generated_command(lift_source, tmp_path_factory):
-    """The same three, the follower carrying the sources' commands (``follow = "command"``)."""
-    out = tmp_path_factory.mktemp("gen-command") / "run"
-    motion = Motion(follow="command")
+def generated_pose(lift_source, tmp_path_factory):
+    """Three generated the other way (:data:`RANDOM_POSE`)."""
+    out = tmp_path_factory.mktemp("gen-pose") / "run"
     summary = forge_gpu.recording.generate(lift_source, out, episodes=3, num_envs=4, seed=3, device="cpu",
-                                           motion=motion)  # fmt: skip
+                                           **RANDOM_POSE)  # fmt: skip
     return out, summary
 
 
@@ -178,12 +182,12 @@ def test_a_sources_lead_is_where_its_joint_targets_put_the_tcp(lift_source):
     np.testing.assert_array_equal(sources.lead[-1], lead[-1])  # no action at the last frame: the lead that reached it
 
 
-@pytest.mark.parametrize("follow", ["pose", "command"])
-def test_the_trace_reproduces_the_path(generated, generated_command, lift_source, follow):
+@pytest.mark.parametrize("follow", ["command", "pose"])
+def test_the_trace_reproduces_the_path(generated, generated_pose, lift_source, follow):
     """A generated episode's recorded source, frames and transform give the path its tcp followed: the source's tcp
     poses moved by the transform, within 2 cm at the median step of each segment (the drives lag the commanded
     poses, most right after the interpolation), whichever way the follower makes its joint targets."""
-    out, _ = generated if follow == "pose" else generated_command
+    out, _ = generated if follow == "command" else generated_pose
     assert forge_gpu.reading.open_run(out).manifest["generated_from"]["follow"] == follow
     sources = {(e.env_id, e.episode_id): e for e in _episodes(lift_source)}
     for e in _episodes(out):
@@ -215,11 +219,12 @@ def test_a_selection_of_a_run_is_a_source(lift_source, tmp_path):
     assert used and used <= kept
 
 
-def test_the_same_seed_gives_the_same_episodes_at_4_and_16_envs(generated, lift_source, tmp_path):
-    """The run holds the first N successful attempts by index, each keyed by (seed, its index): at 16 envs the
-    episodes are those of 4 envs, action for action."""
-    out, summary = generated
-    other = forge_gpu.recording.generate(lift_source, tmp_path / "wide", episodes=3, num_envs=16, seed=3, device="cpu")
+def test_the_same_seed_gives_the_same_episodes_at_4_and_16_envs(generated_pose, lift_source, tmp_path):
+    """The run holds the first N successful attempts by index, each keyed by (seed, its index), its draws of
+    segments too: at 16 envs the episodes are those of 4 envs, action for action."""
+    out, summary = generated_pose
+    other = forge_gpu.recording.generate(lift_source, tmp_path / "wide", episodes=3, num_envs=16, seed=3, device="cpu",
+                                         **RANDOM_POSE)  # fmt: skip
     assert (other.attempts, other.successes) == (summary.attempts, summary.successes)
     for a, b in zip(_episodes(out), _episodes(tmp_path / "wide"), strict=True):
         assert (a.env_id, a.episode_id, a.steps) == (b.env_id, b.episode_id, b.steps)
@@ -293,7 +298,7 @@ def test_bad_arguments_are_refused_in_one_line(lift_source, tmp_path, capsys, ar
 @pytest.mark.parametrize(
     ("motion", "message"),
     [
-        (Motion(follow="lead"), "follow = 'lead': expected one of pose, command"),
+        (Motion(follow="lead"), "follow = 'lead': expected one of command, pose"),
         (Motion(gain=1.5), "gain = 1.5: expected a number in (0, 1]"),
     ],
 )
@@ -335,6 +340,7 @@ def test_an_ee_delta_task_records_its_pose_changes_and_they_replay(tmp_path):
     forge_gpu.recording.collect(env, forge_gpu.sim.load_policy("expert", env), str(tmp_path / "source"), episodes=2)
     summary = forge_gpu.recording.generate(tmp_path / "source", tmp_path / "run", episodes=2, num_envs=2, device="cpu")
     assert summary.episodes == 2
+    assert forge_gpu.reading.open_run(tmp_path / "run").manifest["generated_from"]["follow"] == "pose"  # its default
     for e in _episodes(tmp_path / "run"):
         assert e.action.shape[1] == 7 and np.abs(e.action[:, :6]).max() <= 1.0
         assert np.isin(e.action[:, 6], np.float32([0.0, 0.08])).all() and e.next["success"][-1]

@@ -15,12 +15,13 @@ from forge_gpu._src.tasks.taskfile import ee_action
 from forge_gpu._src.tasks.taskfile.model import probe
 from forge_gpu._src.tasks.taskfile.model import sites as model_sites
 
-SELECTIONS = ("random", "nearest")
-"""How a world chooses each subtask's source segment: uniformly (keyed by the attempt), or the one whose object pose
-at its start is nearest the object's pose now."""
+SELECTIONS = ("nearest", "random")
+"""How a world chooses each subtask's source segment: the one whose object pose at its start is nearest the object's
+pose now (the default: one scene, one path, which behaviour cloning learns from best), or uniformly (keyed by the
+attempt)."""
 
 
-FOLLOWS = ("pose", "command")
+FOLLOWS = ("command", "pose")
 """How the follower turns a transformed segment into joint targets: ``pose``, a share (``gain``) of the error to the
 next transformed pose per step, added to the targets (the pick expert's way toward its waypoints); ``command``, each
 step's targets are the measured joints moved by the error to the transformed frame's pose and by the source's lead
@@ -28,16 +29,16 @@ at that frame (the pose change its own joint targets asked of its measured joint
 solve with nothing integrated, so the drives get the source's own commands carried into the new scene (joint-target
 actions only: an end-effector action has no joint targets to lead). ``command`` does not overshoot
 where a path stops (``pose`` does: its targets run ahead of a goal that moves every step), so more attempts succeed
-and the contact solver iterates less; but behaviour cloning learned less from its runs (docs/generate.md "Following
-the source's commands")."""
+and the contact solver iterates less (docs/generate.md "Following the source's commands")."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Motion:
     """How the follower moves the tcp (units as the pick expert's)."""
 
-    follow: str = "pose"
-    """One of :data:`FOLLOWS`."""
+    follow: str | None = None
+    """One of :data:`FOLLOWS`; None: ``command`` where the action is joint targets, ``pose`` for an end-effector
+    action (:meth:`follow_for`)."""
     gain: float = 0.5
     """``follow = "pose"`` (and an end-effector action): the share of the pose error to the next transformed pose
     commanded per step (0 < gain <= 1), the pick expert's."""
@@ -47,6 +48,10 @@ class Motion:
     """The largest turn commanded [rad/s]."""
     angle_weight: float = 0.05
     """``nearest``: metres one radian of the object's rotation counts as."""
+
+    def follow_for(self, ee_mode: bool) -> str:
+        """The follower used for an arm whose action is (``ee_mode``) or is not the end-effector's pose change."""
+        return self.follow or ("pose" if ee_mode else "command")
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,9 @@ class Follower:
         n, device = env.num_envs, env.device
         self.env, self.arm, self.attempts = env, arm, attempts
         motion = motion or Motion()
-        if motion.follow == "command" and arm.ee_mode:
+        self.follow = motion.follow_for(arm.ee_mode)
+        """The follower used: ``motion.follow``, or the arm's default."""
+        if self.follow == "command" and arm.ee_mode:
             raise ValueError(f"follow = 'command': {task.config.params.file}'s action is the end-effector's pose "
                              "change, with no joint targets to lead; follow = 'pose' follows it")  # fmt: skip
         dt = float(env.config.control_dt)
@@ -151,8 +158,9 @@ class Follower:
             wp.transform(wp.vec3(*arm.offset[:3]), wp.quat(*arm.offset[3:])), arm.gripper_column, int(arm.ee_mode),
             wp.array(np.asarray(numbers, np.float32), dtype=float, device=device),
             task.lower, task.upper, task.action_origin, world.action_scale, world.action_low, world.action_high,
-            int(env.seed), SELECTIONS.index(select), int(interpolation_steps),
-            int(motion.follow == "command"),  # refused above for an end-effector action
+            int(env.seed), kernels.SELECT_NEAREST if select == "nearest" else kernels.SELECT_RANDOM,
+            int(interpolation_steps),
+            int(self.follow == "command"),  # refused above for an end-effector action
         ]  # fmt: skip
         self.state = {
             "subtask": wp.zeros(n, dtype=int, device=device),

@@ -116,7 +116,7 @@ class Settings:
     num_envs: int | None = None
     seed: int = 0
     device: str | None = None
-    select: str = "random"
+    select: str = "nearest"
     interpolation_steps: int = 5
     action_noise: float = 0.0
     source_episodes: list | None = None
@@ -145,11 +145,11 @@ class Settings:
             if key.split(".")[0] in ("num_envs", "seed"):
                 raise ValueError(f"--set {key}: give --envs or --seed")
 
-    def recorded(self) -> dict:
-        """What run.json's ``generated_from`` records of them."""
+    def recorded(self, follow: str) -> dict:
+        """What run.json's ``generated_from`` records of them (``follow``: the follower used)."""
         return {"select": self.select, "interpolation_steps": self.interpolation_steps,
                 "action_noise": float(self.action_noise), "seed": self.seed,
-                "follow": (self.motion or Motion()).follow, "gain": float((self.motion or Motion()).gain)}  # fmt: skip
+                "follow": follow, "gain": float((self.motion or Motion()).gain)}  # fmt: skip
 
 
 class Generation:
@@ -251,7 +251,7 @@ class Generation:
     def write(self, scratch: str, out: str, figures: dict, *, success: bool) -> int:
         """The successful (or failed) attempts of ``figures`` from the scratch run into the new run ``out``."""
         return _write(self.env, self.manifest, self.source, scratch, out, figures, self.sources, success=success,
-                      settings=self.settings.recorded())  # fmt: skip
+                      settings=self.settings.recorded(self.follower.follow))  # fmt: skip
 
 
 def summarize(figures: dict, subtasks: list[str], out: str, written: int, episodes: int, env_steps: int,

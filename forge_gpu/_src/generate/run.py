@@ -35,7 +35,7 @@ def generate(
     num_envs: int | None = None,
     seed: int = 0,
     device: str | None = None,
-    select: str = "random",
+    select: str = "nearest",
     interpolation_steps: int = 5,
     action_noise: float = 0.0,
     source_episodes: list[int] | None = None,
@@ -59,8 +59,8 @@ def generate(
         overrides: config changes (dotted keys, as ``--set``); num_envs and seed are arguments of their own.
         num_envs: worlds stepped at once (default: the source run's).
         seed: attempt ``j`` draws from the keys ``(seed, j)``.
-        select: ``random`` (each subtask's source segment drawn uniformly) or ``nearest`` (the segment whose
-            object pose at its start is nearest the object's pose now).
+        select: ``nearest`` (each subtask's source segment the one whose object pose at its start is nearest the
+            object's pose now) or ``random`` (drawn uniformly).
         interpolation_steps: steps from the tcp's pose to a segment's transformed first pose (>= 0).
         action_noise: uniform noise on each step's tcp position change, +- this [m] (>= 0).
         source_episodes: the source run's episodes to use (indices in its reading order; default all).
