@@ -56,7 +56,7 @@ def without_held(task: str) -> dict:
 
 
 def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, overrides: dict, parent: str,
-            bc=None, held: bool = True, gain: float = 0.5, follow: str = "command",
+            bc=None, held: bool = True, gain: float | None = None, follow: str = "command",
             select: str = "nearest") -> dict:  # fmt: skip
     """The yield and rates of ``task``'s generation; with ``bc`` (runs -> rows), behaviour cloning on its runs;
     ``held`` false: without the held body's correction."""
@@ -84,7 +84,7 @@ def measure(task: str, num_envs: int, episodes: int, sources: int, device: str, 
             "held": held,
             "follow": follow,
             "select": select,
-            "gain": gain,
+            "gain": Motion(gain=gain).pose_gain if follow == "pose" else None,
             "device": str(env.device),
             "num_envs": num_envs,
             "sources_used": summary.sources,
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
                         help="how the follower makes joint targets (generate --follow)")  # fmt: skip
     parser.add_argument("--select", default="nearest", choices=["nearest", "random"],
                         help="each subtask's source segment (generate --select)")  # fmt: skip
-    parser.add_argument("--gain", type=float, default=0.5,
+    parser.add_argument("--gain", type=float, default=None,
                         help="--follow pose: the share of the pose error per step (generate --gain)")  # fmt: skip
     parser.add_argument("--bc-runs", nargs="+", default=list(RUNS), choices=RUNS,
                         help="the runs behaviour cloning trains on (default all three)")  # fmt: skip
@@ -256,8 +256,10 @@ def main(argv=None) -> int:
     import imitation
 
     imitation.check_log_std_min(parser, "--bc-log-std-min", args.bc_log_std_min)
-    if not 0 < args.gain <= 1:
+    if args.gain is not None and not 0 < args.gain <= 1:
         parser.error(f"--gain {args.gain}: expected a number in (0, 1]")
+    if args.gain is not None and args.follow != "pose":
+        parser.error(f"--gain {args.gain}: --follow {args.follow} takes no gain; --follow pose does")
     for flag in ("envs", "episodes", "sources", "bc_episodes", "bc_envs"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")

@@ -48,9 +48,9 @@ def add_generate_parser(sub) -> None:
     g.add_argument(
         "--gain",
         type=float,
-        default=0.5,
+        default=None,
         help="--follow pose: the share of the pose error to the next transformed pose commanded per step, in (0, 1] "
-        "(default 0.5)",
+        "(default 0.5); refused with --follow command",
     )
     g.add_argument(
         "--source-episodes",
@@ -98,8 +98,10 @@ def cmd_generate(args) -> int:
         raise UsageError(f"--seed {args.seed}: must be >= 0")
     if not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise UsageError(f"--action-noise {args.action_noise}: must be a number >= 0 [m]")
-    if not math.isfinite(args.gain) or not 0 < args.gain <= 1:
+    if args.gain is not None and (not math.isfinite(args.gain) or not 0 < args.gain <= 1):
         raise UsageError(f"--gain {args.gain}: must be a number in (0, 1]")
+    if args.gain is not None and args.follow == "command":
+        raise UsageError(f"--gain {args.gain}: --follow command takes no gain; --follow pose does")
     chosen = None
     if args.source_episodes is not None:
         try:

@@ -276,6 +276,8 @@ def test_failed_attempts_never_reach_the_run(lift_source, tmp_path):
         (["--action-noise", "-0.1"], "--action-noise -0.1: must be a number >= 0"),
         (["--gain", "0"], "--gain 0.0: must be a number in (0, 1]"),
         (["--follow", "lead"], "argument --follow: invalid choice: 'lead'"),
+        (["--follow", "command", "--gain", "0.3"], "--gain 0.3: --follow command takes no gain; --follow pose does"),
+        (["--gain", "0.3"], "gain = 0.3: the command follower (the default for a joint-target action) takes no gain"),
         (["--source-episodes", "a,b"], "--source-episodes 'a,b': expected indices"),
         (["--source-episodes", "9"], "source episode 9: the run"),
         (["--select", "best"], "argument --select: invalid choice"),
@@ -300,6 +302,8 @@ def test_bad_arguments_are_refused_in_one_line(lift_source, tmp_path, capsys, ar
     [
         (Motion(follow="lead"), "follow = 'lead': expected one of command, pose"),
         (Motion(gain=1.5), "gain = 1.5: expected a number in (0, 1]"),
+        (Motion(gain=0.3), "gain = 0.3: the command follower (the default for a joint-target action) takes no gain; "
+         "follow = 'pose' does"),
     ],
 )
 def test_bad_motions_are_refused_by_the_api(lift_source, tmp_path, motion, message):

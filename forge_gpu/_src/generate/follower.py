@@ -39,9 +39,9 @@ class Motion:
     follow: str | None = None
     """One of :data:`FOLLOWS`; None: ``command`` where the action is joint targets, ``pose`` for an end-effector
     action (:meth:`follow_for`)."""
-    gain: float = 0.5
-    """``follow = "pose"`` (and an end-effector action): the share of the pose error to the next transformed pose
-    commanded per step (0 < gain <= 1), the pick expert's."""
+    gain: float | None = None
+    """``follow = "pose"``: the share of the pose error to the next transformed pose commanded per step (0 < gain <=
+    1; None: :data:`POSE_GAIN`); ``command`` takes none (given one, it is refused)."""
     max_speed: float = 1.0
     """The largest tcp speed commanded [m/s]."""
     max_turn: float = 4.0
@@ -52,6 +52,15 @@ class Motion:
     def follow_for(self, ee_mode: bool) -> str:
         """The follower used for an arm whose action is (``ee_mode``) or is not the end-effector's pose change."""
         return self.follow or ("pose" if ee_mode else "command")
+
+    @property
+    def pose_gain(self) -> float:
+        """The gain ``pose`` follows with."""
+        return POSE_GAIN if self.gain is None else float(self.gain)
+
+
+POSE_GAIN = 0.5
+"""``follow = "pose"``'s gain when none is given: the pick expert's."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,9 @@ class Follower:
         if self.follow == "command" and arm.ee_mode:
             raise ValueError(f"follow = 'command': {task.config.params.file}'s action is the end-effector's pose "
                              "change, with no joint targets to lead; follow = 'pose' follows it")  # fmt: skip
+        if self.follow == "command" and motion.gain is not None:
+            raise ValueError(f"gain = {motion.gain!r}: the command follower (the default for a joint-target action) "
+                             "takes no gain; follow = 'pose' does")  # fmt: skip
         dt = float(env.config.control_dt)
         subtasks = task.plan.subtasks
         count = len(subtasks)
@@ -142,7 +154,7 @@ class Follower:
         def transforms(values):
             return wp.array(np.asarray(values, np.float32).reshape(-1, 7), dtype=wp.transform, device=device)
 
-        numbers = [motion.gain, motion.max_speed * dt, motion.max_turn * dt, action_noise,
+        numbers = [motion.pose_gain, motion.max_speed * dt, motion.max_turn * dt, action_noise,
                    float(task.plan.ik["damping"]) if task.plan.ik else ee_action.IK_DAMPING,
                    ee_action.MAX_JOINT_STEP, ee_action.MAX_LAG, motion.angle_weight]  # fmt: skip
         self.model = [

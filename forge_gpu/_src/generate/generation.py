@@ -149,7 +149,7 @@ class Settings:
         """What run.json's ``generated_from`` records of them (``follow``: the follower used)."""
         return {"select": self.select, "interpolation_steps": self.interpolation_steps,
                 "action_noise": float(self.action_noise), "seed": self.seed,
-                "follow": follow, "gain": float((self.motion or Motion()).gain)}  # fmt: skip
+                "follow": follow, "gain": (self.motion or Motion()).pose_gain}  # fmt: skip
 
 
 class Generation:
