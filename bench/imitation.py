@@ -6,8 +6,9 @@ python bench/imitation.py --smoke          # tiny sizes: seconds of training, ev
 python bench/imitation.py --demos 50 200 --dagger-rounds 0 --execution open_loop
 python bench/imitation.py --task configs/lift.toml --demos 25 50 100 200 --episodes 200 --dagger-rounds 0 \
     --execution open_loop --no-matched-bc   # behaviour cloning on lift (its expert keeps state: no DAgger)
-python bench/imitation.py --obs rgb --cameras front --demos 200 --dagger-rounds 0 --execution open_loop \
-    --batch 64 --episodes 200 --eval-envs 100 --name imitation-pixels-push   # from the front camera and the proprio
+python bench/imitation.py --obs rgb --cameras front --image-size 128 --crop 128 --aux 1 --demos 200 \
+    --dagger-rounds 0 --execution open_loop --batch 64 --episodes 200 --eval-envs 100 \
+    --name imitation-pixels-push   # from the front camera and the proprio (docs/performance.md "Learning from pixels")
 
 Demos: one recorded evaluation of the expert (``forge_gpu.recording.evaluate(..., record=...)``) over the largest N
 episodes, one world each (seed ``--demo-seed``), so episode j is world j's first episode; the first N demos are the

@@ -127,11 +127,16 @@ def _four_colours(template: dict) -> dict:
 
 
 def test_the_file_based_push_equals_the_code_task_bit_for_bit(tmp_path):
-    """push's default randomization (cube size, mass, friction, start pose, goal, colours with their clash rule,
-    camera pose), images included, random actions; the spec, calibration and instruction template alike."""
+    """push's default randomization (cube size, mass, friction, start pose, goal, colours with their clash rule) and
+    the code task's camera jitter (the file's variant visual jitters it alike), images included, random actions; the
+    spec, calibration and instruction template alike."""
     register_handwritten_push(tmp_path)
     sizes = {"num_envs": 3, "device": "cpu", "seed": 3, "max_steps": 6, "params.image_size": 32}
-    hand, file = forge_gpu.sim.make("push_handwritten", **sizes), forge_gpu.sim.make("push", **sizes)
+    jitter = {
+        "randomize.camera_position_offset": {"low": [-0.03] * 3, "high": [0.03] * 3},
+        "randomize.camera_look_at_offset": {"low": [-0.02] * 3, "high": [0.02] * 3},
+    }
+    hand, file = forge_gpu.sim.make("push_handwritten", **sizes), forge_gpu.sim.make("push", **sizes, **jitter)
     assert _same_push(hand, file, 8)[0] >= 3
     observed = dict(file.spec["observation"])
     assert observed.pop("success") == {"shape": [], "dtype": "bool"}

@@ -176,8 +176,22 @@ def test_bad_distractor_entries_are_refused_in_one_line(overrides, words):
     assert "push.toml" in str(e.value) and "\n" not in str(e.value)
 
 
+def test_the_camera_is_fixed_by_default_and_jittered_per_world_by_the_visual_variant():
+    """push draws no camera offset (every world renders from params' pose); variant visual draws one per world and
+    episode, within 3 cm (position) and 2 cm (aim), alongside the table's colour and the distractors."""
+    fixed = forge_gpu.sim.make("push", num_envs=4, device="cpu", seed=2, **FAST)
+    assert "camera_position_offset" not in fixed.spec["params"] and "camera_look_at_offset" not in fixed.spec["params"]
+    visual = forge_gpu.sim.make("push", num_envs=4, device="cpu", seed=2, variant="visual", **FAST)
+    drawn = _params(visual, 2)
+    for name, bound in (("camera_position_offset", 0.03), ("camera_look_at_offset", 0.02)):
+        offsets = drawn[name].reshape(8, 3)
+        assert (np.abs(offsets) <= bound + 1e-6).all() and len(np.unique(offsets[:, 0])) == 8, (name, offsets)
+    assert "table_color" in drawn and "distractor_position" in drawn
+
+
 def test_an_evaluation_alone_sets_the_camera_beyond_its_training_range_and_records_it(tmp_path):
-    """``forge-gpu evaluate --set`` a camera offset of 5 to 6 cm (push trains within 3): the recorded run's config
+    """``forge-gpu evaluate --set`` a camera offset of 5 to 6 cm (push's camera is fixed, its variant visual jitters it
+    within 3): the recorded run's config
     holds the evaluation's range, and each episode the offset it drew, inside it; held-out colours alike."""
     from forge_gpu.cli import main
 
