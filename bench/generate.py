@@ -256,10 +256,12 @@ def main(argv=None) -> int:
     import imitation
 
     imitation.check_log_std_min(parser, "--bc-log-std-min", args.bc_log_std_min)
-    if args.gain is not None and not 0 < args.gain <= 1:
-        parser.error(f"--gain {args.gain}: expected a number in (0, 1]")
-    if args.gain is not None and args.follow != "pose":
-        parser.error(f"--gain {args.gain}: --follow {args.follow} takes no gain; --follow pose does")
+    from forge_gpu._src.generate.follower import Motion
+
+    try:
+        Motion(follow=args.follow, gain=args.gain).check(flags=True)
+    except ValueError as error:
+        parser.error(str(error))
     for flag in ("envs", "episodes", "sources", "bc_episodes", "bc_envs"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected an integer >= 1")

@@ -37,7 +37,8 @@ and chunk; pixels normalized per channel by the run's statistics; each training 
 its side (the same crop in each of its frames; ``--crop`` sets the side), the centre crop at evaluation. ``--aux W``
 adds a training-only loss (weight ``W``): a head on each frame's keypoints alone regresses the task's object and goal
 positions (the first 3 values of each ``environment_state`` field, normalized), so the encoder must locate them; the
-row reports how far it located each (``located_<field>_m``), and the saved policy leaves the head out. Trained by
+row reports how far it located each (``located_<field>_m``), and the saved policy leaves the head out;
+with ``--feed-located`` its positions (detached) go into the policy's MLP too, and the policy keeps the head. Trained by
 squared error on ``WindowMapDataset(pad=True)`` batches drawn with replacement by a ``BatchSampler`` and gathered
 and decoded in ``--workers`` DataLoader workers; each row reports the loader: ``wait_share`` (the share of the
 training's time after the first batch spent waiting for the next batch), ``windows_per_s`` trained and
@@ -307,14 +308,24 @@ def pixel_input(frames: list, center, scale, crop: int, offsets=None):
 
 
 def build_visual_model(
-    cameras: int, channels: int, proprio: int, history: int, outputs: int, hidden: int, aux: int = 0
+    cameras: int,
+    channels: int,
+    proprio: int,
+    history: int,
+    outputs: int,
+    hidden: int,
+    aux: int = 0,
+    feed: bool = False,
 ):
     """The visuomotor network: per camera a convolutional encoder (two stride-2 3x3 convolutions, a third, a 1x1 to
     :data:`KEYPOINTS` maps and a spatial softmax: each map's expected image coordinates in [-1, 1]) applied to every
     frame of the history, its keypoints beside the normalized proprio of every frame, into the MLP of the state
     policy (two ``hidden`` layers) that outputs the flat action chunk. With ``aux`` > 0, a training-only head
     (``aux.*``, an MLP of :data:`AUX_HIDDEN`) reads each frame's keypoints alone and outputs ``aux`` values: the
-    object and goal positions the auxiliary loss asks the encoder to locate (``forward(..., aux=True)``)."""
+    object and goal positions the auxiliary loss asks the encoder to locate (``forward(..., aux=True)``). With
+    ``feed``, the head is part of the policy: its positions of every frame go into the MLP beside the keypoints and
+    the proprio, detached (the auxiliary loss alone trains the head; the actions' loss trains the encoder through
+    the keypoints, as without it)."""
     import torch
 
     class SpatialSoftmax(torch.nn.Module):
@@ -342,7 +353,8 @@ def build_visual_model(
         def __init__(self):
             super().__init__()
             self.encoders = torch.nn.ModuleList(encoder() for _ in range(cameras))
-            self.head = build_model(history * (proprio + 2 * KEYPOINTS * cameras), outputs, hidden)
+            located = aux if feed else 0
+            self.head = build_model(history * (proprio + 2 * KEYPOINTS * cameras + located), outputs, hidden)
             if aux:
                 self.aux = torch.nn.Sequential(
                     torch.nn.Linear(2 * KEYPOINTS * cameras, AUX_HIDDEN),
@@ -355,8 +367,10 @@ def build_visual_model(
         ):  # pixels: per camera [B, T, C, h, w]; state: [B, T, D]
             batch, history = state.shape[:2]
             keys = [enc(p.flatten(0, 1)).view(batch, history, -1) for enc, p in zip(self.encoders, pixels, strict=True)]
-            out = self.head(torch.cat([*keys, state], -1).flatten(1))
-            return (out, self.aux(torch.cat(keys, -1))) if aux else out
+            guess = self.aux(torch.cat(keys, -1)) if aux or feed else None  # [B, T, aux]
+            fed = [guess.detach()] if feed else []
+            out = self.head(torch.cat([*keys, *fed, state], -1).flatten(1))
+            return (out, guess) if aux else out
 
     return Visuomotor()
 
@@ -375,8 +389,16 @@ class ImageChunker:
         self.crop = checkpoint["crop"]
         outputs = self.chunk * self.actions
         channels = len(checkpoint["pixel_center"][0])
+        located = checkpoint.get("located", 0)  # --feed-located: the head locating the object and goal, its width
         self.model = build_visual_model(
-            len(self.cameras), channels, checkpoint["proprio"], self.history, outputs, checkpoint["hidden"]
+            len(self.cameras),
+            channels,
+            checkpoint["proprio"],
+            self.history,
+            outputs,
+            checkpoint["hidden"],
+            located,
+            feed=located > 0,
         ).to(device)
         self.model.load_state_dict(checkpoint["model"])
         self.model.eval()
@@ -497,7 +519,14 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
         place_center = torch.from_numpy(places.center[pick].astype(np.float32))
         place_scale = torch.from_numpy(places.scale[pick].astype(np.float32))
     model = build_visual_model(
-        len(cameras), len(pixel_center[0]), len(center), args.history, outputs, args.hidden, 3 * len(located)
+        len(cameras),
+        len(pixel_center[0]),
+        len(center),
+        args.history,
+        outputs,
+        args.hidden,
+        3 * len(located),
+        feed=args.feed_located,
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.train_steps)
@@ -552,7 +581,9 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
     steady_s = ended - steady
     checkpoint = {
         "kind": "pixels",
-        "model": {k: v for k, v in model.state_dict().items() if not k.startswith("aux.")},  # the aux head: training
+        # the aux head: training only, unless --feed-located makes it part of the policy
+        "model": {k: v for k, v in model.state_dict().items() if args.feed_located or not k.startswith("aux.")},
+        "located": 3 * len(located) if args.feed_located else 0,
         "fields": list(args.fields),
         "cameras": cameras,
         "obs": args.obs,
@@ -587,6 +618,7 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
         "windows_per_s": later * args.batch / steady_s if steady_s > 0 else 0.0,
         "step_ms": 1e3 * steady_s / later,
         "aux": args.aux,
+        "feed_located": args.feed_located,
         **aux_figures,
     }
     return checkpoint, figures
@@ -962,6 +994,12 @@ def build_parser() -> argparse.ArgumentParser:
         "task's object and goal (its environment_state fields' first 3 values, normalized); not part of the policy",
     )
     parser.add_argument(
+        "--feed-located",
+        action="store_true",
+        help="--aux W: the head's located positions also go into the policy, beside the keypoints (detached: the "
+        "auxiliary loss alone trains the head, which the saved policy keeps)",
+    )
+    parser.add_argument(
         "--crop",
         type=int,
         default=None,
@@ -1114,6 +1152,8 @@ def main(argv=None) -> int:
         )
     if args.aux < 0 or (args.aux > 0 and args.obs == "state"):
         parser.error(f"--aux {args.aux}: expected a weight >= 0, with --obs rgb|rgbd")
+    if args.feed_located and not args.aux > 0:
+        parser.error("--feed-located: feeds the --aux head's positions to the policy; give --aux W (W > 0)")
     if args.workers < 0:
         parser.error(f"--workers {args.workers}: expected an integer >= 0")
     if args.dagger_rounds and args.dagger_from not in args.demos:

@@ -98,10 +98,10 @@ def cmd_generate(args) -> int:
         raise UsageError(f"--seed {args.seed}: must be >= 0")
     if not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise UsageError(f"--action-noise {args.action_noise}: must be a number >= 0 [m]")
-    if args.gain is not None and (not math.isfinite(args.gain) or not 0 < args.gain <= 1):
-        raise UsageError(f"--gain {args.gain}: must be a number in (0, 1]")
-    if args.gain is not None and args.follow == "command":
-        raise UsageError(f"--gain {args.gain}: --follow command takes no gain; --follow pose does")
+    try:  # the follower the arm resolves to (--follow's default) is checked again once the task is built
+        Motion(follow=args.follow, gain=args.gain).check(flags=True)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     chosen = None
     if args.source_episodes is not None:
         try:

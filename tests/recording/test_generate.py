@@ -274,9 +274,11 @@ def test_failed_attempts_never_reach_the_run(lift_source, tmp_path):
         (["--episodes", "0"], "--episodes 0: must be >= 1"),
         (["--interpolation-steps", "-1"], "--interpolation-steps -1: must be >= 0"),
         (["--action-noise", "-0.1"], "--action-noise -0.1: must be a number >= 0"),
-        (["--gain", "0"], "--gain 0.0: must be a number in (0, 1]"),
+        (["--gain", "0"], "--gain 0.0: expected a number in (0, 1]"),
+        (["--follow", "pose", "--gain", "nan"], "--gain nan: expected a number in (0, 1]"),
         (["--follow", "lead"], "argument --follow: invalid choice: 'lead'"),
-        (["--follow", "command", "--gain", "0.3"], "--gain 0.3: --follow command takes no gain; --follow pose does"),
+        (["--follow", "command", "--gain", "0.3"], "--gain 0.3: the command follower (the default for a joint-target "
+         "action) takes no gain; --follow pose does"),
         (["--gain", "0.3"], "gain = 0.3: the command follower (the default for a joint-target action) takes no gain"),
         (["--source-episodes", "a,b"], "--source-episodes 'a,b': expected indices"),
         (["--source-episodes", "9"], "source episode 9: the run"),

@@ -738,3 +738,39 @@ def test_generate_smoke(tmp_path):
     assert 0.0 < row["yield"] <= 1.0 and row["attempts"] >= 4 and row["yield"] == pytest.approx(4 / row["attempts"])
     assert row["reached_grasp"] >= row["reached_carry_and_release"] == pytest.approx(row["yield"])
     assert [(r["trained_on"], r["seed"]) for r in payload["bc_rows"]] == [("generated", 0)]
+
+
+def test_imitation_feed_located_puts_the_detached_positions_into_the_policy(tmp_path):
+    """bench/imitation.py --feed-located: the aux head's positions go into the policy's MLP (changing them changes
+    the actions), the actions' loss gives the head no gradient (the auxiliary loss alone trains it), and the saved
+    policy keeps the head: ImageChunker rebuilt from the checkpoint acts as the trained network. Without --aux it is
+    refused in one line before anything runs."""
+    torch = pytest.importorskip("torch")
+    module = load_script(BENCH / "imitation.py", "bench_imitation_feed")
+    with pytest.raises(SystemExit) as refused:
+        module.main(["--smoke", "--obs", "rgb", "--feed-located", "--out", str(tmp_path), "--name", "feed"])
+    assert refused.value.code == 2 and not (tmp_path / "feed.json").exists()
+    torch.manual_seed(0)
+    model = module.build_visual_model(1, 3, 5, 2, 8 * 4, 16, aux=9, feed=True)
+    pixels, state = [torch.randn(4, 2, 3, 16, 16)], torch.randn(4, 2, 5)
+    out, guess = model(pixels, state, aux=True)
+    assert out.shape == (4, 32) and guess.shape == (4, 2, 9)
+    out.square().sum().backward()  # the actions' loss alone
+    assert all(p.grad is None or not p.grad.any() for p in model.aux.parameters())
+    assert any(p.grad is not None and p.grad.any() for p in model.encoders.parameters())
+    with torch.no_grad():  # the positions are an input of the MLP: moving the head's output moves the actions
+        model.aux[-1].bias += 1.0
+        assert not torch.allclose(model(pixels, state), out)
+    checkpoint = {
+        "model": model.state_dict(), "located": 9, "history": 2, "horizon": 8, "actions": 4, "proprio": 5,
+        "hidden": 16, "fields": ["proprio"], "cameras": {"front": ["rgb"]}, "crop": 16,
+        "center": np.zeros(5, np.float32), "scale": np.ones(5, np.float32),
+        "action_center": np.zeros(4, np.float32), "action_scale": np.ones(4, np.float32),
+        "pixel_center": [np.zeros(3, np.float32)], "pixel_scale": [np.ones(3, np.float32)],
+    }  # fmt: skip
+    chunker = module.ImageChunker(checkpoint, "cpu")
+    frames = torch.randint(0, 256, (4, 2, 16, 16, 3), dtype=torch.uint8)
+    acted = chunker({"proprio": state, "rgb": frames})
+    with torch.no_grad():
+        expected = model([frames.float().permute(0, 1, 4, 2, 3)], state).view(4, 8, 4)
+    torch.testing.assert_close(acted, expected)

@@ -5,6 +5,7 @@ device arrays, per world and per attempt row.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,26 @@ class Motion:
     def follow_for(self, ee_mode: bool) -> str:
         """The follower used for an arm whose action is (``ee_mode``) or is not the end-effector's pose change."""
         return self.follow or ("pose" if ee_mode else "command")
+
+    def check(self, follow: str | None = None, *, flags: bool = False) -> None:
+        """ValueError (one line) naming a ``follow`` not in :data:`FOLLOWS`, a ``gain`` outside (0, 1], or a gain
+        given to the command follower: ``follow`` the one resolved for the arm (:meth:`follow_for`), else
+        ``self.follow``. ``flags``: named as the command line's options (``--gain 0.3``), not as fields
+        (``gain = 0.3``)."""
+
+        def named(key: str, value) -> str:
+            return f"--{key} {value}" if flags else f"{key} = {value!r}"
+
+        if self.follow is not None and self.follow not in FOLLOWS:
+            raise ValueError(f"{named('follow', self.follow)}: expected one of {', '.join(FOLLOWS)}")
+        gain = self.gain
+        if gain is None:
+            return
+        if isinstance(gain, bool) or not isinstance(gain, int | float) or not math.isfinite(gain) or not 0 < gain <= 1:
+            raise ValueError(f"{named('gain', gain)}: expected a number in (0, 1]")
+        if (follow or self.follow) == "command":
+            raise ValueError(f"{named('gain', gain)}: the command follower (the default for a joint-target action) "
+                             f"takes no gain; {named('follow', 'pose')} does")  # fmt: skip
 
     @property
     def pose_gain(self) -> float:
@@ -141,9 +162,7 @@ class Follower:
         if self.follow == "command" and arm.ee_mode:
             raise ValueError(f"follow = 'command': {task.config.params.file}'s action is the end-effector's pose "
                              "change, with no joint targets to lead; follow = 'pose' follows it")  # fmt: skip
-        if self.follow == "command" and motion.gain is not None:
-            raise ValueError(f"gain = {motion.gain!r}: the command follower (the default for a joint-target action) "
-                             "takes no gain; follow = 'pose' does")  # fmt: skip
+        motion.check(self.follow)
         dt = float(env.config.control_dt)
         subtasks = task.plan.subtasks
         count = len(subtasks)

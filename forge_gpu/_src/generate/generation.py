@@ -33,7 +33,7 @@ from forge_gpu._src.core.files import new_partial, publish, write_json_atomic
 from forge_gpu._src.core.manifest import RUN_MANIFEST, initial_manifest
 from forge_gpu._src.evaluate.rows import EvaluationRows
 from forge_gpu._src.formats.registry import FORMATS, RecordingOptions, format_of, read_manifest
-from forge_gpu._src.generate.follower import FOLLOWS, SELECTIONS, Follower, Motion, lead_chain, task_arm
+from forge_gpu._src.generate.follower import SELECTIONS, Follower, Motion, lead_chain, task_arm
 from forge_gpu._src.generate.sources import Sources, cut_sources
 from forge_gpu._src.recording.stats import StatsAccumulator, new_statistics
 from forge_gpu._src.sim.run_description import describe_run
@@ -135,12 +135,7 @@ class Settings:
         noise = self.action_noise
         if isinstance(noise, bool) or not isinstance(noise, int | float) or not math.isfinite(noise) or noise < 0:
             raise ValueError(f"action_noise = {noise!r}: expected a number >= 0 [m]")
-        follow = self.motion.follow if self.motion is not None else None
-        if follow is not None and follow not in FOLLOWS:
-            raise ValueError(f"follow = {follow!r}: expected one of {', '.join(FOLLOWS)}")
-        gain = self.motion.gain if self.motion is not None else None
-        if gain is not None and (isinstance(gain, bool) or not isinstance(gain, int | float) or not 0 < gain <= 1):
-            raise ValueError(f"gain = {gain!r}: expected a number in (0, 1]")
+        (self.motion or Motion()).check()
         for key in self.overrides:
             if key.split(".")[0] in ("num_envs", "seed"):
                 raise ValueError(f"--set {key}: give --envs or --seed")
