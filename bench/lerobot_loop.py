@@ -9,14 +9,20 @@ taken from beside that interpreter.
 LEROBOT_VENV/bin/python bench/lerobot_loop.py                       # 200 demos, ACT 10,000 steps on the CPU
 LEROBOT_VENV/bin/python bench/lerobot_loop.py --recipe diffusion    # the small diffusion policy, 6,000 steps
 LEROBOT_VENV/bin/python bench/lerobot_loop.py --smoke               # tiny sizes: every stage runs, every figure
+LEROBOT_VENV/bin/python bench/lerobot_loop.py --obs rgb --steps 3000  # from the front camera: ACT, about 30 CPU min
 
-State only (rendering off): the policy sees ``observation.state`` (proprio) and ``observation.environment_state``
-(the push task's declared fields: cube pose, cube velocity, goal position). Only the expert's successful episodes are
+``--obs state`` (the default; rendering off): the policy sees ``observation.state`` (proprio) and
+``observation.environment_state`` (the push task's declared fields: cube pose, cube velocity, goal position).
+``--obs rgb``: the demos and the evaluation render push's front camera (64 px) and the export leaves the environment
+state out (``export_lerobot(..., environment_state=[])``), so the policy sees ``observation.images.rgb`` and
+``observation.state`` alone; its ResNet-18 backbone starts from random weights (``pretrained_backbone_weights=null``:
+the ImageNet weights are a download). Only the expert's successful episodes are
 kept as demos. Figures: the demos (episodes kept of those collected, frames), each stage's seconds, the training
 (steps, batch, final loss) and the evaluation's success rate with its 95% Wilson interval, return and length, and
 which of forge_gpu's policy paths ran it (``chunk``: ``predict_action_chunk`` and forge_gpu's executor, each env's
 first ``n_action_steps`` actions open loop; ``select_action``: LeRobot's queue, reset for every env when any env
-starts an episode). Written to ``lerobot_loop.json`` (``lerobot_loop-diffusion.json`` for that recipe).
+starts an episode). Written to ``lerobot_loop.json`` (``lerobot_loop-diffusion.json`` for that recipe;
+``-rgb`` after either from the camera).
 """
 
 from __future__ import annotations
@@ -70,15 +76,21 @@ RECIPES = {
 }
 """``--recipe``: the training steps and ``lerobot-train``'s policy settings (docs/evaluation.md "Train with
 LeRobot" gives each one's figures)."""
+FROM_PIXELS = {"policy.pretrained_backbone_weights": "null"}
+"""``--obs rgb``: what the recipe adds: the vision backbone from random weights (no download)."""
 
 
-def collect_demos(work: Path, size: dict, device: str, max_steps: int) -> tuple[Path, dict]:
-    """Push expert episodes, state only; the successful ones selected into their own run."""
+def task_overrides(obs: str, max_steps: int) -> dict:
+    """push's config overrides for collection and evaluation: rendering on from the camera, off from the state."""
+    return {"params.render": obs == "rgb", "max_steps": max_steps}
+
+
+def collect_demos(work: Path, size: dict, device: str, overrides: dict) -> tuple[Path, dict]:
+    """Push expert episodes (rendering as ``overrides`` say); the successful ones selected into their own run."""
     import forge_gpu
     from forge_gpu.curation import select_run
     from forge_gpu.reading import open_run
 
-    overrides = {"params.render": False, "max_steps": max_steps}
     env = forge_gpu.sim.make("push", num_envs=size["collect_envs"], device=device, seed=1, **overrides)
     expert = forge_gpu.sim.load_policy("expert", env)
     start = time.perf_counter()
@@ -96,7 +108,7 @@ def collect_demos(work: Path, size: dict, device: str, max_steps: int) -> tuple[
 
 
 def train(dataset: Path, out: Path, size: dict, recipe: dict) -> dict:
-    """``lerobot-train`` of ``recipe``'s policy on the CPU, state only, no hub, no wandb; its last logged loss."""
+    """``lerobot-train`` of ``recipe``'s policy on the CPU, no hub, no wandb; its last logged loss."""
     binary = Path(sys.executable).parent / "lerobot-train"
     if not binary.exists():
         raise SystemExit(f"{binary} is missing: run this script with an interpreter that has LeRobot installed")
@@ -130,16 +142,14 @@ def train(dataset: Path, out: Path, size: dict, recipe: dict) -> dict:
     return {"train_s": seconds, "steps": size["steps"], "batch": size["batch"], "final_loss": loss}
 
 
-def evaluate(out: Path, size: dict, device: str, max_steps: int) -> dict:
+def evaluate(out: Path, size: dict, device: str, overrides: dict) -> dict:
     """forge_gpu's evaluation of the trained policy: ``lerobot:OUT`` through load_policy (the chunk path), or where
     load_policy does not take ``lerobot:`` names, the adapter's select_action path in a TorchPolicy."""
     import forge_gpu
     from forge_gpu._src.sim.lerobot_policy import lerobot_policy
     from forge_gpu._src.sim.policies import TorchPolicy
 
-    env = forge_gpu.sim.make(
-        "push", num_envs=size["eval_envs"], device=device, seed=2, **{"params.render": False, "max_steps": max_steps}
-    )
+    env = forge_gpu.sim.make("push", num_envs=size["eval_envs"], device=device, seed=2, **overrides)
     try:
         policy = forge_gpu.sim.load_policy(f"lerobot:{out}", env)
         path = getattr(getattr(policy, "fn", None), "mode", "chunk")
@@ -170,6 +180,9 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: every stage runs in seconds")
     parser.add_argument("--device", default="cpu", help="forge_gpu's Warp device (collection and evaluation)")
     parser.add_argument("--recipe", choices=list(RECIPES), default="act", help="the policy trained (RECIPES)")
+    parser.add_argument(
+        "--obs", choices=["state", "rgb"], default="state", help="what the policy sees: the state, or the camera"
+    )
     parser.add_argument("--steps", type=int, help="training steps (default: the recipe's; smoke 4)")
     parser.add_argument("--batch", type=int, help="training batch (default 64)")
     parser.add_argument("--max-steps", type=int, default=200, help="push's episode limit (the config's: 200)")
@@ -177,7 +190,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="results directory (default bench/results)")
     args = parser.parse_args(argv)
     size = dict(SIZES["smoke" if args.smoke else "full"])
-    recipe = RECIPES[args.recipe]
+    recipe = RECIPES[args.recipe] | (FROM_PIXELS if args.obs == "rgb" else {})
+    overrides = task_overrides(args.obs, args.max_steps)
     size["steps"] = args.steps or size.get("steps", recipe["steps"])
     size["batch"] = args.batch or size["batch"]
     from forge_gpu.export import export_lerobot
@@ -185,16 +199,16 @@ def main(argv=None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="lerobot_loop_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        demos, row = collect_demos(work, size, args.device, args.max_steps)
+        demos, row = collect_demos(work, size, args.device, overrides)
         print(f"demos: {row['demos']} successful of {row['collected']} expert episodes, {row['frames']} frames")
         start = time.perf_counter()
-        report = export_lerobot(demos, work / "lerobot")
+        report = export_lerobot(demos, work / "lerobot", environment_state=[] if args.obs == "rgb" else None)
         row["export_s"] = time.perf_counter() - start
         row["environment_state"] = ",".join(report["environment_state"])
         row |= train(work / "lerobot", work / "policy", size, recipe)
         trained = f"{row['steps']} steps of {row['batch']} in {row['train_s']:.0f} s"
         print(f"{args.recipe}: {trained}, loss {row['final_loss']}")
-        row |= evaluate(work / "policy", size, args.device, args.max_steps)
+        row |= evaluate(work / "policy", size, args.device, overrides)
         print(
             f"{args.recipe} on push ({row['path']} path): success {100 * row['success_rate']:.1f}% "
             f"[95% CI {100 * row['success_low']:.1f}, {100 * row['success_high']:.1f}] over {row['episodes']} episodes"
@@ -206,8 +220,10 @@ def main(argv=None) -> int:
     columns += ["success_low", "success_high", "return", "length", "eval_s"]
     markdown = table([row], columns)
     print(markdown)
-    payload = {"sizes": size, "recipe": args.recipe, "settings": recipe, "rows": [row], "machine": machine()}
-    path = save("lerobot_loop" if args.recipe == "act" else f"lerobot_loop-{args.recipe}", payload, markdown, args.out)
+    payload = {"sizes": size, "recipe": args.recipe, "obs": args.obs, "settings": recipe, "rows": [row]}
+    payload["machine"] = machine()
+    name = "lerobot_loop" + ("" if args.recipe == "act" else f"-{args.recipe}") + ("-rgb" if args.obs == "rgb" else "")
+    path = save(name, payload, markdown, args.out)
     print(f"wrote {path}")
     print(json.dumps({k: row[k] for k in ("success_rate", "success_low", "success_high")}))
     return 0
