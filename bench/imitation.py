@@ -6,7 +6,7 @@ python bench/imitation.py --smoke          # tiny sizes: seconds of training, ev
 python bench/imitation.py --demos 50 200 --dagger-rounds 0 --execution open_loop
 python bench/imitation.py --task configs/lift.toml --demos 25 50 100 200 --episodes 200 --dagger-rounds 0 \
     --execution open_loop --no-matched-bc   # behaviour cloning on lift (its expert keeps state: no DAgger)
-python bench/imitation.py --obs rgb --cameras front --image-size 64 --crop 64 --aux 1 --demos 200 \
+python bench/imitation.py --obs rgb --cameras front --image-size 64 --crop 64 --aux 1 --feed-located --demos 200 \
     --dagger-rounds 0 --execution open_loop --batch 64 --episodes 200 --eval-envs 100 \
     --name imitation-pixels-push   # from the front camera and the proprio (docs/performance.md "Learning from pixels")
 
