@@ -930,6 +930,36 @@ def record_demos(directory: Path, episodes: int, args, overrides: dict) -> dict:
     return {"expert_success": float(evaluation.success_at_end.mean()), "demo_s": evaluation.seconds}
 
 
+def copied_demos(source: Path, directory: Path, episodes: int, args, overrides: dict) -> dict:
+    """``--demos-from``: the demos an earlier run of this script recorded (its work folder's ``demos``), copied to
+    ``directory`` where they are what :func:`record_demos` would record now: the same config (an env of this task,
+    demo seed and overrides; ``num_envs`` aside) and at least ``episodes`` episodes. ValueError naming what
+    differs."""
+    import json
+
+    import forge_gpu
+
+    manifest = forge_gpu.reading.open_run(source).manifest
+    env = make_env(args.task, 1, args.demo_seed, overrides)
+
+    def flat(config: dict, prefix: str = "") -> dict:  # nested keys dotted, as --set names them
+        out = {}
+        for key, value in config.items():
+            out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+        return out
+
+    want = flat(json.loads(json.dumps({**env.config.to_dict(), "num_envs": None})))
+    have = flat(json.loads(json.dumps({**manifest["config"], "num_envs": None})))
+    differ = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+    if differ:
+        raise ValueError(f"--demos-from {source}: its config differs from this run's demos in {', '.join(differ)}")
+    if manifest["config"]["num_envs"] < episodes:
+        count = manifest["config"]["num_envs"]
+        raise ValueError(f"--demos-from {source}: {count} demos, fewer than --demos {episodes}")
+    shutil.copytree(source, directory)
+    return {"demos_from": str(source)}
+
+
 def first_demos(demos: Path, count: int, out: Path) -> Path:
     import forge_gpu
 
@@ -1070,6 +1100,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mix", type=float, default=0.0, help="DAgger rollouts: the share the expert drives")
     parser.add_argument("--no-matched-bc", action="store_true", help="leave out BC at each round's labelled steps")
     parser.add_argument("--demo-seed", type=int, default=1)
+    parser.add_argument(
+        "--demos-from",
+        default=None,
+        metavar="RUN",
+        help="copy the demos an earlier run of this script recorded (its --work folder's demos) instead of recording "
+        "them again: refused unless their config is this run's (task, --demo-seed, --set, image size)",
+    )
     parser.add_argument("--eval-seed", type=int, default=2)
     parser.add_argument("--train-seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
@@ -1177,9 +1214,18 @@ def main(argv=None) -> int:
 
     largest = max(args.demos)
     demos = work / "demos"
-    collection = record_demos(demos, largest, args, overrides)
-    success, seconds = collection["expert_success"], collection["demo_s"]
-    print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
+    if args.demos_from:
+        try:
+            collection = copied_demos(Path(args.demos_from), demos, largest, args, overrides)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
+    else:
+        collection = record_demos(demos, largest, args, overrides)
+    if args.demos_from:
+        print(f"{largest} expert demos copied from {args.demos_from}", flush=True)
+    else:
+        success, seconds = collection["expert_success"], collection["demo_s"]
+        print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
     eval_env = make_env(args.task, args.eval_envs, args.eval_seed, overrides)
     shift_envs = {
         name: make_env(args.task, args.eval_envs, args.eval_seed, overrides | s) for name, s in shifted.items()

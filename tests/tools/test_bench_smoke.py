@@ -696,6 +696,16 @@ def test_imitation_smoke_from_pixels(tmp_path):
     policy = forge_gpu.sim.load_policy("imitation:make_policy", env, {"checkpoint": path}, steps_per_chunk=4)
     evaluation = forge_gpu.recording.evaluate(env, policy, episodes=2)
     assert evaluation.episodes == 2 and ((evaluation.lengths > 0) & (evaluation.lengths <= 10)).all(), evaluation
+    # --demos-from: the demos copied, not recorded again, where their config is this run's; refused where not
+    copied = ["--smoke", "--obs", "rgb", "--demos-from", str(work / "demos")]
+    copied += ["--out", str(tmp_path / "copied"), "--name", "copied"]  # --smoke works in OUT/imitation-work
+    with pytest.raises(SystemExit) as refused:
+        module.main([*copied, "--set", "max_steps=21"])
+    assert refused.value.code == 2 and not (tmp_path / "copied" / "copied.json").exists()
+    assert module.main(copied) == 0
+    again = json.loads((tmp_path / "copied" / "copied.json").read_text())
+    assert again["collection"] == {"demos_from": str(work / "demos")}
+    assert [r["windows"] for r in again["rows"]] == [r["windows"] for r in payload["rows"]]  # the same demos
 
 
 def test_imitation_random_crop_takes_each_windows_own_offset():
