@@ -1219,11 +1219,9 @@ def main(argv=None) -> int:
             collection = copied_demos(Path(args.demos_from), demos, largest, args, overrides)
         except (OSError, ValueError) as error:
             parser.error(str(error))
-    else:
-        collection = record_demos(demos, largest, args, overrides)
-    if args.demos_from:
         print(f"{largest} expert demos copied from {args.demos_from}", flush=True)
     else:
+        collection = record_demos(demos, largest, args, overrides)
         success, seconds = collection["expert_success"], collection["demo_s"]
         print(f"{largest} expert demos: success {success:.3f}, {seconds:.1f} s", flush=True)
     eval_env = make_env(args.task, args.eval_envs, args.eval_seed, overrides)

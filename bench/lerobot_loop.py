@@ -9,7 +9,7 @@ taken from beside that interpreter.
 LEROBOT_VENV/bin/python bench/lerobot_loop.py                       # 200 demos, ACT 10,000 steps on the CPU
 LEROBOT_VENV/bin/python bench/lerobot_loop.py --recipe diffusion    # the small diffusion policy, 6,000 steps
 LEROBOT_VENV/bin/python bench/lerobot_loop.py --smoke               # tiny sizes: every stage runs, every figure
-LEROBOT_VENV/bin/python bench/lerobot_loop.py --obs rgb --steps 3000  # from the front camera: ACT, about 30 CPU min
+LEROBOT_VENV/bin/python bench/lerobot_loop.py --obs rgb --steps 3000  # from the front camera: ACT, ~34 min a core
 
 ``--obs state`` (the default; rendering off): the policy sees ``observation.state`` (proprio) and
 ``observation.environment_state`` (the push task's declared fields: cube pose, cube velocity, goal position).
@@ -78,11 +78,6 @@ RECIPES = {
 LeRobot" gives each one's figures)."""
 FROM_PIXELS = {"policy.pretrained_backbone_weights": "null"}
 """``--obs rgb``: what the recipe adds: the vision backbone from random weights (no download)."""
-
-
-def task_overrides(obs: str, max_steps: int) -> dict:
-    """push's config overrides for collection and evaluation: rendering on from the camera, off from the state."""
-    return {"params.render": obs == "rgb", "max_steps": max_steps}
 
 
 def collect_demos(work: Path, size: dict, device: str, overrides: dict) -> tuple[Path, dict]:
@@ -191,7 +186,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     size = dict(SIZES["smoke" if args.smoke else "full"])
     recipe = RECIPES[args.recipe] | (FROM_PIXELS if args.obs == "rgb" else {})
-    overrides = task_overrides(args.obs, args.max_steps)
+    overrides = {"params.render": args.obs == "rgb", "max_steps": args.max_steps}  # collection and evaluation
     size["steps"] = args.steps or size.get("steps", recipe["steps"])
     size["batch"] = args.batch or size["batch"]
     from forge_gpu.export import export_lerobot
