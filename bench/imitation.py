@@ -40,9 +40,11 @@ positions (the first 3 values of each ``environment_state`` field, normalized), 
 row reports how far it located each (``located_<field>_m``), and the saved policy leaves the head out;
 with ``--feed-located`` its positions (detached) go into the policy's MLP too, and the policy keeps the head. Trained by
 squared error on ``WindowMapDataset(pad=True)`` batches drawn with replacement by a ``BatchSampler`` and gathered
-and decoded in ``--workers`` DataLoader workers; each row reports the loader: ``wait_share`` (the share of the
+in ``--workers`` DataLoader workers: ``--loader mapped`` (the default) over the memory-mapped runs, each batch's frames
+decoded as it is gathered; ``--loader loaded``, every frame decoded once into each worker's memory as it opens the
+runs (about 25 KB a frame of two 64 px rgb cameras). Each row reports the loader: ``wait_share`` (the share of the
 training's time after the first batch spent waiting for the next batch), ``windows_per_s`` trained and
-``first_batch_s`` (the workers' start and their first load of the run). DAgger from pixels trains on the rollouts'
+``first_batch_s`` (the workers' start and their first batch). DAgger from pixels trains on the rollouts'
 chunks of expert labels (``--label-steps chunk``), the frames of every run decoded by the same loader. ``--shift NAME
 KEY=VALUE ...`` scores every policy again in envs whose config overrides those of the run (held-out colours, the
 camera beyond its training range), as ``NAME_success``: push's generalization table is docs/performance.md "How far it
@@ -470,10 +472,11 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
     """The visuomotor network trained from scratch on the padded windows of ``runs`` (``(run, target)`` pairs: the
     demos with their ``action``, DAgger's rollouts with the expert's labels), normalized by ``norm_run``'s statistics,
     for ``args.train_steps`` Adam steps: batches of ``args.batch`` windows drawn with replacement by a
-    ``BatchSampler`` over ``WindowMapDataset`` (the frames decoded per batch, in ``args.workers`` DataLoader workers;
-    several runs through :class:`RunWindows`), each window randomly cropped. Returns the checkpoint and its figures,
-    the loader's among them: ``wait_share``, the share of the steps' time (after the first batch, which starts the
-    workers: ``first_batch_s``) spent waiting for the next batch, and ``windows_per_s`` trained."""
+    ``BatchSampler`` over ``WindowMapDataset`` (mapped or loaded as ``args.loader`` says, in ``args.workers``
+    DataLoader workers; several runs through :class:`RunWindows`), each window randomly cropped. Returns the
+    checkpoint and its figures, the loader's among them: ``wait_share``, the share of the steps' time (after the
+    first batch, which starts the workers: ``first_batch_s``) spent waiting for the next batch, and ``windows_per_s``
+    trained."""
     import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
@@ -489,7 +492,13 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
     keys += located
     datasets = [
         forge_gpu.reading.WindowMapDataset(
-            run, history=args.history, horizon=args.horizon, pad=True, observation_keys=keys, target=target
+            run,
+            history=args.history,
+            horizon=args.horizon,
+            pad=True,
+            observation_keys=keys,
+            target=target,
+            mmap=args.loader == "mapped",
         )
         for run, target in runs
     ]
@@ -613,6 +622,7 @@ def train_pixels(runs: list[tuple[str, str]], norm_run: str, args, seed: int) ->
         "train_s": ended - began,
         "final_loss": float(np.mean(tail)),
         "workers": args.workers,
+        "loader": args.loader,
         "first_batch_s": first_batch,
         "wait_share": waited / steady_s if steady_s > 0 else 0.0,
         "windows_per_s": later * args.batch / steady_s if steady_s > 0 else 0.0,
@@ -933,8 +943,8 @@ def record_demos(directory: Path, episodes: int, args, overrides: dict) -> dict:
 def copied_demos(source: Path, directory: Path, episodes: int, args, overrides: dict) -> dict:
     """``--demos-from``: the demos an earlier run of this script recorded (its work folder's ``demos``), copied to
     ``directory`` where they are what :func:`record_demos` would record now: the same config (an env of this task,
-    demo seed and overrides; ``num_envs`` aside) and at least ``episodes`` episodes. ValueError naming what
-    differs."""
+    demo seed and overrides; ``num_envs`` aside; a state run takes a pixel run's demos, rendering changing no step)
+    and at least ``episodes`` episodes. ValueError naming what differs."""
     import json
 
     import forge_gpu
@@ -950,7 +960,10 @@ def copied_demos(source: Path, directory: Path, episodes: int, args, overrides: 
 
     want = flat(json.loads(json.dumps({**env.config.to_dict(), "num_envs": None})))
     have = flat(json.loads(json.dumps({**manifest["config"], "num_envs": None})))
-    differ = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+    differ = {k for k in want.keys() | have.keys() if want.get(k) != have.get(k)}
+    if want.get("params.values.render") is False and have.get("params.values.render") is True:
+        differ.discard("params.values.render")  # rendered demos hold every column and step a state run records
+    differ = sorted(differ)
     if differ:
         raise ValueError(f"--demos-from {source}: its config differs from this run's demos in {', '.join(differ)}")
     if manifest["config"]["num_envs"] < episodes:
@@ -1036,7 +1049,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="--obs rgb|rgbd: the random crop's side in px (default 7/8 of --image-size; --image-size itself: none)",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, help="--obs rgb|rgbd: DataLoader workers decoding the training batches"
+        "--workers", type=int, default=1, help="--obs rgb|rgbd: DataLoader workers gathering the training batches"
+    )
+    parser.add_argument(
+        "--loader",
+        choices=["mapped", "loaded"],
+        default="mapped",
+        help="--obs rgb|rgbd: the runs memory-mapped, each batch's frames decoded as it is gathered; or every frame "
+        "decoded into each worker's memory as it opens them",
     )
     parser.add_argument("--history", type=int, default=2)
     parser.add_argument("--horizon", type=int, default=8)
@@ -1250,7 +1270,7 @@ def main(argv=None) -> int:
             sources = [load(r, t) for r, t in runs]
             checkpoint, figures = train(sources, str(norm_run), args, args.train_seed)
             labelled = sum(s["labelled"] for s in sources)
-        else:  # the windows decoded per batch by the loader
+        else:  # the windows gathered per batch by the loader (--loader)
             checkpoint, figures = train_pixels([(str(r), t) for r, t in runs], str(norm_run), args, args.train_seed)
             labelled = figures["windows"]
         row = {"method": kind, **row, "labelled_steps": labelled, **figures}

@@ -12,7 +12,7 @@ from helpers.synthetic import INSTRUCTION, synthetic_description
 
 from forge_gpu._src.core.episode import episode_stem
 from forge_gpu.formats import read_manifest
-from forge_gpu.reading import EpisodeReadOptions, action_windows, read_episodes
+from forge_gpu.reading import EpisodeReadOptions, Windows, action_windows, read_episodes
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,8 @@ def test_the_torch_datasets_are_classes_of_torch_datasets(run):
     assert isinstance(iterable, WindowDataset) and isinstance(iterable, torch.utils.data.IterableDataset)
     assert isinstance(mapped, WindowMapDataset) and isinstance(mapped, torch.utils.data.Dataset)
     assert not isinstance(mapped, torch.utils.data.IterableDataset)
-    count = len(mapped)  # loads its windows in this process
+    count = len(mapped)  # from the run's index: no windows loaded in this process
+    assert mapped._windows is None and count == len(mapped.windows)
     copy = pickle.loads(pickle.dumps(mapped))
     assert type(copy) is WindowMapDataset and copy._windows is None and len(copy) == count
     iterable.set_epoch(3)
@@ -303,6 +304,22 @@ def test_the_torch_datasets_are_classes_of_torch_datasets(run):
     assert type(again) is WindowDataset and (again.epoch, again.shuffle, again.spec.history) == (3, True, 2)
     with pytest.raises(ValueError, match="history"):
         WindowMapDataset(directory, history=0)
+
+
+@pytest.mark.parametrize("history,horizon,pad", [(1, 1, False), (2, 3, False), (3, 5, False), (2, 8, True)])
+def test_a_map_datasets_length_is_read_from_the_index_as_its_windows_count(run, history, horizon, pad):
+    """len(WindowMapDataset) before its windows are loaded (a loader's main process) is len(Windows) of the same
+    spec, with and without padding, and with windows longer than some episodes (none of theirs)."""
+    pytest.importorskip("torch")
+    from forge_gpu.reading import WindowMapDataset
+
+    directory, _ = run
+    mapped = WindowMapDataset(directory, history=history, horizon=horizon, pad=pad, observation_keys=["proprio"])
+    count = len(mapped)
+    assert mapped._windows is None
+    assert count == len(Windows(directory, history=history, horizon=horizon, pad=pad)) == len(mapped.windows)
+    steps = [len(e.action) for e in read_episodes(directory)]
+    assert count == sum(s if pad else max(s - horizon - history + 2, 0) for s in steps)
 
 
 def test_reading_loads_torch_only_for_the_torch_datasets(run):

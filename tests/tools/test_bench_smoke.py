@@ -706,6 +706,17 @@ def test_imitation_smoke_from_pixels(tmp_path):
     again = json.loads((tmp_path / "copied" / "copied.json").read_text())
     assert again["collection"] == {"demos_from": str(work / "demos")}
     assert [r["windows"] for r in again["rows"]] == [r["windows"] for r in payload["rows"]]  # the same demos
+    loaded = ["--smoke", "--obs", "rgb", "--demos-from", str(work / "demos"), "--loader", "loaded"]
+    assert module.main([*loaded, "--out", str(tmp_path / "loaded"), "--name", "loaded"]) == 0
+    rows = json.loads((tmp_path / "loaded" / "loaded.json").read_text())["rows"]  # every frame decoded at open
+    assert [r["loader"] for r in rows] == ["loaded"] * 3 and [r["loader"] for r in again["rows"]] == ["mapped"] * 3
+    for mapped, row in zip(again["rows"], rows, strict=True):  # the same batches: the same training
+        assert (row["windows"], row["final_loss"]) == (mapped["windows"], mapped["final_loss"]), row
+    state = ["--smoke", "--demos-from", str(work / "demos"), "--out", str(tmp_path / "state"), "--name", "state"]
+    assert module.main([*state, "--set", "params.image_size=32"]) == 0  # the rendered demos' state columns
+    beside = json.loads((tmp_path / "state" / "state.json").read_text())
+    assert beside["settings"]["fields"] == ["proprio", "cube_pose", "cube_velocity", "goal_position"]
+    assert [r["windows"] for r in beside["rows"]] == [r["windows"] for r in payload["rows"]]
 
 
 def test_imitation_random_crop_takes_each_windows_own_offset():

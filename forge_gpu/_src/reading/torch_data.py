@@ -15,7 +15,7 @@ import torch.utils.data
 from forge_gpu._src.core.labels import ACTION_TARGET
 from forge_gpu._src.reading.runs import episode_index
 from forge_gpu._src.reading.shared_batches import worker_slots
-from forge_gpu._src.reading.windows import CHUNK, Windows, WindowSpec, check_target, window_spec
+from forge_gpu._src.reading.windows import CHUNK, Windows, WindowSpec, check_target, count_windows, window_spec
 
 
 class _WindowSource:
@@ -103,14 +103,16 @@ class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
     collates its samples (``default_collate`` stacks them: a copy per key).
 
     Shuffling with a sampler is global over the whole run or dataset. The windows are loaded on first
-    access in each process (each DataLoader worker holds its own copy); with ``mmap`` (uncompressed packed
-    runs) they stay in the files, whose pages the workers share.
+    access in each process (each DataLoader worker holds its own copy); ``len(dataset)`` alone loads none (it reads
+    the runs' indexes), so a loader's main process, whose sampler asks only the length, holds no copy beside its
+    workers'. With ``mmap`` (uncompressed packed runs) the windows stay in the files, whose pages the workers share.
     """
 
     def __init__(self, directory: str | os.PathLike, *, spec: WindowSpec | None = None, **window: Any):
         super().__init__()
         self._keep(directory, window_spec(spec, (), window))
         self._windows: Windows | None = None
+        self._count: int | None = None
 
     @property
     def windows(self) -> Windows:
@@ -124,7 +126,11 @@ class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
         return {**self.__dict__, "_windows": None}
 
     def __len__(self) -> int:
-        return len(self.windows)
+        if self._windows is None:  # a sampler's length in a loader's main process: its workers load the windows
+            if self._count is None:
+                self._count = count_windows(self.directory, self.spec)
+            return self._count
+        return len(self._windows)
 
     def __getitem__(self, index):
         if isinstance(index, int | np.integer):

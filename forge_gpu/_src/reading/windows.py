@@ -96,6 +96,22 @@ def window_spec(spec: WindowSpec | None, args: tuple, keywords: dict) -> WindowS
     return dataclasses.replace(spec, **keywords) if keywords else spec
 
 
+def window_counts(steps: np.ndarray, spec: WindowSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The windows of ``spec`` in episodes of ``steps`` steps: each episode's count and its first window's frame
+    ``t``. With ``pad`` one window per step, from ``t`` = 0; without, only the windows whose history and horizon lie
+    inside the episode, from ``t`` = history - 1."""
+    if spec.pad:
+        return steps, np.zeros_like(steps)
+    return np.maximum(steps - spec.horizon - spec.history + 2, 0), np.full_like(steps, spec.history - 1)
+
+
+def count_windows(directory: str | os.PathLike, spec: WindowSpec) -> int:
+    """``len(Windows(directory, spec=spec))`` from the runs' indexes alone: no frame is read."""
+    index = episode_index(directory)
+    steps = np.array([run.ids(k)[2] for run, k in index], np.int64)
+    return int(window_counts(steps, spec)[0].sum())
+
+
 class Windows:
     """Every training window of one shard of a run directory or a dataset root, by index.
 
@@ -118,7 +134,7 @@ class Windows:
     distinct instructions of the shard's episodes.
 
     Memory: the selected observation fields and the actions of every episode of the shard are held in
-    memory (pick fields with ``observation_keys``). With ``mmap=True`` (uncompressed packed runs only) they
+    memory, decoded (pick fields with ``observation_keys``). With ``mmap=True`` (uncompressed packed runs only) they
     stay in the files: the operating system pages in what batches touch and can drop it again, so memory
     holds the episode index and the blocks' views, whatever the shard's size; a batch then gathers from
     each block its rows fall in (several per batch of a step-major run) and may wait on the disk.
@@ -132,8 +148,9 @@ class Windows:
     the transitions ``t .. t+horizon-1`` started from, under the same padding rules and ``action_is_pad``. The label
     is read whether or not ``observation_keys`` names it (``obs/<label>`` is in the batch only where it does).
 
-    Encoded image fields (packed layout 5) are decoded as a batch gathers them, on the CPU over the reader's thread
-    pool; ``batch(indices, encoded=True)`` leaves them encoded (an ``EncodedFrames`` of the batch's ``B x history``
+    Encoded image fields (packed layout 5) are decoded once as the table is loaded in memory; with ``mmap`` they are
+    decoded as a batch gathers them, on the CPU over the reader's thread pool, and ``batch(indices, encoded=True)``
+    leaves them encoded (an ``EncodedFrames`` of the batch's ``B x history``
     frames, window by window), for a decoder elsewhere: ``forge_gpu.reading.device_batch`` decodes them on a CUDA
     device.
     """
@@ -192,11 +209,7 @@ class Windows:
         self.instructions, self._instruction = factorize(episodes[INSTRUCTION])  # each episode's, as a code
         """The distinct instructions of the windows' episodes, in order of first appearance."""
         self._texts = np.array(self.instructions, dtype=object)
-        if pad:
-            counts, first_t = self._steps, np.zeros_like(self._steps)
-        else:
-            counts = np.maximum(self._steps - horizon - history + 2, 0)
-            first_t = np.full_like(self._steps, history - 1)
+        counts, first_t = window_counts(self._steps, spec)
         starts = np.concatenate([[0], np.cumsum(counts)])
         self._episode_windows = starts  # episode e's windows: starts[e] .. starts[e+1]-1
         self._window_episode = np.repeat(np.arange(counts.size), counts)

@@ -633,7 +633,8 @@ class PackedRunReader:
         cannot be mapped (ValueError naming the convert command that writes an uncompressed copy)."""
         if not mmap:
             fields, state, groups = self.groups(ks, options)
-            return (fields, *_joined(_names(fields, state) + list(TRANSITION_COLUMNS), list(groups)))
+            rows = int((self.run.episodes["steps"][np.asarray(ks, np.int64)] + 1).sum())
+            return (fields, *_joined(_names(fields, state) + list(TRANSITION_COLUMNS), groups, rows))
         compression = self.manifest.get("recorder", {}).get("compression", "none")
         if compression != "none":
             raise ValueError(
@@ -723,13 +724,26 @@ def _names(fields: list[str], state: list[str]) -> list[str]:
     return [f"obs/{f}" for f in fields] + [f"state/{n}" for n in state]
 
 
-def _joined(names: list[str], groups: list[tuple[dict, dict, np.ndarray]]) -> tuple[list, dict]:
-    """The ``names`` columns of groups of gathered episodes (:func:`read_episode_tables`) as one block of a
-    frame table laid end to end (stride 1), and the episodes' entries in it (their params included)."""
-    columns = {n: np.concatenate([g[n] for _, g, _ in groups]) for n in names}
-    offsets = np.cumsum([0] + [int(s[-1]) for _, _, s in groups[:-1]])
-    keys = [k for k in groups[0][0] if k not in ("first_row", "stride")]
-    episodes = {key: np.concatenate([e[key] for e, _, _ in groups]) for key in keys}
-    episodes["first_row"] = np.concatenate([s[:-1] + o for (_, _, s), o in zip(groups, offsets, strict=True)])
+def _joined(names: list[str], groups: Iterator[tuple[dict, dict, np.ndarray]], rows: int) -> tuple[list, dict]:
+    """The ``names`` columns of groups of gathered episodes (:func:`read_episode_tables`, ``rows`` rows in all) as
+    one block of a frame table laid end to end (stride 1), and the episodes' entries in it (their params included).
+    Each group is copied into the block as it comes and let go, so memory holds the block and one group, not every
+    group beside their join."""
+    columns: dict[str, np.ndarray] = {}
+    entries, firsts, row = [], [], 0
+    for group, gathered, starts in groups:
+        if not columns:
+            columns = {n: np.empty((rows, *gathered[n].shape[1:]), gathered[n].dtype) for n in names}
+        count = int(starts[-1])
+        for n in names:
+            columns[n][row : row + count] = gathered[n]
+        entries.append(group)
+        firsts.append(starts[:-1] + row)
+        row += count
+    if row != rows:
+        raise ValueError(f"gathered {row} rows of episodes whose index counts {rows}")
+    keys = [k for k in entries[0] if k not in ("first_row", "stride")]
+    episodes = {key: np.concatenate([e[key] for e in entries]) for key in keys}
+    episodes["first_row"] = np.concatenate(firsts)
     episodes["stride"] = np.ones(episodes["steps"].size, np.int64)
     return [(0, columns)], episodes
