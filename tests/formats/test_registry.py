@@ -6,6 +6,7 @@ recording, reading, inspect, convert, repair and the command line then take it, 
 
 import ast
 import dataclasses
+import importlib.util
 import os
 import pickle
 import re
@@ -131,9 +132,12 @@ class ListReader:
             obs, nxt = {f: e.obs[f] for f in keys}, {f: e.next[f] for f in keys}
             yield dataclasses.replace(e, obs=obs, next=nxt, path=self.path)
 
-    def frame_table(self, ks, options, *, mmap=False):
+    def check_read(self, options, *, mmap=False):
         if mmap:
             raise ValueError(f"{self.directory}: cannot be memory-mapped; forge-gpu convert it --to packed")
+
+    def frame_table(self, ks, options, *, mmap=False):
+        self.check_read(options, mmap=mmap)
         fields, columns, episodes = stack_episodes(list(self.read(ks, options)))
         return fields, [(0, columns)], episodes
 
@@ -319,6 +323,9 @@ def test_windows_read_a_registered_format_through_its_frame_table(tmp_path):
         assert x.dtype == y.dtype and np.array_equal(x, y), key
     with pytest.raises(ValueError, match="cannot be memory-mapped"):
         forge_gpu.reading.Windows(tmp_path / "list", mmap=True)
+    if importlib.util.find_spec("torch"):  # a torch dataset asks the reader where it is made, not in a worker
+        with pytest.raises(ValueError, match="cannot be memory-mapped"):
+            forge_gpu.reading.WindowMapDataset(tmp_path / "list", mmap=True)
 
 
 def test_capabilities_are_declared_and_read_not_probed(tmp_path):

@@ -322,6 +322,33 @@ def test_a_map_datasets_length_is_read_from_the_index_as_its_windows_count(run, 
     assert count == sum(s if pad else max(s - horizon - history + 2, 0) for s in steps)
 
 
+def test_the_torch_datasets_refuse_what_loading_would_where_they_are_made(run, tmp_path):
+    """A field or state entry the run lacks, and a mapping the run cannot take (compressed packed segments, an npz
+    run), are one-line ValueErrors naming the run when the dataset is made, as loading its windows says them, not
+    later in a worker."""
+    pytest.importorskip("torch")
+    from forge_gpu.curation import convert_run
+    from forge_gpu.reading import WindowDataset, WindowMapDataset
+
+    directory, _ = run  # npz
+    convert_run(directory, tmp_path / "lz4", to="packed", compression="lz4")
+    wrong = [
+        (directory, {"observation_keys": ["proprio", "sonar"]}, r"requested field\(s\) \['sonar'\] are not there"),
+        (tmp_path / "lz4", {"observation_keys": ["sonar"]}, r"requested field\(s\) \['sonar'\] are not there"),
+        (directory, {"state": ["wind"]}, r"requested state entry\(s\) \['wind'\] are not there"),
+        (tmp_path / "lz4", {"state": ["wind"]}, r"requested state entry\(s\) \['wind'\] are not there"),
+        (directory, {"mmap": True}, r"schema-1 \(npz\) run cannot be memory-mapped.*convert"),
+        (tmp_path / "lz4", {"mmap": True}, "lz4-compressed and cannot be memory-mapped.*convert"),
+    ]
+    for where, keywords, message in wrong:
+        with pytest.raises(ValueError, match=message):
+            Windows(where, history=2, horizon=3, **keywords)
+        for dataset in (WindowMapDataset, WindowDataset):
+            with pytest.raises(ValueError, match=message) as made:
+                dataset(where, history=2, horizon=3, **keywords)
+            assert str(made.value).startswith(str(where)) and "\n" not in str(made.value), made.value
+
+
 def test_reading_loads_torch_only_for_the_torch_datasets(run):
     """In a fresh interpreter, episodes, Windows and action_windows load no torch; the first use of a torch dataset
     does."""

@@ -78,6 +78,11 @@ class RunReader(Protocol):
         ValueError naming the command that converts it to one that can."""
         ...
 
+    def check_read(self, options: EpisodeReadOptions, *, mmap: bool = False) -> None:
+        """ValueError (one line) for what :meth:`frame_table` refuses of ``options`` before it reads a frame: fields
+        or state entries the run lacks and, with ``mmap``, a run that cannot be mapped. Reads no episode data."""
+        ...
+
     def verify(self) -> dict:
         """Check every episode (and, where the format stores blocks, every block) without building episodes for a
         caller, and list what is damaged: the report :data:`VERIFY_KEYS` name (``forge-gpu verify``)."""

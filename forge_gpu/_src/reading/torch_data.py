@@ -12,10 +12,9 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from forge_gpu._src.core.labels import ACTION_TARGET
 from forge_gpu._src.reading.runs import episode_index
 from forge_gpu._src.reading.shared_batches import worker_slots
-from forge_gpu._src.reading.windows import CHUNK, Windows, WindowSpec, check_target, count_windows, window_spec
+from forge_gpu._src.reading.windows import CHUNK, Windows, WindowSpec, check_reading, count_windows, window_spec
 
 
 class _WindowSource:
@@ -24,8 +23,7 @@ class _WindowSource:
     windows)."""
 
     def _keep(self, directory, spec: WindowSpec) -> None:
-        if spec.target != ACTION_TARGET:  # a label field of every run (reads the manifests)
-            check_target(episode_index(directory), spec.target)
+        check_reading(episode_index(directory), spec)  # here, not in a worker: bad input is one line at the call
         self.directory = os.fspath(directory)
         self.spec = spec
         """The :class:`WindowSpec` of the dataset's windows."""

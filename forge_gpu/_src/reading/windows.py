@@ -460,6 +460,16 @@ def check_target(index: list, target: str) -> None:
         target_column(run.manifest["env_spec"], target, name=run.directory)
 
 
+def check_reading(index: list, spec: WindowSpec) -> None:
+    """ValueError (one line) for what loading ``spec``'s windows of ``index`` would refuse before any frame is read:
+    a ``target`` that is not every run's label (:func:`check_target`), fields or state entries a run lacks, a mapping
+    a run cannot take (``RunReader.check_read``). Reads manifests and segment schemas, no episode data."""
+    check_target(index, spec.target)
+    _, options, _ = _target_reading(spec.target, spec.read_options())
+    for run in dict.fromkeys(run for run, _ in index):
+        run.check_read(options, mmap=spec.mmap)
+
+
 def _target_reading(target: str, options: EpisodeReadOptions) -> tuple[str, EpisodeReadOptions, str | None]:
     """The column ``target`` reads, the read options that read it, and the column read only for it (left out of the
     batches' observation) or None."""

@@ -69,6 +69,19 @@ class NpzRunReader:
         (``RunReader.verify``)."""
         return verify_episodes(self)
 
+    def check_read(self, options: EpisodeReadOptions, *, mmap: bool = False) -> None:
+        """What :meth:`frame_table` refuses of ``options`` before it reads a frame (``RunReader.check_read``): the
+        fields against run.json's observation (each episode's archive is checked against them as it is read)."""
+        if mmap:
+            raise ValueError(
+                f"{self.directory}: a schema-1 (npz) run cannot be memory-mapped (mmap=True reads packed runs); "
+                f"write a packed copy: forge-gpu convert {self.directory} OUT --to packed"
+            )
+        observation = self.manifest.get("env_spec", {}).get("observation")
+        if isinstance(observation, dict):
+            chosen(options.observation_keys, sorted(observation), what="field", name=self.directory)
+        chosen(options.state, [], what="state entry", name=self.directory)  # schema 1 holds no state
+
     def frame_table(
         self, ks: list[int], options: EpisodeReadOptions, *, mmap: bool = False
     ) -> tuple[list[str], list[tuple[int, dict]], dict]:
@@ -76,10 +89,7 @@ class NpzRunReader:
         table (``RunReader.frame_table``). An episode archive cannot be memory-mapped as one: ``mmap`` is a
         ValueError naming the convert command that writes a packed copy, which can."""
         if mmap:
-            raise ValueError(
-                f"{self.directory}: a schema-1 (npz) run cannot be memory-mapped (mmap=True reads packed runs); "
-                f"write a packed copy: forge-gpu convert {self.directory} OUT --to packed"
-            )
+            self.check_read(options, mmap=True)
         fields, columns, episodes = stack_episodes(list(self.read(ks, options)))
         return fields, [(0, columns)], episodes
 

@@ -635,12 +635,7 @@ class PackedRunReader:
             fields, state, groups = self.groups(ks, options)
             rows = int((self.run.episodes["steps"][np.asarray(ks, np.int64)] + 1).sum())
             return (fields, *_joined(_names(fields, state) + list(TRANSITION_COLUMNS), groups, rows))
-        compression = self.manifest.get("recorder", {}).get("compression", "none")
-        if compression != "none":
-            raise ValueError(
-                f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
-                f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
-            )
+        self._check_mappable()
         fields, state = self._chosen(options)
         names = _names(fields, state) + ["action"]
         mapped = list(
@@ -687,6 +682,20 @@ class PackedRunReader:
     def verify(self) -> dict:
         """Every block and every episode checked (``RunReader.verify``): :func:`verify_packed`."""
         return verify_packed(self)
+
+    def check_read(self, options: EpisodeReadOptions, *, mmap: bool = False) -> None:
+        """What :meth:`frame_table` refuses of ``options`` before it reads a frame (``RunReader.check_read``)."""
+        self._chosen(options)
+        if mmap:
+            self._check_mappable()
+
+    def _check_mappable(self) -> None:
+        compression = self.manifest.get("recorder", {}).get("compression", "none")
+        if compression != "none":
+            raise ValueError(
+                f"{self.directory}: its segments are {compression}-compressed and cannot be memory-mapped; "
+                f"write an uncompressed copy: forge-gpu convert {self.directory} OUT --to packed"
+            )
 
     def _chosen(self, options: EpisodeReadOptions) -> tuple[list[str], list[str]]:
         """The observation fields and state entries to read, after checking the segments' columns against
