@@ -496,7 +496,9 @@ def pipeline(sizes: dict, parent: str) -> list[dict]:
 
 def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
     """Samples/s of a torch DataLoader over ``WindowMapDataset(run)`` with ``workers`` workers, whole batches of
-    ``batch`` from a BatchSampler over a RandomSampler, for ``batches`` batches (bench/loader.py, bench/costs.py)."""
+    ``batch`` from a BatchSampler over a RandomSampler, for ``batches`` batches (bench/loader.py, bench/costs.py).
+    The first batch's time (``first_batch_s``) holds the run's opening, in the process that makes the batches (the
+    sampler's length reads the run's index alone); ``steady_samples_per_s`` leaves it out."""
     import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
@@ -511,7 +513,7 @@ def loader_rate(run: Path, *, workers: int, batch: int, batches: int) -> dict:
         for item in loader:
             seen, k = seen + len(item["action"]), k + 1
             if first is None:
-                first = time.perf_counter() - began  # the workers' start (a fork, the run opened again) is in it
+                first = time.perf_counter() - began  # the run opened where the batches are made (a worker's start)
             if k == batches:
                 break
     seconds = time.perf_counter() - began
