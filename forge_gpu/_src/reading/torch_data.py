@@ -22,11 +22,14 @@ class _WindowSource:
     dataset is made (not in a worker), and picklable (a DataLoader worker under spawn gets a copy and opens its own
     windows)."""
 
-    def _keep(self, directory, spec: WindowSpec) -> None:
-        check_reading(episode_index(directory), spec)  # here, not in a worker: bad input is one line at the call
+    def _keep(self, directory, spec: WindowSpec) -> list:
+        """Keep the directory and the spec, checked; the directory's episode index (:func:`runs.episode_index`)."""
+        index = episode_index(directory)
+        check_reading(index, spec)  # here, not in a worker: bad input is one line at the call
         self.directory = os.fspath(directory)
         self.spec = spec
         """The :class:`WindowSpec` of the dataset's windows."""
+        return index
 
     def _open_windows(self, **shard: int) -> Windows:
         """The :class:`Windows` of the dataset, of the ``shard`` (``shard_index``, ``num_shards``) where given."""
@@ -108,9 +111,9 @@ class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
 
     def __init__(self, directory: str | os.PathLike, *, spec: WindowSpec | None = None, **window: Any):
         super().__init__()
-        self._keep(directory, window_spec(spec, (), window))
+        spec = window_spec(spec, (), window)
+        self._count = count_windows(self._keep(directory, spec), spec)  # len() where the windows are not loaded
         self._windows: Windows | None = None
-        self._count: int | None = None
 
     @property
     def windows(self) -> Windows:
@@ -124,11 +127,8 @@ class WindowMapDataset(_WindowSource, torch.utils.data.Dataset):
         return {**self.__dict__, "_windows": None}
 
     def __len__(self) -> int:
-        if self._windows is None:  # a sampler's length in a loader's main process: its workers load the windows
-            if self._count is None:
-                self._count = count_windows(self.directory, self.spec)
-            return self._count
-        return len(self._windows)
+        # a sampler's length in a loader's main process, whose workers load the windows: from the index
+        return self._count if self._windows is None else len(self._windows)
 
     def __getitem__(self, index):
         if isinstance(index, int | np.integer):

@@ -105,9 +105,9 @@ def window_counts(steps: np.ndarray, spec: WindowSpec) -> tuple[np.ndarray, np.n
     return np.maximum(steps - spec.horizon - spec.history + 2, 0), np.full_like(steps, spec.history - 1)
 
 
-def count_windows(directory: str | os.PathLike, spec: WindowSpec) -> int:
-    """``len(Windows(directory, spec=spec))`` from the runs' indexes alone: no frame is read."""
-    index = episode_index(directory)
+def count_windows(index: list, spec: WindowSpec) -> int:
+    """``len(Windows(directory, spec=spec))`` of the directory's ``index`` (:func:`runs.episode_index`), from the
+    runs' indexes alone: no frame is read."""
     steps = np.array([run.ids(k)[2] for run, k in index], np.int64)
     return int(window_counts(steps, spec)[0].sum())
 
